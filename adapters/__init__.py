@@ -1,0 +1,1 @@
+"""Platform adapters, one package each; each is the only place its platform's SDK is imported."""

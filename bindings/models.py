@@ -1,0 +1,259 @@
+"""Pydantic models of the files an admin edits: gateway.yaml, agents/*.yaml, bindings/*.yaml.
+
+Everything read from a file is parsed here once, with `extra='forbid'`, so a typo is an error
+that names the field instead of a setting silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .secrets import SecretRef
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- gateway.yaml -------------------------------------------------------------------------
+
+
+class DatabaseConfig(Strict):
+    url: str = Field(
+        default="sqlite+aiosqlite:///var/gateway.db",
+        description="SQLAlchemy async URL: sqlite+aiosqlite:///path or postgresql+asyncpg://...",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _async_driver(cls, v: str) -> str:
+        if not (v.startswith("sqlite+aiosqlite://") or v.startswith("postgresql+asyncpg://")):
+            raise ValueError("use sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host/db")
+        return v
+
+
+class HttpConfig(Strict):
+    listen: str = Field(default="127.0.0.1:8788", description="host:port of the HTTP server")
+    public_url: str | None = Field(default=None, description="How platforms reach this server (webhooks, buttons)")
+    api_token: SecretRef | None = Field(
+        default=None, description="Bearer token for the HTTP API; required to listen beyond loopback"
+    )
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("expected host:port, e.g. 127.0.0.1:8788")
+        return v
+
+    @property
+    def host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]")
+
+    @property
+    def port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+class ProviderConfig(Strict):
+    kind: Literal["openai-chat", "openai", "anthropic"] = Field(
+        default="openai-chat", description="openai-chat for OpenAI-compatible servers (Ollama, vLLM, LM Studio)"
+    )
+    base_url: str | None = None
+    api_key: SecretRef | None = None
+
+
+class LimitsConfig(Strict):
+    concurrent_runs: int = Field(default=32, ge=1, le=10_000, description="Runs in flight across all conversations")
+    queued_messages_per_conversation: int = Field(
+        default=20, ge=1, le=10_000, description="Messages waiting behind a run before the sender hears 'busy'"
+    )
+
+
+class LoggingConfig(Strict):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["logfmt", "json"] = "logfmt"
+
+
+class GatewayConfig(Strict):
+    database: DatabaseConfig = DatabaseConfig()
+    http: HttpConfig = HttpConfig()
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    limits: LimitsConfig = LimitsConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+
+# --- agents/<id>.yaml ---------------------------------------------------------------------
+
+ApprovalSetting = Literal["default", "required", "never"]
+
+
+class ToolOverride(Strict):
+    name: str | None = Field(default=None, description="The name the model sees")
+    description: str | None = Field(default=None, description="The description the model sees")
+
+
+class CapabilityEntry(Strict):
+    id: str
+    config: dict[str, Any] = Field(default_factory=dict)
+    approval: ApprovalSetting = "default"
+    tool_approval: dict[str, ApprovalSetting] = Field(default_factory=dict)
+    tool_overrides: dict[str, ToolOverride] = Field(default_factory=dict)
+    secret_id: SecretRef | None = None
+    enabled: bool = True
+
+
+class RunLimits(Strict):
+    model_requests: int = Field(default=25, ge=1, le=1000, description="Model requests per run")
+    wall_clock_seconds: float = Field(default=300, gt=0, le=86_400, description="Wall-clock seconds per run")
+
+
+class AgentSpec(Strict):
+    """One agent: a model, instructions and capabilities. Bindings decide where it is reachable."""
+
+    id: str = Field(default="", description="Taken from the file name when omitted")
+    name: str
+    description: str = ""
+    model: str = Field(
+        default="auto",
+        description="auto | demo | <provider>:<model> (openai-chat:, openai:, anthropic:, or a named provider)",
+    )
+    model_settings: dict[str, Any] = Field(default_factory=dict)
+    instructions: str = ""
+    capabilities: list[CapabilityEntry] = Field(default_factory=list)
+    limits: RunLimits = RunLimits()
+    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_channel_tools(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "channel_tools" in data:
+            raise ValueError("channel_tools belongs to a binding, not an agent: move it to bindings/<id>.yaml")
+        return data
+
+
+# --- bindings/<id>.yaml -------------------------------------------------------------------
+
+
+class ChannelToolsConfig(Strict):
+    tools: list[Literal["get_channel_info", "list_channel_members", "search_channels", "read_channel_history"]] = (
+        Field(default_factory=list)
+    )
+    default_limit: int = Field(default=20, ge=1, le=200)
+
+
+class AdmissionConfig(Strict):
+    respond_to: Literal["mentions", "all"] = Field(
+        default="mentions", description="In channels and groups: answer only when mentioned, or every message"
+    )
+    dm: Literal["open", "pairing", "allowlist", "off"] | None = Field(
+        default=None, description="Who may DM the bot; the platform's default when unset"
+    )
+    channels: list[str] = Field(default_factory=list, description="Channel allowlist (empty: any channel)")
+    users: list[str] = Field(default_factory=list, description="Account allowlist for dm: allowlist")
+    ignore_bots: bool = True
+    ignore_edits: bool = True
+
+
+class MemoryConfig(Strict):
+    allow_personal: bool = True
+
+
+class ApprovalsConfig(Strict):
+    deciders: Literal["requester", "channel"] | list[str] = "requester"
+    timeout: float = Field(default=86_400, gt=0, description="Seconds a parked run waits for a decision")
+
+
+class ChannelOverride(Strict):
+    prompt: str | None = None
+    respond_to: Literal["mentions", "all"] | None = None
+    channel_tools: ChannelToolsConfig | None = None
+
+
+class WebSection(Strict):
+    person: str = Field(default="local", description="The one local person the web chat speaks for")
+
+
+class SlackSection(Strict):
+    bot_token: SecretRef
+    app_token: SecretRef | None = None
+    signing_secret: SecretRef | None = None
+    mode: Literal["socket", "http"] = "socket"
+    api_url: str = "https://slack.com/api/"
+
+    @model_validator(mode="after")
+    def _mode_needs_secret(self) -> SlackSection:
+        if self.mode == "socket" and self.app_token is None:
+            raise ValueError("mode: socket needs app_token (an xapp- token), or set mode: http")
+        if self.mode == "http" and self.signing_secret is None:
+            raise ValueError("mode: http needs signing_secret")
+        return self
+
+
+class TelegramSection(Strict):
+    token: SecretRef
+    mode: Literal["polling", "webhook"] = "polling"
+    webhook_secret: SecretRef | None = None
+    api_url: str = "https://api.telegram.org/bot"
+
+    @model_validator(mode="after")
+    def _webhook_needs_secret(self) -> TelegramSection:
+        if self.mode == "webhook" and self.webhook_secret is None:
+            raise ValueError("mode: webhook needs webhook_secret")
+        return self
+
+
+class MattermostSection(Strict):
+    url: str
+    token: SecretRef
+    teams: list[str] = Field(default_factory=list, description="Only answer in these teams (names or ids)")
+
+
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class BindingSpec(Strict):
+    """Where an agent is reachable, and what runs admitted there get."""
+
+    id: str = Field(default="", description="Taken from the file name when omitted")
+    platform: Literal["web", "slack", "mattermost", "telegram"]
+    agent: str
+    enabled: bool = True
+    prompt: str = Field(default="", description="Appended to the agent's instructions for runs this binding admits")
+    admission: AdmissionConfig = AdmissionConfig()
+    channel_tools: ChannelToolsConfig | None = None
+    memory: MemoryConfig = MemoryConfig()
+    approvals: ApprovalsConfig = ApprovalsConfig()
+    channels: dict[str, ChannelOverride] = Field(default_factory=dict, description="Per-channel overrides by id")
+    web: WebSection | None = None
+    slack: SlackSection | None = None
+    telegram: TelegramSection | None = None
+    mattermost: MattermostSection | None = None
+
+    @model_validator(mode="after")
+    def _section_matches_platform(self) -> BindingSpec:
+        sections = {"web": self.web, "slack": self.slack, "telegram": self.telegram, "mattermost": self.mattermost}
+        for name, value in sections.items():
+            if value is not None and name != self.platform:
+                raise ValueError(f"a {self.platform} binding cannot have a {name}: section")
+        if self.platform != "web" and sections[self.platform] is None:
+            raise ValueError(f"platform: {self.platform} needs a {self.platform}: section")
+        return self
+
+    @property
+    def dm_policy(self) -> str:
+        if self.admission.dm is not None:
+            return self.admission.dm
+        return "pairing" if self.platform == "telegram" else "open"
+
+    def override_for(self, channel: str) -> ChannelOverride | None:
+        return self.channels.get(channel)
+
+
+def valid_id(value: str) -> bool:
+    return bool(_ID.match(value))
+

@@ -1,0 +1,242 @@
+"""What the core needs from a chat platform, and the neutral shapes it hands across.
+
+The core owns this interface; `adapters/` implement it, one package per platform. Nothing
+here knows a platform: a card is a list of calls with decisions, a reply target is a
+channel and a thread, a directory answers four questions about one channel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .messages import ChatKind, InboundMessage, Sender
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyTarget:
+    """Where a conversation's replies, cards and notices go."""
+
+    platform: str
+    binding_id: str
+    workspace: str
+    channel: str
+    thread: str | None
+    chat_kind: ChatKind
+    conversation_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformLimits:
+    """How the core paces and splits replies for one platform."""
+
+    max_message_chars: int = 4000
+    min_edit_interval: float = 1.0  # seconds between edits of one message
+    supports_edit: bool = True
+
+
+class Decision(StrEnum):
+    APPROVE = "approve"
+    DENY = "deny"
+    APPROVE_ALL = "approve_all"  # approve this card's calls and waive gating in the conversation
+
+
+class ItemState(StrEnum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalItem:
+    """One gated tool call on a card. `approval_id` is unguessable; buttons carry only it."""
+
+    approval_id: str
+    tool_name: str  # the name the model sees
+    capability: str
+    arguments: str  # pretty-printed, secrets redacted, truncated with a visible marker
+    state: ItemState = ItemState.PENDING
+    decided_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalCard:
+    """All gated calls of one model response. `card_id` is unguessable too."""
+
+    card_id: str
+    run_id: str
+    items: tuple[ApprovalItem, ...]
+    deciders: str  # "only Ada can decide", "anyone in this chat can decide"
+    note: str = ""  # e.g. "Expired after 24 h", or how to decide without buttons
+
+    @property
+    def pending(self) -> bool:
+        return any(i.state is ItemState.PENDING for i in self.items)
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionOutcome:
+    """What a click did; `message` is for the clicker alone when `private` is true."""
+
+    accepted: bool
+    message: str
+    private: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelInfo:
+    id: str
+    name: str
+    purpose: str = ""
+    topic: str = ""
+    member_count: int | None = None
+    is_private: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelMember:
+    account_id: str
+    name: str
+    display_name: str = ""
+    is_bot: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryMessage:
+    author: str
+    text: str
+    ts: datetime | None = None
+
+
+CHANNEL_TOOL_IDS = ("get_channel_info", "list_channel_members", "search_channels", "read_channel_history")
+
+
+@runtime_checkable
+class ChannelDirectory(Protocol):
+    """Directory questions answered with the bot's own credentials about one platform.
+
+    `supported` names which of `CHANNEL_TOOL_IDS` this platform can answer; the core never
+    offers the model the others.
+    """
+
+    supported: frozenset[str]
+
+    async def channel_info(self, target: ReplyTarget) -> ChannelInfo: ...
+
+    async def channel_members(self, target: ReplyTarget, limit: int) -> tuple[list[ChannelMember], bool]:
+        """Members, and whether the list was cut at `limit`."""
+        ...
+
+    async def search_channels(self, target: ReplyTarget, query: str, limit: int) -> tuple[list[ChannelInfo], bool]: ...
+
+    async def channel_history(self, target: ReplyTarget, limit: int) -> tuple[list[HistoryMessage], bool]:
+        """The newest `limit` messages of the channel, or of the thread when the target has one; newest last."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitResult:
+    """The core's answer to an adapter handing it a message: ack the platform either way."""
+
+    accepted: bool  # recorded and queued for a run
+    duplicate: bool = False  # already in the ledger: a redelivery
+    reason: str = ""  # why not accepted ("not admitted: mention required", "busy", ...)
+    conversation_id: str | None = None
+    message_id: str | None = None
+    run_id: str | None = None
+
+
+class Dispatcher(Protocol):
+    """The core as an adapter sees it: hand it messages and clicks, ask it for durable state."""
+
+    async def submit(self, message: InboundMessage) -> SubmitResult:
+        """Dedupe, admit, record and queue. Returns once durable: ack the platform after."""
+        ...
+
+    async def decide(
+        self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
+    ) -> DecisionOutcome:
+        """A button click. Checks who may decide; the first decision wins."""
+        ...
+
+    async def get_state(self, binding_id: str, key: str) -> str | None:
+        """Adapter state kept in the store (a Telegram update offset, a websocket seq)."""
+        ...
+
+    async def set_state(self, binding_id: str, key: str, value: str) -> None: ...
+
+
+@dataclass(slots=True)
+class AdapterHealth:
+    connected: bool
+    detail: str = ""
+    since: datetime | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Adapter(Protocol):
+    """One binding's connection to one platform. Constructed from the binding's config."""
+
+    platform: str
+    binding_id: str
+    limits: PlatformLimits
+
+    async def start(self, dispatcher: Dispatcher) -> None:
+        """Connect and begin delivering messages to `dispatcher.submit`. Must return promptly
+        (connect in a background task it owns); failures show in `health()`."""
+        ...
+
+    async def stop(self) -> None: ...
+
+    def health(self) -> AdapterHealth: ...
+
+    def http_routes(self) -> Sequence[web.AbstractRouteDef]:
+        """Routes this adapter serves on the daemon's HTTP server (webhooks, callbacks)."""
+        ...
+
+    def render(self, markdown: str) -> str:
+        """The model's Markdown in the platform's own formatting."""
+        ...
+
+    async def post_message(self, target: ReplyTarget, text: str) -> str:
+        """Post `text` (already rendered) and return the platform's message id."""
+        ...
+
+    async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None: ...
+
+    async def show_typing(self, target: ReplyTarget) -> None: ...
+
+    async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str: ...
+
+    async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None: ...
+
+    async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
+        """Something only one person should see (an ephemeral message, an alert, a DM)."""
+        ...
+
+    def directory(self) -> ChannelDirectory | None:
+        """The channel directory, or None when the platform has none."""
+        ...
+
+
+
+
+class PlatformError(Exception):
+    """A platform API refused a call; adapters translate their SDK's errors into these."""
+
+
+class RateLimited(PlatformError):
+    """The platform said to slow down. The core waits `retry_after` seconds, never busy-loops."""
+
+    def __init__(self, retry_after: float, method: str = "") -> None:
+        super().__init__(f"rate limited on {method or 'call'}: retry after {retry_after:.1f}s")
+        self.retry_after = retry_after
+        self.method = method
