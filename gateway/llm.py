@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from pydantic_ai.messages import (
@@ -42,6 +42,15 @@ class ModelConfigError(Exception):
     """The agent names a model that cannot be built (unknown provider, missing key)."""
 
 
+# Models registered in code by name (an embedding application's own, or a test's scripted
+# FunctionModel); looked up before providers and pydantic-ai's own names.
+REGISTERED: dict[str, Callable[[], Model]] = {}
+
+
+def register_model(name: str, factory: Callable[[], Model]) -> None:
+    REGISTERED[name] = factory
+
+
 def resolve_model(name: str, providers: dict[str, ProviderConfig]) -> Model:
     """Build the model an agent's `model:` names. Raises ModelConfigError with a readable reason."""
     if name == "auto":
@@ -50,6 +59,8 @@ def resolve_model(name: str, providers: dict[str, ProviderConfig]) -> Model:
         )
     if name == "demo":
         return demo_model()
+    if name in REGISTERED:
+        return REGISTERED[name]()
     provider_name, _, model_name = name.partition(":")
     if provider_name in providers and model_name:
         return _from_provider(providers[provider_name], provider_name, model_name)

@@ -201,7 +201,9 @@ class Store:
     async def messages(self, conversation_id: str) -> list[Message]:
         async with self.sessions() as s:
             rows = await s.scalars(
-                select(Message).where(Message.conversation_id == conversation_id).order_by(Message.id)
+                select(Message)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(Message.created_at, Message.id)
             )
             return list(rows)
 
@@ -328,7 +330,7 @@ class Store:
                     Message.status.in_(("processed", "final")),
                     Message.run_id != before_run,
                 )
-                .order_by(Message.id)
+                .order_by(Message.created_at, Message.id)
             )
             return list(rows)
 
@@ -369,7 +371,9 @@ class Store:
                         text=reply,
                         status="final" if status in (FINISHED, PARKED) else status,
                         sender_name="",
-                        created_at=now,
+                        # Dated from when the answer began streaming, so it sorts right after
+                        # the turn it answers even if more messages arrived meanwhile.
+                        created_at=run.started_at or now,
                     )
                 )
 
