@@ -27,6 +27,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
+    app.router.add_routes(gateway.routes)
     for adapter in gateway.adapters.values():
         app.router.add_routes(adapter.http_routes())
     return app

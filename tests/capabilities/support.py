@@ -1,0 +1,148 @@
+"""A small chat world for capability tests: a real gateway on fake platforms, people, places, a recording model.
+
+Messages go through `Gateway.submit` (admission, identity, the durable queue) and the runner
+builds each turn as it always does; only the platform edge is fake. The model is the offline
+demo model (it calls a tool named in the message with `key=value` arguments), wrapped to
+record what each run showed the model: its instructions and every tool result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
+
+from gateway import llm
+from gateway.daemon import Gateway
+from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.store import repo
+
+from ..conftest import running_gateway, wait_for, write_config
+from ..fakes.chat import FakeChatAdapter, fake_platforms
+
+
+@dataclass
+class Seen:
+    """What one run showed the model."""
+
+    instructions: list[str] = field(default_factory=list)
+    tool_results: list[str] = field(default_factory=list)
+    retries: list[str] = field(default_factory=list)
+    tools: list[str] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.instructions + self.tool_results + self.retries)
+
+
+SEEN: list[Seen] = []
+
+
+async def _recording_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    seen = SEEN[-1] if SEEN else Seen()
+    seen.instructions.append(info.instructions or "")
+    seen.tools = sorted(t.name for t in info.function_tools)
+    last = messages[-1]
+    if isinstance(last, ModelRequest):
+        for part in last.parts:
+            if isinstance(part, ToolReturnPart):
+                # pydantic-ai 2.68 sends a tool's retry prompt as a return part with outcome "retried".
+                into = seen.retries if part.outcome == "retried" else seen.tool_results
+                into.append(str(part.content))
+            elif isinstance(part, RetryPromptPart):
+                seen.retries.append(part.model_response())
+    async for chunk in llm._demo_stream(messages, info):
+        yield chunk
+
+
+llm.register_model("recorder", lambda: FunctionModel(stream_function=_recording_stream, model_name="recorder"))
+
+
+@dataclass(frozen=True)
+class Place:
+    binding: str
+    platform: str
+    workspace: str
+    channel: str
+    kind: ChatKind
+
+
+@dataclass(frozen=True)
+class Account:
+    platform: str
+    workspace: str
+    account_id: str
+    name: str
+
+
+class World:
+    """A started gateway and a way to say things in it, one finished run at a time."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        self._ids = itertools.count(1)
+
+    def adapter(self, binding: str) -> FakeChatAdapter:
+        adapter = self.gw.adapters[binding]
+        assert isinstance(adapter, FakeChatAdapter)
+        return adapter
+
+    async def say(self, who: Account, where: Place, text: str, *, thread: str | None = None) -> Seen:
+        """Send a message and wait for its run to end; what the model was shown comes back."""
+        n = next(self._ids)
+        seen = Seen()
+        SEEN.append(seen)
+        result = await self.gw.submit(InboundMessage(
+            platform=where.platform, binding_id=where.binding, workspace=where.workspace, channel=where.channel,
+            chat_kind=where.kind, sender=Sender(who.account_id, who.name), text=text, event_id=f"e{n}",
+            message_id=f"{n}.000", thread=thread, mentioned=where.kind is not ChatKind.DM,
+        ))
+        assert result.accepted, result.reason
+        run_id = result.run_id
+        assert run_id is not None
+
+        async def ended() -> bool:
+            run = await self.gw.store.run(run_id)
+            return run is not None and run.status in repo.ENDED | {repo.PARKED}
+
+        await wait_for(ended, what=f"run of {text!r}")
+        return seen
+
+    async def person(self, who: Account) -> str:
+        return (await self.gw.store.identify(who.platform, who.workspace, who.account_id, who.name)).person_id
+
+
+def slack_binding(agent: str = "assistant", **extra: Any) -> dict[str, Any]:
+    return {"platform": "slack", "agent": agent, "slack": {"bot_token": "env:SLACK_BOT", "app_token": "env:SLACK_APP"},
+            **extra}
+
+
+def telegram_binding(agent: str = "assistant", **extra: Any) -> dict[str, Any]:
+    return {"platform": "telegram", "agent": agent, "telegram": {"token": "env:TG_TOKEN"},
+            "admission": {"dm": "open"}, **extra}
+
+
+def agent(*capabilities: dict[str, Any], model: str = "recorder") -> dict[str, Any]:
+    return {"name": "Agent", "model": model, "instructions": "You are a test agent.",
+            "capabilities": list(capabilities)}
+
+
+@contextlib.asynccontextmanager
+async def world(directory: Path, *, agents: dict[str, dict[str, Any]] | None = None,
+                bindings: dict[str, dict[str, Any]] | None = None) -> AsyncIterator[World]:
+    cfg = write_config(
+        directory,
+        agents=agents or {"assistant": agent({"id": "memory_files"})},
+        bindings=bindings or {"slack": slack_binding(), "telegram": telegram_binding(),
+                              "web": {"platform": "web", "agent": "assistant"}},
+    )
+    with fake_platforms("slack", "telegram", "mattermost"):
+        async with running_gateway(cfg) as gw:
+            SEEN.clear()
+            yield World(gw)
