@@ -15,12 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic_ai import AgentRunResultEvent
 from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
+from pydantic_ai.tools import ToolDefinition
 
 from gateway import llm
 from gateway.daemon import Gateway
-from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.messages import ChatKind, InboundMessage, Sender, conversation_key, reply_thread
+from gateway.runner import Turn
 from gateway.store import repo
 
 from ..conftest import running_gateway, wait_for, write_config
@@ -35,6 +38,8 @@ class Seen:
     tool_results: list[str] = field(default_factory=list)
     retries: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
+    defs: dict[str, ToolDefinition] = field(default_factory=dict)
+    output: str = ""
 
     @property
     def text(self) -> str:
@@ -48,6 +53,7 @@ async def _recording_stream(messages: list[ModelMessage], info: AgentInfo) -> As
     seen = SEEN[-1] if SEEN else Seen()
     seen.instructions.append(info.instructions or "")
     seen.tools = sorted(t.name for t in info.function_tools)
+    seen.defs = {t.name: t for t in info.function_tools}
     last = messages[-1]
     if isinstance(last, ModelRequest):
         for part in last.parts:
@@ -112,6 +118,46 @@ class World:
             return run is not None and run.status in repo.ENDED | {repo.PARKED}
 
         await wait_for(ended, what=f"run of {text!r}")
+        return seen
+
+    async def turn(self, who: Account, where: Place, text: str) -> Turn:
+        """The turn the runner builds for this message, without the scheduler running it.
+
+        The message is recorded (ledger, conversation, queued run) and the run claimed as the
+        scheduler would; `Runner.turn_for` then builds the Turn. Used where many runs are needed
+        fast: the reply is not streamed to the platform.
+        """
+        n = next(self._ids)
+        store = self.gw.store
+        identity = await store.identify(who.platform, who.workspace, who.account_id, who.name)
+        msg = InboundMessage(
+            platform=where.platform, binding_id=where.binding, workspace=where.workspace, channel=where.channel,
+            chat_kind=where.kind, sender=Sender(who.account_id, who.name), text=text, event_id=f"d{n}",
+            message_id=f"{n}.000", mentioned=True,
+        )
+        ref = repo.ConversationRef("", conversation_key(msg), where.platform, where.binding, where.workspace,
+                                   where.channel, reply_thread(msg), where.kind.value)
+        ingested = await store.ingest(binding_id=where.binding, event_ids=[f"{where.platform}:d{n}"], conversation=ref,
+                                      identity=identity, account_id=who.account_id, text=text,
+                                      agent_id=self.gw.config.bindings[where.binding].agent,
+                                      platform_message_id=msg.message_id, queue_limit=1000)
+        run = await store.claim_next_run(ingested.conversation.id)
+        assert run is not None and run.id == ingested.run_id
+        turn = await self.gw.runner.turn_for(run)
+        assert turn is not None
+        return turn
+
+    async def run(self, who: Account, where: Place, text: str) -> Seen:
+        """One run built by the runner, driven to its end by pydantic-ai; what the model was shown."""
+        turn = await self.turn(who, where, text)
+        seen = Seen()
+        SEEN.append(seen)
+        agent = self.gw.runner.build_agent(turn)
+        async with agent.run_stream_events(text, deps=turn) as events:
+            async for event in events:
+                if isinstance(event, AgentRunResultEvent):
+                    seen.output = str(event.result.output)
+        await self.gw.store.end_run(turn.run_id, repo.FINISHED, reply=seen.output)
         return seen
 
     async def person(self, who: Account) -> str:
