@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,9 +147,14 @@ class World:
         assert turn is not None
         return turn
 
-    async def run(self, who: Account, where: Place, text: str) -> Seen:
-        """One run built by the runner, driven to its end by pydantic-ai; what the model was shown."""
+    async def run(self, who: Account, where: Place, text: str, *, adjust: Callable[[Turn], Turn] | None = None) -> Seen:
+        """One run built by the runner, driven to its end by pydantic-ai; what the model was shown.
+
+        `adjust` changes the built Turn first (e.g. a surface with nobody to attribute notes to).
+        """
         turn = await self.turn(who, where, text)
+        if adjust is not None:
+            turn = adjust(turn)
         seen = Seen()
         SEEN.append(seen)
         agent = self.gw.runner.build_agent(turn)
@@ -159,6 +164,21 @@ class World:
                     seen.output = str(event.result.output)
         await self.gw.store.end_run(turn.run_id, repo.FINISHED, reply=seen.output)
         return seen
+
+    async def command(self, who: Account, where: Place, text: str) -> str:
+        """A chat command through `Gateway.submit`; returns what the sender was told privately."""
+        n = next(self._ids)
+        adapter = self.adapter(where.binding)
+        before = len(adapter.private)
+        result = await self.gw.submit(InboundMessage(
+            platform=where.platform, binding_id=where.binding, workspace=where.workspace, channel=where.channel,
+            chat_kind=where.kind, sender=Sender(who.account_id, who.name), text=text, event_id=f"c{n}",
+            message_id=f"{n}.000", mentioned=where.kind is not ChatKind.DM,
+        ))
+        assert not result.accepted and result.reason == "command", result
+        [(_, account, reply)] = adapter.private[before:]
+        assert account == who.account_id
+        return reply
 
     async def person(self, who: Account) -> str:
         return (await self.gw.store.identify(who.platform, who.workspace, who.account_id, who.name)).person_id
