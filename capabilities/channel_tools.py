@@ -11,16 +11,19 @@ directory (web chat, HTTP API) gets nothing: the capability is not attached.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Annotated, Any, TypeVar
 
 from pydantic import Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
+from sqlalchemy import select
 
 from bindings.models import ChannelToolsConfig
 from gateway.runner import Turn
-from gateway.surface import ChannelDirectory, ChannelInfo, NotVisible, PlatformError
+from gateway.store.models import Message
+from gateway.surface import ChannelDirectory, ChannelInfo, NotVisible, PlatformError, ReplyTarget
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
@@ -62,6 +65,25 @@ def _more(shown: int, cut: bool, noun: str) -> list[str]:
     if not cut:
         return []
     return [f"(only the first {shown} {noun} are shown; there are more. Call again with a larger limit, at most {CEILING}.)"]
+
+
+async def history_target(turn: Turn) -> ReplyTarget:
+    """The thread when the message arrived in one; the channel when it arrived at the top level.
+
+    A top-level mention in a threaded channel anchors a new thread on itself (its id is the
+    conversation's thread), and that thread holds only what the agent already has as history:
+    what the person means by "what was said here" is the channel.
+    """
+    target = turn.conversation.target()
+    if target.thread is None:
+        return target
+    async with turn.gateway.store.sessions() as s:
+        anchored_here = await s.scalar(
+            select(Message.id).where(
+                Message.conversation_id == turn.conversation.id, Message.platform_message_id == target.thread
+            ).limit(1)
+        )
+    return replace(target, thread=None) if anchored_here is not None else target
 
 
 # Docstrings are templates: each binding's default_limit is what the model is told.
@@ -156,7 +178,7 @@ def toolset(default_limit: int) -> FunctionToolset[Turn]:
         return "\n".join(lines + _more(len(found), cut, "channels"))
 
     async def read_channel_history(ctx: RunContext[Turn], limit: Limit = default_limit) -> str:
-        target = ctx.deps.conversation.target()
+        target = await history_target(ctx.deps)
         got = await _ask(ctx, "read its messages", lambda d: d.channel_history(target, limit))
         if isinstance(got, str):
             return got

@@ -10,6 +10,7 @@ from gateway.messages import ChatKind
 from gateway.surface import CHANNEL_TOOL_IDS, ChannelInfo, ChannelMember, HistoryMessage
 
 from ..fakes.chat import DIRECTORIES, FakeDirectory
+from ..conftest import wait_for
 from .support import Account, Place, agent, slack_binding, telegram_binding, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -72,12 +73,21 @@ async def test_limit_defaults_from_the_binding_with_a_ceiling_of_200_and_truncat
         assert seen.retries and not seen.tool_results, "past the ceiling is the model's mistake"
 
 
-async def test_in_a_thread_history_is_the_threads(tmp_path: Path) -> None:
+async def test_history_is_the_threads_when_asked_in_a_thread_and_the_channels_when_asked_at_top_level(
+    tmp_path: Path,
+) -> None:
     async with world(tmp_path, agents={"assistant": agent()}, bindings=bindings(ALL)) as w:
         DIRECTORIES["slack"] = fake = directory()
         seen = await w.say(ALICE, GENERAL, "read_channel_history", thread="7.000")
         assert seen.tool_results == ["carol: in the thread"]
         assert fake.calls[-1] == ("channel_history", "C1", "7.000")
+
+        # A top-level mention anchors the reply thread on itself; "what was said here" is the channel.
+        seen = await w.say(ALICE, GENERAL, "read_channel_history limit=1")
+        assert fake.calls[-1] == ("channel_history", "C1", None)
+        assert seen.tool_results[0].endswith("bob: message 29")
+        seen = await w.say(ALICE, GENERAL, "read_channel_history limit=1", thread="2.000")
+        assert fake.calls[-1] == ("channel_history", "C1", None), "a follow-up in that thread reads the channel too"
 
 
 async def test_a_channel_the_bot_cannot_see_is_bad_news_in_text(tmp_path: Path) -> None:
@@ -132,6 +142,7 @@ async def test_a_renamed_gated_tool_stays_gated(tmp_path: Path) -> None:
         seen = await w.say(ALICE, GENERAL, "read_room")
         assert "read_room" in seen.tools and "read_channel_history" not in seen.tools
         assert seen.defs["read_room"].description == "Read the room."
-        [card] = w.adapter("slack").cards
+        # The run is marked parked just before its card is posted.
+        [card] = await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
         assert [i.tool_name for i in card.items] == ["read_room"]
         assert not any(c[0] == "channel_history" for c in fake.calls), "nothing is read before a decision"
