@@ -94,8 +94,9 @@ Use it to learn where you are. To see who is in it use list_channel_members; to 
 channels use search_channels. It always answers about this conversation's channel.
 
 Returns:
-    Lines `name: …`, `purpose: …`, `topic: …`, `members: N` and `private: yes|no`; a line is left
-    out when the platform does not say. If the bot cannot see the channel, a sentence saying so.
+    A few lines, one per fact (name, purpose, topic, members as a count, private as yes or no),
+    each written as `field: value`; a line is left out when the platform does not say. If the
+    bot cannot see the channel, a sentence saying so.
 """
 
 _MEMBERS_DOC = """List the people in this channel.
@@ -107,8 +108,8 @@ Args:
     limit: How many members to list; default {default}, at most 200.
 
 Returns:
-    One line per member: display name, then (@name), then [bot] for bots. When the channel has
-    more members than `limit`, a last line says the list is cut. If the bot cannot see the
+    One line per member, the display name, then (@name), then [bot] for bots. When the channel
+    has more members than `limit`, a last line says the list is cut. If the bot cannot see the
     channel, a sentence saying so.
 """
 
@@ -122,8 +123,9 @@ Args:
     limit: How many channels to return; default {default}, at most 200.
 
 Returns:
-    One line per channel: #name, its purpose, its member count when known. When more channels
-    match than `limit`, a last line says the list is cut; "No channel matches" when none do.
+    One line per channel, #name with its purpose and its member count when known. When more
+    channels match than `limit`, a last line says the list is cut; "No channel matches" when
+    none do.
 """
 
 _HISTORY_DOC = """Read the most recent messages in this channel (in a thread, in this thread), newest last.
@@ -135,9 +137,9 @@ Args:
     limit: How many of the newest messages to read; default {default}, at most 200.
 
 Returns:
-    One line per message, oldest first: [time UTC] author: text, each message cut at 2,000
-    characters with "…". When older messages exist beyond `limit`, a first line says they were
-    left out. If the bot cannot see the channel, a sentence saying so.
+    One line per message, oldest first, as `[time UTC] author` and the text, each message cut
+    at 2,000 characters with "…". When older messages exist beyond `limit`, a first line says
+    they were left out. If the bot cannot see the channel, a sentence saying so.
 """
 
 

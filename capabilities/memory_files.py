@@ -71,10 +71,10 @@ async def list_memory(ctx: RunContext[Turn], limit: Annotated[int, Field(ge=1, l
         limit: How many notes to list; default 50, at most 200.
 
     Returns:
-        One line per note: its name, its size in characters and when it last changed. When there
-        are more notes than `limit`, a last line says how many were left out; "No notes saved yet"
-        when there are none; a sentence saying memory is unavailable when this conversation has
-        no store.
+        One line per note with its name, its size in characters and when it last changed. When
+        there are more notes than `limit`, a last line says how many were left out. "No notes saved
+        yet" when there are none; a sentence saying memory is unavailable when this conversation
+        has no store.
     """
     notes, scope = _store(ctx)
     if isinstance(scope, NoStore):
