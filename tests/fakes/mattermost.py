@@ -121,6 +121,7 @@ class FakeMattermost:
         self.rate_limits: list[RateLimitRule] = []
         self.click_log: list[dict[str, Any]] = []  # what was posted to integrations
         self.websocket_connects = 0
+        self.websocket_resumes = 0  # connections that continued an earlier stream without a hello
         self._pending: dict[tuple[str, str], str] = {}  # (user, pending_post_id) -> post id
         self._conns: dict[str, _Conn] = {}
         self._clock = 0
@@ -284,6 +285,12 @@ class FakeMattermost:
     async def click(self, user_id: str, post_id: str, action_id: str) -> ClickResult:
         """A person clicks a button, as their client does (`POST /posts/{id}/actions/{action_id}`)."""
         return await self._click(user_id, post_id, action_id)
+
+    async def push_event(self, user_id: str, event: str, data: Any) -> None:
+        """Send any event (well-formed or not) to one user's websockets, numbered like the rest."""
+        for conn in list(self._conns.values()):
+            if conn.user_id == user_id:
+                await conn.send_event(event, data, {"omit_users": None, "user_id": user_id, "channel_id": "", "team_id": ""})
 
     def rate_limit(self, method: str, path_regex: str, *, times: int = 1, reset: int = 1) -> None:
         """The next `times` requests matching answer 429 with `reset` seconds to wait."""
@@ -837,6 +844,7 @@ class FakeMattermost:
             # Resumable when nothing was lost: the next event, or one still in the queue.
             if wanted == conn.seq_next or any(seq == wanted for seq, _ in conn.dead_queue):
                 conn.ws = ws
+                self.websocket_resumes += 1
                 for seq, frame in list(conn.dead_queue):
                     if seq >= wanted:
                         await ws.send_str(frame)
