@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import time
+import urllib.parse
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -145,6 +146,7 @@ class MattermostAdapter:
             binding_id=self.binding_id,
             bot_user_id=me.get("id", ""),
             bot_username=me.get("username", ""),
+            workspace=server_name(self._section.url),
             team_ids=allowed,
             ignore_bots=self.binding.admission.ignore_bots,
             base_url=self._client.base_url,
@@ -368,7 +370,7 @@ class MattermostAdapter:
         await self._api().create_post(channel_id, text, pending_post_id=self._pending_id())
 
     def directory(self) -> ChannelDirectory | None:
-        return MattermostDirectory(self._api, team_ids=lambda: self._bot_teams)
+        return MattermostDirectory(self._api, team_ids=lambda: self._bot_teams, channel=self._channel)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -393,6 +395,11 @@ class MattermostAdapter:
             except PlatformError:
                 return User(id=user_id, username="")
         return self._users[user_id]
+
+
+def server_name(url: str) -> str:
+    """The workspace of every message: the server's host name (ids are unique per server)."""
+    return urllib.parse.urlsplit(url).netloc.lower() or url
 
 
 def _card_key(post_id: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timezone
 
 from gateway.surface import (
@@ -37,9 +37,11 @@ class MattermostDirectory:
 
     supported = frozenset(CHANNEL_TOOL_IDS)
 
-    def __init__(self, client: Callable[[], MattermostClient], *, team_ids: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, client: Callable[[], MattermostClient], *, team_ids: Callable[[], Iterable[str]],
+                 channel: Callable[[str], Awaitable[Channel]]) -> None:
         self._get_client = client  # the adapter's client, which exists once it has started
-        self._team_ids = team_ids  # the teams searched when the target has none (a DM)
+        self._team_ids = team_ids  # the teams searched from a DM or group, which have none
+        self._channel = channel  # a cached channel lookup
         self._users: dict[str, User] = {}
 
     @property
@@ -63,8 +65,9 @@ class MattermostDirectory:
         return out, cut
 
     async def search_channels(self, target: ReplyTarget, query: str, limit: int) -> tuple[list[ChannelInfo], bool]:
-        """Public channels whose name or purpose matches, in the message's team (or the bot's teams)."""
-        teams = [target.workspace] if target.workspace else list(self._team_ids())
+        """Public channels whose name or purpose matches, in the channel's team (or the bot's teams)."""
+        team_id = (await self._channel(target.channel)).get("team_id", "")
+        teams = [team_id] if team_id else list(self._team_ids())
         found: dict[str, Channel] = {}
         for team_id in teams:
             for channel in await self._client.search_team_channels(team_id, query):

@@ -41,6 +41,9 @@ class NormalizeContext:
     binding_id: str
     bot_user_id: str
     bot_username: str
+    # The server, not the team: Mattermost user and channel ids are server-wide, so one person
+    # is one account whether they write in a DM (no team) or in any team's channel.
+    workspace: str = ""
     team_ids: frozenset[str] | None = None  # None: every team
     ignore_bots: bool = True
     base_url: str = ""
@@ -141,7 +144,7 @@ def normalize_post(event: PostedEvent, ctx: NormalizeContext, *, is_edit: bool =
     return InboundMessage(
         platform=PLATFORM,
         binding_id=ctx.binding_id,
-        workspace=event.team_id,
+        workspace=ctx.workspace,
         channel=str(post["channel_id"]),
         chat_kind=kind,
         sender=Sender(account_id=user_id, display_name=event.sender_name, is_bot=from_bot),

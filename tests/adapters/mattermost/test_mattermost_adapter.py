@@ -63,7 +63,8 @@ async def test_a_dm_reaches_the_core_and_the_reply_lands_in_the_dm(
 ) -> None:
     post = await world.fake.user_post(world.alice["id"], world.dm["id"], "hello bot")
     (msg,) = await wait_until(lambda: core.messages)
-    assert (msg.chat_kind, msg.mentioned, msg.thread, msg.workspace) == (ChatKind.DM, True, None, "")
+    assert (msg.chat_kind, msg.mentioned, msg.thread) == (ChatKind.DM, True, None)
+    assert msg.workspace == world.url.removeprefix("http://")  # the server: ids are server-wide
     assert (msg.sender.account_id, msg.sender.display_name, msg.event_id) == (world.alice["id"], "alice", post["id"])
     reply_id = await adapter.post_message(target_for(msg), "Hello Alice")
     reply = world.fake.posts[reply_id]
@@ -75,8 +76,8 @@ async def test_a_channel_mention_gets_one_threaded_reply_edited_in_place(
 ) -> None:
     root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot summarise the week")
     (msg,) = await wait_until(lambda: core.messages)
-    assert (msg.chat_kind, msg.mentioned, msg.text, msg.workspace) == (
-        ChatKind.CHANNEL, True, "summarise the week", world.team["id"])
+    assert (msg.chat_kind, msg.mentioned, msg.text) == (ChatKind.CHANNEL, True, "summarise the week")
+    assert msg.workspace == world.url.removeprefix("http://")  # the same workspace as in a DM
     target = target_for(msg)
     reply_id = await adapter.post_message(target, "Working")
     await adapter.edit_message(target, reply_id, "Working on it")
@@ -361,6 +362,9 @@ async def test_the_directory_answers_all_four_questions(world: World, adapter: M
 
     found, cut = await directory.search_channels(town, "shipping", 5)
     assert [c.name for c in found] == ["Release Train"] and not cut
+    from_dm = ReplyTarget("mattermost", "mm", "", world.dm["id"], None, ChatKind.DM)
+    found, cut = await directory.search_channels(from_dm, "o", 1)  # a DM has no team: the bot's teams
+    assert len(found) == 1 and cut
     found, _ = await directory.search_channels(town, "plans", 5)
     assert found == []  # private channels are not searchable
 

@@ -19,7 +19,8 @@ from adapters.mattermost.normalize import (
 from gateway.messages import ChatKind
 
 BOT, ALICE, TEAM = "botid000000000000000000000", "aliceid0000000000000000000", "teamid00000000000000000000"
-CTX = NormalizeContext(binding_id="mm", bot_user_id=BOT, bot_username="agentbot", base_url="http://mm.test")
+CTX = NormalizeContext(binding_id="mm", bot_user_id=BOT, bot_username="agentbot", workspace="mm.test",
+                       base_url="http://mm.test")
 
 
 def frame(message: str, *, channel_type: str = "O", user: str = ALICE, root: str = "", mentions: list[str] | None = None,
@@ -37,16 +38,16 @@ def frame(message: str, *, channel_type: str = "O", user: str = ALICE, root: str
 # (id, frame, context, expected fields or the skip reason)
 CASES: list[tuple[str, dict[str, Any], NormalizeContext, dict[str, Any] | str]] = [
     ("dm is always addressed", frame("hello", channel_type="D", mentions=[BOT]), CTX,
-     {"chat_kind": ChatKind.DM, "mentioned": True, "text": "hello", "workspace": "", "thread": None}),
+     {"chat_kind": ChatKind.DM, "mentioned": True, "text": "hello", "workspace": "mm.test", "thread": None}),
     ("channel mention is stripped", frame("@agentbot: what's up?", mentions=[BOT]), CTX,
-     {"chat_kind": ChatKind.CHANNEL, "mentioned": True, "text": "what's up?", "workspace": TEAM}),
+     {"chat_kind": ChatKind.CHANNEL, "mentioned": True, "text": "what's up?", "workspace": "mm.test"}),
     ("mention mid-sentence", frame("hey @AgentBot, summarise this", mentions=[BOT]), CTX,
      {"mentioned": True, "text": "hey summarise this"}),
     ("channel without mention", frame("just chatting"), CTX, {"mentioned": False, "text": "just chatting"}),
     ("@channel puts everyone in mentions but does not address the bot", frame("@channel lunch!", mentions=[BOT]), CTX,
      {"mentioned": False}),
     ("group dm names every member in mentions", frame("hi all", channel_type="G", mentions=[BOT]), CTX,
-     {"chat_kind": ChatKind.GROUP, "mentioned": False, "workspace": ""}),
+     {"chat_kind": ChatKind.GROUP, "mentioned": False, "workspace": "mm.test"}),
     ("group dm with an explicit mention", frame("@agentbot help", channel_type="G", mentions=[BOT]), CTX,
      {"chat_kind": ChatKind.GROUP, "mentioned": True, "text": "help"}),
     ("private channel is a channel", frame("@agentbot hi", channel_type="P", mentions=[BOT]), CTX,
