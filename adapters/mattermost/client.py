@@ -80,6 +80,10 @@ class PostList(TypedDict, total=False):
     has_next: bool
 
 
+class MattermostUnavailable(PlatformError):
+    """The server could not be reached, or the connection broke before an answer came back."""
+
+
 class MattermostAPIError(PlatformError):
     """A refused REST call, with Mattermost's own error id (`{id, message, status_code}`)."""
 
@@ -121,8 +125,17 @@ class MattermostClient:
 
     async def request(self, method: str, path: str, *, body: Any = None, params: Mapping[str, Any] | None = None,
                       call: str = "") -> Any:
-        """One call; JSON decoded whatever the Content-Type says. 429 -> RateLimited."""
+        """One call; JSON decoded whatever the Content-Type says. Every failure is a PlatformError:
+        429 -> RateLimited, a refusal -> MattermostAPIError, no answer -> MattermostUnavailable."""
         call = call or f"{method} {path}"
+        if self._session.closed:
+            raise MattermostUnavailable(f"{call}: the adapter is stopped")
+        try:
+            return await self._request(method, path, body, params, call)
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise MattermostUnavailable(f"{call}: {type(e).__name__}: {e}") from None
+
+    async def _request(self, method: str, path: str, body: Any, params: Mapping[str, Any] | None, call: str) -> Any:
         async with self._session.request(
             method, f"{self.base_url}/api/v4{path}", json=body, params=params, headers=self._headers()
         ) as resp:
@@ -198,8 +211,10 @@ class MattermostClient:
             body["props"] = props
         try:
             return cast(Post, await self.request("POST", "/posts", body=body))
-        except (aiohttp.ClientConnectionError, asyncio.TimeoutError) as e:
-            log.info("create post: %s; retrying once with the same pending_post_id", type(e).__name__)
+        except MattermostUnavailable as e:
+            if self._session.closed:
+                raise
+            log.info("create post: %s; retrying once with the same pending_post_id", e)
             return cast(Post, await self.request("POST", "/posts", body=body))
 
     async def patch_post(self, post_id: str, *, message: str | None = None, props: dict[str, Any] | None = None) -> Post:
@@ -227,6 +242,8 @@ class MattermostClient:
             return await self._session.ws_connect(url, params=params, headers=self._headers(), heartbeat=heartbeat)
         except aiohttp.WSServerHandshakeError as e:
             raise MattermostAPIError(e.status, "", "websocket upgrade refused", "GET /websocket") from None
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise MattermostUnavailable(f"GET /websocket: {type(e).__name__}: {e}") from None
 
 
 class SequenceGap(Exception):

@@ -121,6 +121,7 @@ class FakeMattermost:
         self.rate_limits: list[RateLimitRule] = []
         self.click_log: list[dict[str, Any]] = []  # what was posted to integrations
         self.websocket_connects = 0
+        self.break_after_create = 0  # create the next N posts, then cut the connection unanswered
         self.websocket_resumes = 0  # connections that continued an earlier stream without a hello
         self._pending: dict[tuple[str, str], str] = {}  # (user, pending_post_id) -> post id
         self._conns: dict[str, _Conn] = {}
@@ -734,6 +735,11 @@ class FakeMattermost:
         if not isinstance(body, dict):
             return _app_error(400, "api.context.invalid_body_param.app_error", "Invalid or missing post in request body.")
         post, err = await self._create(uid, body)  # type: ignore[arg-type]
+        if err is None and self.break_after_create > 0:
+            self.break_after_create -= 1
+            assert request.transport is not None
+            request.transport.close()  # the post exists; the client never hears so
+            return web.Response(status=201)
         return err or web.json_response(self.client_post(post), status=201)  # type: ignore[arg-type]
 
     async def _ephemeral_post(self, request: web.Request) -> web.Response:

@@ -189,6 +189,22 @@ async def test_429_becomes_rate_limited_with_the_servers_wait(
     assert [p["message"] for p in world.fake.posts_by(world.bot["id"])] == ["after waiting"]
 
 
+async def test_a_create_cut_off_mid_call_is_retried_without_a_duplicate(world: World, adapter: MattermostAdapter) -> None:
+    target = ReplyTarget("mattermost", "mm", "", world.dm["id"], None, ChatKind.DM)
+    world.fake.break_after_create = 1
+    post_id = await adapter.post_message(target, "exactly once")
+    assert [p["id"] for p in world.fake.posts_by(world.bot["id"])] == [post_id]
+    assert len(world.fake.calls("POST", r"^/api/v4/posts$")) == 2
+
+
+async def test_after_stop_calls_fail_as_platform_errors(world: World, core: RecordingDispatcher) -> None:
+    a = make_adapter(world.url)
+    await a.start(core)
+    await a.stop()
+    with pytest.raises(PlatformError):
+        await a.edit_message(ReplyTarget("mattermost", "mm", "", world.dm["id"], None, ChatKind.DM), "x", "late")
+
+
 async def test_a_message_over_the_limit_is_refused_by_the_server(world: World, adapter: MattermostAdapter) -> None:
     target = ReplyTarget("mattermost", "mm", "", world.dm["id"], None, ChatKind.DM)
     assert adapter.limits.max_message_chars == 16_383

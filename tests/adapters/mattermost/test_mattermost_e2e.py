@@ -1,0 +1,151 @@
+"""Through the real daemon: the fake Mattermost, the adapter, the core, a SQLite file, a scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from gateway.daemon import Gateway
+from gateway.llm import REGISTERED, register_model
+from gateway.surface import PlatformLimits
+from tests.conftest import running_gateway, wait_for, write_config
+
+from .conftest import BOT_TOKEN, World
+
+MODEL = "mattermost-e2e-scripted"
+
+
+class Script:
+    """A streaming model that says which turn of the conversation it is answering."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        prompts = [p.content for m in messages if isinstance(m, ModelRequest)
+                   for p in m.parts if isinstance(p, UserPromptPart) and isinstance(p.content, str)]
+        self.prompts.append(prompts[-1])
+        for piece in (f"Turn {len(prompts)}. ", "You said: ", prompts[-1]):
+            yield piece
+            await asyncio.sleep(0.08)  # long enough for the (test-paced) edits to show each piece
+
+
+@pytest.fixture
+def script(monkeypatch: pytest.MonkeyPatch) -> Iterator[Script]:
+    monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
+    s = Script()
+    register_model(MODEL, lambda: FunctionModel(stream_function=s.stream, model_name=MODEL))
+    yield s
+    REGISTERED.pop(MODEL, None)
+
+
+def _config(tmp_path: Path, world: World, **binding: Any) -> Path:
+    return write_config(
+        tmp_path / "config",
+        agents={"assistant": {"name": "Mattermost test agent", "model": MODEL}},
+        bindings={"mm": {"platform": "mattermost", "agent": "assistant",
+                         "mattermost": {"url": world.url, "token": "env:MM_E2E_TOKEN"}, **binding}},
+    )
+
+
+async def _connected(gw: Gateway) -> None:
+    # Edits every 50 ms instead of every second, so a short test reply shows several edits.
+    gw.adapters["mm"].limits = PlatformLimits(max_message_chars=16_383, min_edit_interval=0.05)  # type: ignore[misc]
+    await wait_for(lambda: gw.adapters["mm"].health().connected, what="the websocket")
+
+
+def _bot_posts(world: World, channel: dict[str, Any], root_id: str | None = None) -> list[dict[str, Any]]:
+    return [p for p in world.fake.posts_in(channel["id"], root_id=root_id) if p["user_id"] == world.bot["id"]]
+
+
+async def test_mention_gets_a_threaded_streamed_reply_and_the_thread_continues(
+    tmp_path: Path, world: World, script: Script
+) -> None:
+    async with running_gateway(_config(tmp_path, world)) as gw:
+        await _connected(gw)
+        root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot summarise the week")
+        (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.town, root["id"])
+                                           if p["message"].endswith("summarise the week")], what="the reply")
+        assert reply["root_id"] == root["id"]
+        history = world.fake.history(reply["id"])
+        assert len(history) >= 2 and history[0] != history[-1], "the reply is one post edited as it streams"
+        assert history[-1] == "Turn 1. You said: alice: summarise the week"
+        assert any(t["channel_id"] == world.town["id"] and t["parent_id"] == root["id"] for t in world.fake.typing)
+
+        # A reply in the thread, without a mention: the same conversation, answered in the thread.
+        await world.fake.user_post(world.alice["id"], world.town["id"], "and the week before?", root_id=root["id"])
+        await wait_for(lambda: len(_bot_posts(world, world.town, root["id"])) == 2
+                       and _bot_posts(world, world.town, root["id"])[1]["message"].startswith("Turn 2."),
+                       what="the second answer")
+        # Chatter outside the thread is not for the bot.
+        await world.fake.user_post(world.bob["id"], world.town["id"], "lunch anyone?")
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "ping")
+        await wait_for(lambda: [p for p in _bot_posts(world, world.dm) if p["message"] == "Turn 1. You said: ping"],
+                       what="the DM answer")
+        assert script.prompts == ["alice: summarise the week", "alice: and the week before?", "ping"]
+        assert len(_bot_posts(world, world.town)) == 2
+
+
+async def test_a_dm_is_answered_at_the_top_of_the_dm(tmp_path: Path, world: World, script: Script) -> None:
+    async with running_gateway(_config(tmp_path, world)) as gw:
+        await _connected(gw)
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "hello there")
+        (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.dm) if p["message"].endswith("hello there")])
+        assert reply["root_id"] == "" and reply["message"] == "Turn 1. You said: hello there"
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "again")
+        await wait_for(lambda: any(p["message"] == "Turn 2. You said: again" for p in _bot_posts(world, world.dm)))
+
+
+async def test_a_redelivered_post_runs_nothing(tmp_path: Path, world: World, script: Script) -> None:
+    async with running_gateway(_config(tmp_path, world)) as gw:
+        await _connected(gw)
+        post = await world.fake.user_post(world.alice["id"], world.dm["id"], "do it once")
+        await wait_for(lambda: any(p["message"].endswith("do it once") for p in _bot_posts(world, world.dm)))
+        await world.fake.redeliver(post["id"])  # what a second replica, or a replay, would see
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "next")
+        await wait_for(lambda: any(p["message"].endswith("next") for p in _bot_posts(world, world.dm)))
+        assert script.prompts == ["do it once", "next"]
+        assert len(_bot_posts(world, world.dm)) == 2
+
+
+async def test_the_websocket_drops_and_reconnects(tmp_path: Path, world: World, script: Script) -> None:
+    async with running_gateway(_config(tmp_path, world)) as gw, aiohttp.ClientSession(gw.url) as http:
+        await _connected(gw)
+        ready = await (await http.get("/readyz")).json()
+        assert ready["bindings"]["mm"] == {"platform": "mattermost", "connected": True, "detail": "connected as @agentbot"}
+        await world.fake.drop_websockets()
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "sent during the outage")
+        await wait_for(lambda: any(p["message"].endswith("sent during the outage") for p in _bot_posts(world, world.dm)))
+        assert world.fake.websocket_connects == 2
+        assert (await (await http.get("/readyz")).json())["bindings"]["mm"]["connected"] is True
+
+
+async def test_a_429_is_waited_out_and_the_reply_still_lands_once(tmp_path: Path, world: World, script: Script) -> None:
+    async with running_gateway(_config(tmp_path, world)) as gw:
+        await _connected(gw)
+        world.fake.rate_limit("POST", r"^/api/v4/posts$", times=1, reset=1)
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "busy server")
+        await wait_for(lambda: any(p["message"] == "Turn 1. You said: busy server" for p in _bot_posts(world, world.dm)))
+        assert len(_bot_posts(world, world.dm)) == 1
+        assert [body for _, _, body in world.fake.calls("POST", r"^/api/v4/posts$")][0] == "<429>"
+
+
+async def test_a_forged_action_callback_is_refused_by_the_daemon(tmp_path: Path, world: World, script: Script) -> None:
+    config = _config(tmp_path, world)
+    async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as http:
+        await _connected(gw)
+        body = {"user_id": world.alice["id"], "user_name": "alice", "channel_id": world.town["id"], "post_id": "p",
+                "trigger_id": "t", "type": "button",
+                "context": {"approval_id": "ap-guess", "decision": "approve", "sig": "0" * 64}}
+        async with http.post("/mattermost/actions/mm", json=body) as resp:
+            assert resp.status == 401
+        async with http.post("/mattermost/actions/mm", data=b"not json") as resp:
+            assert resp.status == 400
+    assert script.prompts == []
