@@ -72,6 +72,9 @@ class LimitsConfig(Strict):
     queued_messages_per_conversation: int = Field(
         default=20, ge=1, le=10_000, description="Messages waiting behind a run before the sender hears 'busy'"
     )
+    shutdown_grace_seconds: float = Field(
+        default=30, ge=0, le=3600, description="On SIGTERM, how long runs in flight may take to finish"
+    )
 
 
 class LoggingConfig(Strict):

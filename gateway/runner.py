@@ -135,7 +135,8 @@ def explain_failure(e: BaseException, agent: AgentSpec) -> Outcome:
 
 def _is_connection_error(e: BaseException) -> bool:
     names = {cls.__name__ for cls in type(e).__mro__}
-    return bool(names & {"ConnectError", "APIConnectionError", "ConnectionError", "ClientConnectorError"})
+    return bool(names & {"ConnectError", "APIConnectionError", "ConnectionError", "ClientConnectorError",
+                         "ModelConnectionError"})
 
 
 def history_messages(rows: Sequence[Message], chat_kind: ChatKind) -> list[ModelMessage]:
