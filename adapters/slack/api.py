@@ -7,6 +7,7 @@ Every call the adapter makes goes through `call()`, so a 429 always becomes
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from collections import OrderedDict
@@ -69,6 +70,7 @@ class UserNames:
     def __init__(self, client: AsyncWebClient, *, ttl: float = 3600.0, size: int = 5000, clock: Callable[[], float] = time.monotonic) -> None:
         self._client, self._ttl, self._size, self._clock = client, ttl, size, clock
         self._cache: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
 
     async def user(self, user_id: str) -> dict[str, Any] | None:
         """The users.info `user` object, or None when Slack does not know or will not say."""
@@ -76,10 +78,20 @@ class UserNames:
         if hit and self._clock() - hit[0] < self._ttl:
             self._cache.move_to_end(user_id)
             return hit[1]
+        # A channel mention arrives as two events at once: one lookup serves both.
+        pending = self._inflight.get(user_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch(user_id))
+            self._inflight[user_id] = pending
+            pending.add_done_callback(lambda _: self._inflight.pop(user_id, None))
+        user = await asyncio.shield(pending)
+        return user if user is not None else (hit[1] if hit else None)  # a stale name beats none
+
+    async def _fetch(self, user_id: str) -> dict[str, Any] | None:
         try:
             response = await call("users.info", self._client.users_info(user=user_id))
         except PlatformError:
-            return hit[1] if hit else None  # a stale name beats none
+            return None
         user = response.get("user") or {}
         self._cache[user_id] = (self._clock(), user)
         if len(self._cache) > self._size:
