@@ -11,7 +11,8 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -21,6 +22,7 @@ from bindings.loader import LoadedConfig
 from . import http
 from .admission import admit
 from .clock import Clock
+from .commands import APPROVALS_HELP, parse_command
 from .conversations import Scheduler
 from .events import EventBus
 from .messages import InboundMessage, conversation_key, reply_thread
@@ -29,6 +31,9 @@ from .runner import Runner
 from .store import repo
 from .store.engine import create_engine, migrate
 from .surface import Adapter, Decision, DecisionOutcome, ReplyTarget, Sender, SubmitResult
+
+if TYPE_CHECKING:
+    from .approvals import Approvals
 
 log = logging.getLogger("gateway")
 
@@ -51,6 +56,8 @@ class Gateway:
         self.store: repo.Store
         self.scheduler: Scheduler
         self.extensions: list[Any] = []  # approvals, capabilities: objects with optional start/stop
+        self.approvals: Approvals | None = None
+        self.conversation_extras: Callable[[str], Awaitable[dict[str, Any]]] | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._accepting = False
@@ -157,6 +164,9 @@ class Gateway:
         identity = await self.store.identify(
             platform, message.workspace, message.sender.account_id, message.sender.display_name
         )
+        command = parse_command(message.text)
+        if command is not None and command.name == "approvals" and self.approvals is not None:
+            return await self._approvals_command(message, command.args, key, existing)
         event_ids = [event_id] + ([f"{platform}:same:{message.dedupe_key}"] if message.dedupe_key else [])
         ref = repo.ConversationRef(
             id=existing.id if existing else "",
@@ -196,6 +206,31 @@ class Gateway:
             message_id=str(ingested.message_id),
             run_id=ingested.run_id,
         )
+
+    async def _approvals_command(
+        self, message: InboundMessage, args: list[str], key: str, existing: repo.ConversationRef | None
+    ) -> SubmitResult:
+        assert self.approvals is not None
+        if await self.store.seen(message.binding_id, [f"{message.platform}:{message.event_id}"]):
+            return SubmitResult(False, duplicate=True, reason="duplicate")
+        conv = existing or await self.store.create_conversation(
+            repo.ConversationRef("", key, message.platform, message.binding_id, message.workspace, message.channel,
+                                 reply_thread(message), message.chat_kind.value)
+        )
+        who = message.sender.display_name or message.sender.account_id
+        switch = {"on": True, "off": False}.get(args[1]) if len(args) == 2 else None
+        if len(args) == 2 and args[0] in ("auto", "all") and switch is not None:
+            await self.approvals.set_mode(conv.id, who=who, approve_all=switch)
+        elif len(args) == 2 and args[0] in ("ask", "every") and switch is not None:
+            await self.approvals.set_mode(conv.id, who=who, ask_every_tool=switch)
+        else:
+            modes = await self.approvals.modes(conv.id)
+            state = (
+                "approve all is on" if modes.approve_all else "ask for every tool is on" if modes.ask_every_tool
+                else "the agent's normal policy applies"
+            )
+            await self.approvals.notice(conv.id, f"Here, {state}. {APPROVALS_HELP}")
+        return SubmitResult(False, reason="command", conversation_id=conv.id)
 
     async def _tell_busy(self, message: InboundMessage, ref: repo.ConversationRef) -> None:
         adapter = self.adapters.get(message.binding_id)

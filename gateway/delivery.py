@@ -56,8 +56,14 @@ class _Posted:
 class ReplyStream:
     """Streams one run's answer into one conversation through an adapter."""
 
-    def __init__(self, adapter: Adapter, target: ReplyTarget, store: Store, run_id: str, clock: Clock) -> None:
+    def __init__(
+        self, adapter: Adapter, target: ReplyTarget, store: Store, run_id: str, clock: Clock, *, segment: bool = False
+    ) -> None:
+        """`segment`: this run already posted messages (before an approval card); continue in
+        new ones below instead of editing those."""
         self.adapter, self.target, self.store, self.run_id, self.clock = adapter, target, store, run_id, clock
+        self._segment = segment
+        self._base = 0
         self.text = ""
         self._posted: list[_Posted] = []
         self._last_flush = float("-inf")
@@ -67,8 +73,11 @@ class ReplyStream:
     async def _load(self) -> None:
         if not self._loaded:
             self._loaded = True
-            for row in await self.store.deliveries(self.run_id):
-                self._posted.append(_Posted(row.platform_message_id, row.text))
+            rows = await self.store.deliveries(self.run_id)
+            if self._segment:
+                self._base = len(rows)
+            else:
+                self._posted = [_Posted(row.platform_message_id, row.text) for row in rows]
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars
@@ -110,7 +119,9 @@ class ReplyStream:
             ok = await self._show(seq, piece, must=final)
             if not ok:
                 return  # rate limited during a draft: skip, the next flush or the final catches up
-            await self.store.save_delivery(self.run_id, seq, self._posted[seq].message_id, piece, piece_final)
+            await self.store.save_delivery(
+                self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final
+            )
 
     async def _show(self, seq: int, text: str, *, must: bool) -> bool:
         for attempt in range(FINAL_ATTEMPTS if must else 1):

@@ -48,6 +48,7 @@ from .llm import ModelConfigError, resolve_model
 from .messages import ChatKind
 from .store import repo
 from .store.models import Message, Run
+from .policy import Modes, ToolInfo
 from .surface import Adapter, ReplyTarget
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ class Turn:
     requester_account: str | None
     requester_name: str
     gateway: Gateway
+    modes: Modes = Modes()
+    # Every tool offered in this run by the name the model sees, with its stable id: the gate's map.
+    tools: dict[str, ToolInfo] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
 
     @property
@@ -156,6 +160,7 @@ class Runner:
         self.gateway = gateway
         self.capability_builders: list[CapabilityBuilder] = []
         self.park_handler: ParkHandler | None = None
+        self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._tokens: dict[str, CancellationToken] = {}
 
     # --- building -----------------------------------------------------------------------
@@ -170,15 +175,9 @@ class Runner:
             await gw.store.end_run(run.id, repo.FAILED, reason="binding no longer configured")
             return None
         agent = config.agents[binding.agent]
-        target = ReplyTarget(
-            platform=conversation.platform,
-            binding_id=conversation.binding_id,
-            workspace=conversation.workspace,
-            channel=conversation.channel,
-            thread=conversation.thread,
-            chat_kind=ChatKind(conversation.chat_kind),
-            conversation_id=conversation.id,
-        )
+        target = conversation.target()
+        approvals = getattr(gw, "approvals", None)
+        modes = await approvals.modes(conversation.id) if approvals is not None else Modes()
         return Turn(
             run_id=run.id,
             conversation=conversation,
@@ -191,6 +190,7 @@ class Runner:
             requester_account=run.requester_account,
             requester_name=run.requester_name,
             gateway=gw,
+            modes=modes,
         )
 
     def instructions(self, turn: Turn) -> str:
@@ -201,8 +201,11 @@ class Runner:
         return "\n\n".join(p for p in parts if p)
 
     def build_agent(self, turn: Turn) -> Agent[Turn, Any]:
+        from .approvals import ApprovalGate
+
         model = resolve_model(turn.agent.model, turn.config.gateway.providers)
-        capabilities: list[Any] = []
+        # The gate is first, so it wraps outermost and sees the names the model calls.
+        capabilities: list[Any] = [ApprovalGate(turn=turn)]
         for build in self.capability_builders:
             capabilities.extend(build(turn))
         return Agent(
@@ -211,7 +214,7 @@ class Runner:
             output_type=[str, DeferredToolRequests],
             instructions=self.instructions(turn),
             model_settings=dict(turn.agent.model_settings) or None,  # type: ignore[arg-type]
-            capabilities=capabilities or None,
+            capabilities=capabilities,
             name=turn.agent.id,
         )
 
@@ -221,6 +224,13 @@ class Runner:
         """Run a freshly claimed run from its queued user messages."""
         turn = await self.turn_for(run)
         if turn is None:
+            return
+        if run.state is not None and self.resume_results is not None:
+            # A parked run whose calls were all decided: continue from its stored messages,
+            # answering below the card in a new message.
+            stream = ReplyStream(turn.adapter, turn.target, self.gateway.store, run.id, self.gateway.clock, segment=True)
+            deferred = await self.resume_results(run.id)
+            await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
         rows = await self.gateway.store.run_prompt(run.id)
         prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in rows)
@@ -275,10 +285,14 @@ class Runner:
             usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
             typing.cancel()
             if isinstance(result.output, DeferredToolRequests):
-                status = repo.PARKED
-                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(result.all_messages()))
                 if self.park_handler is None:
                     raise RuntimeError("a tool asked for approval but approvals are not available")
+                # What was said before the card stays above it; the answer after goes below.
+                if stream.text.strip():
+                    await stream.finish()
+                status = repo.PARKED
+                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(result.all_messages()),
+                                       reply=stream.text.strip() or None)
                 await self.park_handler(turn, result.all_messages(), result.output, stream)
                 return
             reply = stream.text or str(result.output)

@@ -15,6 +15,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from ..clock import Clock, new_id
+from ..messages import ChatKind
+from ..surface import ReplyTarget
 from .models import Account, AdapterState, Conversation, Delivery, InboundEvent, Message, Person, Run
 
 # Run statuses. `queued` and `running` are live; `parked` waits for a person; the rest are ends.
@@ -42,6 +44,11 @@ class ConversationRef:
     channel: str
     thread: str | None
     chat_kind: str
+
+    def target(self) -> ReplyTarget:
+        """Where this conversation's replies, cards and notices go."""
+        return ReplyTarget(self.platform, self.binding_id, self.workspace, self.channel, self.thread,
+                           ChatKind(self.chat_kind), self.id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,8 +288,11 @@ class Store:
     async def claim_next_run(self, conversation_id: str) -> Run | None:
         """Move the oldest queued run of a conversation to running; None when nothing waits."""
         async with self.sessions() as s, s.begin():
+            # A parked run holds the conversation too: its answer comes before the next turn's.
             running = await s.scalar(
-                select(func.count(Run.id)).where(Run.conversation_id == conversation_id, Run.status == RUNNING)
+                select(func.count(Run.id)).where(
+                    Run.conversation_id == conversation_id, Run.status.in_((RUNNING, PARKED))
+                )
             )
             if running:
                 return None
