@@ -152,6 +152,7 @@ class FakeSlack:
         self.connections_opened = 0
         self.status_allowed = True  # assistant.threads.setStatus answers ok, or an error
         self._failures: dict[str, list[Failure]] = {}
+        self._echoes: set[asyncio.Task[str]] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._ts = itertools.count(1)
         self._event_ids = itertools.count(1)
@@ -173,6 +174,9 @@ class FakeSlack:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for echo in list(self._echoes):
+            echo.cancel()
+        await asyncio.gather(*self._echoes, return_exceptions=True)
         for ws in list(self._sockets):
             await ws.close()
         if self._runner is not None:
@@ -294,7 +298,9 @@ class FakeSlack:
         self.messages.append(msg)
         if self.echo_bot_posts and self._sockets:
             event = self._message_event(msg, kind=self.channels[channel].kind)
-            asyncio.get_running_loop().create_task(self._send_events_api(event))
+            echo = asyncio.get_running_loop().create_task(self.send_event(event))
+            self._echoes.add(echo)
+            echo.add_done_callback(self._echoes.discard)
         return {"ok": True, "channel": channel, "ts": msg.ts, "message": self._message_json(msg)}
 
     async def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -445,9 +451,6 @@ class FakeSlack:
             "is_ext_shared_channel": False,
             "event_context": f"4-{event.get('type')}-{self.team_id}-{event.get('channel', '')}",
         }
-
-    async def _send_events_api(self, event: dict[str, Any]) -> str:
-        return await self.send_event(event)
 
     async def send_event(self, event: dict[str, Any], *, event_id: str | None = None, retry_attempt: int = 0, body: dict[str, Any] | None = None) -> str:
         body = body or self.event_callback(event, event_id=event_id)
