@@ -180,3 +180,40 @@ async def test_missing_secret_shows_in_health_without_the_value(fake_slack: Fake
     assert "xoxb" not in health.detail
     await adapter.stop()
     assert fake_slack.calls == []
+
+
+async def test_a_wrong_token_shows_in_health(fake_slack: FakeSlack, dispatcher: RecordingDispatcher, monkeypatch) -> None:
+    from adapters.base import AdapterContext
+    from bindings.models import GatewayConfig
+
+    from .conftest import slack_binding
+
+    monkeypatch.setenv("TEST_SLACK_BOT_TOKEN", "xoxb-revoked")
+    adapter = SlackAdapter(slack_binding(fake_slack), AdapterContext(gateway=GatewayConfig()))
+    await adapter.start(dispatcher)
+    try:
+        await eventually(lambda: "invalid_auth" in adapter.health().detail)
+        assert not adapter.health().connected and "xoxb" not in adapter.health().detail
+    finally:
+        await adapter.stop()
+
+
+async def test_no_secret_reaches_a_log_line(fake_slack: FakeSlack, dispatcher: RecordingDispatcher, caplog) -> None:
+    import logging
+
+    from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
+
+    caplog.set_level(logging.DEBUG)
+    adapter = await start_adapter(fake_slack, dispatcher)
+    try:
+        await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi")
+        await eventually(lambda: dispatcher.accepted)
+        await adapter.post_message(target(), "reply")
+        await fake_slack.request_reconnect()
+        await fake_slack.wait_for(lambda: fake_slack.connections_opened >= 2)
+    finally:
+        await adapter.stop()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "apps.connections.open" in logged or "auth.test" in logged  # debug logging was on
+    for secret in (BOT_TOKEN, APP_TOKEN, SIGNING_SECRET):
+        assert secret not in logged
