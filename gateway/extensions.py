@@ -41,3 +41,6 @@ def register_checks() -> None:
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing)."""
+    from .approvals import add_cli
+
+    add_cli(sub, load)

@@ -295,7 +295,7 @@ class Runner:
                                        reply=stream.text.strip() or None)
                 await self.park_handler(turn, result.all_messages(), result.output, stream)
                 return
-            reply = stream.text or str(result.output)
+            reply = (stream.text or str(result.output)).strip()
             await stream.finish(reply)
             status = repo.FINISHED
             await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
