@@ -51,6 +51,7 @@ from .normalize import BotIdentity, chat_kind, normalize_event
 from .render import markdown_to_mrkdwn
 
 CONNECT_TIMEOUT = 15.0  # seconds for one websocket connect before backing off and retrying
+STABLE_AFTER = 30.0  # seconds a connection must last before a drop counts as a fresh start
 THINKING_STATUS = "is thinking…"
 
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
@@ -119,6 +120,9 @@ class SlackAdapter:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
         self._side_tasks.clear()
+        # Requests that still reach the HTTP route get 503 (Slack retries them later).
+        self._app = None
+        self._conn.client = self._conn.users = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -172,6 +176,8 @@ class SlackAdapter:
         await self._whoami()
         url = (await call("apps.connections.open", client.apps_connections_open(app_token=self._app_token)))["url"]
         dropped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        hello_at: list[float] = []
 
         async def on_drop(_: object) -> None:
             dropped.set()
@@ -179,7 +185,7 @@ class SlackAdapter:
         async def on_message(_: AsyncBaseSocketModeClient, message: dict[str, Any], raw: str | None = None) -> None:
             if message.get("type") == "hello":
                 self._health.up("socket mode: connected")
-                self._backoff.reset()
+                hello_at.append(loop.time())
 
         socket = SocketModeClient(
             app_token=self._app_token,
@@ -204,6 +210,9 @@ class SlackAdapter:
                         break
         finally:
             await socket.close()
+            # Only a connection that stayed up resets the backoff: a flapping one keeps backing off.
+            if hello_at and loop.time() - hello_at[0] >= STABLE_AFTER:
+                self._backoff.reset()
 
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
