@@ -14,3 +14,14 @@ def test_example_binding_parses() -> None:
     spec = BindingSpec.model_validate({"id": "slack", **data})
     assert spec.slack is not None and spec.slack.mode == "socket"
     assert not spec.slack.bot_token.is_literal and not spec.slack.app_token.is_literal  # type: ignore[union-attr]
+
+
+def test_api_url_must_be_http_and_gets_a_trailing_slash() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    base = {"platform": "slack", "agent": "a", "slack": {"bot_token": "env:T", "app_token": "env:A"}}
+    spec = BindingSpec.model_validate({**base, "slack": {**base["slack"], "api_url": "https://slack-gov.com/api"}})
+    assert spec.slack is not None and spec.slack.api_url == "https://slack-gov.com/api/"
+    with pytest.raises(ValidationError, match="http"):
+        BindingSpec.model_validate({**base, "slack": {**base["slack"], "api_url": "slack.com/api"}})
