@@ -221,9 +221,18 @@ class TelegramSection(Strict):
 
 
 class MattermostSection(Strict):
-    url: str
-    token: SecretRef
-    teams: list[str] = Field(default_factory=list, description="Only answer in these teams (names or ids)")
+    url: str = Field(description="The server's base URL, e.g. https://chat.example.com (no /api/v4)")
+    token: SecretRef = Field(description="The bot account's access token, e.g. env:MATTERMOST_BOT_TOKEN")
+    teams: list[str] = Field(
+        default_factory=list, description="Only answer in these teams' channels (names or ids); DMs are not in a team"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("expected the server's http:// or https:// base URL, e.g. https://chat.example.com")
+        return v.rstrip("/").removesuffix("/api/v4")
 
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway")
 
+SWEEP_EVERY = 20.0  # well inside the run lease, so a live replica never loses its runs
+
 
 class StartupError(Exception):
     """The gateway cannot start with this configuration (the message says why)."""
@@ -61,6 +63,7 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._accepting = False
+        self._sweeper: asyncio.Task[None] | None = None
         self.port = 0
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -104,18 +107,41 @@ class Gateway:
             for binding_id, adapter in self.adapters.items():
                 await adapter.start(self)
             self._accepting = True
-            interrupted = await self.store.requeue_interrupted()
-            if interrupted:
-                log.info("requeued %d runs interrupted by the last stop", interrupted)
-            for conversation_id in await self.store.conversations_with_queued_runs():
-                self.scheduler.wake(conversation_id)
+            await self.sweep(at_start=True)
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway:sweep")
         except BaseException:
             await self.stop()
             raise
         log.info("gateway listening on http://%s:%d/", host, self.port)
 
+    async def sweep(self, *, at_start: bool = False) -> None:
+        """Requeue runs whose replica died, keep our leases, and wake conversations with work waiting.
+
+        At start-up this picks up the queue the last process left; afterwards it is the safety
+        net for work another replica queued or left behind.
+        """
+        await self.store.renew_leases(list(self.runner.running_ids))
+        interrupted = await self.store.requeue_interrupted(at_start=at_start)
+        if interrupted:
+            log.info("requeued runs interrupted in %d conversations", len(interrupted))
+        for conversation_id in await self.store.conversations_with_queued_runs():
+            self.scheduler.wake(conversation_id)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("sweep failed")
+
     async def stop(self, grace: float = 10.0) -> None:
         self._accepting = False
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         for binding_id, adapter in list(self.adapters.items()):
             try:
                 await adapter.stop()

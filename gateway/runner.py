@@ -339,8 +339,8 @@ class Runner:
         return len(self._tokens)
 
     @property
-    def in_flight(self) -> int:
-        return len(self._tokens)
+    def running_ids(self) -> list[str]:
+        return list(self._tokens)
 
 
 def _text_of(event: Any) -> str:
