@@ -184,11 +184,22 @@ class WebSection(Strict):
 
 
 class SlackSection(Strict):
-    bot_token: SecretRef
-    app_token: SecretRef | None = None
-    signing_secret: SecretRef | None = None
-    mode: Literal["socket", "http"] = "socket"
-    api_url: str = "https://slack.com/api/"
+    bot_token: SecretRef = Field(description="The bot token (xoxb-…), as a reference: env:NAME, file:/path, credential:NAME")
+    app_token: SecretRef | None = Field(default=None, description="App-level token (xapp-…, connections:write); Socket Mode")
+    signing_secret: SecretRef | None = Field(default=None, description="The app's signing secret; HTTP mode")
+    mode: Literal["socket", "http"] = Field(
+        default="socket", description="socket: dial out over Socket Mode; http: Slack POSTs to /slack/events/<binding id>"
+    )
+    api_url: str = Field(
+        default="https://slack.com/api/", description="Web API base (GovSlack: https://slack-gov.com/api/, proxies, tests)"
+    )
+
+    @field_validator("api_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("https://", "http://")):
+            raise ValueError("expected an http(s) URL such as https://slack.com/api/")
+        return v if v.endswith("/") else v + "/"
 
     @model_validator(mode="after")
     def _mode_needs_secret(self) -> SlackSection:
