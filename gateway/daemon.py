@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -67,6 +67,7 @@ class Gateway:
         self._accepting = False
         self._sweeper: asyncio.Task[None] | None = None
         self.notifier = Notifier()
+        self._key_locks = KeyedLocks()
         self.routes = http.AdapterRoutes()
         self.port = 0
 
@@ -250,11 +251,17 @@ class Gateway:
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
         binding = self.config.bindings.get(message.binding_id)
-        platform = message.platform
         if binding is None or not self._accepting:
             return SubmitResult(False, reason="not accepting messages")
-        event_id = f"{platform}:{message.event_id}"
         key = conversation_key(message)
+        # One message of a conversation at a time: a thread reply that arrives while its root
+        # mention is being recorded must see the conversation the mention creates.
+        async with self._key_locks.hold(key):
+            return await self._submit(binding, message, key)
+
+    async def _submit(self, binding: BindingSpec, message: InboundMessage, key: str) -> SubmitResult:
+        platform = message.platform
+        event_id = f"{platform}:{message.event_id}"
         existing = await self.store.conversation_by_key(key)
         # Only a thread counts as "the bot is part of it"; a whole group chat does not.
         in_conversation = existing is not None and message.thread is not None
@@ -385,6 +392,27 @@ class Gateway:
             database = False
         ready = database and all(b["connected"] for b in bindings.values())
         return {"ready": ready, "database": database, "bindings": bindings}
+
+
+class KeyedLocks:
+    """An asyncio lock per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
 
 
 def _with_attachments(message: InboundMessage) -> str:
