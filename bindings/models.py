@@ -88,6 +88,10 @@ class GatewayConfig(Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="Python modules imported at start-up; they register capabilities or models of your own",
+    )
 
 
 # --- agents/<id>.yaml ---------------------------------------------------------------------

@@ -32,8 +32,13 @@ class Notifier:
         target = "\0" + self.address[1:] if self.address.startswith("@") else self.address
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
+                # Never block the event loop on a listener that is not reading.
+                sock.setblocking(False)
                 sock.sendto("\n".join(lines).encode(), target)
             return True
+        except BlockingIOError:
+            log.debug("sd_notify listener is not reading; dropped %s", lines[0])
+            return False
         except OSError as e:  # systemd going away must not take the daemon with it
             log.warning("sd_notify failed: %s", e)
             return False

@@ -4,77 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from pydantic_ai.toolsets import FunctionToolset
 
-from capabilities.registry import REGISTRY, BuildContext, CapabilityDecl, ToolDecl, register, simple
 from gateway.clock import ManualClock
-from gateway.llm import register_model
 from gateway.surface import Decision, Sender
 
 from .conftest import running_gateway, wait_for, write_config
 
-RAN: list[tuple[str, str]] = []
-
-
-def _ops(ctx: BuildContext) -> Any:
-    toolset: FunctionToolset[Any] = FunctionToolset()
-
-    @toolset.tool_plain
-    def deploy(service: str) -> str:
-        """Deploy a service.
-
-        Returns:
-            What was deployed.
-        """
-        RAN.append(("deploy", service))
-        return f"deployed {service}"
-
-    @toolset.tool_plain
-    def status(service: str) -> str:
-        """Show a service's status.
-
-        Returns:
-            The status line.
-        """
-        RAN.append(("status", service))
-        return f"{service} is green"
-
-    return simple(toolsets=[toolset])
-
-
-if "test_ops" not in REGISTRY:
-    register(CapabilityDecl(id="test_ops", name="Test ops", category="test",
-                            tools=(ToolDecl("deploy", side_effecting=True), ToolDecl("status")), build=_ops))
-
-
-async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    """Calls the tools named in the prompt ("deploy api", "deploy+status api"), then reports the results."""
-    last = messages[-1]
-    returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
-    if returns:
-        for p in returns:
-            yield f"[{p.tool_name}: {p.content}] "
-        return
-    prompt = next(p.content for p in reversed(last.parts) if isinstance(p, UserPromptPart))
-    words = str(prompt).split()
-    names = {t.name for t in info.function_tools}
-    calls = [w for w in words[0].split("+") if w in names] if words else []
-    if not calls:
-        yield f"no tool for {prompt}"
-        return
-    yield "Let me do that. "
-    yield {i: DeltaToolCall(name=name, json_args=json.dumps({"service": words[-1]}), tool_call_id=f"call-{i}")
-           for i, name in enumerate(calls)}
-
-
-register_model("test:ops", lambda: FunctionModel(stream_function=_script))
+from .support.plugin_ops import RAN  # registers the test_ops capability and the test:ops model
 
 
 def _config(tmp: Path, capability: dict[str, Any] | None = None, approvals: dict[str, Any] | None = None) -> Path:
@@ -83,7 +23,7 @@ def _config(tmp: Path, capability: dict[str, Any] | None = None, approvals: dict
         binding["approvals"] = approvals
     return write_config(tmp, agents={"ops": {"name": "Ops", "model": "test:ops",
                                              "capabilities": [{"id": "test_ops", **(capability or {})}]}},
-                        bindings={"web": binding})
+                        bindings={"web": binding}, gateway={"plugins": ["tests.support.plugin_ops"]})
 
 
 class Chat:
@@ -327,8 +267,6 @@ async def test_approvals_list_command(tmp_path: Path) -> None:
         card = await chat.card()
         await chat.decide(card["items"][0]["approval_id"], "approve")
         await wait_for(lambda: _finished(gw, sent["run_id"]))
-    # The CLI process does not have this test's capability registered; it only reads the store.
-    (cfg / "agents" / "ops.yaml").write_text("name: Ops\nmodel: demo\n")
     out = subprocess.run([sys.executable, "-m", "gateway.cli", "approvals", "list", "--config", str(cfg), "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

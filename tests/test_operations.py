@@ -11,6 +11,7 @@ import socket
 import sqlite3
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,10 +50,13 @@ class Daemon:
         self.stderr = b""
 
     async def start(self) -> Daemon:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "gateway.cli", "run", "--config", str(self.config), cwd=ROOT, env=self.env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )
+        # A file, not a pipe: a pipe nobody reads fills up and blocks the daemon's logging.
+        self.log_path = self.config / "daemon.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "gateway.cli", "run", "--config", str(self.config), cwd=ROOT, env=self.env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=log,
+            )
         await wait_for(lambda: "READY=1" in self.read_notes(), timeout=60, what="READY=1")
         return self
 
@@ -67,10 +71,13 @@ class Daemon:
         return f"http://127.0.0.1:{self.port}{path}"
 
     async def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return await self.request_with_headers(method, path, body, {})
+
+    async def request_with_headers(self, method: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
         def go() -> tuple[int, Any]:
             data = json.dumps(body).encode() if body is not None else None
             req = urllib.request.Request(self.url(path), data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **headers})
             try:
                 with urllib.request.urlopen(req, timeout=20) as r:
                     return r.status, json.loads(r.read() or b"null")
@@ -84,8 +91,9 @@ class Daemon:
 
     async def wait(self, timeout: float = 60) -> int:
         assert self.proc is not None
-        self.stderr = await asyncio.wait_for(self.proc.stderr.read(), timeout)  # type: ignore[union-attr]
-        return await asyncio.wait_for(self.proc.wait(), timeout)
+        code = await asyncio.wait_for(self.proc.wait(), timeout)
+        self.stderr = self.log_path.read_bytes()
+        return code
 
     async def close(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
