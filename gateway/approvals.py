@@ -408,6 +408,39 @@ class Approvals:
         }
 
 
+def add_cli(sub: Any, load: Any) -> None:
+    """`agent-gateway approvals list`: every decision, who made it, when and from where."""
+    p = sub.add_parser("approvals", help="list approval decisions")
+    p.add_argument("action", choices=["list"])
+    p.add_argument("--config", help="config directory")
+    p.add_argument("--conversation", help="only this conversation")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+
+    def run(args: Any) -> int:
+        config = load(args)
+        if config is None:
+            return 1
+        from .store.engine import open_store
+
+        async def main() -> list[dict[str, Any]]:
+            async with open_store(config.gateway.database.url) as store:
+                gw = type("CliGateway", (), {"store": store})()
+                return await Approvals(gw).decisions(args.conversation)  # type: ignore[arg-type]
+
+        rows = asyncio.run(main())
+        for r in rows:
+            if args.json:
+                print(json.dumps(r))
+            else:
+                print(f"{r['decided_at'] or '-':32} {r['state']:9} {r['tool']:24} by {r['decided_by'] or '-':16} "
+                      f"via {r['surface'] or '-':6} run {r['run_id']} conversation {r['conversation_id']}")
+        if not rows:
+            print("no approvals recorded")
+        return 0
+
+    p.set_defaults(fn=run)
+
+
 def _calls_in_order(messages: list[ModelMessage]) -> list[Any]:
     from pydantic_ai.messages import ModelResponse, ToolCallPart
 

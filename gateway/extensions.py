@@ -34,7 +34,7 @@ def install(gateway: Gateway) -> None:
 
     load_builtin()
     gateway.runner.capability_builders.append(build_for_turn)
-    gateway.routes.extend(catalog.http_routes())
+    gateway.extra_routes.extend(catalog.http_routes())
 
 
 def register_checks() -> None:
@@ -47,6 +47,9 @@ def register_checks() -> None:
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing)."""
+    from .approvals import add_cli
+
+    add_cli(sub, load)
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog

@@ -135,7 +135,8 @@ def explain_failure(e: BaseException, agent: AgentSpec) -> Outcome:
 
 def _is_connection_error(e: BaseException) -> bool:
     names = {cls.__name__ for cls in type(e).__mro__}
-    return bool(names & {"ConnectError", "APIConnectionError", "ConnectionError", "ClientConnectorError"})
+    return bool(names & {"ConnectError", "APIConnectionError", "ConnectionError", "ClientConnectorError",
+                         "ModelConnectionError"})
 
 
 def history_messages(rows: Sequence[Message], chat_kind: ChatKind) -> list[ModelMessage]:
@@ -295,7 +296,7 @@ class Runner:
                                        reply=stream.text.strip() or None)
                 await self.park_handler(turn, result.all_messages(), result.output, stream)
                 return
-            reply = stream.text or str(result.output)
+            reply = (stream.text or str(result.output)).strip()
             await stream.finish(reply)
             status = repo.FINISHED
             await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
@@ -339,8 +340,8 @@ class Runner:
         return len(self._tokens)
 
     @property
-    def in_flight(self) -> int:
-        return len(self._tokens)
+    def running_ids(self) -> list[str]:
+        return list(self._tokens)
 
 
 def _text_of(event: Any) -> str:

@@ -129,6 +129,9 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(TS)
     started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    # Which replica runs it, until when; a lapsed lease means that replica died.
+    lease_owner: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    lease_expires: Mapped[datetime | None] = mapped_column(TS, nullable=True)
 
 
 class InboundEvent(Base):

@@ -1,14 +1,14 @@
 """Memory: notes agents keep per person or per chat, and the audit of administrators' reads.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 
 TS = sa.DateTime(timezone=True)
 
