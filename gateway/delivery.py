@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .clock import Clock
@@ -57,12 +58,21 @@ class ReplyStream:
     """Streams one run's answer into one conversation through an adapter."""
 
     def __init__(
-        self, adapter: Adapter, target: ReplyTarget, store: Store, run_id: str, clock: Clock, *, segment: bool = False
+        self,
+        adapter: Adapter,
+        target: ReplyTarget,
+        store: Store,
+        run_id: str,
+        clock: Clock,
+        *,
+        segment: bool = False,
+        on_platform_error: Callable[[str], None] = lambda kind: None,
     ) -> None:
         """`segment`: this run already posted messages (before an approval card); continue in
         new ones below instead of editing those."""
         self.adapter, self.target, self.store, self.run_id, self.clock = adapter, target, store, run_id, clock
         self._segment = segment
+        self._on_platform_error = on_platform_error
         self._base = 0
         self.text = ""
         self._posted: list[_Posted] = []
@@ -138,6 +148,7 @@ class ReplyStream:
                         self._posted.append(_Posted(message_id, text))
                 return True
             except RateLimited as e:
+                self._on_platform_error("rate_limited")
                 wait = min(e.retry_after, MAX_WAIT)
                 self._blocked_until = self.clock.monotonic() + wait
                 if not must:
@@ -145,6 +156,7 @@ class ReplyStream:
                 log.info("rate limited posting a final reply; waiting %.1fs", wait)
                 await asyncio.sleep(wait)
             except PlatformError as e:
+                self._on_platform_error("error")
                 if not must or attempt == FINAL_ATTEMPTS - 1:
                     log.warning("reply delivery failed: %s", e)
                     return False

@@ -87,6 +87,10 @@ class Turn:
     def one_to_one(self) -> bool:
         return self.chat_kind is ChatKind.DM
 
+    @property
+    def log_fields(self) -> dict[str, str]:
+        return {"binding": self.binding.id, "conversation": self.conversation.id, "run": self.run_id}
+
 
 # Extensions (the capability registry, approvals) contribute to the agent a turn builds.
 CapabilityBuilder = Callable[[Turn], Sequence[Any]]
@@ -229,7 +233,7 @@ class Runner:
         if run.state is not None and self.resume_results is not None:
             # A parked run whose calls were all decided: continue from its stored messages,
             # answering below the card in a new message.
-            stream = ReplyStream(turn.adapter, turn.target, self.gateway.store, run.id, self.gateway.clock, segment=True)
+            stream = self.stream_for(turn, segment=True)
             deferred = await self.resume_results(run.id)
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
@@ -237,6 +241,11 @@ class Runner:
         prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in rows)
         history = history_messages(await self.gateway.store.history(run.conversation_id, run.id), turn.chat_kind)
         await self.drive(turn, prompt=prompt, history=history)
+
+    def stream_for(self, turn: Turn, *, segment: bool = False) -> ReplyStream:
+        gw = self.gateway
+        return ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock, segment=segment,
+                           on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc())
 
     async def drive(
         self,
@@ -249,7 +258,8 @@ class Runner:
     ) -> None:
         """Run the agent to an outcome: finished, parked, or an end the person is told about."""
         gw = self.gateway
-        stream = stream or ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock)
+        stream = stream or self.stream_for(turn)
+        started = gw.clock.monotonic()
         token = CancellationToken()
         self._tokens[turn.run_id] = token
         typing = asyncio.create_task(self._keep_typing(turn, stream))
@@ -284,6 +294,8 @@ class Runner:
             assert result is not None
             u = result.usage
             usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
+            gw.metrics.tokens.labels("input").inc(usage[1])
+            gw.metrics.tokens.labels("output").inc(usage[2])
             typing.cancel()
             if isinstance(result.output, DeferredToolRequests):
                 if self.park_handler is None:
@@ -307,9 +319,9 @@ class Runner:
             typing.cancel()
             outcome = explain_failure(e, turn.agent)
             if outcome.status == repo.FAILED and not isinstance(e, (ModelConfigError, RunTimedOut)):
-                log.warning("run %s failed", turn.run_id, exc_info=e)
+                log.warning("run failed", exc_info=e, extra=turn.log_fields)
             else:
-                log.info("run %s ended %s: %s", turn.run_id, outcome.status, outcome.reason)
+                log.info("run ended %s: %s", outcome.status, outcome.reason, extra=turn.log_fields)
             shown = (stream.text + "\n\n" if stream.text.strip() else "") + f"_{outcome.notice}_"
             with contextlib.suppress(Exception):
                 await stream.finish(shown)
@@ -321,6 +333,8 @@ class Runner:
             with contextlib.suppress(asyncio.CancelledError):
                 await typing
             self._tokens.pop(turn.run_id, None)
+            gw.metrics.run_seconds.labels(turn.target.platform).observe(gw.clock.monotonic() - started)
+            log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
