@@ -128,3 +128,36 @@ def test_admin_show_is_audited_without_content_and_erase_clears_the_person(
 
     assert cli.main(["memory", "erase", "--person", "nobody", "--config", str(cfg)]) == 1
     assert "no person 'nobody'" in capsys.readouterr().err
+
+
+@pytest.mark.postgres
+async def test_the_note_store_on_postgresql() -> None:
+    import uuid
+
+    import asyncpg
+
+    from gateway.store.engine import migrate
+
+    name = f"gw_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    engine = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}")
+    try:
+        await migrate(engine)
+        store = Store(engine)
+        person = (await store.identify("slack", "T1", "U1", "ada")).person_id
+        notes, scope = NoteStore(store), Scope("assistant", "person", person)
+        assert await notes.write(scope, "tea.md", "green") == "created"
+        await notes.write(scope, "MEMORY.md", "- tea.md: green\n- other\n")
+        assert await notes.set_suppressed(person, "assistant", "tea.md", True) is not None
+        assert await notes.list(scope, 10) == ([await notes.read(scope, "MEMORY.md")], 1)
+        assert (await notes.index(scope)) == "- other\n"
+        assert await notes.write(scope, "tea.md", "oolong") == "created"  # revived
+        assert await notes.edit(scope, "tea.md", "oolong", "black") == ("edited", 1)
+        assert await notes.erase(person) == 2
+        await notes.audit("show", actor="root", subject=person, reason="test")
+        assert [a.reason for a in await notes.audit_log(person)] == ["test"]
+    finally:
+        await engine.dispose()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
