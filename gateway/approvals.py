@@ -55,6 +55,9 @@ class _GateToolset(WrapperToolset[Any]):
 
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]) -> Any:
         turn: Turn = self.turn
+        if turn.modes is None:
+            approvals = turn.gateway.approvals
+            turn.modes = await approvals.modes(turn.conversation.id) if approvals is not None else Modes()
         if not ctx.tool_call_approved and needs_approval(turn.tools.get(name), turn.modes):
             raise ApprovalRequired
         return await super().call_tool(name, tool_args, ctx, tool)
@@ -248,7 +251,7 @@ class Approvals:
             if card_row is None or (surface != "api" and card_row.binding_id != binding_id):
                 return DecisionOutcome(False, "This approval no longer exists.")
             run = await s.get(Run, card_row.run_id)
-            conv = await self.store.conversation(card_row.conversation_id)
+        conv = await self.store.conversation(card_row.conversation_id)
         if run is None or conv is None:
             return DecisionOutcome(False, "This approval no longer exists.")
         deciders = json.loads(card_row.deciders)

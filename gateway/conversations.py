@@ -12,14 +12,13 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from .store.models import Run
-from .store.repo import Store
+from .store.repo import Claimed, Store
 
 log = logging.getLogger("gateway.conversations")
 
 
 class Scheduler:
-    def __init__(self, store: Store, execute: Callable[[Run], Awaitable[None]], concurrent_runs: int) -> None:
+    def __init__(self, store: Store, execute: Callable[[Claimed], Awaitable[None]], concurrent_runs: int) -> None:
         self.store = store
         self.execute = execute
         self.limit = asyncio.Semaphore(concurrent_runs)
@@ -44,17 +43,17 @@ class Scheduler:
             while not self._closed:
                 self._again.discard(conversation_id)
                 async with self.limit:
-                    run = await self.store.claim_next_run(conversation_id)
-                    if run is None:
+                    claimed = await self.store.claim_next_run(conversation_id)
+                    if claimed is None:
                         if conversation_id in self._again:
                             continue
                         return
                     try:
-                        await self.execute(run)
+                        await self.execute(claimed)
                     except asyncio.CancelledError:
                         raise
                     except Exception:  # the runner records outcomes; this is a bug guard
-                        log.exception("run %s crashed", run.id)
+                        log.exception("run %s crashed", claimed.run.id)
         finally:
             if self._workers.get(conversation_id) is asyncio.current_task():
                 del self._workers[conversation_id]

@@ -66,19 +66,20 @@ class ReplyStream:
         clock: Clock,
         *,
         segment: bool = False,
+        fresh: bool = False,
         on_platform_error: Callable[[str], None] = lambda kind: None,
     ) -> None:
         """`segment`: this run already posted messages (before an approval card); continue in
         new ones below instead of editing those."""
         self.adapter, self.target, self.store, self.run_id, self.clock = adapter, target, store, run_id, clock
         self._segment = segment
+        self._loaded = fresh  # a run that never started has no delivery rows to look up
         self._on_platform_error = on_platform_error
         self._base = 0
         self.text = ""
         self._posted: list[_Posted] = []
         self._last_flush = float("-inf")
         self._blocked_until = float("-inf")
-        self._loaded = False
 
     async def _load(self) -> None:
         if not self._loaded:
@@ -131,12 +132,16 @@ class ReplyStream:
             piece_final = final or not is_last
             if seq < len(self._posted) and self._posted[seq].shown == piece and not (final and is_last):
                 continue
+            known = seq < len(self._posted) and self._posted[seq].message_id is not None
             ok = await self._show(seq, piece, must=final)
             if not ok:
                 return  # rate limited during a draft: skip, the next flush or the final catches up
-            await self.store.save_delivery(
-                self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final
-            )
+            # Recorded when a message is first posted (so a restart edits it rather than posting
+            # again) and when its text is final; intermediate edits need no row.
+            if not known or piece_final:
+                await self.store.save_delivery(
+                    self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final
+                )
 
     async def _show(self, seq: int, text: str, *, must: bool) -> bool:
         for attempt in range(FINAL_ATTEMPTS if must else 1):

@@ -74,7 +74,7 @@ class Turn:
     requester_account: str | None
     requester_name: str
     gateway: Gateway
-    modes: Modes = Modes()
+    modes: Modes | None = None  # read when the first tool is called (most runs call none)
     # Every tool offered in this run by the name the model sees, with its stable id: the gate's map.
     tools: dict[str, ToolInfo] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
@@ -167,6 +167,7 @@ class Runner:
         self.park_handler: ParkHandler | None = None
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._tokens: dict[str, CancellationToken] = {}
+        self._streams: dict[str, ReplyStream] = {}
 
     # --- building -----------------------------------------------------------------------
 
@@ -181,8 +182,6 @@ class Runner:
             return None
         agent = config.agents[binding.agent]
         target = conversation.target()
-        approvals = getattr(gw, "approvals", None)
-        modes = await approvals.modes(conversation.id) if approvals is not None else Modes()
         return Turn(
             run_id=run.id,
             conversation=conversation,
@@ -195,7 +194,6 @@ class Runner:
             requester_account=run.requester_account,
             requester_name=run.requester_name,
             gateway=gw,
-            modes=modes,
         )
 
     def instructions(self, turn: Turn) -> str:
@@ -225,8 +223,9 @@ class Runner:
 
     # --- running ------------------------------------------------------------------------
 
-    async def execute(self, run: Run) -> None:
-        """Run a freshly claimed run from its queued user messages."""
+    async def execute(self, claimed: repo.Claimed) -> None:
+        """Run a freshly claimed run from its queued user messages (or resume a decided one)."""
+        run = claimed.run
         turn = await self.turn_for(run)
         if turn is None:
             return
@@ -237,14 +236,14 @@ class Runner:
             deferred = await self.resume_results(run.id)
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
-        rows = await self.gateway.store.run_prompt(run.id)
-        prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in rows)
-        history = history_messages(await self.gateway.store.history(run.conversation_id, run.id), turn.chat_kind)
-        await self.drive(turn, prompt=prompt, history=history)
+        prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
+        history = history_messages(claimed.history, turn.chat_kind)
+        # A run that never started has posted nothing: no delivery rows to look up.
+        await self.drive(turn, prompt=prompt, history=history, stream=self.stream_for(turn, fresh=claimed.fresh))
 
-    def stream_for(self, turn: Turn, *, segment: bool = False) -> ReplyStream:
+    def stream_for(self, turn: Turn, *, segment: bool = False, fresh: bool = False) -> ReplyStream:
         gw = self.gateway
-        return ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock, segment=segment,
+        return ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock, segment=segment, fresh=fresh,
                            on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc())
 
     async def drive(
@@ -262,6 +261,7 @@ class Runner:
         started = gw.clock.monotonic()
         token = CancellationToken()
         self._tokens[turn.run_id] = token
+        self._streams[turn.run_id] = stream
         typing = asyncio.create_task(self._keep_typing(turn, stream))
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
@@ -333,6 +333,7 @@ class Runner:
             with contextlib.suppress(asyncio.CancelledError):
                 await typing
             self._tokens.pop(turn.run_id, None)
+            self._streams.pop(turn.run_id, None)
             gw.metrics.run_seconds.labels(turn.target.platform).observe(gw.clock.monotonic() - started)
             log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
@@ -352,6 +353,11 @@ class Runner:
             with contextlib.suppress(Exception):
                 token.cancel()
         return len(self._tokens)
+
+    def live_text(self, run_id: str) -> str | None:
+        """What a run in flight in this process has said so far (None if not running here)."""
+        stream = self._streams.get(run_id)
+        return stream.text if stream is not None else None
 
     @property
     def running_ids(self) -> list[str]:

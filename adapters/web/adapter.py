@@ -279,7 +279,8 @@ class WebAdapter:
         answered = {t["run_id"] for t in turns if t["role"] == "assistant"}
         for run in await store.runs_in([repo.RUNNING]):
             if run.conversation_id == conv.id and run.id not in answered:
-                parts = [d.text for d in await store.deliveries(run.id)]
+                live = self.gateway.runner.live_text(run.id)
+                parts = [live] if live else [d.text for d in await store.deliveries(run.id)]
                 if parts:
                     turns.append(
                         {

@@ -11,6 +11,9 @@ from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import AsyncAdaptedQueuePool
+
+from . import inline_sqlite
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -19,9 +22,20 @@ def create_engine(url: str) -> AsyncEngine:
     """An async engine; for SQLite the file's directory is created and WAL is switched on."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_async_engine(url, connect_args={"timeout": 30})
+        database = parsed.database or ":memory:"
+        if database != ":memory:":
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        # One connection, used inline on the event loop (see inline_sqlite): transactions queue
+        # for it in asyncio. A store method must not open a second session while its first
+        # still holds the connection; pool_timeout turns such a mistake into an error.
+        engine = create_async_engine(
+            url,
+            async_creator=lambda: inline_sqlite.connect(database),
+            poolclass=AsyncAdaptedQueuePool,
+            pool_size=1,
+            max_overflow=0,
+            pool_timeout=10,
+        )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
         return engine
     return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
@@ -31,7 +45,8 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
+    # Only another process (an admin's CLI) can hold a lock against us; wait briefly for it.
+    cursor.execute("PRAGMA busy_timeout=2000")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.close()
 

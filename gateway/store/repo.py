@@ -7,8 +7,10 @@ ledger, the queued run and the user's message) are one method, `ingest`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -18,6 +20,9 @@ from ..clock import Clock, new_id
 from ..messages import ChatKind
 from ..surface import ReplyTarget
 from .models import Account, AdapterState, Conversation, Delivery, InboundEvent, Message, Person, Run
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 # Run statuses. `queued` and `running` are live; `parked` waits for a person; the rest are ends.
 QUEUED, RUNNING, PARKED = "queued", "running", "parked"
@@ -58,6 +63,16 @@ class Identity:
 
 
 @dataclass(frozen=True, slots=True)
+class Claimed:
+    """A run just moved to running, with its prompt and the conversation's earlier turns."""
+
+    run: Run
+    prompt: list[Message]
+    history: list[Message]
+    fresh: bool  # never started before: nothing of it was posted yet
+
+
+@dataclass(frozen=True, slots=True)
 class Ingested:
     conversation: ConversationRef
     message_id: int
@@ -66,6 +81,29 @@ class Ingested:
 
 
 LEASE_SECONDS = 60.0
+CACHE_SIZE = 10_000
+HISTORY_MESSAGES = 200  # user and assistant messages a run is reminded of, newest kept
+IDENTITY_TTL = 300.0  # another replica may link an account; pick that up within minutes
+
+
+class _Lru(OrderedDict[K, V]):
+    """A small bounded map: the least recently used entry goes first."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def get_fresh(self, key: K) -> V | None:
+        value = self.get(key)
+        if value is not None:
+            self.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > self.size:
+            self.popitem(last=False)
 
 
 class Store:
@@ -75,6 +113,9 @@ class Store:
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
         self.owner = owner or new_id()  # this process, for run leases
         self.shared = engine.dialect.name == "postgresql"  # several replicas may share it
+        # Conversations never change once created, and accounts rarely: keep what we read.
+        self._conversations: _Lru[str, ConversationRef] = _Lru(CACHE_SIZE)
+        self._identities: _Lru[tuple[str, str, str], tuple[Identity, str, float]] = _Lru(CACHE_SIZE)
 
     async def _lock(self, s: AsyncSession, key: str) -> None:
         """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).
@@ -197,17 +238,29 @@ class Store:
 
     async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
         async with self.sessions() as s, s.begin():
-            return _ref(await self._conversation(s, ref, self.clock.now()))
+            created = _ref(await self._conversation(s, ref, self.clock.now()))
+        return self._remember(created)
 
     async def conversation_by_key(self, key: str) -> ConversationRef | None:
+        cached = self._conversations.get_fresh(key)
+        if cached is not None:
+            return cached
         async with self.sessions() as s:
             conv = await s.scalar(select(Conversation).where(Conversation.key == key))
-            return _ref(conv) if conv else None
+        return self._remember(_ref(conv)) if conv else None
 
     async def conversation(self, conversation_id: str) -> ConversationRef | None:
+        cached = self._conversations.get_fresh(conversation_id)
+        if cached is not None:
+            return cached
         async with self.sessions() as s:
             conv = await s.get(Conversation, conversation_id)
-            return _ref(conv) if conv else None
+        return self._remember(_ref(conv)) if conv else None
+
+    def _remember(self, ref: ConversationRef) -> ConversationRef:
+        self._conversations.put(ref.key, ref)
+        self._conversations.put(ref.id, ref)
+        return ref
 
     async def messages(self, conversation_id: str) -> list[Message]:
         async with self.sessions() as s:
@@ -244,6 +297,15 @@ class Store:
 
     async def identify(self, platform: str, workspace: str, account_id: str, display_name: str) -> Identity:
         """The person behind a platform account; created on first contact."""
+        key = (platform, workspace, account_id)
+        cached = self._identities.get_fresh(key)
+        if cached is not None and cached[1] == display_name and self.clock.monotonic() < cached[2]:
+            return cached[0]
+        identity = await self._identify(platform, workspace, account_id, display_name)
+        self._identities.put(key, (identity, display_name, self.clock.monotonic() + IDENTITY_TTL))
+        return identity
+
+    async def _identify(self, platform: str, workspace: str, account_id: str, display_name: str) -> Identity:
         async with self.sessions() as s:
             for _ in range(2):  # a concurrent first contact may win the insert; then read theirs
                 account = await s.scalar(
@@ -280,6 +342,7 @@ class Store:
 
     async def link_account(self, platform: str, workspace: str, account_id: str, person_id: str) -> None:
         """Make an account resolve to `person_id` (linked accounts are one person)."""
+        self._identities.pop((platform, workspace, account_id), None)
         async with self.sessions() as s, s.begin():
             await s.execute(
                 update(Account)
@@ -289,79 +352,59 @@ class Store:
 
     # --- runs ---------------------------------------------------------------------------
 
-    async def claim_next_run(self, conversation_id: str) -> Run | None:
-        """Move the oldest queued run of a conversation to running; None when nothing waits."""
+    async def claim_next_run(self, conversation_id: str) -> Claimed | None:
+        """Move the oldest queued run of a conversation to running, with what the turn needs
+        (its prompt and the conversation's history), in one transaction; None when nothing waits."""
         now = self.clock.now()
         async with self.sessions() as s, s.begin():
             await self._lock(s, conversation_id)
-            # A parked run holds the conversation too: its answer comes before the next turn's.
-            # A running run holds it while its replica keeps the lease.
-            running = await s.scalar(
-                select(func.count(Run.id)).where(
-                    Run.conversation_id == conversation_id,
-                    or_(Run.status == PARKED, (Run.status == RUNNING) & (Run.lease_expires > now)),
-                )
-            )
-            if running:
-                return None
-            run = await s.scalar(
+            live = list(await s.scalars(
                 select(Run)
-                .where(Run.conversation_id == conversation_id, Run.status == QUEUED)
+                .where(Run.conversation_id == conversation_id, Run.status.in_((QUEUED, RUNNING, PARKED)))
                 .order_by(Run.created_at, Run.id)
-                .limit(1)
-            )
+            ))
+            # A parked run holds the conversation too: its answer comes before the next turn's.
+            # A running run holds it while its replica keeps the lease; a lapsed lease means
+            # that replica died, and its run goes back to the queue ahead of newer ones.
+            for r in live:
+                if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
+                    return None
+            run = next((r for r in live if r.status in (QUEUED, RUNNING)), None)
             if run is None:
                 return None
-            # A run whose replica died (lease lapsed) goes back before newer ones.
-            await s.execute(
-                update(Run)
-                .where(Run.conversation_id == conversation_id, Run.status == RUNNING, Run.lease_expires <= now)
-                .values(status=QUEUED)
-            )
+            fresh = run.started_at is None
             result = await s.execute(
                 update(Run)
-                .where(Run.id == run.id, Run.status == QUEUED)
-                .values(
-                    status=RUNNING,
-                    started_at=run.started_at or now,
-                    lease_owner=self.owner,
-                    lease_expires=now + timedelta(seconds=LEASE_SECONDS),
-                )
+                .where(Run.id == run.id, Run.status == run.status)
+                .values(status=RUNNING, started_at=run.started_at or now, lease_owner=self.owner,
+                        lease_expires=now + timedelta(seconds=LEASE_SECONDS))
+                .execution_options(synchronize_session=False)
             )
             if result.rowcount != 1:
                 return None
+            run.status, run.started_at = RUNNING, run.started_at or now
             # Messages that joined this run stop counting against the queue once it starts.
             await s.execute(
-                update(Message).where(Message.run_id == run.id, Message.status == QUEUED).values(status="processing")
+                update(Message)
+                .where(Message.run_id == run.id, Message.status.in_((QUEUED, "processing")))
+                .values(status="processing")
+                .execution_options(synchronize_session=False)
             )
-            run.status = RUNNING
-            return run
+            # The newest turns only: a long conversation must not grow every request without bound.
+            rows = list(await s.scalars(
+                select(Message)
+                .where(Message.conversation_id == conversation_id, Message.role.in_(("user", "assistant")))
+                .order_by(Message.created_at.desc(), Message.id.desc())
+                .limit(HISTORY_MESSAGES)
+            ))
+            rows.reverse()
+        prompt = [m for m in rows if m.run_id == run.id and m.role == "user"]
+        history = [m for m in rows if m.run_id != run.id and m.status in ("processed", "final")]
+        return Claimed(run, prompt, history, fresh)
 
     async def run(self, run_id: str) -> Run | None:
         async with self.sessions() as s:
             return await s.get(Run, run_id)
-
-    async def run_prompt(self, run_id: str) -> list[Message]:
-        async with self.sessions() as s:
-            rows = await s.scalars(
-                select(Message).where(Message.run_id == run_id, Message.role == "user").order_by(Message.id)
-            )
-            return list(rows)
-
-    async def history(self, conversation_id: str, before_run: str) -> list[Message]:
-        """User and assistant text of earlier turns, in order: what the model is reminded of."""
-        async with self.sessions() as s:
-            rows = await s.scalars(
-                select(Message)
-                .where(
-                    Message.conversation_id == conversation_id,
-                    Message.role.in_(("user", "assistant")),
-                    Message.status.in_(("processed", "final")),
-                    Message.run_id != before_run,
-                )
-                .order_by(Message.created_at, Message.id)
-            )
-            return list(rows)
 
     async def end_run(
         self,

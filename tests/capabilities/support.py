@@ -141,9 +141,9 @@ class World:
                                       identity=identity, account_id=who.account_id, text=text,
                                       agent_id=self.gw.config.bindings[where.binding].agent,
                                       platform_message_id=msg.message_id, queue_limit=1000)
-        run = await store.claim_next_run(ingested.conversation.id)
-        assert run is not None and run.id == ingested.run_id
-        turn = await self.gw.runner.turn_for(run)
+        claimed = await store.claim_next_run(ingested.conversation.id)
+        assert claimed is not None and claimed.run.id == ingested.run_id
+        turn = await self.gw.runner.turn_for(claimed.run)
         assert turn is not None
         return turn
 
