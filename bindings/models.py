@@ -127,13 +127,15 @@ class AgentSpec(Strict):
     capabilities: list[CapabilityEntry] = Field(default_factory=list)
     limits: RunLimits = RunLimits()
     mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    # Declared only so that its presence is refused with a pointer to the right file.
+    channel_tools: Any = Field(default=None, exclude=True, json_schema_extra={"not": {}})
 
-    @model_validator(mode="before")
+    @field_validator("channel_tools")
     @classmethod
-    def _no_channel_tools(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "channel_tools" in data:
-            raise ValueError("channel_tools belongs to a binding, not an agent: move it to bindings/<id>.yaml")
-        return data
+    def _no_channel_tools(cls, v: Any) -> None:
+        if v is not None:
+            raise ValueError("channel_tools belongs to a binding, not an agent: move it to bindings/<binding>.yaml")
+        return None
 
 
 # --- bindings/<id>.yaml -------------------------------------------------------------------

@@ -1,0 +1,192 @@
+// The web chat: one conversation at a time, answers streamed over server-sent events.
+"use strict";
+(function () {
+  const log = document.getElementById("log");
+  const form = document.getElementById("composer");
+  const input = document.getElementById("text");
+  const send = document.getElementById("send");
+  let conversation = null;
+  let source = null;
+  const bubbles = new Map(); // streamed message id -> element
+  const cards = new Map(); // card id -> element
+
+  function token() { return localStorage.getItem("agent-gateway-token") || ""; }
+  async function api(method, path, body) {
+    const headers = { "Content-Type": "application/json" };
+    if (token()) headers.Authorization = "Bearer " + token();
+    const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    if (r.status === 401) {
+      const t = prompt("This gateway needs its API token:");
+      if (t) { localStorage.setItem("agent-gateway-token", t); return api(method, path, body); }
+    }
+    const data = await r.json().catch(() => ({}));
+    if (!r.ok) throw new Error(data.message || ("HTTP " + r.status));
+    return data;
+  }
+
+  function esc(s) { return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c])); }
+  function inline(s) {
+    return s
+      .replace(/`([^`]+)`/g, "<code>$1</code>")
+      .replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>")
+      .replace(/(^|[^*])\*([^*\s][^*]*)\*/g, "$1<em>$2</em>")
+      .replace(/(^|\W)_([^_\s][^_]*)_(?=\W|$)/g, "$1<em>$2</em>")
+      .replace(/\[([^\]]+)\]\((https?:[^)\s]+)\)/g, '<a href="$2" target="_blank" rel="noopener">$1</a>');
+  }
+  // A small Markdown subset: fenced code, headings, lists, paragraphs, inline marks. Escaped first.
+  function markdown(text) {
+    const out = [];
+    const blocks = esc(text).split(/```/);
+    blocks.forEach((block, i) => {
+      if (i % 2 === 1) { out.push("<pre><code>" + block.replace(/^[\w-]*\n/, "") + "</code></pre>"); return; }
+      block.split(/\n{2,}/).forEach((para) => {
+        if (!para.trim()) return;
+        const lines = para.split("\n");
+        if (lines.every((l) => /^\s*([-*]|\d+\.)\s+/.test(l))) {
+          const ordered = /^\s*\d+\./.test(lines[0]);
+          out.push((ordered ? "<ol>" : "<ul>") + lines.map((l) => "<li>" + inline(l.replace(/^\s*([-*]|\d+\.)\s+/, "")) + "</li>").join("") + (ordered ? "</ol>" : "</ul>"));
+        } else if (/^#{1,6}\s/.test(para)) {
+          out.push("<p><strong>" + inline(para.replace(/^#{1,6}\s+/, "")) + "</strong></p>");
+        } else {
+          out.push("<p>" + lines.map(inline).join("<br>") + "</p>");
+        }
+      });
+    });
+    return out.join("");
+  }
+
+  function scroll() { log.scrollTop = log.scrollHeight; }
+  function bubble(role, text, status) {
+    const el = document.createElement("div");
+    el.className = "msg " + role + (status ? " " + status : "");
+    el.dataset.role = role;
+    el.innerHTML = markdown(text);
+    log.appendChild(el);
+    scroll();
+    return el;
+  }
+  function notice(text) {
+    const el = document.createElement("div");
+    el.className = "notice";
+    el.textContent = text;
+    log.appendChild(el);
+    scroll();
+  }
+
+  function renderCard(card) {
+    let el = cards.get(card.card_id);
+    if (!el) {
+      el = document.createElement("div");
+      el.className = "card";
+      el.dataset.card = card.card_id;
+      cards.set(card.card_id, el);
+      log.appendChild(el);
+    }
+    el.innerHTML = "";
+    const h = document.createElement("h4");
+    h.textContent = card.pending ? "The agent wants to use a tool that needs approval" : "Tool approval";
+    el.appendChild(h);
+    card.items.forEach((item) => {
+      const row = document.createElement("div");
+      row.className = "item";
+      row.innerHTML = "<div><strong>" + esc(item.tool) + "</strong> <span class=who>(" + esc(item.capability) + ")</span></div><pre>" + esc(item.arguments) + "</pre>";
+      if (item.state === "pending") {
+        [["approve", "Approve"], ["deny", "Deny"]].forEach(([decision, label]) => {
+          const b = document.createElement("button");
+          b.type = "button";
+          b.textContent = label;
+          b.dataset.decision = decision;
+          b.onclick = () => decide(item.approval_id, decision, b);
+          row.appendChild(b);
+        });
+      } else {
+        const s = document.createElement("div");
+        s.className = "who";
+        s.textContent = item.state === "approved" ? "Approved by " + item.decided_by : item.state === "denied" ? "Denied by " + item.decided_by : "Expired: no decision in time";
+        row.appendChild(s);
+      }
+      el.appendChild(row);
+    });
+    if (card.pending) {
+      const all = document.createElement("button");
+      all.type = "button";
+      all.textContent = "Approve all in this conversation";
+      all.dataset.decision = "approve_all";
+      all.onclick = () => decide(card.card_id, "approve_all", all);
+      el.appendChild(all);
+    }
+    const foot = document.createElement("div");
+    foot.className = "who";
+    foot.textContent = card.deciders + (card.note ? " · " + card.note : "");
+    el.appendChild(foot);
+    scroll();
+  }
+
+  async function decide(id, decision, button) {
+    button.disabled = true;
+    try { const r = await api("POST", "/api/v1/approvals/" + encodeURIComponent(id), { decision }); if (r.message) notice(r.message); }
+    catch (e) { notice(e.message); button.disabled = false; }
+  }
+
+  async function load() {
+    const data = await api("GET", "/api/v1/conversations/" + conversation + "/messages");
+    log.innerHTML = "";
+    bubbles.clear();
+    cards.clear();
+    data.messages.forEach((m) => {
+      if (m.role === "notice") notice(m.text);
+      else bubble(m.role, m.text, m.status);
+    });
+    (data.cards || []).forEach(renderCard);
+  }
+
+  function listen() {
+    if (source) source.close();
+    const q = token() ? "?access_token=" + encodeURIComponent(token()) : "";
+    source = new EventSource("/api/v1/conversations/" + conversation + "/events" + q);
+    source.addEventListener("delta", (e) => {
+      const d = JSON.parse(e.data);
+      let el = bubbles.get(d.message_id);
+      if (!el) { el = bubble("assistant", "", "streaming"); bubbles.set(d.message_id, el); }
+      el.dataset.text = d.text;
+      el.innerHTML = markdown(d.text);
+      scroll();
+    });
+    source.addEventListener("card", (e) => renderCard(JSON.parse(e.data).card));
+    source.addEventListener("notice", (e) => notice(JSON.parse(e.data).text));
+    source.addEventListener("run_end", () => { load().catch((err) => notice(err.message)); });
+  }
+
+  async function open(id) {
+    conversation = id;
+    localStorage.setItem("agent-gateway-conversation", id);
+    location.hash = id;
+    await load();
+    listen();
+  }
+
+  async function fresh() {
+    const c = await api("POST", "/api/v1/conversations");
+    await open(c.id);
+  }
+
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const text = input.value;
+    if (!text.trim()) return;
+    send.disabled = true;
+    const mine = bubble("user", text, "");  // shown before the answer can start streaming
+    try {
+      await api("POST", "/api/v1/conversations/" + conversation + "/messages", { text });
+      input.value = "";
+    } catch (err) { mine.remove(); notice(err.message); }
+    finally { send.disabled = false; input.focus(); }
+  });
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
+  });
+  document.getElementById("new").onclick = () => fresh().catch((e) => notice(e.message));
+
+  const start = location.hash.slice(1) || localStorage.getItem("agent-gateway-conversation");
+  (start ? open(start).catch(fresh) : fresh()).catch((e) => notice(e.message));
+})();

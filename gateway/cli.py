@@ -1,0 +1,126 @@
+"""`agent-gateway run | check | schema`: the admin's and the operator's entry point."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bindings.loader import ConfigError, LoadedConfig, load_config
+from bindings.models import AgentSpec, BindingSpec, GatewayConfig
+
+from .logs import configure_logging
+
+log = logging.getLogger("gateway")
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _config_dir(args: argparse.Namespace) -> Path:
+    return Path(args.config or os.environ.get("AGENT_GATEWAY_CONFIG") or "config")
+
+
+def _load(args: argparse.Namespace) -> LoadedConfig | None:
+    from . import extensions
+
+    extensions.register_checks()
+    try:
+        config = load_config(_config_dir(args))
+    except ConfigError as e:
+        for problem in e.problems:
+            print(problem, file=sys.stderr)
+        errors = sum(1 for p in e.problems if not p.warning)
+        print(f"{errors} problem{'s' if errors != 1 else ''} found", file=sys.stderr)
+        return None
+    for warning in config.warnings:
+        print(warning, file=sys.stderr)
+    return config
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 1
+    print(
+        f"{_config_dir(args)}: ok ({len(config.agents)} agent{'s' if len(config.agents) != 1 else ''}, "
+        f"{len(config.bindings)} binding{'s' if len(config.bindings) != 1 else ''})"
+    )
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    schema = {
+        "gateway": GatewayConfig.model_json_schema(),
+        "agent": AgentSpec.model_json_schema(),
+        "binding": BindingSpec.model_json_schema(),
+    }
+    json.dump(schema if args.kind == "all" else schema[args.kind], sys.stdout, indent=2)
+    print()
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return 1
+    configure_logging(config.gateway.logging)
+    from .daemon import Gateway, StartupError
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        gateway = Gateway(config)
+        try:
+            await gateway.start()
+        except StartupError as e:
+            log.error("cannot start: %s", e)
+            return 1
+        print(f"agent-gateway: web chat on {gateway.url}/", flush=True)
+        try:
+            await stop.wait()
+        finally:
+            log.info("stopping")
+            await gateway.stop()
+        return 0
+
+    return asyncio.run(main())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agent-gateway", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    for name, fn, help in (
+        ("run", cmd_run, "run the daemon"),
+        ("check", cmd_check, "validate the config directory and print every problem"),
+    ):
+        add(name, fn, help).add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
+    add("schema", cmd_schema, "print the JSON Schema of config files").add_argument(
+        "kind", nargs="?", default="all", choices=["all", "gateway", "agent", "binding"]
+    )
+    from . import extensions
+
+    extensions.add_commands(sub, _load)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.fn(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

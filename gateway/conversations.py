@@ -1,0 +1,82 @@
+"""One run at a time per conversation, in arrival order, under a global limit.
+
+The queue itself is the store (queued runs and their messages), so what was acknowledged to
+a platform survives a restart. In memory there is only one worker task per conversation with
+work waiting; `wake` starts it, and it drains the conversation's queued runs one by one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from .store.models import Run
+from .store.repo import Store
+
+log = logging.getLogger("gateway.conversations")
+
+
+class Scheduler:
+    def __init__(self, store: Store, execute: Callable[[Run], Awaitable[None]], concurrent_runs: int) -> None:
+        self.store = store
+        self.execute = execute
+        self.limit = asyncio.Semaphore(concurrent_runs)
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._again: set[str] = set()
+        self._closed = False
+
+    def wake(self, conversation_id: str) -> None:
+        """Make sure the conversation's queued runs get run; cheap to call repeatedly."""
+        if self._closed:
+            return
+        task = self._workers.get(conversation_id)
+        if task is not None and not task.done():
+            self._again.add(conversation_id)  # it may be past its last claim: look once more
+            return
+        self._workers[conversation_id] = asyncio.create_task(
+            self._work(conversation_id), name=f"conversation:{conversation_id}"
+        )
+
+    async def _work(self, conversation_id: str) -> None:
+        try:
+            while not self._closed:
+                self._again.discard(conversation_id)
+                async with self.limit:
+                    run = await self.store.claim_next_run(conversation_id)
+                    if run is None:
+                        if conversation_id in self._again:
+                            continue
+                        return
+                    try:
+                        await self.execute(run)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception:  # the runner records outcomes; this is a bug guard
+                        log.exception("run %s crashed", run.id)
+        finally:
+            if self._workers.get(conversation_id) is asyncio.current_task():
+                del self._workers[conversation_id]
+
+    @property
+    def active(self) -> int:
+        return sum(1 for t in self._workers.values() if not t.done())
+
+    async def drain(self, timeout: float) -> bool:
+        """Stop starting runs; wait up to `timeout` for those in flight. True if all finished."""
+        self._closed = True
+        tasks = [t for t in self._workers.values() if not t.done()]
+        if not tasks:
+            return True
+        _done, pending = await asyncio.wait(tasks, timeout=timeout)
+        return not pending
+
+    async def cancel(self) -> None:
+        tasks = [t for t in self._workers.values() if not t.done()]
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._workers.clear()

@@ -1,0 +1,145 @@
+"""One reply, streamed into a chat: a draft edited in place at a paced interval, then final.
+
+Every platform gets the same rules from here: the first text posts one message, later text
+edits it no more often than the platform allows, a reply longer than the platform's limit
+continues in a new message split at a paragraph boundary, and the final text is an edit of
+the same message(s) — so a draft and a final message never both post. Each posted message is
+a delivery row, so a run resumed after a restart edits what it already posted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from .clock import Clock
+from .store.repo import Store
+from .surface import Adapter, PlatformError, RateLimited, ReplyTarget
+
+log = logging.getLogger("gateway.delivery")
+
+FINAL_ATTEMPTS = 5
+MAX_WAIT = 120.0
+
+
+def split_paragraphs(text: str, limit: int) -> list[str]:
+    """Split `text` into pieces of at most `limit` characters, preferring paragraph breaks,
+    then line breaks, then spaces; a single unbroken run is cut hard."""
+    pieces: list[str] = []
+    rest = text
+    while len(rest) > limit:
+        window = rest[:limit]
+        cut = -1
+        for sep in ("\n\n", "\n", " "):
+            cut = window.rfind(sep)
+            if cut > limit // 4:
+                break
+        if cut <= 0:
+            cut = limit
+            pieces.append(rest[:cut])
+            rest = rest[cut:]
+        else:
+            pieces.append(rest[:cut].rstrip())
+            rest = rest[cut:].lstrip("\n ")
+    if rest or not pieces:
+        pieces.append(rest)
+    return pieces
+
+
+@dataclass
+class _Posted:
+    message_id: str | None
+    shown: str  # the rendered text the platform currently shows
+
+
+class ReplyStream:
+    """Streams one run's answer into one conversation through an adapter."""
+
+    def __init__(self, adapter: Adapter, target: ReplyTarget, store: Store, run_id: str, clock: Clock) -> None:
+        self.adapter, self.target, self.store, self.run_id, self.clock = adapter, target, store, run_id, clock
+        self.text = ""
+        self._posted: list[_Posted] = []
+        self._last_flush = float("-inf")
+        self._blocked_until = float("-inf")
+        self._loaded = False
+
+    async def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            for row in await self.store.deliveries(self.run_id):
+                self._posted.append(_Posted(row.platform_message_id, row.text))
+
+    def _render_pieces(self, text: str) -> list[str]:
+        limit = self.adapter.limits.max_message_chars
+        rendered: list[str] = []
+        # Rendering can lengthen text (escapes, markup); leave headroom and re-split if needed.
+        for piece in split_paragraphs(text, max(limit - limit // 10, 1)):
+            out = self.adapter.render(piece)
+            rendered.extend(split_paragraphs(out, limit) if len(out) > limit else [out])
+        return rendered
+
+    async def append(self, delta: str) -> None:
+        """Add streamed text; flush if the pacing interval has passed."""
+        if not delta:
+            return
+        self.text += delta
+        now = self.clock.monotonic()
+        if not self.adapter.limits.supports_edit:
+            return
+        if now - self._last_flush >= self.adapter.limits.min_edit_interval and now >= self._blocked_until:
+            await self._flush(final=False)
+
+    async def finish(self, text: str | None = None) -> None:
+        """Show the final text (this is an edit of the draft, never a second post)."""
+        if text is not None:
+            self.text = text
+        if not self.text.strip():
+            return
+        await self._flush(final=True)
+
+    async def _flush(self, *, final: bool) -> None:
+        await self._load()
+        self._last_flush = self.clock.monotonic()
+        pieces = self._render_pieces(self.text)
+        for seq, piece in enumerate(pieces):
+            is_last = seq == len(pieces) - 1
+            piece_final = final or not is_last
+            if seq < len(self._posted) and self._posted[seq].shown == piece and not (final and is_last):
+                continue
+            ok = await self._show(seq, piece, must=final)
+            if not ok:
+                return  # rate limited during a draft: skip, the next flush or the final catches up
+            await self.store.save_delivery(self.run_id, seq, self._posted[seq].message_id, piece, piece_final)
+
+    async def _show(self, seq: int, text: str, *, must: bool) -> bool:
+        for attempt in range(FINAL_ATTEMPTS if must else 1):
+            try:
+                if seq < len(self._posted) and self._posted[seq].message_id:
+                    if self._posted[seq].shown != text:
+                        await self.adapter.edit_message(self.target, self._posted[seq].message_id or "", text)
+                    self._posted[seq].shown = text
+                else:
+                    message_id = await self.adapter.post_message(self.target, text)
+                    if seq < len(self._posted):
+                        self._posted[seq] = _Posted(message_id, text)
+                    else:
+                        self._posted.append(_Posted(message_id, text))
+                return True
+            except RateLimited as e:
+                wait = min(e.retry_after, MAX_WAIT)
+                self._blocked_until = self.clock.monotonic() + wait
+                if not must:
+                    return False
+                log.info("rate limited posting a final reply; waiting %.1fs", wait)
+                await asyncio.sleep(wait)
+            except PlatformError as e:
+                if not must or attempt == FINAL_ATTEMPTS - 1:
+                    log.warning("reply delivery failed: %s", e)
+                    return False
+                await asyncio.sleep(min(2**attempt, 10))
+        return False
+
+    @property
+    def posted(self) -> bool:
+        return bool(self._posted)

@@ -1,0 +1,166 @@
+"""Which model a run talks to: a real provider when one is configured, else the offline demo.
+
+The demo is a pydantic-ai FunctionModel. It says plainly what it is and how to configure a
+real model, and it still exercises the machinery: name one of its tools in a message and it
+calls that tool (so approvals, memory and channel tools can be tried with no key at all).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    RetryPromptPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import Model, infer_model
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.tools import ToolDefinition
+
+from bindings.models import ProviderConfig
+from bindings.secrets import SecretError
+
+DEMO_INTRO = (
+    "This is agent-gateway's offline demo model: no language model is configured, so I can only "
+    "echo and try tools. To talk to a real model, set OPENAI_API_KEY or ANTHROPIC_API_KEY in the "
+    "daemon's environment, or add a provider with a base_url (Ollama, vLLM, LM Studio) to "
+    "gateway.yaml and name it in the agent's `model:`."
+)
+
+# What `model: auto` picks when a key is in the environment. AGENT_GATEWAY_MODEL overrides.
+AUTO_CHOICES = (("ANTHROPIC_API_KEY", "anthropic:claude-sonnet-4-5"), ("OPENAI_API_KEY", "openai:gpt-4.1-mini"))
+
+
+class ModelConfigError(Exception):
+    """The agent names a model that cannot be built (unknown provider, missing key)."""
+
+
+# Models registered in code by name (an embedding application's own, or a test's scripted
+# FunctionModel); looked up before providers and pydantic-ai's own names.
+REGISTERED: dict[str, Callable[[], Model]] = {}
+
+
+def register_model(name: str, factory: Callable[[], Model]) -> None:
+    REGISTERED[name] = factory
+
+
+def resolve_model(name: str, providers: dict[str, ProviderConfig]) -> Model:
+    """Build the model an agent's `model:` names. Raises ModelConfigError with a readable reason."""
+    if name == "auto":
+        name = os.environ.get("AGENT_GATEWAY_MODEL") or next(
+            (choice for var, choice in AUTO_CHOICES if os.environ.get(var)), "demo"
+        )
+    if name == "demo":
+        return demo_model()
+    if name in REGISTERED:
+        return REGISTERED[name]()
+    provider_name, _, model_name = name.partition(":")
+    if provider_name in providers and model_name:
+        return _from_provider(providers[provider_name], provider_name, model_name)
+    try:
+        return infer_model(name)
+    except Exception as e:  # pydantic-ai raises UserError for unknown names and missing keys
+        raise ModelConfigError(f"model {name!r} cannot be used: {e}") from None
+
+
+def _from_provider(cfg: ProviderConfig, provider_name: str, model_name: str) -> Model:
+    try:
+        api_key = cfg.api_key.resolve().reveal() if cfg.api_key else None
+    except SecretError as e:
+        raise ModelConfigError(f"provider {provider_name!r}: api_key: {e}") from None
+    if cfg.kind == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        return AnthropicModel(model_name, provider=AnthropicProvider(api_key=api_key, base_url=cfg.base_url))
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    # Local servers accept any key but the client insists on one.
+    provider = OpenAIProvider(base_url=cfg.base_url, api_key=api_key or "not-needed")
+    if cfg.kind == "openai":
+        from pydantic_ai.models.openai import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(model_name, provider=provider)
+    from pydantic_ai.models.openai import OpenAIChatModel
+
+    return OpenAIChatModel(model_name, provider=provider)
+
+
+# --- the offline demo ---------------------------------------------------------------------
+
+
+def demo_model() -> FunctionModel:
+    return FunctionModel(stream_function=_demo_stream, model_name="offline-demo")
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\S+\s*|\s+", text)
+
+
+async def _demo_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    last = messages[-1]
+    results = [p for p in last.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))] if isinstance(last, ModelRequest) else []
+    if results:
+        lines = []
+        for part in results:
+            content = part.model_response() if isinstance(part, RetryPromptPart) else _text(part.content)
+            lines.append(f"`{part.tool_name}` answered: {content}")
+        for w in _words("\n\n".join(lines)):
+            yield w
+        return
+
+    prompt = _latest_prompt(messages)
+    tool = _named_tool(prompt, info.function_tools)
+    if tool is not None:
+        yield {0: DeltaToolCall(name=tool.name, json_args=json.dumps(_demo_args(tool, prompt)))}
+        return
+    tools = ", ".join(f"`{t.name}`" for t in info.function_tools)
+    reply = f"{DEMO_INTRO}\n\nYou said: {prompt}"
+    if tools:
+        reply += f"\n\nName one of my tools in a message and I will call it: {tools}."
+    for w in _words(reply):
+        yield w
+
+
+def _text(content: Any) -> str:
+    text = content if isinstance(content, str) else json.dumps(content, default=str)
+    return text if len(text) <= 1500 else text[:1500] + " …(cut)"
+
+
+def _latest_prompt(messages: list[ModelMessage]) -> str:
+    for message in reversed(messages):
+        if isinstance(message, ModelRequest):
+            for part in reversed(message.parts):
+                if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                    return part.content
+    return ""
+
+
+def _named_tool(prompt: str, tools: list[ToolDefinition]) -> ToolDefinition | None:
+    for tool in sorted(tools, key=lambda t: -len(t.name)):
+        if re.search(rf"(?<![\w-]){re.escape(tool.name)}(?![\w-])", prompt):
+            return tool
+    return None
+
+
+def _demo_args(tool: ToolDefinition, prompt: str) -> dict[str, Any]:
+    """Arguments from `key=value` pairs in the prompt, else plausible values from the schema."""
+    given = dict(re.findall(r"(\w+)=(\"[^\"]*\"|\S+)", prompt))
+    props: dict[str, Any] = tool.parameters_json_schema.get("properties", {})
+    required = set(tool.parameters_json_schema.get("required", []))
+    args: dict[str, Any] = {}
+    for name, schema in props.items():
+        if name in given:
+            raw = given[name].strip('"')
+            args[name] = int(raw) if schema.get("type") == "integer" and raw.lstrip("-").isdigit() else raw
+        elif name in required:
+            kind = schema.get("type")
+            args[name] = 1 if kind in ("integer", "number") else False if kind == "boolean" else "demo"
+    return args

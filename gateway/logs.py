@@ -1,0 +1,60 @@
+"""Structured log lines: logfmt or JSON, one line per event, no timestamps under journald.
+
+Context (binding, conversation, run ids) travels in `extra=` fields. Secret values are never
+formatted: config holds `SecretRef`s whose repr is the reference, and resolved `Secret`s print
+as '***'.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+
+from bindings.models import LoggingConfig
+
+_STD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+def _fields(record: logging.LogRecord) -> dict[str, object]:
+    out: dict[str, object] = {}
+    if "JOURNAL_STREAM" not in os.environ:
+        out["ts"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+    out["level"] = record.levelname.lower()
+    out["logger"] = record.name
+    out["msg"] = record.getMessage()
+    for key, value in record.__dict__.items():
+        if key not in _STD and not key.startswith("_"):
+            out[key] = value
+    if record.exc_info:
+        out["exc"] = logging.Formatter().formatException(record.exc_info)
+    return out
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps(_fields(record), default=str)
+
+
+class LogfmtFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        parts = []
+        for key, value in _fields(record).items():
+            text = str(value)
+            if not text or any(c in text for c in ' ="\n'):
+                text = json.dumps(text)
+            parts.append(f"{key}={text}")
+        return " ".join(parts)
+
+
+def configure_logging(cfg: LoggingConfig) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if cfg.format == "json" else LogfmtFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(cfg.level.upper())
+    # Libraries' request logs can carry tokens in URLs (Telegram's /bot<token>/): keep them quiet.
+    for noisy in ("httpx", "httpcore", "aiohttp.access", "telegram", "slack_bolt", "slack_sdk", "alembic"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

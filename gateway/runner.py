@@ -1,0 +1,345 @@
+"""Runs one turn: builds the pydantic-ai agent the admitting binding grants, streams, records.
+
+The binding that admitted the message decides what the run gets: the agent, the binding's
+prompt appended to the instructions, the capabilities (built by the registry from the agent
+spec, bound server-side to this conversation), and who will hear the answer. All of that is
+in `Turn`, which tools see as their run context's deps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai import (
+    Agent,
+    AgentRunResultEvent,
+    CancellationToken,
+    DeferredToolRequests,
+    DeferredToolResults,
+    FunctionToolResultEvent,
+    ModelHTTPError,
+    PartDeltaEvent,
+    PartStartEvent,
+    RunCancelled,
+    UsageLimitExceeded,
+)
+from pydantic_ai.exceptions import RunTimedOut
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    TextPartDelta,
+    UserPromptPart,
+)
+from pydantic_ai.usage import UsageLimits
+
+from bindings.loader import LoadedConfig
+from bindings.models import AgentSpec, BindingSpec
+
+from .delivery import ReplyStream
+from .llm import ModelConfigError, resolve_model
+from .messages import ChatKind
+from .store import repo
+from .store.models import Message, Run
+from .surface import Adapter, ReplyTarget
+
+if TYPE_CHECKING:
+    from .daemon import Gateway
+
+log = logging.getLogger("gateway.runner")
+
+TYPING_EVERY = 4.0
+
+
+@dataclass
+class Turn:
+    """Everything one run is granted, decided server-side. Tools receive it as `ctx.deps`."""
+
+    run_id: str
+    conversation: repo.ConversationRef
+    binding: BindingSpec
+    agent: AgentSpec
+    config: LoadedConfig
+    target: ReplyTarget
+    adapter: Adapter
+    requester_person_id: str | None
+    requester_account: str | None
+    requester_name: str
+    gateway: Gateway
+    notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
+
+    @property
+    def chat_kind(self) -> ChatKind:
+        return ChatKind(self.conversation.chat_kind)
+
+    @property
+    def one_to_one(self) -> bool:
+        return self.chat_kind is ChatKind.DM
+
+
+# Extensions (the capability registry, approvals) contribute to the agent a turn builds.
+CapabilityBuilder = Callable[[Turn], Sequence[Any]]
+ParkHandler = Callable[[Turn, list[ModelMessage], DeferredToolRequests, ReplyStream], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    reason: str = ""
+    notice: str = ""  # what the person is told when the run did not finish normally
+
+
+def explain_failure(e: BaseException, agent: AgentSpec) -> Outcome:
+    """Map what went wrong to a run status and a sentence for the person in the chat."""
+    if isinstance(e, ModelConfigError):
+        return Outcome(repo.FAILED, str(e), f"I can't answer: {e}. An admin needs to configure the model.")
+    if isinstance(e, UsageLimitExceeded):
+        return Outcome(
+            repo.BUDGET_EXCEEDED,
+            str(e),
+            f"I stopped: this agent may make at most {agent.limits.model_requests} model requests per reply.",
+        )
+    if isinstance(e, RunTimedOut):
+        return Outcome(
+            repo.FAILED,
+            "time limit",
+            f"I stopped: this reply took longer than the {agent.limits.wall_clock_seconds:g} s this agent allows.",
+        )
+    if isinstance(e, RunCancelled):
+        return Outcome(repo.STOPPED, "stopped", "I was stopped before I finished (the gateway is restarting).")
+    if isinstance(e, ModelHTTPError):
+        return Outcome(
+            repo.FAILED,
+            f"model HTTP {e.status_code}",
+            f"The model service answered with an error (HTTP {e.status_code}). Try again in a moment.",
+        )
+    if _is_connection_error(e):
+        return Outcome(repo.FAILED, "model unreachable", "The model service could not be reached. Try again in a moment.")
+    return Outcome(
+        repo.FAILED,
+        f"{type(e).__name__}: {e}",
+        f"Something went wrong while answering ({type(e).__name__}). The operator's log has details.",
+    )
+
+
+def _is_connection_error(e: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(e).__mro__}
+    return bool(names & {"ConnectError", "APIConnectionError", "ConnectionError", "ClientConnectorError"})
+
+
+def history_messages(rows: Sequence[Message], chat_kind: ChatKind) -> list[ModelMessage]:
+    """Stored user and assistant text as model messages; in shared chats each line names its speaker."""
+    out: list[ModelMessage] = []
+    for row in rows:
+        if row.role == "user":
+            out.append(ModelRequest(parts=[UserPromptPart(content=speaker_line(row, chat_kind))]))
+        elif row.role == "assistant":
+            out.append(ModelResponse(parts=[TextPart(content=row.text)]))
+    return out
+
+
+def speaker_line(row: Message, chat_kind: ChatKind) -> str:
+    if chat_kind is ChatKind.DM or not row.sender_name:
+        return row.text
+    return f"{row.sender_name}: {row.text}"
+
+
+class Runner:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.capability_builders: list[CapabilityBuilder] = []
+        self.park_handler: ParkHandler | None = None
+        self._tokens: dict[str, CancellationToken] = {}
+
+    # --- building -----------------------------------------------------------------------
+
+    async def turn_for(self, run: Run) -> Turn | None:
+        gw = self.gateway
+        conversation = await gw.store.conversation(run.conversation_id)
+        config = gw.config
+        binding = config.bindings.get(run.binding_id)
+        adapter = gw.adapters.get(run.binding_id)
+        if conversation is None or binding is None or adapter is None:
+            await gw.store.end_run(run.id, repo.FAILED, reason="binding no longer configured")
+            return None
+        agent = config.agents[binding.agent]
+        target = ReplyTarget(
+            platform=conversation.platform,
+            binding_id=conversation.binding_id,
+            workspace=conversation.workspace,
+            channel=conversation.channel,
+            thread=conversation.thread,
+            chat_kind=ChatKind(conversation.chat_kind),
+            conversation_id=conversation.id,
+        )
+        return Turn(
+            run_id=run.id,
+            conversation=conversation,
+            binding=binding,
+            agent=agent,
+            config=config,
+            target=target,
+            adapter=adapter,
+            requester_person_id=run.requester_person_id,
+            requester_account=run.requester_account,
+            requester_name=run.requester_name,
+            gateway=gw,
+        )
+
+    def instructions(self, turn: Turn) -> str:
+        parts = [turn.agent.instructions.strip(), turn.binding.prompt.strip()]
+        override = turn.binding.override_for(turn.conversation.channel)
+        if override and override.prompt:
+            parts.append(override.prompt.strip())
+        return "\n\n".join(p for p in parts if p)
+
+    def build_agent(self, turn: Turn) -> Agent[Turn, Any]:
+        model = resolve_model(turn.agent.model, turn.config.gateway.providers)
+        capabilities: list[Any] = []
+        for build in self.capability_builders:
+            capabilities.extend(build(turn))
+        return Agent(
+            model,
+            deps_type=Turn,
+            output_type=[str, DeferredToolRequests],
+            instructions=self.instructions(turn),
+            model_settings=dict(turn.agent.model_settings) or None,  # type: ignore[arg-type]
+            capabilities=capabilities or None,
+            name=turn.agent.id,
+        )
+
+    # --- running ------------------------------------------------------------------------
+
+    async def execute(self, run: Run) -> None:
+        """Run a freshly claimed run from its queued user messages."""
+        turn = await self.turn_for(run)
+        if turn is None:
+            return
+        rows = await self.gateway.store.run_prompt(run.id)
+        prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in rows)
+        history = history_messages(await self.gateway.store.history(run.conversation_id, run.id), turn.chat_kind)
+        await self.drive(turn, prompt=prompt, history=history)
+
+    async def drive(
+        self,
+        turn: Turn,
+        *,
+        prompt: str | None,
+        history: list[ModelMessage],
+        deferred: DeferredToolResults | None = None,
+        stream: ReplyStream | None = None,
+    ) -> None:
+        """Run the agent to an outcome: finished, parked, or an end the person is told about."""
+        gw = self.gateway
+        stream = stream or ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock)
+        token = CancellationToken()
+        self._tokens[turn.run_id] = token
+        typing = asyncio.create_task(self._keep_typing(turn, stream))
+        usage: tuple[int, int, int] | None = None
+        status = repo.RUNNING
+        try:
+            agent = self.build_agent(turn)
+            for notice in turn.notices:
+                await stream.append(f"_{notice}_\n\n")
+            result = None
+            separate = False
+            async with agent.run_stream_events(
+                prompt,
+                message_history=history,
+                deferred_tool_results=deferred,
+                deps=turn,
+                usage_limits=UsageLimits(request_limit=turn.agent.limits.model_requests),
+                cancellation_token=token,
+                timeout=turn.agent.limits.wall_clock_seconds,
+            ) as events:
+                async for event in events:
+                    text = _text_of(event)
+                    if text:
+                        if separate and stream.text and not stream.text.endswith("\n"):
+                            await stream.append("\n\n")
+                        separate = False
+                        await stream.append(text)
+                    elif isinstance(event, FunctionToolResultEvent):
+                        separate = True
+                    elif isinstance(event, AgentRunResultEvent):
+                        result = event.result
+            assert result is not None
+            u = result.usage
+            usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
+            typing.cancel()
+            if isinstance(result.output, DeferredToolRequests):
+                status = repo.PARKED
+                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(result.all_messages()))
+                if self.park_handler is None:
+                    raise RuntimeError("a tool asked for approval but approvals are not available")
+                await self.park_handler(turn, result.all_messages(), result.output, stream)
+                return
+            reply = stream.text or str(result.output)
+            await stream.finish(reply)
+            status = repo.FINISHED
+            await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
+            gw.metrics.run_ended(turn, repo.FINISHED)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            typing.cancel()
+            outcome = explain_failure(e, turn.agent)
+            if outcome.status == repo.FAILED and not isinstance(e, (ModelConfigError, RunTimedOut)):
+                log.warning("run %s failed", turn.run_id, exc_info=e)
+            else:
+                log.info("run %s ended %s: %s", turn.run_id, outcome.status, outcome.reason)
+            shown = (stream.text + "\n\n" if stream.text.strip() else "") + f"_{outcome.notice}_"
+            with contextlib.suppress(Exception):
+                await stream.finish(shown)
+            status = outcome.status
+            await gw.store.end_run(turn.run_id, outcome.status, reason=outcome.reason, usage=usage, reply=shown)
+            gw.metrics.run_ended(turn, outcome.status)
+        finally:
+            typing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await typing
+            self._tokens.pop(turn.run_id, None)
+            gw.events.run_ended(turn.conversation.id, turn.run_id, status)
+
+    async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
+        """Show the platform's working indicator until the first text is posted."""
+        while not stream.posted:
+            try:
+                await turn.adapter.show_typing(turn.target)
+            except Exception as e:  # an indicator is a nicety; never fail the run over it
+                log.debug("typing indicator failed: %s", e)
+            await asyncio.sleep(TYPING_EVERY)
+
+    def cancel_all(self) -> int:
+        """Ask every run in flight to stop (SIGTERM after the grace period); completed work is kept."""
+        for token in list(self._tokens.values()):
+            with contextlib.suppress(Exception):
+                token.cancel()
+        return len(self._tokens)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tokens)
+
+
+def _text_of(event: Any) -> str:
+    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+        return event.part.content
+    if isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+        return event.delta.content_delta
+    return ""
+
+
+def _dump(messages: list[ModelMessage]) -> str:
+    return ModelMessagesTypeAdapter.dump_json(messages).decode()
+
+
+def load_messages(state: str) -> list[ModelMessage]:
+    return list(ModelMessagesTypeAdapter.validate_json(state))

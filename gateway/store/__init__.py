@@ -1,0 +1,1 @@
+"""Durable state: SQLAlchemy 2 async on SQLite (embedded default) or PostgreSQL (several replicas)."""

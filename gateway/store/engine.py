@@ -1,0 +1,54 @@
+"""Engine creation, SQLite pragmas, and migrations run at start-up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def create_engine(url: str) -> AsyncEngine:
+    """An async engine; for SQLite the file's directory is created and WAL is switched on."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, connect_args={"timeout": 30})
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+async def migrate(engine: AsyncEngine) -> None:
+    """Bring the schema to head. Safe to run from several replicas: PostgreSQL serializes it."""
+
+    def upgrade(connection: Connection) -> None:
+        if connection.dialect.name == "postgresql":
+            # One replica migrates at a time; the others wait, then find nothing to do.
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7263510)")
+        command.upgrade(alembic_config(connection), "head")
+
+    async with engine.begin() as conn:
+        await conn.run_sync(upgrade)

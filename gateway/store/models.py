@@ -1,0 +1,163 @@
+"""The tables. Portable across SQLite and PostgreSQL: text ids, timezone-aware times, JSON as text.
+
+Schema changes go through migrations in `migrations/versions/`; these classes describe the
+head revision and must match it (a test compares them).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware in and out on both engines (SQLite stores naive text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime: use gateway.clock.utcnow()")
+        return value.astimezone(timezone.utc) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value
+
+
+TS = UTCDateTime()
+
+
+class Person(Base):
+    __tablename__ = "people"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Account(Base):
+    """A platform account; several accounts can belong to one person (linked)."""
+
+    __tablename__ = "accounts"
+    __table_args__ = (UniqueConstraint("platform", "workspace", "account_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    platform: Mapped[str] = mapped_column(String(20))
+    workspace: Mapped[str] = mapped_column(String(200))
+    account_id: Mapped[str] = mapped_column(String(200))
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    person_id: Mapped[str] = mapped_column(ForeignKey("people.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Conversation(Base):
+    __tablename__ = "conversations"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    key: Mapped[str] = mapped_column(String(500), unique=True)
+    platform: Mapped[str] = mapped_column(String(20))
+    binding_id: Mapped[str] = mapped_column(String(100))
+    workspace: Mapped[str] = mapped_column(String(200))
+    channel: Mapped[str] = mapped_column(String(200))
+    thread: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    chat_kind: Mapped[str] = mapped_column(String(10))
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Message(Base):
+    """A turn's text as the person or the agent said it. `role`: user, assistant or notice."""
+
+    __tablename__ = "messages"
+    __table_args__ = (Index(None, "conversation_id", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"))
+    run_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    role: Mapped[str] = mapped_column(String(10))
+    text: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20))
+    person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    account_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    sender_name: Mapped[str] = mapped_column(String(200), default="")
+    platform_message_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Run(Base):
+    """One agent run. Queued runs are the durable queue; parked runs hold their paused state."""
+
+    __tablename__ = "runs"
+    __table_args__ = (Index(None, "conversation_id", "status"), Index(None, "status"))
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(ForeignKey("conversations.id"))
+    binding_id: Mapped[str] = mapped_column(String(100))
+    agent_id: Mapped[str] = mapped_column(String(100))
+    status: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    requester_person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    requester_account: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    requester_name: Mapped[str] = mapped_column(String(200), default="")
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+
+
+class InboundEvent(Base):
+    """The inbound ledger: one row per (binding, platform event id); the unique key dedupes."""
+
+    __tablename__ = "inbound_ledger"
+    __table_args__ = (UniqueConstraint("binding_id", "event_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    binding_id: Mapped[str] = mapped_column(String(100))
+    event_id: Mapped[str] = mapped_column(String(300))
+    received_at: Mapped[datetime] = mapped_column(TS)
+
+
+class Delivery(Base):
+    """One posted platform message of a reply: a draft edited in place, then final."""
+
+    __tablename__ = "deliveries"
+    __table_args__ = (UniqueConstraint("run_id", "seq"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(40))
+    seq: Mapped[int] = mapped_column(Integer)
+    platform_message_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    text: Mapped[str] = mapped_column(Text, default="")
+    final: Mapped[bool] = mapped_column(Boolean, default=False)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class AdapterState(Base):
+    __tablename__ = "adapter_state"
+    binding_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)

@@ -1,0 +1,452 @@
+"""The store's operations, one method per question the core asks.
+
+Each method is one short transaction. The ones that must be atomic together (the inbound
+ledger, the queued run and the user's message) are one method, `ingest`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from ..clock import Clock, new_id
+from .models import Account, AdapterState, Conversation, Delivery, InboundEvent, Message, Person, Run
+
+# Run statuses. `queued` and `running` are live; `parked` waits for a person; the rest are ends.
+QUEUED, RUNNING, PARKED = "queued", "running", "parked"
+FINISHED, FAILED, STOPPED, EXPIRED = "finished", "failed", "stopped", "expired"
+GUARDRAIL_BLOCKED, BUDGET_EXCEEDED = "guardrail_blocked", "budget_exceeded"
+ENDED = frozenset({FINISHED, FAILED, STOPPED, EXPIRED, GUARDRAIL_BLOCKED, BUDGET_EXCEEDED})
+
+
+class Duplicate(Exception):
+    """The inbound ledger already holds this event: a redelivery."""
+
+
+class QueueFull(Exception):
+    """The conversation already has as many queued messages as the limit allows."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationRef:
+    id: str
+    key: str
+    platform: str
+    binding_id: str
+    workspace: str
+    channel: str
+    thread: str | None
+    chat_kind: str
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    person_id: str
+    display_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    conversation: ConversationRef
+    message_id: int
+    run_id: str
+    new_run: bool
+
+
+class Store:
+    def __init__(self, engine: AsyncEngine, clock: Clock | None = None) -> None:
+        self.engine = engine
+        self.clock = clock or Clock()
+        self.sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+    # --- inbound ------------------------------------------------------------------------
+
+    async def seen(self, binding_id: str, event_ids: Sequence[str]) -> bool:
+        """Record event ids in the ledger on their own; True if any was already there.
+
+        Used for events that are not admitted: a redelivery of a refused event is still a
+        redelivery, and the ledger row keeps the refusal from being repeated.
+        """
+        async with self.sessions() as s:
+            try:
+                async with s.begin():
+                    self._ledger(s, binding_id, event_ids)
+            except IntegrityError:
+                return True
+        return False
+
+    def _ledger(self, s: AsyncSession, binding_id: str, event_ids: Sequence[str]) -> None:
+        now = self.clock.now()
+        for event_id in event_ids:
+            s.add(InboundEvent(binding_id=binding_id, event_id=event_id, received_at=now))
+
+    async def ingest(
+        self,
+        *,
+        binding_id: str,
+        event_ids: Sequence[str],
+        conversation: ConversationRef,
+        identity: Identity,
+        account_id: str,
+        text: str,
+        agent_id: str,
+        platform_message_id: str | None,
+        queue_limit: int,
+    ) -> Ingested:
+        """Ledger, conversation, queued run and the user's message, in one transaction.
+
+        Raises Duplicate for a redelivery and QueueFull when the conversation's queue is full
+        (in which case nothing is stored, not even the ledger row, so the person can retry).
+        """
+        now = self.clock.now()
+        async with self.sessions() as s:
+            async with s.begin():
+                self._ledger(s, binding_id, event_ids)
+                try:
+                    await s.flush()
+                except IntegrityError:
+                    raise Duplicate from None
+                conv = await self._conversation(s, conversation, now)
+                queued = await s.scalar(
+                    select(func.count(Message.id)).where(
+                        Message.conversation_id == conv.id, Message.status == QUEUED
+                    )
+                )
+                if (queued or 0) >= queue_limit:
+                    raise QueueFull
+                run = await s.scalar(
+                    select(Run)
+                    .where(Run.conversation_id == conv.id, Run.status == QUEUED)
+                    .order_by(Run.created_at)
+                    .limit(1)
+                )
+                new_run = run is None
+                if run is None:
+                    run = Run(
+                        id=new_id(),
+                        conversation_id=conv.id,
+                        binding_id=binding_id,
+                        agent_id=agent_id,
+                        status=QUEUED,
+                        reason="",
+                        requester_person_id=identity.person_id,
+                        requester_account=account_id,
+                        requester_name=identity.display_name,
+                        requests=0,
+                        input_tokens=0,
+                        output_tokens=0,
+                        created_at=now,
+                    )
+                    s.add(run)
+                msg = Message(
+                    conversation_id=conv.id,
+                    run_id=run.id,
+                    role="user",
+                    text=text,
+                    status=QUEUED,
+                    person_id=identity.person_id,
+                    account_id=account_id,
+                    sender_name=identity.display_name,
+                    platform_message_id=platform_message_id,
+                    created_at=now,
+                )
+                s.add(msg)
+                conv.updated_at = now
+                await s.flush()
+                return Ingested(_ref(conv), msg.id, run.id, new_run)
+
+    async def _conversation(self, s: AsyncSession, ref: ConversationRef, now: datetime) -> Conversation:
+        conv = await s.scalar(select(Conversation).where(Conversation.key == ref.key))
+        if conv is None:
+            conv = Conversation(
+                id=ref.id or new_id(),
+                key=ref.key,
+                platform=ref.platform,
+                binding_id=ref.binding_id,
+                workspace=ref.workspace,
+                channel=ref.channel,
+                thread=ref.thread,
+                chat_kind=ref.chat_kind,
+                created_at=now,
+                updated_at=now,
+            )
+            s.add(conv)
+            await s.flush()
+        return conv
+
+    # --- conversations ------------------------------------------------------------------
+
+    async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
+        async with self.sessions() as s, s.begin():
+            return _ref(await self._conversation(s, ref, self.clock.now()))
+
+    async def conversation_by_key(self, key: str) -> ConversationRef | None:
+        async with self.sessions() as s:
+            conv = await s.scalar(select(Conversation).where(Conversation.key == key))
+            return _ref(conv) if conv else None
+
+    async def conversation(self, conversation_id: str) -> ConversationRef | None:
+        async with self.sessions() as s:
+            conv = await s.get(Conversation, conversation_id)
+            return _ref(conv) if conv else None
+
+    async def messages(self, conversation_id: str) -> list[Message]:
+        async with self.sessions() as s:
+            rows = await s.scalars(
+                select(Message)
+                .where(Message.conversation_id == conversation_id)
+                .order_by(Message.created_at, Message.id)
+            )
+            return list(rows)
+
+    async def add_message(
+        self, conversation_id: str, role: str, text: str, *, run_id: str | None = None, status: str = "final"
+    ) -> int:
+        async with self.sessions() as s, s.begin():
+            msg = Message(
+                conversation_id=conversation_id,
+                run_id=run_id,
+                role=role,
+                text=text,
+                status=status,
+                sender_name="",
+                created_at=self.clock.now(),
+            )
+            s.add(msg)
+            await s.flush()
+            return msg.id
+
+    async def conversations_with_queued_runs(self) -> list[str]:
+        async with self.sessions() as s:
+            rows = await s.scalars(select(Run.conversation_id).where(Run.status == QUEUED).distinct())
+            return list(rows)
+
+    # --- identity -----------------------------------------------------------------------
+
+    async def identify(self, platform: str, workspace: str, account_id: str, display_name: str) -> Identity:
+        """The person behind a platform account; created on first contact."""
+        async with self.sessions() as s:
+            for _ in range(2):  # a concurrent first contact may win the insert; then read theirs
+                account = await s.scalar(
+                    select(Account).where(
+                        Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id
+                    )
+                )
+                if account is not None:
+                    if display_name and account.display_name != display_name:
+                        account.display_name = display_name
+                        await s.commit()
+                    person = await s.get(Person, account.person_id)
+                    return Identity(account.person_id, display_name or (person.display_name if person else ""))
+                now = self.clock.now()
+                person = Person(id=new_id(), display_name=display_name or account_id, created_at=now)
+                try:
+                    s.add(person)
+                    await s.flush()
+                    s.add(
+                        Account(
+                            platform=platform,
+                            workspace=workspace,
+                            account_id=account_id,
+                            display_name=display_name,
+                            person_id=person.id,
+                            created_at=now,
+                        )
+                    )
+                    await s.commit()
+                    return Identity(person.id, person.display_name)
+                except IntegrityError:
+                    await s.rollback()
+            raise RuntimeError("could not resolve account")  # pragma: no cover - two lost races
+
+    async def link_account(self, platform: str, workspace: str, account_id: str, person_id: str) -> None:
+        """Make an account resolve to `person_id` (linked accounts are one person)."""
+        async with self.sessions() as s, s.begin():
+            await s.execute(
+                update(Account)
+                .where(Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id)
+                .values(person_id=person_id)
+            )
+
+    # --- runs ---------------------------------------------------------------------------
+
+    async def claim_next_run(self, conversation_id: str) -> Run | None:
+        """Move the oldest queued run of a conversation to running; None when nothing waits."""
+        async with self.sessions() as s, s.begin():
+            running = await s.scalar(
+                select(func.count(Run.id)).where(Run.conversation_id == conversation_id, Run.status == RUNNING)
+            )
+            if running:
+                return None
+            run = await s.scalar(
+                select(Run)
+                .where(Run.conversation_id == conversation_id, Run.status == QUEUED)
+                .order_by(Run.created_at, Run.id)
+                .limit(1)
+            )
+            if run is None:
+                return None
+            result = await s.execute(
+                update(Run)
+                .where(Run.id == run.id, Run.status == QUEUED)
+                .values(status=RUNNING, started_at=self.clock.now())
+            )
+            if result.rowcount != 1:
+                return None
+            # Messages that joined this run stop counting against the queue once it starts.
+            await s.execute(
+                update(Message).where(Message.run_id == run.id, Message.status == QUEUED).values(status="processing")
+            )
+            run.status = RUNNING
+            return run
+
+    async def run(self, run_id: str) -> Run | None:
+        async with self.sessions() as s:
+            return await s.get(Run, run_id)
+
+    async def run_prompt(self, run_id: str) -> list[Message]:
+        async with self.sessions() as s:
+            rows = await s.scalars(
+                select(Message).where(Message.run_id == run_id, Message.role == "user").order_by(Message.id)
+            )
+            return list(rows)
+
+    async def history(self, conversation_id: str, before_run: str) -> list[Message]:
+        """User and assistant text of earlier turns, in order: what the model is reminded of."""
+        async with self.sessions() as s:
+            rows = await s.scalars(
+                select(Message)
+                .where(
+                    Message.conversation_id == conversation_id,
+                    Message.role.in_(("user", "assistant")),
+                    Message.status.in_(("processed", "final")),
+                    Message.run_id != before_run,
+                )
+                .order_by(Message.created_at, Message.id)
+            )
+            return list(rows)
+
+    async def end_run(
+        self,
+        run_id: str,
+        status: str,
+        *,
+        reason: str = "",
+        usage: tuple[int, int, int] | None = None,
+        state: str | None = None,
+        reply: str | None = None,
+    ) -> None:
+        """Record a run's outcome, its reply text and usage; the user's messages become history."""
+        now = self.clock.now()
+        async with self.sessions() as s, s.begin():
+            run = await s.get(Run, run_id)
+            if run is None:
+                return
+            run.status = status
+            run.reason = reason
+            run.state = state
+            if usage is not None:
+                run.requests, run.input_tokens, run.output_tokens = usage
+            if status != PARKED:
+                run.finished_at = now
+            await s.execute(
+                update(Message)
+                .where(Message.run_id == run_id, Message.role == "user", Message.status.in_((QUEUED, "processing")))
+                .values(status="processed")
+            )
+            if reply:
+                s.add(
+                    Message(
+                        conversation_id=run.conversation_id,
+                        run_id=run_id,
+                        role="assistant",
+                        text=reply,
+                        status="final" if status in (FINISHED, PARKED) else status,
+                        sender_name="",
+                        # Dated from when the answer began streaming, so it sorts right after
+                        # the turn it answers even if more messages arrived meanwhile.
+                        created_at=run.started_at or now,
+                    )
+                )
+
+    async def resume_run(self, run_id: str) -> str | None:
+        """Move a parked run back to running, once; returns its paused state, or None if not parked."""
+        async with self.sessions() as s, s.begin():
+            result = await s.execute(
+                update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=RUNNING)
+            )
+            if result.rowcount != 1:
+                return None
+            run = await s.get(Run, run_id)
+            return run.state if run else None
+
+    async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
+        async with self.sessions() as s:
+            return list(await s.scalars(select(Run).where(Run.status.in_(statuses)).order_by(Run.created_at)))
+
+    async def requeue_interrupted(self) -> int:
+        """At start-up: runs left `running` by a process that died go back to the queue."""
+        async with self.sessions() as s, s.begin():
+            result = await s.execute(update(Run).where(Run.status == RUNNING).values(status=QUEUED))
+            await s.execute(update(Message).where(Message.status == "processing").values(status=QUEUED))
+            return result.rowcount or 0
+
+    # --- deliveries ---------------------------------------------------------------------
+
+    async def save_delivery(self, run_id: str, seq: int, platform_message_id: str | None, text: str, final: bool) -> None:
+        async with self.sessions() as s, s.begin():
+            row = await s.scalar(select(Delivery).where(Delivery.run_id == run_id, Delivery.seq == seq))
+            if row is None:
+                s.add(
+                    Delivery(
+                        run_id=run_id,
+                        seq=seq,
+                        platform_message_id=platform_message_id,
+                        text=text,
+                        final=final,
+                        updated_at=self.clock.now(),
+                    )
+                )
+            else:
+                row.platform_message_id = platform_message_id or row.platform_message_id
+                row.text, row.final, row.updated_at = text, final, self.clock.now()
+
+    async def deliveries(self, run_id: str) -> list[Delivery]:
+        async with self.sessions() as s:
+            return list(await s.scalars(select(Delivery).where(Delivery.run_id == run_id).order_by(Delivery.seq)))
+
+    # --- adapter state ------------------------------------------------------------------
+
+    async def get_state(self, binding_id: str, key: str) -> str | None:
+        async with self.sessions() as s:
+            row = await s.get(AdapterState, (binding_id, key))
+            return row.value if row else None
+
+    async def set_state(self, binding_id: str, key: str, value: str) -> None:
+        async with self.sessions() as s, s.begin():
+            row = await s.get(AdapterState, (binding_id, key))
+            if row is None:
+                s.add(AdapterState(binding_id=binding_id, key=key, value=value))
+            else:
+                row.value = value
+
+
+def _ref(conv: Conversation) -> ConversationRef:
+    return ConversationRef(
+        id=conv.id,
+        key=conv.key,
+        platform=conv.platform,
+        binding_id=conv.binding_id,
+        workspace=conv.workspace,
+        channel=conv.channel,
+        thread=conv.thread,
+        chat_kind=conv.chat_kind,
+    )

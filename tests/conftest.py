@@ -1,0 +1,95 @@
+"""Shared test helpers: a config directory on disk, a gateway started in-process, polling.
+
+Tests talk to a real daemon (real SQLite file, real HTTP on an ephemeral loopback port);
+models are pydantic-ai FunctionModels registered by name (`gateway.llm.register_model`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import io
+
+import pytest
+from ruamel.yaml import YAML
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bindings.loader import load_config  # noqa: E402
+from gateway.clock import Clock  # noqa: E402
+from gateway.daemon import Gateway  # noqa: E402
+
+T = TypeVar("T")
+
+def dump_yaml(data: Any) -> str:
+    out = io.StringIO()
+    YAML(typ="safe", pure=True).dump(data, out)
+    return out.getvalue()
+
+
+DEFAULT_AGENT = {"name": "Test agent", "model": "demo", "instructions": "You are a test agent."}
+
+
+def write_config(
+    directory: Path,
+    *,
+    agents: dict[str, dict[str, Any]] | None = None,
+    bindings: dict[str, dict[str, Any]] | None = None,
+    gateway: dict[str, Any] | None = None,
+) -> Path:
+    """Write a config directory. The database defaults to a SQLite file inside it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    gw = {"database": {"url": f"sqlite+aiosqlite:///{directory / 'gateway.db'}"}, "http": {"listen": "127.0.0.1:0"}}
+    for key, value in (gateway or {}).items():
+        gw[key] = {**gw.get(key, {}), **value} if isinstance(value, dict) else value
+    (directory / "gateway.yaml").write_text(dump_yaml(gw))
+    (directory / "agents").mkdir(exist_ok=True)
+    (directory / "bindings").mkdir(exist_ok=True)
+    for agent_id, spec in (agents or {"assistant": DEFAULT_AGENT}).items():
+        (directory / "agents" / f"{agent_id}.yaml").write_text(dump_yaml(spec))
+    for binding_id, spec in (bindings or {"web": {"platform": "web", "agent": "assistant"}}).items():
+        (directory / "bindings" / f"{binding_id}.yaml").write_text(dump_yaml(spec))
+    return directory
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> AsyncIterator[Gateway]:
+    """A gateway started on `config_dir` (re-read every time, so a restart sees edits)."""
+    from gateway import extensions
+
+    extensions.register_checks()
+    gateway = Gateway(load_config(config_dir), clock=clock)
+    await gateway.start()
+    try:
+        yield gateway
+    finally:
+        await gateway.stop()
+
+
+async def wait_for(
+    predicate: Callable[[], Awaitable[T] | T], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Poll until `predicate` returns something truthy; fail the test after `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value) or isinstance(value, Awaitable):
+            value = await value  # type: ignore[misc]
+        if value:
+            return value  # type: ignore[return-value]
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        await asyncio.sleep(interval)
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    return write_config(tmp_path / "config")

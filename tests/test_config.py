@@ -1,0 +1,104 @@
+"""Config validation: every problem names its file, line, column and field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bindings.loader import ConfigError, load_config
+
+from .conftest import ROOT, write_config
+
+
+def _problems(directory: Path) -> list[str]:
+    with pytest.raises(ConfigError) as e:
+        load_config(directory)
+    return [str(p) for p in e.value.problems if not p.warning]
+
+
+def test_shipped_config_is_valid() -> None:
+    config = load_config(ROOT / "config")
+    assert "assistant" in config.agents and "web" in config.bindings
+    assert config.warnings == []
+
+
+def test_unknown_field_points_at_its_line(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    (cfg / "agents" / "assistant.yaml").write_text("name: A\nmodel: demo\nlimits:\n  model_requets: 3\n")
+    assert _problems(cfg) == [f"{cfg}/agents/assistant.yaml:4:3: limits.model_requets: unknown setting "
+                              "(check the spelling; `agent-gateway schema` lists every setting)"]
+
+
+def test_out_of_range_value(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    (cfg / "gateway.yaml").write_text("limits:\n  concurrent_runs: 0\n")
+    [problem] = _problems(cfg)
+    assert problem.startswith(f"{cfg}/gateway.yaml:2:3: limits.concurrent_runs: ")
+    assert "greater than or equal to 1" in problem
+
+
+def test_every_problem_reported_at_once(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    (cfg / "bindings" / "web.yaml").write_text("platform: web\nagent: nobody\n")
+    (cfg / "bindings" / "slack.yaml").write_text("platform: slack\nagent: assistant\nslack:\n  bot_token: env:X\n  mode: socket\n")
+    (cfg / "agents" / "broken.yaml").write_text("name: [unclosed\n")
+    problems = _problems(cfg)
+    assert any(p.startswith(f"{cfg}/bindings/web.yaml:2:1: agent: no agent 'nobody'") for p in problems)
+    assert any(p.startswith(f"{cfg}/bindings/slack.yaml:3:1: slack: ") and "app_token" in p for p in problems)
+    assert any(p.startswith(f"{cfg}/agents/broken.yaml:") and "not valid YAML" in p for p in problems)
+
+
+def test_channel_tools_refused_in_agent(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    (cfg / "agents" / "assistant.yaml").write_text("name: A\nchannel_tools:\n  tools: [get_channel_info]\n")
+    [problem] = _problems(cfg)
+    assert problem.startswith(f"{cfg}/agents/assistant.yaml:2:1: channel_tools: channel_tools belongs to a binding")
+
+
+def test_literal_secret_is_a_warning(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, bindings={
+        "web": {"platform": "web", "agent": "assistant"},
+        "tg": {"platform": "telegram", "agent": "assistant", "telegram": {"token": "123:abc"}},
+    })
+    config = load_config(cfg)
+    [warning] = config.warnings
+    assert str(warning).startswith(f"{cfg}/bindings/tg.yaml:")
+    assert "telegram.token" in str(warning) and "literal secret" in str(warning)
+    assert "123:abc" not in str(warning)
+
+
+def test_id_must_match_file_name(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    (cfg / "agents" / "assistant.yaml").write_text("id: other\nname: A\n")
+    [problem] = _problems(cfg)
+    assert problem.startswith(f"{cfg}/agents/assistant.yaml:1:1: id: id 'other' must match the file name")
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_check_command_exit_codes(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    ok = _cli("check", "--config", str(cfg))
+    assert ok.returncode == 0 and "ok" in ok.stdout
+    (cfg / "gateway.yaml").write_text("http:\n  listen: nowhere\n")
+    bad = _cli("check", "--config", str(cfg))
+    assert bad.returncode == 1
+    assert f"{cfg}/gateway.yaml:2:3: http.listen: expected host:port" in bad.stderr
+    run = _cli("run", "--config", str(cfg))
+    assert run.returncode == 1
+    assert f"{cfg}/gateway.yaml:2:3: http.listen: expected host:port" in run.stderr
+
+
+def test_schema_command_prints_json_schema() -> None:
+    import json
+
+    out = _cli("schema", "binding")
+    assert out.returncode == 0
+    schema = json.loads(out.stdout)
+    assert "platform" in schema["properties"] and schema["additionalProperties"] is False
