@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +25,6 @@ from telegram import Bot, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import Forbidden, NetworkError, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
-from telegram.warnings import PTBUserWarning
 
 from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
 from bindings.models import BindingSpec, TelegramSection
@@ -46,10 +44,6 @@ from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
 from .normalize import BotIdentity, ButtonClick, normalize_update
 from .render import html_to_plain, markdown_to_html
-
-# getUpdates goes through `do_api_request` so each update is parsed on its own (one malformed
-# update is dropped instead of failing the whole batch); PTB warns that `get_updates` exists.
-warnings.filterwarnings("ignore", message=r"Please use 'Bot\.get_?[uU]pdates'", category=PTBUserWarning)
 
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
 # Connections for sends and edits. Measured against the fake (tests/adapters/telegram/
@@ -77,7 +71,7 @@ class TelegramAdapter:
         self._public_url = context.gateway.http.public_url
         self._log = context.log.getChild(f"telegram.{binding.id}")
         self._health = HealthState()
-        self._bot: Bot | None = None
+        self._bot: _Bot | None = None
         self._me: BotIdentity | None = None
         self._dispatcher: Dispatcher | None = None
         self._task: asyncio.Task[None] | None = None
@@ -100,7 +94,7 @@ class TelegramAdapter:
         # httpx logs every request URL, and setWebhook's parameters hold the webhook secret.
         self._redactor = _Redact([token.reveal()] + ([self._webhook_secret.reveal()] if self._webhook_secret else []))
         self._redactor.install()
-        self._bot = Bot(
+        self._bot = _Bot(
             token.reveal(),
             base_url=self._section.api_url,
             request=HTTPXRequest(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
@@ -160,7 +154,7 @@ class TelegramAdapter:
 
     # --- receiving ---------------------------------------------------------------------
 
-    async def _poll(self, bot: Bot) -> None:
+    async def _poll(self, bot: _Bot) -> None:
         """Long-poll getUpdates; the offset advances only past updates the core has taken."""
         dispatcher = self._require_dispatcher()
         assert self._me is not None
@@ -171,17 +165,12 @@ class TelegramAdapter:
         try:
             while True:
                 try:
-                    batch = await bot.do_api_request(
-                        "getUpdates",
-                        api_kwargs={"offset": offset or None, "timeout": POLL_TIMEOUT,
-                                    "allowed_updates": list(ALLOWED_UPDATES)},
-                        read_timeout=POLL_TIMEOUT + 10.0,
-                    )
+                    batch = await bot.get_updates_raw(offset or None)
                 except RetryAfter as e:  # honoured here, without tearing the connection down
                     self._log.warning("getUpdates rate limited: waiting %.0fs", retry_after_seconds(e))
                     await asyncio.sleep(retry_after_seconds(e))
                     continue
-                for raw in batch if isinstance(batch, list) else []:
+                for raw in batch:
                     update_id = raw.get("update_id") if isinstance(raw, dict) else None
                     if not isinstance(update_id, int):
                         self._log.warning("dropping an update without an update_id")
@@ -373,7 +362,7 @@ class TelegramAdapter:
 
     # --- helpers -------------------------------------------------------------------------
 
-    def _require_bot(self) -> Bot:
+    def _require_bot(self) -> _Bot:
         if self._bot is None:
             raise PlatformError("the Telegram adapter is not started")
         return self._bot
@@ -382,6 +371,20 @@ class TelegramAdapter:
         if self._dispatcher is None:
             raise PlatformError("the Telegram adapter is not started")
         return self._dispatcher
+
+
+class _Bot(Bot):
+    """`Bot` with getUpdates returning raw JSON: each update is then parsed on its own, so one
+    malformed update is dropped instead of failing (and endlessly refetching) its whole batch.
+
+    `Bot.get_updates` parses the batch at once and `do_api_request` warns for known methods;
+    `_post` is what both use underneath (python-telegram-bot is pinned to 22.8).
+    """
+
+    async def get_updates_raw(self, offset: int | None) -> list[Any]:
+        data = {"offset": offset, "timeout": POLL_TIMEOUT, "allowed_updates": list(ALLOWED_UPDATES)}
+        result = await self._post("getUpdates", data, read_timeout=POLL_TIMEOUT + 10.0)
+        return result if isinstance(result, list) else []
 
 
 class _SubmitFailed(Exception):

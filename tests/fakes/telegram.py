@@ -310,10 +310,12 @@ class FakeTelegram:
         self._notify()
         return update_id
 
-    def push_raw(self, update: JSON) -> None:
-        """Queue an update exactly as given (to test malformed input)."""
-        self._updates.append(update)
+    def push_raw(self, payload: JSON, *, numbered: bool = True) -> int | None:
+        """Queue an update as given (to test malformed input), numbered in sequence unless told not to."""
+        update_id = next(self._update_ids) if numbered else None
+        self._updates.append({"update_id": update_id, **payload} if numbered else payload)
         self._notify()
+        return update_id
 
     def push_message(self, chat_id: int, sender: JSON, text: str, *, entities: list[JSON] | None = None,
                      thread_id: int | None = None, reply_to: ChatMessage | None = None,
@@ -539,7 +541,8 @@ class FakeTelegram:
         chat = self._chat(p["chat_id"])
         info = {**chat.as_chat(), "accent_color_id": 0, "max_reaction_count": 11,
                 "accepted_gift_types": {"unlimited_gifts": False, "limited_gifts": False,
-                                        "unique_gifts": False, "premium_subscription": False}}
+                                        "unique_gifts": False, "premium_subscription": False,
+                                        "gifts_from_channels": False}}
         if chat.description is not None:
             info["description"] = chat.description
         return info
