@@ -97,14 +97,17 @@ async def reconnect_forever(
     while True:
         try:
             await connect_once()
-            health.down("disconnected")
+            reason = "disconnected"
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a dropped connection is routine: log it and try again
-            health.down(f"{type(e).__name__}: {e}")
+            reason = f"{type(e).__name__}: {e}"
             log.warning("connection lost: %s", e)
-        if health.get().since and (_now() - health.get().since).total_seconds() > 30:
+        # A connection that stayed up a while earns a fast reconnect; read before down() resets `since`.
+        before = health.get()
+        if before.connected and before.since and (_now() - before.since).total_seconds() > 30:
             backoff.reset()
+        health.down(reason)
         await sleep(backoff.next_delay())
 
 

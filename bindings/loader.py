@@ -7,6 +7,7 @@ pointed at the line to fix rather than at a traceback.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,11 @@ def load_config(directory: Path | str) -> LoadedConfig:
         if src:
             sources["gateway"] = src
             gateway = _validate(GatewayConfig, src, problems) or gateway
+            for i, module in enumerate(gateway.plugins):
+                try:
+                    importlib.import_module(module)
+                except Exception as e:  # an admin's module: report it like any other config mistake
+                    problems.append(src.problem(("plugins", i), f"cannot import {module!r}: {type(e).__name__}: {e}"))
 
     agents: dict[str, AgentSpec] = {}
     bindings: dict[str, BindingSpec] = {}

@@ -72,6 +72,9 @@ class LimitsConfig(Strict):
     queued_messages_per_conversation: int = Field(
         default=20, ge=1, le=10_000, description="Messages waiting behind a run before the sender hears 'busy'"
     )
+    shutdown_grace_seconds: float = Field(
+        default=30, ge=0, le=3600, description="On SIGTERM, how long runs in flight may take to finish"
+    )
 
 
 class LoggingConfig(Strict):
@@ -85,6 +88,10 @@ class GatewayConfig(Strict):
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()
     logging: LoggingConfig = LoggingConfig()
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="Python modules imported at start-up; they register capabilities or models of your own",
+    )
 
 
 # --- agents/<id>.yaml ---------------------------------------------------------------------
@@ -181,11 +188,22 @@ class WebSection(Strict):
 
 
 class SlackSection(Strict):
-    bot_token: SecretRef
-    app_token: SecretRef | None = None
-    signing_secret: SecretRef | None = None
-    mode: Literal["socket", "http"] = "socket"
-    api_url: str = "https://slack.com/api/"
+    bot_token: SecretRef = Field(description="The bot token (xoxb-…), as a reference: env:NAME, file:/path, credential:NAME")
+    app_token: SecretRef | None = Field(default=None, description="App-level token (xapp-…, connections:write); Socket Mode")
+    signing_secret: SecretRef | None = Field(default=None, description="The app's signing secret; HTTP mode")
+    mode: Literal["socket", "http"] = Field(
+        default="socket", description="socket: dial out over Socket Mode; http: Slack POSTs to /slack/events/<binding id>"
+    )
+    api_url: str = Field(
+        default="https://slack.com/api/", description="Web API base (GovSlack: https://slack-gov.com/api/, proxies, tests)"
+    )
+
+    @field_validator("api_url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("https://", "http://")):
+            raise ValueError("expected an http(s) URL such as https://slack.com/api/")
+        return v if v.endswith("/") else v + "/"
 
     @model_validator(mode="after")
     def _mode_needs_secret(self) -> SlackSection:
@@ -210,9 +228,18 @@ class TelegramSection(Strict):
 
 
 class MattermostSection(Strict):
-    url: str
-    token: SecretRef
-    teams: list[str] = Field(default_factory=list, description="Only answer in these teams (names or ids)")
+    url: str = Field(description="The server's base URL, e.g. https://chat.example.com (no /api/v4)")
+    token: SecretRef = Field(description="The bot account's access token, e.g. env:MATTERMOST_BOT_TOKEN")
+    teams: list[str] = Field(
+        default_factory=list, description="Only answer in these teams' channels (names or ids); DMs are not in a team"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://")):
+            raise ValueError("expected the server's http:// or https:// base URL, e.g. https://chat.example.com")
+        return v.rstrip("/").removesuffix("/api/v4")
 
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")

@@ -83,15 +83,47 @@ def cmd_run(args: argparse.Namespace) -> int:
         except StartupError as e:
             log.error("cannot start: %s", e)
             return 1
+        reloads: list[asyncio.Task[object]] = []
+        loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(gateway.reload_from_disk())))
         print(f"agent-gateway: web chat on {gateway.url}/", flush=True)
+        ready = loop.create_task(gateway.announce_ready())
         try:
             await stop.wait()
         finally:
             log.info("stopping")
-            await gateway.stop()
+            ready.cancel()
+            for task in reloads:
+                task.cancel()
+            await gateway.stop(grace=config.gateway.limits.shutdown_grace_seconds)
         return 0
 
     return asyncio.run(main())
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """Ask the running daemon to re-read its config (the same as SIGHUP), and say what happened."""
+    config = _load(args)
+    if config is None:
+        return 1
+    import urllib.error
+    import urllib.request
+
+    http_cfg = config.gateway.http
+    host = "127.0.0.1" if http_cfg.host in ("0.0.0.0", "::", "") else http_cfg.host
+    request = urllib.request.Request(f"http://{host}:{http_cfg.port}/api/v1/admin/reload", method="POST")
+    if http_cfg.api_token is not None:
+        request.add_header("Authorization", f"Bearer {http_cfg.api_token.resolve().reveal()}")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            print(f"reloaded {_config_dir(args)}")
+            return 0 if response.status == 200 else 1
+    except urllib.error.HTTPError as e:
+        for problem in json.loads(e.read() or b"{}").get("problems", []):
+            print(problem, file=sys.stderr)
+        print(f"reload refused (HTTP {e.code}); the daemon keeps its last good config", file=sys.stderr)
+    except OSError as e:
+        print(f"cannot reach the daemon at {host}:{http_cfg.port}: {e}", file=sys.stderr)
+    return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, fn, help in (
         ("run", cmd_run, "run the daemon"),
         ("check", cmd_check, "validate the config directory and print every problem"),
+        ("reload", cmd_reload, "ask the running daemon to re-read its config (like SIGHUP)"),
     ):
         add(name, fn, help).add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
     add("schema", cmd_schema, "print the JSON Schema of config files").add_argument(

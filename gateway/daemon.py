@@ -11,16 +11,19 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from adapters.base import AdapterContext, create_adapter
-from bindings.loader import LoadedConfig
+from bindings.loader import ConfigError, LoadedConfig, load_config
+from bindings.models import BindingSpec
 
 from . import http
 from .admission import admit
 from .clock import Clock
+from .commands import APPROVALS_HELP, parse_command
 from .conversations import Scheduler
 from .events import EventBus
 from .messages import InboundMessage, conversation_key, reply_thread
@@ -28,9 +31,15 @@ from .metrics import Metrics
 from .runner import Runner
 from .store import repo
 from .store.engine import create_engine, migrate
+from .systemd import Notifier
 from .surface import Adapter, Decision, DecisionOutcome, ReplyTarget, Sender, SubmitResult
 
+if TYPE_CHECKING:
+    from .approvals import Approvals
+
 log = logging.getLogger("gateway")
+
+SWEEP_EVERY = 20.0  # well inside the run lease, so a live replica never loses its runs
 
 
 class StartupError(Exception):
@@ -51,9 +60,15 @@ class Gateway:
         self.store: repo.Store
         self.scheduler: Scheduler
         self.extensions: list[Any] = []  # approvals, capabilities: objects with optional start/stop
+        self.approvals: Approvals | None = None
+        self.conversation_extras: Callable[[str], Awaitable[dict[str, Any]]] | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._accepting = False
+        self._sweeper: asyncio.Task[None] | None = None
+        self.notifier = Notifier()
+        self._key_locks = KeyedLocks()
+        self.routes = http.AdapterRoutes()
         self.port = 0
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -79,9 +94,7 @@ class Gateway:
             from . import extensions
 
             extensions.install(self)
-            for binding_id, binding in self.config.bindings.items():
-                if binding.enabled:
-                    self.adapters[binding_id] = create_adapter(binding, AdapterContext(self.config.gateway))
+            self.adapters = {b.id: self._adapter_for(b) for b in self.config.bindings.values() if b.enabled}
             app = http.build_app(self)
             self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
             await self._runner.setup()
@@ -94,32 +107,130 @@ class Gateway:
             for ext in self.extensions:
                 if hasattr(ext, "start"):
                     await ext.start()
-            for binding_id, adapter in self.adapters.items():
+            for adapter in self.adapters.values():
                 await adapter.start(self)
             self._accepting = True
-            interrupted = await self.store.requeue_interrupted()
-            if interrupted:
-                log.info("requeued %d runs interrupted by the last stop", interrupted)
-            for conversation_id in await self.store.conversations_with_queued_runs():
-                self.scheduler.wake(conversation_id)
+            await self.sweep(at_start=True)
+            self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway:sweep")
         except BaseException:
             await self.stop()
             raise
         log.info("gateway listening on http://%s:%d/", host, self.port)
+        self.notifier.start_watchdog()
+
+    async def wait_connected(self, timeout: float) -> list[str]:
+        """Wait until every binding is connected, or `timeout`; returns the ones that are not."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            down = [b for b, a in self.adapters.items() if not a.health().connected]
+            if not down or loop.time() >= deadline:
+                return down
+            await asyncio.sleep(0.1)
+
+    async def announce_ready(self, timeout: float = 15.0) -> None:
+        """READY=1 once bindings have connected or `timeout` passed, naming any that did not."""
+        down = await self.wait_connected(timeout)
+        status = f"not connected: {', '.join(down)}" if down else f"serving {len(self.adapters)} bindings"
+        if down:
+            log.warning("bindings not connected after %.0fs: %s", timeout, ", ".join(down))
+        self.notifier.ready(status)
+
+    def _adapter_for(self, binding: BindingSpec) -> Adapter:
+        return create_adapter(binding, AdapterContext(self.config.gateway))
+
+    # --- reload -------------------------------------------------------------------------
+
+    async def reload_from_disk(self) -> tuple[bool, list[str]]:
+        """Re-read the config directory; on problems keep the last good config and log each one."""
+        from . import extensions
+
+        extensions.register_checks()
+        self.notifier.reloading()
+        try:
+            try:
+                config = load_config(self.config.directory)
+            except ConfigError as e:
+                problems = [str(p) for p in e.problems if not p.warning]
+                for problem in problems:
+                    log.error("reload refused: %s", problem)
+                return False, problems
+            changed = await self.apply(config)
+            log.info("reloaded: %s", ", ".join(changed) if changed else "no binding changed")
+            return True, []
+        finally:
+            self.notifier.ready(f"serving {len(self.adapters)} bindings")
+
+    async def apply(self, config: LoadedConfig) -> list[str]:
+        """Swap to `config`: only bindings whose settings changed reconnect; runs in flight keep
+        the config they started with (their Turn holds it)."""
+        old = self.config
+        for key in ("database", "http"):
+            if getattr(old.gateway, key) != getattr(config.gateway, key):
+                log.warning("gateway.yaml %s changed: it takes effect at the next restart", key)
+        wanted = {b.id: b for b in config.bindings.values() if b.enabled}
+        changed = [b for b in sorted(set(wanted) | set(self.adapters)) if old.bindings.get(b) != wanted.get(b)]
+        replacements: dict[str, Adapter] = {}
+        for binding_id in changed:
+            if binding_id in wanted:
+                replacements[binding_id] = create_adapter(wanted[binding_id], AdapterContext(config.gateway))
+        for binding_id in changed:
+            previous = self.adapters.pop(binding_id, None)
+            if previous is not None:
+                try:
+                    await previous.stop()
+                except Exception:
+                    log.exception("stopping adapter %s", binding_id)
+        self.config = config
+        for binding_id, adapter in replacements.items():
+            self.adapters[binding_id] = adapter
+            await adapter.start(self)
+        self.routes.rebuild(self.adapters.values())
+        return changed
+
+    async def sweep(self, *, at_start: bool = False) -> None:
+        """Requeue runs whose replica died, keep our leases, and wake conversations with work waiting.
+
+        At start-up this picks up the queue the last process left; afterwards it is the safety
+        net for work another replica queued or left behind.
+        """
+        await self.store.renew_leases(list(self.runner.running_ids))
+        interrupted = await self.store.requeue_interrupted(at_start=at_start)
+        if interrupted:
+            log.info("requeued runs interrupted in %d conversations", len(interrupted))
+        for conversation_id in await self.store.conversations_with_queued_runs():
+            self.scheduler.wake(conversation_id)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("sweep failed")
 
     async def stop(self, grace: float = 10.0) -> None:
-        self._accepting = False
-        for binding_id, adapter in list(self.adapters.items()):
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("stopping adapter %s", binding_id)
+        """Finish what is in flight, then close. Messages that arrive meanwhile are still recorded
+        (and so acknowledged) and wait in the store for the next start."""
+        self.notifier.stopping()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         if hasattr(self, "scheduler"):
             if not await self.scheduler.drain(grace):
                 stopped = self.runner.cancel_all()
                 log.info("asked %d runs to stop after the %.0fs grace period", stopped, grace)
                 await self.scheduler.drain(5.0)
             await self.scheduler.cancel()
+        # Adapters stop after the runs, so a run finishing in the grace period can still post.
+        self._accepting = False
+        for binding_id, adapter in list(self.adapters.items()):
+            try:
+                await adapter.stop()
+            except Exception:
+                log.exception("stopping adapter %s", binding_id)
         for ext in reversed(self.extensions):
             if hasattr(ext, "stop"):
                 with contextlib.suppress(Exception):
@@ -127,6 +238,7 @@ class Gateway:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        await self.notifier.stop_watchdog()
         if hasattr(self, "store"):
             await self.store.close()
 
@@ -139,11 +251,17 @@ class Gateway:
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
         binding = self.config.bindings.get(message.binding_id)
-        platform = message.platform
         if binding is None or not self._accepting:
             return SubmitResult(False, reason="not accepting messages")
-        event_id = f"{platform}:{message.event_id}"
         key = conversation_key(message)
+        # One message of a conversation at a time: a thread reply that arrives while its root
+        # mention is being recorded must see the conversation the mention creates.
+        async with self._key_locks.hold(key):
+            return await self._submit(binding, message, key)
+
+    async def _submit(self, binding: BindingSpec, message: InboundMessage, key: str) -> SubmitResult:
+        platform = message.platform
+        event_id = f"{platform}:{message.event_id}"
         existing = await self.store.conversation_by_key(key)
         # Only a thread counts as "the bot is part of it"; a whole group chat does not.
         in_conversation = existing is not None and message.thread is not None
@@ -157,6 +275,9 @@ class Gateway:
         identity = await self.store.identify(
             platform, message.workspace, message.sender.account_id, message.sender.display_name
         )
+        command = parse_command(message.text)
+        if command is not None and command.name == "approvals" and self.approvals is not None:
+            return await self._approvals_command(message, command.args, key, existing)
         event_ids = [event_id] + ([f"{platform}:same:{message.dedupe_key}"] if message.dedupe_key else [])
         ref = repo.ConversationRef(
             id=existing.id if existing else "",
@@ -196,6 +317,31 @@ class Gateway:
             message_id=str(ingested.message_id),
             run_id=ingested.run_id,
         )
+
+    async def _approvals_command(
+        self, message: InboundMessage, args: list[str], key: str, existing: repo.ConversationRef | None
+    ) -> SubmitResult:
+        assert self.approvals is not None
+        if await self.store.seen(message.binding_id, [f"{message.platform}:{message.event_id}"]):
+            return SubmitResult(False, duplicate=True, reason="duplicate")
+        conv = existing or await self.store.create_conversation(
+            repo.ConversationRef("", key, message.platform, message.binding_id, message.workspace, message.channel,
+                                 reply_thread(message), message.chat_kind.value)
+        )
+        who = message.sender.display_name or message.sender.account_id
+        switch = {"on": True, "off": False}.get(args[1]) if len(args) == 2 else None
+        if len(args) == 2 and args[0] in ("auto", "all") and switch is not None:
+            await self.approvals.set_mode(conv.id, who=who, approve_all=switch)
+        elif len(args) == 2 and args[0] in ("ask", "every") and switch is not None:
+            await self.approvals.set_mode(conv.id, who=who, ask_every_tool=switch)
+        else:
+            modes = await self.approvals.modes(conv.id)
+            state = (
+                "approve all is on" if modes.approve_all else "ask for every tool is on" if modes.ask_every_tool
+                else "the agent's normal policy applies"
+            )
+            await self.approvals.notice(conv.id, f"Here, {state}. {APPROVALS_HELP}")
+        return SubmitResult(False, reason="command", conversation_id=conv.id)
 
     async def _tell_busy(self, message: InboundMessage, ref: repo.ConversationRef) -> None:
         adapter = self.adapters.get(message.binding_id)
@@ -248,6 +394,27 @@ class Gateway:
         return {"ready": ready, "database": database, "bindings": bindings}
 
 
+class KeyedLocks:
+    """An asyncio lock per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
 def _with_attachments(message: InboundMessage) -> str:
     if not message.attachments:
         return message.text
@@ -272,7 +439,3 @@ def _check_listen(listen: str, config: LoadedConfig) -> None:
             "set http.api_token (e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1"
         )
 
-
-async def run_until_signalled(gateway: Gateway, stop: asyncio.Event) -> None:
-    async with gateway:
-        await stop.wait()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .clock import Clock
@@ -56,8 +57,23 @@ class _Posted:
 class ReplyStream:
     """Streams one run's answer into one conversation through an adapter."""
 
-    def __init__(self, adapter: Adapter, target: ReplyTarget, store: Store, run_id: str, clock: Clock) -> None:
+    def __init__(
+        self,
+        adapter: Adapter,
+        target: ReplyTarget,
+        store: Store,
+        run_id: str,
+        clock: Clock,
+        *,
+        segment: bool = False,
+        on_platform_error: Callable[[str], None] = lambda kind: None,
+    ) -> None:
+        """`segment`: this run already posted messages (before an approval card); continue in
+        new ones below instead of editing those."""
         self.adapter, self.target, self.store, self.run_id, self.clock = adapter, target, store, run_id, clock
+        self._segment = segment
+        self._on_platform_error = on_platform_error
+        self._base = 0
         self.text = ""
         self._posted: list[_Posted] = []
         self._last_flush = float("-inf")
@@ -67,8 +83,11 @@ class ReplyStream:
     async def _load(self) -> None:
         if not self._loaded:
             self._loaded = True
-            for row in await self.store.deliveries(self.run_id):
-                self._posted.append(_Posted(row.platform_message_id, row.text))
+            rows = await self.store.deliveries(self.run_id)
+            if self._segment:
+                self._base = len(rows)
+            else:
+                self._posted = [_Posted(row.platform_message_id, row.text) for row in rows]
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars
@@ -110,7 +129,9 @@ class ReplyStream:
             ok = await self._show(seq, piece, must=final)
             if not ok:
                 return  # rate limited during a draft: skip, the next flush or the final catches up
-            await self.store.save_delivery(self.run_id, seq, self._posted[seq].message_id, piece, piece_final)
+            await self.store.save_delivery(
+                self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final
+            )
 
     async def _show(self, seq: int, text: str, *, must: bool) -> bool:
         for attempt in range(FINAL_ATTEMPTS if must else 1):
@@ -127,6 +148,7 @@ class ReplyStream:
                         self._posted.append(_Posted(message_id, text))
                 return True
             except RateLimited as e:
+                self._on_platform_error("rate_limited")
                 wait = min(e.retry_after, MAX_WAIT)
                 self._blocked_until = self.clock.monotonic() + wait
                 if not must:
@@ -134,6 +156,7 @@ class ReplyStream:
                 log.info("rate limited posting a final reply; waiting %.1fs", wait)
                 await asyncio.sleep(wait)
             except PlatformError as e:
+                self._on_platform_error("error")
                 if not must or attempt == FINAL_ATTEMPTS - 1:
                     log.warning("reply delivery failed: %s", e)
                     return False

@@ -16,11 +16,31 @@ if TYPE_CHECKING:
 
 def install(gateway: Gateway) -> None:
     """Called once by `Gateway.start`, after the store exists and before adapters start."""
+    from .approvals import Approvals
+
+    approvals = Approvals(gateway)
+    gateway.approvals = approvals
+    gateway.extensions.append(approvals)
+    gateway.runner.park_handler = approvals.park
+    gateway.runner.resume_results = approvals.results_for
+    gateway.conversation_extras = approvals.extras
+
+    from capabilities.registry import build_for_turn, load_builtin
+
+    load_builtin()
+    gateway.runner.capability_builders.append(build_for_turn)
 
 
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
+    from bindings.loader import add_check
+    from capabilities.registry import validate_config
+
+    add_check(validate_config)
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing)."""
+    from .approvals import add_cli
+
+    add_cli(sub, load)

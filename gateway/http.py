@@ -8,17 +8,47 @@ own signatures in their adapters instead.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 if TYPE_CHECKING:
     from .daemon import Gateway
+    from .surface import Adapter
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROTECTED_PREFIXES = ("/api/",)
+
+
+class AdapterRoutes:
+    """The routes adapters serve, swappable while the server runs.
+
+    aiohttp freezes an application's router once it starts, but a reload may add, change or
+    remove bindings (and so webhook routes). Adapter routes therefore live in a router of
+    their own, rebuilt on reload and consulted by one catch-all route.
+    """
+
+    def __init__(self) -> None:
+        self._router = web.UrlDispatcher()
+
+    def rebuild(self, adapters: Iterable[Adapter]) -> None:
+        router = web.UrlDispatcher()
+        for adapter in adapters:
+            router.add_routes(adapter.http_routes())
+        self._router = router  # one assignment: a request sees the old table or the new one
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        match_info = await self._router.resolve(request)
+        http_exception = match_info.http_exception
+        if http_exception is not None:
+            raise http_exception
+        match_info.add_app(request.app)
+        # What aiohttp's own dispatch does; match_info is cached (reify), so drop the catch-all's.
+        request._match_info = match_info  # type: ignore[attr-defined]
+        request._cache.pop("match_info", None)  # type: ignore[attr-defined]
+        return await match_info.handler(request)
 
 
 def build_app(gateway: Gateway) -> web.Application:
@@ -27,9 +57,16 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
-    for adapter in gateway.adapters.values():
-        app.router.add_routes(adapter.http_routes())
+    app.router.add_post("/api/v1/admin/reload", _reload)
+    app.router.add_route("*", "/{tail:.*}", gateway.routes.handle)
+    gateway.routes.rebuild(gateway.adapters.values())
     return app
+
+
+async def _reload(request: web.Request) -> web.Response:
+    """`agent-gateway reload` without a signal: the same as SIGHUP (behind the API token)."""
+    ok, problems = await request.app[GATEWAY_KEY].reload_from_disk()
+    return web.json_response({"reloaded": ok, "problems": problems}, status=200 if ok else 422)
 
 
 def _auth_middleware(gateway: Gateway) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:

@@ -48,6 +48,7 @@ from .llm import ModelConfigError, resolve_model
 from .messages import ChatKind
 from .store import repo
 from .store.models import Message, Run
+from .policy import Modes, ToolInfo
 from .surface import Adapter, ReplyTarget
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ class Turn:
     requester_account: str | None
     requester_name: str
     gateway: Gateway
+    modes: Modes = Modes()
+    # Every tool offered in this run by the name the model sees, with its stable id: the gate's map.
+    tools: dict[str, ToolInfo] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
 
     @property
@@ -82,6 +86,10 @@ class Turn:
     @property
     def one_to_one(self) -> bool:
         return self.chat_kind is ChatKind.DM
+
+    @property
+    def log_fields(self) -> dict[str, str]:
+        return {"binding": self.binding.id, "conversation": self.conversation.id, "run": self.run_id}
 
 
 # Extensions (the capability registry, approvals) contribute to the agent a turn builds.
@@ -131,7 +139,8 @@ def explain_failure(e: BaseException, agent: AgentSpec) -> Outcome:
 
 def _is_connection_error(e: BaseException) -> bool:
     names = {cls.__name__ for cls in type(e).__mro__}
-    return bool(names & {"ConnectError", "APIConnectionError", "ConnectionError", "ClientConnectorError"})
+    return bool(names & {"ConnectError", "APIConnectionError", "ConnectionError", "ClientConnectorError",
+                         "ModelConnectionError"})
 
 
 def history_messages(rows: Sequence[Message], chat_kind: ChatKind) -> list[ModelMessage]:
@@ -156,6 +165,7 @@ class Runner:
         self.gateway = gateway
         self.capability_builders: list[CapabilityBuilder] = []
         self.park_handler: ParkHandler | None = None
+        self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._tokens: dict[str, CancellationToken] = {}
 
     # --- building -----------------------------------------------------------------------
@@ -170,15 +180,9 @@ class Runner:
             await gw.store.end_run(run.id, repo.FAILED, reason="binding no longer configured")
             return None
         agent = config.agents[binding.agent]
-        target = ReplyTarget(
-            platform=conversation.platform,
-            binding_id=conversation.binding_id,
-            workspace=conversation.workspace,
-            channel=conversation.channel,
-            thread=conversation.thread,
-            chat_kind=ChatKind(conversation.chat_kind),
-            conversation_id=conversation.id,
-        )
+        target = conversation.target()
+        approvals = getattr(gw, "approvals", None)
+        modes = await approvals.modes(conversation.id) if approvals is not None else Modes()
         return Turn(
             run_id=run.id,
             conversation=conversation,
@@ -191,6 +195,7 @@ class Runner:
             requester_account=run.requester_account,
             requester_name=run.requester_name,
             gateway=gw,
+            modes=modes,
         )
 
     def instructions(self, turn: Turn) -> str:
@@ -201,8 +206,11 @@ class Runner:
         return "\n\n".join(p for p in parts if p)
 
     def build_agent(self, turn: Turn) -> Agent[Turn, Any]:
+        from .approvals import ApprovalGate
+
         model = resolve_model(turn.agent.model, turn.config.gateway.providers)
-        capabilities: list[Any] = []
+        # The gate is first, so it wraps outermost and sees the names the model calls.
+        capabilities: list[Any] = [ApprovalGate(turn=turn)]
         for build in self.capability_builders:
             capabilities.extend(build(turn))
         return Agent(
@@ -211,7 +219,7 @@ class Runner:
             output_type=[str, DeferredToolRequests],
             instructions=self.instructions(turn),
             model_settings=dict(turn.agent.model_settings) or None,  # type: ignore[arg-type]
-            capabilities=capabilities or None,
+            capabilities=capabilities,
             name=turn.agent.id,
         )
 
@@ -222,10 +230,22 @@ class Runner:
         turn = await self.turn_for(run)
         if turn is None:
             return
+        if run.state is not None and self.resume_results is not None:
+            # A parked run whose calls were all decided: continue from its stored messages,
+            # answering below the card in a new message.
+            stream = self.stream_for(turn, segment=True)
+            deferred = await self.resume_results(run.id)
+            await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
+            return
         rows = await self.gateway.store.run_prompt(run.id)
         prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in rows)
         history = history_messages(await self.gateway.store.history(run.conversation_id, run.id), turn.chat_kind)
         await self.drive(turn, prompt=prompt, history=history)
+
+    def stream_for(self, turn: Turn, *, segment: bool = False) -> ReplyStream:
+        gw = self.gateway
+        return ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock, segment=segment,
+                           on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc())
 
     async def drive(
         self,
@@ -238,7 +258,8 @@ class Runner:
     ) -> None:
         """Run the agent to an outcome: finished, parked, or an end the person is told about."""
         gw = self.gateway
-        stream = stream or ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock)
+        stream = stream or self.stream_for(turn)
+        started = gw.clock.monotonic()
         token = CancellationToken()
         self._tokens[turn.run_id] = token
         typing = asyncio.create_task(self._keep_typing(turn, stream))
@@ -273,15 +294,21 @@ class Runner:
             assert result is not None
             u = result.usage
             usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
+            gw.metrics.tokens.labels("input").inc(usage[1])
+            gw.metrics.tokens.labels("output").inc(usage[2])
             typing.cancel()
             if isinstance(result.output, DeferredToolRequests):
-                status = repo.PARKED
-                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(result.all_messages()))
                 if self.park_handler is None:
                     raise RuntimeError("a tool asked for approval but approvals are not available")
+                # What was said before the card stays above it; the answer after goes below.
+                if stream.text.strip():
+                    await stream.finish()
+                status = repo.PARKED
+                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(result.all_messages()),
+                                       reply=stream.text.strip() or None)
                 await self.park_handler(turn, result.all_messages(), result.output, stream)
                 return
-            reply = stream.text or str(result.output)
+            reply = (stream.text or str(result.output)).strip()
             await stream.finish(reply)
             status = repo.FINISHED
             await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
@@ -292,9 +319,9 @@ class Runner:
             typing.cancel()
             outcome = explain_failure(e, turn.agent)
             if outcome.status == repo.FAILED and not isinstance(e, (ModelConfigError, RunTimedOut)):
-                log.warning("run %s failed", turn.run_id, exc_info=e)
+                log.warning("run failed", exc_info=e, extra=turn.log_fields)
             else:
-                log.info("run %s ended %s: %s", turn.run_id, outcome.status, outcome.reason)
+                log.info("run ended %s: %s", outcome.status, outcome.reason, extra=turn.log_fields)
             shown = (stream.text + "\n\n" if stream.text.strip() else "") + f"_{outcome.notice}_"
             with contextlib.suppress(Exception):
                 await stream.finish(shown)
@@ -306,6 +333,8 @@ class Runner:
             with contextlib.suppress(asyncio.CancelledError):
                 await typing
             self._tokens.pop(turn.run_id, None)
+            gw.metrics.run_seconds.labels(turn.target.platform).observe(gw.clock.monotonic() - started)
+            log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
@@ -325,8 +354,8 @@ class Runner:
         return len(self._tokens)
 
     @property
-    def in_flight(self) -> int:
-        return len(self._tokens)
+    def running_ids(self) -> list[str]:
+        return list(self._tokens)
 
 
 def _text_of(event: Any) -> str:

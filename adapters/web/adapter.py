@@ -122,6 +122,8 @@ class WebAdapter:
             web.get("/api/v1/conversations/{id}/messages", self._list_messages),
             web.post("/api/v1/conversations/{id}/messages", self._post_message),
             web.get("/api/v1/conversations/{id}/events", self._events),
+            web.post("/api/v1/conversations/{id}/modes", self._set_modes),
+            web.post("/api/v1/approvals/{id}", self._decide),
         ]
 
     async def _index(self, request: web.Request) -> web.FileResponse:
@@ -157,11 +159,10 @@ class WebAdapter:
         return web.json_response({"id": conversation_id}, status=201)
 
     async def _post_message(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _bad(400, "bad_json", "the body must be JSON like {\"text\": \"hello\"}")
-        if not isinstance(body, dict) or not isinstance(body.get("text"), str):
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        if not isinstance(body.get("text"), str):
             return _bad(400, "bad_request", "the body must be a JSON object with a string field 'text'")
         text: str = body["text"]
         if len(text) > MAX_TEXT:
@@ -189,6 +190,38 @@ class WebAdapter:
         if result.reason == "busy":
             return _bad(429, "busy", "this conversation has too many messages waiting; try again shortly")
         return _bad(403, "not_admitted", result.reason or "message not accepted")
+
+    async def _decide(self, request: web.Request) -> web.Response:
+        """An API client's decision: the same checks as a click, made as the local person."""
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            decision = Decision(body.get("decision"))
+        except ValueError:
+            return _bad(400, "bad_request", "decision must be one of: approve, deny, approve_all")
+        outcome = await self.gateway.decide(
+            request.match_info["id"], decision, Sender(self.person, self.person), binding_id=self.binding_id,
+            surface="api",
+        )
+        status = 200 if outcome.accepted else (404 if "no longer exists" in outcome.message else 409)
+        if not outcome.accepted and outcome.message.startswith("Only "):
+            status = 403
+        return web.json_response({"accepted": outcome.accepted, "message": outcome.message}, status=status)
+
+    async def _set_modes(self, request: web.Request) -> web.Response:
+        conv = await self._conversation(request)
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        approvals = self.gateway.approvals
+        if approvals is None:
+            return _bad(503, "unavailable", "approvals are not available")
+        values = {k: body[k] for k in ("approve_all", "ask_every_tool") if isinstance(body.get(k), bool)}
+        if not values:
+            return _bad(400, "bad_request", "send {\"approve_all\": true|false} or {\"ask_every_tool\": true|false}")
+        modes = await approvals.set_mode(conv.id, who=self.person, **values)
+        return web.json_response({"approve_all": modes.approve_all, "ask_every_tool": modes.ask_every_tool})
 
     async def _list_messages(self, request: web.Request) -> web.Response:
         conv = await self._conversation(request)
@@ -250,6 +283,16 @@ class WebAdapter:
         with contextlib.suppress(Exception):
             await response.write_eof()
         return response
+
+
+async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return _bad(400, "bad_json", "the body must be JSON")
+    if not isinstance(body, dict):
+        return _bad(400, "bad_request", "the body must be a JSON object")
+    return body
 
 
 def _bad(status: int, code: str, message: str) -> web.Response:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from alembic import command
@@ -52,3 +54,16 @@ async def migrate(engine: AsyncEngine) -> None:
 
     async with engine.begin() as conn:
         await conn.run_sync(upgrade)
+
+
+@contextlib.asynccontextmanager
+async def open_store(url: str) -> AsyncIterator["Store"]:
+    """A migrated store for the CLI's one-off reads and writes."""
+    from .repo import Store
+
+    engine = create_engine(url)
+    try:
+        await migrate(engine)
+        yield Store(engine)
+    finally:
+        await engine.dispose()

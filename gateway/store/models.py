@@ -129,6 +129,9 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(TS)
     started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    # Which replica runs it, until when; a lapsed lease means that replica died.
+    lease_owner: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    lease_expires: Mapped[datetime | None] = mapped_column(TS, nullable=True)
 
 
 class InboundEvent(Base):
@@ -161,3 +164,51 @@ class AdapterState(Base):
     binding_id: Mapped[str] = mapped_column(String(100), primary_key=True)
     key: Mapped[str] = mapped_column(String(200), primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+class ApprovalCardRow(Base):
+    """One card: all gated calls of one model response, posted once into the conversation."""
+
+    __tablename__ = "approval_cards"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # unguessable
+    run_id: Mapped[str] = mapped_column(String(40), index=True)
+    conversation_id: Mapped[str] = mapped_column(String(40))
+    binding_id: Mapped[str] = mapped_column(String(100))
+    card_ref: Mapped[str | None] = mapped_column(String(200), nullable=True)  # the platform's message id
+    deciders: Mapped[str] = mapped_column(Text)  # JSON: "requester" | "channel" | [accounts]
+    state: Mapped[str] = mapped_column(String(20))  # pending, decided, expired
+    created_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime] = mapped_column(TS, index=True)
+
+
+class ApprovalRow(Base):
+    """One gated tool call and its decision. The first decision wins (a conditional update)."""
+
+    __tablename__ = "approvals"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # unguessable
+    card_id: Mapped[str] = mapped_column(ForeignKey("approval_cards.id"), index=True)
+    run_id: Mapped[str] = mapped_column(String(40), index=True)
+    conversation_id: Mapped[str] = mapped_column(String(40), index=True)
+    tool_call_id: Mapped[str] = mapped_column(String(200))
+    tool_id: Mapped[str] = mapped_column(String(200))  # the stable id the policy is keyed on
+    tool_name: Mapped[str] = mapped_column(String(200))  # the name the model saw
+    capability: Mapped[str] = mapped_column(String(100))
+    arguments: Mapped[str] = mapped_column(Text)  # shown on the card: redacted, truncated
+    state: Mapped[str] = mapped_column(String(20))
+    decided_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    decided_by_account: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    decided_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    surface: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    position: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ConversationMode(Base):
+    """Per-conversation approval modes switched from the chat, with who switched them."""
+
+    __tablename__ = "conversation_modes"
+    conversation_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    approve_all: Mapped[bool] = mapped_column(Boolean, default=False)
+    ask_every_tool: Mapped[bool] = mapped_column(Boolean, default=False)
+    changed_by: Mapped[str] = mapped_column(String(200), default="")
+    changed_at: Mapped[datetime] = mapped_column(TS)

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, or_, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from ..clock import Clock, new_id
+from ..messages import ChatKind
+from ..surface import ReplyTarget
 from .models import Account, AdapterState, Conversation, Delivery, InboundEvent, Message, Person, Run
 
 # Run statuses. `queued` and `running` are live; `parked` waits for a person; the rest are ends.
@@ -43,6 +45,11 @@ class ConversationRef:
     thread: str | None
     chat_kind: str
 
+    def target(self) -> ReplyTarget:
+        """Where this conversation's replies, cards and notices go."""
+        return ReplyTarget(self.platform, self.binding_id, self.workspace, self.channel, self.thread,
+                           ChatKind(self.chat_kind), self.id)
+
 
 @dataclass(frozen=True, slots=True)
 class Identity:
@@ -58,11 +65,25 @@ class Ingested:
     new_run: bool
 
 
+LEASE_SECONDS = 60.0
+
+
 class Store:
-    def __init__(self, engine: AsyncEngine, clock: Clock | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, clock: Clock | None = None, owner: str | None = None) -> None:
         self.engine = engine
         self.clock = clock or Clock()
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self.owner = owner or new_id()  # this process, for run leases
+        self.shared = engine.dialect.name == "postgresql"  # several replicas may share it
+
+    async def _lock(self, s: AsyncSession, key: str) -> None:
+        """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).
+
+        SQLite needs none: one process owns the file, and its scheduler has one worker per
+        conversation.
+        """
+        if self.shared:
+            await s.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -114,6 +135,7 @@ class Store:
                     await s.flush()
                 except IntegrityError:
                     raise Duplicate from None
+                await self._lock(s, conversation.key)
                 conv = await self._conversation(s, conversation, now)
                 queued = await s.scalar(
                     select(func.count(Message.id)).where(
@@ -280,9 +302,16 @@ class Store:
 
     async def claim_next_run(self, conversation_id: str) -> Run | None:
         """Move the oldest queued run of a conversation to running; None when nothing waits."""
+        now = self.clock.now()
         async with self.sessions() as s, s.begin():
+            await self._lock(s, conversation_id)
+            # A parked run holds the conversation too: its answer comes before the next turn's.
+            # A running run holds it while its replica keeps the lease.
             running = await s.scalar(
-                select(func.count(Run.id)).where(Run.conversation_id == conversation_id, Run.status == RUNNING)
+                select(func.count(Run.id)).where(
+                    Run.conversation_id == conversation_id,
+                    or_(Run.status == PARKED, (Run.status == RUNNING) & (Run.lease_expires > now)),
+                )
             )
             if running:
                 return None
@@ -294,10 +323,21 @@ class Store:
             )
             if run is None:
                 return None
+            # A run whose replica died (lease lapsed) goes back before newer ones.
+            await s.execute(
+                update(Run)
+                .where(Run.conversation_id == conversation_id, Run.status == RUNNING, Run.lease_expires <= now)
+                .values(status=QUEUED)
+            )
             result = await s.execute(
                 update(Run)
                 .where(Run.id == run.id, Run.status == QUEUED)
-                .values(status=RUNNING, started_at=self.clock.now())
+                .values(
+                    status=RUNNING,
+                    started_at=run.started_at or now,
+                    lease_owner=self.owner,
+                    lease_expires=now + timedelta(seconds=LEASE_SECONDS),
+                )
             )
             if result.rowcount != 1:
                 return None
@@ -392,12 +432,34 @@ class Store:
         async with self.sessions() as s:
             return list(await s.scalars(select(Run).where(Run.status.in_(statuses)).order_by(Run.created_at)))
 
-    async def requeue_interrupted(self) -> int:
-        """At start-up: runs left `running` by a process that died go back to the queue."""
+    async def requeue_interrupted(self, *, at_start: bool = False) -> list[str]:
+        """Runs left `running` by a process that died go back to the queue; returns their conversations.
+
+        Only lapsed leases count, except at start-up on SQLite: one process owns the file, so
+        every run still marked running was interrupted by the last stop.
+        """
+        now = self.clock.now()
         async with self.sessions() as s, s.begin():
-            result = await s.execute(update(Run).where(Run.status == RUNNING).values(status=QUEUED))
-            await s.execute(update(Message).where(Message.status == "processing").values(status=QUEUED))
-            return result.rowcount or 0
+            q = select(Run).where(Run.status == RUNNING)
+            if self.shared or not at_start:
+                q = q.where(or_(Run.lease_expires <= now, Run.lease_expires.is_(None)))
+            runs = list(await s.scalars(q))
+            for run in runs:
+                run.status = QUEUED
+                await s.execute(
+                    update(Message).where(Message.run_id == run.id, Message.status == "processing").values(status=QUEUED)
+                )
+            return sorted({r.conversation_id for r in runs})
+
+    async def renew_leases(self, run_ids: Sequence[str]) -> None:
+        if not run_ids:
+            return
+        async with self.sessions() as s, s.begin():
+            await s.execute(
+                update(Run)
+                .where(Run.id.in_(run_ids), Run.status == RUNNING, Run.lease_owner == self.owner)
+                .values(lease_expires=self.clock.now() + timedelta(seconds=LEASE_SECONDS))
+            )
 
     # --- deliveries ---------------------------------------------------------------------
 

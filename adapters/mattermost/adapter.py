@@ -1,0 +1,406 @@
+"""MattermostAdapter: one binding's connection to a Mattermost server.
+
+In: the websocket (`posted`, `post_edited`, `reaction_added`), resumed after a drop from the
+server's queue, each post handed to `dispatcher.submit` before its sequence number counts as
+processed. Out: REST v4 posts and patches, typing over the websocket, approval cards with
+signed buttons (or reactions when the server cannot reach us), a DM for private notes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+
+from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
+from bindings.models import BindingSpec, MattermostSection
+from bindings.secrets import SecretError
+from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.surface import (
+    AdapterHealth,
+    ApprovalCard,
+    ChannelDirectory,
+    Dispatcher,
+    PlatformError,
+    PlatformLimits,
+    ReplyTarget,
+)
+
+from . import cards
+from .client import Channel, MattermostClient, MattermostSocket, User
+from .directory import MattermostDirectory
+from .normalize import (
+    MalformedEvent,
+    NormalizeContext,
+    PostedEvent,
+    Skip,
+    normalize_post,
+    parse_edited_post,
+    parse_posted,
+    parse_reaction,
+)
+
+MAX_MESSAGE_CHARS = 16_383
+_THREAD_CACHE_SIZE = 10_000
+
+
+class MattermostAdapter:
+    platform = "mattermost"
+    limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True)
+
+    def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
+        if binding.mattermost is None:
+            raise ValueError("a mattermost binding needs a mattermost: section")
+        self.binding = binding
+        self.binding_id = binding.id
+        self._section: MattermostSection = binding.mattermost
+        self._log = logging.getLogger(f"adapters.mattermost.{binding.id}")
+        public = context.gateway.http.public_url
+        self._action_url = f"{public.rstrip('/')}/mattermost/actions/{binding.id}" if public else None
+        self._health = HealthState()
+        self.backoff = Backoff(base=0.5, cap=60.0)  # reconnect delays, with full jitter
+        self._dispatcher: Dispatcher | None = None
+        self._client: MattermostClient | None = None
+        self._socket: MattermostSocket | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._key: bytes | None = None
+        self._ctx: NormalizeContext | None = None
+        self._bot_teams: list[str] = []
+        # Threads the bot has posted in (True) or was found absent from (False), newest last.
+        self._threads: OrderedDict[str, bool] = OrderedDict()
+        self._channels: dict[str, Channel] = {}
+        self._users: dict[str, User] = {}
+        self._dm_channels: dict[str, str] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        try:
+            token = self._section.token.resolve().reveal()
+        except SecretError as e:
+            self._health.down(f"token {self._section.token.describe()}: {e}")
+            self._log.error("cannot start: token %s: %s", self._section.token.describe(), e)
+            return
+        self._key = cards.action_key(token, self.binding_id)
+        self._client = MattermostClient(self._section.url, token)
+        self._socket = MattermostSocket(self._client)
+        self._task = asyncio.create_task(
+            reconnect_forever(self._connect_once, self._health, self._log, backoff=self.backoff),
+            name=f"mattermost:{self.binding_id}",
+        )
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._socket is not None:
+            await self._socket.close()
+        if self._client is not None:
+            await self._client.close()
+        self._health.down("stopped")
+
+    def health(self) -> AdapterHealth:
+        return self._health.get()
+
+    async def _connect_once(self) -> None:
+        assert self._client is not None and self._socket is not None
+        if self._ctx is None:
+            await self._identify()
+        await self._socket.connect()
+        assert self._ctx is not None
+        self._health.up(f"connected as @{self._ctx.bot_username}")
+        try:
+            async for frame in self._socket.events():
+                await self._handle(frame)
+                self._socket.processed(frame)
+        finally:
+            await self._socket.close()
+
+    async def _identify(self) -> None:
+        """Who the bot is, and which teams it serves (names in the binding resolved to ids)."""
+        assert self._client is not None
+        me = await self._client.me()
+        teams = await self._client.my_teams()
+        self._bot_teams = [t.get("id", "") for t in teams]
+        allowed: frozenset[str] | None = None
+        if self._section.teams:
+            wanted = set(self._section.teams)
+            allowed = frozenset(t.get("id", "") for t in teams if t.get("id") in wanted or t.get("name") in wanted)
+            known = {t.get("id") for t in teams} | {t.get("name") for t in teams}
+            for name in sorted(wanted - known):
+                self._log.warning("team %r in the binding is not one of the bot's teams", name)
+            self._bot_teams = [t for t in self._bot_teams if t in allowed]
+        self._ctx = NormalizeContext(
+            binding_id=self.binding_id,
+            bot_user_id=me.get("id", ""),
+            bot_username=me.get("username", ""),
+            workspace=server_name(self._section.url),
+            team_ids=allowed,
+            ignore_bots=self.binding.admission.ignore_bots,
+            base_url=self._client.base_url,
+        )
+
+    # --- events in -------------------------------------------------------------------------
+
+    async def _handle(self, frame: dict[str, Any]) -> None:
+        """One websocket event. A bad event is logged and dropped; a failing `submit` raises,
+        which drops the connection so the server replays the event on resume."""
+        event = frame.get("event")
+        try:
+            if event == "posted":
+                msg = await self._from_posted(frame)
+            elif event == "post_edited":
+                msg = await self._from_edited(frame)
+            elif event == "reaction_added":
+                await self._on_reaction(frame)
+                return
+            else:
+                return
+        except MalformedEvent as e:
+            self._log.warning("dropped a malformed %s event: %s", event, e)
+            return
+        except PlatformError as e:
+            self._log.warning("dropped a %s event: a lookup failed: %s", event, e)
+            return
+        except Exception:
+            self._log.exception("dropped a %s event that could not be read", event)
+            return
+        if isinstance(msg, Skip):
+            self._log.debug("skipped %s: %s", event, msg.reason)
+            return
+        assert self._dispatcher is not None
+        result = await self._dispatcher.submit(msg)
+        if result.duplicate:
+            self._log.debug("post %s already recorded", msg.message_id)
+
+    async def _from_posted(self, frame: dict[str, Any]) -> InboundMessage | Skip:
+        assert self._ctx is not None
+        event = parse_posted(frame)
+        if event.post.get("user_id") == self._ctx.bot_user_id:
+            # The bot's own post, from this replica or another: its thread is one the bot is in.
+            self._remember_thread(str(event.post.get("root_id") or event.post.get("id") or ""), True)
+        return await self._thread_facts(normalize_post(event, self._ctx))
+
+    async def _from_edited(self, frame: dict[str, Any]) -> InboundMessage | Skip:
+        assert self._ctx is not None
+        if self.binding.admission.ignore_edits:
+            return Skip("edits ignored by this binding")
+        post = parse_edited_post(frame)
+        if post.get("user_id") == self._ctx.bot_user_id:
+            return Skip("own post")
+        channel = await self._channel(str(post.get("channel_id", "")))
+        user = await self._user(str(post.get("user_id", "")))
+        event = PostedEvent(post=post, channel_type=channel.get("type", ""), team_id=channel.get("team_id", ""),
+                            sender_name=user.get("username", ""))
+        if event.channel_type not in ("D", "G", "O", "P"):
+            raise MalformedEvent(f"channel {channel.get('id')} has type {event.channel_type!r}")
+        return await self._thread_facts(normalize_post(event, self._ctx, is_edit=True))
+
+    async def _thread_facts(self, msg: InboundMessage | Skip) -> InboundMessage | Skip:
+        """`reply_to_bot` for a thread reply that does not mention the bot: is the bot in it?"""
+        if isinstance(msg, Skip) or msg.thread is None or msg.mentioned or msg.chat_kind is ChatKind.DM:
+            return msg
+        if await self._bot_in_thread(msg.thread):
+            return dataclasses.replace(msg, reply_to_bot=True)
+        return msg
+
+    async def _bot_in_thread(self, root_id: str) -> bool:
+        known = self._threads.get(root_id)
+        if known is not None:
+            self._threads.move_to_end(root_id)
+            return known
+        # Not seen since start: ask the server once. Later own posts flip the answer to True.
+        assert self._client is not None and self._ctx is not None
+        try:
+            listing = await self._client.thread(root_id)
+        except PlatformError as e:
+            self._log.info("thread %s: cannot tell whether the bot is in it: %s", root_id, e)
+            return False
+        present = any(p.get("user_id") == self._ctx.bot_user_id for p in (listing.get("posts") or {}).values())
+        self._remember_thread(root_id, present)
+        return present
+
+    def _remember_thread(self, root_id: str, present: bool) -> None:
+        if not root_id:
+            return
+        self._threads[root_id] = present or self._threads.get(root_id, False)
+        self._threads.move_to_end(root_id)
+        while len(self._threads) > _THREAD_CACHE_SIZE:
+            self._threads.popitem(last=False)
+
+    async def _on_reaction(self, frame: dict[str, Any]) -> None:
+        """👍 / 👎 on a card posted without buttons decides every call on it."""
+        assert self._ctx is not None and self._dispatcher is not None
+        reaction = parse_reaction(frame)
+        if reaction["user_id"] == self._ctx.bot_user_id:
+            return
+        decision = cards.reaction_decision(reaction["emoji_name"])
+        if decision is None:
+            return
+        stored = await self._dispatcher.get_state(self.binding_id, _card_key(reaction["post_id"]))
+        if stored is None:
+            return  # not a card of ours (or one with buttons)
+        try:
+            approval_ids = [str(a) for a in json.loads(stored)["approvals"]]
+        except (ValueError, KeyError, TypeError):
+            self._log.warning("card state for post %s is unreadable", reaction["post_id"])
+            return
+        user = await self._user(reaction["user_id"])
+        decider = Sender(account_id=reaction["user_id"], display_name=user.get("username", ""))
+        for approval_id in approval_ids:
+            outcome = await self._dispatcher.decide(
+                approval_id, decision, decider, binding_id=self.binding_id, surface=self.platform
+            )
+            if not outcome.accepted:
+                # Reactions are public and cheap: no private answer, or every replica would send one.
+                self._log.info("reaction by %s on post %s not taken: %s", reaction["user_id"], reaction["post_id"],
+                               outcome.message)
+
+    # --- action callbacks ------------------------------------------------------------------
+
+    def http_routes(self) -> Sequence[web.AbstractRouteDef]:
+        return [web.post(f"/mattermost/actions/{self.binding_id}", self._on_action)]
+
+    async def _on_action(self, request: web.Request) -> web.Response:
+        """A button click, posted by the Mattermost server. Signed context or 401, nothing runs."""
+        try:
+            body = json.loads(await request.read())
+            if not isinstance(body, dict):
+                raise ValueError("not an object")
+            user_id, channel_id = str(body["user_id"]), str(body.get("channel_id", ""))
+        except (ValueError, KeyError, TypeError):
+            return web.json_response({"error": "malformed action request"}, status=400)
+        verified = None
+        if self._key is not None:
+            verified = cards.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
+        if verified is None:
+            self._log.warning("action callback with a bad signature refused (post %s)", body.get("post_id", "?"))
+            return web.json_response({"error": "bad signature"}, status=401)
+        if self._dispatcher is None:
+            return web.json_response({"error": "not started"}, status=503)
+        approval_id, decision = verified
+        decider = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
+        try:
+            outcome = await self._dispatcher.decide(
+                approval_id, decision, decider, binding_id=self.binding_id, surface=self.platform
+            )
+        except Exception:
+            self._log.exception("recording a decision failed")
+            return web.json_response({"ephemeral_text": "The decision could not be recorded; please try again."})
+        if not outcome.accepted:
+            # Always 200: anything else fails the click in the clicker's client.
+            return web.json_response({"ephemeral_text": outcome.message})
+        return web.json_response({})  # the core's update_card edits the card itself
+
+    # --- replies out -----------------------------------------------------------------------
+
+    def render(self, markdown: str) -> str:
+        return markdown  # Mattermost renders Markdown (CommonMark + tables) as is
+
+    async def post_message(self, target: ReplyTarget, text: str) -> str:
+        post = await self._api().create_post(
+            target.channel, text, root_id=target.thread or "", pending_post_id=self._pending_id()
+        )
+        self._remember_thread(target.thread or post.get("id", ""), True)
+        return post.get("id", "")
+
+    async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
+        await self._api().patch_post(message_id, message=text)
+
+    async def show_typing(self, target: ReplyTarget) -> None:
+        """The websocket's `user_typing` action; REST when the socket is down. Cosmetic: never raises."""
+        data = {"channel_id": target.channel, "parent_id": target.thread or ""}
+        try:
+            if self._socket is not None and await self._socket.send_action("user_typing", data):
+                return
+            if self._ctx is not None:
+                await self._api().typing(self._ctx.bot_user_id, target.channel, target.thread or "")
+        except PlatformError as e:
+            self._log.debug("typing indicator not shown: %s", e)
+
+    async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
+        by_reaction = self._action_url is None
+        post = await self._api().create_post(
+            target.channel,
+            cards.card_message(card, by_reaction=by_reaction),
+            root_id=target.thread or "",
+            props=self._card_props(target, card),
+            pending_post_id=self._pending_id(),
+        )
+        post_id = post.get("id", "")
+        if by_reaction and self._dispatcher is not None:
+            # Reactions name only the post: remember which calls it stands for, in the store,
+            # so another replica or a restarted process can decide them too.
+            state = json.dumps({"approvals": [i.approval_id for i in card.items], "channel_id": target.channel})
+            await self._dispatcher.set_state(self.binding_id, _card_key(post_id), state)
+        return post_id
+
+    async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
+        await self._api().patch_post(
+            card_ref,
+            message=cards.card_message(card, by_reaction=self._action_url is None),
+            props=self._card_props(target, card),
+        )
+
+    def _card_props(self, target: ReplyTarget, card: ApprovalCard) -> dict[str, Any]:
+        if self._action_url is None or self._key is None:
+            return {}
+        return cards.card_props(card, url=self._action_url, key=self._key, binding_id=self.binding_id,
+                                channel_id=target.channel)
+
+    async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
+        """A DM from the bot: ephemeral posts need a system-admin bot, a DM needs nothing."""
+        channel_id = self._dm_channels.get(account_id)
+        if channel_id is None:
+            assert self._ctx is not None
+            channel = await self._api().direct_channel(self._ctx.bot_user_id, account_id)
+            channel_id = self._dm_channels[account_id] = channel.get("id", "")
+        await self._api().create_post(channel_id, text, pending_post_id=self._pending_id())
+
+    def directory(self) -> ChannelDirectory | None:
+        return MattermostDirectory(self._api, team_ids=lambda: self._bot_teams, channel=self._channel)
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _api(self) -> MattermostClient:
+        if self._client is None:
+            raise PlatformError(f"mattermost binding {self.binding_id} is not started")
+        return self._client
+
+    def _pending_id(self) -> str:
+        bot = self._ctx.bot_user_id if self._ctx else ""
+        return f"{bot}:{time.time_ns() // 1000}"
+
+    async def _channel(self, channel_id: str) -> Channel:
+        if channel_id not in self._channels:
+            self._channels[channel_id] = await self._api().channel(channel_id)
+        return self._channels[channel_id]
+
+    async def _user(self, user_id: str) -> User:
+        if user_id not in self._users:
+            try:
+                self._users[user_id] = await self._api().user(user_id)
+            except PlatformError:
+                return User(id=user_id, username="")
+        return self._users[user_id]
+
+
+def server_name(url: str) -> str:
+    """The workspace of every message: the server's host name (ids are unique per server)."""
+    return urllib.parse.urlsplit(url).netloc.lower() or url
+
+
+def _card_key(post_id: str) -> str:
+    return f"card:{post_id}"

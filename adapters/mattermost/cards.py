@@ -1,0 +1,137 @@
+"""ApprovalCard -> a Mattermost post: Markdown text plus interactive buttons. Pure.
+
+Buttons are `props.attachments[].actions[]` whose `integration.url` is the gateway's own
+callback. The server posts the action's `context` back verbatim on a click, and our callback
+URL is public, so the context is signed: an HMAC over binding, channel, approval id and
+decision. A request whose signature does not match gets 401 and runs nothing.
+
+Without a public URL the server cannot reach us, so the card asks for a reaction instead
+(👍 approves, 👎 denies every pending call on the card).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
+
+APPROVE_EMOJI = frozenset({"+1", "thumbsup"})
+DENY_EMOJI = frozenset({"-1", "thumbsdown"})
+
+_STATE_LINE = {
+    ItemState.PENDING: "⏳ waiting for a decision",
+    ItemState.APPROVED: "✅ Approved",
+    ItemState.DENIED: "❌ Denied",
+    ItemState.EXPIRED: "⌛ Expired",
+}
+
+
+def action_key(bot_token: str, binding_id: str) -> bytes:
+    """The signing key: derived from the bot token, so every replica agrees without shared state
+    and nobody without the token (who could do anything anyway) can forge a click."""
+    return hmac.new(bot_token.encode(), b"agent-gateway/mattermost/actions/" + binding_id.encode(), hashlib.sha256).digest()
+
+
+def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision) -> str:
+    msg = f"v1|{binding_id}|{channel_id}|{approval_id}|{decision.value}".encode()
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision] | None:
+    """(approval id, decision) when the context was signed by us for this channel, else None."""
+    if not isinstance(context, Mapping):
+        return None
+    approval_id, decision, sig = context.get("approval_id"), context.get("decision"), context.get("sig")
+    if not (isinstance(approval_id, str) and isinstance(decision, str) and isinstance(sig, str)):
+        return None
+    try:
+        choice = Decision(decision)
+    except ValueError:
+        return None
+    expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice)
+    return (approval_id, choice) if hmac.compare_digest(expected, sig) else None
+
+
+def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
+    """The card's text, Markdown as Mattermost renders it. The whole state lives here, so the
+    post still says what happened once the buttons are gone."""
+    lines = ["#### Approval needed" if card.pending else "#### Approval"]
+    for item in card.items:
+        lines.append("")
+        lines.append(f"**`{item.tool_name}`** ({item.capability}) · {_state(item)}")
+        if item.arguments:
+            fence = "`" * max(3, _longest_backtick_run(item.arguments) + 1)
+            lines += [f"{fence}json", item.arguments, fence]
+    lines.append("")
+    if card.pending:
+        lines.append(f"_{card.deciders}_")
+        if by_reaction:
+            lines.append("React with :+1: to approve or :-1: to deny every call on this card.")
+    if card.note:
+        lines.append(card.note)
+    return "\n".join(lines).rstrip()
+
+
+def card_props(card: ApprovalCard, *, url: str, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
+    """`props` with one attachment of Approve / Deny per pending call and an "approve all";
+    `{}` once nothing is pending, which removes the buttons from the post."""
+    pending = [(i, item) for i, item in enumerate(card.items, start=1) if item.state is ItemState.PENDING]
+    if not pending:
+        return {}
+
+    def button(action_id: str, name: str, style: str, approval_id: str, decision: Decision) -> dict[str, Any]:
+        # Action ids are letters and digits only: anything else is refused before we are called.
+        return {
+            "id": action_id,
+            "type": "button",
+            "name": name,
+            "style": style,
+            "integration": {
+                "url": url,
+                "context": {
+                    "approval_id": approval_id,
+                    "decision": decision.value,
+                    "sig": sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=decision),
+                },
+            },
+        }
+
+    attachments: list[dict[str, Any]] = []
+    for i, item in pending:
+        attachments.append({
+            "fallback": f"Approve {item.tool_name}?",
+            "color": "#f0ad4e",
+            "text": f"`{item.tool_name}`" if len(pending) > 1 else "",
+            "actions": [
+                button(f"approve{i}", "Approve", "primary", item.approval_id, Decision.APPROVE),
+                button(f"deny{i}", "Deny", "danger", item.approval_id, Decision.DENY),
+            ],
+        })
+    attachments.append({
+        "fallback": "Approve all in this conversation",
+        "actions": [button("approveall", "Approve all in this conversation", "default", card.card_id, Decision.APPROVE_ALL)],
+    })
+    return {"attachments": attachments}
+
+
+def reaction_decision(emoji_name: str) -> Decision | None:
+    if emoji_name in APPROVE_EMOJI:
+        return Decision.APPROVE
+    if emoji_name in DENY_EMOJI:
+        return Decision.DENY
+    return None
+
+
+def _state(item: ApprovalItem) -> str:
+    text = _STATE_LINE[item.state]
+    if item.decided_by and item.state in (ItemState.APPROVED, ItemState.DENIED):
+        text += f" by {item.decided_by}"
+    return text
+
+
+def _longest_backtick_run(text: str) -> int:
+    return max((len(m) for m in re.findall(r"`+", text)), default=0)

@@ -1,0 +1,401 @@
+"""SlackAdapter: one Slack binding (one app in one workspace) behind the core's Adapter protocol.
+
+slack-bolt's AsyncApp does the Slack protocol work (request signatures, url_verification,
+self-event filtering, listener dispatch); this module wires it to the core and translates:
+events in through `normalize`, replies out through `render` / `cards`, errors through `api`.
+
+Acks: bolt runs with `process_before_response=True`, so the ack (the Socket Mode envelope
+response, or the HTTP 200) is sent only when our listener returns — after
+`dispatcher.submit()` has durably recorded the message. A listener that fails before that
+sends no ack, and Slack redelivers; the core's ledger turns a redelivery into nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.async_context import AsyncBoltContext
+from slack_sdk.socket_mode.aiohttp import SocketModeClient
+from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
+from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
+from bindings.models import BindingSpec, SlackSection
+from bindings.secrets import SecretError
+from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.surface import (
+    AdapterHealth,
+    ApprovalCard,
+    Dispatcher,
+    PlatformError,
+    PlatformLimits,
+    RateLimited,
+    ReplyTarget,
+)
+
+from .api import SlackConnection, UserNames, call
+from .cards import ACTION_PREFIX, card_message, parse_action_value
+from .directory import SlackDirectory
+from .normalize import BotIdentity, chat_kind, normalize_event
+from .render import markdown_to_mrkdwn
+
+CONNECT_TIMEOUT = 15.0  # seconds for one websocket connect before backing off and retrying
+STABLE_AFTER = 30.0  # seconds a connection must last before a drop counts as a fresh start
+THINKING_STATUS = "is thinking…"
+
+# Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
+# and leaves room for the mrkdwn escapes `render` adds.
+SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True)
+
+
+class SlackAdapter:
+    """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
+
+    platform = "slack"
+
+    def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
+        if binding.slack is None:
+            raise ValueError("a slack binding needs a slack: section")
+        self.binding = binding
+        self.binding_id = binding.id
+        self.limits = SLACK_LIMITS
+        self._section: SlackSection = binding.slack
+        self._log = context.log.getChild(f"slack.{binding.id}")
+        self._health = HealthState()
+        self._backoff = Backoff()
+        self._conn = SlackConnection()
+        self._app: AsyncApp | None = None
+        self._directory = SlackDirectory(self._conn)
+        self._dispatcher: Dispatcher | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._side_tasks: set[asyncio.Task[Any]] = set()
+        self._kinds: dict[str, ChatKind] = {}  # channel id → chat kind, learned from events
+        self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
+        self._app_token = ""
+        self.ping_interval = 10.0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        section = self._section
+        try:
+            bot_token = section.bot_token.resolve().reveal()
+            signing_secret = section.signing_secret.resolve().reveal() if section.signing_secret else ""
+            self._app_token = section.app_token.resolve().reveal() if section.app_token else ""
+        except SecretError as e:
+            # The message names the reference (env var, file), never a value.
+            self._health.down(f"secret unavailable: {e}")
+            self._log.error("cannot start: %s", e)
+            return
+        # One session for every Web API call of this binding: a new connection per call
+        # would double the latency of each reply edit.
+        self._session = aiohttp.ClientSession()
+        base_url = section.api_url if section.api_url.endswith("/") else section.api_url + "/"
+        client = AsyncWebClient(token=bot_token, base_url=base_url, session=self._session, logger=self._log)
+        self._conn.client = client
+        self._conn.users = UserNames(client)
+        self._app = self._build_app(client, signing_secret)
+        connect = self._socket_once if section.mode == "socket" else self._http_ready
+        self._task = asyncio.create_task(
+            reconnect_forever(connect, self._health, self._log, backoff=self._backoff), name=f"slack:{self.binding_id}"
+        )
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._side_tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self._side_tasks.clear()
+        # Requests that still reach the HTTP route get 503 (Slack retries them later).
+        self._app = None
+        self._conn.client = self._conn.users = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+        self._health.down("stopped")
+
+    def health(self) -> AdapterHealth:
+        return self._health.get()
+
+    def http_routes(self) -> Sequence[web.AbstractRouteDef]:
+        """HTTP mode: one Request URL for events and interactivity, per binding."""
+        if self._section.mode != "http":
+            return []
+        return [web.post(f"/slack/events/{self.binding_id}", self._http_request)]
+
+    # --- connecting -----------------------------------------------------------------------
+
+    def _build_app(self, client: AsyncWebClient, signing_secret: str) -> AsyncApp:
+        app = AsyncApp(
+            client=client,
+            signing_secret=signing_secret,
+            process_before_response=True,
+            request_verification_enabled=self._section.mode == "http",
+            logger=self._log,
+        )
+        # Bolt sends no ack for an event no listener matches (Slack would redeliver it):
+        # listen to every event type and every block action, and ignore what is not ours.
+        app.event(re.compile(".*"))(self._on_event)
+        app.action(re.compile(".*"))(self._on_action)
+        return app
+
+    async def _whoami(self) -> None:
+        client = self._require_client()
+        auth = await call("auth.test", client.auth_test())
+        self._conn.bot_user_id, self._conn.bot_id = str(auth["user_id"]), str(auth.get("bot_id") or "")
+
+    async def _http_ready(self) -> None:
+        """HTTP mode has nothing to hold open: ready once the token works."""
+        await self._whoami()
+        self._health.up("http mode: token verified")
+        self._backoff.reset()
+        await asyncio.Event().wait()
+
+    async def _socket_once(self) -> None:
+        """One Socket Mode connection, from apps.connections.open until it drops.
+
+        The SDK's own reconnect loop retries at a fixed interval forever; we turn it off and
+        let `reconnect_forever` back off with jitter instead. A `disconnect` frame (Slack
+        asking for a refresh) is still followed at once by the SDK, as Slack intends.
+        """
+        client = self._require_client()
+        await self._whoami()
+        url = (await call("apps.connections.open", client.apps_connections_open(app_token=self._app_token)))["url"]
+        dropped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        hello_at: list[float] = []
+
+        async def on_drop(_: object) -> None:
+            dropped.set()
+
+        async def on_message(_: AsyncBaseSocketModeClient, message: dict[str, Any], raw: str | None = None) -> None:
+            if message.get("type") == "hello":
+                self._health.up("socket mode: connected")
+                hello_at.append(loop.time())
+
+        socket = SocketModeClient(
+            app_token=self._app_token,
+            logger=self._log.getChild("socket"),
+            web_client=client,
+            auto_reconnect_enabled=False,
+            ping_interval=self.ping_interval,
+            on_close_listeners=[on_drop],
+            on_error_listeners=[on_drop],
+        )
+        socket.message_listeners.append(on_message)
+        socket.socket_mode_request_listeners.append(self._on_socket_request)
+        socket.wss_uri = url
+        try:
+            await asyncio.wait_for(socket.connect(), CONNECT_TIMEOUT)
+            while not dropped.is_set():
+                try:
+                    await asyncio.wait_for(dropped.wait(), self.ping_interval)
+                except TimeoutError:
+                    # Dead without a close frame (ping-pong failing), and not mid-refresh.
+                    if not socket.connect_operation_lock.locked() and not await socket.is_connected():
+                        break
+        finally:
+            await socket.close()
+            # Only a connection that stayed up resets the backoff: a flapping one keeps backing off.
+            if hello_at and loop.time() - hello_at[0] >= STABLE_AFTER:
+                self._backoff.reset()
+
+    async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
+        started = time.time()
+        response = await run_async_bolt_app(self._require_app(), req)
+        await send_async_response(socket, req, response, started)
+
+    async def _http_request(self, request: web.Request) -> web.StreamResponse:
+        """Events and interactivity in HTTP mode. Bolt checks the signature and the 5-minute
+        window first: a forged or stale request gets 401 and no listener runs."""
+        app = self._app
+        if app is None:
+            return web.json_response({"error": "not started"}, status=503)
+        response = await app.async_dispatch(await to_bolt_request(request))
+        return await to_aiohttp_response(response)
+
+    # --- inbound --------------------------------------------------------------------------
+
+    async def _on_event(self, ack: Any, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        event_id = body.get("event_id", "?") if isinstance(body, dict) else "?"
+        try:
+            message = await self._to_message(body, context)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._log.warning("dropping malformed slack event %s: %s: %s", event_id, type(e).__name__, e)
+            message = None
+        if message is not None:
+            # If this raises, no ack goes out and Slack delivers the event again later.
+            result = await self._require_dispatcher().submit(message)
+            if not result.accepted:
+                self._log.debug("event %s not run: %s", event_id, result.reason or ("duplicate" if result.duplicate else "-"))
+        await ack()
+
+    async def _to_message(self, body: dict[str, Any], context: AsyncBoltContext) -> InboundMessage | None:
+        event = body["event"]
+        if event.get("type") not in ("message", "app_mention"):
+            return None
+        channel = str(event.get("channel") or "")
+        kind = chat_kind(event.get("channel_type"), channel)
+        if kind is not None and event.get("channel_type"):
+            self._kinds[channel] = kind
+        elif kind is None and channel:
+            kind = await self._channel_kind(channel)
+        bot = BotIdentity(context.bot_user_id or self._conn.bot_user_id, context.bot_id or self._conn.bot_id)
+        admission = self.binding.admission
+        message = normalize_event(
+            body,
+            binding_id=self.binding_id,
+            bot=bot,
+            kind=kind,
+            include_edits=not admission.ignore_edits,
+            admit_bots=not admission.ignore_bots,
+        )
+        if message is None or message.sender.is_bot:
+            return message
+        name = await self._require_users().display_name(message.sender.account_id)
+        return dataclasses.replace(message, sender=Sender(message.sender.account_id, name))
+
+    async def _channel_kind(self, channel: str) -> ChatKind:
+        """A `G…` channel: a private channel or a group DM; conversations.info knows which."""
+        if channel in self._kinds:
+            return self._kinds[channel]
+        try:
+            info = (await call("conversations.info", self._require_client().conversations_info(channel=channel)))["channel"]
+        except PlatformError as e:
+            # Unknown: treat it as a channel, the kind with the least memory exposure.
+            self._log.warning("cannot tell the kind of channel %s (%s); treating it as a channel", channel, e)
+            return ChatKind.CHANNEL
+        kind = ChatKind.DM if info.get("is_im") else ChatKind.GROUP if info.get("is_mpim") else ChatKind.CHANNEL
+        self._kinds[channel] = kind
+        return kind
+
+    async def _on_action(self, ack: Any, body: dict[str, Any]) -> None:
+        """An approval button. Ack after the decision is recorded; tell a refused clicker privately."""
+        try:
+            action = body["actions"][0]
+            parsed = parse_action_value(str(action.get("value") or "")) if str(action.get("action_id", "")).startswith(ACTION_PREFIX) else None
+            user = body["user"]
+            user_id = str(user["id"])
+            channel = str((body.get("container") or {}).get("channel_id") or (body.get("channel") or {}).get("id") or "")
+            thread = (body.get("container") or {}).get("thread_ts") or (body.get("message") or {}).get("thread_ts")
+        except (KeyError, TypeError, IndexError, AttributeError) as e:
+            self._log.warning("dropping malformed block action: %s: %s", type(e).__name__, e)
+            await ack()
+            return
+        if parsed is None:
+            await ack()
+            return
+        decision, approval_id = parsed
+        name = await self._require_users().display_name(user_id)
+        if name == user_id:
+            name = str(user.get("name") or user.get("username") or user_id)
+        outcome = await self._require_dispatcher().decide(
+            approval_id, decision, Sender(user_id, name), binding_id=self.binding_id, surface="slack"
+        )
+        await ack()
+        if not outcome.accepted and channel:
+            # After the ack (bolt sends it when this returns): the note must not delay it.
+            self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
+
+    async def _ephemeral(self, channel: str, user: str, text: str, thread: str | None) -> None:
+        try:
+            await self._post_ephemeral(channel, user, text, thread)
+        except PlatformError as e:
+            self._log.warning("could not tell %s privately: %s", user, e)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    # --- outbound -------------------------------------------------------------------------
+
+    def render(self, markdown: str) -> str:
+        return markdown_to_mrkdwn(markdown)
+
+    async def post_message(self, target: ReplyTarget, text: str) -> str:
+        response = await call(
+            "chat.postMessage",
+            self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False),
+        )
+        return str(response["ts"])
+
+    async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
+        await call("chat.update", self._require_client().chat_update(channel=target.channel, ts=message_id, text=text))
+
+    async def show_typing(self, target: ReplyTarget) -> None:
+        """Assistant thread status ("is thinking…") where Slack allows it; else nothing.
+
+        Slack clears the status itself when the app posts in the thread.
+        """
+        if not target.thread or target.channel in self._no_status:
+            return
+        try:
+            await call(
+                "assistant.threads.setStatus",
+                self._require_client().assistant_threads_setStatus(channel_id=target.channel, thread_ts=target.thread, status=THINKING_STATUS),
+            )
+        except RateLimited:
+            pass  # cosmetic: never worth waiting for
+        except PlatformError as e:
+            self._no_status.add(target.channel)
+            self._log.debug("no thread status in %s: %s", target.channel, e)
+
+    async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
+        text, blocks = card_message(card)
+        response = await call("chat.postMessage", self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
+        return str(response["ts"])
+
+    async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
+        text, blocks = card_message(card)
+        await call("chat.update", self._require_client().chat_update(channel=target.channel, ts=card_ref, text=text, blocks=blocks))
+
+    async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
+        await self._post_ephemeral(target.channel, account_id, text, target.thread)
+
+    async def _post_ephemeral(self, channel: str, user: str, text: str, thread: str | None) -> None:
+        kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": text}
+        if thread:
+            kwargs["thread_ts"] = thread
+        await call("chat.postEphemeral", self._require_client().chat_postEphemeral(**kwargs))
+
+    def directory(self) -> SlackDirectory:
+        return self._directory
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _require_client(self) -> AsyncWebClient:
+        return self._conn.require_client()
+
+    def _require_users(self) -> UserNames:
+        return self._conn.require_users()
+
+    def _require_app(self) -> AsyncApp:
+        if self._app is None:
+            raise PlatformError(f"slack binding {self.binding_id} is not started")
+        return self._app
+
+    def _require_dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            raise PlatformError(f"slack binding {self.binding_id} is not started")
+        return self._dispatcher
+
+
+def _where(target: ReplyTarget) -> dict[str, str]:
+    """channel, and thread_ts when the reply belongs in a thread."""
+    return {"channel": target.channel, "thread_ts": target.thread} if target.thread else {"channel": target.channel}
+

@@ -1,0 +1,108 @@
+"""The Web API edge: one shared client, errors translated, user names cached.
+
+Every call the adapter makes goes through `call()`, so a 429 always becomes
+`RateLimited(retry_after, method)` for the core to honour, and any other refusal a
+`PlatformError` naming Slack's error code (never a token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from gateway.surface import PlatformError, RateLimited
+
+DEFAULT_RETRY_AFTER = 1.0
+
+
+async def call(method: str, request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:
+    """Await one Web API request; Slack's refusals come out as the core's exceptions."""
+    try:
+        return await request
+    except SlackApiError as e:
+        response = e.response
+        if response.status_code == 429 or response.get("error") == "ratelimited":
+            raise RateLimited(_retry_after(response.headers), method) from None
+        raise PlatformError(f"slack {method}: {response.get('error') or response.status_code}") from None
+    except SlackClientError as e:
+        raise PlatformError(f"slack {method}: {type(e).__name__}") from None
+
+
+def _retry_after(headers: Any) -> float:
+    try:
+        value = headers.get("Retry-After") or headers.get("retry-after")
+        return max(float(value), 0.0) if value is not None else DEFAULT_RETRY_AFTER
+    except (TypeError, ValueError, AttributeError):
+        return DEFAULT_RETRY_AFTER
+
+
+@dataclass
+class SlackConnection:
+    """What exists only after start(): the client, the cached user names, who the bot is."""
+
+    client: AsyncWebClient | None = None
+    users: UserNames | None = None
+    bot_user_id: str = ""
+    bot_id: str = ""
+
+    def require_client(self) -> AsyncWebClient:
+        if self.client is None:
+            raise PlatformError("slack is not connected yet")
+        return self.client
+
+    def require_users(self) -> UserNames:
+        if self.users is None:
+            raise PlatformError("slack is not connected yet")
+        return self.users
+
+
+class UserNames:
+    """users.info, cached: a sender's name is looked up once per `ttl`, not once per message."""
+
+    def __init__(self, client: AsyncWebClient, *, ttl: float = 3600.0, size: int = 5000, clock: Callable[[], float] = time.monotonic) -> None:
+        self._client, self._ttl, self._size, self._clock = client, ttl, size, clock
+        self._cache: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
+
+    async def user(self, user_id: str) -> dict[str, Any] | None:
+        """The users.info `user` object, or None when Slack does not know or will not say."""
+        hit = self._cache.get(user_id)
+        if hit and self._clock() - hit[0] < self._ttl:
+            self._cache.move_to_end(user_id)
+            return hit[1]
+        # A channel mention arrives as two events at once: one lookup serves both.
+        pending = self._inflight.get(user_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._fetch(user_id))
+            self._inflight[user_id] = pending
+            pending.add_done_callback(lambda _: self._inflight.pop(user_id, None))
+        user = await asyncio.shield(pending)
+        return user if user is not None else (hit[1] if hit else None)  # a stale name beats none
+
+    async def _fetch(self, user_id: str) -> dict[str, Any] | None:
+        try:
+            response = await call("users.info", self._client.users_info(user=user_id))
+        except PlatformError:
+            return None
+        user = response.get("user") or {}
+        self._cache[user_id] = (self._clock(), user)
+        if len(self._cache) > self._size:
+            self._cache.popitem(last=False)
+        return user
+
+    async def display_name(self, user_id: str) -> str:
+        return display_name(await self.user(user_id) or {}) or user_id
+
+
+def display_name(user: dict[str, Any]) -> str:
+    """How Slack shows a person: their display name, else real name, else handle."""
+    profile = user.get("profile") or {}
+    return str(profile.get("display_name") or profile.get("real_name") or user.get("real_name") or user.get("name") or "")

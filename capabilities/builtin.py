@@ -1,0 +1,3 @@
+"""The capabilities this deployment ships; importing this module registers each of them."""
+
+from . import clock, thinking  # noqa: F401

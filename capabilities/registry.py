@@ -1,0 +1,248 @@
+"""The capability registry: what an agent can do is code, declared here and reviewable.
+
+Each capability declares its id, name, category, the tools it contributes (stable ids, and
+which are side-effecting), the scopes it needs, whether it needs a key, and a pydantic config
+model. `build` turns one agent's entry into a pydantic-ai capability for one run, or None when
+bound with nothing usable (then it is not attached at all).
+
+The registry also owns what an entry may change (`approval`, `tool_approval`,
+`tool_overrides`): renames are applied with pydantic-ai's renamed toolset, and every offered
+tool is entered into the run's visible-name → stable-id map that the approval gate reads.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_ai.capabilities import AbstractCapability, Capability
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
+
+from bindings.models import CapabilityEntry
+from bindings.secrets import Secret, SecretError
+from gateway.policy import ToolInfo
+
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
+    from gateway.runner import Turn
+
+# Names every model provider accepts for a tool.
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class NoConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class ToolDecl:
+    id: str
+    side_effecting: bool = False
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a capability is built from for one run: server-side facts, never the model's."""
+
+    turn: Turn
+    entry: CapabilityEntry
+    config: BaseModel
+    secret: Secret | None
+
+
+Builder = Callable[[BuildContext], AbstractCapability[Any] | None]
+
+
+@dataclass(frozen=True)
+class CapabilityDecl:
+    id: str
+    name: str
+    category: str
+    tools: tuple[ToolDecl, ...]  # () says "no tools, by design"
+    build: Builder
+    config_model: type[BaseModel] = NoConfig
+    scopes: tuple[str, ...] = ()
+    needs_key: Literal["no", "required", "conditional"] = "no"
+    description: str = ""
+    binding_only: bool = False  # granted per binding (channel_tools), refused in an agent file
+    # Extra publish-time checks: (config) -> list of (field path, message).
+    check: Callable[[BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
+
+    @property
+    def tool_ids(self) -> frozenset[str]:
+        return frozenset(t.id for t in self.tools)
+
+    def catalog_entry(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "category": self.category,
+            "description": self.description,
+            "tools": [{"id": t.id, "side_effecting": t.side_effecting, "summary": t.summary} for t in self.tools],
+            "scopes": list(self.scopes),
+            "key": self.needs_key,
+            "binding_only": self.binding_only,
+            "config_schema": self.config_model.model_json_schema(),
+        }
+
+
+REGISTRY: dict[str, CapabilityDecl] = {}
+
+
+def register(decl: CapabilityDecl) -> CapabilityDecl:
+    REGISTRY[decl.id] = decl
+    return decl
+
+
+def load_builtin() -> dict[str, CapabilityDecl]:
+    """Import the shipped capability modules (each registers itself)."""
+    from . import builtin  # noqa: F401
+
+    return REGISTRY
+
+
+# --- building one run's capabilities ------------------------------------------------------
+
+
+@dataclass
+class _Describe:
+    """Rewrites descriptions by visible name (PrepareTools may not rename, so renames come first)."""
+
+    descriptions: dict[str, str] = field(default_factory=dict)
+
+    async def __call__(self, ctx: Any, tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        return [replace(t, description=self.descriptions.get(t.name, t.description)) for t in tool_defs]
+
+
+class _Bound(AbstractCapability[Any]):
+    """A built capability with the entry's renames and descriptions applied to its tools."""
+
+    def __init__(self, inner: AbstractCapability[Any], renames: dict[str, str], descriptions: dict[str, str]) -> None:
+        self.inner, self.renames, self.descriptions = inner, renames, descriptions
+
+    def get_instructions(self) -> Any:
+        return self.inner.get_instructions()
+
+    def get_model_settings(self) -> Any:
+        return self.inner.get_model_settings()
+
+    def get_toolset(self) -> Any:
+        toolset = self.inner.get_toolset()
+        if toolset is None or not isinstance(toolset, AbstractToolset):
+            return toolset
+        if self.renames:
+            toolset = toolset.renamed(self.renames)  # {new visible name: stable id}
+        if self.descriptions:
+            toolset = PreparedToolset(toolset, _Describe(self.descriptions))
+        return toolset
+
+
+def entries_for(turn: Turn) -> list[CapabilityEntry]:
+    """The agent's enabled entries, plus the binding's channel tools when the run has a channel."""
+    entries = [e for e in turn.agent.capabilities if e.enabled]
+    channel_tools = turn.binding.channel_tools
+    override = turn.binding.override_for(turn.conversation.channel)
+    if override and override.channel_tools is not None:
+        channel_tools = override.channel_tools
+    if channel_tools is not None and channel_tools.tools:
+        entries.append(CapabilityEntry(id="channel_tools", config=channel_tools.model_dump()))
+    # The binding's approval settings for channel tools live on the agent's entry, if any.
+    return entries
+
+
+def build_for_turn(turn: Turn) -> list[AbstractCapability[Any]]:
+    """The runner's capability builder: registry entries → pydantic-ai capabilities + the gate's map."""
+    built: list[AbstractCapability[Any]] = []
+    overrides = {e.id: e for e in turn.agent.capabilities}
+    for entry in entries_for(turn):
+        decl = REGISTRY.get(entry.id)
+        if decl is None:
+            continue  # refused at load; a capability removed from code since is simply absent
+        # channel_tools' approval and renames can be set on an agent entry of the same id.
+        policy_entry = overrides.get(entry.id, entry) if decl.binding_only else entry
+        config = decl.config_model.model_validate(entry.config)
+        secret = None
+        if policy_entry.secret_id is not None:
+            try:
+                secret = policy_entry.secret_id.resolve()
+            except SecretError:
+                secret = None
+        capability = decl.build(BuildContext(turn, entry, config, secret))
+        if capability is None:
+            continue
+        renames: dict[str, str] = {}
+        descriptions: dict[str, str] = {}
+        for tool in decl.tools:
+            override = policy_entry.tool_overrides.get(tool.id)
+            visible = override.name if override and override.name else tool.id
+            if visible != tool.id:
+                renames[visible] = tool.id
+            if override and override.description:
+                descriptions[visible] = override.description
+            turn.tools[visible] = ToolInfo(
+                stable_id=tool.id,
+                capability=decl.id,
+                side_effecting=tool.side_effecting,
+                approval=policy_entry.approval,
+                tool_approval=policy_entry.tool_approval.get(tool.id, "default"),
+            )
+        built.append(_Bound(capability, renames, descriptions) if (renames or descriptions) else capability)
+    return built
+
+
+def simple(instructions: Any = None, toolsets: list[Any] | None = None, tools: list[Any] | None = None) -> Capability[Any]:
+    """A pydantic-ai Capability from parts, for capabilities that need no subclass."""
+    return Capability(instructions=instructions, toolsets=toolsets or (), tools=tools or ())
+
+
+# --- publish-time validation --------------------------------------------------------------
+
+
+def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int, ...], str], None]) -> None:
+    """Refuse what would silently misbehave at run time, with a sentence saying how to fix it."""
+    load_builtin()
+    for agent_id, agent in config.agents.items():
+        key = f"agent:{agent_id}"
+        for i, entry in enumerate(agent.capabilities):
+            loc: tuple[str | int, ...] = ("capabilities", i)
+            decl = REGISTRY.get(entry.id)
+            if decl is None:
+                known = ", ".join(sorted(k for k, d in REGISTRY.items() if not d.binding_only))
+                report(key, (*loc, "id"), f"unknown capability {entry.id!r}; available: {known}")
+                continue
+            if decl.binding_only and entry.config:
+                report(key, (*loc, "config"), f"{entry.id} is granted per binding: move its config to the binding's "
+                       f"`{entry.id}:` section (the agent entry may only set approval and tool overrides)")
+            try:
+                cfg = decl.config_model.model_validate(entry.config)
+            except ValidationError as e:
+                for err in e.errors():
+                    report(key, (*loc, "config", *err["loc"]), err["msg"].removeprefix("Value error, "))
+                cfg = None
+            if cfg is not None and decl.check is not None:
+                for sub, message in decl.check(cfg):
+                    report(key, (*loc, "config", *sub), message)
+            for field_name in ("tool_approval", "tool_overrides"):
+                for tool_id in getattr(entry, field_name):
+                    if tool_id not in decl.tool_ids:
+                        offered = ", ".join(sorted(decl.tool_ids)) or "none (it has no tools)"
+                        report(key, (*loc, field_name, tool_id),
+                               f"{entry.id} has no tool {tool_id!r}; its tools are: {offered}")
+            visible: set[str] = set()
+            for tool_id, override in entry.tool_overrides.items():
+                if override.name is not None:
+                    if not TOOL_NAME.match(override.name):
+                        report(key, (*loc, "tool_overrides", tool_id, "name"),
+                               f"{override.name!r} is not a name a model can call: use 1-64 letters, digits, '_' or '-'")
+                    visible.add(override.name)
+            if decl.needs_key == "required" and entry.secret_id is None:
+                report(key, (*loc, "secret_id"), f"{entry.id} needs a key: set secret_id (e.g. env:NAME)")
+        ids = [e.id for e in agent.capabilities]
+        for i, entry_id in enumerate(ids):
+            if entry_id in ids[:i]:
+                report(key, ("capabilities", i, "id"), f"{entry_id} is listed twice; keep one entry")

@@ -1,0 +1,71 @@
+"""A fake OpenAI-compatible Chat Completions server (what Ollama, vLLM and LM Studio speak).
+
+Streams a scripted answer as server-sent `chat.completion.chunk` events, optionally slowly,
+so a test can hold a run in flight. Records every request it received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+from aiohttp import web
+
+
+class FakeOpenAI:
+    def __init__(self, chunks: list[str] | None = None, delay: float = 0.0) -> None:
+        self.chunks = chunks or ["Hello ", "from ", "the ", "fake ", "model."]
+        self.delay = delay
+        self.requests: list[dict[str, Any]] = []
+        self.status: int = 200
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> FakeOpenAI:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completions)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append(body)
+        if self.status != 200:
+            return web.json_response({"error": {"message": "scripted failure", "type": "server_error"}},
+                                     status=self.status)
+        created = int(time.time())
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": created, "model": body["model"]}
+        if not body.get("stream"):
+            message = {"role": "assistant", "content": "".join(self.chunks)}
+            return web.json_response({**base, "object": "chat.completion", "choices": [
+                {"index": 0, "message": message, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 5, "completion_tokens": len(self.chunks), "total_tokens": 5 + len(self.chunks)}})
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+
+        async def send(payload: dict[str, Any]) -> None:
+            await response.write(f"data: {json.dumps(payload)}\n\n".encode())
+
+        await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
+        for chunk in self.chunks:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            await send({**base, "choices": [{"index": 0, "delta": {"content": chunk}, "finish_reason": None}]})
+        await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 5, "completion_tokens": len(self.chunks), "total_tokens": 5 + len(self.chunks)}})
+        await response.write(b"data: [DONE]\n\n")
+        return response

@@ -1,0 +1,589 @@
+"""A fake Slack on loopback: the Web API, a Socket Mode websocket, and signed HTTP-mode requests.
+
+The real slack_sdk / slack-bolt talk to it over HTTP and a websocket, so a test sees what a
+person in Slack would see: messages posted into a channel, their edit history, ephemeral
+notes, and the acks the app sent for each envelope. Payload shapes follow Slack's published
+events and interactivity payloads (bolt-python's scenario tests, python-slack-sdk's Socket
+Mode tests).
+
+Everything is recorded (`calls`, `acks`), nothing is asserted here: tests assert.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, quote
+
+from aiohttp import WSMsgType, web
+
+BOT_TOKEN = "xoxb-fake-bot-token"
+APP_TOKEN = "xapp-fake-app-token"
+SIGNING_SECRET = "fake-signing-secret"
+
+
+@dataclass
+class ApiCall:
+    """One Web API request as the fake received it."""
+
+    method: str
+    args: dict[str, Any]
+    token: str | None
+    status: int = 200
+
+
+@dataclass
+class PostedMessage:
+    """A message in a channel; `edits` holds every text chat.update set, in order."""
+
+    channel: str
+    ts: str
+    text: str
+    user: str
+    thread_ts: str | None = None
+    bot_id: str | None = None
+    blocks: list[dict[str, Any]] | None = None
+    edits: list[str] = field(default_factory=list)
+    block_edits: list[list[dict[str, Any]] | None] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Ephemeral:
+    channel: str
+    user: str
+    text: str
+    thread_ts: str | None
+
+
+@dataclass
+class Channel:
+    id: str
+    name: str
+    kind: str = "channel"  # channel | group | im | mpim (as `channel_type` names it)
+    purpose: str = ""
+    topic: str = ""
+    members: list[str] = field(default_factory=list)
+    is_archived: bool = False
+
+    def as_api(self) -> dict[str, Any]:
+        is_im = self.kind == "im"
+        return {
+            "id": self.id,
+            "name": "" if is_im else self.name,
+            "is_channel": self.kind == "channel",
+            "is_group": self.kind == "group",
+            "is_im": is_im,
+            "is_mpim": self.kind == "mpim",
+            "is_private": self.kind != "channel",
+            "is_archived": self.is_archived,
+            "is_member": True,
+            "created": 1_600_000_000,
+            "creator": "U0ADMIN",
+            "topic": {"value": self.topic, "creator": "U0ADMIN", "last_set": 0},
+            "purpose": {"value": self.purpose, "creator": "U0ADMIN", "last_set": 0},
+            "num_members": len(self.members),
+            **({"user": self.members[0] if self.members else ""} if is_im else {}),
+        }
+
+
+@dataclass
+class User:
+    id: str
+    name: str
+    real_name: str = ""
+    display_name: str = ""
+    is_bot: bool = False
+
+    def as_api(self, team_id: str) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "team_id": team_id,
+            "name": self.name,
+            "deleted": False,
+            "real_name": self.real_name or self.name,
+            "is_bot": self.is_bot,
+            "is_app_user": False,
+            "profile": {
+                "real_name": self.real_name or self.name,
+                "display_name": self.display_name,
+                "team": team_id,
+            },
+        }
+
+
+@dataclass
+class Failure:
+    status: int
+    error: str
+    retry_after: float | None = None
+
+
+class FakeSlack:
+    """One workspace with one installed app. Use as `async with FakeSlack() as slack:`."""
+
+    def __init__(
+        self,
+        *,
+        team_id: str = "T0TEAM",
+        bot_user_id: str = "U0BOT",
+        bot_id: str = "B0BOT",
+        app_id: str = "A0APP",
+        echo_bot_posts: bool = True,
+    ) -> None:
+        self.team_id, self.bot_user_id, self.bot_id, self.app_id = team_id, bot_user_id, bot_id, app_id
+        # Real Slack echoes the app's own posts back as `message` events with `bot_id`.
+        self.echo_bot_posts = echo_bot_posts
+        self.calls: list[ApiCall] = []
+        self.acks: list[dict[str, Any]] = []
+        self.sent_envelopes: list[dict[str, Any]] = []
+        self.messages: list[PostedMessage] = []
+        self.ephemerals: list[Ephemeral] = []
+        self.channels: dict[str, Channel] = {}
+        self.users: dict[str, User] = {bot_user_id: User(bot_user_id, "agent", "Agent", "agent", is_bot=True)}
+        self.connections_opened = 0
+        self.status_allowed = True  # assistant.threads.setStatus answers ok, or an error
+        self._failures: dict[str, list[Failure]] = {}
+        self._echoes: set[asyncio.Task[str]] = set()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._ts = itertools.count(1)
+        self._event_ids = itertools.count(1)
+        self._runner: web.AppRunner | None = None
+        self._changed = asyncio.Condition()
+        self.port = 0
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def __aenter__(self) -> FakeSlack:
+        app = web.Application()
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/link/", self._socket)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for echo in list(self._echoes):
+            echo.cancel()
+        await asyncio.gather(*self._echoes, return_exceptions=True)
+        for ws in list(self._sockets):
+            await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    # --- workspace set-up -----------------------------------------------------------------
+
+    def add_user(self, user_id: str, name: str, *, real_name: str = "", display_name: str = "", is_bot: bool = False) -> User:
+        user = User(user_id, name, real_name, display_name, is_bot)
+        self.users[user_id] = user
+        return user
+
+    def add_channel(self, channel_id: str, name: str, *, kind: str = "channel", purpose: str = "", topic: str = "", members: list[str] | None = None) -> Channel:
+        channel = Channel(channel_id, name, kind, purpose, topic, list(members or []))
+        self.channels[channel_id] = channel
+        return channel
+
+    def fail_next(self, method: str, *, status: int = 429, error: str = "ratelimited", retry_after: float | None = 1, times: int = 1) -> None:
+        """The next `times` calls of `method` fail (a 429 with Retry-After by default)."""
+        self._failures.setdefault(method, []).extend(Failure(status, error, retry_after) for _ in range(times))
+
+    def next_ts(self) -> str:
+        return f"{1_700_000_000 + next(self._ts)}.{next(self._ts):06d}"
+
+    # --- what a test reads ----------------------------------------------------------------
+
+    def calls_to(self, method: str) -> list[ApiCall]:
+        return [c for c in self.calls if c.method == method]
+
+    def bot_messages(self, channel: str | None = None) -> list[PostedMessage]:
+        return [m for m in self.messages if m.bot_id == self.bot_id and (channel is None or m.channel == channel)]
+
+    def message(self, channel: str, ts: str) -> PostedMessage | None:
+        return next((m for m in self.messages if m.channel == channel and m.ts == ts), None)
+
+    def acked(self, envelope_id: str) -> bool:
+        return any(a.get("envelope_id") == envelope_id for a in self.acks)
+
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+        """Wait until `predicate()` is truthy (re-checked on every request, ack and post)."""
+        async def _until() -> Any:
+            async with self._changed:
+                while not (result := predicate()):
+                    await self._changed.wait()
+                return result
+
+        try:
+            return await asyncio.wait_for(_until(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"fake Slack: condition not met within {timeout}s") from None
+
+    async def wait_connected(self, count: int = 1, timeout: float = 10.0) -> None:
+        await self.wait_for(lambda: len([s for s in self._sockets if not s.closed]) >= 1 and self.connections_opened >= count, timeout)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # --- Web API --------------------------------------------------------------------------
+
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        args: dict[str, Any] = dict(request.query)
+        if request.can_read_body:
+            raw = await request.read()
+            if request.content_type == "application/json":
+                args.update(json.loads(raw or b"{}"))
+            else:
+                args.update(parse_qsl(raw.decode(), keep_blank_values=True))
+        auth = request.headers.get("Authorization", "")
+        token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else args.pop("token", None)
+        call = ApiCall(method, args, token)
+        self.calls.append(call)
+        try:
+            if failures := self._failures.get(method):
+                failure = failures.pop(0)
+                call.status = failure.status
+                headers = {"Retry-After": f"{failure.retry_after:g}"} if failure.retry_after is not None else {}
+                return web.json_response({"ok": False, "error": failure.error}, status=failure.status, headers=headers)
+            wanted = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
+            if token != wanted:
+                return web.json_response({"ok": False, "error": "invalid_auth"})
+            handler = getattr(self, "_m_" + method.replace(".", "_"), None)
+            if handler is None:
+                return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
+            try:
+                result = await handler(args)
+            except KeyError as e:
+                result = {"ok": False, "error": "invalid_arguments", "detail": str(e)}
+            return web.json_response(result)
+        finally:
+            await self._notify()
+
+    async def _m_auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://fake.slack.test/",
+            "team": "Fake Team",
+            "user": "agent",
+            "team_id": self.team_id,
+            "user_id": self.bot_user_id,
+            "bot_id": self.bot_id,
+            "is_enterprise_install": False,
+        }
+
+    async def _m_apps_connections_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": f"ws://127.0.0.1:{self.port}/link/?ticket={uuid.uuid4()}&app_id={self.app_id}"}
+
+    async def _m_chat_postMessage(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = args["channel"]
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        blocks = _maybe_json(args.get("blocks"))
+        msg = PostedMessage(channel, self.next_ts(), args.get("text", ""), self.bot_user_id, args.get("thread_ts") or None, self.bot_id, blocks)
+        self.messages.append(msg)
+        if self.echo_bot_posts and self._sockets:
+            event = self._message_event(msg, kind=self.channels[channel].kind)
+            echo = asyncio.get_running_loop().create_task(self.send_event(event))
+            self._echoes.add(echo)
+            echo.add_done_callback(self._echoes.discard)
+        return {"ok": True, "channel": channel, "ts": msg.ts, "message": self._message_json(msg)}
+
+    async def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
+        msg = self.message(args["channel"], args["ts"])
+        if msg is None:
+            return {"ok": False, "error": "message_not_found"}
+        if msg.bot_id != self.bot_id:
+            return {"ok": False, "error": "cant_update_message"}
+        msg.text = args.get("text", msg.text)
+        msg.edits.append(msg.text)
+        if "blocks" in args:
+            msg.blocks = _maybe_json(args["blocks"])
+        msg.block_edits.append(msg.blocks)
+        return {"ok": True, "channel": msg.channel, "ts": msg.ts, "text": msg.text, "message": self._message_json(msg)}
+
+    async def _m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
+        self.ephemerals.append(Ephemeral(args["channel"], args["user"], args.get("text", ""), args.get("thread_ts") or None))
+        return {"ok": True, "message_ts": self.next_ts()}
+
+    async def _m_assistant_threads_setStatus(self, args: dict[str, Any]) -> dict[str, Any]:
+        args["channel_id"], args["thread_ts"]  # noqa: B018 - required arguments
+        return {"ok": True} if self.status_allowed else {"ok": False, "error": "not_allowed_token_type"}
+
+    async def _m_users_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        user = self.users.get(args["user"])
+        return {"ok": True, "user": user.as_api(self.team_id)} if user else {"ok": False, "error": "user_not_found"}
+
+    async def _m_conversations_info(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.channels.get(args["channel"])
+        return {"ok": True, "channel": channel.as_api()} if channel else {"ok": False, "error": "channel_not_found"}
+
+    async def _m_conversations_members(self, args: dict[str, Any]) -> dict[str, Any]:
+        channel = self.channels.get(args["channel"])
+        if channel is None:
+            return {"ok": False, "error": "channel_not_found"}
+        page, cursor = _page(channel.members, args)
+        return {"ok": True, "members": page, "response_metadata": {"next_cursor": cursor}}
+
+    async def _m_conversations_list(self, args: dict[str, Any]) -> dict[str, Any]:
+        types = set(str(args.get("types") or "public_channel").split(","))
+        wanted = {"channel": "public_channel", "group": "private_channel", "im": "im", "mpim": "mpim"}
+        exclude_archived = str(args.get("exclude_archived", "")).lower() in ("1", "true")
+        matching = [
+            c.as_api()
+            for c in self.channels.values()
+            if wanted[c.kind] in types and not (exclude_archived and c.is_archived)
+        ]
+        page, cursor = _page(matching, args)
+        return {"ok": True, "channels": page, "response_metadata": {"next_cursor": cursor}}
+
+    async def _m_conversations_history(self, args: dict[str, Any]) -> dict[str, Any]:
+        if args["channel"] not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        top = [m for m in self.messages if m.channel == args["channel"] and (m.thread_ts in (None, m.ts))]
+        newest_first = [self._message_json(m) for m in reversed(top)]
+        page, cursor = _page(newest_first, args)
+        return {"ok": True, "messages": page, "has_more": bool(cursor), "response_metadata": {"next_cursor": cursor}}
+
+    async def _m_conversations_replies(self, args: dict[str, Any]) -> dict[str, Any]:
+        thread = args["ts"]
+        in_thread = [m for m in self.messages if m.channel == args["channel"] and (m.ts == thread or m.thread_ts == thread)]
+        if not in_thread:
+            return {"ok": False, "error": "thread_not_found"}
+        oldest_first = [self._message_json(m) for m in in_thread]
+        page, cursor = _page(oldest_first, args)
+        return {"ok": True, "messages": page, "has_more": bool(cursor), "response_metadata": {"next_cursor": cursor}}
+
+    def _message_json(self, msg: PostedMessage) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "message", "user": msg.user, "text": msg.text, "ts": msg.ts, "team": self.team_id}
+        if msg.bot_id:
+            out["bot_id"] = msg.bot_id
+            out["app_id"] = self.app_id
+        if msg.thread_ts:
+            out["thread_ts"] = msg.thread_ts
+        if msg.blocks is not None:
+            out["blocks"] = msg.blocks
+        if msg.files:
+            out["files"] = msg.files
+        return out
+
+    # --- Socket Mode ----------------------------------------------------------------------
+
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(autoping=True)
+        await ws.prepare(request)
+        self.connections_opened += 1
+        self._sockets.append(ws)
+        await ws.send_json(
+            {
+                "type": "hello",
+                "num_connections": 1,
+                "debug_info": {"host": "applink-fake", "build_number": 1, "approximate_connection_time": 18060},
+                "connection_info": {"app_id": self.app_id},
+            }
+        )
+        await self._notify()
+        try:
+            async for frame in ws:
+                if frame.type == WSMsgType.TEXT:
+                    try:
+                        self.acks.append(json.loads(frame.data))
+                    except ValueError:
+                        self.acks.append({"unparsable": frame.data})
+                    await self._notify()
+        finally:
+            self._sockets.remove(ws)
+            await self._notify()
+        return ws
+
+    async def _live_socket(self) -> web.WebSocketResponse:
+        await self.wait_for(lambda: any(not s.closed for s in self._sockets))
+        return next(s for s in reversed(self._sockets) if not s.closed)
+
+    async def send_envelope(self, envelope: dict[str, Any]) -> str:
+        ws = await self._live_socket()
+        self.sent_envelopes.append(envelope)
+        await ws.send_str(json.dumps(envelope))
+        return envelope["envelope_id"]
+
+    async def send_raw(self, text: str) -> None:
+        """A frame as is (e.g. malformed JSON) on the live socket."""
+        await (await self._live_socket()).send_str(text)
+
+    async def request_reconnect(self) -> None:
+        """Slack's `disconnect` frame: the client should open a new connection."""
+        await (await self._live_socket()).send_json(
+            {"type": "disconnect", "reason": "refresh_requested", "debug_info": {"host": "applink-fake"}}
+        )
+
+    async def drop_connections(self) -> None:
+        """Close every socket from the server side, as a network drop or a deploy would."""
+        for ws in list(self._sockets):
+            await ws.close()
+
+    def event_callback(self, event: dict[str, Any], *, event_id: str | None = None) -> dict[str, Any]:
+        """The Events API body (`event_callback`) around one event, as HTTP mode and Socket Mode carry it."""
+        return {
+            "token": "verification-token",
+            "team_id": self.team_id,
+            "api_app_id": self.app_id,
+            "event": event,
+            "type": "event_callback",
+            "event_id": event_id or f"Ev{next(self._event_ids):08d}",
+            "event_time": int(time.time()),
+            "authorizations": [
+                {"enterprise_id": None, "team_id": self.team_id, "user_id": self.bot_user_id, "is_bot": True, "is_enterprise_install": False}
+            ],
+            "is_ext_shared_channel": False,
+            "event_context": f"4-{event.get('type')}-{self.team_id}-{event.get('channel', '')}",
+        }
+
+    async def send_event(self, event: dict[str, Any], *, event_id: str | None = None, retry_attempt: int = 0, body: dict[str, Any] | None = None) -> str:
+        body = body or self.event_callback(event, event_id=event_id)
+        return await self.send_envelope(
+            {
+                "envelope_id": str(uuid.uuid4()),
+                "payload": body,
+                "type": "events_api",
+                "accepts_response_payload": False,
+                "retry_attempt": retry_attempt,
+                "retry_reason": "timeout" if retry_attempt else "",
+            }
+        )
+
+    async def send_interactive(self, payload: dict[str, Any]) -> str:
+        return await self.send_envelope(
+            {"envelope_id": str(uuid.uuid4()), "payload": payload, "type": "interactive", "accepts_response_payload": False}
+        )
+
+    # --- a person using Slack -------------------------------------------------------------
+
+    def _message_event(self, msg: PostedMessage, *, kind: str) -> dict[str, Any]:
+        event = self._message_json(msg)
+        event.update({"channel": msg.channel, "event_ts": msg.ts, "channel_type": kind})
+        if msg.bot_id is None:
+            event["client_msg_id"] = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{msg.channel}/{msg.ts}"))
+            event["blocks"] = [
+                {"type": "rich_text", "block_id": "b1", "elements": [{"type": "rich_text_section", "elements": [{"type": "text", "text": msg.text}]}]}
+            ]
+        if msg.thread_ts:
+            parent = self.message(msg.channel, msg.thread_ts)
+            if parent is not None:
+                event["parent_user_id"] = parent.user
+        if msg.files:
+            event["subtype"] = "file_share"
+        return event
+
+    def user_posts(self, channel: str, user: str, text: str, *, thread_ts: str | None = None, files: list[dict[str, Any]] | None = None) -> tuple[PostedMessage, list[dict[str, Any]]]:
+        """A person posts: the message lands in the channel; returns the events Slack would send.
+
+        A message that mentions the bot outside a DM yields two events: `message` and
+        `app_mention` (different event ids, same `ts` and `client_msg_id`).
+        """
+        kind = self.channels[channel].kind
+        msg = PostedMessage(channel, self.next_ts(), text, user, thread_ts, None, None, files=list(files or []))
+        self.messages.append(msg)
+        message = self._message_event(msg, kind=kind)
+        events = [message]
+        if f"<@{self.bot_user_id}>" in text and kind != "im":
+            mention = {k: v for k, v in message.items() if k not in ("channel_type", "subtype", "parent_user_id")}
+            mention["type"] = "app_mention"
+            events.append(mention)
+        return msg, events
+
+    async def say(self, channel: str, user: str, text: str, *, thread_ts: str | None = None, files: list[dict[str, Any]] | None = None, mention_first: bool = False) -> tuple[PostedMessage, list[str]]:
+        """`user_posts`, delivered over the socket; returns the message and its envelope ids."""
+        msg, events = self.user_posts(channel, user, text, thread_ts=thread_ts, files=files)
+        if mention_first:
+            events.reverse()
+        return msg, [await self.send_event(e) for e in events]
+
+    def block_actions(self, user: str, msg: PostedMessage, value: str) -> dict[str, Any]:
+        """The `block_actions` payload of a click on the button carrying `value` in `msg`."""
+        action = next(
+            (e for b in msg.blocks or [] if b.get("type") == "actions" for e in b["elements"] if e.get("value") == value),
+            None,
+        )
+        if action is None:
+            raise LookupError(f"no button with value {value!r} on message {msg.ts}")
+        person = self.users.get(user, User(user, user))
+        return {
+            "type": "block_actions",
+            "user": {"id": user, "username": person.name, "name": person.name, "team_id": self.team_id},
+            "api_app_id": self.app_id,
+            "token": "verification-token",
+            "container": {"type": "message", "message_ts": msg.ts, "channel_id": msg.channel, "is_ephemeral": False, "thread_ts": msg.thread_ts},
+            "trigger_id": f"{next(self._ts)}.{next(self._ts)}.fake",
+            "team": {"id": self.team_id, "domain": "fake"},
+            "enterprise": None,
+            "is_enterprise_install": False,
+            "channel": {"id": msg.channel, "name": self.channels[msg.channel].name},
+            "message": self._message_json(msg),
+            "state": {"values": {}},
+            "response_url": f"http://127.0.0.1:{self.port}/actions/{self.team_id}/1/fake",
+            "actions": [
+                {
+                    "action_id": action["action_id"],
+                    "block_id": next(b.get("block_id", "") for b in msg.blocks or [] if action in b.get("elements", [])),
+                    "text": action.get("text", {"type": "plain_text", "text": ""}),
+                    "value": value,
+                    "style": action.get("style"),
+                    "type": "button",
+                    "action_ts": f"{time.time():.6f}",
+                }
+            ],
+        }
+
+    async def click(self, user: str, msg: PostedMessage, value: str) -> str:
+        return await self.send_interactive(self.block_actions(user, msg, value))
+
+
+# --- HTTP mode ----------------------------------------------------------------------------
+
+
+def sign(body: str, secret: str = SIGNING_SECRET, timestamp: int | None = None) -> dict[str, str]:
+    """The headers Slack sends with a request: `v0=` HMAC-SHA256 of `v0:{ts}:{body}`."""
+    ts = str(int(time.time()) if timestamp is None else timestamp)
+    digest = hmac.new(secret.encode(), f"v0:{ts}:{body}".encode(), hashlib.sha256).hexdigest()
+    return {"X-Slack-Request-Timestamp": ts, "X-Slack-Signature": f"v0={digest}"}
+
+
+def signed_event_request(body: Mapping[str, Any], secret: str = SIGNING_SECRET, *, timestamp: int | None = None, retry_num: int | None = None) -> tuple[str, dict[str, str]]:
+    """An Events API request (JSON) with its signed headers."""
+    raw = json.dumps(body)
+    headers = {"Content-Type": "application/json", **sign(raw, secret, timestamp)}
+    if retry_num is not None:
+        headers.update({"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "http_timeout"})
+    return raw, headers
+
+
+def signed_interactive_request(payload: Mapping[str, Any], secret: str = SIGNING_SECRET, *, timestamp: int | None = None) -> tuple[str, dict[str, str]]:
+    """An interactivity request: form-encoded `payload=<JSON>`, signed."""
+    raw = "payload=" + quote(json.dumps(payload))
+    return raw, {"Content-Type": "application/x-www-form-urlencoded", **sign(raw, secret, timestamp)}
+
+
+def _maybe_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _page(items: list[Any], args: Mapping[str, Any]) -> tuple[list[Any], str]:
+    """Cursor pagination as Slack does it: an opaque `next_cursor`, empty on the last page."""
+    limit = int(args.get("limit") or 100) or 100
+    start = int(args.get("cursor") or 0)
+    end = start + limit
+    return items[start:end], (str(end) if end < len(items) else "")
