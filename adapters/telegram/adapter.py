@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +55,7 @@ POOL_TIMEOUT = 30.0  # a small pool means waiting for a connection is normal, no
 ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 SUBMIT_ATTEMPTS = 3
 _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 class TelegramAdapter:
@@ -90,10 +92,15 @@ class TelegramAdapter:
             self._health.down(f"secret: {e}")
             self._log.error("cannot start: %s (token %s)", e, self._section.token.describe())
             return
+        if self._webhook_secret is not None and not _WEBHOOK_SECRET.fullmatch(self._webhook_secret.reveal()):
+            detail = "webhook_secret must be 1-256 characters of A-Z a-z 0-9 _ - (Telegram's rule)"
+            self._health.down(detail)
+            self._log.error("cannot start: %s (%s)", detail, self._section.webhook_secret.describe())  # type: ignore[union-attr]
+            return
         # Installed before the Bot exists: PTB logs its API URL (which holds the token) on init,
         # httpx logs every request URL, and setWebhook's parameters hold the webhook secret.
         self._redactor = _Redact([token.reveal()] + ([self._webhook_secret.reveal()] if self._webhook_secret else []))
-        self._redactor.install()
+        self._redactor.install(self._log)
         self._bot = _Bot(
             token.reveal(),
             base_url=self._section.api_url,
@@ -126,6 +133,18 @@ class TelegramAdapter:
         return state
 
     async def _connect_once(self) -> None:
+        """One connection; its failure reaches the log and /readyz, so secrets are scrubbed first
+        (python-telegram-bot puts the token itself into its "token rejected" message)."""
+        try:
+            await self._connect()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            scrub = self._redactor.scrub if self._redactor else str
+            text = str(e) if isinstance(e, PlatformError) else f"{type(e).__name__}: {e}"
+            raise PlatformError(scrub(text)) from None
+
+    async def _connect(self) -> None:
         bot = self._require_bot()
         with translated("getMe"):
             await bot.initialize()  # getMe, once: the bot's id and username see mentions
@@ -408,18 +427,25 @@ class _Redact(logging.Filter):
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
         self._secrets = [s for s in secrets if s]
+        self._extra: tuple[logging.Logger, ...] = ()
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if any(s in message for s in self._secrets):
-            for s in self._secrets:
-                message = message.replace(s, "***")
-            record.msg, record.args = message, None
+            record.msg, record.args = self.scrub(message), None
         return True
 
-    def install(self) -> None:
+    def install(self, *extra: logging.Logger) -> None:
+        self._extra = extra
         for name in self.LOGGERS:
             logging.getLogger(name).addFilter(self)
+        for logger in extra:
+            logger.addFilter(self)
         httpx_log = logging.getLogger("httpx")
         if httpx_log.level == logging.NOTSET:  # nobody chose: one INFO line per request is noise
             httpx_log.setLevel(logging.WARNING)
@@ -427,3 +453,5 @@ class _Redact(logging.Filter):
     def uninstall(self) -> None:
         for name in self.LOGGERS:
             logging.getLogger(name).removeFilter(self)
+        for logger in self._extra:
+            logger.removeFilter(self)

@@ -396,3 +396,18 @@ async def test_secrets_never_reach_a_log_line(fake: FakeTelegram, monkeypatch: p
     assert "getUpdates" in caplog.text and "setWebhook" in caplog.text  # the loggers did log
     assert fake.token not in caplog.text
     assert "hook-secret_123" not in caplog.text
+
+
+async def test_a_rejected_token_shows_in_health_without_the_token(
+        fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    adapter = make_adapter(fake, monkeypatch)
+    monkeypatch.setenv("TG_TEST_TOKEN", "999:not-the-fake-token")  # the fake answers 401 Unauthorized
+    await adapter.start(RecordingDispatcher())
+    try:
+        await fake.wait_for(lambda: "rejected" in adapter.health().detail, what="the rejection in health")
+        assert not adapter.health().connected
+        assert "not-the-fake-token" not in adapter.health().detail
+        assert "connection lost" in caplog.text and "not-the-fake-token" not in caplog.text
+    finally:
+        await adapter.stop()
