@@ -34,6 +34,9 @@ from gateway.surface import (
 )
 from tests.fakes.telegram import FakeTelegram
 
+# python-telegram-bot's own RetryAfter reads its deprecated int property while building itself.
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
+
 ADA = FakeTelegram.user(42, "Ada", "ada", last_name="Lovelace")
 BOB = FakeTelegram.user(43, "Bob", "bob")
 GROUP_ID, FORUM_ID = -100200, -100300

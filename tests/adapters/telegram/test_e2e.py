@@ -29,6 +29,9 @@ from gateway.llm import register_model
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
 
+# python-telegram-bot's own RetryAfter reads its deprecated int property while building itself.
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
+
 ADA = FakeTelegram.user(42, "Ada", "ada")
 BOB = FakeTelegram.user(43, "Bob", "bob")
 GROUP_ID, FORUM_ID = -100200, -100300
