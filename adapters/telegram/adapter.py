@@ -79,6 +79,7 @@ class TelegramAdapter:
         self._task: asyncio.Task[None] | None = None
         self._webhook_secret: Secret | None = None
         self._redactor: _Redact | None = None
+        self._stopped = False
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -114,6 +115,7 @@ class TelegramAdapter:
         )
 
     async def stop(self) -> None:
+        self._stopped = True  # a webhook request racing a reload gets 503, and Telegram retries
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -283,8 +285,8 @@ class TelegramAdapter:
         given = request.headers.get(_SECRET_HEADER, "")
         if expected is None or not hmac.compare_digest(given.encode(), expected.reveal().encode()):
             return web.Response(status=401, text="unauthorized")
-        if self._me is None or self._dispatcher is None:
-            return web.Response(status=503, text="starting")  # Telegram retries later
+        if self._me is None or self._dispatcher is None or self._stopped:
+            return web.Response(status=503, text="not ready")  # Telegram retries later
         try:
             raw = await request.json()
         except ValueError:

@@ -356,6 +356,12 @@ async def test_webhook_delivers_with_the_secret_and_refuses_without(fake: FakeTe
             assert resp.status == 400
     assert dispatcher.texts() == ["via webhook"], "nothing ran for the forged requests"
 
+    await adapter.stop()  # e.g. a reload swapping the binding: Telegram is told to come back later
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=forged, headers={"X-Telegram-Bot-Api-Secret-Token": "hook-secret_123"}) as resp:
+            assert resp.status == 503
+    assert dispatcher.texts() == ["via webhook"]
+
 
 # --- directory and logs ------------------------------------------------------------------
 
