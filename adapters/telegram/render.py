@@ -21,17 +21,19 @@ _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _TABLE = re.compile(r"^\s*\|.*\|\s*$")
 
 # One pass over a line finds the earliest span; alternatives are tried in this order at a
-# position, so code wins over emphasis and `**` wins over `*`.
+# position, so code wins over emphasis and `**` wins over `*`. Spans are bounded ({0,300})
+# so a long line full of stray markers costs linear time, not quadratic.
+_SPAN = r"\S(?:.{0,300}?\S)?"
 _INLINE = re.compile(
-    r"(?P<code_tick>`+)(?P<code>.+?)(?P=code_tick)"
-    r"|\[(?P<link_text>[^\]\n]+)\]\((?P<link_url>[^)\s]+)\)"
-    r"|<(?P<autolink>https?://[^>\s]+)>"
-    r"|\*\*(?P<bold>\S(?:.*?\S)?)\*\*"
-    r"|__(?P<bold2>\S(?:.*?\S)?)__"
-    r"|~~(?P<strike>\S(?:.*?\S)?)~~"
-    r"|\|\|(?P<spoiler>\S(?:.*?\S)?)\|\|"
-    r"|(?<![\w*])\*(?P<italic>[^\s*](?:.*?[^\s*])?)\*(?![\w*])"
-    r"|(?<![\w_])_(?P<italic2>[^\s_](?:.*?[^\s_])?)_(?![\w_])"
+    r"(?P<code_tick>`+)(?P<code>.{1,2000}?)(?P=code_tick)"
+    r"|\[(?P<link_text>[^\]\n]{1,300})\]\((?P<link_url>[^)\s]{1,2000})\)"
+    r"|<(?P<autolink>https?://[^>\s]{1,2000})>"
+    rf"|\*\*(?P<bold>{_SPAN})\*\*"
+    rf"|__(?P<bold2>{_SPAN})__"
+    rf"|~~(?P<strike>{_SPAN})~~"
+    rf"|\|\|(?P<spoiler>{_SPAN})\|\|"
+    r"|(?<![\w*])\*(?P<italic>[^\s*](?:.{0,300}?[^\s*])?)\*(?![\w*])"
+    r"|(?<![\w_])_(?P<italic2>[^\s_](?:.{0,300}?[^\s_])?)_(?![\w_])"
 )
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _TAG = re.compile(r"<[^<>]*>")
