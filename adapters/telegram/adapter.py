@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 from telegram import Bot, Update
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import Forbidden, NetworkError, RetryAfter, TelegramError
+from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
 from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
