@@ -295,3 +295,14 @@ async def test_webhook_mode_and_a_request_without_the_secret(tmp_path: Path, fak
         fake.push_message(ADA["id"], ADA, "real one")
         await answers(fake, ADA["id"], 2, final(2))
         assert scripted.prompts == ["via webhook", "real one"]  # the forged update never ran
+
+        # Telegram redelivers an update it thinks failed: the ledger (by update_id) runs it once.
+        update = {**forged, "update_id": 5555, "message": {**forged["message"], "text": "twice?"}}
+        async with aiohttp.ClientSession() as http:
+            for _ in range(2):
+                async with http.post(url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "e2e-secret"}) as resp:
+                    assert resp.status == 200
+        await answers(fake, ADA["id"], 3, final(3))
+        fake.push_message(ADA["id"], ADA, "last")
+        await answers(fake, ADA["id"], 4, final(4))
+        assert scripted.prompts == ["via webhook", "real one", "twice?", "last"]
