@@ -1,14 +1,14 @@
 """Pairing: pending codes for unknown direct-message senders, paired accounts, wrong attempts.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 
 TS = sa.DateTime(timezone=True)
 
