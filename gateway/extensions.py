@@ -29,14 +29,11 @@ def install(gateway: Gateway) -> None:
     gateway.runner.resume_results = approvals.results_for
     gateway.conversation_extras = approvals.extras
 
-<<<<<<< HEAD
     from .pairing import for_gateway
 
     gateway.pairing = for_gateway(gateway)  # read by Gateway._paired / _pairing_reply
 
-=======
     from capabilities import catalog
->>>>>>> main
     from capabilities.registry import build_for_turn, load_builtin
 
     load_builtin()
@@ -58,9 +55,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     from .pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)
-<<<<<<< HEAD
     add_pairing_cli(sub, load)
-=======
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog
@@ -93,4 +88,3 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is asking (default $USER)")
     p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
     p.set_defaults(fn=memory_command)
->>>>>>> main
