@@ -8,9 +8,13 @@ API, so `search_channels` and `read_channel_history` are not offered.
 
 from __future__ import annotations
 
-from telegram import Bot, ChatMemberOwner
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from gateway.surface import ChannelInfo, ChannelMember, HistoryMessage, PlatformError, ReplyTarget
+from telegram import Bot, ChatMemberOwner
+from telegram.error import BadRequest, Forbidden
+
+from gateway.surface import ChannelInfo, ChannelMember, HistoryMessage, NotVisible, PlatformError, ReplyTarget
 
 from .errors import translated
 
@@ -27,9 +31,9 @@ class TelegramDirectory:
 
     async def channel_info(self, target: ReplyTarget) -> ChannelInfo:
         chat_id = int(target.channel)
-        with translated("getChat"):
+        with _visible("getChat"):
             chat = await self._bot.get_chat(chat_id)
-        with translated("getChatMemberCount"):
+        with _visible("getChatMemberCount"):
             count = await self._bot.get_chat_member_count(chat_id)
         name = chat.title or chat.full_name or (f"@{chat.username}" if chat.username else str(chat.id))
         return ChannelInfo(
@@ -44,14 +48,14 @@ class TelegramDirectory:
     async def channel_members(self, target: ReplyTarget, limit: int) -> tuple[list[ChannelMember], bool]:
         chat_id = int(target.channel)
         if chat_id > 0:  # a private chat: the person and the bot, no administrators to ask for
-            with translated("getChat"):
+            with _visible("getChat"):
                 chat = await self._bot.get_chat(chat_id)
             me = self._bot.bot
             members = [ChannelMember(str(chat.id), chat.username or chat.full_name or str(chat.id),
                                      chat.full_name or ""),
                        ChannelMember(str(me.id), me.username or me.full_name, me.full_name, is_bot=True)]
             return members[:limit], len(members) > limit
-        with translated("getChatAdministrators"):
+        with _visible("getChatAdministrators"):
             admins = await self._bot.get_chat_administrators(chat_id)
         # The owner first, then administrators in Telegram's order.
         ordered = sorted(admins, key=lambda m: not isinstance(m, ChatMemberOwner))
@@ -71,3 +75,16 @@ class TelegramDirectory:
 
     async def channel_history(self, target: ReplyTarget, limit: int) -> tuple[list[HistoryMessage], bool]:
         raise PlatformError("the Telegram Bot API cannot read a chat's history")
+
+
+@contextmanager
+def _visible(method: str) -> Iterator[None]:
+    """A chat the bot was removed from (or never in) is bad news for the model, not a fault."""
+    try:
+        with translated(method):
+            yield
+    except PlatformError as e:
+        cause = e.__cause__
+        if isinstance(cause, Forbidden) or (isinstance(cause, BadRequest) and "chat not found" in cause.message.lower()):
+            raise NotVisible(str(e)) from cause
+        raise

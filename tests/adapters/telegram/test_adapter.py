@@ -26,6 +26,7 @@ from gateway.surface import (
     Decision,
     DecisionOutcome,
     ItemState,
+    NotVisible,
     PlatformError,
     RateLimited,
     ReplyTarget,
@@ -384,6 +385,8 @@ async def test_directory_answers_info_and_administrators_only(fake: FakeTelegram
     assert len(members) == 1 and truncated is True
     with pytest.raises(PlatformError):
         await directory.channel_history(target(FORUM_ID, ChatKind.GROUP), 5)
+    with pytest.raises(NotVisible):  # a chat the bot is not in is bad news, not a fault
+        await directory.channel_info(target(-100999, ChatKind.GROUP))
 
 
 async def test_secrets_never_reach_a_log_line(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch,

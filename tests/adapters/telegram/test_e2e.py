@@ -35,8 +35,9 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warning
 ADA = FakeTelegram.user(42, "Ada", "ada")
 BOB = FakeTelegram.user(43, "Bob", "bob")
 GROUP_ID, FORUM_ID = -100200, -100300
-MODEL, GATED_MODEL = "telegram-e2e-scripted", "telegram-e2e-gated"
+MODEL, GATED_MODEL, LOOKUP_MODEL = "telegram-e2e-scripted", "telegram-e2e-gated", "telegram-e2e-lookup"
 RAN: list[str] = []
+OFFERED: list[list[str]] = []
 
 
 class Scripted:
@@ -85,12 +86,29 @@ def _gated_model() -> FunctionModel:
     return FunctionModel(stream_function=stream)
 
 
+def _lookup_model() -> FunctionModel:
+    """Calls both channel tools, then repeats what they returned."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        OFFERED.append(sorted(t.name for t in info.function_tools))
+        returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            yield {0: DeltaToolCall(name="get_channel_info", json_args="{}", tool_call_id="c1"),
+                   1: DeltaToolCall(name="list_channel_members", json_args="{}", tool_call_id="c2")}
+            return
+        yield "\n".join(str(r.content) for r in returns)
+
+    return FunctionModel(stream_function=stream)
+
+
 @pytest.fixture
 def scripted() -> Scripted:
     script = Scripted()
     register_model(MODEL, script.model)
     register_model(GATED_MODEL, _gated_model)
+    register_model(LOOKUP_MODEL, _lookup_model)
     RAN.clear()
+    OFFERED.clear()
     return script
 
 
@@ -107,13 +125,13 @@ async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
 
 
 def config(tmp_path: Path, fake: FakeTelegram, *, dm: str | None = "open", model: str = MODEL,
-           mode: str = "polling", listen: str | None = None) -> Path:
+           mode: str = "polling", listen: str | None = None, **binding_extra: Any) -> Path:
     telegram: dict[str, Any] = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": mode}
     gateway: dict[str, Any] = {}
     if mode == "webhook":
         telegram["webhook_secret"] = "env:TEST_TELEGRAM_WEBHOOK_SECRET"
         gateway["http"] = {"listen": listen, "public_url": f"http://{listen}"}
-    binding: dict[str, Any] = {"platform": "telegram", "agent": "assistant", "telegram": telegram}
+    binding: dict[str, Any] = {"platform": "telegram", "agent": "assistant", "telegram": telegram, **binding_extra}
     if dm is not None:
         binding["admission"] = {"dm": dm}
     agent: dict[str, Any] = {"name": "Telegram test agent", "model": model, "instructions": "Be brief."}
@@ -306,3 +324,21 @@ async def test_webhook_mode_and_a_request_without_the_secret(tmp_path: Path, fak
         fake.push_message(ADA["id"], ADA, "last")
         await answers(fake, ADA["id"], 4, final(4))
         assert scripted.prompts == ["via webhook", "real one", "twice?", "last"]
+
+
+async def test_channel_tools_answer_info_and_administrators_only(tmp_path: Path, fake: FakeTelegram,
+                                                                 scripted: Scripted) -> None:
+    chat = fake.chats[GROUP_ID]
+    chat.description, chat.member_count = "Release coordination", 12
+    chat.admins = [fake.admin_member(ADA, owner=True), fake.admin_member(BOB)]
+    tools = {"tools": ["get_channel_info", "list_channel_members", "search_channels", "read_channel_history"]}
+    directory = config(tmp_path, fake, model=LOOKUP_MODEL, channel_tools=tools)
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await connected(gw)
+        text = "@gateway_bot who runs this group?"
+        fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
+        (reply,) = await fake.wait_for(lambda: [m for m in fake.sent(GROUP_ID) if "members: 12" in m.text])
+        assert "name: Team" in reply.text and "purpose: Release coordination" in reply.text
+        assert "Ada (owner) (@ada)" in reply.text and "Bob (administrator) (@bob)" in reply.text
+    # What the Bot API cannot answer is not offered to the model at all.
+    assert OFFERED[0] == ["get_channel_info", "list_channel_members"]
