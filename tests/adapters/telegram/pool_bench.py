@@ -1,13 +1,15 @@
 """How big the adapter's HTTP pool should be: sendMessage throughput against the fake Bot API.
 
 Not a test (no assertions on speed): run it by hand and read the figures.
-    PYTHONPATH=$PWD .venv/bin/python tests/adapters/telegram/pool_bench.py
+    PYTHONPATH=$PWD .venv/bin/python tests/adapters/telegram/pool_bench.py [CONCURRENCIES [POOLS]]
+    (e.g. `... pool_bench.py 32,200 8,16,256`)
 """
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import sys
 import time
 
 from telegram import Bot
@@ -61,8 +63,10 @@ def serve_elsewhere() -> tuple[str, str, multiprocessing.Process]:
 async def main() -> None:
     api_url, token, proc = serve_elsewhere()
     print("pool  concurrency  sends/s (best of 3)")
-    for concurrency in (1, 32, 200):
-        for pool in (1, 4, 8, 16, 64, 256):
+    concurrencies = [int(c) for c in sys.argv[1].split(",")] if len(sys.argv) > 1 else [1, 32, 200]
+    pools = [int(p) for p in sys.argv[2].split(",")] if len(sys.argv) > 2 else [1, 4, 8, 16, 64, 256]
+    for concurrency in concurrencies:
+        for pool in pools:
             rate = max([await measure(api_url, token, pool, concurrency) for _ in range(3)])
             print(f"{pool:4d}  {concurrency:11d}  {rate:7.0f}", flush=True)
     proc.terminate()
