@@ -4,9 +4,8 @@ Why `Bot` and our own poll loop rather than `Application` + `Updater`: the Updat
 a batch of updates (by asking for the next offset) before the application has handled it, and
 keeps the offset in memory. Here an update is confirmed only after `dispatcher.submit`
 returned, and the offset lives in the store (`dispatcher.get_state` / `set_state`), so a
-restart neither replays nor drops. Concurrency comes from the gateway's own queue, so the
-HTTP pool is small on purpose: httpcore rescans every pooled connection on each request, and
-python-telegram-bot's default of 256 connections costs more than it gives.
+restart neither replays nor drops. Concurrency comes from the gateway's own queue (no
+`concurrent_updates`), and the HTTP pool is small on purpose (see POOL_SIZE).
 
 Webhook mode serves `/telegram/webhook/<binding id>` on the daemon's HTTP server, calls
 `setWebhook` with a secret token on start, and answers 401 to a request without it.
