@@ -141,3 +141,21 @@ def test_tool_text_renders_what_pydantic_ai_builds_from_a_docstring() -> None:
     [built] = FunctionToolset([lookup]).tools.values()
     assert built.description == tool_text("Find a thing.", "Use it for things; use other for others.",
                                           "One line per thing.")
+
+
+def test_two_tools_under_one_visible_name_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bindings.loader import ConfigError, load_config
+    from gateway import extensions
+
+    from ..conftest import write_config
+
+    extensions.register_checks()
+    cfg = write_config(tmp_path, agents={"assistant": {"name": "A", "model": "demo", "capabilities": [
+        {"id": "memory_files", "tool_overrides": {"read_memory": {"name": "list_memory"}}}]}})
+    try:
+        load_config(cfg)
+        raise AssertionError("a duplicate visible tool name was accepted")
+    except ConfigError as e:
+        [problem] = [str(p) for p in e.problems if not p.warning]
+        assert problem.startswith(f"{cfg}/agents/assistant.yaml:")
+        assert "two tools named 'list_memory'" in problem
