@@ -215,10 +215,29 @@ class SlackSection(Strict):
 
 
 class TelegramSection(Strict):
-    token: SecretRef
-    mode: Literal["polling", "webhook"] = "polling"
-    webhook_secret: SecretRef | None = None
-    api_url: str = "https://api.telegram.org/bot"
+    token: SecretRef = Field(description="The bot token from @BotFather, as a reference: env:NAME, file:/path, credential:NAME")
+    mode: Literal["polling", "webhook"] = Field(
+        default="polling",
+        description="polling: long-poll getUpdates (no public URL needed); webhook: Telegram POSTs to "
+        "<http.public_url>/telegram/webhook/<binding id>",
+    )
+    webhook_secret: SecretRef | None = Field(
+        default=None, description="Webhook mode: the secret Telegram sends in X-Telegram-Bot-Api-Secret-Token "
+        "(1-256 of A-Z a-z 0-9 _ -)"
+    )
+    api_url: str = Field(
+        default="https://api.telegram.org/bot",
+        description="Bot API base; the token is appended (a local Bot API server: http://host:8081/bot)",
+    )
+
+    @field_validator("api_url")
+    @classmethod
+    def _bot_api_url(cls, v: str) -> str:
+        if not v.startswith(("https://", "http://")):
+            raise ValueError("expected an http(s) URL such as https://api.telegram.org/bot")
+        if "{token}" in v or v.endswith("/bot"):
+            return v
+        return v.rstrip("/") + "/bot"  # "http://host:8081" means the server's /bot<token>/ paths
 
     @model_validator(mode="after")
     def _webhook_needs_secret(self) -> TelegramSection:

@@ -29,6 +29,10 @@ def install(gateway: Gateway) -> None:
     gateway.runner.resume_results = approvals.results_for
     gateway.conversation_extras = approvals.extras
 
+    from .pairing import for_gateway
+
+    gateway.pairing = for_gateway(gateway)  # read by Gateway._paired / _pairing_reply
+
     from capabilities import catalog
     from capabilities.registry import build_for_turn, load_builtin
 
@@ -48,8 +52,10 @@ def register_checks() -> None:
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing)."""
     from .approvals import add_cli
+    from .pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)
+    add_pairing_cli(sub, load)
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog

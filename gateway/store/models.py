@@ -244,3 +244,40 @@ class MemoryAudit(Base):
     subject: Mapped[str] = mapped_column(String(40), index=True)  # the person id
     reason: Mapped[str] = mapped_column(Text)
     at: Mapped[datetime] = mapped_column(TS)
+
+
+class PairingRequest(Base):
+    """A pending pairing code: someone the binding does not know asked to talk to it in private."""
+
+    __tablename__ = "pairing_requests"
+    __table_args__ = (UniqueConstraint("binding_id", "account_id"),)
+    code: Mapped[str] = mapped_column(String(16), primary_key=True)
+    binding_id: Mapped[str] = mapped_column(String(100))
+    platform: Mapped[str] = mapped_column(String(20))
+    workspace: Mapped[str] = mapped_column(String(200))
+    account_id: Mapped[str] = mapped_column(String(200))
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime] = mapped_column(TS, index=True)
+    notified_at: Mapped[datetime] = mapped_column(TS)  # when the code was last told to the sender
+
+
+class PairedAccount(Base):
+    """A platform account an admin let in: the binding admits its direct messages."""
+
+    __tablename__ = "paired_accounts"
+    binding_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    account_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    platform: Mapped[str] = mapped_column(String(20))
+    workspace: Mapped[str] = mapped_column(String(200))
+    display_name: Mapped[str] = mapped_column(String(200), default="")
+    approved_by: Mapped[str] = mapped_column(String(200))
+    approved_at: Mapped[datetime] = mapped_column(TS)
+
+
+class PairingFailure(Base):
+    """One wrong or expired code given to `pairing approve`; enough of them lock approval out."""
+
+    __tablename__ = "pairing_failures"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    failed_at: Mapped[datetime] = mapped_column(TS, index=True)

@@ -1,0 +1,460 @@
+"""The Telegram adapter: python-telegram-bot's `Bot` on one side, the gateway core on the other.
+
+Why `Bot` and our own poll loop rather than `Application` + `Updater`: the Updater confirms
+a batch of updates (by asking for the next offset) before the application has handled it, and
+keeps the offset in memory. Here an update is confirmed only after `dispatcher.submit`
+returned, and the offset lives in the store (`dispatcher.get_state` / `set_state`), so a
+restart neither replays nor drops. Concurrency comes from the gateway's own queue (no
+`concurrent_updates`), and the HTTP pool is small on purpose (see POOL_SIZE).
+
+Webhook mode serves `/telegram/webhook/<binding id>` on the daemon's HTTP server, calls
+`setWebhook` with a secret token on start, and answers 401 to a request without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from aiohttp import web
+from telegram import Bot, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import Forbidden, RetryAfter, TelegramError
+from telegram.request import HTTPXRequest
+
+from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
+from bindings.models import BindingSpec, TelegramSection
+from bindings.secrets import Secret, SecretError
+from gateway.messages import ChatKind, InboundMessage
+from gateway.surface import (
+    AdapterHealth,
+    ApprovalCard,
+    Dispatcher,
+    PlatformError,
+    PlatformLimits,
+    ReplyTarget,
+)
+
+from .cards import card_html, card_keyboard
+from .directory import TelegramDirectory
+from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
+from .normalize import BotIdentity, ButtonClick, normalize_update
+from .render import html_to_plain, markdown_to_html
+
+POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
+# Connections for sends and edits. Measured with tests/adapters/telegram/pool_bench.py against
+# the fake on a busy 2-core machine: with 32 or 200 concurrent senders, pools of 8 to 256 were
+# within noise of each other (about 150-450 sends/s), while 1-4 connections starved at 200
+# (20-170/s). 8 is as fast as any, bounds what one binding opens, and keeps httpcore's
+# per-request scan of pooled connections short.
+POOL_SIZE = 8
+POOL_TIMEOUT = 30.0  # a small pool means waiting for a connection is normal, not an error
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+SUBMIT_ATTEMPTS = 3
+_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+_WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
+
+
+class TelegramAdapter:
+    """One bot token, one binding."""
+
+    platform = "telegram"
+    limits = PlatformLimits(max_message_chars=4096, min_edit_interval=1.0, supports_edit=True)
+
+    def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
+        if binding.telegram is None:
+            raise ValueError(f"binding {binding.id!r} has no telegram: section")
+        self.binding = binding
+        self.binding_id = binding.id
+        self._section: TelegramSection = binding.telegram
+        self._public_url = context.gateway.http.public_url
+        self._log = context.log.getChild(f"telegram.{binding.id}")
+        self._health = HealthState()
+        self._bot: _Bot | None = None
+        self._me: BotIdentity | None = None
+        self._dispatcher: Dispatcher | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._webhook_secret: Secret | None = None
+        self._redactor: _Redact | None = None
+        self._stopped = False
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    async def start(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        try:
+            token = self._section.token.resolve()
+            if self._section.mode == "webhook" and self._section.webhook_secret is not None:
+                self._webhook_secret = self._section.webhook_secret.resolve()
+        except SecretError as e:
+            self._health.down(f"secret: {e}")
+            self._log.error("cannot start: %s (token %s)", e, self._section.token.describe())
+            return
+        if self._webhook_secret is not None and not _WEBHOOK_SECRET.fullmatch(self._webhook_secret.reveal()):
+            detail = "webhook_secret must be 1-256 characters of A-Z a-z 0-9 _ - (Telegram's rule)"
+            self._health.down(detail)
+            self._log.error("cannot start: %s (%s)", detail, self._section.webhook_secret.describe())  # type: ignore[union-attr]
+            return
+        # Installed before the Bot exists: PTB logs its API URL (which holds the token) on init,
+        # httpx logs every request URL, and setWebhook's parameters hold the webhook secret.
+        self._redactor = _Redact([token.reveal()] + ([self._webhook_secret.reveal()] if self._webhook_secret else []))
+        self._redactor.install(self._log)
+        self._bot = _Bot(
+            token.reveal(),
+            base_url=self._section.api_url,
+            request=HTTPXRequest(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
+                                 connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
+            get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
+                                             connect_timeout=10.0),
+        )
+        self._task = asyncio.create_task(
+            reconnect_forever(self._connect_once, self._health, self._log), name=f"telegram:{self.binding_id}"
+        )
+
+    async def stop(self) -> None:
+        self._stopped = True  # a webhook request racing a reload gets 503, and Telegram retries
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        if self._bot is not None:
+            try:
+                await self._bot.shutdown()
+            except Exception as e:  # closing sockets must not stop the daemon's shutdown
+                self._log.warning("closing the HTTP client: %s", e)
+        if self._redactor is not None:
+            self._redactor.uninstall()
+        self._health.down("stopped")
+
+    def health(self) -> AdapterHealth:
+        state = self._health.get()
+        state.extra.update(mode=self._section.mode, bot=self._me.username if self._me else None)
+        return state
+
+    async def _connect_once(self) -> None:
+        """One connection; its failure reaches the log and /readyz, so secrets are scrubbed first
+        (python-telegram-bot puts the token itself into its "token rejected" message)."""
+        try:
+            await self._connect()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            scrub = self._redactor.scrub if self._redactor else str
+            text = str(e) if isinstance(e, PlatformError) else f"{type(e).__name__}: {e}"
+            raise PlatformError(scrub(text)) from None
+
+    async def _connect(self) -> None:
+        bot = self._require_bot()
+        with translated("getMe"):
+            await bot.initialize()  # getMe, once: the bot's id and username see mentions
+        self._me = BotIdentity(bot.id, bot.username)
+        if self._section.mode == "webhook":
+            await self._set_webhook(bot)
+            self._health.up(f"webhook for @{bot.username}")
+            await asyncio.Event().wait()  # Telegram calls us now; nothing to do until stopped
+        else:
+            with translated("deleteWebhook"):
+                await bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            self._health.up(f"polling as @{bot.username}")
+            await self._poll(bot)
+
+    async def _set_webhook(self, bot: Bot) -> None:
+        if not self._public_url:
+            raise PlatformError("mode: webhook needs http.public_url in gateway.yaml (Telegram must reach us)")
+        assert self._webhook_secret is not None  # the binding model requires it in webhook mode
+        with translated("setWebhook"):
+            await bot.set_webhook(self.webhook_url, secret_token=self._webhook_secret.reveal(),
+                                  allowed_updates=list(ALLOWED_UPDATES))
+
+    @property
+    def webhook_url(self) -> str:
+        return f"{(self._public_url or '').rstrip('/')}/telegram/webhook/{self.binding_id}"
+
+    # --- receiving ---------------------------------------------------------------------
+
+    async def _poll(self, bot: _Bot) -> None:
+        """Long-poll getUpdates; the offset advances only past updates the core has taken."""
+        dispatcher = self._require_dispatcher()
+        assert self._me is not None
+        # Keyed by the bot's id: a binding given another bot's token starts from that bot's queue.
+        key = f"update_offset:{self._me.id}"
+        stored = await dispatcher.get_state(self.binding_id, key)
+        offset = saved = int(stored) if stored else 0
+        try:
+            while True:
+                try:
+                    batch = await bot.get_updates_raw(offset or None)
+                except RetryAfter as e:  # honoured here, without tearing the connection down
+                    self._log.warning("getUpdates rate limited: waiting %.0fs", retry_after_seconds(e))
+                    await asyncio.sleep(retry_after_seconds(e))
+                    continue
+                for raw in batch:
+                    update_id = raw.get("update_id") if isinstance(raw, dict) else None
+                    if not isinstance(update_id, int):
+                        self._log.warning("dropping an update without an update_id")
+                        continue
+                    if update_id < offset:
+                        continue  # already taken (a server that ignored our offset)
+                    try:
+                        await self._handle(raw)
+                    except _SubmitFailed as e:
+                        self._log.error("dropping update %s: the core did not take it: %s", update_id, e)
+                    offset = update_id + 1
+                if offset != saved:
+                    await dispatcher.set_state(self.binding_id, key, str(offset))
+                    saved = offset
+        finally:
+            # Stopped mid-batch: remember what was taken, so the next start neither replays it
+            # nor skips what was not.
+            if offset != saved:
+                try:
+                    await dispatcher.set_state(self.binding_id, key, str(offset))
+                except Exception as e:
+                    self._log.warning("could not save the update offset %s: %s", offset, e)
+
+    async def _handle(self, raw: dict[str, Any]) -> None:
+        """One raw update: parse, normalize, hand to the core. Malformed input is dropped."""
+        assert self._me is not None
+        try:
+            update = Update.de_json(raw, self._bot)
+            event = normalize_update(update, binding_id=self.binding_id, bot=self._me,
+                                     ignore_bots=self.binding.admission.ignore_bots)
+        except Exception as e:  # a shape we cannot read must not stop the others
+            self._log.warning("dropping malformed update %s: %s: %s", raw.get("update_id"), type(e).__name__, e)
+            return
+        if event is None:
+            self._log.debug("ignoring update %s", raw.get("update_id"))
+        elif isinstance(event, ButtonClick):
+            await self._on_click(event)
+        else:
+            await self._submit(event)
+
+    async def _submit(self, msg: InboundMessage) -> None:
+        dispatcher = self._require_dispatcher()
+        backoff = Backoff(base=0.2, cap=2.0)
+        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+            try:
+                result = await dispatcher.submit(msg)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the core's trouble: retry a little, then give up on this one
+                if attempt == SUBMIT_ATTEMPTS:
+                    raise _SubmitFailed(f"{type(e).__name__}: {e}") from e
+                self._log.warning("submit of update %s failed (%s); retrying", msg.event_id, e)
+                await asyncio.sleep(backoff.next_delay())
+            else:
+                if not result.accepted:
+                    self._log.debug("update %s not taken: %s", msg.event_id, result.reason or "duplicate")
+                return
+
+    async def _on_click(self, click: ButtonClick) -> None:
+        """A button press: the core decides; Telegram gets an answer to every callback."""
+        dispatcher = self._require_dispatcher()
+        bot = self._require_bot()
+        text, alert = "", False
+        try:
+            if click.decision is None:
+                text, alert = "This button is no longer valid.", True
+            else:
+                outcome = await dispatcher.decide(click.target_id, click.decision, click.clicker,
+                                                  binding_id=self.binding_id, surface=self.platform)
+                text, alert = outcome.message, not outcome.accepted
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            self._log.error("decision on %s failed: %s", click.target_id, e)
+            text, alert = "Something went wrong; please try again.", True
+        finally:
+            try:
+                await bot.answer_callback_query(click.query_id, text=_clip(text, 200) or None, show_alert=alert)
+            except TelegramError as e:  # e.g. the query expired while the core decided
+                self._log.warning("answerCallbackQuery failed: %s", e)
+
+    # --- HTTP (webhook mode) -------------------------------------------------------------
+
+    def http_routes(self) -> Sequence[web.AbstractRouteDef]:
+        if self._section.mode != "webhook":
+            return []
+        return [web.post(f"/telegram/webhook/{self.binding_id}", self._webhook)]
+
+    async def _webhook(self, request: web.Request) -> web.Response:
+        expected = self._webhook_secret
+        given = request.headers.get(_SECRET_HEADER, "")
+        if expected is None or not hmac.compare_digest(given.encode(), expected.reveal().encode()):
+            return web.Response(status=401, text="unauthorized")
+        if self._me is None or self._dispatcher is None or self._stopped:
+            return web.Response(status=503, text="not ready")  # Telegram retries later
+        try:
+            raw = await request.json()
+        except ValueError:
+            self._log.warning("dropping a webhook request that is not JSON")
+            return web.Response(status=400, text="expected a JSON update")
+        if not isinstance(raw, dict):
+            return web.Response(status=400, text="expected a JSON object")
+        try:
+            await self._handle(raw)
+        except _SubmitFailed as e:  # not taken: let Telegram deliver it again
+            self._log.error("update %s not taken: %s", raw.get("update_id"), e)
+            return web.Response(status=500, text="try again")
+        return web.Response(status=200)
+
+    # --- replying ------------------------------------------------------------------------
+
+    def render(self, markdown: str) -> str:
+        return markdown_to_html(markdown)
+
+    async def post_message(self, target: ReplyTarget, text: str) -> str:
+        bot = self._require_bot()
+        chat_id, thread = _chat(target)
+        with translated("sendMessage"):
+            try:
+                sent = await bot.send_message(chat_id, text, parse_mode=ParseMode.HTML, message_thread_id=thread)
+            except TelegramError as e:
+                if not is_parse_error(e):
+                    raise
+                self._log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", e)
+                sent = await bot.send_message(chat_id, html_to_plain(text), message_thread_id=thread)
+        return str(sent.message_id)
+
+    async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
+        bot = self._require_bot()
+        chat_id, _ = _chat(target)
+        with translated("editMessageText"):
+            try:
+                try:
+                    await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML)
+                except TelegramError as e:
+                    if not is_parse_error(e):
+                        raise
+                    self._log.warning("Telegram refused the HTML of an edit (%s); editing as plain text", e)
+                    await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id))
+            except TelegramError as e:
+                if not is_not_modified(e):  # the same text again is not a failure
+                    raise
+
+    async def show_typing(self, target: ReplyTarget) -> None:
+        bot = self._require_bot()
+        chat_id, thread = _chat(target)
+        with translated("sendChatAction"):
+            await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
+
+    async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
+        bot = self._require_bot()
+        chat_id, thread = _chat(target)
+        with translated("sendMessage"):
+            sent = await bot.send_message(chat_id, card_html(card), parse_mode=ParseMode.HTML,
+                                          message_thread_id=thread, reply_markup=card_keyboard(card))
+        return str(sent.message_id)
+
+    async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
+        bot = self._require_bot()
+        chat_id, _ = _chat(target)
+        with translated("editMessageText"):
+            try:
+                # An empty keyboard once decided: the edit removes the buttons.
+                await bot.edit_message_text(card_html(card), chat_id, int(card_ref), parse_mode=ParseMode.HTML,
+                                            reply_markup=card_keyboard(card))
+            except TelegramError as e:
+                if not is_not_modified(e):
+                    raise
+
+    async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
+        """Telegram has no ephemeral messages: say it in the person's private chat with the bot.
+
+        In a DM that is the chat itself. In a group it works only if the person has started a
+        chat with the bot; otherwise this raises rather than say it in front of the group.
+        """
+        bot = self._require_bot()
+        if target.chat_kind is ChatKind.DM:
+            chat_id, thread = _chat(target)
+        else:
+            chat_id, thread = int(account_id), None
+        with translated("sendMessage"):
+            try:
+                await bot.send_message(chat_id, text, message_thread_id=thread)
+            except Forbidden as e:
+                raise PlatformError(f"cannot message {account_id} privately: they have not started the bot") from e
+
+    def directory(self) -> TelegramDirectory | None:
+        return TelegramDirectory(self._bot) if self._bot is not None else None
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _require_bot(self) -> _Bot:
+        if self._bot is None:
+            raise PlatformError("the Telegram adapter is not started")
+        return self._bot
+
+    def _require_dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            raise PlatformError("the Telegram adapter is not started")
+        return self._dispatcher
+
+
+class _Bot(Bot):
+    """`Bot` with getUpdates returning raw JSON: each update is then parsed on its own, so one
+    malformed update is dropped instead of failing (and endlessly refetching) its whole batch.
+
+    `Bot.get_updates` parses the batch at once and `do_api_request` warns for known methods;
+    `_post` is what both use underneath (python-telegram-bot is pinned to 22.8).
+    """
+
+    async def get_updates_raw(self, offset: int | None) -> list[Any]:
+        data = {"offset": offset, "timeout": POLL_TIMEOUT, "allowed_updates": list(ALLOWED_UPDATES)}
+        result = await self._post("getUpdates", data, read_timeout=POLL_TIMEOUT + 10.0)
+        return result if isinstance(result, list) else []
+
+
+class _SubmitFailed(Exception):
+    """The core raised on every attempt to take an update."""
+
+
+def _chat(target: ReplyTarget) -> tuple[int, int | None]:
+    """The chat id and the forum topic (message_thread_id) replies go to."""
+    return int(target.channel), int(target.thread) if target.thread else None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _Redact(logging.Filter):
+    """Replaces secrets in log records of the loggers that see request URLs and parameters."""
+
+    LOGGERS = ("httpx", "telegram.Bot", "telegram.request.HTTPXRequest", "telegram.request.BaseRequest")
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self._secrets = [s for s in secrets if s]
+        self._extra: tuple[logging.Logger, ...] = ()
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if any(s in message for s in self._secrets):
+            record.msg, record.args = self.scrub(message), None
+        return True
+
+    def install(self, *extra: logging.Logger) -> None:
+        self._extra = extra
+        for name in self.LOGGERS:
+            logging.getLogger(name).addFilter(self)
+        for logger in extra:
+            logger.addFilter(self)
+        httpx_log = logging.getLogger("httpx")
+        if httpx_log.level == logging.NOTSET:  # nobody chose: one INFO line per request is noise
+            httpx_log.setLevel(logging.WARNING)
+
+    def uninstall(self) -> None:
+        for name in self.LOGGERS:
+            logging.getLogger(name).removeFilter(self)
+        for logger in self._extra:
+            logger.removeFilter(self)

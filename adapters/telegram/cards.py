@@ -1,0 +1,105 @@
+"""Approval cards as a Telegram message with an inline keyboard, and the buttons' data.
+
+A button's `callback_data` is `a:<approval_id>`, `d:<approval_id>` or `all:<card_id>`: the
+decision and the unguessable id the core issued, nothing else (Telegram caps it at 64 bytes,
+and a click carries it back verbatim, so it must not need a lookup table of our own).
+"""
+
+from __future__ import annotations
+
+from telegram import InlineKeyboardButton, InlineKeyboardMarkup
+
+from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
+
+from .render import escape
+
+MAX_CALLBACK_BYTES = 64
+MAX_TEXT = 4096
+_PREFIX = {Decision.APPROVE: "a", Decision.DENY: "d", Decision.APPROVE_ALL: "all"}
+_DECISION = {prefix: decision for decision, prefix in _PREFIX.items()}
+_STATE_LINE = {
+    ItemState.PENDING: "⏳ waiting for a decision",
+    ItemState.APPROVED: "✅ Approved",
+    ItemState.DENIED: "❌ Denied",
+    ItemState.EXPIRED: "⌛ Expired",
+}
+_TRUNCATED = "\n… (truncated)"
+
+
+def callback_data(decision: Decision, target_id: str) -> str:
+    data = f"{_PREFIX[decision]}:{target_id}"
+    if len(data.encode()) > MAX_CALLBACK_BYTES:
+        raise ValueError(f"callback data for {decision} is {len(data.encode())} bytes; Telegram allows 64")
+    return data
+
+
+def parse_callback_data(data: str | None) -> tuple[Decision, str] | None:
+    """The decision and id a button carries, or None for data that is not one of ours."""
+    prefix, sep, target_id = (data or "").partition(":")
+    decision = _DECISION.get(prefix)
+    if not sep or decision is None or not target_id:
+        return None
+    return decision, target_id
+
+
+def card_html(card: ApprovalCard) -> str:
+    """The card's text: each call with its arguments, its state, and who may decide.
+
+    Arguments are already pretty-printed, redacted and truncated by the core; they are cut
+    further here only if the whole card would pass Telegram's 4,096 characters.
+    """
+    title = "🔐 <b>Approval needed</b>" if card.pending else "🔐 <b>Approval</b>"
+    fixed = [title]
+    budget = MAX_TEXT - 200 - sum(len(i.tool_name) + len(i.capability) + 60 for i in card.items)
+    budget -= len(card.deciders) + len(card.note)
+    per_item = max(40, budget // max(1, len(card.items)))
+    for n, item in enumerate(card.items, 1):
+        number = f"{n}. " if len(card.items) > 1 else ""
+        fixed.append(f"\n{number}<b>{escape(item.tool_name)}</b> <i>({escape(item.capability)})</i>")
+        if item.arguments.strip():
+            fixed.append(f"<pre>{escape(_cut(item.arguments, per_item))}</pre>")
+        fixed.append(_state(item))
+    if card.pending and card.deciders:
+        fixed.append(f"\n<i>{escape(_sentence(card.deciders))}</i>")
+    if card.note:
+        fixed.append(f"\n{escape(card.note)}")
+    return "\n".join(fixed)
+
+
+def card_keyboard(card: ApprovalCard) -> InlineKeyboardMarkup:
+    """Approve / Deny per pending call, and "approve all" when anything is pending.
+
+    An empty keyboard once nothing is pending: the edit then removes the buttons.
+    """
+    pending = [i for i in card.items if i.state is ItemState.PENDING]
+    rows: list[list[InlineKeyboardButton]] = []
+    for item in pending:
+        label = _short(item.tool_name) if len(card.items) > 1 else ""
+        rows.append([
+            InlineKeyboardButton(f"✅ Approve {label}".rstrip(), callback_data=callback_data(Decision.APPROVE, item.approval_id)),
+            InlineKeyboardButton(f"❌ Deny {label}".rstrip(), callback_data=callback_data(Decision.DENY, item.approval_id)),
+        ])
+    if pending:
+        rows.append([InlineKeyboardButton("✅ Approve all in this conversation",
+                                          callback_data=callback_data(Decision.APPROVE_ALL, card.card_id))])
+    return InlineKeyboardMarkup(rows)
+
+
+def _state(item: ApprovalItem) -> str:
+    line = _STATE_LINE[item.state]
+    if item.decided_by and item.state in (ItemState.APPROVED, ItemState.DENIED):
+        line += f" by {item.decided_by}"
+    return escape(line)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(0, limit - len(_TRUNCATED))] + _TRUNCATED
+
+
+def _short(name: str, limit: int = 24) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")

@@ -1,0 +1,344 @@
+"""End to end: the real daemon (store, admission, pairing, queue, runner, delivery, approvals)
+with a Telegram binding pointed at the fake Bot API. A person writes in Telegram; the test
+reads what Telegram shows: the bot's messages, their edits, keyboards, topics, alerts.
+
+The model streams its answer in pieces and moves the gateway's ManualClock between them, so
+the core's edit pacing lets each piece through as an edit without the test sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.tools import Tool
+
+from capabilities.registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+from gateway import cli
+from gateway.clock import ManualClock
+from gateway.daemon import Gateway
+from gateway.llm import register_model
+from tests.conftest import running_gateway, wait_for, write_config
+from tests.fakes.telegram import ChatMessage, FakeTelegram
+
+# python-telegram-bot's own RetryAfter reads its deprecated int property while building itself.
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
+
+ADA = FakeTelegram.user(42, "Ada", "ada")
+BOB = FakeTelegram.user(43, "Bob", "bob")
+GROUP_ID, FORUM_ID = -100200, -100300
+MODEL, GATED_MODEL, LOOKUP_MODEL = "telegram-e2e-scripted", "telegram-e2e-gated", "telegram-e2e-lookup"
+RAN: list[str] = []
+OFFERED: list[list[str]] = []
+
+
+class Scripted:
+    """Answers "**Hello** there, turn N." in three streamed pieces; remembers its prompts."""
+
+    def __init__(self) -> None:
+        self.clock = ManualClock()
+        self.prompts: list[str] = []
+
+    def model(self) -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            turns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts
+                     if isinstance(p, UserPromptPart)]
+            self.prompts.append(str(turns[-1].content))
+            for piece in ("**Hello**", " there,", f" turn {len(turns)}."):
+                yield piece
+                self.clock.advance(2.0)  # past the 1 s edit interval: the next piece is an edit
+
+        return FunctionModel(stream_function=stream)
+
+
+def _gated_build(ctx: BuildContext) -> Any:
+    async def delete_branch(branch: str) -> str:
+        """Delete a git branch."""
+        RAN.append(branch)
+        return f"deleted {branch}"
+
+    return simple(tools=[Tool(delete_branch, name="delete_branch")])
+
+
+register(CapabilityDecl(
+    id="telegram_test_git", name="Test git", category="test", build=_gated_build,
+    tools=(ToolDecl("delete_branch", side_effecting=True, summary="Delete a branch"),),
+))
+
+
+def _gated_model() -> FunctionModel:
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            yield {0: DeltaToolCall(name="delete_branch", json_args=json.dumps({"branch": "old-feature"}),
+                                    tool_call_id="call-1")}
+            return
+        yield f"Result: {str(returns[-1].content)[:60]}"
+
+    return FunctionModel(stream_function=stream)
+
+
+def _lookup_model() -> FunctionModel:
+    """Calls both channel tools, then repeats what they returned."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+        OFFERED.append(sorted(t.name for t in info.function_tools))
+        returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
+        if not returns:
+            yield {0: DeltaToolCall(name="get_channel_info", json_args="{}", tool_call_id="c1"),
+                   1: DeltaToolCall(name="list_channel_members", json_args="{}", tool_call_id="c2")}
+            return
+        yield "\n".join(str(r.content) for r in returns)
+
+    return FunctionModel(stream_function=stream)
+
+
+@pytest.fixture
+def scripted() -> Scripted:
+    script = Scripted()
+    register_model(MODEL, script.model)
+    register_model(GATED_MODEL, _gated_model)
+    register_model(LOOKUP_MODEL, _lookup_model)
+    RAN.clear()
+    OFFERED.clear()
+    return script
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
+        monkeypatch.setenv("TEST_TELEGRAM_WEBHOOK_SECRET", "e2e-secret")
+        server.private_chat(ADA)
+        server.private_chat(BOB)
+        server.add_chat(GROUP_ID, "group", title="Team")
+        server.add_chat(FORUM_ID, "supergroup", title="Forum", is_forum=True)
+        yield server
+
+
+def config(tmp_path: Path, fake: FakeTelegram, *, dm: str | None = "open", model: str = MODEL,
+           mode: str = "polling", listen: str | None = None, **binding_extra: Any) -> Path:
+    telegram: dict[str, Any] = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": mode}
+    gateway: dict[str, Any] = {}
+    if mode == "webhook":
+        telegram["webhook_secret"] = "env:TEST_TELEGRAM_WEBHOOK_SECRET"
+        gateway["http"] = {"listen": listen, "public_url": f"http://{listen}"}
+    binding: dict[str, Any] = {"platform": "telegram", "agent": "assistant", "telegram": telegram, **binding_extra}
+    if dm is not None:
+        binding["admission"] = {"dm": dm}
+    agent: dict[str, Any] = {"name": "Telegram test agent", "model": model, "instructions": "Be brief."}
+    if model == GATED_MODEL:
+        agent["capabilities"] = [{"id": "telegram_test_git"}]
+    return write_config(tmp_path / "config", agents={"assistant": agent}, bindings={"tg": binding},
+                        gateway=gateway)
+
+
+async def connected(gw: Gateway) -> None:
+    await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+
+
+def final(n: int) -> str:
+    return f"Hello there, turn {n}."
+
+
+async def answers(fake: FakeTelegram, chat_id: int, count: int, last: str) -> list[ChatMessage]:
+    """Wait until the bot has exactly `count` messages in the chat and the last reads `last`."""
+    return await fake.wait_for(lambda: len(m := fake.sent(chat_id)) == count and m[-1].text == last and m,
+                               what=f"{count} bot message(s) ending with {last!r} in {chat_id}")
+
+
+async def test_private_message_gets_one_streamed_html_reply(tmp_path: Path, fake: FakeTelegram,
+                                                             scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        fake.push_message(ADA["id"], ADA, "hi there")
+        (reply,) = await answers(fake, ADA["id"], 1, final(1))
+        assert reply.raw == "<b>Hello</b> there, turn 1." and reply.parse_mode == "HTML"
+        assert reply.edits == ["Hello", "Hello there,"]  # one message, edited as it streamed
+        assert scripted.prompts == ["hi there"]
+        typing = fake.calls_to("sendChatAction")
+        assert typing and typing[0].params == {"chat_id": ADA["id"], "action": "typing"}
+
+
+async def test_group_answers_mentions_and_replies_to_the_bot_only(tmp_path: Path, fake: FakeTelegram,
+                                                                   scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        fake.push_message(GROUP_ID, BOB, "lunch anyone?")
+        text = "@gateway_bot what's new?"
+        fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
+        (first,) = await answers(fake, GROUP_ID, 1, final(1))
+        fake.push_message(GROUP_ID, BOB, "and since then?", reply_to=first)
+        await answers(fake, GROUP_ID, 2, final(2))  # the group chat is one conversation
+        assert scripted.prompts[0].endswith("what's new?") and "@gateway_bot" not in scripted.prompts[0]
+        assert scripted.prompts[1].endswith("and since then?")
+        fake.push_message(GROUP_ID, ADA, "thanks all")
+        # A later mention proves the daemon read past "thanks all" without answering it.
+        fake.push_message(GROUP_ID, ADA, "@gateway_bot bye", entities=fake.mention("@gateway_bot bye"))
+        await answers(fake, GROUP_ID, 3, final(3))
+        assert len(scripted.prompts) == 3 and not any("lunch" in p or p.endswith("thanks all")
+                                                      for p in scripted.prompts)
+
+
+async def test_forum_topics_are_separate_conversations_and_replies_stay_in_them(
+        tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        deploys, incidents = fake.add_topic(FORUM_ID, "Deploys", ADA), fake.add_topic(FORUM_ID, "Incidents", BOB)
+        text = "@gateway_bot status?"
+        fake.push_message(FORUM_ID, ADA, text, entities=fake.mention(text), thread_id=deploys)
+        (in_deploys,) = await answers(fake, FORUM_ID, 1, final(1))
+        fake.push_message(FORUM_ID, BOB, text, entities=fake.mention(text), thread_id=incidents)
+        (_, in_incidents) = await answers(fake, FORUM_ID, 2, final(1))  # turn 1: a new conversation
+        fake.push_message(FORUM_ID, ADA, "and now?", thread_id=deploys, reply_to=in_deploys)
+        third = (await answers(fake, FORUM_ID, 3, final(2)))[-1]
+        assert (in_deploys.thread_id, in_incidents.thread_id, third.thread_id) == (deploys, incidents, deploys)
+        assert all(c.params.get("message_thread_id") in (deploys, incidents) for c in fake.calls_to("sendChatAction"))
+
+
+async def test_pairing_from_first_contact_to_admitted(tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
+    directory = config(tmp_path, fake, dm=None)  # Telegram's default: dm: pairing
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await connected(gw)
+        fake.push_message(ADA["id"], ADA, "hello?")
+        (notice,) = await fake.wait_for(lambda: fake.sent(ADA["id"]), what="the pairing code")
+        code = notice.text.split("Your pairing code is ")[1][:8]
+        assert f"agent-gateway pairing approve {code}" in notice.text and "<b>" in notice.raw
+        fake.push_message(ADA["id"], ADA, "hello??")  # asking again within minutes: no second notice
+        fake.push_message(BOB["id"], BOB, "me too")  # proves the daemon read past Ada's second message
+        await fake.wait_for(lambda: fake.sent(BOB["id"]))
+        assert len(fake.sent(ADA["id"])) == 1 and scripted.prompts == []
+
+        # The admin approves from the command line (another process, same database).
+        assert await asyncio.to_thread(cli.main, ["pairing", "approve", code, "--config", str(directory)]) == 0
+        fake.push_message(ADA["id"], ADA, "hello again")
+        await answers(fake, ADA["id"], 2, final(1))
+        assert scripted.prompts == ["hello again"]
+        assert len(fake.sent(BOB["id"])) == 1  # Bob is still waiting for an admin
+
+
+async def test_callback_approvals_in_a_topic_including_a_click_by_someone_else(
+        tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake, model=GATED_MODEL), clock=scripted.clock) as gw:
+        await connected(gw)
+        topic = fake.add_topic(FORUM_ID, "Repo", ADA)
+        text = "@gateway_bot delete old-feature"
+        fake.push_message(FORUM_ID, ADA, text, entities=fake.mention(text), thread_id=topic)
+        card = await fake.wait_for(lambda: next((m for m in fake.sent(FORUM_ID) if m.buttons), None), what="a card")
+        assert card.thread_id == topic
+        assert "delete_branch" in card.text and "old-feature" in card.text and "Only Ada can decide" in card.text
+        approve = next(b["callback_data"] for b in card.buttons if b["callback_data"].startswith("a:"))
+        assert len(approve.encode()) <= 64 and RAN == []
+
+        by_bob = fake.push_callback(BOB, card, approve)
+        await fake.wait_for(lambda: by_bob in fake.answers, what="Bob's click answered")
+        assert fake.answers[by_bob]["show_alert"] is True
+        assert "Only Ada can decide this" in fake.answers[by_bob]["text"]
+        assert card.buttons and RAN == []
+
+        by_ada = fake.push_callback(ADA, card, approve)
+        await fake.wait_for(lambda: by_ada in fake.answers)
+        assert fake.answers[by_ada].get("show_alert") is False
+        result = await fake.wait_for(lambda: [m for m in fake.sent(FORUM_ID) if m.text == "Result: deleted old-feature"])
+        assert result[0].thread_id == topic
+        await fake.wait_for(lambda: not card.buttons, what="the card's buttons to go")
+        assert "Approved by Ada" in card.text and RAN == ["old-feature"]
+
+        again = fake.push_callback(ADA, card, approve)  # a stale client still shows the button
+        await fake.wait_for(lambda: again in fake.answers)
+        assert "already" in fake.answers[again]["text"].lower() and RAN == ["old-feature"]
+
+
+async def test_restart_keeps_the_offset(tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
+    directory = config(tmp_path, fake)
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await connected(gw)
+        first, _ = fake.push_message(ADA["id"], ADA, "before the restart")
+        await answers(fake, ADA["id"], 1, final(1))
+    fake.push_message(ADA["id"], ADA, "while it was down")
+    polls_before = len(fake.calls_to("getUpdates"))
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await connected(gw)
+        await answers(fake, ADA["id"], 2, final(2))
+    # The new daemon asked from the stored offset, not from whatever Telegram still held.
+    assert fake.calls_to("getUpdates")[polls_before].params["offset"] == first + 1
+    assert scripted.prompts == ["before the restart", "while it was down"]  # nothing replayed or dropped
+
+
+async def test_429_with_retry_after_still_delivers_one_reply(tmp_path: Path, fake: FakeTelegram,
+                                                             scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        fake.fail_next("editMessageText", retry_after=1, times=2)
+        fake.push_message(ADA["id"], ADA, "go")
+        (reply,) = await answers(fake, ADA["id"], 1, final(1))
+        refused = [c for c in fake.calls_to("editMessageText")][:2]
+        later = fake.calls_to("editMessageText")[2:]
+        assert len(refused) == 2 and later, "the final edit came after the refusals"
+        assert later[-1].at - refused[-1].at >= 1.0  # retry_after honoured, not hammered
+        assert reply.text == final(1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_webhook_mode_and_a_request_without_the_secret(tmp_path: Path, fake: FakeTelegram,
+                                                             scripted: Scripted) -> None:
+    listen = f"127.0.0.1:{_free_port()}"
+    async with running_gateway(config(tmp_path, fake, mode="webhook", listen=listen), clock=scripted.clock) as gw:
+        await connected(gw)
+        url = f"http://{listen}/telegram/webhook/tg"
+        assert fake.webhook is not None and fake.webhook["url"] == url
+        assert fake.webhook["secret_token"] == "e2e-secret"
+        fake.push_message(ADA["id"], ADA, "via webhook")
+        await answers(fake, ADA["id"], 1, final(1))
+
+        forged = {"update_id": 99999, "message": {"message_id": 77, "date": 0, "from": ADA, "text": "forged",
+                                                  "chat": {"id": ADA["id"], "type": "private"}}}
+        async with aiohttp.ClientSession() as http:
+            for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "not-it"}):
+                async with http.post(url, json=forged, headers=headers) as resp:
+                    assert resp.status == 401
+        fake.push_message(ADA["id"], ADA, "real one")
+        await answers(fake, ADA["id"], 2, final(2))
+        assert scripted.prompts == ["via webhook", "real one"]  # the forged update never ran
+
+        # Telegram redelivers an update it thinks failed: the ledger (by update_id) runs it once.
+        update = {**forged, "update_id": 5555, "message": {**forged["message"], "text": "twice?"}}
+        async with aiohttp.ClientSession() as http:
+            for _ in range(2):
+                async with http.post(url, json=update, headers={"X-Telegram-Bot-Api-Secret-Token": "e2e-secret"}) as resp:
+                    assert resp.status == 200
+        await answers(fake, ADA["id"], 3, final(3))
+        fake.push_message(ADA["id"], ADA, "last")
+        await answers(fake, ADA["id"], 4, final(4))
+        assert scripted.prompts == ["via webhook", "real one", "twice?", "last"]
+
+
+async def test_channel_tools_answer_info_and_administrators_only(tmp_path: Path, fake: FakeTelegram,
+                                                                 scripted: Scripted) -> None:
+    chat = fake.chats[GROUP_ID]
+    chat.description, chat.member_count = "Release coordination", 12
+    chat.admins = [fake.admin_member(ADA, owner=True), fake.admin_member(BOB)]
+    tools = {"tools": ["get_channel_info", "list_channel_members", "search_channels", "read_channel_history"]}
+    directory = config(tmp_path, fake, model=LOOKUP_MODEL, channel_tools=tools)
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await connected(gw)
+        text = "@gateway_bot who runs this group?"
+        fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
+        (reply,) = await fake.wait_for(lambda: [m for m in fake.sent(GROUP_ID) if "members: 12" in m.text])
+        assert "name: Team" in reply.text and "purpose: Release coordination" in reply.text
+        assert "Ada (owner) (@ada)" in reply.text and "Bob (administrator) (@bob)" in reply.text
+    # What the Bot API cannot answer is not offered to the model at all.
+    assert OFFERED[0] == ["get_channel_info", "list_channel_members"]
