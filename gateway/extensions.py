@@ -30,17 +30,41 @@ def install(gateway: Gateway) -> None:
     load_builtin()
     gateway.runner.capability_builders.append(build_for_turn)
 
+    # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
+    from capabilities import mcp_servers
+
+    from .mcp import McpPool
+
+    pool = McpPool(gateway)
+    gateway.mcp = pool  # type: ignore[attr-defined]
+    gateway.extensions.append(pool)
+    gateway.runner.turn_preparers.append(pool.prepare)
+    gateway.runner.capability_builders.append(mcp_servers.build_for_turn)
+
 
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
+    from capabilities import mcp_servers
     from capabilities.registry import validate_config
 
     add_check(validate_config)
+    add_check(mcp_servers.validate_config)
+
+
+def online_problems(config: Any) -> list[Any]:
+    """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
+    import asyncio
+
+    from .mcp import online_problems as mcp_problems
+
+    return asyncio.run(mcp_problems(config))
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing)."""
+    from . import mcp
     from .approvals import add_cli
 
     add_cli(sub, load)
+    mcp.add_cli(sub, load)

@@ -1,0 +1,470 @@
+"""MCP servers as an agent's tools: one long-lived connection per (agent, server), shared by its runs.
+
+Built on pydantic-ai's `MCPToolset` (a FastMCP client). The pool owns every connection; runs never
+connect themselves. Each server has a supervisor task that connects, lists the tools, keeps that
+list fresh when the server announces a change, notices when the connection is lost (the change
+stream drops, a ping fails, a run's call fails at the protocol level) and connects again with
+backoff and jitter; for a stdio server that means starting the program again.
+
+A run gets the tools of the servers that are up when it starts (`prepare` waits a little for a
+server that is still connecting) and one line for the person naming each server that is not.
+`/readyz` shows every server's state; a server being down never makes the gateway unready.
+
+`pydantic_ai.mcp` takes seconds to import, so it is imported only when a server is connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from adapters.base import Backoff
+from bindings.models import McpServerSpec
+from bindings.secrets import SecretRef
+
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig, Problem
+
+    from .daemon import Gateway
+    from .runner import Turn
+
+log = logging.getLogger("gateway.mcp")
+
+CONNECT_TIMEOUT = 20.0  # starting a program and the handshake
+PREPARE_WAIT = 10.0  # how long a run waits for a server that is still connecting
+PING_EVERY = 30.0  # liveness check when the server offers no change stream
+PING_TIMEOUT = 10.0
+STABLE_AFTER = 30.0  # a connection up this long earns a fast reconnect
+_REFS = ("env:", "file:", "credential:")
+
+
+class ConnectionLost(Exception):
+    """The server went away after it was connected."""
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One server's state, for `/readyz`, `agent-gateway mcp list` and logs."""
+
+    agent: str
+    server: str
+    where: str
+    state: str  # connecting | up | down | stopped
+    tools: int
+    detail: str
+    connects: int  # successful connections so far; a restarted stdio server counts again
+
+    def as_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "server": self.server, "where": self.where, "state": self.state,
+                "tools": self.tools, "detail": self.detail, "connects": self.connects}
+
+
+class McpConnection:
+    """One server of one agent: a supervisor task keeps it connected; runs borrow its toolset."""
+
+    def __init__(self, agent_id: str, spec: McpServerSpec, *, backoff: Backoff | None = None) -> None:
+        self.agent_id = agent_id
+        self.spec = spec
+        self.state = "connecting"
+        self.detail = "starting"
+        self.connects = 0
+        self.tools: list[Any] = []  # mcp.types.Tool, as the server names them
+        self.toolset: Any = None  # the live _PooledToolset while up
+        self.warned: set[str] = set()
+        self._backoff = backoff or Backoff(base=0.5, cap=60.0)
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()  # set on every state change (then replaced)
+        self._wake = asyncio.Event()
+        self._refresh_due = False
+        self._suspect = False
+        self._lost: str | None = None
+        self._stopping = False
+        self._secrets: list[str] = []
+        self._up_since = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.agent_id}/{self.spec.name}"
+
+    def status(self) -> ServerState:
+        return ServerState(self.agent_id, self.spec.name, self.spec.describe(), self.state, len(self.tools),
+                           self.detail, self.connects)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.label}")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            if self.state == "up":  # leave the session cleanly (a stdio program gets its stdin closed)
+                with contextlib.suppress(Exception, asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(task), 5.0)
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        self._set("stopped", "stopped")
+
+    async def wait_usable(self, timeout: float) -> None:
+        """Return once the server is up or known to be down, waiting at most `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.state == "connecting" and not self._stopping:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            changed = self._changed
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    def live_toolset(self) -> Any:
+        return self.toolset if self.state == "up" else None
+
+    def suspect(self) -> None:
+        """A run's call failed at the protocol level: check the connection now."""
+        self._suspect = True
+        self._wake.set()
+
+    def _set(self, state: str, detail: str) -> None:
+        self.state, self.detail = state, detail
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # --- the supervisor -------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            self._up_since = 0.0
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self._stopping:
+                    break
+                reason = self.scrub(_describe_error(e))
+                lost = self._up_since > 0
+                log.warning("MCP server %s (%s) %s: %s; retrying", self.label, self.spec.describe(),
+                            "connection lost" if lost else "cannot be reached", reason)
+                self.toolset = None
+                self._set("down", reason)
+            if self._stopping:
+                break
+            if self._up_since and time.monotonic() - self._up_since >= STABLE_AFTER:
+                self._backoff.reset()
+            delay = self._backoff.next_delay()
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)  # only stop() cuts a backoff short
+            if not self._stopping:
+                self._set("connecting", "reconnecting" if self.connects else "connecting")
+        self.toolset = None
+
+    async def _session(self) -> None:
+        """Connect, list, and watch until the connection is lost (raises) or the pool stops (returns)."""
+        toolset = self._build_toolset()
+        self._lost, self._suspect, self._refresh_due = None, False, False
+        await asyncio.wait_for(toolset.__aenter__(), CONNECT_TIMEOUT)
+        try:
+            await self._list(toolset)
+            self.toolset = toolset
+            self.connects += 1
+            self._up_since = time.monotonic()
+            self._set("up", f"{len(self.tools)} tools")
+            log.info("MCP server %s (%s) connected: %d tools", self.label, self.spec.describe(), len(self.tools))
+            self.warn_unknown_entries()
+            await self._watch(toolset)
+        finally:
+            self.toolset = None
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(toolset.__aexit__(None, None, None), 5.0)
+
+    async def _watch(self, toolset: Any) -> None:
+        listener = asyncio.create_task(self._listen(toolset)) if _can_listen(toolset) else None
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                if not (self._lost or self._refresh_due or self._suspect):
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), PING_EVERY)
+                    except asyncio.TimeoutError:
+                        self._suspect = listener is None or listener.done()
+                if self._stopping:
+                    return
+                if self._lost:
+                    raise ConnectionLost(self._lost)
+                if self._refresh_due:
+                    self._refresh_due = False
+                    await self._list(toolset)
+                    self._set("up", f"{len(self.tools)} tools")
+                    log.info("MCP server %s changed its tools: now %d", self.label, len(self.tools))
+                    self.warn_unknown_entries()
+                if self._suspect:
+                    self._suspect = False
+                    try:
+                        alive = await asyncio.wait_for(toolset.client.ping(), PING_TIMEOUT)
+                    except Exception as e:
+                        raise ConnectionLost(f"ping failed: {_describe_error(e)}") from None
+                    if not alive:
+                        raise ConnectionLost("ping failed")
+        finally:
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(BaseException):
+                    await listener
+
+    async def _listen(self, toolset: Any) -> None:
+        """Follow the server's change stream (2026 protocol): a change refreshes, a drop means lost."""
+        from mcp.client.subscriptions import ToolsListChanged, listen
+
+        try:
+            async with listen(toolset.client.session, tools_list_changed=True) as subscription:
+                try:
+                    async for event in subscription:
+                        if isinstance(event, ToolsListChanged):
+                            self._refresh_due = True
+                            self._wake.set()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # acknowledged, then dropped: the connection is gone
+                    self._lost = f"change stream lost: {_describe_error(e)}"
+                    self._wake.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # never acknowledged: fall back to pings
+            log.debug("MCP server %s: no change stream (%s); pinging instead", self.label, e)
+
+    async def _on_message(self, message: Any) -> None:
+        """Notifications of handshake-era sessions; a changed tool list is listed again."""
+        from mcp import types as mcp_types
+
+        if isinstance(getattr(message, "root", message), mcp_types.ToolListChangedNotification):
+            self._refresh_due = True
+            self._wake.set()
+
+    async def _list(self, toolset: Any) -> None:
+        tools = await asyncio.wait_for(toolset.client.list_tools(), self.spec.timeout_seconds)
+        self.tools = list(tools)
+        toolset.pooled_tools = self.tools
+
+    def _build_toolset(self) -> Any:
+        from .mcp_toolset import pooled_toolset
+
+        spec = self.spec
+        if spec.url is not None:
+            headers = {k: self._resolve(v) for k, v in spec.headers.items()}
+            return pooled_toolset(spec, url=spec.url, headers=headers, message_handler=self._on_message)
+        env = {k: self._resolve(v) for k, v in spec.env.items()}
+        return pooled_toolset(spec, command=spec.command, args=list(spec.args), env=env,
+                              message_handler=self._on_message)
+
+    def _resolve(self, value: str) -> str:
+        if not value.startswith(_REFS):
+            return value
+        secret = SecretRef(value).resolve().reveal()  # SecretError names the reference, never the value
+        if len(secret) >= 4:
+            self._secrets.append(secret)
+        return secret
+
+    def scrub(self, text: str) -> str:
+        """Error text as it may be logged or shown: resolved secrets and URL query strings removed."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return re.sub(r"(https?://[^\s?#'\"]+)\?[^\s'\"]*", r"\1?…", text)
+
+    # --- what the admin is told -----------------------------------------------------------
+
+    def unknown_entries(self) -> list[str]:
+        """`tools:` entries naming no tool the server offers (only meaningful once listed)."""
+        offered = {t.name for t in self.tools}
+        return [name for name in self.spec.tools if name not in offered]
+
+    def warn_unknown_entries(self) -> None:
+        for name in self.unknown_entries():
+            if name not in self.warned:
+                self.warned.add(name)
+                log.warning("agent %s: mcp_servers %s: tools: %r names no tool the server offers (it offers: %s)",
+                            self.agent_id, self.spec.name, name, ", ".join(sorted(t.name for t in self.tools)) or "none")
+
+    def warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            log.warning(message, *args)
+
+
+def _can_listen(toolset: Any) -> bool:
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    try:
+        session = toolset.client.session
+        return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(toolset.capabilities.tools_list_changed)
+    except Exception:
+        return False
+
+
+def _describe_error(e: BaseException) -> str:
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    if isinstance(e, asyncio.TimeoutError):
+        return "timed out"
+    text = str(e) or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+class McpPool:
+    """Every MCP connection of one gateway: a gateway extension (start, stop, readiness)."""
+
+    def __init__(self, gateway: Gateway | None = None) -> None:
+        self.gw = gateway
+        self._connections: dict[tuple[str, str], McpConnection] = {}
+
+    async def start(self) -> None:
+        """Connect the servers of every agent a binding serves now, without waiting for them."""
+        if self.gw is None:
+            return
+        config = self.gw.config
+        for agent_id in sorted({b.agent for b in config.bindings.values() if b.enabled}):
+            agent = config.agents.get(agent_id)
+            for spec in agent.mcp_servers if agent else ():
+                if spec.enabled:
+                    await self.connection(agent_id, spec)
+
+    async def stop(self) -> None:
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)
+
+    async def connection(self, agent_id: str, spec: McpServerSpec) -> McpConnection:
+        """The agent's connection to this server, started if new. A spec edited since (a reload)
+        replaces it; runs in flight find the new one by name (`existing`)."""
+        key = (agent_id, spec.name)
+        current = self._connections.get(key)
+        if current is not None and current.spec == spec:
+            return current
+        fresh = McpConnection(agent_id, spec)
+        self._connections[key] = fresh
+        fresh.start()
+        if current is not None:
+            await current.stop()
+        return fresh
+
+    def existing(self, agent_id: str, name: str) -> McpConnection | None:
+        return self._connections.get((agent_id, name))
+
+    async def prepare(self, turn: Turn) -> None:
+        """Before a run is built: make sure its agent's servers are connected or known to be down."""
+        connections = [await self.connection(turn.agent.id, s) for s in turn.agent.mcp_servers if s.enabled]
+        await asyncio.gather(*(c.wait_usable(PREPARE_WAIT) for c in connections))
+
+    def states(self) -> list[ServerState]:
+        return [c.status() for c in self._connections.values()]
+
+    def readiness(self) -> dict[str, Any]:
+        """The `mcp` part of /readyz: every server's state (informational; it never makes the gateway unready)."""
+        return {"mcp": {c.label: {k: v for k, v in c.status().as_json().items() if k not in ("agent", "server")}
+                        for c in self._connections.values()}}
+
+
+# --- the admin's commands -----------------------------------------------------------------
+
+
+async def probe(config: LoadedConfig, agent_ids: Iterable[str]) -> list[McpConnection]:
+    """Connect each enabled server of these agents once (in parallel) and leave them connected."""
+    connections = [McpConnection(a, s) for a in agent_ids for s in config.agents[a].mcp_servers if s.enabled]
+    for c in connections:
+        c.start()
+    await asyncio.gather(*(c.wait_usable(CONNECT_TIMEOUT + 5) for c in connections))
+    return connections
+
+
+async def online_problems(config: LoadedConfig) -> list[Problem]:
+    """`check --online`: warnings for servers that cannot be reached and `tools:` entries naming nothing."""
+    connections = await probe(config, sorted(config.agents))
+    problems = []
+    try:
+        for c in connections:
+            agent = config.agents[c.agent_id]
+            index = agent.mcp_servers.index(c.spec)
+            source = config.sources[f"agent:{c.agent_id}"]
+            if c.state != "up":
+                problems.append(source.problem(("mcp_servers", index, "name"),
+                                               f"MCP server {c.spec.name} ({c.spec.describe()}) cannot be reached: "
+                                               f"{c.detail}", warning=True))
+                continue
+            offered = ", ".join(sorted(t.name for t in c.tools)) or "none"
+            for name in c.unknown_entries():
+                problems.append(source.problem(("mcp_servers", index, "tools", name),
+                                               f"{c.spec.name} offers no tool {name!r} (it offers: {offered})",
+                                               warning=True))
+    finally:
+        await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)
+    return problems
+
+
+def add_cli(sub: Any, load: Any) -> None:
+    """`agent-gateway mcp list [--agent ID]`: connect and print each server's tools and permissions."""
+    p = sub.add_parser("mcp", help="MCP servers: connect and list their tools with the permission of each")
+    p.add_argument("action", choices=["list"])
+    p.add_argument("--config", help="config directory")
+    p.add_argument("--agent", help="only this agent")
+    p.add_argument("--json", action="store_true", help="one JSON object per server")
+
+    def run(args: Any) -> int:
+        config = load(args)
+        if config is None:
+            return 1
+        if args.agent and args.agent not in config.agents:
+            print(f"no agent {args.agent!r} (known: {', '.join(sorted(config.agents)) or 'none'})")
+            return 1
+        agent_ids = [args.agent] if args.agent else sorted(config.agents)
+        return asyncio.run(_list(config, agent_ids, as_json=args.json))
+
+    p.set_defaults(fn=run)
+
+
+async def _list(config: LoadedConfig, agent_ids: list[str], *, as_json: bool) -> int:
+    from capabilities.mcp_servers import visible_tools
+
+    connections = await probe(config, agent_ids)
+    by_key = {(c.agent_id, c.spec.name): c for c in connections}
+    failed = False
+    try:
+        for agent_id in agent_ids:
+            servers = config.agents[agent_id].mcp_servers
+            if not as_json:
+                print(f"agent {agent_id}: " + (f"{len(servers)} MCP servers" if servers else "no MCP servers"))
+            for spec in servers:
+                c = by_key.get((agent_id, spec.name))
+                row: dict[str, Any] = {"agent": agent_id, "server": spec.name, "where": spec.describe(),
+                                       "state": "disabled" if c is None else c.state,
+                                       "detail": "" if c is None else c.detail, "tools": []}
+                if c is not None and c.state == "up":
+                    row["tools"] = [{"tool": t.server_name, "name": t.visible, "permission": t.permission,
+                                     "note": t.note} for t in visible_tools(spec, c.tools)]
+                    row["unknown_entries"] = c.unknown_entries()
+                elif c is not None:
+                    failed = True
+                if as_json:
+                    print(json.dumps(row))
+                    continue
+                state = row["state"] if row["state"] != "up" else f"up, {len(row['tools'])} tools"
+                print(f"  {spec.name} ({spec.describe()}): {state}" + (f": {row['detail']}" if row["state"] == "down" else ""))
+                width = max((len(t["name"]) for t in row["tools"]), default=0)
+                for t in row["tools"]:
+                    print(f"    {t['name']:{width}}  {t['permission']}" + (f"  ({t['note']})" if t["note"] else ""))
+                for name in row.get("unknown_entries", []):
+                    print(f"    warning: tools: {name!r} names no tool this server offers")
+    finally:
+        await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)
+    return 1 if failed else 0
