@@ -60,3 +60,102 @@ async def test_stdio_tools_are_prefixed_and_deny_is_never_offered(tmp_path: Path
         assert await ask(gw, chat, "tracker_status api") == "[tracker_status success: api is green]"
         assert await ask(gw, chat, "tracker_drop_database api") == "echo: tracker_drop_database api"
         assert ran(log) == [("status", {"service": "api"})]
+
+
+async def test_http_ask_tool_parks_and_runs_once_after_approval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    log = tmp_path / "mcp.log"
+    monkeypatch.setenv("MCP_LOG", str(log))  # the in-process server records here
+    monkeypatch.setenv("TRACKER_AUTHORIZATION", "Bearer s3cret-token-value")
+    caplog.set_level("DEBUG")
+    async with serve_http(token="s3cret-token-value") as url:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": url,
+                                       "headers": {"Authorization": "env:TRACKER_AUTHORIZATION"}}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            sent = await chat.say("tracker_deploy api")
+            card = await chat.card()
+            assert await chat.run_status(gw, sent["run_id"]) == "parked"
+            assert ran(log) == [], "an ask tool ran before anyone decided"
+            [item] = card["items"]
+            assert item["tool"] == "tracker_deploy" and item["capability"] == "mcp:tracker"
+            assert json.loads(item["arguments"]) == {"service": "api"}
+            status, _ = await chat.decide(item["approval_id"], "approve")
+            assert status == 200
+            await wait_for(lambda: finished(gw, sent["run_id"]))
+            assert ran(log) == [("deploy", {"service": "api"})]
+            assert (await chat.replies())[-1] == "[tracker_deploy success: deployed api]"
+            # A second click changes nothing; the tool ran once.
+            status, _ = await chat.decide(item["approval_id"], "approve")
+            assert status == 409
+            assert [d["tool"] for d in (await chat.state())["decisions"]] == ["tracker_deploy"]
+            assert ran(log) == [("deploy", {"service": "api"})]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "tracker" in logged and "s3cret-token-value" not in logged
+
+
+async def test_server_down_leaves_the_run_working_and_says_so(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a loopback port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with serve_http() as up:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": up, "tools": {"status": "allow"}},
+                                      {"name": "wiki", "url": f"http://127.0.0.1:{port}/mcp"}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            reply = await ask(gw, chat, "tracker_status api")
+            assert reply.startswith("_The wiki tools are not available right now (MCP server unreachable); "
+                                    "I'll answer without them._")
+            assert reply.endswith("[tracker_status success: api is green]")
+            r = await s.get("/readyz")
+            ready = await r.json()
+            assert r.status == 200 and ready["ready"] is True  # a server down never makes the gateway unready
+            assert ready["mcp"]["ops/tracker"]["state"] == "up"
+            wiki = ready["mcp"]["ops/wiki"]
+            assert wiki["state"] in ("down", "connecting") and wiki["connects"] == 0
+            # It is retried with backoff: once it listens, it is picked up without a restart.
+            async with serve_http(port):
+                await wait_for(lambda: gw.mcp.existing("ops", "wiki").state == "up", timeout=30, what="wiki up")
+                assert "wiki_status" in await ask(gw, chat, "tools")
+                assert "not available" not in (await chat.replies())[-1]
+
+
+async def test_restarted_stdio_server_is_picked_up_again(tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, tools={"whoami": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        first = await ask(gw, chat, "tracker_whoami api")
+        pid = int(first.removeprefix("[tracker_whoami success: pid ").removesuffix("]"))
+        connection = gw.mcp.existing("ops", "tracker")
+        assert connection.connects == 1
+        os.kill(pid, signal.SIGKILL)
+        await wait_for(lambda: connection.connects == 2 and connection.state == "up", timeout=30,
+                       what="the stdio server started again")
+        second = await ask(gw, chat, "tracker_whoami api")
+        assert second.startswith("[tracker_whoami success: pid ") and str(pid) not in second
+
+
+async def test_results_text_images_and_errors(tmp_path: Path) -> None:
+    async with serve_http() as url:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": url,
+                                       "tools": {"chart": "allow", "explode": "allow", "status": "allow"}}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            assert await ask(gw, chat, "tracker_status api") == "[tracker_status success: api is green]"
+            assert await ask(gw, chat, "tracker_chart api") == "[tracker_chart success: <image image/png, 70 bytes>]"
+            assert await ask(gw, chat, "tracker_explode api") == ("[tracker_explode failed: Error executing tool explode: "
+                                                                     "the api tracker is on fire]")
+
+
+async def test_tool_list_is_refreshed_when_the_server_announces_a_change(tmp_path: Path) -> None:
+    async with serve_http() as url:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": url, "tools": {"grow": "allow"}}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            assert "tracker_api_report" not in await ask(gw, chat, "tools")
+            assert await ask(gw, chat, "tracker_grow api") == "[tracker_grow success: added api_report]"
+            connection = gw.mcp.existing("ops", "tracker")
+            await wait_for(lambda: "api_report" in {t.name for t in connection.tools}, what="the list refreshed")
+            assert connection.connects == 1  # refreshed on the same connection
+            assert "tracker_api_report" in await ask(gw, chat, "tools")
