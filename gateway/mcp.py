@@ -69,16 +69,17 @@ class ServerState:
 class McpConnection:
     """One server of one agent: a supervisor task keeps it connected; runs borrow its toolset."""
 
-    def __init__(self, agent_id: str, spec: McpServerSpec, *, backoff: Backoff | None = None) -> None:
+    def __init__(self, agent_id: str, spec: McpServerSpec, *, retry: bool = True) -> None:
         self.agent_id = agent_id
         self.spec = spec
+        self.retry = retry  # False: one attempt (the admin's commands)
         self.state = "connecting"
         self.detail = "starting"
         self.connects = 0
         self.tools: list[Any] = []  # mcp.types.Tool, as the server names them
         self.toolset: Any = None  # the live _PooledToolset while up
         self.warned: set[str] = set()
-        self._backoff = backoff or Backoff(base=0.5, cap=60.0)
+        self._backoff = Backoff(base=0.5, cap=60.0)
         self._task: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()  # set on every state change (then replaced)
         self._wake = asyncio.Event()
@@ -154,12 +155,14 @@ class McpConnection:
                 if self._stopping:
                     break
                 reason = self.scrub(_describe_error(e))
-                lost = self._up_since > 0
-                log.warning("MCP server %s (%s) %s: %s; retrying", self.label, self.spec.describe(),
-                            "connection lost" if lost else "cannot be reached", reason)
+                what = "connection lost" if self._up_since > 0 else "cannot be reached"
+                # Once per reason: a server down for hours is not a warning a minute.
+                level = logging.WARNING if (self.state != "down" or self.detail != reason) else logging.DEBUG
+                log.log(level, "MCP server %s (%s) %s: %s%s", self.label, self.spec.describe(), what, reason,
+                        "; retrying with backoff" if self.retry else "")
                 self.toolset = None
                 self._set("down", reason)
-            if self._stopping:
+            if self._stopping or not self.retry:
                 break
             if self._up_since and time.monotonic() - self._up_since >= STABLE_AFTER:
                 self._backoff.reset()
@@ -381,7 +384,8 @@ class McpPool:
 
 async def probe(config: LoadedConfig, agent_ids: Iterable[str]) -> list[McpConnection]:
     """Connect each enabled server of these agents once (in parallel) and leave them connected."""
-    connections = [McpConnection(a, s) for a in agent_ids for s in config.agents[a].mcp_servers if s.enabled]
+    connections = [McpConnection(a, s, retry=False) for a in agent_ids for s in config.agents[a].mcp_servers
+                   if s.enabled]
     for c in connections:
         c.start()
     await asyncio.gather(*(c.wait_usable(CONNECT_TIMEOUT + 5) for c in connections))

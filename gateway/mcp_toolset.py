@@ -15,12 +15,19 @@
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai.mcp import MCPToolset
 
 from bindings.models import McpServerSpec
+
+# FastMCP gives its logger a console handler of its own at import; its lines go through ours instead.
+_fastmcp_log = logging.getLogger("fastmcp")
+_fastmcp_log.handlers.clear()
+_fastmcp_log.propagate = True
 
 
 class PooledToolset(MCPToolset[Any]):
@@ -54,5 +61,15 @@ def pooled_toolset(
     if url is not None:
         return PooledToolset(url, headers=headers or None, **common)
     assert command is not None
-    transport = StdioTransport(command, args or [], env=env or None, keep_alive=False)
+    transport = StdioTransport(command, args or [], env=env or None, keep_alive=False, log_file=_stderr())
     return PooledToolset(transport, **common)
+
+
+def _stderr() -> Any:
+    """Where a stdio program's stderr goes: ours (journald under systemd), also when ours was replaced
+    by something without a file descriptor (an embedding application, a test capturing output)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__

@@ -104,7 +104,8 @@ async def serve_http(port: int = 0, *, token: str | None = None) -> AsyncIterato
     app: Any = build().streamable_http_app()
     if token is not None:
         app = _require_bearer(app, token)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+    # Quiet: stopping the server under an open change stream is routine here, not worth a traceback.
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="critical", lifespan="on",
                             timeout_graceful_shutdown=0.2)
     web = uvicorn.Server(config)
     task = asyncio.create_task(web.serve())
