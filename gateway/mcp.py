@@ -243,6 +243,9 @@ class McpConnection:
                 except Exception as e:  # acknowledged, then dropped: the connection is gone
                     self._lost = f"change stream lost: {_describe_error(e)}"
                     self._wake.set()
+                    return
+            self._suspect = True  # closed by the server: is it still there? (then pings take over)
+            self._wake.set()
         except asyncio.CancelledError:
             raise
         except Exception as e:  # never acknowledged: fall back to pings
@@ -306,6 +309,12 @@ class McpConnection:
             log.warning(message, *args)
 
 
+def _transport(spec: McpServerSpec) -> tuple[Any, ...]:
+    """What the connection is made of; a change to anything else (permissions) keeps it."""
+    return (spec.url, spec.command, tuple(spec.args), tuple(sorted(spec.env.items())),
+            tuple(sorted(spec.headers.items())), spec.timeout_seconds)
+
+
 def _can_listen(toolset: Any) -> bool:
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -353,7 +362,8 @@ class McpPool:
         replaces it; runs in flight find the new one by name (`existing`)."""
         key = (agent_id, spec.name)
         current = self._connections.get(key)
-        if current is not None and current.spec == spec:
+        if current is not None and _transport(current.spec) == _transport(spec):
+            current.spec = spec  # permissions changed at most: the connection stays
             return current
         fresh = McpConnection(agent_id, spec)
         self._connections[key] = fresh
@@ -367,6 +377,11 @@ class McpPool:
 
     async def prepare(self, turn: Turn) -> None:
         """Before a run is built: make sure its agent's servers are connected or known to be down."""
+        wanted = {s.name for s in turn.agent.mcp_servers if s.enabled}
+        for (agent_id, name), connection in list(self._connections.items()):
+            if agent_id == turn.agent.id and name not in wanted:  # removed or disabled since (a reload)
+                del self._connections[(agent_id, name)]
+                await connection.stop()
         connections = [await self.connection(turn.agent.id, s) for s in turn.agent.mcp_servers if s.enabled]
         await asyncio.gather(*(c.wait_usable(PREPARE_WAIT) for c in connections))
 

@@ -159,3 +159,105 @@ async def test_tool_list_is_refreshed_when_the_server_announces_a_change(tmp_pat
             await wait_for(lambda: "api_report" in {t.name for t in connection.tools}, what="the list refreshed")
             assert connection.connects == 1  # refreshed on the same connection
             assert "tracker_api_report" in await ask(gw, chat, "tools")
+
+
+async def test_a_denied_tool_cannot_be_called_even_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "mcp.log"
+    monkeypatch.setenv("MCP_LOG", str(log))
+    async with serve_http() as url:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": url, "tools": {"drop_database": "deny"}}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            reply = await ask(gw, chat, "call! tracker_drop_database api")
+            assert reply.startswith("[tracker_drop_database retried: Unknown tool name: 'tracker_drop_database'")
+            assert (await chat.state())["cards"] == []
+    assert ran(log) == []
+
+
+async def test_conversation_modes_apply_to_mcp_tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "mcp.log"
+    monkeypatch.setenv("MCP_LOG", str(log))
+    async with serve_http() as url:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": url, "tools": {"status": "allow"}}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            # "Ask for every tool" gates even a tool the agent file allows.
+            assert (await s.post(f"/api/v1/conversations/{chat.conv}/modes", json={"ask_every_tool": True})).status == 200
+            sent = await chat.say("tracker_status api")
+            card = await chat.card()
+            assert card["items"][0]["tool"] == "tracker_status"
+            await chat.decide(card["items"][0]["approval_id"], "deny")
+            await wait_for(lambda: finished(gw, sent["run_id"]))
+            assert ran(log) == []
+            # "Approve all" waives an ask tool.
+            assert (await s.post(f"/api/v1/conversations/{chat.conv}/modes", json={"approve_all": True})).status == 200
+            assert await ask(gw, chat, "tracker_deploy api") == "[tracker_deploy success: deployed api]"
+            assert len((await chat.state())["cards"]) == 1
+            assert ran(log) == [("deploy", {"service": "api"})]
+
+
+async def test_approval_survives_a_restart_and_the_tool_runs_once(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "mcp.log"
+    monkeypatch.setenv("MCP_LOG", str(log))
+    async with serve_http() as url:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": url}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            sent = await chat.say("tracker_deploy api")
+            card = await chat.card()
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat.s = s
+            status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
+            assert status == 200
+            await wait_for(lambda: finished(gw, sent["run_id"]))
+            assert (await chat.replies())[-1] == "[tracker_deploy success: deployed api]"
+    assert ran(log) == [("deploy", {"service": "api"})]
+
+
+async def test_a_rejected_token_leaves_the_server_down_and_the_secret_out_of_sight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("TRACKER_AUTHORIZATION", "Bearer wrong-secret-value")
+    caplog.set_level("DEBUG")
+    async with serve_http(token="right-secret-value") as url:
+        cfg = config(tmp_path / "c", [{"name": "tracker", "url": url + "?tenant=acme&key=query-secret-value",
+                                       "headers": {"Authorization": "env:TRACKER_AUTHORIZATION"}}])
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            reply = await ask(gw, chat, "tools")
+            assert reply.startswith("_The tracker tools are not available right now (MCP server unreachable)")
+            assert reply.endswith("tools:")  # no tools at all
+            tracker = (await (await s.get("/readyz")).json())["mcp"]["ops/tracker"]
+            assert tracker["state"] in ("down", "connecting") and tracker["connects"] == 0
+            shown = json.dumps(tracker) + reply
+    # Ours at every level, and libraries' at the levels the daemon lets through (their request logs are
+    # kept at WARNING by gateway.logs, as they print URLs).
+    logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("gateway") or r.levelno >= 30)
+    assert "MCP server ops/tracker (http://127.0.0.1:" in logged and "cannot be reached" in logged
+    for secret in ("wrong-secret-value", "right-secret-value", "query-secret-value"):
+        assert secret not in logged and secret not in shown
+
+
+async def test_a_capability_tool_keeps_its_name_against_an_mcp_tool(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from .support.plugin_ops import RAN
+
+    RAN.clear()
+    log = tmp_path / "mcp.log"
+    monkeypatch.setenv("MCP_LOG", str(log))
+    async with serve_http() as url:
+        cfg = write_config(tmp_path / "c", agents={"ops": {
+            "name": "Ops", "model": "test:mcp",
+            "capabilities": [{"id": "test_ops", "tool_overrides": {"deploy": {"name": "tracker_deploy"}}}],
+            "mcp_servers": [{"name": "tracker", "url": url}]}},
+            bindings={"web": {"platform": "web", "agent": "ops"}},
+            gateway={"plugins": ["tests.support.plugin_mcp", "tests.support.plugin_ops"]})
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            chat = await Chat(s).open()
+            assert (await ask(gw, chat, "tools")).count("tracker_deploy") == 1
+            sent = await chat.say("tracker_deploy api")
+            card = await chat.card()
+            assert card["items"][0]["capability"] == "test_ops"
+            await chat.decide(card["items"][0]["approval_id"], "approve")
+            await wait_for(lambda: finished(gw, sent["run_id"]))
+    assert RAN == [("deploy", "api")] and ran(log) == []
