@@ -124,13 +124,18 @@ McpPermission = Literal["allow", "ask", "deny"]
 MAX_MCP_SERVERS = 20
 MCP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
 _REF_PREFIXES = ("env:", "file:", "credential:")
+_CREDENTIAL_NAME = re.compile(r"(authorization|token|secret|passw|api[_-]?key|credential|cookie)", re.I)
 
 
-def _text_or_ref(value: str) -> str:
-    """A plain value, or a secret reference (env:NAME, file:/path, credential:NAME) resolved on use."""
+def _text_or_ref(name: str, value: str) -> str:
+    """A plain value, or a secret reference (env:NAME, file:/path, credential:NAME) resolved on use.
+
+    A reference, or any value under a name that says credential, is kept as a `SecretRef`: its repr
+    hides a literal, and `check` warns about a literal one like any other literal secret.
+    """
     if value.startswith(_REF_PREFIXES):
-        SecretRef._validate(value)
-    return value
+        return SecretRef._validate(value)
+    return SecretRef(value) if _CREDENTIAL_NAME.search(name) else value
 
 
 class McpServerSpec(Strict):
@@ -191,7 +196,7 @@ class McpServerSpec(Strict):
     @field_validator("env", "headers")
     @classmethod
     def _refs(cls, v: dict[str, str]) -> dict[str, str]:
-        return {k: _text_or_ref(value) for k, value in v.items()}
+        return {k: _text_or_ref(k, value) for k, value in v.items()}
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerSpec:

@@ -42,7 +42,6 @@ PREPARE_WAIT = 10.0  # how long a run waits for a server that is still connectin
 PING_EVERY = 30.0  # liveness check when the server offers no change stream
 PING_TIMEOUT = 10.0
 STABLE_AFTER = 30.0  # a connection up this long earns a fast reconnect
-_REFS = ("env:", "file:", "credential:")
 
 
 class ConnectionLost(Exception):
@@ -276,10 +275,11 @@ class McpConnection:
                               message_handler=self._on_message)
 
     def _resolve(self, value: str) -> str:
-        if not value.startswith(_REFS):
+        """A header or env value as sent; references resolved (a SecretError names the reference only)."""
+        if not isinstance(value, SecretRef):
             return value
-        secret = SecretRef(value).resolve().reveal()  # SecretError names the reference, never the value
-        if len(secret) >= 4:
+        secret = value.resolve().reveal()
+        if len(secret) >= 4:  # scrubbed from error text; a shorter one would scrub ordinary words
             self._secrets.append(secret)
         return secret
 

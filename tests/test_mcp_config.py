@@ -171,3 +171,32 @@ def test_mcp_list_and_check_online(tmp_path: Path, capsys: pytest.CaptureFixture
     [wiki_warning] = [line for line in err if "wiki" in line]
     assert wiki_warning.startswith(f"{path}:10:5: warning: mcp_servers.1.name: MCP server wiki (http://127.0.0.1:")
     assert "cannot be reached" in wiki_warning
+
+
+def test_a_literal_credential_in_headers_or_env_is_a_warning(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path)
+    (cfg / "agents" / "assistant.yaml").write_text("""\
+name: A
+mcp_servers:
+  - name: wiki
+    url: https://wiki.example.com/mcp
+    headers:
+      Authorization: Bearer abc123
+      X-Tenant: acme
+  - name: files
+    command: files-mcp
+    env:
+      FILES_API_KEY: abc123
+      LOG_LEVEL: debug
+""")
+    extensions.register_checks()
+    config = load_config(cfg)
+    path = cfg / "agents" / "assistant.yaml"
+    assert [str(w) for w in config.warnings] == [
+        f"{path}:6:7: warning: mcp_servers.0.headers.Authorization: a literal secret in a config file; "
+        "use env:NAME, file:/path or credential:NAME",
+        f"{path}:11:7: warning: mcp_servers.1.env.FILES_API_KEY: a literal secret in a config file; "
+        "use env:NAME, file:/path or credential:NAME",
+    ]
+    wiki = config.agents["assistant"].mcp_servers[0]
+    assert "abc123" not in repr(wiki)
