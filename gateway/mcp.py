@@ -86,6 +86,7 @@ class McpConnection:
         self._suspect = False
         self._lost: str | None = None
         self._stopping = False
+        self._stopped = asyncio.Event()
         self._secrets: list[str] = []
         self._up_since = 0.0
 
@@ -105,6 +106,7 @@ class McpConnection:
 
     async def stop(self) -> None:
         self._stopping = True
+        self._stopped.set()
         self._wake.set()
         task, self._task = self._task, None
         if task is not None:
@@ -165,10 +167,8 @@ class McpConnection:
                 break
             if self._up_since and time.monotonic() - self._up_since >= STABLE_AFTER:
                 self._backoff.reset()
-            delay = self._backoff.next_delay()
-            self._wake.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)  # only stop() cuts a backoff short
+            with contextlib.suppress(asyncio.TimeoutError):  # only stop() cuts a backoff short
+                await asyncio.wait_for(self._stopped.wait(), self._backoff.next_delay())
             if not self._stopping:
                 self._set("connecting", "reconnecting" if self.connects else "connecting")
         self.toolset = None
@@ -384,9 +384,6 @@ class McpPool:
                 await connection.stop()
         connections = [await self.connection(turn.agent.id, s) for s in turn.agent.mcp_servers if s.enabled]
         await asyncio.gather(*(c.wait_usable(PREPARE_WAIT) for c in connections))
-
-    def states(self) -> list[ServerState]:
-        return [c.status() for c in self._connections.values()]
 
     def readiness(self) -> dict[str, Any]:
         """The `mcp` part of /readyz: every server's state (informational; it never makes the gateway unready)."""
