@@ -208,6 +208,7 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
     load_builtin()
     for agent_id, agent in config.agents.items():
         key = f"agent:{agent_id}"
+        seen_names: dict[str, str] = {}
         for i, entry in enumerate(agent.capabilities):
             loc: tuple[str | int, ...] = ("capabilities", i)
             decl = REGISTRY.get(entry.id)
@@ -233,13 +234,18 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
                         offered = ", ".join(sorted(decl.tool_ids)) or "none (it has no tools)"
                         report(key, (*loc, field_name, tool_id),
                                f"{entry.id} has no tool {tool_id!r}; its tools are: {offered}")
-            visible: set[str] = set()
             for tool_id, override in entry.tool_overrides.items():
-                if override.name is not None:
-                    if not TOOL_NAME.match(override.name):
-                        report(key, (*loc, "tool_overrides", tool_id, "name"),
-                               f"{override.name!r} is not a name a model can call: use 1-64 letters, digits, '_' or '-'")
-                    visible.add(override.name)
+                if override.name is not None and not TOOL_NAME.match(override.name):
+                    report(key, (*loc, "tool_overrides", tool_id, "name"),
+                           f"{override.name!r} is not a name a model can call: use 1-64 letters, digits, '_' or '-'")
+            # Two tools the model would see under one name: the second would shadow the first.
+            for tool in decl.tools:
+                override = entry.tool_overrides.get(tool.id)
+                name = override.name if override and override.name else tool.id
+                if name in seen_names and entry.enabled:
+                    report(key, (*loc, "tool_overrides", tool.id) if override and override.name else (*loc, "id"),
+                           f"the model would see two tools named {name!r} (also {seen_names[name]}); rename one")
+                seen_names.setdefault(name, f"{entry.id}.{tool.id}")
             if decl.needs_key == "required" and entry.secret_id is None:
                 report(key, (*loc, "secret_id"), f"{entry.id} needs a key: set secret_id (e.g. env:NAME)")
         ids = [e.id for e in agent.capabilities]

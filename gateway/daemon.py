@@ -20,13 +20,13 @@ from adapters.base import AdapterContext, create_adapter
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from . import http
+from . import http, memory
 from .admission import admit
 from .clock import Clock
 from .commands import APPROVALS_HELP, parse_command
 from .conversations import Scheduler
 from .events import EventBus
-from .messages import InboundMessage, conversation_key, reply_thread
+from .messages import ChatKind, InboundMessage, conversation_key, reply_thread
 from .metrics import Metrics
 from .runner import Runner
 from .store import repo
@@ -60,6 +60,7 @@ class Gateway:
         self.store: repo.Store
         self.scheduler: Scheduler
         self.extensions: list[Any] = []  # approvals, capabilities: objects with optional start/stop
+        self.extra_routes: list[web.AbstractRouteDef] = []  # routes extensions serve (the capability catalog)
         self.approvals: Approvals | None = None
         self.conversation_extras: Callable[[str], Awaitable[dict[str, Any]]] | None = None
         self._runner: web.AppRunner | None = None
@@ -278,6 +279,8 @@ class Gateway:
         command = parse_command(message.text)
         if command is not None and command.name == "approvals" and self.approvals is not None:
             return await self._approvals_command(message, command.args, key, existing)
+        if command is not None and command.name == "memory":
+            return await self._memory_command(message, command.raw_args, identity.person_id, binding.agent)
         event_ids = [event_id] + ([f"{platform}:same:{message.dedupe_key}"] if message.dedupe_key else [])
         ref = repo.ConversationRef(
             id=existing.id if existing else "",
@@ -342,6 +345,27 @@ class Gateway:
             )
             await self.approvals.notice(conv.id, f"Here, {state}. {APPROVALS_HELP}")
         return SubmitResult(False, reason="command", conversation_id=conv.id)
+
+    async def _memory_command(
+        self, message: InboundMessage, args: tuple[str, ...], person_id: str, agent_id: str
+    ) -> SubmitResult:
+        """`/memory`: the sender's own notes, answered privately; nothing enters the conversation."""
+        if await self.store.seen(message.binding_id, [f"{message.platform}:{message.event_id}"]):
+            return SubmitResult(False, duplicate=True, reason="duplicate")
+        action = args[0].lower() if args else ""
+        text = await memory.self_service(
+            memory.NoteStore(self.store), person_id, action, args[1] if len(args) > 1 else None,
+            default_agent=agent_id, one_to_one=message.chat_kind is ChatKind.DM,
+        )
+        adapter = self.adapters.get(message.binding_id)
+        if adapter is not None:
+            target = ReplyTarget(message.platform, message.binding_id, message.workspace, message.channel,
+                                 reply_thread(message), message.chat_kind)
+            try:
+                await adapter.tell_privately(target, message.sender.account_id, text)
+            except Exception as e:  # the platform refused; the person can ask again
+                log.warning("could not answer /memory privately: %s", e)
+        return SubmitResult(False, reason="command")
 
     async def _tell_busy(self, message: InboundMessage, ref: repo.ConversationRef) -> None:
         adapter = self.adapters.get(message.binding_id)

@@ -7,6 +7,10 @@ its own.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
+import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,10 +29,12 @@ def install(gateway: Gateway) -> None:
     gateway.runner.resume_results = approvals.results_for
     gateway.conversation_extras = approvals.extras
 
+    from capabilities import catalog
     from capabilities.registry import build_for_turn, load_builtin
 
     load_builtin()
     gateway.runner.capability_builders.append(build_for_turn)
+    gateway.extra_routes.extend(catalog.http_routes())
 
     # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
     from capabilities import mcp_servers
@@ -54,8 +60,6 @@ def register_checks() -> None:
 
 def online_problems(config: Any) -> list[Any]:
     """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
-    import asyncio
-
     from .mcp import online_problems as mcp_problems
 
     return asyncio.run(mcp_problems(config))
@@ -68,3 +72,35 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
 
     add_cli(sub, load)
     mcp.add_cli(sub, load)
+
+    def capabilities(args: argparse.Namespace) -> int:
+        from capabilities import catalog
+
+        if args.json:
+            print(json.dumps({"capabilities": catalog.catalog()}, indent=2))
+        else:
+            print(catalog.render_text(), end="")
+        return 0
+
+    p = sub.add_parser("capabilities", help="print the capability catalog (what an agent file can name)")
+    p.add_argument("--json", action="store_true", help="as JSON, config schemas included")
+    p.set_defaults(fn=capabilities)
+
+    def memory_command(args: argparse.Namespace) -> int:
+        from .memory import admin
+
+        config = load(args)
+        if config is None:
+            return 1
+        code, text = asyncio.run(admin(config.gateway.database.url, args.action, args.person, actor=args.actor,
+                                       reason=args.reason))
+        print(text, file=sys.stdout if code == 0 else sys.stderr)
+        return code
+
+    p = sub.add_parser("memory", help="read or erase what agents keep about a person (audited)")
+    p.add_argument("action", choices=["show", "erase"])
+    p.add_argument("--person", required=True, help="a person id, or platform:workspace:account (e.g. slack:T01:U02)")
+    p.add_argument("--reason", default="", help="why (required for show; recorded in the audit log)")
+    p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is asking (default $USER)")
+    p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
+    p.set_defaults(fn=memory_command)

@@ -58,6 +58,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
     app.router.add_post("/api/v1/admin/reload", _reload)
+    app.router.add_routes(gateway.extra_routes)  # before the catch-all
     app.router.add_route("*", "/{tail:.*}", gateway.routes.handle)
     gateway.routes.rebuild(gateway.adapters.values())
     return app

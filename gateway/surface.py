@@ -128,7 +128,9 @@ class ChannelDirectory(Protocol):
 
     supported: frozenset[str]
 
-    async def channel_info(self, target: ReplyTarget) -> ChannelInfo: ...
+    async def channel_info(self, target: ReplyTarget) -> ChannelInfo:
+        """Raises NotVisible when the bot cannot see the channel (so do the other three)."""
+        ...
 
     async def channel_members(self, target: ReplyTarget, limit: int) -> tuple[list[ChannelMember], bool]:
         """Members, and whether the list was cut at `limit`."""
@@ -231,6 +233,10 @@ class Adapter(Protocol):
 
 class PlatformError(Exception):
     """A platform API refused a call; adapters translate their SDK's errors into these."""
+
+
+class NotVisible(PlatformError):
+    """The bot cannot see this channel (not a member, archived, private): bad news, not a fault."""
 
 
 class RateLimited(PlatformError):

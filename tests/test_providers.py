@@ -4,6 +4,7 @@ through a provider base_url, as with Ollama, vLLM or LM Studio."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -62,3 +63,15 @@ async def test_unreachable_or_failing_model_is_told_in_the_chat(tmp_path: Path) 
         await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})
         [reply] = await wait_for(lambda: _final(s, conv), timeout=30)
         assert "could not be reached" in reply["text"] or "answered with an error" in reply["text"]
+
+
+async def test_missing_key_is_told_in_the_chat(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "openai-chat:gpt-4o"}})
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
+        [reply] = await wait_for(lambda: _final(s, conv))
+        assert reply["text"].startswith("_I can't answer: model 'openai-chat:gpt-4o' cannot be used")
+        assert "An admin needs to configure the model" in reply["text"]
+        assert (await gw.store.run(run)).status == "failed"

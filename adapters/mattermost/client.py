@@ -16,7 +16,7 @@ from typing import Any, TypedDict, cast
 
 import aiohttp
 
-from gateway.surface import PlatformError, RateLimited
+from gateway.surface import NotVisible, PlatformError, RateLimited
 
 log = logging.getLogger("adapters.mattermost.client")
 
@@ -94,6 +94,10 @@ class MattermostAPIError(PlatformError):
         self.call = call
 
 
+class MattermostNotVisible(MattermostAPIError, NotVisible):
+    """403 or 404: the bot's token may not see this (a channel it is not in, or one that is gone)."""
+
+
 def retry_after(headers: Mapping[str, str]) -> float:
     """Seconds to wait after a 429: `Retry-After`, else `X-Ratelimit-Reset` (both in seconds)."""
     for name in ("Retry-After", "X-Ratelimit-Reset"):
@@ -150,7 +154,8 @@ class MattermostClient:
                     data = None
             if resp.status >= 400:
                 err = data if isinstance(data, dict) else {}
-                raise MattermostAPIError(resp.status, str(err.get("id", "")), str(err.get("message", "")), call)
+                kind = MattermostNotVisible if resp.status in (403, 404) else MattermostAPIError
+                raise kind(resp.status, str(err.get("id", "")), str(err.get("message", "")), call)
             return data
 
     # --- users and teams -------------------------------------------------------------------

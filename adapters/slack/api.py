@@ -18,9 +18,10 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from gateway.surface import PlatformError, RateLimited
+from gateway.surface import NotVisible, PlatformError, RateLimited
 
 DEFAULT_RETRY_AFTER = 1.0
+NOT_VISIBLE = frozenset({"channel_not_found", "not_in_channel", "is_archived", "thread_not_found"})
 
 
 async def call(method: str, request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:
@@ -31,7 +32,9 @@ async def call(method: str, request: Awaitable[AsyncSlackResponse]) -> AsyncSlac
         response = e.response
         if response.status_code == 429 or response.get("error") == "ratelimited":
             raise RateLimited(_retry_after(response.headers), method) from None
-        raise PlatformError(f"slack {method}: {response.get('error') or response.status_code}") from None
+        error = response.get("error")
+        kind = NotVisible if error in NOT_VISIBLE else PlatformError  # the bot's token cannot see it
+        raise kind(f"slack {method}: {error or response.status_code}") from None
     except SlackClientError as e:
         raise PlatformError(f"slack {method}: {type(e).__name__}") from None
 

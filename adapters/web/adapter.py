@@ -18,6 +18,7 @@ from aiohttp import web
 
 from adapters.base import AdapterContext
 from bindings.models import BindingSpec
+from gateway import memory
 from gateway.clock import new_id
 from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.store import repo
@@ -124,6 +125,8 @@ class WebAdapter:
             web.get("/api/v1/conversations/{id}/events", self._events),
             web.post("/api/v1/conversations/{id}/modes", self._set_modes),
             web.post("/api/v1/approvals/{id}", self._decide),
+            web.get("/api/v1/me/memory", self._my_memory),
+            web.post("/api/v1/me/memory", self._change_my_memory),
         ]
 
     async def _index(self, request: web.Request) -> web.FileResponse:
@@ -187,6 +190,8 @@ class WebAdapter:
             return web.json_response({"message_id": result.message_id, "run_id": result.run_id}, status=202)
         if result.duplicate:
             return _bad(409, "duplicate", "a message with this Idempotency-Key was already received")
+        if result.reason == "command":  # answered by the gateway itself, on the event stream
+            return web.json_response({"command": True}, status=200)
         if result.reason == "busy":
             return _bad(429, "busy", "this conversation has too many messages waiting; try again shortly")
         return _bad(403, "not_admitted", result.reason or "message not accepted")
@@ -208,6 +213,39 @@ class WebAdapter:
         if not outcome.accepted and outcome.message.startswith("Only "):
             status = 403
         return web.json_response({"accepted": outcome.accepted, "message": outcome.message}, status=status)
+
+    # --- the local person's own memory ----------------------------------------------------
+
+    async def _me(self) -> str:
+        identity = await self.gateway.store.identify("web", WORKSPACE, self.person, self.person)
+        return identity.person_id
+
+    async def _my_memory(self, request: web.Request) -> web.Response:
+        """What agents wrote about the web's local person: which agent, which note, when; with the text."""
+        notes = await memory.NoteStore(self.gateway.store).about(await self._me())
+        return web.json_response({"notes": [_note_json(n) for n in notes]})
+
+    async def _change_my_memory(self, request: web.Request) -> web.Response:
+        """{"action": "stop" | "use" | "delete", "agent", "name"} or {"action": "erase"}."""
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        action, agent, name = body.get("action"), body.get("agent"), body.get("name")
+        notes = memory.NoteStore(self.gateway.store)
+        person = await self._me()
+        if action == "erase":
+            return web.json_response({"erased": await notes.erase(person)})
+        if action not in ("stop", "use", "delete") or not isinstance(agent, str) or not isinstance(name, str):
+            return _bad(400, "bad_request", 'send {"action": "stop"|"use"|"delete", "agent": ID, "name": NOTE} '
+                                            'or {"action": "erase"}')
+        if action == "delete":
+            if not await notes.forget(person, agent, name):
+                return _bad(404, "not_found", f"no note {agent}/{name} about you")
+            return web.json_response({"deleted": True})
+        note = await notes.set_suppressed(person, agent, name, action == "stop")
+        if note is None:
+            return _bad(404, "not_found", f"no note {agent}/{name} about you")
+        return web.json_response(_note_json(note))
 
     async def _set_modes(self, request: web.Request) -> web.Response:
         conv = await self._conversation(request)
@@ -297,6 +335,17 @@ async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
 
 def _bad(status: int, code: str, message: str) -> web.Response:
     return web.json_response({"error": code, "message": message}, status=status)
+
+
+def _note_json(note: memory.Note) -> dict[str, Any]:
+    return {
+        "agent": note.agent_id,
+        "name": note.name,
+        "content": note.content,
+        "in_use": not note.suppressed,
+        "created_at": note.created_at.isoformat(),
+        "updated_at": note.updated_at.isoformat(),
+    }
 
 
 def card_json(card: ApprovalCard) -> dict[str, Any]:

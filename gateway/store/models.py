@@ -212,3 +212,35 @@ class ConversationMode(Base):
     ask_every_tool: Mapped[bool] = mapped_column(Boolean, default=False)
     changed_by: Mapped[str] = mapped_column(String(200), default="")
     changed_at: Mapped[datetime] = mapped_column(TS)
+
+
+class MemoryNote(Base):
+    """One note an agent keeps: in a person's store or a chat's, never both (`scope`, `owner`).
+
+    `suppressed` is the person's "stop using it": no tool lists, reads or edits the note, but the
+    row and its name stay, so the person can look at it and restore it.
+    """
+
+    __tablename__ = "memory_notes"
+    __table_args__ = (UniqueConstraint("agent_id", "scope", "owner", "name"), Index(None, "scope", "owner"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    agent_id: Mapped[str] = mapped_column(String(100))
+    scope: Mapped[str] = mapped_column(String(10))  # "person" | "chat"
+    owner: Mapped[str] = mapped_column(String(500))  # a person id, or platform:workspace:channel
+    name: Mapped[str] = mapped_column(String(200))
+    content: Mapped[str] = mapped_column(Text)
+    suppressed: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class MemoryAudit(Base):
+    """An administrator's read or erasure of someone's notes: who, whose, why, when; never content."""
+
+    __tablename__ = "memory_audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    action: Mapped[str] = mapped_column(String(20))  # "show" | "erase"
+    actor: Mapped[str] = mapped_column(String(200))
+    subject: Mapped[str] = mapped_column(String(40), index=True)  # the person id
+    reason: Mapped[str] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(TS)

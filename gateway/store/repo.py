@@ -7,7 +7,7 @@ ledger, the queued run and the user's message) are one method, `ingest`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select, text, update
@@ -188,18 +188,7 @@ class Store:
     async def _conversation(self, s: AsyncSession, ref: ConversationRef, now: datetime) -> Conversation:
         conv = await s.scalar(select(Conversation).where(Conversation.key == ref.key))
         if conv is None:
-            conv = Conversation(
-                id=ref.id or new_id(),
-                key=ref.key,
-                platform=ref.platform,
-                binding_id=ref.binding_id,
-                workspace=ref.workspace,
-                channel=ref.channel,
-                thread=ref.thread,
-                chat_kind=ref.chat_kind,
-                created_at=now,
-                updated_at=now,
-            )
+            conv = Conversation(**{**asdict(ref), "id": ref.id or new_id()}, created_at=now, updated_at=now)
             s.add(conv)
             await s.flush()
         return conv
@@ -502,13 +491,4 @@ class Store:
 
 
 def _ref(conv: Conversation) -> ConversationRef:
-    return ConversationRef(
-        id=conv.id,
-        key=conv.key,
-        platform=conv.platform,
-        binding_id=conv.binding_id,
-        workspace=conv.workspace,
-        channel=conv.channel,
-        thread=conv.thread,
-        chat_kind=conv.chat_kind,
-    )
+    return ConversationRef(**{f.name: getattr(conv, f.name) for f in fields(ConversationRef)})

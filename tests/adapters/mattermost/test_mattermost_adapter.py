@@ -16,6 +16,7 @@ from gateway.surface import (
     ApprovalItem,
     Decision,
     ItemState,
+    NotVisible,
     PlatformError,
     RateLimited,
     ReplyTarget,
@@ -359,6 +360,14 @@ async def test_approval_by_reaction_without_a_public_url(world: World) -> None:
 
 
 # --- channel tools ------------------------------------------------------------------------
+
+async def test_a_channel_the_bot_cannot_see_is_not_visible(world: World, adapter: MattermostAdapter) -> None:
+    directory = adapter.directory()
+    assert directory is not None
+    gone = ReplyTarget("mattermost", "mm", world.team["id"], "nosuchchannel0000000000000", None, ChatKind.CHANNEL)
+    with pytest.raises(NotVisible):  # bad news for the channel tools, not a fault to retry
+        await directory.channel_info(gone)
+
 
 async def test_the_directory_answers_all_four_questions(world: World, adapter: MattermostAdapter) -> None:
     directory = adapter.directory()

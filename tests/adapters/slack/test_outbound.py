@@ -7,7 +7,7 @@ import pytest
 
 from adapters.slack.adapter import SlackAdapter
 from gateway.messages import ChatKind
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState, PlatformError, RateLimited, ReplyTarget
+from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState, NotVisible, PlatformError, RateLimited, ReplyTarget
 from tests.fakes.slack import FakeSlack
 
 from .conftest import RecordingDispatcher, eventually
@@ -204,7 +204,8 @@ async def test_directory_thread_history_uses_replies(fake_slack: FakeSlack, adap
 
 
 async def test_directory_refusals_are_platform_errors(fake_slack: FakeSlack, adapter: SlackAdapter) -> None:
-    with pytest.raises(PlatformError, match="channel_not_found"):
+    # A channel the bot's token cannot see is bad news for the channel tools, not a fault.
+    with pytest.raises(NotVisible, match="channel_not_found"):
         await adapter.directory().channel_info(target("C0GONE"))
     fake_slack.fail_next("conversations.history", retry_after=4)
     with pytest.raises(RateLimited):

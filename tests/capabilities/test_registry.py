@@ -1,0 +1,161 @@
+"""The registry: publish-time refusals with file and line, the catalog, and what every tool tells the model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+from pydantic_ai.toolsets import FunctionToolset
+
+from bindings.loader import ConfigError, load_config
+from capabilities.registry import load_builtin
+from capabilities.tool_text import describes_return, tool_text
+from gateway import cli, extensions
+from gateway.messages import ChatKind
+from gateway.surface import CHANNEL_TOOL_IDS
+
+from ..conftest import write_config
+from ..fakes.chat import DIRECTORIES, FakeDirectory
+from .support import Account, Place, agent, slack_binding, world
+
+AGENT_FILE = """\
+name: A
+model: demo
+capabilities:
+  - id: clokc
+  - id: clock
+    config:
+      timezone: Mars/Base
+  - id: memory_files
+    tool_approval:
+      remember: required
+    tool_overrides:
+      forget: {name: x}
+      read_memory:
+        name: read notes
+  - id: channel_tools
+    config:
+      tools: [get_channel_info]
+"""
+
+
+def test_publish_refuses_with_file_line_and_a_fix(tmp_path: Path) -> None:
+    extensions.register_checks()
+    cfg = write_config(tmp_path)
+    path = cfg / "agents" / "assistant.yaml"
+    path.write_text(AGENT_FILE)
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    tools = "delete_memory, edit_memory, list_memory, read_memory, write_memory"
+    # Other tests register capabilities of their own in the same process; those are offered too.
+    available = ", ".join(sorted(k for k, d in load_builtin().items() if not d.binding_only))
+    assert {"clock", "memory_files", "thinking"} <= set(available.split(", "))
+    assert [str(p) for p in e.value.problems if not p.warning] == [
+        f"{path}:4:5: capabilities.0.id: unknown capability 'clokc'; available: {available}",
+        f"{path}:7:7: capabilities.1.config.timezone: 'Mars/Base' is not an IANA time zone name "
+        "(e.g. UTC, Europe/Warsaw, America/New_York)",
+        f"{path}:10:7: capabilities.2.tool_approval.remember: memory_files has no tool 'remember'; its tools are: {tools}",
+        f"{path}:12:7: capabilities.2.tool_overrides.forget: memory_files has no tool 'forget'; its tools are: {tools}",
+        f"{path}:14:9: capabilities.2.tool_overrides.read_memory.name: 'read notes' is not a name a model can call: "
+        "use 1-64 letters, digits, '_' or '-'",
+        f"{path}:16:5: capabilities.3.config: channel_tools is granted per binding: move its config to the binding's "
+        "`channel_tools:` section (the agent entry may only set approval and tool overrides)",
+    ]
+
+
+def test_check_and_run_both_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, agents={"assistant": {"name": "A"}, "other": {"name": "B"}})
+    spec = cfg / "agents" / "assistant.yaml"
+    spec.write_text("name: A\nchannel_tools:\n  tools: [get_channel_info]\n")
+    other = cfg / "agents" / "other.yaml"
+    other.write_text("name: B\ncapabilities:\n  - id: clock\n    config: {timezone: Nowhere}\n")
+    for command in ("check", "run"):
+        assert cli.main([command, "--config", str(cfg)]) == 1
+        err = capsys.readouterr().err
+        assert f"{spec}:2:1: channel_tools: channel_tools belongs to a binding, not an agent: move it to " \
+               "bindings/<binding>.yaml" in err
+        assert f"{other}:4:14: capabilities.0.config.timezone: 'Nowhere' is not an IANA time zone name" in err
+
+
+def test_the_catalog_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["capabilities"]) == 0
+    text = capsys.readouterr().out
+    assert "memory_files (Memory files, memory)" in text
+    assert "channel_tools (Chat channel lookup, chat) — set on a binding, not an agent" in text
+    assert "  config default_limit: default 20, minimum 1, maximum 200" in text
+    assert cli.main(["capabilities", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [c["id"] for c in data["capabilities"]] == sorted(load_builtin())
+
+
+async def test_the_catalog_over_http_comes_from_the_running_registry(tmp_path: Path) -> None:
+    async with world(tmp_path) as w, aiohttp.ClientSession(w.gw.url) as s:
+        r = await s.get("/api/v1/agents/capabilities")
+        assert r.status == 200
+        served = {c["id"]: c for c in (await r.json())["capabilities"]}
+    assert set(served) == set(load_builtin())
+    assert served["channel_tools"]["binding_only"] is True
+    assert served["channel_tools"]["config_schema"]["properties"]["default_limit"]["maximum"] == 200
+    assert [t["id"] for t in served["memory_files"]["tools"]] == [
+        "list_memory", "read_memory", "write_memory", "edit_memory", "delete_memory"]
+    assert not any(t["side_effecting"] for t in served["memory_files"]["tools"]), "memory is the agent's own"
+    assert served["clock"]["tools"] == [] and served["clock"]["config_schema"]["properties"]["timezone"]
+
+
+async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> None:
+    """Build every capability's tools as a run sees them and read the definitions pydantic-ai made."""
+    shipped = [decl for decl in load_builtin().values() if decl.build.__module__.startswith("capabilities.")]
+    assert {d.id for d in shipped} >= {"clock", "thinking", "memory_files", "channel_tools"}
+    with_tools = [decl for decl in shipped if decl.tools and not decl.binding_only]
+    agents = {"assistant": agent(*({"id": d.id} for d in with_tools))}
+    bindings = {"slack": slack_binding(channel_tools={"tools": list(CHANNEL_TOOL_IDS)})}
+    async with world(tmp_path, agents=agents, bindings=bindings) as w:
+        DIRECTORIES["slack"] = FakeDirectory()
+        seen = await w.run(Account("slack", "T1", "U1", "a"), Place("slack", "slack", "T1", "C1", ChatKind.CHANNEL),
+                           "hello")
+    declared = {t.id for decl in shipped for t in decl.tools}
+    assert set(seen.defs) == declared, "every declared tool is built (and nothing undeclared)"
+    for name, tool in seen.defs.items():
+        assert describes_return(tool.description), f"{name} does not say what comes back"
+        assert tool.description and tool.description.startswith("<summary>")
+        for arg, schema in tool.parameters_json_schema.get("properties", {}).items():
+            assert schema.get("description"), f"{name}({arg}) is not described"
+
+
+def test_tool_text_renders_what_pydantic_ai_builds_from_a_docstring() -> None:
+    def lookup(query: str) -> str:
+        """Find a thing.
+
+        Use it for things; use other for others.
+
+        Args:
+            query: What to find.
+
+        Returns:
+            One line per thing.
+        """
+        return query
+
+    [built] = FunctionToolset([lookup]).tools.values()
+    assert built.description == tool_text("Find a thing.", "Use it for things; use other for others.",
+                                          "One line per thing.")
+
+
+def test_two_tools_under_one_visible_name_are_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bindings.loader import ConfigError, load_config
+    from gateway import extensions
+
+    from ..conftest import write_config
+
+    extensions.register_checks()
+    cfg = write_config(tmp_path, agents={"assistant": {"name": "A", "model": "demo", "capabilities": [
+        {"id": "memory_files", "tool_overrides": {"read_memory": {"name": "list_memory"}}}]}})
+    try:
+        load_config(cfg)
+        raise AssertionError("a duplicate visible tool name was accepted")
+    except ConfigError as e:
+        [problem] = [str(p) for p in e.problems if not p.warning]
+        assert problem.startswith(f"{cfg}/agents/assistant.yaml:")
+        assert "two tools named 'list_memory'" in problem

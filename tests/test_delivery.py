@@ -1,0 +1,132 @@
+"""Replies stream into one message edited in place, paced, split at paragraphs, never posted twice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.clock import ManualClock
+from gateway.delivery import ReplyStream, split_paragraphs
+from gateway.messages import ChatKind
+from gateway.store.engine import create_engine, migrate
+from gateway.store.repo import Store
+from gateway.surface import PlatformLimits, RateLimited, ReplyTarget
+
+TARGET = ReplyTarget("fake", "b", "w", "C1", "T1", ChatKind.CHANNEL)
+
+
+class RecordingChat:
+    """The platform side: what a person in the channel would see, message by message."""
+
+    platform = "fake"
+
+    def __init__(self, limit: int = 100, interval: float = 1.0) -> None:
+        self.limits = PlatformLimits(max_message_chars=limit, min_edit_interval=interval)
+        self.messages: dict[str, list[str]] = {}  # id -> every version shown
+        self.rate_limit_next: list[float] = []
+
+    def render(self, markdown: str) -> str:
+        return markdown
+
+    async def post_message(self, target: ReplyTarget, text: str) -> str:
+        self._maybe_limited()
+        message_id = f"m{len(self.messages) + 1}"
+        self.messages[message_id] = [text]
+        return message_id
+
+    async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
+        self._maybe_limited()
+        self.messages[message_id].append(text)
+
+    def _maybe_limited(self) -> None:
+        if self.rate_limit_next:
+            raise RateLimited(self.rate_limit_next.pop(0), "chat.update")
+
+    def final(self) -> list[str]:
+        return [versions[-1] for versions in self.messages.values()]
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> Any:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
+    await migrate(engine)
+    yield Store(engine)
+    await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "pieces"),
+    [
+        ("short", 10, ["short"]),
+        ("para one\n\npara two", 12, ["para one", "para two"]),
+        ("a" * 25, 10, ["a" * 10, "a" * 10, "a" * 5]),
+        ("line one\nline two\nline three", 20, ["line one\nline two", "line three"]),
+        ("", 10, [""]),
+    ],
+)
+def test_split_paragraphs(text: str, limit: int, pieces: list[str]) -> None:
+    assert split_paragraphs(text, limit) == pieces
+    assert all(len(p) <= limit for p in pieces)
+
+
+async def test_one_message_edited_at_a_paced_interval(store: Store) -> None:
+    chat, clock = RecordingChat(), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run1", clock)  # type: ignore[arg-type]
+    for word in ["Hello ", "there ", "friend"]:
+        await stream.append(word)  # all within the same second: one post, no edits yet
+    assert chat.messages == {"m1": ["Hello "]}
+    clock.advance(1.0)
+    await stream.append(".")
+    assert chat.messages["m1"][-1] == "Hello there friend."
+    await stream.finish()
+    assert list(chat.messages) == ["m1"], "a draft and a final message both posted"
+    assert chat.final() == ["Hello there friend."]
+    [row] = await store.deliveries("run1")
+    assert row.final and row.platform_message_id == "m1" and row.text == "Hello there friend."
+
+
+async def test_long_reply_continues_in_a_new_message_at_a_paragraph(store: Store) -> None:
+    chat, clock = RecordingChat(limit=50), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run2", clock)  # type: ignore[arg-type]
+    await stream.append("First paragraph is here.\n\n")
+    clock.advance(2)
+    await stream.append("Second paragraph is long enough to move on.")
+    await stream.finish()
+    assert chat.final() == ["First paragraph is here.", "Second paragraph is long enough to move on."]
+    assert [d.seq for d in await store.deliveries("run2")] == [0, 1]
+
+
+async def test_rate_limited_draft_is_skipped_and_the_final_waits(store: Store, monkeypatch: Any) -> None:
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr("gateway.delivery.asyncio.sleep", fake_sleep)
+    chat, clock = RecordingChat(), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run3", clock)  # type: ignore[arg-type]
+    await stream.append("one ")
+    chat.rate_limit_next = [5.0]
+    clock.advance(1)
+    await stream.append("two ")  # rate limited: skipped, no busy loop
+    clock.advance(1)
+    await stream.append("three ")  # still inside Retry-After: not even tried
+    assert chat.messages["m1"] == ["one "]
+    chat.rate_limit_next = [2.0]
+    await stream.finish("one two three")
+    assert slept == [2.0]
+    assert chat.final() == ["one two three"]
+    assert list(chat.messages) == ["m1"]
+
+
+async def test_a_restarted_run_edits_what_it_already_posted(store: Store) -> None:
+    chat, clock = RecordingChat(), ManualClock()
+    first = ReplyStream(chat, TARGET, store, "run4", clock)  # type: ignore[arg-type]
+    await first.append("partial")
+    again = ReplyStream(chat, TARGET, store, "run4", clock)  # type: ignore[arg-type]
+    await again.finish("the whole answer")
+    assert list(chat.messages) == ["m1"] and chat.final() == ["the whole answer"]
+
+
