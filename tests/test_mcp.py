@@ -50,9 +50,10 @@ async def ask(gw: Any, chat: Chat, text: str) -> str:
     return (await chat.replies())[-1]
 
 
-async def test_stdio_tools_are_prefixed_and_deny_is_never_offered(tmp_path: Path) -> None:
+async def test_stdio_tools_are_prefixed_and_deny_is_never_offered(tmp_path: Path,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
     log = tmp_path / "mcp.log"
-    cfg = config(tmp_path / "c", [stdio(log, tools={"status": "allow", "drop_database": "deny"})])
+    cfg = config(tmp_path / "c", [stdio(log, tools={"status": "allow", "drop_database": "deny", "stauts": "allow"})])
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         assert await ask(gw, chat, "tools") == ("tools: tracker_chart, tracker_deploy, tracker_explode, tracker_grow, "
@@ -60,6 +61,10 @@ async def test_stdio_tools_are_prefixed_and_deny_is_never_offered(tmp_path: Path
         assert await ask(gw, chat, "tracker_status api") == "[tracker_status success: api is green]"
         assert await ask(gw, chat, "tracker_drop_database api") == "echo: tracker_drop_database api"
         assert ran(log) == [("status", {"service": "api"})]
+    # A `tools:` entry naming nothing is a warning once the server's tools are first listed.
+    [warning] = [r.getMessage() for r in caplog.records if "names no tool" in r.getMessage()]
+    assert warning == ("agent ops: mcp_servers tracker: tools: 'stauts' names no tool the server offers (it offers: "
+                       "chart, deploy, drop_database, explode, grow, status, whoami)")
 
 
 async def test_http_ask_tool_parks_and_runs_once_after_approval(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
