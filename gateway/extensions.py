@@ -60,18 +60,18 @@ def register_checks() -> None:
 
 def online_problems(config: Any) -> list[Any]:
     """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
-    from .mcp import online_problems as mcp_problems
+    from .mcp_cli import online_problems as mcp_problems
 
     return asyncio.run(mcp_problems(config))
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing)."""
-    from . import mcp
+    from . import mcp_cli
     from .approvals import add_cli
 
     add_cli(sub, load)
-    mcp.add_cli(sub, load)
+    mcp_cli.add_cli(sub, load)
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog
