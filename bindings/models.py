@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -119,6 +120,107 @@ class RunLimits(Strict):
     wall_clock_seconds: float = Field(default=300, gt=0, le=86_400, description="Wall-clock seconds per run")
 
 
+McpPermission = Literal["allow", "ask", "deny"]
+MAX_MCP_SERVERS = 20
+MCP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,39}$")
+_REF_PREFIXES = ("env:", "file:", "credential:")
+_CREDENTIAL_NAME = re.compile(r"(authorization|token|secret|passw|api[_-]?key|credential|cookie)", re.I)
+
+
+def _text_or_ref(name: str, value: str) -> str:
+    """A plain value, or a secret reference (env:NAME, file:/path, credential:NAME) resolved on use.
+
+    A reference, or any value under a name that says credential, is kept as a `SecretRef`: its repr
+    hides a literal, and `check` warns about a literal one like any other literal secret.
+    """
+    if value.startswith(_REF_PREFIXES):
+        return SecretRef._validate(value)
+    return SecretRef(value) if _CREDENTIAL_NAME.search(name) else value
+
+
+class McpServerSpec(Strict):
+    """One MCP server whose tools an agent may call. Every tool asks a person first unless `tools:` says allow."""
+
+    name: str = Field(
+        description="The prefix the model sees: tool `search` of server `wiki` is offered as `wiki_search`. "
+        "Letters, digits, '_' and '-', at most 40 characters"
+    )
+    url: str | None = Field(default=None, description="Streamable HTTP endpoint, e.g. https://mcp.example.com/mcp")
+    command: str | None = Field(default=None, description="stdio: the program to start, e.g. npx or /usr/bin/python3")
+    args: list[str] = Field(default_factory=list, description="stdio: the program's arguments")
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="stdio: environment of the program (it inherits only PATH, HOME, USER, LOGNAME, SHELL, TERM); "
+        "values may be secret references",
+    )
+    headers: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP: headers sent with every request; values may be secret references, "
+        "e.g. Authorization: env:WIKI_MCP_AUTHORIZATION",
+    )
+    enabled: bool = True
+    tools: dict[str, McpPermission] = Field(
+        default_factory=dict, description="Permission per tool, by the server's own tool name: allow | ask | deny"
+    )
+    default: Literal["ask", "deny"] = Field(
+        default="ask",
+        description="Permission of a tool not named in `tools:`: ask, or deny to offer only the tools listed. "
+        "There is no server-wide allow: trust is given per tool",
+    )
+    timeout_seconds: float = Field(default=60, gt=0, le=3600, description="How long one tool call may take")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not MCP_NAME.match(v):
+            raise ValueError(
+                f"{v!r} cannot prefix tool names every model provider accepts: use letters, digits, '_' or '-' "
+                "(at most 40 characters, starting with a letter or digit)"
+            )
+        return v
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"{v!r} is not an http(s) URL such as https://mcp.example.com/mcp")
+        try:
+            parts.port
+        except ValueError:
+            raise ValueError(f"{v!r} has a malformed port") from None
+        return v
+
+    @field_validator("env", "headers")
+    @classmethod
+    def _refs(cls, v: dict[str, str]) -> dict[str, str]:
+        return {k: _text_or_ref(k, value) for k, value in v.items()}
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if (self.url is None) == (self.command is None):
+            raise ValueError("set either url (streamable HTTP) or command (stdio), not both or neither")
+        if self.url is not None and (self.args or self.env):
+            raise ValueError("args and env are for a stdio server (command); an HTTP server takes headers")
+        if self.command is not None and self.headers:
+            raise ValueError("headers are for an HTTP server (url); a stdio server takes env")
+        return self
+
+    def permission(self, tool: str) -> McpPermission:
+        return self.tools.get(tool, self.default)
+
+    def describe(self) -> str:
+        """Safe to log: where the server is, without credentials or query strings."""
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port else ""
+            return f"{parts.scheme}://{host}{port}{parts.path}"
+        return f"stdio: {self.command}"  # arguments may carry tokens; they are not logged
+
+
 class AgentSpec(Strict):
     """One agent: a model, instructions and capabilities. Bindings decide where it is reachable."""
 
@@ -133,9 +235,18 @@ class AgentSpec(Strict):
     instructions: str = ""
     capabilities: list[CapabilityEntry] = Field(default_factory=list)
     limits: RunLimits = RunLimits()
-    mcp_servers: list[dict[str, Any]] = Field(default_factory=list)
+    mcp_servers: list[McpServerSpec] = Field(
+        default_factory=list, description=f"MCP servers whose tools the agent may call (at most {MAX_MCP_SERVERS})"
+    )
     # Declared only so that its presence is refused with a pointer to the right file.
     channel_tools: Any = Field(default=None, exclude=True, json_schema_extra={"not": {}})
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _few_servers(cls, v: list[McpServerSpec]) -> list[McpServerSpec]:
+        if len(v) > MAX_MCP_SERVERS:
+            raise ValueError(f"at most {MAX_MCP_SERVERS} MCP servers per agent (found {len(v)})")
+        return v
 
     @field_validator("channel_tools")
     @classmethod

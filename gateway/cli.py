@@ -47,6 +47,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 1
+    if getattr(args, "online", False):
+        from . import extensions
+
+        for problem in extensions.online_problems(config):
+            print(problem, file=sys.stderr)
     print(
         f"{_config_dir(args)}: ok ({len(config.agents)} agent{'s' if len(config.agents) != 1 else ''}, "
         f"{len(config.bindings)} binding{'s' if len(config.bindings) != 1 else ''})"
@@ -140,7 +145,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("check", cmd_check, "validate the config directory and print every problem"),
         ("reload", cmd_reload, "ask the running daemon to re-read its config (like SIGHUP)"),
     ):
-        add(name, fn, help).add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
+        p = add(name, fn, help)
+        p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
+        if name == "check":
+            p.add_argument("--online", action="store_true",
+                           help="also connect to each MCP server: warn when one cannot be reached or a `tools:` "
+                           "entry names no tool it offers")
     add("schema", cmd_schema, "print the JSON Schema of config files").add_argument(
         "kind", nargs="?", default="all", choices=["all", "gateway", "agent", "binding"]
     )

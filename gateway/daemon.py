@@ -415,7 +415,11 @@ class Gateway:
         except Exception:
             database = False
         ready = database and all(b["connected"] for b in bindings.values())
-        return {"ready": ready, "database": database, "bindings": bindings}
+        state: dict[str, Any] = {"ready": ready, "database": database, "bindings": bindings}
+        for ext in self.extensions:  # informational parts (MCP servers); they do not decide `ready`
+            if hasattr(ext, "readiness"):
+                state.update(ext.readiness())
+        return state
 
 
 class KeyedLocks:

@@ -40,22 +40,44 @@ def install(gateway: Gateway) -> None:
     gateway.runner.capability_builders.append(build_for_turn)
     gateway.extra_routes.extend(catalog.http_routes())
 
+    # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
+    from capabilities import mcp_servers
+
+    from .mcp import McpPool
+
+    pool = McpPool(gateway)
+    gateway.mcp = pool  # type: ignore[attr-defined]
+    gateway.extensions.append(pool)
+    gateway.runner.turn_preparers.append(pool.prepare)
+    gateway.runner.capability_builders.append(mcp_servers.build_for_turn)
+
 
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
+    from capabilities import mcp_servers
     from capabilities.registry import validate_config
 
     add_check(validate_config)
+    add_check(mcp_servers.validate_config)
+
+
+def online_problems(config: Any) -> list[Any]:
+    """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
+    from .mcp_cli import online_problems as mcp_problems
+
+    return asyncio.run(mcp_problems(config))
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing)."""
+    from . import mcp_cli
     from .approvals import add_cli
     from .pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)
     add_pairing_cli(sub, load)
+    mcp_cli.add_cli(sub, load)
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog

@@ -56,5 +56,6 @@ def configure_logging(cfg: LoggingConfig) -> None:
     root.handlers[:] = [handler]
     root.setLevel(cfg.level.upper())
     # Libraries' request logs can carry tokens in URLs (Telegram's /bot<token>/): keep them quiet.
-    for noisy in ("httpx", "httpcore", "aiohttp.access", "telegram", "slack_bolt", "slack_sdk", "alembic"):
+    for noisy in ("httpx", "httpx2", "httpcore", "aiohttp.access", "telegram", "slack_bolt", "slack_sdk", "alembic",
+                  "mcp", "fastmcp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

@@ -94,6 +94,8 @@ class Turn:
 
 # Extensions (the capability registry, approvals) contribute to the agent a turn builds.
 CapabilityBuilder = Callable[[Turn], Sequence[Any]]
+# Awaited before the agent is built (e.g. MCP connections made ready); may add `turn.notices`.
+TurnPreparer = Callable[[Turn], Awaitable[None]]
 ParkHandler = Callable[[Turn, list[ModelMessage], DeferredToolRequests, ReplyStream], Awaitable[None]]
 
 
@@ -164,6 +166,7 @@ class Runner:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.capability_builders: list[CapabilityBuilder] = []
+        self.turn_preparers: list[TurnPreparer] = []
         self.park_handler: ParkHandler | None = None
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._tokens: dict[str, CancellationToken] = {}
@@ -266,6 +269,8 @@ class Runner:
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         try:
+            for prepare in self.turn_preparers:
+                await prepare(turn)
             agent = self.build_agent(turn)
             for notice in turn.notices:
                 await stream.append(f"_{notice}_\n\n")

@@ -1,0 +1,164 @@
+"""An agent's MCP servers as tools of one run: prefixed, `deny` never offered, every tool in the gate's map.
+
+The model sees tool `search` of server `wiki` as `wiki_search`. What the run offers is fixed when
+the run starts, from the tool list the pool keeps: `turn.tools` gets a `ToolInfo(from_mcp=True,
+mcp_permission=...)` for each, so the approval gate asks unless the agent file says `allow`. A
+name that providers would refuse, or that another tool of the run already has, is not offered
+(and logged once). A server that is not up contributes nothing but one line for the person.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from bindings.models import McpPermission, McpServerSpec
+from gateway.policy import ToolInfo
+
+from .failures import trouble
+from .registry import TOOL_NAME, simple
+
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
+    from gateway.mcp import McpPool
+    from gateway.runner import Turn
+
+log = logging.getLogger("gateway.mcp")
+
+
+@dataclass(frozen=True)
+class OfferedTool:
+    server_name: str  # as the server names it
+    visible: str  # as the model sees it
+    permission: McpPermission
+    note: str = ""  # why it is not offered, when it is not
+
+
+def visible_tools(spec: McpServerSpec, tools: Iterable[Any]) -> list[OfferedTool]:
+    """Every tool the server lists, with the name and permission it resolves to."""
+    rows = []
+    for tool in tools:
+        permission = spec.permission(tool.name)
+        visible = f"{spec.name}_{tool.name}"
+        note = ""
+        if permission == "deny":
+            note = "never offered"
+        elif not TOOL_NAME.match(visible):
+            note = "not offered: not a name every model provider accepts (letters, digits, '_', '-', at most 64)"
+        rows.append(OfferedTool(tool.name, visible, permission, note))
+    return rows
+
+
+@dataclass
+class _ServerTools(WrapperToolset[Any]):
+    """One server's tools as one run sees them.
+
+    The run never enters or leaves the connection (the pool holds it), offers only the tools
+    chosen when it started, and calls through whichever connection is live for the server now,
+    so a server that was restarted mid-run is used again.
+    """
+
+    offered: frozenset[str] = frozenset()
+    pool: Any = None
+    agent_id: str = ""
+    server: str = ""
+
+    async def __aenter__(self) -> _ServerTools:
+        return self
+
+    async def __aexit__(self, *args: Any) -> bool | None:
+        return None
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        tools = await self.wrapped.get_tools(ctx)
+        return {name: tool for name, tool in tools.items() if name in self.offered}
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any],
+                        tool: ToolsetTool[Any]) -> Any:
+        connection = self.pool.existing(self.agent_id, self.server)
+        live = connection.live_toolset() if connection is not None else None
+        if live is None:
+            detail = f" ({connection.detail})" if connection is not None and connection.detail else ""
+            return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
+                                             "the call did not run.")
+        try:
+            return await live.call_tool(name, tool_args, ctx, tool)
+        except ModelRetry:
+            connection.suspect()  # a protocol-level failure: the pool checks the connection at once
+            raise
+
+
+def build_for_turn(turn: Turn) -> list[Any]:
+    """The runner's capability builder for MCP servers (after `McpPool.prepare` ran for this turn)."""
+    pool: McpPool | None = getattr(turn.gateway, "mcp", None)
+    if pool is None:
+        return []
+    toolsets: list[AbstractToolset[Any]] = []
+    for spec in turn.agent.mcp_servers:
+        if not spec.enabled:
+            continue
+        connection = pool.existing(turn.agent.id, spec.name)
+        live = connection.live_toolset() if connection is not None else None
+        if connection is None or live is None:
+            state = "still starting" if connection is not None and connection.state == "connecting" else "unreachable"
+            turn.notices.append(f"The {spec.name} tools are not available right now (MCP server {state}); "
+                                "I'll answer without them.")
+            continue
+        offered = set()
+        for row in visible_tools(spec, connection.tools):
+            if row.note:
+                if row.permission != "deny":
+                    connection.warn_once(f"name:{row.visible}", "MCP server %s: tool %r %s", connection.label,
+                                         row.server_name, row.note)
+                continue
+            if row.visible in turn.tools:
+                connection.warn_once(f"collision:{row.visible}", "MCP server %s: tool %r is not offered: %r is "
+                                     "already the name of another tool of this agent", connection.label,
+                                     row.server_name, row.visible)
+                continue
+            turn.tools[row.visible] = ToolInfo(stable_id=row.visible, capability=f"mcp:{spec.name}", from_mcp=True,
+                                               mcp_permission=row.permission)
+            offered.add(row.server_name)
+        if offered:
+            server_tools = _ServerTools(live, offered=frozenset(offered), pool=pool, agent_id=turn.agent.id,
+                                        server=spec.name)
+            toolsets.append(server_tools.prefixed(spec.name))
+    return [simple(toolsets=toolsets)] if toolsets else []
+
+
+# --- load-time validation -----------------------------------------------------------------
+
+
+def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int, ...], str], None]) -> None:
+    """Refuse server lists whose tool names would be invalid or could collide."""
+    for agent_id, agent in config.agents.items():
+        key = f"agent:{agent_id}"
+        seen: dict[str, int] = {}
+        for i, spec in enumerate(agent.mcp_servers):
+            if spec.name in seen:
+                report(key, ("mcp_servers", i, "name"),
+                       f"another MCP server of this agent is already named {spec.name!r} (entry {seen[spec.name] + 1}); "
+                       "names must differ because they prefix the tool names")
+                continue
+            seen[spec.name] = i
+            for tool in spec.tools:
+                visible = f"{spec.name}_{tool}"
+                if not TOOL_NAME.match(visible):
+                    report(key, ("mcp_servers", i, "tools", tool),
+                           f"the model would see this tool as {visible!r}, which not every model provider accepts: "
+                           "letters, digits, '_' and '-', at most 64 characters")
+        names = sorted(seen)
+        for name in names:
+            for other in names:
+                if other != name and other.startswith(name + "_"):
+                    report(key, ("mcp_servers", seen[other], "name"),
+                           f"{other!r} and {name!r} could give two tools the same name (tool "
+                           f"{other.removeprefix(name + '_')}_x of {name} and tool x of {other} would both be "
+                           f"{other}_x): rename one")

@@ -1,0 +1,387 @@
+"""MCP servers as an agent's tools: one long-lived connection per (agent, server), shared by its runs.
+
+Built on pydantic-ai's `MCPToolset` (a FastMCP client). The pool owns every connection; runs never
+connect themselves. Each server has a supervisor task that connects, lists the tools, keeps that
+list fresh when the server announces a change, notices when the connection is lost (the change
+stream drops, a ping fails, a run's call fails at the protocol level) and connects again with
+backoff and jitter; for a stdio server that means starting the program again.
+
+A run gets the tools of the servers that are up when it starts (`prepare` waits a little for a
+server that is still connecting) and one line for the person naming each server that is not.
+`/readyz` shows every server's state; a server being down never makes the gateway unready.
+
+`pydantic_ai.mcp` takes seconds to import, so it is imported only when a server is connected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from adapters.base import Backoff
+from bindings.models import McpServerSpec
+from bindings.secrets import SecretRef
+
+if TYPE_CHECKING:
+    from .daemon import Gateway
+    from .runner import Turn
+
+log = logging.getLogger("gateway.mcp")
+
+CONNECT_TIMEOUT = 20.0  # starting a program and the handshake
+PREPARE_WAIT = 10.0  # how long a run waits for a server that is still connecting
+PING_EVERY = 30.0  # liveness check when the server offers no change stream
+PING_TIMEOUT = 10.0
+STABLE_AFTER = 30.0  # a connection up this long earns a fast reconnect
+
+
+class ConnectionLost(Exception):
+    """The server went away after it was connected."""
+
+
+@dataclass(frozen=True)
+class ServerState:
+    """One server's state, for `/readyz`, `agent-gateway mcp list` and logs."""
+
+    agent: str
+    server: str
+    where: str
+    state: str  # connecting | up | down | stopped
+    tools: int
+    detail: str
+    connects: int  # successful connections so far; a restarted stdio server counts again
+
+    def as_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "server": self.server, "where": self.where, "state": self.state,
+                "tools": self.tools, "detail": self.detail, "connects": self.connects}
+
+
+class McpConnection:
+    """One server of one agent: a supervisor task keeps it connected; runs borrow its toolset."""
+
+    def __init__(self, agent_id: str, spec: McpServerSpec, *, retry: bool = True) -> None:
+        self.agent_id = agent_id
+        self.spec = spec
+        self.retry = retry  # False: one attempt (the admin's commands)
+        self.state = "connecting"
+        self.detail = "starting"
+        self.connects = 0
+        self.tools: list[Any] = []  # mcp.types.Tool, as the server names them
+        self.toolset: Any = None  # the live _PooledToolset while up
+        self.warned: set[str] = set()
+        self._backoff = Backoff(base=0.5, cap=60.0)
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()  # set on every state change (then replaced)
+        self._wake = asyncio.Event()
+        self._refresh_due = False
+        self._suspect = False
+        self._lost: str | None = None
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._secrets: list[str] = []
+        self._up_since = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.agent_id}/{self.spec.name}"
+
+    def status(self) -> ServerState:
+        return ServerState(self.agent_id, self.spec.name, self.spec.describe(), self.state, len(self.tools),
+                           self.detail, self.connects)
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.label}")
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._stopped.set()
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is not None:
+            if self.state == "up":  # leave the session cleanly (a stdio program gets its stdin closed)
+                with contextlib.suppress(Exception, asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(task), 5.0)
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        self._set("stopped", "stopped")
+
+    async def wait_usable(self, timeout: float) -> None:
+        """Return once the server is up or known to be down, waiting at most `timeout` seconds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.state == "connecting" and not self._stopping:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            changed = self._changed
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), remaining)
+
+    def live_toolset(self) -> Any:
+        return self.toolset if self.state == "up" else None
+
+    def suspect(self) -> None:
+        """A run's call failed at the protocol level: check the connection now."""
+        self._suspect = True
+        self._wake.set()
+
+    def _set(self, state: str, detail: str) -> None:
+        self.state, self.detail = state, detail
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    # --- the supervisor -------------------------------------------------------------------
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            self._up_since = 0.0
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                if self._stopping:
+                    break
+                reason = self.scrub(_describe_error(e))
+                what = "connection lost" if self._up_since > 0 else "cannot be reached"
+                # Once per reason: a server down for hours is not a warning a minute.
+                level = logging.WARNING if (self.state != "down" or self.detail != reason) else logging.DEBUG
+                log.log(level, "MCP server %s (%s) %s: %s%s", self.label, self.spec.describe(), what, reason,
+                        "; retrying with backoff" if self.retry else "")
+                self.toolset = None
+                self._set("down", reason)
+            if self._stopping or not self.retry:
+                break
+            if self._up_since and time.monotonic() - self._up_since >= STABLE_AFTER:
+                self._backoff.reset()
+            with contextlib.suppress(asyncio.TimeoutError):  # only stop() cuts a backoff short
+                await asyncio.wait_for(self._stopped.wait(), self._backoff.next_delay())
+            if not self._stopping:
+                self._set("connecting", "reconnecting" if self.connects else "connecting")
+        self.toolset = None
+
+    async def _session(self) -> None:
+        """Connect, list, and watch until the connection is lost (raises) or the pool stops (returns)."""
+        toolset = self._build_toolset()
+        self._lost, self._suspect, self._refresh_due = None, False, False
+        await asyncio.wait_for(toolset.__aenter__(), CONNECT_TIMEOUT)
+        try:
+            await self._list(toolset)
+            self.toolset = toolset
+            self.connects += 1
+            self._up_since = time.monotonic()
+            self._set("up", f"{len(self.tools)} tools")
+            log.info("MCP server %s (%s) connected: %d tools", self.label, self.spec.describe(), len(self.tools))
+            self.warn_unknown_entries()
+            await self._watch(toolset)
+        finally:
+            self.toolset = None
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(toolset.__aexit__(None, None, None), 5.0)
+
+    async def _watch(self, toolset: Any) -> None:
+        listener = asyncio.create_task(self._listen(toolset)) if _can_listen(toolset) else None
+        try:
+            while not self._stopping:
+                self._wake.clear()
+                if not (self._lost or self._refresh_due or self._suspect):
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), PING_EVERY)
+                    except asyncio.TimeoutError:
+                        self._suspect = listener is None or listener.done()
+                if self._stopping:
+                    return
+                if self._lost:
+                    raise ConnectionLost(self._lost)
+                if self._refresh_due:
+                    self._refresh_due = False
+                    await self._list(toolset)
+                    self._set("up", f"{len(self.tools)} tools")
+                    log.info("MCP server %s changed its tools: now %d", self.label, len(self.tools))
+                    self.warn_unknown_entries()
+                if self._suspect:
+                    self._suspect = False
+                    try:
+                        alive = await asyncio.wait_for(toolset.client.ping(), PING_TIMEOUT)
+                    except Exception as e:
+                        raise ConnectionLost(f"ping failed: {_describe_error(e)}") from None
+                    if not alive:
+                        raise ConnectionLost("ping failed")
+        finally:
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(BaseException):
+                    await listener
+
+    async def _listen(self, toolset: Any) -> None:
+        """Follow the server's change stream (2026 protocol): a change refreshes, a drop means lost."""
+        from mcp.client.subscriptions import ToolsListChanged, listen
+
+        try:
+            async with listen(toolset.client.session, tools_list_changed=True) as subscription:
+                try:
+                    async for event in subscription:
+                        if isinstance(event, ToolsListChanged):
+                            self._refresh_due = True
+                            self._wake.set()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # acknowledged, then dropped: the connection is gone
+                    self._lost = f"change stream lost: {_describe_error(e)}"
+                    self._wake.set()
+                    return
+            self._suspect = True  # closed by the server: is it still there? (then pings take over)
+            self._wake.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # never acknowledged: fall back to pings
+            log.debug("MCP server %s: no change stream (%s); pinging instead", self.label, e)
+
+    async def _on_message(self, message: Any) -> None:
+        """Notifications of handshake-era sessions; a changed tool list is listed again."""
+        from mcp import types as mcp_types
+
+        if isinstance(getattr(message, "root", message), mcp_types.ToolListChangedNotification):
+            self._refresh_due = True
+            self._wake.set()
+
+    async def _list(self, toolset: Any) -> None:
+        tools = await asyncio.wait_for(toolset.client.list_tools(), self.spec.timeout_seconds)
+        self.tools = list(tools)
+        toolset.pooled_tools = self.tools
+
+    def _build_toolset(self) -> Any:
+        from .mcp_toolset import pooled_toolset
+
+        spec = self.spec
+        if spec.url is not None:
+            headers = {k: self._resolve(v) for k, v in spec.headers.items()}
+            return pooled_toolset(spec, url=spec.url, headers=headers, message_handler=self._on_message)
+        env = {k: self._resolve(v) for k, v in spec.env.items()}
+        return pooled_toolset(spec, command=spec.command, args=list(spec.args), env=env,
+                              message_handler=self._on_message)
+
+    def _resolve(self, value: str) -> str:
+        """A header or env value as sent; references resolved (a SecretError names the reference only)."""
+        if not isinstance(value, SecretRef):
+            return value
+        secret = value.resolve().reveal()
+        if len(secret) >= 4:  # scrubbed from error text; a shorter one would scrub ordinary words
+            self._secrets.append(secret)
+        return secret
+
+    def scrub(self, text: str) -> str:
+        """Error text as it may be logged or shown: resolved secrets and URL query strings removed."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return re.sub(r"(https?://[^\s?#'\"]+)\?[^\s'\"]*", r"\1?…", text)
+
+    # --- what the admin is told -----------------------------------------------------------
+
+    def unknown_entries(self) -> list[str]:
+        """`tools:` entries naming no tool the server offers (only meaningful once listed)."""
+        offered = {t.name for t in self.tools}
+        return [name for name in self.spec.tools if name not in offered]
+
+    def warn_unknown_entries(self) -> None:
+        for name in self.unknown_entries():
+            if name not in self.warned:
+                self.warned.add(name)
+                log.warning("agent %s: mcp_servers %s: tools: %r names no tool the server offers (it offers: %s)",
+                            self.agent_id, self.spec.name, name, ", ".join(sorted(t.name for t in self.tools)) or "none")
+
+    def warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            log.warning(message, *args)
+
+
+def _transport(spec: McpServerSpec) -> tuple[Any, ...]:
+    """What the connection is made of; a change to anything else (permissions) keeps it."""
+    return (spec.url, spec.command, tuple(spec.args), tuple(sorted(spec.env.items())),
+            tuple(sorted(spec.headers.items())), spec.timeout_seconds)
+
+
+def _can_listen(toolset: Any) -> bool:
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    try:
+        session = toolset.client.session
+        return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(toolset.capabilities.tools_list_changed)
+    except Exception:
+        return False
+
+
+def _describe_error(e: BaseException) -> str:
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    if isinstance(e, asyncio.TimeoutError):
+        return "timed out"
+    text = str(e) or type(e).__name__
+    return text.splitlines()[0][:300]
+
+
+class McpPool:
+    """Every MCP connection of one gateway: a gateway extension (start, stop, readiness)."""
+
+    def __init__(self, gateway: Gateway | None = None) -> None:
+        self.gw = gateway
+        self._connections: dict[tuple[str, str], McpConnection] = {}
+
+    async def start(self) -> None:
+        """Connect the servers of every agent a binding serves now, without waiting for them."""
+        if self.gw is None:
+            return
+        config = self.gw.config
+        for agent_id in sorted({b.agent for b in config.bindings.values() if b.enabled}):
+            agent = config.agents.get(agent_id)
+            for spec in agent.mcp_servers if agent else ():
+                if spec.enabled:
+                    await self.connection(agent_id, spec)
+
+    async def stop(self) -> None:
+        connections = list(self._connections.values())
+        self._connections.clear()
+        await asyncio.gather(*(c.stop() for c in connections), return_exceptions=True)
+
+    async def connection(self, agent_id: str, spec: McpServerSpec) -> McpConnection:
+        """The agent's connection to this server, started if new. A spec edited since (a reload)
+        replaces it; runs in flight find the new one by name (`existing`)."""
+        key = (agent_id, spec.name)
+        current = self._connections.get(key)
+        if current is not None and _transport(current.spec) == _transport(spec):
+            current.spec = spec  # permissions changed at most: the connection stays
+            return current
+        fresh = McpConnection(agent_id, spec)
+        self._connections[key] = fresh
+        fresh.start()
+        if current is not None:
+            await current.stop()
+        return fresh
+
+    def existing(self, agent_id: str, name: str) -> McpConnection | None:
+        return self._connections.get((agent_id, name))
+
+    async def prepare(self, turn: Turn) -> None:
+        """Before a run is built: make sure its agent's servers are connected or known to be down."""
+        wanted = {s.name for s in turn.agent.mcp_servers if s.enabled}
+        for (agent_id, name), connection in list(self._connections.items()):
+            if agent_id == turn.agent.id and name not in wanted:  # removed or disabled since (a reload)
+                del self._connections[(agent_id, name)]
+                await connection.stop()
+        connections = [await self.connection(turn.agent.id, s) for s in turn.agent.mcp_servers if s.enabled]
+        await asyncio.gather(*(c.wait_usable(PREPARE_WAIT) for c in connections))
+
+    def readiness(self) -> dict[str, Any]:
+        """The `mcp` part of /readyz: every server's state (informational; it never makes the gateway unready)."""
+        return {"mcp": {c.label: {k: v for k, v in c.status().as_json().items() if k not in ("agent", "server")}
+                        for c in self._connections.values()}}

@@ -1,0 +1,75 @@
+"""pydantic-ai's `MCPToolset`, as the pool uses it. Imported only when a server is connected
+(`pydantic_ai.mcp` pulls in FastMCP, which takes seconds to import).
+
+- The tool list is the pool's: it is listed when the connection comes up and again when the server
+  announces a change, never once per run.
+- A tool's error reaches the model as that tool's failed result, in the server's own words
+  (`tool_error_behavior='failed'`); a protocol failure stays a retry prompt.
+- Results are mapped by pydantic-ai: text (JSON text parsed) to the model; images and other media as
+  files, sent as the model's input where its provider accepts them and otherwise replaced by a note
+  naming them.
+- The server's own instructions are not added to the agent's: they are text from outside.
+- A stdio program gets only the environment configured for it (plus PATH, HOME, USER, LOGNAME,
+  SHELL, TERM) and is stopped when its connection closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from fastmcp.client.transports import StdioTransport
+from pydantic_ai.mcp import MCPToolset
+
+from bindings.models import McpServerSpec
+
+# FastMCP gives its logger a console handler of its own at import; its lines go through ours instead.
+_fastmcp_log = logging.getLogger("fastmcp")
+_fastmcp_log.handlers.clear()
+_fastmcp_log.propagate = True
+
+
+class PooledToolset(MCPToolset[Any]):
+    """An `MCPToolset` whose tool list is the one the pool keeps (`pooled_tools`)."""
+
+    pooled_tools: list[Any] = []
+
+    async def list_tools(self) -> list[Any]:
+        return self.pooled_tools
+
+
+def pooled_toolset(
+    spec: McpServerSpec,
+    *,
+    message_handler: Any,
+    url: str | None = None,
+    headers: dict[str, str] | None = None,
+    command: str | None = None,
+    args: list[str] | None = None,
+    env: dict[str, str] | None = None,
+) -> PooledToolset:
+    common: dict[str, Any] = {
+        "id": spec.name,
+        "tool_error_behavior": "failed",
+        "cache_tools": False,
+        "include_instructions": False,
+        "message_handler": message_handler,
+        "read_timeout": spec.timeout_seconds,
+        "init_timeout": 15,
+    }
+    if url is not None:
+        return PooledToolset(url, headers=headers or None, **common)
+    assert command is not None
+    transport = StdioTransport(command, args or [], env=env or None, keep_alive=False, log_file=_stderr())
+    return PooledToolset(transport, **common)
+
+
+def _stderr() -> Any:
+    """Where a stdio program's stderr goes: ours (journald under systemd), also when ours was replaced
+    by something without a file descriptor (an embedding application, a test capturing output)."""
+    try:
+        sys.stderr.fileno()
+        return sys.stderr
+    except (AttributeError, OSError, ValueError):
+        return sys.__stderr__

@@ -1,0 +1,50 @@
+"""A plugin module (gateway.yaml `plugins:`) for MCP tests: the scripted model `test:mcp`.
+
+- "tools" answers with the names of the tools the run offers, sorted.
+- "<tool> <service>" calls that tool with {"service": <service>}, then reports what came back
+  ("call! <tool> <service>" calls it even when the run does not offer it):
+  "[<tool> <outcome>: <content>]", an image as "<image image/png, N bytes>".
+- anything else is echoed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+
+from gateway.llm import register_model
+
+
+def _show(content: object) -> str:
+    if isinstance(content, BinaryContent):
+        return f"<image {content.media_type}, {len(content.data)} bytes>"
+    if isinstance(content, list):
+        return " + ".join(_show(c) for c in content)
+    return str(content)
+
+
+async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    last = messages[-1]
+    returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+    if returns:
+        for p in returns:
+            yield f"[{p.tool_name} {p.outcome}: {_show(p.content)}]"
+        return
+    prompt = str(next(p.content for p in reversed(last.parts) if isinstance(p, UserPromptPart)))
+    names = sorted(t.name for t in info.function_tools)
+    words = prompt.split()
+    if words == ["tools"]:
+        yield "tools: " + ", ".join(names)
+        return
+    forced = len(words) == 3 and words[0] == "call!"  # call a tool even if the run does not offer it
+    if forced or (words and words[0] in names):
+        name = words[1] if forced else words[0]
+        yield {0: DeltaToolCall(name=name, json_args=json.dumps({"service": words[-1]}), tool_call_id="call-0")}
+        return
+    yield f"echo: {prompt}"
+
+
+register_model("test:mcp", lambda: FunctionModel(stream_function=_script))
