@@ -78,6 +78,7 @@ class ReplyStream:
         self._base = 0
         self.text = ""
         self._posted: list[_Posted] = []
+        self._saved: set[int] = set()  # seqs that have a delivery row from this stream
         self._last_flush = float("-inf")
         self._blocked_until = float("-inf")
 
@@ -140,8 +141,10 @@ class ReplyStream:
             # again) and when its text is final; intermediate edits need no row.
             if not known or piece_final:
                 await self.store.save_delivery(
-                    self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final
+                    self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final,
+                    new=not known and seq not in self._saved,
                 )
+                self._saved.add(seq)
 
     async def _show(self, seq: int, text: str, *, must: bool) -> bool:
         for attempt in range(FINAL_ATTEMPTS if must else 1):

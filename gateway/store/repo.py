@@ -177,7 +177,8 @@ class Store:
                 except IntegrityError:
                     raise Duplicate from None
                 await self._lock(s, conversation.key)
-                conv = await self._conversation(s, conversation, now)
+                # A conversation the caller already found exists: no need to read it again.
+                conv = conversation if conversation.id else _ref(await self._conversation(s, conversation, now))
                 queued = await s.scalar(
                     select(func.count(Message.id)).where(
                         Message.conversation_id == conv.id, Message.status == QUEUED
@@ -222,9 +223,10 @@ class Store:
                     created_at=now,
                 )
                 s.add(msg)
-                conv.updated_at = now
                 await s.flush()
-                return Ingested(_ref(conv), msg.id, run.id, new_run)
+                ingested = Ingested(conv, msg.id, run.id, new_run)
+        self._remember(ingested.conversation)
+        return ingested
 
     async def _conversation(self, s: AsyncSession, ref: ConversationRef, now: datetime) -> Conversation:
         conv = await s.scalar(select(Conversation).where(Conversation.key == ref.key))
@@ -495,9 +497,14 @@ class Store:
 
     # --- deliveries ---------------------------------------------------------------------
 
-    async def save_delivery(self, run_id: str, seq: int, platform_message_id: str | None, text: str, final: bool) -> None:
+    async def save_delivery(
+        self, run_id: str, seq: int, platform_message_id: str | None, text: str, final: bool, *, new: bool = False
+    ) -> None:
+        """Record one posted message of a reply. `new`: the caller knows no row exists yet."""
         async with self.sessions() as s, s.begin():
-            row = await s.scalar(select(Delivery).where(Delivery.run_id == run_id, Delivery.seq == seq))
+            row = None if new else await s.scalar(
+                select(Delivery).where(Delivery.run_id == run_id, Delivery.seq == seq)
+            )
             if row is None:
                 s.add(
                     Delivery(
