@@ -383,18 +383,7 @@ class Approvals:
     # --- reading ------------------------------------------------------------------------
 
     async def decisions(self, conversation_id: str | None = None) -> list[dict[str, Any]]:
-        async with self.store.sessions() as s:
-            q = select(ApprovalRow).order_by(ApprovalRow.created_at, ApprovalRow.position)
-            if conversation_id:
-                q = q.where(ApprovalRow.conversation_id == conversation_id)
-            rows = list(await s.scalars(q))
-        return [
-            {"approval_id": r.id, "card_id": r.card_id, "run_id": r.run_id, "conversation_id": r.conversation_id,
-             "tool": r.tool_name, "tool_id": r.tool_id, "capability": r.capability, "state": r.state,
-             "decided_by": r.decided_by, "decided_at": r.decided_at.isoformat() if r.decided_at else None,
-             "surface": r.surface}
-            for r in rows
-        ]
+        return await decisions(self.store, conversation_id)
 
     async def extras(self, conversation_id: str) -> dict[str, Any]:
         """What the conversation API adds: its cards, decisions and modes."""
@@ -409,6 +398,22 @@ class Approvals:
             "decisions": await self.decisions(conversation_id),
             "modes": {"approve_all": modes.approve_all, "ask_every_tool": modes.ask_every_tool},
         }
+
+
+async def decisions(store: repo.Store, conversation_id: str | None = None) -> list[dict[str, Any]]:
+    """Every recorded decision: who, when, which call, from which surface."""
+    async with store.sessions() as s:
+        q = select(ApprovalRow).order_by(ApprovalRow.created_at, ApprovalRow.position)
+        if conversation_id:
+            q = q.where(ApprovalRow.conversation_id == conversation_id)
+        rows = list(await s.scalars(q))
+    return [
+        {"approval_id": r.id, "card_id": r.card_id, "run_id": r.run_id, "conversation_id": r.conversation_id,
+         "tool": r.tool_name, "tool_id": r.tool_id, "capability": r.capability, "state": r.state,
+         "decided_by": r.decided_by, "decided_at": r.decided_at.isoformat() if r.decided_at else None,
+         "surface": r.surface}
+        for r in rows
+    ]
 
 
 def add_cli(sub: Any, load: Any) -> None:
@@ -427,8 +432,7 @@ def add_cli(sub: Any, load: Any) -> None:
 
         async def main() -> list[dict[str, Any]]:
             async with open_store(config.gateway.database.url) as store:
-                gw = type("CliGateway", (), {"store": store})()
-                return await Approvals(gw).decisions(args.conversation)  # type: ignore[arg-type]
+                return await decisions(store, args.conversation)
 
         rows = asyncio.run(main())
         for r in rows:
