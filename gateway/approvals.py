@@ -390,11 +390,13 @@ class Approvals:
         from adapters.web.adapter import card_json  # the web rendering of a card is the API's shape
 
         async with self.store.sessions() as s:
-            ids = list(await s.scalars(select(ApprovalCardRow.id).where(ApprovalCardRow.conversation_id == conversation_id)
-                                       .order_by(ApprovalCardRow.created_at)))
+            rows = list(await s.execute(select(ApprovalCardRow.id, ApprovalCardRow.created_at)
+                                        .where(ApprovalCardRow.conversation_id == conversation_id)
+                                        .order_by(ApprovalCardRow.created_at)))
         modes = await self.modes(conversation_id)
         return {
-            "cards": [card_json(await self.card(i)) for i in ids],
+            # Timed, so a page can show each card where it happened among the messages.
+            "cards": [{**card_json(await self.card(i)), "time": created.isoformat()} for i, created in rows],
             "decisions": await self.decisions(conversation_id),
             "modes": {"approve_all": modes.approve_all, "ask_every_tool": modes.ask_every_tool},
         }

@@ -424,6 +424,7 @@ class Store:
             run = await s.get(Run, run_id)
             if run is None:
                 return
+            resumed = run.state is not None and status != PARKED
             run.status = status
             run.reason = reason
             run.state = state
@@ -446,8 +447,9 @@ class Store:
                         status="final" if status in (FINISHED, PARKED) else status,
                         sender_name="",
                         # Dated from when the answer began streaming, so it sorts right after
-                        # the turn it answers even if more messages arrived meanwhile.
-                        created_at=run.started_at or now,
+                        # the turn it answers even if more messages arrived meanwhile; the part
+                        # after an approval card began when the run resumed.
+                        created_at=now if resumed else (run.started_at or now),
                     )
                 )
 

@@ -117,7 +117,7 @@
     }
     const foot = document.createElement("div");
     foot.className = "who";
-    foot.textContent = card.deciders + (card.note ? " · " + card.note : "");
+    foot.textContent = [card.pending ? card.deciders : "", card.note].filter(Boolean).join(" · ");
     el.appendChild(foot);
     scroll();
   }
@@ -133,11 +133,11 @@
     log.innerHTML = "";
     bubbles.clear();
     cards.clear();
-    data.messages.forEach((m) => {
-      if (m.role === "notice") notice(m.text);
-      else bubble(m.role, m.text, m.status);
-    });
-    (data.cards || []).forEach(renderCard);
+    // Messages and approval cards in the order they happened.
+    const items = data.messages.map((m) => ({ time: m.time, show: () => (m.role === "notice" ? notice(m.text) : bubble(m.role, m.text, m.status)) }))
+      .concat((data.cards || []).map((c) => ({ time: c.time, show: () => renderCard(c) })));
+    items.sort((a, b) => (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
+    items.forEach((i) => i.show());
   }
 
   function listen() {
