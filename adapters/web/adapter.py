@@ -306,15 +306,24 @@ class WebAdapter:
         await response.prepare(request)
         async with self.gateway.events.listen(conv.id) as queue:
             await response.write(b": connected\n\n")
+            idle = 0.0
             while True:
+                # Wake every second to notice a browser that went away, not only at the keepalive.
                 try:
-                    event = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                    event = await asyncio.wait_for(queue.get(), 1.0)
                 except asyncio.TimeoutError:
                     event = None
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break
                 try:
                     if event is None:
-                        await response.write(b": keepalive\n\n")
+                        idle += 1.0
+                        if idle >= KEEPALIVE:
+                            idle = 0.0
+                            await response.write(b": keepalive\n\n")
                     else:
+                        idle = 0.0
                         data = json.dumps(event, separators=(",", ":"))
                         await response.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
                 except (ConnectionResetError, RuntimeError):
