@@ -20,19 +20,19 @@ from adapters.base import AdapterContext, create_adapter
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from . import http, memory
+from . import commands, http
 from .admission import admit
 from .clock import Clock
-from .commands import APPROVALS_HELP, parse_command
+from .commands import parse_command
 from .conversations import Scheduler
 from .events import EventBus
-from .messages import ChatKind, InboundMessage, conversation_key, reply_thread
+from .messages import InboundMessage, conversation_key, reply_thread
 from .metrics import Metrics
 from .runner import Runner
 from .store import repo
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
-from .surface import Adapter, Decision, DecisionOutcome, ReplyTarget, Sender, SubmitResult
+from .surface import Adapter, Decision, DecisionOutcome, Sender, SubmitResult, target_for
 
 if TYPE_CHECKING:
     from .approvals import Approvals
@@ -278,9 +278,9 @@ class Gateway:
         )
         command = parse_command(message.text)
         if command is not None and command.name == "approvals" and self.approvals is not None:
-            return await self._approvals_command(message, command.args, key, existing)
+            return await commands.approvals_command(self, message, command.args, key, existing)
         if command is not None and command.name == "memory":
-            return await self._memory_command(message, command.raw_args, identity.person_id, binding.agent)
+            return await commands.memory_command(self, message, command.raw_args, identity.person_id, binding.agent)
         event_ids = [event_id] + ([f"{platform}:same:{message.dedupe_key}"] if message.dedupe_key else [])
         ref = repo.ConversationRef(
             id=existing.id if existing else "",
@@ -321,59 +321,11 @@ class Gateway:
             run_id=ingested.run_id,
         )
 
-    async def _approvals_command(
-        self, message: InboundMessage, args: list[str], key: str, existing: repo.ConversationRef | None
-    ) -> SubmitResult:
-        assert self.approvals is not None
-        if await self.store.seen(message.binding_id, [f"{message.platform}:{message.event_id}"]):
-            return SubmitResult(False, duplicate=True, reason="duplicate")
-        conv = existing or await self.store.create_conversation(
-            repo.ConversationRef("", key, message.platform, message.binding_id, message.workspace, message.channel,
-                                 reply_thread(message), message.chat_kind.value)
-        )
-        who = message.sender.display_name or message.sender.account_id
-        switch = {"on": True, "off": False}.get(args[1]) if len(args) == 2 else None
-        if len(args) == 2 and args[0] in ("auto", "all") and switch is not None:
-            await self.approvals.set_mode(conv.id, who=who, approve_all=switch)
-        elif len(args) == 2 and args[0] in ("ask", "every") and switch is not None:
-            await self.approvals.set_mode(conv.id, who=who, ask_every_tool=switch)
-        else:
-            modes = await self.approvals.modes(conv.id)
-            state = (
-                "approve all is on" if modes.approve_all else "ask for every tool is on" if modes.ask_every_tool
-                else "the agent's normal policy applies"
-            )
-            await self.approvals.notice(conv.id, f"Here, {state}. {APPROVALS_HELP}")
-        return SubmitResult(False, reason="command", conversation_id=conv.id)
-
-    async def _memory_command(
-        self, message: InboundMessage, args: tuple[str, ...], person_id: str, agent_id: str
-    ) -> SubmitResult:
-        """`/memory`: the sender's own notes, answered privately; nothing enters the conversation."""
-        if await self.store.seen(message.binding_id, [f"{message.platform}:{message.event_id}"]):
-            return SubmitResult(False, duplicate=True, reason="duplicate")
-        action = args[0].lower() if args else ""
-        text = await memory.self_service(
-            memory.NoteStore(self.store), person_id, action, args[1] if len(args) > 1 else None,
-            default_agent=agent_id, one_to_one=message.chat_kind is ChatKind.DM,
-        )
-        adapter = self.adapters.get(message.binding_id)
-        if adapter is not None:
-            target = ReplyTarget(message.platform, message.binding_id, message.workspace, message.channel,
-                                 reply_thread(message), message.chat_kind)
-            try:
-                await adapter.tell_privately(target, message.sender.account_id, text)
-            except Exception as e:  # the platform refused; the person can ask again
-                log.warning("could not answer /memory privately: %s", e)
-        return SubmitResult(False, reason="command")
-
     async def _tell_busy(self, message: InboundMessage, ref: repo.ConversationRef) -> None:
         adapter = self.adapters.get(message.binding_id)
         if adapter is None:
             return
-        target = ReplyTarget(
-            message.platform, message.binding_id, message.workspace, message.channel, ref.thread, message.chat_kind
-        )
+        target = target_for(message)
         text = "I'm still working on earlier messages in this conversation; please send that again in a moment."
         with contextlib.suppress(Exception):
             await adapter.tell_privately(target, message.sender.account_id, text)

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .messages import ChatKind, InboundMessage, Sender
+from .messages import ChatKind, InboundMessage, Sender, reply_thread
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -30,6 +30,12 @@ class ReplyTarget:
     thread: str | None
     chat_kind: ChatKind
     conversation_id: str = ""
+
+
+def target_for(message: InboundMessage) -> ReplyTarget:
+    """Where the answer to `message` goes (its conversation's thread)."""
+    return ReplyTarget(message.platform, message.binding_id, message.workspace, message.channel,
+                       reply_thread(message), message.chat_kind)
 
 
 @dataclass(frozen=True, slots=True)

@@ -159,7 +159,7 @@ def test_mcp_list_and_check_online(tmp_path: Path, capsys: pytest.CaptureFixture
         "    tracker_grow           ask",
         "    warning: tools: 'nonexistent' names no tool this server offers",
     ]
-    assert out[10].startswith(f"  wiki (http://127.0.0.1:") and ": down: " in out[10]
+    assert out[10].startswith("  wiki (http://127.0.0.1:") and ": down: " in out[10]
     assert out[11] == "  off (https://off.example.com/mcp): disabled"
 
     assert main(["check", "--online", "--config", str(cfg)]) == 0  # what only connecting tells is a warning

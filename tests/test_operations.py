@@ -13,11 +13,9 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from .conftest import ROOT, dump_yaml, wait_for, write_config
 from .fakes.openai import FakeOpenAI

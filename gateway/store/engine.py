@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import TYPE_CHECKING
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,6 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from . import inline_sqlite
+
+if TYPE_CHECKING:
+    from .repo import Store
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 

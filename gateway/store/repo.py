@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from typing import TypeVar
 
