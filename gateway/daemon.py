@@ -266,7 +266,10 @@ class Gateway:
         existing = await self.store.conversation_by_key(key)
         # Only a thread counts as "the bot is part of it"; a whole group chat does not.
         in_conversation = existing is not None and message.thread is not None
-        decision = admit(binding, message, in_conversation=in_conversation, sender_allowed=await self._paired(message))
+        decision = admit(binding, message, in_conversation=in_conversation)
+        if not decision.admitted and message.chat_kind.value == "dm" and binding.dm_policy in ("pairing", "allowlist"):
+            # Only a DM turned away for who sent it needs the pairing table.
+            decision = admit(binding, message, in_conversation=in_conversation, sender_allowed=await self._paired(message))
         if not decision.admitted:
             duplicate = await self.store.seen(binding.id, [event_id])
             self.metrics.messages_in.labels(platform, "duplicate" if duplicate else "ignored").inc()

@@ -504,23 +504,25 @@ class Store:
     ) -> None:
         """Record one posted message of a reply. `new`: the caller knows no row exists yet."""
         async with self.sessions() as s, s.begin():
-            row = None if new else await s.scalar(
-                select(Delivery).where(Delivery.run_id == run_id, Delivery.seq == seq)
-            )
-            if row is None:
-                s.add(
-                    Delivery(
-                        run_id=run_id,
-                        seq=seq,
-                        platform_message_id=platform_message_id,
-                        text=text,
-                        final=final,
-                        updated_at=self.clock.now(),
-                    )
+            if not new:
+                values = {"text": text, "final": final, "updated_at": self.clock.now()}
+                if platform_message_id:
+                    values["platform_message_id"] = platform_message_id
+                result = await s.execute(
+                    update(Delivery).where(Delivery.run_id == run_id, Delivery.seq == seq).values(**values)
                 )
-            else:
-                row.platform_message_id = platform_message_id or row.platform_message_id
-                row.text, row.final, row.updated_at = text, final, self.clock.now()
+                if result.rowcount:
+                    return
+            s.add(
+                Delivery(
+                    run_id=run_id,
+                    seq=seq,
+                    platform_message_id=platform_message_id,
+                    text=text,
+                    final=final,
+                    updated_at=self.clock.now(),
+                )
+            )
 
     async def deliveries(self, run_id: str) -> list[Delivery]:
         async with self.sessions() as s:
