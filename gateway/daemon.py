@@ -142,6 +142,12 @@ class Gateway:
 
     # --- reload -------------------------------------------------------------------------
 
+    async def _wait_idle(self, adapters: list[Adapter], timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while any(self.runner.uses(a) for a in adapters) and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+
     async def reload_from_disk(self) -> tuple[bool, list[str]]:
         """Re-read the config directory; on problems keep the last good config and log each one."""
         from . import extensions
@@ -175,6 +181,11 @@ class Gateway:
         for binding_id in changed:
             if binding_id in wanted:
                 replacements[binding_id] = create_adapter(wanted[binding_id], AdapterContext(config.gateway))
+        # Runs in flight on a changed binding finish on the adapter they started with (within the
+        # shutdown grace); only then does it stop, and its replacement starts (Telegram allows one
+        # poller at a time, so the two never overlap).
+        retiring = [a for b, a in self.adapters.items() if b in changed]
+        await self._wait_idle(retiring, self.config.gateway.limits.shutdown_grace_seconds)
         for binding_id in changed:
             previous = self.adapters.pop(binding_id, None)
             if previous is not None:

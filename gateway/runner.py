@@ -359,6 +359,10 @@ class Runner:
                 token.cancel()
         return len(self._tokens)
 
+    def uses(self, adapter: Adapter) -> bool:
+        """Whether a run in flight here replies through `adapter`."""
+        return any(stream.adapter is adapter for stream in self._streams.values())
+
     def live_text(self, run_id: str) -> str | None:
         """What a run in flight in this process has said so far (None if not running here)."""
         stream = self._streams.get(run_id)

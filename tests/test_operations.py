@@ -181,3 +181,30 @@ async def test_reload_reconnects_only_changed_bindings(tmp_path: Path) -> None:
         ok, problems = await gw.reload_from_disk()
         assert not ok and problems[0].startswith(f"{cfg}/agents/assistant.yaml:2:1: not valid YAML")
         assert gw.config.agents["assistant"].name == "Renamed"
+
+
+async def test_reload_lets_a_run_in_flight_finish_on_its_adapter(tmp_path: Path) -> None:
+    from .conftest import running_gateway
+
+    fake = await FakeOpenAI(chunks=[f"w{i} " for i in range(8)], delay=0.1).start()
+    cfg = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "local:slow"}},
+                       gateway={"providers": {"local": {"kind": "openai-chat", "base_url": fake.base_url}}})
+    try:
+        async with running_gateway(cfg) as gw:
+            import aiohttp
+
+            async with aiohttp.ClientSession(gw.url) as s:
+                conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+                sent = await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "go"})).json()
+                await wait_for(lambda: fake.requests, what="the model to be asked")
+                before = gw.adapters["web"]
+                (cfg / "bindings" / "web.yaml").write_text(dump_yaml({"platform": "web", "agent": "assistant",
+                                                                      "prompt": "changed"}))
+                ok, _ = await gw.reload_from_disk()
+                assert ok and gw.adapters["web"] is not before
+                run = await gw.store.run(sent["run_id"])
+                assert run.status == "finished", "the reload cut off a run in flight"
+                [reply] = [m for m in await gw.store.messages(conv) if m.role == "assistant"]
+                assert reply.text == "".join(f"w{i} " for i in range(8)).strip()
+    finally:
+        await fake.stop()
