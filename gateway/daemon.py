@@ -36,6 +36,7 @@ from .surface import Adapter, Decision, DecisionOutcome, Sender, SubmitResult, t
 
 if TYPE_CHECKING:
     from .approvals import Approvals
+    from .pairing import Pairing
 
 log = logging.getLogger("gateway")
 
@@ -62,6 +63,7 @@ class Gateway:
         self.extensions: list[Any] = []  # approvals, capabilities: objects with optional start/stop
         self.extra_routes: list[web.AbstractRouteDef] = []  # routes extensions serve (the capability catalog)
         self.approvals: Approvals | None = None
+        self.pairing: Pairing | None = None
         self.conversation_extras: Callable[[str], Awaitable[dict[str, Any]]] | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -345,21 +347,18 @@ class Gateway:
             await adapter.tell_privately(target, message.sender.account_id, text)
 
     async def _paired(self, message: InboundMessage) -> bool:
-        pairing = getattr(self, "pairing", None)
-        return bool(pairing and await pairing.is_paired(message))
+        return self.pairing is not None and await self.pairing.is_paired(message)
 
     async def _pairing_reply(self, message: InboundMessage) -> None:
-        pairing = getattr(self, "pairing", None)
-        if pairing is not None:
-            await pairing.challenge(message)
+        if self.pairing is not None:
+            await self.pairing.challenge(message)
 
     async def decide(
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:
-        approvals = getattr(self, "approvals", None)
-        if approvals is None:
+        if self.approvals is None:
             return DecisionOutcome(False, "Approvals are not available on this gateway.")
-        return await approvals.decide(approval_id, decision, decider, binding_id=binding_id, surface=surface)
+        return await self.approvals.decide(approval_id, decision, decider, binding_id=binding_id, surface=surface)
 
     async def get_state(self, binding_id: str, key: str) -> str | None:
         return await self.store.get_state(binding_id, key)

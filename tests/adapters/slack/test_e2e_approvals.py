@@ -10,38 +10,20 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from pydantic_ai.tools import Tool
 
-from capabilities.registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 from gateway.clock import ManualClock
 from gateway.llm import register_model
+from tests.support.gated_git import CAPABILITY, RAN
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
 
 from .conftest import eventually
 
 MODEL = "slack-e2e-approvals"
-RAN: list[str] = []
-
-
-def _build(ctx: BuildContext) -> Any:
-    async def delete_branch(branch: str) -> str:
-        """Delete a git branch."""
-        RAN.append(branch)
-        return f"deleted {branch}"
-
-    return simple(tools=[Tool(delete_branch, name="delete_branch")])
-
-
-register(CapabilityDecl(
-    id="slack_test_git", name="Test git", category="test", build=_build,
-    tools=(ToolDecl("delete_branch", side_effecting=True, summary="Delete a branch"),),
-))
 
 
 def _model() -> FunctionModel:
@@ -69,7 +51,7 @@ def gated(tmp_path: Path, fake_slack: FakeSlack) -> Path:
     }
     return write_config(
         tmp_path / "config",
-        agents={"assistant": {"name": "Gated", "model": MODEL, "capabilities": [{"id": "slack_test_git"}]}},
+        agents={"assistant": {"name": "Gated", "model": MODEL, "capabilities": [{"id": CAPABILITY}]}},
         bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}},
     )
 

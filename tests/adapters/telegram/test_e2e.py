@@ -19,13 +19,12 @@ import aiohttp
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from pydantic_ai.tools import Tool
 
-from capabilities.registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 from gateway import cli
 from gateway.clock import ManualClock
 from gateway.daemon import Gateway
 from gateway.llm import register_model
+from tests.support.gated_git import CAPABILITY, RAN
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
 
@@ -36,7 +35,6 @@ ADA = FakeTelegram.user(42, "Ada", "ada")
 BOB = FakeTelegram.user(43, "Bob", "bob")
 GROUP_ID, FORUM_ID = -100200, -100300
 MODEL, GATED_MODEL, LOOKUP_MODEL = "telegram-e2e-scripted", "telegram-e2e-gated", "telegram-e2e-lookup"
-RAN: list[str] = []
 OFFERED: list[list[str]] = []
 
 
@@ -57,21 +55,6 @@ class Scripted:
                 self.clock.advance(2.0)  # past the 1 s edit interval: the next piece is an edit
 
         return FunctionModel(stream_function=stream)
-
-
-def _gated_build(ctx: BuildContext) -> Any:
-    async def delete_branch(branch: str) -> str:
-        """Delete a git branch."""
-        RAN.append(branch)
-        return f"deleted {branch}"
-
-    return simple(tools=[Tool(delete_branch, name="delete_branch")])
-
-
-register(CapabilityDecl(
-    id="telegram_test_git", name="Test git", category="test", build=_gated_build,
-    tools=(ToolDecl("delete_branch", side_effecting=True, summary="Delete a branch"),),
-))
 
 
 def _gated_model() -> FunctionModel:
@@ -136,7 +119,7 @@ def config(tmp_path: Path, fake: FakeTelegram, *, dm: str | None = "open", model
         binding["admission"] = {"dm": dm}
     agent: dict[str, Any] = {"name": "Telegram test agent", "model": model, "instructions": "Be brief."}
     if model == GATED_MODEL:
-        agent["capabilities"] = [{"id": "telegram_test_git"}]
+        agent["capabilities"] = [{"id": CAPABILITY}]
     return write_config(tmp_path / "config", agents={"assistant": agent}, bindings={"tg": binding},
                         gateway=gateway)
 
