@@ -535,14 +535,18 @@ async def bench(args: argparse.Namespace) -> int:
                                        per_conversation=tp_per, budget=tp_budget)
             if profiler is not None:
                 profiler.enable()
+            cpu0 = time.process_time()
             tp_gw = await client.run("throughput", tp_budget + 120, base=gw.url, conversations=tp_convs,
                                      per_conversation=tp_per, budget=tp_budget)
+            tp_cpu = time.process_time() - cpu0
             if profiler is not None:
                 profiler.disable()
             echo_rate = tp_echo["messages"] / tp_echo["seconds"]
             gw_rate = tp_gw["messages"] / tp_gw["seconds"]
             out.add("bare echo: messages/s", f"{echo_rate:.0f}/s ({tp_echo['messages']} in {tp_echo['seconds']:.2f} s)")
             out.add("gateway:   messages/s", f"{gw_rate:.1f}/s ({tp_gw['messages']} in {tp_gw['seconds']:.2f} s)")
+            out.add("gateway: CPU per message (server process)",
+                    f"{tp_cpu / max(1, tp_gw['messages']) * 1e3:.2f} ms ({tp_cpu / tp_gw['seconds']:.0%} of one core)")
             out.add("gateway / echo, throughput", f"{gw_rate / echo_rate:.1%}",
                     verdict(gw_rate / echo_rate >= TARGET_RATIO, f">= {TARGET_RATIO:.0%} of echo"))
             out.add("gateway: POST -> run_end p50 / p99 under load",

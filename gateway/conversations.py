@@ -54,6 +54,10 @@ class Scheduler:
                         raise
                     except Exception:  # the runner records outcomes; this is a bug guard
                         log.exception("run %s crashed", claimed.run.id)
+                # With one process on the database every new message wakes this worker, so an
+                # empty look is skipped; replicas must look, another one may have queued work.
+                if not self.store.shared and conversation_id not in self._again:
+                    return
         finally:
             if self._workers.get(conversation_id) is asyncio.current_task():
                 del self._workers[conversation_id]

@@ -140,6 +140,9 @@ class ReplyStream:
             # Recorded when a message is first posted (so a restart edits it rather than posting
             # again) and when its text is final; intermediate edits need no row.
             if not known or piece_final:
+                # Let the adapter's own I/O (the web chat's event stream) go out first: the
+                # person sees the text now, the row follows a moment later.
+                await asyncio.sleep(0)
                 await self.store.save_delivery(
                     self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final,
                     new=not known and seq not in self._saved,

@@ -47,7 +47,7 @@ from .delivery import ReplyStream
 from .llm import ModelConfigError, resolve_model
 from .messages import ChatKind
 from .store import repo
-from .store.models import Message, Run
+from .store.models import Run
 from .policy import Modes, ToolInfo
 from .surface import Adapter, ReplyTarget
 
@@ -145,7 +145,7 @@ def _is_connection_error(e: BaseException) -> bool:
                          "ModelConnectionError"})
 
 
-def history_messages(rows: Sequence[Message], chat_kind: ChatKind) -> list[ModelMessage]:
+def history_messages(rows: Sequence[repo.Line], chat_kind: ChatKind) -> list[ModelMessage]:
     """Stored user and assistant text as model messages; in shared chats each line names its speaker."""
     out: list[ModelMessage] = []
     for row in rows:
@@ -156,7 +156,7 @@ def history_messages(rows: Sequence[Message], chat_kind: ChatKind) -> list[Model
     return out
 
 
-def speaker_line(row: Message, chat_kind: ChatKind) -> str:
+def speaker_line(row: repo.Line, chat_kind: ChatKind) -> str:
     if chat_kind is ChatKind.DM or not row.sender_name:
         return row.text
     return f"{row.sender_name}: {row.text}"

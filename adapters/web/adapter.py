@@ -310,8 +310,11 @@ class WebAdapter:
             while True:
                 # Wake every second to notice a browser that went away, not only at the keepalive.
                 try:
-                    event = await asyncio.wait_for(queue.get(), 1.0)
-                except asyncio.TimeoutError:
+                    # asyncio.timeout, unlike wait_for, wakes this task directly (no inner task),
+                    # so an event goes out on the loop's next turn.
+                    async with asyncio.timeout(1.0):
+                        event = await queue.get()
+                except TimeoutError:
                     event = None
                 transport = request.transport
                 if transport is None or transport.is_closing():

@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from ..clock import Clock, new_id
 from ..messages import ChatKind
 from ..surface import ReplyTarget
-from .models import Account, AdapterState, Conversation, Delivery, InboundEvent, Message, Person, Run
+from . import driver
+from .models import Account, AdapterState, Conversation, Delivery, Message, Person, Run
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -63,12 +64,21 @@ class Identity:
 
 
 @dataclass(frozen=True, slots=True)
+class Line:
+    """One stored user or assistant message, as a run's prompt or history needs it."""
+
+    role: str
+    text: str
+    sender_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class Claimed:
     """A run just moved to running, with its prompt and the conversation's earlier turns."""
 
     run: Run
-    prompt: list[Message]
-    history: list[Message]
+    prompt: list[Line]
+    history: list[Line]
     fresh: bool  # never started before: nothing of it was posted yet
 
 
@@ -126,6 +136,10 @@ class Store:
         if self.shared:
             await s.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
 
+    async def _lock_raw(self, tx: driver.Tx, key: str) -> None:
+        if self.shared:
+            await tx.one("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", k=key)
+
     async def close(self) -> None:
         await self.engine.dispose()
 
@@ -137,18 +151,24 @@ class Store:
         Used for events that are not admitted: a redelivery of a refused event is still a
         redelivery, and the ledger row keeps the refusal from being repeated.
         """
-        async with self.sessions() as s:
-            try:
-                async with s.begin():
-                    self._ledger(s, binding_id, event_ids)
-            except IntegrityError:
-                return True
+        try:
+            async with driver.transaction(self.engine) as tx:
+                await self._ledger(tx, binding_id, event_ids)
+        except Duplicate:
+            return True
         return False
 
-    def _ledger(self, s: AsyncSession, binding_id: str, event_ids: Sequence[str]) -> None:
+    async def _ledger(self, tx: driver.Tx, binding_id: str, event_ids: Sequence[str]) -> None:
+        """Insert ledger rows; Duplicate (rolling the transaction back) if any was there."""
         now = self.clock.now()
         for event_id in event_ids:
-            s.add(InboundEvent(binding_id=binding_id, event_id=event_id, received_at=now))
+            added = await tx.run(
+                "INSERT INTO inbound_ledger (binding_id, event_id, received_at) VALUES (:b, :e, :t)"
+                " ON CONFLICT DO NOTHING",
+                b=binding_id, e=event_id, t=now,
+            )
+            if not added:
+                raise Duplicate
 
     async def ingest(
         self,
@@ -169,78 +189,57 @@ class Store:
         (in which case nothing is stored, not even the ledger row, so the person can retry).
         """
         now = self.clock.now()
-        async with self.sessions() as s:
-            async with s.begin():
-                self._ledger(s, binding_id, event_ids)
-                try:
-                    await s.flush()
-                except IntegrityError:
-                    raise Duplicate from None
-                await self._lock(s, conversation.key)
-                # A conversation the caller already found exists: no need to read it again.
-                conv = conversation if conversation.id else _ref(await self._conversation(s, conversation, now))
-                queued = await s.scalar(
-                    select(func.count(Message.id)).where(
-                        Message.conversation_id == conv.id, Message.status == QUEUED
-                    )
+        async with driver.transaction(self.engine) as tx:
+            await self._ledger(tx, binding_id, event_ids)
+            await self._lock_raw(tx, conversation.key)
+            # A conversation the caller already found exists: no need to read it again.
+            conv = conversation if conversation.id else await self._conversation_raw(tx, conversation, now)
+            queued, run_id = await tx.one(
+                "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
+                " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued'"
+                " ORDER BY created_at LIMIT 1)",
+                c=conv.id,
+            ) or (0, None)
+            if (queued or 0) >= queue_limit:
+                raise QueueFull
+            new_run = run_id is None
+            if run_id is None:
+                run_id = new_id()
+                await tx.run(
+                    "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
+                    " requester_person_id, requester_account, requester_name, requests, input_tokens,"
+                    " output_tokens, created_at)"
+                    " VALUES (:id, :c, :b, :a, 'queued', '', :p, :acc, :name, 0, 0, 0, :t)",
+                    id=run_id, c=conv.id, b=binding_id, a=agent_id, p=identity.person_id, acc=account_id,
+                    name=identity.display_name, t=now,
                 )
-                if (queued or 0) >= queue_limit:
-                    raise QueueFull
-                run = await s.scalar(
-                    select(Run)
-                    .where(Run.conversation_id == conv.id, Run.status == QUEUED)
-                    .order_by(Run.created_at)
-                    .limit(1)
-                )
-                new_run = run is None
-                if run is None:
-                    run = Run(
-                        id=new_id(),
-                        conversation_id=conv.id,
-                        binding_id=binding_id,
-                        agent_id=agent_id,
-                        status=QUEUED,
-                        reason="",
-                        requester_person_id=identity.person_id,
-                        requester_account=account_id,
-                        requester_name=identity.display_name,
-                        requests=0,
-                        input_tokens=0,
-                        output_tokens=0,
-                        created_at=now,
-                    )
-                    s.add(run)
-                msg = Message(
-                    conversation_id=conv.id,
-                    run_id=run.id,
-                    role="user",
-                    text=text,
-                    status=QUEUED,
-                    person_id=identity.person_id,
-                    account_id=account_id,
-                    sender_name=identity.display_name,
-                    platform_message_id=platform_message_id,
-                    created_at=now,
-                )
-                s.add(msg)
-                await s.flush()
-                ingested = Ingested(conv, msg.id, run.id, new_run)
+            row = await tx.one(
+                "INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
+                " sender_name, platform_message_id, created_at)"
+                " VALUES (:c, :r, 'user', :text, 'queued', :p, :acc, :name, :pm, :t) RETURNING id",
+                c=conv.id, r=run_id, text=text, p=identity.person_id, acc=account_id, name=identity.display_name,
+                pm=platform_message_id, t=now,
+            )
+            assert row is not None
+            ingested = Ingested(conv, int(row[0]), run_id, new_run)
         self._remember(ingested.conversation)
         return ingested
 
-    async def _conversation(self, s: AsyncSession, ref: ConversationRef, now: datetime) -> Conversation:
-        conv = await s.scalar(select(Conversation).where(Conversation.key == ref.key))
-        if conv is None:
-            conv = Conversation(**{**asdict(ref), "id": ref.id or new_id()}, created_at=now, updated_at=now)
-            s.add(conv)
-            await s.flush()
-        return conv
-
-    # --- conversations ------------------------------------------------------------------
+    async def _conversation_raw(self, tx: driver.Tx, ref: ConversationRef, now: datetime) -> ConversationRef:
+        row = await tx.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
+        if row is not None:
+            return ConversationRef(*row)
+        created = ConversationRef(**{**asdict(ref), "id": ref.id or new_id()})
+        await tx.run(
+            f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
+            " VALUES (:id, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)",
+            **asdict(created), t=now,
+        )
+        return created
 
     async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
-        async with self.sessions() as s, s.begin():
-            created = _ref(await self._conversation(s, ref, self.clock.now()))
+        async with driver.transaction(self.engine) as tx:
+            created = await self._conversation_raw(tx, ref, self.clock.now())
         return self._remember(created)
 
     async def conversation_by_key(self, key: str) -> ConversationRef | None:
@@ -358,50 +357,48 @@ class Store:
         """Move the oldest queued run of a conversation to running, with what the turn needs
         (its prompt and the conversation's history), in one transaction; None when nothing waits."""
         now = self.clock.now()
-        async with self.sessions() as s, s.begin():
-            await self._lock(s, conversation_id)
-            live = list(await s.scalars(
-                select(Run)
-                .where(Run.conversation_id == conversation_id, Run.status.in_((QUEUED, RUNNING, PARKED)))
-                .order_by(Run.created_at, Run.id)
-            ))
+        async with driver.transaction(self.engine) as tx:
+            await self._lock_raw(tx, conversation_id)
+            live = await tx.all(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
+                " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
+                c=conversation_id,
+            )
+            runs = [_run(tx, row) for row in live]
             # A parked run holds the conversation too: its answer comes before the next turn's.
             # A running run holds it while its replica keeps the lease; a lapsed lease means
             # that replica died, and its run goes back to the queue ahead of newer ones.
-            for r in live:
+            for r in runs:
                 if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
                     return None
-            run = next((r for r in live if r.status in (QUEUED, RUNNING)), None)
+            run = next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
             if run is None:
                 return None
             fresh = run.started_at is None
-            result = await s.execute(
-                update(Run)
-                .where(Run.id == run.id, Run.status == run.status)
-                .values(status=RUNNING, started_at=run.started_at or now, lease_owner=self.owner,
-                        lease_expires=now + timedelta(seconds=LEASE_SECONDS))
-                .execution_options(synchronize_session=False)
+            started = run.started_at or now
+            changed = await tx.run(
+                "UPDATE runs SET status = 'running', started_at = :s, lease_owner = :o, lease_expires = :e"
+                " WHERE id = :id AND status = :old",
+                s=started, o=self.owner, e=now + timedelta(seconds=LEASE_SECONDS), id=run.id, old=run.status,
             )
-            if result.rowcount != 1:
+            if changed != 1:
                 return None
-            run.status, run.started_at = RUNNING, run.started_at or now
+            run.status, run.started_at = RUNNING, started
             # Messages that joined this run stop counting against the queue once it starts.
-            await s.execute(
-                update(Message)
-                .where(Message.run_id == run.id, Message.status.in_((QUEUED, "processing")))
-                .values(status="processing")
-                .execution_options(synchronize_session=False)
+            await tx.run(
+                "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
             )
             # The newest turns only: a long conversation must not grow every request without bound.
-            rows = list(await s.scalars(
-                select(Message)
-                .where(Message.conversation_id == conversation_id, Message.role.in_(("user", "assistant")))
-                .order_by(Message.created_at.desc(), Message.id.desc())
-                .limit(HISTORY_MESSAGES)
-            ))
-            rows.reverse()
-        prompt = [m for m in rows if m.run_id == run.id and m.role == "user"]
-        history = [m for m in rows if m.run_id != run.id and m.status in ("processed", "final")]
+            rows = await tx.all(
+                "SELECT role, text, sender_name, run_id, status FROM messages"
+                " WHERE conversation_id = :c AND role IN ('user', 'assistant')"
+                " ORDER BY created_at DESC, id DESC LIMIT :n",
+                c=conversation_id, n=HISTORY_MESSAGES,
+            )
+        rows.reverse()
+        run_id = run.id
+        prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] == "user"]
+        history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
         return Claimed(run, prompt, history, fresh)
 
     async def run(self, run_id: str) -> Run | None:
@@ -420,37 +417,36 @@ class Store:
     ) -> None:
         """Record a run's outcome, its reply text and usage; the user's messages become history."""
         now = self.clock.now()
-        async with self.sessions() as s, s.begin():
-            run = await s.get(Run, run_id)
-            if run is None:
+        async with driver.transaction(self.engine) as tx:
+            row = await tx.one("SELECT conversation_id, started_at, state IS NOT NULL FROM runs WHERE id = :id",
+                               id=run_id)
+            if row is None:
                 return
-            resumed = run.state is not None and status != PARKED
-            run.status = status
-            run.reason = reason
-            run.state = state
-            if usage is not None:
-                run.requests, run.input_tokens, run.output_tokens = usage
-            if status != PARKED:
-                run.finished_at = now
-            await s.execute(
-                update(Message)
-                .where(Message.run_id == run_id, Message.role == "user", Message.status.in_((QUEUED, "processing")))
-                .values(status="processed")
+            conversation_id, started_at, had_state = row[0], tx.time(row[1]), bool(row[2])
+            resumed = had_state and status != PARKED
+            counts = ", requests = :n, input_tokens = :i, output_tokens = :o" if usage is not None else ""
+            n, i, o = usage or (0, 0, 0)
+            await tx.run(
+                f"UPDATE runs SET status = :st, reason = :reason, state = :state, finished_at = :f{counts}"
+                " WHERE id = :id",
+                st=status, reason=reason, state=state, f=None if status == PARKED else now, id=run_id,
+                **({"n": n, "i": i, "o": o} if usage is not None else {}),
+            )
+            await tx.run(
+                "UPDATE messages SET status = 'processed'"
+                " WHERE run_id = :r AND role = 'user' AND status IN ('queued', 'processing')",
+                r=run_id,
             )
             if reply:
-                s.add(
-                    Message(
-                        conversation_id=run.conversation_id,
-                        run_id=run_id,
-                        role="assistant",
-                        text=reply,
-                        status="final" if status in (FINISHED, PARKED) else status,
-                        sender_name="",
-                        # Dated from when the answer began streaming, so it sorts right after
-                        # the turn it answers even if more messages arrived meanwhile; the part
-                        # after an approval card began when the run resumed.
-                        created_at=now if resumed else (run.started_at or now),
-                    )
+                await tx.run(
+                    "INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
+                    " VALUES (:c, :r, 'assistant', :text, :st, '', :t)",
+                    c=conversation_id, r=run_id, text=reply,
+                    st="final" if status in (FINISHED, PARKED) else status,
+                    # Dated from when the answer began streaming, so it sorts right after
+                    # the turn it answers even if more messages arrived meanwhile; the part
+                    # after an approval card began when the run resumed.
+                    t=now if resumed else (started_at or now),
                 )
 
     async def resume_run(self, run_id: str) -> str | None:
@@ -503,25 +499,20 @@ class Store:
         self, run_id: str, seq: int, platform_message_id: str | None, text: str, final: bool, *, new: bool = False
     ) -> None:
         """Record one posted message of a reply. `new`: the caller knows no row exists yet."""
-        async with self.sessions() as s, s.begin():
+        now = self.clock.now()
+        async with driver.transaction(self.engine) as tx:
             if not new:
-                values = {"text": text, "final": final, "updated_at": self.clock.now()}
-                if platform_message_id:
-                    values["platform_message_id"] = platform_message_id
-                result = await s.execute(
-                    update(Delivery).where(Delivery.run_id == run_id, Delivery.seq == seq).values(**values)
+                changed = await tx.run(
+                    "UPDATE deliveries SET text = :text, final = :final, updated_at = :t,"
+                    " platform_message_id = COALESCE(:pm, platform_message_id) WHERE run_id = :r AND seq = :seq",
+                    text=text, final=final, t=now, pm=platform_message_id or None, r=run_id, seq=seq,
                 )
-                if result.rowcount:
+                if changed:
                     return
-            s.add(
-                Delivery(
-                    run_id=run_id,
-                    seq=seq,
-                    platform_message_id=platform_message_id,
-                    text=text,
-                    final=final,
-                    updated_at=self.clock.now(),
-                )
+            await tx.run(
+                "INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
+                " VALUES (:r, :seq, :pm, :text, :final, :t)",
+                r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now,
             )
 
     async def deliveries(self, run_id: str) -> list[Delivery]:
@@ -542,6 +533,19 @@ class Store:
                 s.add(AdapterState(binding_id=binding_id, key=key, value=value))
             else:
                 row.value = value
+
+
+_CONVERSATION_COLUMNS = ", ".join(f.name for f in fields(ConversationRef))
+_RUN_COLUMNS = ", ".join(c.name for c in Run.__table__.columns)
+_RUN_TIMES = frozenset(c.name for c in Run.__table__.columns if c.name.endswith(("_at", "_expires")))
+
+
+def _run(tx: driver.Tx, row: driver.Row) -> Run:
+    """A detached Run from a raw row (what the runner reads of it; nothing lazy to load)."""
+    values = dict(zip(Run.__table__.columns.keys(), row))
+    for name in _RUN_TIMES:
+        values[name] = tx.time(values[name])
+    return Run(**values)
 
 
 def _ref(conv: Conversation) -> ConversationRef:
