@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -93,3 +94,27 @@ async def wait_for(
 @pytest.fixture
 def config_dir(tmp_path: Path) -> Path:
     return write_config(tmp_path / "config")
+
+
+PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@contextlib.asynccontextmanager
+async def pg_database() -> AsyncIterator[str]:
+    """A fresh database on the machine's PostgreSQL (127.0.0.1:5432, trust auth), dropped after."""
+    import asyncpg
+
+    name = f"gw_{uuid.uuid4().hex[:12]}"
+    admin = await asyncpg.connect(PG_ADMIN_DSN)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def pg_url() -> AsyncIterator[str]:
+    async with pg_database() as url:
+        yield url

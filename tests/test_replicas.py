@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,21 +17,6 @@ from .conftest import wait_for, write_config
 from .test_operations import Daemon
 
 pytestmark = pytest.mark.postgres
-ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-@pytest.fixture
-async def pg_url() -> AsyncIterator[str]:
-    name = f"gw_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(ADMIN_DSN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
 async def _two(tmp: Path, url: str, env: dict[str, str]) -> tuple[Daemon, Daemon]:
     daemons = []
     for name in ("a", "b"):
