@@ -141,3 +141,37 @@ async def test_delivery_rows_keep_the_posted_message(store: Store) -> None:
         (1, "m-2", "More.", True),
     ]
     assert rows[0].updated_at == START + timedelta(seconds=1)
+
+
+async def test_sqlite_direct_transactions_wait_for_a_session_and_refuse_to_nest(tmp_path: Path) -> None:
+    import asyncio
+
+    from sqlalchemy import text
+
+    from gateway.store import driver
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    try:
+        conv = await _conversation(store)
+        order: list[str] = []
+        async with store.sessions() as s:  # an ORM session holds the one connection across awaits
+            await s.execute(text("SELECT 1"))
+            waiting = asyncio.create_task(_say(store, conv, "e1", "queued behind the session"))
+            await asyncio.sleep(0.05)
+            assert not waiting.done(), "a driver transaction ran inside someone else's session"
+            order.append("session done")
+        await waiting
+        order.append("message stored")
+        assert order == ["session done", "message stored"]
+        assert [m.text for m in await store.messages(conv.id)] == ["queued behind the session"]
+
+        # A direct transaction that awaits the ORM would run its statements inside it: refused.
+        with pytest.raises(RuntimeError, match="direct transaction"):
+            async with driver.transaction(engine) as tx:
+                await tx.run("INSERT INTO adapter_state (binding_id, key, value) VALUES ('b', 'k', 'v')")
+                await store.get_state("b", "k")
+        assert await store.get_state("b", "k") is None, "the refused transaction was rolled back"
+    finally:
+        await engine.dispose()

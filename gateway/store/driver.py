@@ -6,20 +6,23 @@ transaction another 0.1 ms; the driver answers the same statement in tens of mic
 `Store`'s per-message methods write plain, portable SQL here, once, with `:name` parameters;
 everything else in the store uses the ORM.
 
-The raw connection is checked out of the engine's own pool, so on SQLite these transactions
-queue for the one inline connection exactly like the ORM's sessions do (see inline_sqlite),
-and on PostgreSQL they take a pooled asyncpg connection.
+On PostgreSQL the raw asyncpg connection is checked out of the engine's pool. On SQLite the
+engine's one inline connection is used directly while the pool holds it idle (a checkout costs
+more than the transaction), else it is checked out like the ORM's sessions do (inline_sqlite).
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import sqlite3
 from collections.abc import AsyncIterator
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from . import inline_sqlite
 
 Row = tuple[Any, ...]
 
@@ -115,20 +118,38 @@ class _AsyncpgTx:
 
 @contextlib.asynccontextmanager
 async def transaction(engine: AsyncEngine) -> AsyncIterator[Tx]:
-    """A write transaction on a pooled raw connection: committed on exit, rolled back on error."""
+    """A write transaction on a raw connection: committed on exit, rolled back on error.
+
+    On SQLite the body must not await anything that suspends (it runs on the loop, holding the
+    one connection); the Store's per-message methods only await their Tx.
+    """
+    if engine.dialect.name == "sqlite":
+        inline = inline_sqlite.idle_connection(engine.sync_engine)
+        if inline is not None:
+            with inline.directly() as sqlite:
+                async with _sqlite_transaction(sqlite) as tx:
+                    yield tx
+            return
     async with engine.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
         if engine.dialect.name == "sqlite":
-            sqlite = raw._conn  # the sqlite3 connection inside inline_sqlite.InlineConnection
-            # IMMEDIATE takes the write lock up front: another process (an admin's CLI) is
-            # waited for at BEGIN, never in the middle of a read-then-write.
-            sqlite.execute("BEGIN IMMEDIATE")
-            try:
-                yield _SqliteTx(sqlite)
-            except BaseException:
-                sqlite.rollback()
-                raise
-            sqlite.commit()
+            async with _sqlite_transaction(raw._conn) as tx:  # the sqlite3 connection inside InlineConnection
+                yield tx
         else:
             async with raw.transaction():
                 yield _AsyncpgTx(raw)
+
+
+@contextlib.asynccontextmanager
+async def _sqlite_transaction(sqlite: Any) -> AsyncIterator[Tx]:
+    # IMMEDIATE takes the write lock up front: another process (an admin's CLI) is waited for
+    # at BEGIN, never in the middle of a read-then-write.
+    sqlite.execute("BEGIN IMMEDIATE")
+    try:
+        yield _SqliteTx(sqlite)
+    except BaseException:
+        # The pool may have closed the connection already (see inline_sqlite.track's guard).
+        with contextlib.suppress(sqlite3.ProgrammingError):
+            sqlite.rollback()
+        raise
+    sqlite.commit()

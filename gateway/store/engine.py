@@ -41,6 +41,7 @@ def create_engine(url: str) -> AsyncEngine:
             pool_timeout=10,
         )
         event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        inline_sqlite.track(engine.sync_engine)
         return engine
     return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
 

@@ -16,9 +16,14 @@ dialect uses (`sqlalchemy/dialects/sqlite/aiosqlite.py`, `connectors/asyncio.py`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
+from weakref import WeakKeyDictionary
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 
 class InlineCursor:
@@ -91,6 +96,15 @@ class InlineConnection:
         self._conn = conn
         self._connection = conn  # aiosqlite's "is it open" attribute
         self._tx = _Immediate()
+        self.direct = False  # in a transaction of driver.transaction's, outside the pool
+
+    @contextlib.contextmanager
+    def directly(self) -> Iterator[sqlite3.Connection]:
+        self.direct = True
+        try:
+            yield self._conn
+        finally:
+            self.direct = False
 
     @property
     def isolation_level(self) -> str | None:
@@ -125,3 +139,36 @@ async def connect(database: str, **kw: Any) -> InlineConnection:
     kw.setdefault("timeout", 0)
     kw["check_same_thread"] = False
     return InlineConnection(sqlite3.connect(database, **kw))
+
+
+# Each engine's one connection, so driver.transaction can use it while the pool holds it idle:
+# a pool checkout costs more than a whole short transaction on SQLite.
+_connections: WeakKeyDictionary[Engine, InlineConnection] = WeakKeyDictionary()
+
+
+def track(engine: Engine) -> None:
+    """Remember the connection the pool makes; refuse a checkout while it is used directly.
+
+    A direct transaction never awaits anything that suspends, so nothing else on the loop can
+    want the connection meanwhile. If a change ever awaits inside one, the ORM's checkout fails
+    loudly here instead of running its statements inside that transaction.
+    """
+
+    def remember(dbapi_connection: Any, _record: object) -> None:
+        _connections[engine] = dbapi_connection._connection  # the adapter wraps an InlineConnection
+
+    def guard(_dbapi_connection: object, _record: object, _proxy: object) -> None:
+        inline = _connections.get(engine)
+        if inline is not None and inline.direct:
+            raise RuntimeError("SQLite's connection is in a direct transaction that awaited something")
+
+    event.listen(engine, "connect", remember)
+    event.listen(engine, "checkout", guard)
+
+
+def idle_connection(engine: Engine) -> InlineConnection | None:
+    """The engine's connection if it is open and nobody holds it, else None (use the pool)."""
+    inline = _connections.get(engine)
+    if inline is None or inline._connection is None or inline.direct or engine.pool.checkedout():
+        return None
+    return inline
