@@ -54,9 +54,10 @@ class Scheduler:
                         raise
                     except Exception:  # the runner records outcomes; this is a bug guard
                         log.exception("run %s crashed", claimed.run.id)
-                # With one process on the database every new message wakes this worker, so an
-                # empty look is skipped; replicas must look, another one may have queued work.
-                if not self.store.shared and conversation_id not in self._again:
+                # With one process on the database every message queued since the claim woke
+                # this worker, and the claim said what was queued before it: an empty look can
+                # be skipped. Replicas must look, another one may have queued work.
+                if not (self.store.shared or claimed.more or conversation_id in self._again):
                     return
         finally:
             if self._workers.get(conversation_id) is asyncio.current_task():

@@ -92,6 +92,21 @@ async def test_gated_call_parks_then_runs_once_after_approval(tmp_path: Path) ->
         assert RAN == [("deploy", "api")]
 
 
+async def test_a_message_sent_while_parked_is_answered_after_the_decision(tmp_path: Path) -> None:
+    async with running_gateway(_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        parked = await chat.say("deploy api")
+        card = await chat.card()
+        waiting = await chat.say("and how are things?")  # queued behind the parked run
+        await asyncio.sleep(0.2)
+        assert await chat.run_status(gw, waiting["run_id"]) == "queued"
+        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
+        assert status == 200
+        await wait_for(lambda: _finished(gw, parked["run_id"]))
+        # Answered right after the parked run, not whenever the periodic sweep comes round.
+        await wait_for(lambda: _finished(gw, waiting["run_id"]), timeout=5.0)
+
+
 async def _finished(gw: Any, run_id: str) -> bool:
     run = await gw.store.run(run_id)
     return run is not None and run.status == "finished"

@@ -125,9 +125,14 @@ async def test_a_lapsed_lease_hands_the_run_back(store: Store) -> None:
     _clock(store).advance(30)
     assert await store.claim_next_run(conv.id) is None, "the lease still holds"
     _clock(store).advance(31)
+    later = await _say(store, conv, "e2", "anyone there?")  # queued behind the running run
     taken = await store.claim_next_run(conv.id)
     assert taken is not None and taken.run.id == ingested.run_id and not taken.fresh
     assert taken.run.started_at == START and taken.prompt == [Line("user", "hello", "Ann")]
+    assert taken.more, "the claim must say another run waits behind this one"
+    await store.end_run(taken.run.id, "finished", reply="Hi.")
+    last = await store.claim_next_run(conv.id)
+    assert last is not None and last.run.id == later.run_id and not last.more
 
 
 async def test_delivery_rows_keep_the_posted_message(store: Store) -> None:

@@ -80,6 +80,7 @@ class Claimed:
     prompt: list[Line]
     history: list[Line]
     fresh: bool  # never started before: nothing of it was posted yet
+    more: bool = False  # other runs of the conversation were already queued behind it
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,7 +400,8 @@ class Store:
         run_id = run.id
         prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] == "user"]
         history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
-        return Claimed(run, prompt, history, fresh)
+        more = any(r.status == QUEUED and r.id != run_id for r in runs)
+        return Claimed(run, prompt, history, fresh, more)
 
     async def run(self, run_id: str) -> Run | None:
         async with self.sessions() as s:
