@@ -11,7 +11,9 @@ See bench/README.md for what each figure means and how the comparison is kept fa
     .venv/bin/python bench/run.py --quick    # a smaller run (about a minute) to try changes
     .venv/bin/python bench/run.py --profile /tmp/b.pstats   # also cProfile the gateway during (b)
 
-Exit status 0 when every target is met, 1 otherwise.
+Exit status 0 when every judged target is met, 1 otherwise. The issue's targets are judged
+against pydantic-ai's own cost; their literal readings are printed in brackets beside and do
+not count (bench/README.md says why).
 """
 
 from __future__ import annotations
@@ -600,8 +602,14 @@ async def bench(args: argparse.Namespace) -> int:
                     info(g50 <= TARGET_P50_MS, f"literal p50 <= {TARGET_P50_MS:g} ms, pydantic-ai's own time included"))
             out.add("  pydantic-ai's part: run start -> first event", f"{f50:.2f} ms p50 (alone, in a loop: {b50:.2f} ms, "
                     f"{bare_rate:.0f} runs/s)")
-            out.add("gateway overhead over pydantic-ai, p50", f"{g50 - f50:.2f} ms",
-                    verdict(g50 - f50 <= TARGET_P50_MS, f"<= {TARGET_P50_MS:g} ms"))
+            measured = framework.firsts[lat_convs:]
+            same_runs = (pct([g - f for g, f in zip(lat_gw["first"], measured)], 50) * 1e3
+                         if len(measured) == len(lat_gw["first"]) else g50 - f50)
+            # Judged on the larger reading: pydantic-ai's part inside the gateway also holds work
+            # of ours (the capabilities it applies, the typing event sent meanwhile).
+            overhead = max(same_runs, g50 - b50)
+            out.add("gateway overhead over pydantic-ai, p50", f"{overhead:.2f} ms (same runs: {same_runs:.2f}, "
+                    f"over pydantic-ai alone: {g50 - b50:.2f})", verdict(overhead <= TARGET_P50_MS, f"<= {TARGET_P50_MS:g} ms"))
             out.add("  of which the bare echo's HTTP + SSE", f"{e50:.2f} ms")
             out.add("gateway / echo, p50 latency", f"{g50 / e50:.1f}x")
             out.add("gateway: POST -> run_end p50 / p99",

@@ -63,16 +63,36 @@ def _clock(store: Store) -> ManualClock:
 async def test_driver_rows_read_back_through_the_orm_in_order(store: Store) -> None:
     conv = await _conversation(store)
     await _say(store, conv, "e1", "first")
-    _clock(store).advance(1.5)
+    _clock(store).advance(0.000_250)  # sub-millisecond steps: only microseconds keep the order
     await store.add_message(conv.id, "notice", "written by the ORM")
-    _clock(store).advance(1.5)
+    _clock(store).advance(0.000_250)
     await _say(store, conv, "e2", "second")
+    _clock(store).advance(0.000_250)
+    await store.add_message(conv.id, "notice", "the ORM again")
     rows = await store.messages(conv.id)
-    assert [(r.role, r.text) for r in rows] == [("user", "first"), ("notice", "written by the ORM"), ("user", "second")]
-    assert [r.created_at for r in rows] == [START, START + timedelta(seconds=1.5), START + timedelta(seconds=3)]
+    assert [r.text for r in rows] == ["first", "written by the ORM", "second", "the ORM again"]
+    step = timedelta(microseconds=250)
+    assert [r.created_at for r in rows] == [START, START + step, START + 2 * step, START + 3 * step]
     assert all(r.created_at.tzinfo is not None for r in rows)
     # Both user messages joined the one queued run.
     assert rows[0].run_id == rows[2].run_id and rows[0].status == rows[2].status == "queued"
+
+
+async def test_a_parked_run_resumes_and_its_answer_is_dated_from_the_resume(store: Store) -> None:
+    conv = await _conversation(store)
+    asked = await _say(store, conv, "e1", "deploy api")
+    assert await store.claim_next_run(conv.id) is not None
+    await store.end_run(asked.run_id, "parked", state="[]", reply="Let me do that.")
+    run = await store.run(asked.run_id)
+    assert run is not None and run.status == "parked" and run.state == "[]" and run.finished_at is None
+    _clock(store).advance(60)
+    assert await store.resume_run(asked.run_id) == "[]"
+    resumed = await store.claim_next_run(conv.id)
+    assert resumed is not None and resumed.run.id == asked.run_id and not resumed.fresh
+    _clock(store).advance(1)
+    await store.end_run(asked.run_id, "finished", reply="Deployed.")
+    answers = [(m.text, m.created_at) for m in await store.messages(conv.id) if m.role == "assistant"]
+    assert answers == [("Let me do that.", START), ("Deployed.", START + timedelta(seconds=61))]
 
 
 async def test_claim_gives_prompt_and_history_and_end_run_records_the_reply(store: Store) -> None:
@@ -179,4 +199,90 @@ async def test_sqlite_direct_transactions_wait_for_a_session_and_refuse_to_nest(
                 await store.get_state("b", "k")
         assert await store.get_state("b", "k") is None, "the refused transaction was rolled back"
     finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_a_message_arriving_while_its_run_is_claimed_is_not_lost() -> None:
+    """On PostgreSQL, ingest and claim serialize on the conversation: a message either joins
+    the run before it is claimed (and is in its prompt) or queues a new run."""
+    import asyncio
+
+    from gateway.store import driver
+
+    async with pg_database() as url:
+        engine = create_engine(url)
+        await migrate(engine)
+        store = Store(engine, clock=ManualClock(START))
+        try:
+            conv = await _conversation(store)
+            first = await _say(store, conv, "e1", "one")
+            reached, go_on = asyncio.Event(), asyncio.Event()
+            original = driver._AsyncpgTx.one
+
+            async def paused(tx: driver._AsyncpgTx, sql: str, **params: object) -> driver.Row | None:
+                # Hold the second message's ingest just before it inserts, inside its transaction.
+                if sql.startswith("INSERT INTO messages") and params.get("text") == "two":
+                    reached.set()
+                    await go_on.wait()
+                return await original(tx, sql, **params)
+
+            driver._AsyncpgTx.one = paused  # type: ignore[method-assign]
+            try:
+                second = asyncio.create_task(_say(store, conv, "e2", "two"))
+                await reached.wait()
+                claim = asyncio.create_task(store.claim_next_run(conv.id))
+                await asyncio.sleep(0.3)
+                assert not claim.done(), "the claim did not wait for the ingest in flight"
+                go_on.set()
+                joined, claimed = await second, await claim
+            finally:
+                driver._AsyncpgTx.one = original  # type: ignore[method-assign]
+            assert claimed is not None and claimed.run.id == first.run_id
+            if joined.run_id == first.run_id:
+                assert [line.text for line in claimed.prompt] == ["one", "two"]
+            else:
+                assert [line.text for line in claimed.prompt] == ["one"] and claimed.more
+        finally:
+            await engine.dispose()
+
+
+async def test_after_a_restart_every_queued_run_of_a_conversation_runs(tmp_path: Path) -> None:
+    """A run interrupted by a stop and one queued behind it both run, in order, after the start."""
+    import asyncio
+
+    from gateway.conversations import Scheduler
+    from gateway.store.repo import Claimed
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'r.db'}"
+    engine = create_engine(url)
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    conv = await _conversation(store)
+    first = await _say(store, conv, "e1", "one")
+    assert await store.claim_next_run(conv.id) is not None  # running when the process stopped
+    _clock(store).advance(1)
+    second = await _say(store, conv, "e2", "two")
+    await engine.dispose()
+
+    engine = create_engine(url)
+    store = Store(engine, clock=ManualClock(START + timedelta(seconds=2)))
+    ran: list[str] = []
+
+    async def execute(claimed: Claimed) -> None:
+        ran.append(claimed.run.id)
+        await store.end_run(claimed.run.id, "finished", reply="ok")
+
+    scheduler = Scheduler(store, execute, concurrent_runs=4)
+    try:
+        await store.requeue_interrupted(at_start=True)
+        for conversation_id in await store.conversations_with_queued_runs():
+            scheduler.wake(conversation_id)  # once, as the start-up sweep does
+        for _ in range(100):
+            if len(ran) == 2:
+                break
+            await asyncio.sleep(0.02)
+        assert ran == [first.run_id, second.run_id]
+    finally:
+        await scheduler.cancel()
         await engine.dispose()

@@ -147,9 +147,10 @@ async def _sqlite_transaction(sqlite: Any) -> AsyncIterator[Tx]:
     sqlite.execute("BEGIN IMMEDIATE")
     try:
         yield _SqliteTx(sqlite)
+        sqlite.commit()
     except BaseException:
-        # The pool may have closed the connection already (see inline_sqlite.track's guard).
+        # A failed commit must not leave the connection inside the transaction. The pool may
+        # have closed it already (see inline_sqlite.track's guard).
         with contextlib.suppress(sqlite3.ProgrammingError):
             sqlite.rollback()
         raise
-    sqlite.commit()

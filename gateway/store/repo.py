@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from ..clock import Clock, new_id
 from ..messages import ChatKind
@@ -128,16 +128,12 @@ class Store:
         self._conversations: _Lru[str, ConversationRef] = _Lru(CACHE_SIZE)
         self._identities: _Lru[tuple[str, str, str], tuple[Identity, str, float]] = _Lru(CACHE_SIZE)
 
-    async def _lock(self, s: AsyncSession, key: str) -> None:
+    async def _lock(self, tx: driver.Tx, key: str) -> None:
         """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).
 
         SQLite needs none: one process owns the file, and its scheduler has one worker per
         conversation.
         """
-        if self.shared:
-            await s.execute(text("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))"), {"k": key})
-
-    async def _lock_raw(self, tx: driver.Tx, key: str) -> None:
         if self.shared:
             await tx.one("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", k=key)
 
@@ -192,9 +188,14 @@ class Store:
         now = self.clock.now()
         async with driver.transaction(self.engine) as tx:
             await self._ledger(tx, binding_id, event_ids)
-            await self._lock_raw(tx, conversation.key)
-            # A conversation the caller already found exists: no need to read it again.
-            conv = conversation if conversation.id else await self._conversation_raw(tx, conversation, now)
+            # A conversation the caller already found exists: no need to read it again. A new
+            # one is created under a lock on its key; either way the conversation's own lock is
+            # held before its queue is read, as claim_next_run holds it to take the queued run.
+            conv = conversation
+            if not conversation.id:
+                await self._lock(tx, conversation.key)
+                conv = await self._conversation_raw(tx, conversation, now)
+            await self._lock(tx, conv.id)
             queued, run_id = await tx.one(
                 "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
                 " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued'"
@@ -359,7 +360,7 @@ class Store:
         (its prompt and the conversation's history), in one transaction; None when nothing waits."""
         now = self.clock.now()
         async with driver.transaction(self.engine) as tx:
-            await self._lock_raw(tx, conversation_id)
+            await self._lock(tx, conversation_id)
             live = await tx.all(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
                 " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
