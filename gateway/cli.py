@@ -75,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     configure_logging(config.gateway.logging)
-    from .daemon import Gateway, StartupError
+    from .daemon import Gateway, StartupError, freeze_startup_objects
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -88,6 +88,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except StartupError as e:
             log.error("cannot start: %s", e)
             return 1
+        freeze_startup_objects()
         reloads: list[asyncio.Task[object]] = []
         loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(gateway.reload_from_disk())))
         print(f"agent-gateway: web chat on {gateway.url}/", flush=True)
