@@ -134,9 +134,9 @@ class InlineConnection:
 
 
 async def connect(database: str, **kw: Any) -> InlineConnection:
-    # Never wait inside SQLite: with one connection nothing of ours can hold a lock against us,
-    # and another process (an admin's CLI) is waited for by retrying in asyncio instead.
-    kw.setdefault("timeout", 0)
+    # Nothing of ours can hold a lock against the one connection. Another process (an admin's
+    # CLI) can, for the milliseconds its transaction takes: the busy timeout set with the other
+    # pragmas (engine._sqlite_pragmas) waits for it, on the loop.
     kw["check_same_thread"] = False
     return InlineConnection(sqlite3.connect(database, **kw))
 
