@@ -130,11 +130,11 @@ async def _open(session: aiohttp.ClientSession, base: str) -> Stream:
     return stream
 
 
-def _merge(streams: list[Stream], into: dict[str, int] | None = None) -> dict[str, int]:
-    """How the runs ended, over all streams (only `finished` counts as an answer)."""
+def _merge(counts: list[dict[str, int]], into: dict[str, int] | None = None) -> dict[str, int]:
+    """How the runs ended, over several counts (only `finished` counts as an answer)."""
     out = into if into is not None else {}
-    for stream in streams:
-        for status, n in stream.statuses.items():
+    for count in counts:
+        for status, n in count.items():
             out[status] = out.get(status, 0) + n
     return out
 
@@ -163,7 +163,7 @@ async def client_latency(base: str, conversations: int, per_conversation: int, p
         finally:
             for s in streams:
                 await s.close()
-    return {"first": first, "end": end, "statuses": _merge(streams)}
+    return {"first": first, "end": end, "statuses": _merge([s.statuses for s in streams])}
 
 
 async def client_throughput(base: str, conversations: int, per_conversation: int, budget: float) -> dict[str, Any]:
@@ -190,7 +190,7 @@ async def client_throughput(base: str, conversations: int, per_conversation: int
         finally:
             for s in streams:
                 await s.close()
-    return {"messages": len(end), "seconds": last[0] - t0, "end": end, "statuses": _merge(list(streams))}
+    return {"messages": len(end), "seconds": last[0] - t0, "end": end, "statuses": _merge([s.statuses for s in streams])}
 
 
 async def client_fill(base: str, total: int, workers: int, budget: float) -> dict[str, Any]:
@@ -211,7 +211,7 @@ async def client_fill(base: str, total: int, workers: int, budget: float) -> dic
                     done[0] += 1
                 finally:
                     await s.close()
-                    _merge([s], statuses)
+                    _merge([s.statuses], statuses)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
     return {"conversations": done[0], "seconds": time.perf_counter() - t0, "statuses": statuses}
@@ -440,8 +440,7 @@ class AloneBetweenRuns:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def _one(self) -> None:
-        firsts, _rate = await bare_pydantic_ai(1)
-        self.firsts += firsts
+        self.firsts.append(await bare_run())
 
     def __enter__(self) -> AloneBetweenRuns:
         events = self.gw.events
@@ -463,34 +462,33 @@ class AloneBetweenRuns:
         await asyncio.gather(*self._tasks)
 
 
-async def bare_pydantic_ai(runs: int) -> tuple[list[float], float]:
-    """The agent framework alone, as the runner uses it (an Agent built per run, streamed events):
-    seconds to the first text event for each run, and runs per second. The floor under (a) and (b)."""
+async def bare_run() -> float:
+    """One run of the agent framework alone, as the runner uses it (an Agent built per run,
+    streamed events): seconds to its first event. The floor under (a) and (b)."""
     from pydantic_ai import Agent, DeferredToolRequests
 
     from gateway.llm import resolve_model
 
-    firsts: list[float] = []
+    t0 = time.perf_counter()
+    agent = Agent(resolve_model("bench-instant", {}), output_type=[str, DeferredToolRequests], instructions="x")
+    first = None
+    async with agent.run_stream_events("hello") as events:
+        async for _event in events:
+            if first is None:
+                first = time.perf_counter() - t0
+    return first or 0.0
+
+
+async def bare_pydantic_ai(runs: int) -> tuple[list[float], float]:
+    """`runs` bare runs one after another: seconds to each one's first event, and runs per second."""
     started = time.perf_counter()
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        agent = Agent(resolve_model("bench-instant", {}), output_type=[str, DeferredToolRequests], instructions="x")
-        first = None
-        async with agent.run_stream_events("hello") as events:
-            async for _event in events:
-                if first is None:
-                    first = time.perf_counter() - t0
-        firsts.append(first or 0.0)
+    firsts = [await bare_run() for _ in range(runs)]
     return firsts, runs / (time.perf_counter() - started)
 
 
 async def bare_pydantic_ai_concurrent(lanes: int, per_lane: int, budget: float) -> tuple[int, float, float]:
     """The framework alone at (b)'s concurrency: `lanes` tasks, each running up to `per_lane`
     agent runs one after another (none started after `budget` s). Runs, seconds, CPU s per run."""
-    from pydantic_ai import Agent, DeferredToolRequests
-
-    from gateway.llm import resolve_model
-
     t0, cpu0 = time.perf_counter(), time.process_time()
     done = [0]
 
@@ -498,10 +496,7 @@ async def bare_pydantic_ai_concurrent(lanes: int, per_lane: int, budget: float) 
         for _ in range(per_lane):
             if time.perf_counter() - t0 > budget:
                 return
-            agent = Agent(resolve_model("bench-instant", {}), output_type=[str, DeferredToolRequests], instructions="x")
-            async with agent.run_stream_events("hello") as events:
-                async for _event in events:
-                    pass
+            await bare_run()
             done[0] += 1
 
     await asyncio.gather(*(lane() for _ in range(lanes)))
@@ -549,14 +544,6 @@ def outcomes(statuses: dict[str, int]) -> str:
     """Run outcomes as text; anything but `finished` is flagged, since a failed run is no answer."""
     text = ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items()))
     return text if set(statuses) <= {"finished"} else f"{text}  <- NOT ALL FINISHED"
-
-
-def _merge_statuses(*counts: dict[str, int]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in counts:
-        for status, n in c.items():
-            out[status] = out.get(status, 0) + n
-    return out
 
 
 def verdict(ok: bool, target: str) -> str:
@@ -695,7 +682,7 @@ async def bench(args: argparse.Namespace) -> int:
             out.add("gateway / echo, p50 latency", f"{g50 / e50:.1f}x")
             out.add("gateway: POST -> run_end p50 / p99",
                     f"{pct(lat_gw['end'], 50) * 1e3:.2f} ms / {pct(lat_gw['end'], 99) * 1e3:.2f} ms")
-            out.add("gateway: run outcomes", outcomes(_merge_statuses(lat_gw["statuses"], paced["statuses"])))
+            out.add("gateway: run outcomes", outcomes(_merge([lat_gw["statuses"], paced["statuses"]])))
             out.add("event loop: longest stall", f"{stalls_a.longest * 1e3:.1f} ms")
 
             print(f"\n(b) throughput: {tp_convs} concurrent conversations, each up to {tp_per} sequential "

@@ -91,6 +91,12 @@ async def wait_for(
         await asyncio.sleep(interval)
 
 
+async def run_finished(gw: Gateway, run_id: str) -> bool:
+    """Whether a run ended `finished` (for wait_for)."""
+    run = await gw.store.run(run_id)
+    return run is not None and run.status == "finished"
+
+
 @pytest.fixture
 def config_dir(tmp_path: Path) -> Path:
     return write_config(tmp_path / "config")

@@ -12,7 +12,7 @@ import aiohttp
 from gateway.clock import ManualClock
 from gateway.surface import Decision, Sender
 
-from .conftest import running_gateway, wait_for, write_config
+from .conftest import run_finished, running_gateway, wait_for, write_config
 
 from .support.plugin_ops import RAN  # registers the test_ops capability and the test:ops model
 
@@ -77,7 +77,7 @@ async def test_gated_call_parks_then_runs_once_after_approval(tmp_path: Path) ->
         assert card["deciders"] == "Only local can decide."
         status, body = await chat.decide(item["approval_id"], "approve")
         assert status == 200 and body["accepted"]
-        await wait_for(lambda: _finished(gw, sent["run_id"]))
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
         assert RAN == [("deploy", "api")]
         replies = await chat.replies()
         assert replies == ["Let me do that.", "[deploy: deployed api]"]
@@ -102,14 +102,9 @@ async def test_a_message_sent_while_parked_is_answered_after_the_decision(tmp_pa
         assert await chat.run_status(gw, waiting["run_id"]) == "queued"
         status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
         assert status == 200
-        await wait_for(lambda: _finished(gw, parked["run_id"]))
+        await wait_for(lambda: run_finished(gw, parked["run_id"]))
         # Answered right after the parked run, not whenever the periodic sweep comes round.
-        await wait_for(lambda: _finished(gw, waiting["run_id"]), timeout=5.0)
-
-
-async def _finished(gw: Any, run_id: str) -> bool:
-    run = await gw.store.run(run_id)
-    return run is not None and run.status == "finished"
+        await wait_for(lambda: run_finished(gw, waiting["run_id"]), timeout=5.0)
 
 
 async def test_restart_between_card_and_click_loses_nothing(tmp_path: Path) -> None:
@@ -123,7 +118,7 @@ async def test_restart_between_card_and_click_loses_nothing(tmp_path: Path) -> N
         chat.s = s
         status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
         assert status == 200
-        await wait_for(lambda: _finished(gw, sent["run_id"]))
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
         assert RAN == [("deploy", "api")]
         assert (await chat.replies())[-1] == "[deploy: deployed api]"
 
@@ -136,7 +131,7 @@ async def test_denial_reaches_the_model_and_the_run_continues(tmp_path: Path) ->
         card = await chat.card()
         status, _ = await chat.decide(card["items"][0]["approval_id"], "deny")
         assert status == 200
-        await wait_for(lambda: _finished(gw, sent["run_id"]))
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
         assert RAN == []
         assert "local denied this call" in (await chat.replies())[-1]
 
@@ -184,7 +179,7 @@ async def test_all_calls_of_one_response_on_one_card_decided_concurrently(tmp_pa
         results = await asyncio.gather(*(chat.decide(i["approval_id"], "approve") for i in card["items"]),
                                        *(chat.decide(i["approval_id"], "approve") for i in card["items"]))
         assert sorted(status for status, _ in results) == [200, 200, 409, 409]
-        await wait_for(lambda: _finished(gw, sent["run_id"]))
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
         assert sorted(RAN) == [("deploy", "api"), ("status", "api")]
         assert len([r for r in await chat.replies() if r.startswith("[")]) == 1
 
@@ -197,9 +192,9 @@ async def test_approve_all_waives_later_calls_and_is_visible(tmp_path: Path) -> 
         card = await chat.card()
         status, _ = await chat.decide(card["card_id"], "approve_all")
         assert status == 200
-        await wait_for(lambda: _finished(gw, first["run_id"]))
+        await wait_for(lambda: run_finished(gw, first["run_id"]))
         second = await chat.say("deploy web")
-        await wait_for(lambda: _finished(gw, second["run_id"]))
+        await wait_for(lambda: run_finished(gw, second["run_id"]))
         assert RAN == [("deploy", "api"), ("deploy", "web")]
         state = await chat.state()
         assert len(state["cards"]) == 1
@@ -219,7 +214,7 @@ async def test_ask_every_tool_gates_a_read_tool_and_renames_keep_the_gate(tmp_pa
         assert card["items"][0]["tool"] == "ship_it"
         first = card["run_id"]
         await chat.decide(card["items"][0]["approval_id"], "deny")
-        await wait_for(lambda: _finished(gw, first))
+        await wait_for(lambda: run_finished(gw, first))
         # Switch on "ask for every tool" from the chat: a read-only tool now needs approval.
         r = await s.post(f"/api/v1/conversations/{chat.conv}/modes", json={"ask_every_tool": True})
         assert r.status == 200
@@ -266,7 +261,7 @@ async def test_expiry_denies_pending_calls_and_ends_the_run(tmp_path: Path) -> N
         assert RAN == []
         # The conversation is free again.
         again = await chat.say("status api")
-        await wait_for(lambda: _finished(gw, again["run_id"]))
+        await wait_for(lambda: run_finished(gw, again["run_id"]))
 
 
 async def test_approvals_list_command(tmp_path: Path) -> None:
@@ -282,7 +277,7 @@ async def test_approvals_list_command(tmp_path: Path) -> None:
         sent = await chat.say("deploy api")
         card = await chat.card()
         await chat.decide(card["items"][0]["approval_id"], "approve")
-        await wait_for(lambda: _finished(gw, sent["run_id"]))
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
     out = subprocess.run([sys.executable, "-m", "gateway.cli", "approvals", "list", "--config", str(cfg), "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import running_gateway, wait_for, write_config
+from .conftest import run_finished, running_gateway, wait_for, write_config
 from .support import plugin_mcp  # noqa: F401  (registers the test:mcp model)
 from .support.mcp_server import serve_http
 from .test_approvals import Chat
@@ -38,15 +38,10 @@ def ran(log: Path) -> list[tuple[str, dict[str, Any]]]:
     return [(r["tool"], r["args"]) for r in map(json.loads, log.read_text().splitlines())]
 
 
-async def finished(gw: Any, run_id: str) -> bool:
-    run = await gw.store.run(run_id)
-    return run is not None and run.status == "finished"
-
-
 async def ask(gw: Any, chat: Chat, text: str) -> str:
     """Send `text`, wait for the run to finish, return its reply."""
     sent = await chat.say(text)
-    await wait_for(lambda: finished(gw, sent["run_id"]), what=f"the run for {text!r}")
+    await wait_for(lambda: run_finished(gw, sent["run_id"]), what=f"the run for {text!r}")
     return (await chat.replies())[-1]
 
 
@@ -87,7 +82,7 @@ async def test_http_ask_tool_parks_and_runs_once_after_approval(tmp_path: Path, 
             assert json.loads(item["arguments"]) == {"service": "api"}
             status, _ = await chat.decide(item["approval_id"], "approve")
             assert status == 200
-            await wait_for(lambda: finished(gw, sent["run_id"]))
+            await wait_for(lambda: run_finished(gw, sent["run_id"]))
             assert ran(log) == [("deploy", {"service": "api"})]
             assert (await chat.replies())[-1] == "[tracker_deploy success: deployed api]"
             # A second click changes nothing; the tool ran once.
@@ -192,7 +187,7 @@ async def test_conversation_modes_apply_to_mcp_tools(tmp_path: Path, monkeypatch
             card = await chat.card()
             assert card["items"][0]["tool"] == "tracker_status"
             await chat.decide(card["items"][0]["approval_id"], "deny")
-            await wait_for(lambda: finished(gw, sent["run_id"]))
+            await wait_for(lambda: run_finished(gw, sent["run_id"]))
             assert ran(log) == []
             # "Approve all" waives an ask tool.
             assert (await s.post(f"/api/v1/conversations/{chat.conv}/modes", json={"approve_all": True})).status == 200
@@ -215,7 +210,7 @@ async def test_approval_survives_a_restart_and_the_tool_runs_once(tmp_path: Path
             chat.s = s
             status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
             assert status == 200
-            await wait_for(lambda: finished(gw, sent["run_id"]))
+            await wait_for(lambda: run_finished(gw, sent["run_id"]))
             assert (await chat.replies())[-1] == "[tracker_deploy success: deployed api]"
     assert ran(log) == [("deploy", {"service": "api"})]
 
@@ -264,5 +259,5 @@ async def test_a_capability_tool_keeps_its_name_against_an_mcp_tool(tmp_path: Pa
             card = await chat.card()
             assert card["items"][0]["capability"] == "test_ops"
             await chat.decide(card["items"][0]["approval_id"], "approve")
-            await wait_for(lambda: finished(gw, sent["run_id"]))
+            await wait_for(lambda: run_finished(gw, sent["run_id"]))
     assert RAN == [("deploy", "api")] and ran(log) == []

@@ -8,18 +8,14 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from .conftest import running_gateway, wait_for, write_config
+from .conftest import run_finished, running_gateway, wait_for, write_config
 
 
 async def test_metrics_and_readyz(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
         conv = (await (await s.post("/api/v1/conversations")).json())["id"]
         run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
-
-        async def finished() -> bool:
-            r = await gw.store.run(run)
-            return r is not None and r.status == "finished"
-        await wait_for(finished)
+        await wait_for(lambda: run_finished(gw, run))
         text = await (await s.get("/metrics")).text()
         assert 'gateway_runs_total{outcome="finished",platform="web"} 1.0' in text
         assert 'gateway_messages_in_total{outcome="accepted",platform="web"} 1.0' in text

@@ -539,13 +539,14 @@ class Store:
 
 
 _CONVERSATION_COLUMNS = ", ".join(f.name for f in fields(ConversationRef))
-_RUN_COLUMNS = ", ".join(c.name for c in Run.__table__.columns)
-_RUN_TIMES = frozenset(c.name for c in Run.__table__.columns if c.name.endswith(("_at", "_expires")))
+_RUN_NAMES = tuple(c.name for c in Run.__table__.columns)
+_RUN_COLUMNS = ", ".join(_RUN_NAMES)
+_RUN_TIMES = frozenset(name for name in _RUN_NAMES if name.endswith(("_at", "_expires")))
 
 
 def _run(tx: driver.Tx, row: driver.Row) -> Run:
     """A detached Run from a raw row (what the runner reads of it; nothing lazy to load)."""
-    values = dict(zip(Run.__table__.columns.keys(), row))
+    values = dict(zip(_RUN_NAMES, row))
     for name in _RUN_TIMES:
         values[name] = tx.time(values[name])
     return Run(**values)

@@ -15,7 +15,7 @@ from gateway.store.engine import create_engine
 from gateway.store.models import MemoryAudit
 from gateway.store.repo import Store
 
-from ..conftest import running_gateway, wait_for, write_config
+from ..conftest import run_finished, running_gateway, wait_for, write_config
 from .support import agent
 
 
@@ -26,7 +26,7 @@ async def test_the_web_person_lists_stops_restores_deletes_and_erases(tmp_path: 
         for text in ("write_memory name=tea.md content=green", "write_memory name=MEMORY.md content=\"- tea.md: green\""):
             r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": text})
             run_id = (await r.json())["run_id"]
-            await wait_for(lambda: _finished(gw, run_id), what="the write")
+            await wait_for(lambda: run_finished(gw, run_id), what="the write")
 
         mine = (await (await s.get("/api/v1/me/memory")).json())["notes"]
         assert [(n["agent"], n["name"], n["in_use"]) for n in mine] == [
@@ -63,11 +63,6 @@ async def test_memory_in_the_web_chat_is_answered_privately(tmp_path: Path) -> N
         assert event["type"] == "notice" and event["text"].startswith("No agent has written anything about you.")
         messages = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
         assert messages == [], "a command is not part of the conversation the model sees"
-
-
-async def _finished(gw: object, run_id: str) -> bool:
-    run = await gw.store.run(run_id)  # type: ignore[attr-defined]
-    return run is not None and run.status == "finished"
 
 
 def _seed(cfg: Path) -> str:
