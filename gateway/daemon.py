@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from adapters.base import AdapterContext, create_adapter
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
 from . import commands, http
+from .adapter_registry import AdapterContext, create_adapter
 from .admission import admit
 from .clock import Clock
 from .commands import parse_command

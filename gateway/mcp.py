@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from adapters.base import Backoff
+from .reconnect import Backoff
 from bindings.models import McpServerSpec
 from bindings.secrets import SecretRef
 

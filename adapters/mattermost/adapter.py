@@ -21,7 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
+from gateway.adapter_registry import AdapterContext
+from gateway.reconnect import Backoff, HealthState, reconnect_forever
 from bindings.models import BindingSpec, MattermostSection
 from bindings.secrets import SecretError
 from gateway.messages import ChatKind, InboundMessage, Sender

@@ -30,7 +30,8 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
+from gateway.adapter_registry import AdapterContext
+from gateway.reconnect import Backoff, HealthState, reconnect_forever
 from bindings.models import BindingSpec, SlackSection
 from bindings.secrets import SecretError
 from gateway.messages import ChatKind, InboundMessage, Sender

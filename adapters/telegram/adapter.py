@@ -26,7 +26,8 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
-from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
+from gateway.adapter_registry import AdapterContext
+from gateway.reconnect import Backoff, HealthState, reconnect_forever
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret, SecretError
 from gateway.messages import ChatKind, InboundMessage

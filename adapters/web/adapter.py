@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from adapters.base import AdapterContext
+from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec
 from gateway import memory
 from gateway.clock import new_id

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from adapters import base
-from adapters.base import AdapterContext
+from gateway import adapter_registry as base
+from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec
 from gateway.surface import (
     CHANNEL_TOOL_IDS,

@@ -14,7 +14,8 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.base import AdapterContext, Backoff
+from gateway.adapter_registry import AdapterContext
+from gateway.reconnect import Backoff
 from adapters.mattermost.adapter import MattermostAdapter
 from bindings.models import BindingSpec, GatewayConfig, HttpConfig
 from gateway.messages import InboundMessage, Sender, reply_thread

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from adapters.base import AdapterContext
+from gateway.adapter_registry import AdapterContext
 from adapters.slack.adapter import SlackAdapter
 from bindings.models import BindingSpec, GatewayConfig
 from gateway.messages import InboundMessage, Sender

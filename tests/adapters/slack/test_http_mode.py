@@ -51,7 +51,7 @@ async def served(fake_slack: FakeSlack, dispatcher: RecordingDispatcher) -> Asyn
 
 
 def test_socket_mode_serves_no_route(fake_slack: FakeSlack) -> None:
-    from adapters.base import AdapterContext
+    from gateway.adapter_registry import AdapterContext
     from bindings.models import GatewayConfig
 
     from .conftest import slack_binding

@@ -167,7 +167,7 @@ async def test_a_failing_connection_open_is_retried(fake_slack: FakeSlack, dispa
 
 
 async def test_missing_secret_shows_in_health_without_the_value(fake_slack: FakeSlack, dispatcher: RecordingDispatcher, monkeypatch) -> None:
-    from adapters.base import AdapterContext
+    from gateway.adapter_registry import AdapterContext
     from bindings.models import GatewayConfig
 
     from .conftest import slack_binding
@@ -183,7 +183,7 @@ async def test_missing_secret_shows_in_health_without_the_value(fake_slack: Fake
 
 
 async def test_a_wrong_token_shows_in_health(fake_slack: FakeSlack, dispatcher: RecordingDispatcher, monkeypatch) -> None:
-    from adapters.base import AdapterContext
+    from gateway.adapter_registry import AdapterContext
     from bindings.models import GatewayConfig
 
     from .conftest import slack_binding

@@ -16,7 +16,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from adapters.base import AdapterContext
+from gateway.adapter_registry import AdapterContext
 from adapters.telegram.adapter import TelegramAdapter
 from bindings.models import BindingSpec, GatewayConfig
 from gateway.messages import ChatKind, InboundMessage

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 from ruamel.yaml import YAML
 
-from adapters.base import AdapterContext
+from gateway.adapter_registry import AdapterContext
 from adapters.telegram.adapter import TelegramAdapter
 from bindings.models import BindingSpec, GatewayConfig
 
