@@ -18,11 +18,9 @@ from pydantic import Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
-from sqlalchemy import select
 
 from bindings.models import ChannelToolsConfig
-from gateway.runner import Turn
-from gateway.store.models import Message
+from gateway.turn import Turn
 from gateway.surface import ChannelDirectory, ChannelInfo, NotVisible, PlatformError, ReplyTarget
 
 from .failures import trouble
@@ -36,7 +34,7 @@ Limit = Annotated[int, Field(ge=1, le=CEILING)]
 
 async def _ask(ctx: RunContext[Turn], what: str, call: Callable[[ChannelDirectory], Awaitable[T]]) -> T | str:
     """Run one directory call; trouble becomes bad news (cannot see) or a retry prompt (platform down)."""
-    directory = ctx.deps.adapter.directory()
+    directory = ctx.deps.directory
     if directory is None:  # built only when there is one; a reload could still take it away
         return trouble(ctx, "refusal", "Channel lookup is not available in this conversation.")
     try:
@@ -74,16 +72,10 @@ async def history_target(turn: Turn) -> ReplyTarget:
     conversation's thread), and that thread holds only what the agent already has as history:
     what the person means by "what was said here" is the channel.
     """
-    target = turn.conversation.target()
+    target = turn.target
     if target.thread is None:
         return target
-    async with turn.gateway.store.sessions() as s:
-        anchored_here = await s.scalar(
-            select(Message.id).where(
-                Message.conversation_id == turn.conversation.id, Message.platform_message_id == target.thread
-            ).limit(1)
-        )
-    return replace(target, thread=None) if anchored_here is not None else target
+    return replace(target, thread=None) if await turn.history.has_platform_message(target.thread) else target
 
 
 # Docstrings are templates: each binding's default_limit is what the model is told.
@@ -204,7 +196,7 @@ def toolset(default_limit: int) -> FunctionToolset[Turn]:
 
 def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     assert isinstance(ctx.config, ChannelToolsConfig)
-    directory = ctx.turn.adapter.directory()
+    directory = ctx.turn.directory
     if directory is None:
         return None  # web chat, HTTP API: no channel to look at
     offered = frozenset(ctx.config.tools) & directory.supported

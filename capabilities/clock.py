@@ -34,7 +34,7 @@ def now_line(zone: str, now: datetime | None = None) -> str:
 def build(ctx: BuildContext) -> AbstractCapability[Any]:
     assert isinstance(ctx.config, ClockConfig)
     zone = ctx.config.timezone
-    clock = ctx.turn.gateway.clock
+    clock = ctx.turn.clock
     # A function, so a run resumed hours later after an approval reads the time anew.
     return simple(instructions=lambda: now_line(zone, clock.now()))
 

@@ -28,7 +28,7 @@ from .registry import TOOL_NAME, simple
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
     from gateway.mcp import McpPool
-    from gateway.runner import Turn
+    from gateway.turn import Turn
 
 log = logging.getLogger("gateway.mcp")
 
@@ -95,11 +95,13 @@ class _ServerTools(WrapperToolset[Any]):
             raise
 
 
-def build_for_turn(turn: Turn) -> list[Any]:
-    """The runner's capability builder for MCP servers (after `McpPool.prepare` ran for this turn)."""
-    pool: McpPool | None = getattr(turn.gateway, "mcp", None)
-    if pool is None:
-        return []
+def builder(pool: McpPool) -> Callable[[Turn], list[Any]]:
+    """The runner's capability builder for the MCP servers `pool` keeps connected."""
+    return lambda turn: build_for_turn(pool, turn)
+
+
+def build_for_turn(pool: McpPool, turn: Turn) -> list[Any]:
+    """The MCP servers' tools for one run (after `McpPool.prepare` ran for this turn)."""
     toolsets: list[AbstractToolset[Any]] = []
     for spec in turn.agent.mcp_servers:
         if not spec.enabled:

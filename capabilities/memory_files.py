@@ -31,9 +31,8 @@ from gateway.memory import (
     NoteStore,
     Scope,
     StoreFull,
-    scope_for_turn,
 )
-from gateway.runner import Turn
+from gateway.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
@@ -42,8 +41,7 @@ LIST_CEILING = 200
 
 
 def _store(ctx: RunContext[Turn]) -> tuple[NoteStore, Scope | NoStore]:
-    turn = ctx.deps
-    return NoteStore(turn.gateway.store), scope_for_turn(turn)
+    return ctx.deps.memory.notes, ctx.deps.memory.scope
 
 
 def _bad_name(ctx: RunContext[Turn], name: str, tool: str) -> str | None:

@@ -28,7 +28,7 @@ from gateway.policy import ToolInfo
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
-    from gateway.runner import Turn
+    from gateway.turn import Turn
 
 # Names every model provider accepts for a tool.
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")

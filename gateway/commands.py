@@ -1,27 +1,28 @@
 """Commands a person types in the chat, answered by the gateway itself (no model run).
 
 `/approvals` shows this conversation's approval modes; `/approvals auto on|off` switches
-"approve all in this conversation"; `/approvals ask on|off` switches "ask for every tool".
+"approve all in this conversation"; `/approvals ask on|off` switches "ask for every tool" —
+only for the people the binding lets decide (`gateway.approvals` asks, on every door).
 `/memory` lists what agents wrote about the sender, answered privately (gateway.memory).
 `!` works as well as `/` for platforms that swallow unknown slash commands (Slack).
+
+Commands reach this module only through `gateway.inbound`, after the ledger, admission and
+identity; every answer goes out through `gateway.delivery.Outbound`.
 """
 
 from __future__ import annotations
 
-import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from . import memory
-from .messages import ChatKind, InboundMessage, reply_thread
+from .approvals import Approvals
+from .delivery import Outbound
+from .messages import ChatKind, InboundMessage
+from .policy import Modes
 from .store import repo
-from .surface import SubmitResult, target_for
-
-if TYPE_CHECKING:
-    from .daemon import Gateway
-
-log = logging.getLogger("gateway.commands")
+from .surface import target_for
 
 _COMMAND = re.compile(r"^\s*[/!](?P<name>approvals|memory)(?:@\w+)?\b\s*(?P<args>.*)$", re.S | re.I)
 
@@ -46,46 +47,58 @@ APPROVALS_HELP = (
 )
 
 
-async def approvals_command(
-gw: Gateway, message: InboundMessage, args: list[str], key: str, existing: repo.ConversationRef | None
-) -> SubmitResult:
-    assert gw.approvals is not None
-    if await gw.store.seen(message.binding_id, [f"{message.platform}:{message.event_id}"]):
-        return SubmitResult(False, duplicate=True, reason="duplicate")
-    conv = existing or await gw.store.create_conversation(
-        repo.ConversationRef("", key, message.platform, message.binding_id, message.workspace, message.channel,
-                             reply_thread(message), message.chat_kind.value)
-    )
-    who = message.sender.display_name or message.sender.account_id
-    switch = {"on": True, "off": False}.get(args[1]) if len(args) == 2 else None
-    if len(args) == 2 and args[0] in ("auto", "all") and switch is not None:
-        await gw.approvals.set_mode(conv.id, who=who, approve_all=switch)
-    elif len(args) == 2 and args[0] in ("ask", "every") and switch is not None:
-        await gw.approvals.set_mode(conv.id, who=who, ask_every_tool=switch)
-    else:
-        modes = await gw.approvals.modes(conv.id)
-        state = (
-            "approve all is on" if modes.approve_all else "ask for every tool is on" if modes.ask_every_tool
-            else "the agent's normal policy applies"
-        )
-        await gw.approvals.notice(conv.id, f"Here, {state}. {APPROVALS_HELP}")
-    return SubmitResult(False, reason="command", conversation_id=conv.id)
+@dataclass(frozen=True)
+class Asked:
+    """One command as the inbound path hands it over: admitted, recorded, its sender identified."""
 
-async def memory_command(
-gw: Gateway, message: InboundMessage, args: tuple[str, ...], person_id: str, agent_id: str
-) -> SubmitResult:
-    """`/memory`: the sender's own notes, answered privately; nothing enters the conversation."""
-    if await gw.store.seen(message.binding_id, [f"{message.platform}:{message.event_id}"]):
-        return SubmitResult(False, duplicate=True, reason="duplicate")
-    action = args[0].lower() if args else ""
-    text = await memory.self_service(
-        memory.NoteStore(gw.store), person_id, action, args[1] if len(args) > 1 else None,
-        default_agent=agent_id, one_to_one=message.chat_kind is ChatKind.DM,
-    )
-    adapter = gw.adapters.get(message.binding_id)
-    if adapter is not None:
-        try:
-            await adapter.tell_privately(target_for(message), message.sender.account_id, text)
-        except Exception as e:  # the platform refused; the person can ask again
-            log.warning("could not answer /memory privately: %s", e)
-    return SubmitResult(False, reason="command")
+    command: Command
+    message: InboundMessage
+    person_id: str
+    agent_id: str
+    conversation: Callable[[], Awaitable[repo.ConversationRef]]  # the message's conversation, created if new
+
+
+class Commands:
+    def __init__(self, store: repo.Store, approvals: Approvals, outbound: Outbound) -> None:
+        self._store, self._approvals, self._outbound = store, approvals, outbound
+
+    async def run(self, asked: Asked) -> str | None:
+        """Answer the command; returns the conversation it touched, if any."""
+        if asked.command.name == "approvals":
+            return await self._approvals_command(asked)
+        await self._memory_command(asked)
+        return None
+
+    def _tell(self, message: InboundMessage, text: str) -> None:
+        self._outbound.send(target_for(message), text, private_to=message.sender.account_id)
+
+    async def _approvals_command(self, asked: Asked) -> str:
+        conv = await asked.conversation()
+        args = asked.command.args
+        switch = {"on": True, "off": False}.get(args[1]) if len(args) == 2 else None
+        result: Modes | str | None = None
+        if switch is not None and args[0] in ("auto", "all"):
+            result = await self._approvals.switch(conv, asked.message.sender, surface="command", approve_all=switch)
+        elif switch is not None and args[0] in ("ask", "every"):
+            result = await self._approvals.switch(conv, asked.message.sender, surface="command",
+                                                  ask_every_tool=switch)
+        else:
+            modes = await self._approvals.modes(conv.id)
+            state = (
+                "approve all is on" if modes.approve_all else "ask for every tool is on" if modes.ask_every_tool
+                else "the agent's normal policy applies"
+            )
+            await self._approvals.notice(conv, f"Here, {state}. {APPROVALS_HELP}")
+        if isinstance(result, str):  # refused: only the sender hears why, and nothing changed
+            self._tell(asked.message, result)
+        return conv.id
+
+    async def _memory_command(self, asked: Asked) -> None:
+        """`/memory`: the sender's own notes, answered privately; nothing enters the conversation."""
+        args = asked.command.raw_args
+        text = await memory.self_service(
+            memory.NoteStore(self._store), asked.person_id, args[0].lower() if args else "",
+            args[1] if len(args) > 1 else None, default_agent=asked.agent_id,
+            one_to_one=asked.message.chat_kind is ChatKind.DM,
+        )
+        self._tell(asked.message, text)

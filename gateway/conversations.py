@@ -18,9 +18,11 @@ log = logging.getLogger("gateway.conversations")
 
 
 class Scheduler:
-    def __init__(self, store: Store, execute: Callable[[Claimed], Awaitable[None]], concurrent_runs: int) -> None:
+    def __init__(self, store: Store, execute: Callable[[Claimed], Awaitable[None]], concurrent_runs: int,
+                 *, on_active: Callable[[int], None] = lambda n: None) -> None:
         self.store = store
         self.execute = execute
+        self._on_active = on_active  # the `gateway_conversations_active` gauge
         self.limit = asyncio.Semaphore(concurrent_runs)
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
@@ -37,6 +39,7 @@ class Scheduler:
         self._workers[conversation_id] = asyncio.create_task(
             self._work(conversation_id), name=f"conversation:{conversation_id}"
         )
+        self._on_active(len(self._workers))
 
     async def _work(self, conversation_id: str) -> None:
         try:
@@ -62,6 +65,7 @@ class Scheduler:
         finally:
             if self._workers.get(conversation_id) is asyncio.current_task():
                 del self._workers[conversation_id]
+                self._on_active(len(self._workers))
 
     @property
     def active(self) -> int:

@@ -12,7 +12,6 @@ import contextlib
 import gc
 import ipaddress
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -20,24 +19,25 @@ from aiohttp import web
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from . import commands, http
+from . import http, pairing
 from .adapter_registry import AdapterContext, create_adapter
-from .admission import admit
+from .approvals import Approvals
 from .clock import Clock
-from .commands import parse_command
+from .commands import Commands
 from .conversations import Scheduler
+from .delivery import Outbound
 from .events import EventBus
-from .messages import InboundMessage, conversation_key, reply_thread
+from .inbound import Inbound
+from .messages import InboundMessage
 from .metrics import Metrics
 from .runner import Runner
 from .store import repo
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
-from .surface import Adapter, Decision, DecisionOutcome, Sender, SubmitResult, target_for
+from .surface import Adapter, Decision, DecisionOutcome, Sender, SubmitResult
 
 if TYPE_CHECKING:
-    from .approvals import Approvals
-    from .pairing import Pairing
+    from .mcp import McpPool
 
 log = logging.getLogger("gateway")
 
@@ -61,17 +61,18 @@ class Gateway:
         self.adapters: dict[str, Adapter] = {}
         self.store: repo.Store
         self.scheduler: Scheduler
-        self.extensions: list[Any] = []  # approvals, capabilities: objects with optional start/stop
+        # The parts start() builds on the store, each handed what it uses (no service locator).
+        self.outbound: Outbound
+        self.approvals: Approvals
+        self.inbound: Inbound
+        self.mcp: McpPool | None = None  # the MCP servers' connections, once installed
+        self.extensions: list[Any] = []  # capabilities' parts: objects with optional start/stop
         self.extra_routes: list[web.AbstractRouteDef] = []  # routes extensions serve (the capability catalog)
-        self.approvals: Approvals | None = None
-        self.pairing: Pairing | None = None
-        self.conversation_extras: Callable[[str], Awaitable[dict[str, Any]]] | None = None
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._accepting = False
         self._sweeper: asyncio.Task[None] | None = None
         self.notifier = Notifier()
-        self._key_locks = KeyedLocks()
         self.routes = http.AdapterRoutes()
         self.port = 0
 
@@ -93,7 +94,20 @@ class Gateway:
             await engine.dispose()
             raise
         self.store = repo.Store(engine, self.clock)
-        self.scheduler = Scheduler(self.store, self.runner.execute, self.config.gateway.limits.concurrent_runs)
+        self.scheduler = Scheduler(self.store, self.runner.execute, self.config.gateway.limits.concurrent_runs,
+                                   on_active=self.metrics.queue_depth.set)
+        adapter_for = lambda binding_id: self.adapters.get(binding_id)  # noqa: E731 - the dict is replaced at start
+        self.outbound = Outbound(adapter_for, self.store, self.clock,
+                                 lambda platform, kind: self.metrics.platform_errors.labels(platform, kind).inc())
+        self.approvals = Approvals(self.store, self.outbound, adapter_for, lambda: self.config.bindings,
+                                   self.events, self.metrics, self.scheduler.wake)
+        self.extensions.append(self.approvals)
+        self.runner.park_handler = self.approvals.park
+        self.runner.resume_results = self.approvals.results_for
+        self.inbound = Inbound(config=lambda: self.config, store=self.store,
+                               pairing=pairing.through(self.store, self.outbound),
+                               commands=Commands(self.store, self.approvals, self.outbound),
+                               outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics)
         try:
             from . import extensions
 
@@ -241,6 +255,8 @@ class Gateway:
             await self.scheduler.cancel()
         # Adapters stop after the runs, so a run finishing in the grace period can still post.
         self._accepting = False
+        if hasattr(self, "outbound"):
+            await self.outbound.drain(2.0)
         for binding_id, adapter in list(self.adapters.items()):
             try:
                 await adapter.stop()
@@ -265,100 +281,14 @@ class Gateway:
     # --- the dispatcher -----------------------------------------------------------------
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
-        binding = self.config.bindings.get(message.binding_id)
-        if binding is None or not self._accepting:
+        """Hand a message to the one inbound path (`gateway.inbound`)."""
+        if not self._accepting:
             return SubmitResult(False, reason="not accepting messages")
-        key = conversation_key(message)
-        # One message of a conversation at a time: a thread reply that arrives while its root
-        # mention is being recorded must see the conversation the mention creates.
-        async with self._key_locks.hold(key):
-            return await self._submit(binding, message, key)
-
-    async def _submit(self, binding: BindingSpec, message: InboundMessage, key: str) -> SubmitResult:
-        platform = message.platform
-        event_id = f"{platform}:{message.event_id}"
-        existing = await self.store.conversation_by_key(key)
-        # Only a thread counts as "the bot is part of it"; a whole group chat does not.
-        in_conversation = existing is not None and message.thread is not None
-        decision = admit(binding, message, in_conversation=in_conversation)
-        if not decision.admitted and message.chat_kind.value == "dm" and binding.dm_policy in ("pairing", "allowlist"):
-            # Only a DM turned away for who sent it needs the pairing table.
-            decision = admit(binding, message, in_conversation=in_conversation, sender_allowed=await self._paired(message))
-        if not decision.admitted:
-            duplicate = await self.store.seen(binding.id, [event_id])
-            self.metrics.messages_in.labels(platform, "duplicate" if duplicate else "ignored").inc()
-            if decision.needs_pairing and not duplicate:
-                await self._pairing_reply(message)
-            return SubmitResult(False, duplicate=duplicate, reason=decision.reason)
-        identity = await self.store.identify(
-            platform, message.workspace, message.sender.account_id, message.sender.display_name
-        )
-        command = parse_command(message.text)
-        if command is not None and command.name == "approvals" and self.approvals is not None:
-            return await commands.approvals_command(self, message, command.args, key, existing)
-        if command is not None and command.name == "memory":
-            return await commands.memory_command(self, message, command.raw_args, identity.person_id, binding.agent)
-        event_ids = [event_id] + ([f"{platform}:same:{message.dedupe_key}"] if message.dedupe_key else [])
-        ref = repo.ConversationRef(
-            id=existing.id if existing else "",
-            key=key,
-            platform=platform,
-            binding_id=binding.id,
-            workspace=message.workspace,
-            channel=message.channel,
-            thread=reply_thread(message),
-            chat_kind=message.chat_kind.value,
-        )
-        try:
-            ingested = await self.store.ingest(
-                binding_id=binding.id,
-                event_ids=event_ids,
-                conversation=ref,
-                identity=identity,
-                account_id=message.sender.account_id,
-                text=_with_attachments(message),
-                agent_id=binding.agent,
-                platform_message_id=message.message_id,
-                queue_limit=self.config.gateway.limits.queued_messages_per_conversation,
-            )
-        except repo.Duplicate:
-            self.metrics.duplicates.labels(platform).inc()
-            self.metrics.messages_in.labels(platform, "duplicate").inc()
-            return SubmitResult(False, duplicate=True, reason="duplicate")
-        except repo.QueueFull:
-            self.metrics.messages_in.labels(platform, "busy").inc()
-            await self._tell_busy(message, ref)
-            return SubmitResult(False, reason="busy")
-        self.metrics.messages_in.labels(platform, "accepted").inc()
-        self.scheduler.wake(ingested.conversation.id)
-        return SubmitResult(
-            True,
-            conversation_id=ingested.conversation.id,
-            message_id=str(ingested.message_id),
-            run_id=ingested.run_id,
-        )
-
-    async def _tell_busy(self, message: InboundMessage, ref: repo.ConversationRef) -> None:
-        adapter = self.adapters.get(message.binding_id)
-        if adapter is None:
-            return
-        target = target_for(message)
-        text = "I'm still working on earlier messages in this conversation; please send that again in a moment."
-        with contextlib.suppress(Exception):
-            await adapter.tell_privately(target, message.sender.account_id, text)
-
-    async def _paired(self, message: InboundMessage) -> bool:
-        return self.pairing is not None and await self.pairing.is_paired(message)
-
-    async def _pairing_reply(self, message: InboundMessage) -> None:
-        if self.pairing is not None:
-            await self.pairing.challenge(message)
+        return await self.inbound.submit(message)
 
     async def decide(
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:
-        if self.approvals is None:
-            return DecisionOutcome(False, "Approvals are not available on this gateway.")
         return await self.approvals.decide(approval_id, decision, decider, binding_id=binding_id, surface=surface)
 
     async def get_state(self, binding_id: str, key: str) -> str | None:
@@ -366,6 +296,9 @@ class Gateway:
 
     async def set_state(self, binding_id: str, key: str, value: str) -> None:
         await self.store.set_state(binding_id, key, value)
+
+    def publish(self, conversation_id: str, event: dict[str, Any]) -> None:
+        self.events.publish(conversation_id, event)
 
     # --- used by routes -----------------------------------------------------------------
 
@@ -386,36 +319,6 @@ class Gateway:
             if hasattr(ext, "readiness"):
                 state.update(ext.readiness())
         return state
-
-
-class KeyedLocks:
-    """An asyncio lock per key, kept only while someone holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
-
-
-def _with_attachments(message: InboundMessage) -> str:
-    if not message.attachments:
-        return message.text
-    files = "; ".join(
-        f"{a.name} ({a.mime_type}{f', {a.size} bytes' if a.size is not None else ''})" for a in message.attachments
-    )
-    return f"{message.text}\n\n[Files shared with this message: {files}]".strip()
 
 
 def _check_listen(listen: str, config: LoadedConfig) -> None:

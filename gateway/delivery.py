@@ -5,16 +5,20 @@ edits it no more often than the platform allows, a reply longer than the platfor
 continues in a new message split at a paragraph boundary, and the final text is an edit of
 the same message(s) — so a draft and a final message never both post. Each posted message is
 a delivery row, so a run resumed after a restart edits what it already posted.
+
+Messages the gateway itself sends (notices, command answers, pairing codes, "busy") take the
+same path through `Outbound`, so the same rules apply to every message the gateway posts.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .clock import Clock
+from .clock import Clock, new_id
 from .store.repo import Store
 from .surface import Adapter, PlatformError, RateLimited, ReplyTarget
 
@@ -67,11 +71,14 @@ class ReplyStream:
         *,
         segment: bool = False,
         fresh: bool = False,
+        private_to: str | None = None,
         on_platform_error: Callable[[str], None] = lambda kind: None,
     ) -> None:
         """`segment`: this run already posted messages (before an approval card); continue in
-        new ones below instead of editing those."""
+        new ones below instead of editing those. `private_to`: an account that alone sees the
+        text (one message per piece, as the platform's private channel takes it: never edited)."""
         self.adapter, self.target, self.store, self.run_id, self.clock = adapter, target, store, run_id, clock
+        self._private_to = private_to
         self._segment = segment
         self._loaded = fresh  # a run that never started has no delivery rows to look up
         self._on_platform_error = on_platform_error
@@ -93,6 +100,8 @@ class ReplyStream:
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars
+        if self._private_to is not None:  # private channels take plain text (an alert, an ephemeral)
+            return split_paragraphs(text, limit)
         rendered: list[str] = []
         # Rendering can lengthen text (escapes, markup); leave headroom and re-split if needed.
         for piece in split_paragraphs(text, max(limit - limit // 10, 1)):
@@ -152,7 +161,10 @@ class ReplyStream:
     async def _show(self, seq: int, text: str, *, must: bool) -> bool:
         for attempt in range(FINAL_ATTEMPTS if must else 1):
             try:
-                if seq < len(self._posted) and self._posted[seq].message_id:
+                if self._private_to is not None:
+                    await self.adapter.tell_privately(self.target, self._private_to, text)
+                    self._posted.append(_Posted(None, text))
+                elif seq < len(self._posted) and self._posted[seq].message_id:
                     if self._posted[seq].shown != text:
                         await self.adapter.edit_message(self.target, self._posted[seq].message_id or "", text)
                     self._posted[seq].shown = text
@@ -182,3 +194,55 @@ class ReplyStream:
     @property
     def posted(self) -> bool:
         return bool(self._posted)
+
+
+class Outbound:
+    """Every message the gateway posts on its own: notices, command answers, pairing codes, "busy".
+
+    Each goes through a `ReplyStream` (rendering, splitting, waiting out 429s, retrying a failed
+    post, a delivery row under an id of its own), in the background so that the inbound event
+    that caused it is acknowledged at once, in order per conversation, and drained at stop.
+    """
+
+    def __init__(self, adapter_for: Callable[[str], Adapter | None], store: Store, clock: Clock,
+                 on_platform_error: Callable[[str, str], None] = lambda platform, kind: None) -> None:
+        self._adapter_for, self._store, self._clock = adapter_for, store, clock
+        self._on_platform_error = on_platform_error
+        self._tails: dict[tuple[str, str, str | None], asyncio.Task[None]] = {}
+
+    def send(self, target: ReplyTarget, markdown: str, *, private_to: str | None = None) -> asyncio.Task[None]:
+        """Queue `markdown` for `target` (only `private_to` sees it, when given); returns the task."""
+        key = (target.binding_id, target.channel, target.thread)
+        previous = self._tails.get(key)
+        task = asyncio.create_task(self._send(previous, target, markdown, private_to), name=f"outbound:{key}")
+        self._tails[key] = task
+        task.add_done_callback(lambda t: self._tails.pop(key, None) if self._tails.get(key) is t else None)
+        return task
+
+    async def _send(self, previous: asyncio.Task[None] | None, target: ReplyTarget, markdown: str,
+                    private_to: str | None) -> None:
+        if previous is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(previous)
+        adapter = self._adapter_for(target.binding_id)  # looked up when sent: a reload may have swapped it
+        if adapter is None:
+            log.warning("not sent (binding %s is gone): a %s message", target.binding_id,
+                        "private" if private_to else "public")
+            return
+        stream = ReplyStream(adapter, target, self._store, f"out-{new_id()}", self._clock, fresh=True,
+                             private_to=private_to,
+                             on_platform_error=lambda kind: self._on_platform_error(target.platform, kind))
+        try:
+            await stream.finish(markdown)
+        except Exception as e:  # a message the gateway sends on its own never takes anything down with it
+            log.warning("could not send a message to %s: %s", target.platform, e)
+
+    async def drain(self, timeout: float) -> None:
+        """Wait for queued messages (at most `timeout` seconds), then cancel what is left."""
+        pending = list(self._tails.values())
+        if not pending:
+            return
+        _, left = await asyncio.wait(pending, timeout=timeout)
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)

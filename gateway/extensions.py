@@ -19,24 +19,13 @@ if TYPE_CHECKING:
 
 
 def install(gateway: Gateway) -> None:
-    """Called once by `Gateway.start`, after the store exists and before adapters start."""
-    from .approvals import Approvals
-
-    approvals = Approvals(gateway)
-    gateway.approvals = approvals
-    gateway.extensions.append(approvals)
-    gateway.runner.park_handler = approvals.park
-    gateway.runner.resume_results = approvals.results_for
-    gateway.conversation_extras = approvals.extras
-
-    from .pairing import for_gateway
-
-    gateway.pairing = for_gateway(gateway)  # read by Gateway._paired / _pairing_reply
-
-    from capabilities import catalog
+    """Called once by `Gateway.start`, after the store and the core's parts exist and before adapters start."""
+    from capabilities import approval_gate, catalog
     from capabilities.registry import build_for_turn, load_builtin
 
     load_builtin()
+    # The gate first: its wrapper is outermost, so it sees the names the model calls.
+    gateway.runner.capability_builders.append(approval_gate.build_for_turn)
     gateway.runner.capability_builders.append(build_for_turn)
     gateway.extra_routes.extend(catalog.http_routes())
 
@@ -46,10 +35,10 @@ def install(gateway: Gateway) -> None:
     from .mcp import McpPool
 
     pool = McpPool(gateway)
-    gateway.mcp = pool  # type: ignore[attr-defined]
+    gateway.mcp = pool
     gateway.extensions.append(pool)
     gateway.runner.turn_preparers.append(pool.prepare)
-    gateway.runner.capability_builders.append(mcp_servers.build_for_turn)
+    gateway.runner.capability_builders.append(mcp_servers.builder(pool))
 
 
 def register_checks() -> None:

@@ -1,4 +1,4 @@
-"""The daemon's one aiohttp application: health, metrics, and the routes adapters serve.
+"""The daemon's one aiohttp application: health, metrics, the API, and the routes adapters serve.
 
 The JSON API is guarded by `http.api_token` when one is set (a bearer token, or
 `?access_token=` for EventSource, which cannot send headers). Platform webhooks check their
@@ -12,6 +12,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+
+from . import api
 
 if TYPE_CHECKING:
     from .daemon import Gateway
@@ -58,6 +60,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
     app.router.add_post("/api/v1/admin/reload", _reload)
+    app.router.add_routes(api.routes(gateway))
     app.router.add_routes(gateway.extra_routes)  # before the catch-all
     app.router.add_route("*", "/{tail:.*}", gateway.routes.handle)
     gateway.routes.rebuild(gateway.adapters.values())

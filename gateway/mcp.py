@@ -23,13 +23,14 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .reconnect import Backoff
 from bindings.models import McpServerSpec
 from bindings.secrets import SecretRef
 
+from .reconnect import Backoff
+
 if TYPE_CHECKING:
     from .daemon import Gateway
-    from .runner import Turn
+    from .turn import Turn
 
 log = logging.getLogger("gateway.mcp")
 

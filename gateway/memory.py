@@ -31,7 +31,6 @@ from .messages import ChatKind
 from .store.models import Account, MemoryAudit, MemoryNote, Person
 
 if TYPE_CHECKING:
-    from .runner import Turn
     from .store.repo import Store
 
 PERSON, CHAT = "person", "chat"
@@ -90,19 +89,6 @@ def resolve_scope(
 
 def chat_owner(platform: str, workspace: str, channel: str) -> str:
     return f"{platform}:{workspace}:{channel}"
-
-
-def scope_for_turn(turn: Turn) -> Scope | NoStore:
-    c = turn.conversation
-    return resolve_scope(
-        agent_id=turn.agent.id,
-        chat_kind=ChatKind(c.chat_kind),
-        platform=c.platform,
-        workspace=c.workspace,
-        channel=c.channel,
-        person_id=turn.requester_person_id,
-        allow_personal=turn.binding.memory.allow_personal,
-    )
 
 
 @dataclass(frozen=True, slots=True)

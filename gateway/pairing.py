@@ -13,8 +13,8 @@ Limits, so a stranger can neither make the bot a noise machine nor guess their w
   until the oldest of them is LOCKOUT old. Codes have 40 random bits; the lockout keeps it so.
 
 Everything lives in the store, so the CLI (another process), every replica and a restarted
-daemon agree. The core calls `is_paired` (admission's `sender_allowed`) and `challenge` (when
-admission answers `needs_pairing`); `extensions.install` sets `gateway.pairing`.
+daemon agree. The inbound path (`gateway.inbound`) calls `is_paired` (admission's
+`sender_allowed`) and `challenge` (when admission answers `needs_pairing`).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
 from .clock import Clock
-from .messages import ChatKind, InboundMessage, reply_thread
+from .messages import ChatKind, InboundMessage
 from .store.models import PairedAccount, PairingFailure, PairingRequest
-from .surface import ReplyTarget
+from .surface import target_for
 
 if TYPE_CHECKING:
-    from .daemon import Gateway
+    from .delivery import Outbound
     from .store.repo import Store
 
 log = logging.getLogger("gateway.pairing")
@@ -211,18 +211,13 @@ def _pending(row: PairingRequest) -> PendingPairing:
                           row.created_at, row.expires_at)
 
 
-def for_gateway(gateway: Gateway) -> Pairing:
-    """Pairing that tells a stranger their code in the chat they wrote in."""
+def through(store: Store, outbound: Outbound) -> Pairing:
+    """Pairing that tells a stranger their code in the chat they wrote in, on the one outbound path."""
 
     async def send(msg: InboundMessage, text: str) -> None:
-        adapter = gateway.adapters.get(msg.binding_id)  # looked up per send: a reload may swap it
-        if adapter is None:
-            return
-        target = ReplyTarget(msg.platform, msg.binding_id, msg.workspace, msg.channel, reply_thread(msg),
-                             msg.chat_kind)
-        await adapter.post_message(target, adapter.render(text))
+        outbound.send(target_for(msg), text)
 
-    return Pairing(gateway.store, send)
+    return Pairing(store, send)
 
 
 def add_cli(sub: Any, load: Any) -> None:

@@ -2,8 +2,9 @@
 
 The binding that admitted the message decides what the run gets: the agent, the binding's
 prompt appended to the instructions, the capabilities (built by the registry from the agent
-spec, bound server-side to this conversation), and who will hear the answer. All of that is
-in `Turn`, which tools see as their run context's deps.
+spec, bound server-side to this conversation), and who will hear the answer. What tools may
+use of that is the narrow `gateway.turn.Turn`, their run context's deps; the adapter and the
+config stay here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import (
@@ -45,11 +46,13 @@ from bindings.models import AgentSpec, BindingSpec
 
 from .delivery import ReplyStream
 from .llm import ModelConfigError, resolve_model
+from .memory import NoteStore, resolve_scope
 from .messages import ChatKind
 from .store import repo
+from .store.conversation_log import ConversationLog
 from .store.models import Run
-from .policy import Modes, ToolInfo
-from .surface import Adapter, ReplyTarget
+from .surface import Adapter
+from .turn import Memory, Requester, Turn
 
 if TYPE_CHECKING:
     from .daemon import Gateway
@@ -59,37 +62,12 @@ log = logging.getLogger("gateway.runner")
 TYPING_EVERY = 4.0
 
 
-@dataclass
-class Turn:
-    """Everything one run is granted, decided server-side. Tools receive it as `ctx.deps`."""
+@dataclass(frozen=True)
+class Prepared:
+    """A run ready to drive: the tools' context and what only the runner uses (where replies go)."""
 
-    run_id: str
-    conversation: repo.ConversationRef
-    binding: BindingSpec
-    agent: AgentSpec
-    config: LoadedConfig
-    target: ReplyTarget
+    turn: Turn
     adapter: Adapter
-    requester_person_id: str | None
-    requester_account: str | None
-    requester_name: str
-    gateway: Gateway
-    modes: Modes | None = None  # read when the first tool is called (most runs call none)
-    # Every tool offered in this run by the name the model sees, with its stable id: the gate's map.
-    tools: dict[str, ToolInfo] = field(default_factory=dict)
-    notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
-
-    @property
-    def chat_kind(self) -> ChatKind:
-        return ChatKind(self.conversation.chat_kind)
-
-    @property
-    def one_to_one(self) -> bool:
-        return self.chat_kind is ChatKind.DM
-
-    @property
-    def log_fields(self) -> dict[str, str]:
-        return {"binding": self.binding.id, "conversation": self.conversation.id, "run": self.run_id}
 
 
 # Extensions (the capability registry, approvals) contribute to the agent a turn builds.
@@ -174,30 +152,36 @@ class Runner:
 
     # --- building -----------------------------------------------------------------------
 
-    async def turn_for(self, run: Run) -> Turn | None:
+    async def prepare(self, run: Run) -> Prepared | None:
+        """The run's context, decided server-side from the binding that admitted it and who hears the answer."""
         gw = self.gateway
         conversation = await gw.store.conversation(run.conversation_id)
-        config = gw.config
-        binding = config.bindings.get(run.binding_id)
+        binding = gw.config.bindings.get(run.binding_id)
         adapter = gw.adapters.get(run.binding_id)
         if conversation is None or binding is None or adapter is None:
             await gw.store.end_run(run.id, repo.FAILED, reason="binding no longer configured")
             return None
-        agent = config.agents[binding.agent]
-        target = conversation.target()
-        return Turn(
+        agent = gw.config.agents[binding.agent]
+        chat_kind = ChatKind(conversation.chat_kind)
+        scope = resolve_scope(agent_id=agent.id, chat_kind=chat_kind, platform=conversation.platform,
+                              workspace=conversation.workspace, channel=conversation.channel,
+                              person_id=run.requester_person_id, allow_personal=binding.memory.allow_personal)
+        approvals = gw.approvals
+        turn = Turn(
             run_id=run.id,
             conversation=conversation,
             binding=binding,
             agent=agent,
-            config=config,
-            target=target,
-            adapter=adapter,
-            requester_person_id=run.requester_person_id,
-            requester_account=run.requester_account,
-            requester_name=run.requester_name,
-            gateway=gw,
+            target=conversation.target(),
+            requester=Requester(run.requester_person_id, run.requester_account, run.requester_name),
+            clock=gw.clock,
+            memory=Memory(NoteStore(gw.store), scope),
+            directory=adapter.directory(),
+            state=gw.store.capability_state,
+            history=ConversationLog(gw.store.sessions, conversation.id),
+            read_modes=lambda: approvals.modes(conversation.id),
         )
+        return Prepared(turn, adapter)
 
     def instructions(self, turn: Turn) -> str:
         parts = [turn.agent.instructions.strip(), turn.binding.prompt.strip()]
@@ -207,11 +191,9 @@ class Runner:
         return "\n\n".join(p for p in parts if p)
 
     def build_agent(self, turn: Turn) -> Agent[Turn, Any]:
-        from .approvals import ApprovalGate
-
-        model = resolve_model(turn.agent.model, turn.config.gateway.providers)
-        # The gate is first, so it wraps outermost and sees the names the model calls.
-        capabilities: list[Any] = [ApprovalGate(turn=turn)]
+        model = resolve_model(turn.agent.model, self.gateway.config.gateway.providers)
+        # The approval gate is the first builder, so it wraps outermost and sees the names the model calls.
+        capabilities: list[Any] = []
         for build in self.capability_builders:
             capabilities.extend(build(turn))
         return Agent(
@@ -229,24 +211,26 @@ class Runner:
     async def execute(self, claimed: repo.Claimed) -> None:
         """Run a freshly claimed run from its queued user messages (or resume a decided one)."""
         run = claimed.run
-        turn = await self.turn_for(run)
-        if turn is None:
+        prepared = await self.prepare(run)
+        if prepared is None:
             return
+        turn = prepared.turn
         if run.state is not None and self.resume_results is not None:
             # A parked run whose calls were all decided: continue from its stored messages,
             # answering below the card in a new message.
-            stream = self.stream_for(turn, segment=True)
+            stream = self.stream_for(prepared, segment=True)
             deferred = await self.resume_results(run.id)
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
         prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
         history = history_messages(claimed.history, turn.chat_kind)
         # A run that never started has posted nothing: no delivery rows to look up.
-        await self.drive(turn, prompt=prompt, history=history, stream=self.stream_for(turn, fresh=claimed.fresh))
+        await self.drive(turn, prompt=prompt, history=history, stream=self.stream_for(prepared, fresh=claimed.fresh))
 
-    def stream_for(self, turn: Turn, *, segment: bool = False, fresh: bool = False) -> ReplyStream:
+    def stream_for(self, prepared: Prepared, *, segment: bool = False, fresh: bool = False) -> ReplyStream:
         gw = self.gateway
-        return ReplyStream(turn.adapter, turn.target, gw.store, turn.run_id, gw.clock, segment=segment, fresh=fresh,
+        turn = prepared.turn
+        return ReplyStream(prepared.adapter, turn.target, gw.store, turn.run_id, gw.clock, segment=segment, fresh=fresh,
                            on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc())
 
     async def drive(
@@ -256,11 +240,10 @@ class Runner:
         prompt: str | None,
         history: list[ModelMessage],
         deferred: DeferredToolResults | None = None,
-        stream: ReplyStream | None = None,
+        stream: ReplyStream,
     ) -> None:
         """Run the agent to an outcome: finished, parked, or an end the person is told about."""
         gw = self.gateway
-        stream = stream or self.stream_for(turn)
         started = gw.clock.monotonic()
         token = CancellationToken()
         self._tokens[turn.run_id] = token
@@ -347,7 +330,7 @@ class Runner:
         """Show the platform's working indicator until the first text is posted."""
         while not stream.posted:
             try:
-                await turn.adapter.show_typing(turn.target)
+                await stream.adapter.show_typing(turn.target)
             except Exception as e:  # an indicator is a nicety; never fail the run over it
                 log.debug("typing indicator failed: %s", e)
             await asyncio.sleep(TYPING_EVERY)

@@ -180,6 +180,10 @@ class Dispatcher(Protocol):
 
     async def set_state(self, binding_id: str, key: str, value: str) -> None: ...
 
+    def publish(self, conversation_id: str, event: dict[str, Any]) -> None:
+        """Put an event on a conversation's event stream (what the web page and API clients read)."""
+        ...
+
 
 @dataclass(slots=True)
 class AdapterHealth:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.clock import ManualClock
+from gateway.store.approvals import ApprovalStore
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import (
     Duplicate,
@@ -86,7 +87,8 @@ async def test_a_parked_run_resumes_and_its_answer_is_dated_from_the_resume(stor
     run = await store.run(asked.run_id)
     assert run is not None and run.status == "parked" and run.state == "[]" and run.finished_at is None
     _clock(store).advance(60)
-    assert await store.resume_run(asked.run_id) == "[]"
+    # What a decided card does: the parked run goes back to its conversation's queue.
+    assert await ApprovalStore(store.sessions, store.clock).requeue_if_decided("no-card", asked.run_id)
     resumed = await store.claim_next_run(conv.id)
     assert resumed is not None and resumed.run.id == asked.run_id and not resumed.fresh
     _clock(store).advance(1)
@@ -130,12 +132,14 @@ async def test_redelivery_and_a_full_queue_store_nothing(store: Store) -> None:
     with pytest.raises(QueueFull):
         await _say(store, conv, "e2", "two", limit=1)
     assert [m.text for m in await store.messages(conv.id)] == ["one"]
-    assert await store.seen("web", ["e1"]) is True
+    assert await store.known("web", ["e1"]) is True
     # The refused event left no ledger row: once the queue drains, its retry is accepted.
     assert await store.claim_next_run(conv.id) is not None
     await _say(store, conv, "e2", "two", limit=1)
     assert [m.text for m in await store.messages(conv.id)] == ["one", "two"]
-    assert await store.seen("web", ["e3"]) is False and await store.seen("web", ["e3"]) is True
+    assert await store.known("web", ["e3"]) is False
+    assert await store.record("web", ["e3"]) is True and await store.record("web", ["e3"]) is False
+    assert await store.known("web", ["e3"]) is True
 
 
 async def test_a_lapsed_lease_hands_the_run_back(store: Store) -> None:

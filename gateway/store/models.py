@@ -281,3 +281,28 @@ class PairingFailure(Base):
     __tablename__ = "pairing_failures"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     failed_at: Mapped[datetime] = mapped_column(TS, index=True)
+
+
+class CapabilityStateRow(Base):
+    """A value a capability keeps between runs, under a scope it names (a conversation, a person, an agent)."""
+
+    __tablename__ = "capability_state"
+    capability: Mapped[str] = mapped_column(String(100), primary_key=True)
+    scope: Mapped[str] = mapped_column(String(500), primary_key=True)
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ModeChange(Base):
+    """One switch of a conversation's approval modes: who, from where, to what, when (the audit)."""
+
+    __tablename__ = "mode_changes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(String(40), index=True)
+    who: Mapped[str] = mapped_column(String(200))
+    account_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    surface: Mapped[str] = mapped_column(String(40))  # "command", "button", "api"
+    approve_all: Mapped[bool] = mapped_column(Boolean)
+    ask_every_tool: Mapped[bool] = mapped_column(Boolean)
+    at: Mapped[datetime] = mapped_column(TS)

@@ -17,9 +17,10 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from ..clock import Clock, new_id
-from ..messages import ChatKind
+from ..messages import ChatKind, InboundMessage, conversation_key, reply_thread
 from ..surface import ReplyTarget
 from . import driver
+from .capability_state import CapabilityState
 from .models import Account, AdapterState, Conversation, Delivery, Message, Person, Run
 
 K = TypeVar("K")
@@ -50,6 +51,12 @@ class ConversationRef:
     channel: str
     thread: str | None
     chat_kind: str
+
+    @classmethod
+    def of(cls, message: InboundMessage, id: str = "") -> ConversationRef:
+        """The conversation `message` belongs to: the one place a message becomes one."""
+        return cls(id, conversation_key(message), message.platform, message.binding_id, message.workspace,
+                   message.channel, reply_thread(message), message.chat_kind.value)
 
     def target(self) -> ReplyTarget:
         """Where this conversation's replies, cards and notices go."""
@@ -127,6 +134,7 @@ class Store:
         # Conversations never change once created, and accounts rarely: keep what we read.
         self._conversations: _Lru[str, ConversationRef] = _Lru(CACHE_SIZE)
         self._identities: _Lru[tuple[str, str, str], tuple[Identity, str, float]] = _Lru(CACHE_SIZE)
+        self.capability_state = CapabilityState(self.sessions, self.clock)
 
     async def _lock(self, tx: driver.Tx, key: str) -> None:
         """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).
@@ -142,18 +150,27 @@ class Store:
 
     # --- inbound ------------------------------------------------------------------------
 
-    async def seen(self, binding_id: str, event_ids: Sequence[str]) -> bool:
-        """Record event ids in the ledger on their own; True if any was already there.
+    async def known(self, binding_id: str, event_ids: Sequence[str]) -> bool:
+        """Whether any of these event ids is in the ledger already (a redelivery), without recording."""
+        async with driver.transaction(self.engine) as tx:
+            for event_id in event_ids:
+                if await tx.one("SELECT 1 FROM inbound_ledger WHERE binding_id = :b AND event_id = :e",
+                                b=binding_id, e=event_id):
+                    return True
+        return False
 
-        Used for events that are not admitted: a redelivery of a refused event is still a
-        redelivery, and the ledger row keeps the refusal from being repeated.
+    async def record(self, binding_id: str, event_ids: Sequence[str]) -> bool:
+        """Record event ids in the ledger on their own; False if any was already there.
+
+        For events whose effect is not a stored message (a refusal, a pairing code, a chat
+        command): recorded just before the effect, so it happens at most once on any replica.
         """
         try:
             async with driver.transaction(self.engine) as tx:
                 await self._ledger(tx, binding_id, event_ids)
         except Duplicate:
-            return True
-        return False
+            return False
+        return True
 
     async def _ledger(self, tx: driver.Tx, binding_id: str, event_ids: Sequence[str]) -> None:
         """Insert ledger rows; Duplicate (rolling the transaction back) if any was there."""
@@ -451,17 +468,6 @@ class Store:
                     # after an approval card began when the run resumed.
                     t=now if resumed else (started_at or now),
                 )
-
-    async def resume_run(self, run_id: str) -> str | None:
-        """Move a parked run back to running, once; returns its paused state, or None if not parked."""
-        async with self.sessions() as s, s.begin():
-            result = await s.execute(
-                update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=RUNNING)
-            )
-            if result.rowcount != 1:
-                return None
-            run = await s.get(Run, run_id)
-            return run.state if run else None
 
     async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
         async with self.sessions() as s:

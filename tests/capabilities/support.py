@@ -22,8 +22,8 @@ from pydantic_ai.tools import ToolDefinition
 
 from gateway import llm
 from gateway.daemon import Gateway
-from gateway.messages import ChatKind, InboundMessage, Sender, conversation_key, reply_thread
-from gateway.runner import Turn
+from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.turn import Turn
 from gateway.store import repo
 
 from ..conftest import running_gateway, wait_for, write_config
@@ -124,7 +124,7 @@ class World:
         """The turn the runner builds for this message, without the scheduler running it.
 
         The message is recorded (ledger, conversation, queued run) and the run claimed as the
-        scheduler would; `Runner.turn_for` then builds the Turn. Used where many runs are needed
+        scheduler would; `Runner.prepare` then builds the Turn. Used where many runs are needed
         fast: the reply is not streamed to the platform.
         """
         n = next(self._ids)
@@ -135,17 +135,16 @@ class World:
             chat_kind=where.kind, sender=Sender(who.account_id, who.name), text=text, event_id=f"d{n}",
             message_id=f"{n}.000", mentioned=True,
         )
-        ref = repo.ConversationRef("", conversation_key(msg), where.platform, where.binding, where.workspace,
-                                   where.channel, reply_thread(msg), where.kind.value)
+        ref = repo.ConversationRef.of(msg)
         ingested = await store.ingest(binding_id=where.binding, event_ids=[f"{where.platform}:d{n}"], conversation=ref,
                                       identity=identity, account_id=who.account_id, text=text,
                                       agent_id=self.gw.config.bindings[where.binding].agent,
                                       platform_message_id=msg.message_id, queue_limit=1000)
         claimed = await store.claim_next_run(ingested.conversation.id)
         assert claimed is not None and claimed.run.id == ingested.run_id
-        turn = await self.gw.runner.turn_for(claimed.run)
-        assert turn is not None
-        return turn
+        prepared = await self.gw.runner.prepare(claimed.run)
+        assert prepared is not None
+        return prepared.turn
 
     async def run(self, who: Account, where: Place, text: str, *, adjust: Callable[[Turn], Turn] | None = None) -> Seen:
         """One run built by the runner, driven to its end by pydantic-ai; what the model was shown.
@@ -176,6 +175,8 @@ class World:
             message_id=f"{n}.000", mentioned=where.kind is not ChatKind.DM,
         ))
         assert not result.accepted and result.reason == "command", result
+        # The answer goes out on the outbound path, after the command was acknowledged.
+        await wait_for(lambda: len(adapter.private) > before, what=f"the answer to {text!r}")
         [(_, account, reply)] = adapter.private[before:]
         assert account == who.account_id
         return reply

@@ -11,8 +11,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway import llm
-from gateway.memory import INDEX, NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, NoteStore, Scope
+from gateway.memory import INDEX, NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, NoteStore, Scope, resolve_scope
 from gateway.messages import ChatKind
+from gateway.turn import Memory
 
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
 
@@ -103,7 +104,10 @@ async def test_without_a_store_the_tools_refuse_in_text(tmp_path: Path) -> None:
             "allow_personal: false drops the personal store only; group notes stay"
 
         def anonymous(turn):  # a public surface: nobody to attribute a note to
-            return dataclasses.replace(turn, requester_person_id=None)
+            c = turn.conversation
+            scope = resolve_scope(agent_id=turn.agent.id, chat_kind=turn.chat_kind, platform=c.platform,
+                                  workspace=c.workspace, channel=c.channel, person_id=None, allow_personal=True)
+            return dataclasses.replace(turn, memory=Memory(turn.memory.notes, scope))
 
         for call in ("list_memory", "read_memory name=tea.md", "write_memory name=a.md content=x",
                      "edit_memory name=a.md old_text=x new_text=y", "delete_memory name=a.md"):

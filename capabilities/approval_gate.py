@@ -1,0 +1,48 @@
+"""The approval gate: a call the policy gates raises `ApprovalRequired`, so the run parks.
+
+Always the first capability of a run, so its wrapper toolset is outermost and sees the names
+the model called; the policy itself (`gateway.policy.needs_approval`) is keyed on the stable
+ids in `Turn.tools`, so a renamed tool is still gated. The service that shows cards and takes
+decisions is `gateway.approvals`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from gateway.policy import needs_approval
+from gateway.turn import Turn
+
+
+@dataclass
+class _GateToolset(WrapperToolset[Turn]):
+    turn: Turn | None = None
+
+    async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Turn], tool: ToolsetTool[Turn]) -> Any:
+        turn = self.turn
+        assert turn is not None
+        if not ctx.tool_call_approved and needs_approval(turn.tools.get(name), await turn.modes()):
+            raise ApprovalRequired
+        return await super().call_tool(name, tool_args, ctx, tool)
+
+
+@dataclass
+class ApprovalGate(AbstractCapability[Turn]):
+    """Wraps the run's whole toolset (outermost), so it sees the names the model used."""
+
+    turn: Turn | None = None
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn] | None:
+        return _GateToolset(toolset, turn=self.turn)
+
+
+def build_for_turn(turn: Turn) -> list[AbstractCapability[Turn]]:
+    """The runner's first capability builder."""
+    return [ApprovalGate(turn=turn)]

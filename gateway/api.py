@@ -1,0 +1,283 @@
+"""The HTTP API (`/api/v1`): conversations, messages, the event stream, decisions, modes, memory.
+
+It belongs to the core: an API client and the web page are one local person talking to the
+web binding, through the same inbound path, the same approval checks and the same stores as a
+chat platform. `adapters/web/` only serves the page and publishes replies onto the event bus.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from bindings.models import BindingSpec
+
+from . import memory
+from .clock import new_id
+from .messages import ChatKind, InboundMessage, Sender
+from .store import repo
+from .surface import ApprovalCard, Decision
+
+if TYPE_CHECKING:
+    from .daemon import Gateway
+
+MAX_TEXT = 32_000
+WORKSPACE = "local"
+KEEPALIVE = 15.0
+
+
+def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
+    api = _Api(gateway)
+    return [
+        web.post("/api/v1/conversations", api.create_conversation),
+        web.get("/api/v1/conversations/{id}/messages", api.list_messages),
+        web.post("/api/v1/conversations/{id}/messages", api.post_message),
+        web.get("/api/v1/conversations/{id}/events", api.events),
+        web.post("/api/v1/conversations/{id}/modes", api.set_modes),
+        web.post("/api/v1/approvals/{id}", api.decide),
+        web.get("/api/v1/me/memory", api.my_memory),
+        web.post("/api/v1/me/memory", api.change_my_memory),
+    ]
+
+
+def web_key(conversation_id: str) -> str:
+    return f"web:{WORKSPACE}:{conversation_id}"
+
+
+class _Api:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+
+    def _binding(self) -> BindingSpec:
+        """The web binding API clients talk to (looked up per request: a reload may change it)."""
+        for binding in self.gw.config.bindings.values():
+            if binding.platform == "web" and binding.enabled and binding.id in self.gw.adapters:
+                return binding
+        raise _error(404, "no_web_binding", "no web binding is configured on this gateway")
+
+    def _person(self, binding: BindingSpec) -> str:
+        return (binding.web.person if binding.web else None) or "local"
+
+    async def _conversation(self, request: web.Request, binding: BindingSpec) -> repo.ConversationRef:
+        conversation_id = request.match_info["id"]
+        conv = await self.gw.store.conversation(conversation_id)
+        if conv is None or conv.binding_id != binding.id:
+            raise _error(404, "not_found", f"no conversation {conversation_id!r}")
+        return conv
+
+    async def create_conversation(self, request: web.Request) -> web.Response:
+        binding = self._binding()
+        conversation_id = new_id()
+        await self.gw.store.create_conversation(repo.ConversationRef(
+            id=conversation_id, key=web_key(conversation_id), platform="web", binding_id=binding.id,
+            workspace=WORKSPACE, channel=conversation_id, thread=None, chat_kind=ChatKind.DM.value,
+        ))
+        return web.json_response({"id": conversation_id}, status=201)
+
+    async def post_message(self, request: web.Request) -> web.Response:
+        binding = self._binding()
+        body = await _json_object(request)
+        if not isinstance(body.get("text"), str):
+            return _bad(400, "bad_request", "the body must be a JSON object with a string field 'text'")
+        text: str = body["text"]
+        if len(text) > MAX_TEXT:
+            return _bad(413, "too_long", f"text is {len(text)} characters; the limit is {MAX_TEXT}")
+        if not text.strip():
+            return _bad(400, "empty", "text is empty")
+        conv = await self._conversation(request, binding)
+        event_id = request.headers.get("Idempotency-Key") or new_id()
+        person = self._person(binding)
+        result = await self.gw.submit(InboundMessage(
+            platform="web", binding_id=binding.id, workspace=WORKSPACE, channel=conv.channel,
+            chat_kind=ChatKind.DM, sender=Sender(account_id=person, display_name=person), text=text,
+            event_id=event_id, message_id=event_id,
+        ))
+        if result.accepted:
+            return web.json_response({"message_id": result.message_id, "run_id": result.run_id}, status=202)
+        if result.duplicate:
+            return _bad(409, "duplicate", "a message with this Idempotency-Key was already received")
+        if result.reason == "command":  # answered by the gateway itself, on the event stream
+            return web.json_response({"command": True}, status=200)
+        if result.reason == "busy":
+            return _bad(429, "busy", "this conversation has too many messages waiting; try again shortly")
+        return _bad(403, "not_admitted", result.reason or "message not accepted")
+
+    async def decide(self, request: web.Request) -> web.Response:
+        """An API client's decision: the same checks as a click, made as the local person."""
+        binding = self._binding()
+        body = await _json_object(request)
+        try:
+            decision = Decision(body.get("decision"))
+        except ValueError:
+            return _bad(400, "bad_request", "decision must be one of: approve, deny, approve_all")
+        person = self._person(binding)
+        outcome = await self.gw.decide(request.match_info["id"], decision, Sender(person, person),
+                                       binding_id=binding.id, surface="api")
+        status = 200 if outcome.accepted else (404 if "no longer exists" in outcome.message else 409)
+        if not outcome.accepted and outcome.message.startswith("Only "):
+            status = 403
+        return web.json_response({"accepted": outcome.accepted, "message": outcome.message}, status=status)
+
+    async def set_modes(self, request: web.Request) -> web.Response:
+        """The same rule as `/approvals` in a chat: only the binding's deciders may switch."""
+        binding = self._binding()
+        conv = await self._conversation(request, binding)
+        body = await _json_object(request)
+        values = {k: body[k] for k in ("approve_all", "ask_every_tool") if isinstance(body.get(k), bool)}
+        if not values:
+            return _bad(400, "bad_request", "send {\"approve_all\": true|false} or {\"ask_every_tool\": true|false}")
+        person = self._person(binding)
+        modes = await self.gw.approvals.switch(conv, Sender(person, person), surface="api", **values)
+        if isinstance(modes, str):
+            return _bad(403, "forbidden", modes)
+        return web.json_response({"approve_all": modes.approve_all, "ask_every_tool": modes.ask_every_tool})
+
+    # --- the local person's own memory ----------------------------------------------------
+
+    async def _me(self, binding: BindingSpec) -> str:
+        person = self._person(binding)
+        return (await self.gw.store.identify("web", WORKSPACE, person, person)).person_id
+
+    async def my_memory(self, request: web.Request) -> web.Response:
+        """What agents wrote about the web's local person: which agent, which note, when; with the text."""
+        notes = await memory.NoteStore(self.gw.store).about(await self._me(self._binding()))
+        return web.json_response({"notes": [_note_json(n) for n in notes]})
+
+    async def change_my_memory(self, request: web.Request) -> web.Response:
+        """{"action": "stop" | "use" | "delete", "agent", "name"} or {"action": "erase"}."""
+        binding = self._binding()
+        body = await _json_object(request)
+        action, agent, name = body.get("action"), body.get("agent"), body.get("name")
+        notes = memory.NoteStore(self.gw.store)
+        person = await self._me(binding)
+        if action == "erase":
+            return web.json_response({"erased": await notes.erase(person)})
+        if action not in ("stop", "use", "delete") or not isinstance(agent, str) or not isinstance(name, str):
+            return _bad(400, "bad_request", 'send {"action": "stop"|"use"|"delete", "agent": ID, "name": NOTE} '
+                                            'or {"action": "erase"}')
+        if action == "delete":
+            if not await notes.forget(person, agent, name):
+                return _bad(404, "not_found", f"no note {agent}/{name} about you")
+            return web.json_response({"deleted": True})
+        note = await notes.set_suppressed(person, agent, name, action == "stop")
+        if note is None:
+            return _bad(404, "not_found", f"no note {agent}/{name} about you")
+        return web.json_response(_note_json(note))
+
+    # --- reading a conversation -----------------------------------------------------------
+
+    async def list_messages(self, request: web.Request) -> web.Response:
+        conv = await self._conversation(request, self._binding())
+        store = self.gw.store
+        turns = [
+            {"id": m.id, "role": m.role, "text": m.text, "status": m.status, "run_id": m.run_id,
+             "time": m.created_at.isoformat()}
+            for m in await store.messages(conv.id)
+        ]
+        # A reply still streaming is not a message yet; show what has been delivered so far.
+        answered = {t["run_id"] for t in turns if t["role"] == "assistant"}
+        for run in await store.runs_in([repo.RUNNING]):
+            if run.conversation_id == conv.id and run.id not in answered:
+                live = self.gw.runner.live_text(run.id)
+                parts = [live] if live else [d.text for d in await store.deliveries(run.id)]
+                if parts:
+                    turns.append({"id": None, "role": "assistant", "text": "\n\n".join(parts), "status": "streaming",
+                                  "run_id": run.id, "time": (run.started_at or run.created_at).isoformat()})
+        approvals = self.gw.approvals
+        modes = await approvals.modes(conv.id)
+        return web.json_response({
+            "conversation_id": conv.id,
+            "messages": turns,
+            # Timed, so a page can show each card where it happened among the messages.
+            "cards": [{**card_json(card), "time": created.isoformat()} for card, created in await approvals.cards(conv.id)],
+            "decisions": await approvals.decisions(conv.id),
+            "modes": {"approve_all": modes.approve_all, "ask_every_tool": modes.ask_every_tool},
+        })
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        conv = await self._conversation(request, self._binding())
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+        await response.prepare(request)
+        async with self.gw.events.listen(conv.id) as queue:
+            await response.write(b": connected\n\n")
+            idle = 0.0
+            while True:
+                # Wake every second to notice a browser that went away, not only at the keepalive.
+                try:
+                    # asyncio.timeout, unlike wait_for, wakes this task directly (no inner task),
+                    # so an event goes out on the loop's next turn.
+                    async with asyncio.timeout(1.0):
+                        event = await queue.get()
+                except TimeoutError:
+                    event = None
+                transport = request.transport
+                if transport is None or transport.is_closing():
+                    break
+                try:
+                    if event is None:
+                        idle += 1.0
+                        if idle >= KEEPALIVE:
+                            idle = 0.0
+                            await response.write(b": keepalive\n\n")
+                    else:
+                        idle = 0.0
+                        data = json.dumps(event, separators=(",", ":"))
+                        await response.write(f"event: {event['type']}\ndata: {data}\n\n".encode())
+                except (ConnectionResetError, RuntimeError):
+                    break
+        with contextlib.suppress(Exception):
+            await response.write_eof()
+        return response
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise _error(400, "bad_json", "the body must be JSON") from None
+    if not isinstance(body, dict):
+        raise _error(400, "bad_request", "the body must be a JSON object")
+    return body
+
+
+def _bad(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": code, "message": message}, status=status)
+
+
+def _error(status: int, code: str, message: str) -> web.HTTPException:
+    """An error response to raise (aiohttp's HTTP exceptions are responses)."""
+    cls = {400: web.HTTPBadRequest, 404: web.HTTPNotFound}[status]
+    return cls(text=json.dumps({"error": code, "message": message}), content_type="application/json")
+
+
+def _note_json(note: memory.Note) -> dict[str, Any]:
+    return {
+        "agent": note.agent_id,
+        "name": note.name,
+        "content": note.content,
+        "in_use": not note.suppressed,
+        "created_at": note.created_at.isoformat(),
+        "updated_at": note.updated_at.isoformat(),
+    }
+
+
+def card_json(card: ApprovalCard) -> dict[str, Any]:
+    """A card as the API and the page's event stream show it."""
+    return {
+        "card_id": card.card_id,
+        "run_id": card.run_id,
+        "deciders": card.deciders,
+        "note": card.note,
+        "pending": card.pending,
+        "items": [
+            {"approval_id": i.approval_id, "tool": i.tool_name, "capability": i.capability, "arguments": i.arguments,
+             "state": i.state.value, "decided_by": i.decided_by}
+            for i in card.items
+        ],
+    }

@@ -1,0 +1,159 @@
+"""The one path every inbound message takes, in this order and nowhere else.
+
+1. The ledger, under every id the message has (the platform's event id and, where a platform
+   delivers one message as two events, its dedupe key): a redelivery, or the second event of
+   such a pair, is dropped here, whatever it would have turned out to be.
+2. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
+3. Identity: the platform account resolves to a person.
+4. A chat command (answered by the gateway), or ingest (message, queued run) and wake the queue.
+
+Step 1 reads the ledger; the ids are written atomically with the message's effect: in the
+same transaction as the stored message (so a process that dies in between loses nothing: the
+platform redelivers and the message is stored then), or just before a refusal, a pairing code
+or a command runs (so those happen at most once on any replica). Writing the ledger first and
+the message in a second transaction would drop a message whose process died between the two.
+
+Messages of one conversation pass one at a time (a thread reply that arrives while its root
+mention is being recorded must see the conversation the mention creates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+from bindings.loader import LoadedConfig
+from bindings.models import BindingSpec
+
+from .admission import admit
+from .commands import Asked, Commands, parse_command
+from .delivery import Outbound
+from .messages import ChatKind, InboundMessage
+from .metrics import Metrics
+from .pairing import Pairing
+from .store import repo
+from .surface import SubmitResult, target_for
+
+log = logging.getLogger("gateway.inbound")
+
+BUSY = "I'm still working on earlier messages in this conversation; please send that again in a moment."
+
+
+def ledger_ids(message: InboundMessage) -> list[str]:
+    """Every id under which the platform may deliver this message again."""
+    ids = [f"{message.platform}:{message.event_id}"]
+    if message.dedupe_key:
+        ids.append(f"{message.platform}:same:{message.dedupe_key}")
+    return ids
+
+
+class Inbound:
+    def __init__(self, *, config: Callable[[], LoadedConfig], store: repo.Store, pairing: Pairing,
+                 commands: Commands, outbound: Outbound, wake: Callable[[str], None], metrics: Metrics) -> None:
+        self._config, self._store, self._pairing = config, store, pairing
+        self._commands, self._outbound, self._wake, self._metrics = commands, outbound, wake, metrics
+        self._locks = KeyedLocks()
+
+    async def submit(self, message: InboundMessage) -> SubmitResult:
+        binding = self._config().bindings.get(message.binding_id)
+        if binding is None:
+            return SubmitResult(False, reason="not accepting messages")
+        ref = repo.ConversationRef.of(message)
+        async with self._locks.hold(ref.key):
+            return await self._submit(binding, message, ref)
+
+    async def _submit(self, binding: BindingSpec, message: InboundMessage, ref: repo.ConversationRef) -> SubmitResult:
+        platform, ids, store = message.platform, ledger_ids(message), self._store
+        # 1. The ledger.
+        if await store.known(binding.id, ids):
+            return self._duplicate(platform)
+        # 2. Admission and pairing.
+        existing = await store.conversation_by_key(ref.key)
+        # Only a thread counts as "the bot is part of it"; a whole group chat does not.
+        in_conversation = existing is not None and message.thread is not None
+        decision = admit(binding, message, in_conversation=in_conversation)
+        if not decision.admitted and message.chat_kind is ChatKind.DM and binding.dm_policy in ("pairing", "allowlist"):
+            # Only a DM turned away for who sent it needs the pairing table.
+            decision = admit(binding, message, in_conversation=in_conversation,
+                             sender_allowed=await self._pairing.is_paired(message))
+        if not decision.admitted:
+            if not await store.record(binding.id, ids):
+                return self._duplicate(platform)
+            self._metrics.messages_in.labels(platform, "ignored").inc()
+            if decision.needs_pairing:
+                await self._pairing.challenge(message)
+            return SubmitResult(False, reason=decision.reason)
+        # 3. Identity.
+        identity = await store.identify(platform, message.workspace, message.sender.account_id,
+                                        message.sender.display_name)
+        # 4. A command, or the message into its conversation's queue.
+        command = parse_command(message.text)
+        if command is not None:
+            if not await store.record(binding.id, ids):
+                return self._duplicate(platform)
+            self._metrics.messages_in.labels(platform, "command").inc()
+
+            async def conversation() -> repo.ConversationRef:
+                return existing or await store.create_conversation(ref)
+
+            touched = await self._commands.run(Asked(command, message, identity.person_id, binding.agent, conversation))
+            return SubmitResult(False, reason="command", conversation_id=touched)
+        try:
+            ingested = await store.ingest(
+                binding_id=binding.id,
+                event_ids=ids,
+                conversation=existing or ref,
+                identity=identity,
+                account_id=message.sender.account_id,
+                text=_with_attachments(message),
+                agent_id=binding.agent,
+                platform_message_id=message.message_id,
+                queue_limit=self._config().gateway.limits.queued_messages_per_conversation,
+            )
+        except repo.Duplicate:
+            return self._duplicate(platform)
+        except repo.QueueFull:
+            self._metrics.messages_in.labels(platform, "busy").inc()
+            self._outbound.send(target_for(message), BUSY, private_to=message.sender.account_id)
+            return SubmitResult(False, reason="busy")
+        self._metrics.messages_in.labels(platform, "accepted").inc()
+        self._wake(ingested.conversation.id)
+        return SubmitResult(True, conversation_id=ingested.conversation.id, message_id=str(ingested.message_id),
+                            run_id=ingested.run_id)
+
+    def _duplicate(self, platform: str) -> SubmitResult:
+        self._metrics.duplicates.labels(platform).inc()
+        self._metrics.messages_in.labels(platform, "duplicate").inc()
+        return SubmitResult(False, duplicate=True, reason="duplicate")
+
+
+class KeyedLocks:
+    """An asyncio lock per key, kept only while someone holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users == 1:
+                del self._locks[key]
+            else:
+                self._locks[key] = (lock, users - 1)
+
+
+def _with_attachments(message: InboundMessage) -> str:
+    if not message.attachments:
+        return message.text
+    files = "; ".join(
+        f"{a.name} ({a.mime_type}{f', {a.size} bytes' if a.size is not None else ''})" for a in message.attachments
+    )
+    return f"{message.text}\n\n[Files shared with this message: {files}]".strip()

@@ -1,0 +1,229 @@
+"""Approval persistence: cards, their items, decisions, expiry, and a conversation's modes.
+
+The service (`gateway.approvals`) decides what may happen; these queries make it durable and
+atomic: a decision is a conditional update, so the first click wins on any replica, and a
+parked run goes back to its queue from exactly one decider's transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from ..clock import Clock, unguessable_id
+from ..policy import Modes
+from .models import Account, ApprovalCardRow, ApprovalRow, ConversationMode, Message, ModeChange, Run
+from .repo import EXPIRED, PARKED, QUEUED
+
+
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    tool_call_id: str
+    tool_id: str
+    tool_name: str
+    capability: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Speaker:
+    """Someone who has asked the agent something in a conversation."""
+
+    person_id: str | None
+    account_id: str | None
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Expired:
+    card_id: str
+    run_id: str
+    conversation_id: str
+    items: int
+
+
+class ApprovalStore:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Clock) -> None:
+        self._sessions, self._clock = sessions, clock
+
+    # --- modes --------------------------------------------------------------------------
+
+    async def modes(self, conversation_id: str) -> Modes:
+        async with self._sessions() as s:
+            row = await s.get(ConversationMode, conversation_id)
+            return Modes(row.approve_all, row.ask_every_tool) if row else Modes()
+
+    async def set_modes(self, conversation_id: str, *, who: str, account_id: str | None, surface: str,
+                        approve_all: bool | None, ask_every_tool: bool | None) -> Modes:
+        """Switch a mode (the two exclude each other) and audit the switch, in one transaction."""
+        now = self._clock.now()
+        async with self._sessions() as s, s.begin():
+            row = await s.get(ConversationMode, conversation_id)
+            if row is None:
+                row = ConversationMode(conversation_id=conversation_id, approve_all=False, ask_every_tool=False,
+                                       changed_by=who, changed_at=now)
+                s.add(row)
+            if approve_all is not None:
+                row.approve_all = approve_all
+                if approve_all:
+                    row.ask_every_tool = False
+            if ask_every_tool is not None:
+                row.ask_every_tool = ask_every_tool
+                if ask_every_tool:
+                    row.approve_all = False
+            row.changed_by, row.changed_at = who, now
+            s.add(ModeChange(conversation_id=conversation_id, who=who, account_id=account_id, surface=surface,
+                             approve_all=row.approve_all, ask_every_tool=row.ask_every_tool, at=now))
+            return Modes(row.approve_all, row.ask_every_tool)
+
+    async def mode_changes(self, conversation_id: str | None = None) -> list[ModeChange]:
+        query = select(ModeChange).order_by(ModeChange.at, ModeChange.id)
+        if conversation_id:
+            query = query.where(ModeChange.conversation_id == conversation_id)
+        async with self._sessions() as s:
+            return list(await s.scalars(query))
+
+    async def speakers(self, conversation_id: str) -> list[Speaker]:
+        """Everyone who has asked the agent something here, in order of their first message."""
+        async with self._sessions() as s:
+            rows = await s.execute(
+                select(Message.person_id, Message.account_id, Message.sender_name)
+                .where(Message.conversation_id == conversation_id, Message.role == "user")
+                .order_by(Message.created_at, Message.id)
+            )
+        seen: dict[str, Speaker] = {}
+        for person_id, account_id, name in rows:
+            key = person_id or account_id or name
+            if key not in seen:
+                seen[key] = Speaker(person_id, account_id, name)
+        return list(seen.values())
+
+    # --- cards --------------------------------------------------------------------------
+
+    async def create_card(self, *, run_id: str, conversation_id: str, binding_id: str, deciders: Any,
+                          expires_at: datetime, items: list[NewItem]) -> str:
+        card_id = unguessable_id()
+        now = self._clock.now()
+        async with self._sessions() as s, s.begin():
+            s.add(ApprovalCardRow(id=card_id, run_id=run_id, conversation_id=conversation_id, binding_id=binding_id,
+                                  card_ref=None, deciders=json.dumps(deciders), state="pending", created_at=now,
+                                  expires_at=expires_at))
+            await s.flush()
+            for i, item in enumerate(items):
+                s.add(ApprovalRow(id=unguessable_id(), card_id=card_id, run_id=run_id,
+                                  conversation_id=conversation_id, tool_call_id=item.tool_call_id,
+                                  tool_id=item.tool_id, tool_name=item.tool_name, capability=item.capability,
+                                  arguments=item.arguments, state="pending", position=i, created_at=now))
+        return card_id
+
+    async def set_card_ref(self, card_id: str, ref: str | None) -> None:
+        async with self._sessions() as s, s.begin():
+            await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card_id).values(card_ref=ref))
+
+    async def card(self, card_id: str) -> tuple[ApprovalCardRow, list[ApprovalRow], Run | None] | None:
+        async with self._sessions() as s:
+            row = await s.get(ApprovalCardRow, card_id)
+            if row is None:
+                return None
+            items = list(await s.scalars(select(ApprovalRow).where(ApprovalRow.card_id == card_id)
+                                         .order_by(ApprovalRow.position)))
+            return row, items, await s.get(Run, row.run_id)
+
+    async def cards_of(self, conversation_id: str) -> list[tuple[str, datetime]]:
+        async with self._sessions() as s:
+            rows = await s.execute(select(ApprovalCardRow.id, ApprovalCardRow.created_at)
+                                   .where(ApprovalCardRow.conversation_id == conversation_id)
+                                   .order_by(ApprovalCardRow.created_at))
+            return [(card_id, created) for card_id, created in rows]
+
+    async def target_of(self, approval_id: str) -> tuple[ApprovalRow | None, ApprovalCardRow, Run | None] | None:
+        """The item (None when the id is a whole card's), its card and its run."""
+        async with self._sessions() as s:
+            item = await s.get(ApprovalRow, approval_id)
+            card = await s.get(ApprovalCardRow, item.card_id if item else approval_id)
+            if card is None:
+                return None
+            return item, card, await s.get(Run, card.run_id)
+
+    # --- deciding -----------------------------------------------------------------------
+
+    async def decide(self, *, card_id: str, approval_id: str | None, state: str, who: str, account_id: str,
+                     surface: str) -> int:
+        """Decide one pending item (or every pending item of the card); how many this call won."""
+        where = [ApprovalRow.state == "pending"]
+        where.append(ApprovalRow.id == approval_id if approval_id is not None else ApprovalRow.card_id == card_id)
+        async with self._sessions() as s, s.begin():
+            result = await s.execute(update(ApprovalRow).where(*where).values(
+                state=state, decided_by=who, decided_by_account=account_id, decided_at=self._clock.now(),
+                surface=surface))
+            return result.rowcount or 0
+
+    async def decided_item(self, approval_id: str | None, card_id: str) -> ApprovalRow | None:
+        """What someone else decided first (for "Already approved by …")."""
+        query = select(ApprovalRow).where(ApprovalRow.card_id == card_id, ApprovalRow.state != "pending")
+        if approval_id:
+            query = select(ApprovalRow).where(ApprovalRow.id == approval_id)
+        async with self._sessions() as s:
+            return (await s.scalars(query)).first()
+
+    async def person_of(self, platform: str, workspace: str, account_id: str) -> str | None:
+        async with self._sessions() as s:
+            return await s.scalar(select(Account.person_id).where(
+                Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id))
+
+    async def requeue_if_decided(self, card_id: str, run_id: str) -> bool:
+        """When nothing on the card is pending, put the parked run back in its queue (exactly once)."""
+        async with self._sessions() as s, s.begin():
+            pending = (await s.scalars(select(ApprovalRow.id).where(ApprovalRow.card_id == card_id,
+                                                                    ApprovalRow.state == "pending"))).first()
+            if pending is not None:
+                return False
+            await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card_id,
+                                                          ApprovalCardRow.state == "pending").values(state="decided"))
+            moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=QUEUED))
+            return bool(moved.rowcount)
+
+    async def latest_decisions(self, run_id: str) -> list[ApprovalRow]:
+        """The items of a run's latest card, as decided."""
+        async with self._sessions() as s:
+            card = (await s.scalars(select(ApprovalCardRow).where(ApprovalCardRow.run_id == run_id)
+                                    .order_by(ApprovalCardRow.created_at.desc()))).first()
+            return list(await s.scalars(select(ApprovalRow).where(ApprovalRow.card_id == card.id))) if card else []
+
+    # --- expiry -------------------------------------------------------------------------
+
+    async def expire_due(self) -> list[Expired]:
+        """Expire every pending card past its time and end its run as expired; each card once, on any replica."""
+        now = self._clock.now()
+        async with self._sessions() as s:
+            due = list(await s.scalars(select(ApprovalCardRow).where(ApprovalCardRow.state == "pending",
+                                                                     ApprovalCardRow.expires_at <= now)))
+        expired: list[Expired] = []
+        for card in due:
+            async with self._sessions() as s, s.begin():
+                claimed = await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card.id,
+                                                                        ApprovalCardRow.state == "pending")
+                                          .values(state="expired"))
+                if not claimed.rowcount:
+                    continue  # another replica got it
+                result = await s.execute(update(ApprovalRow).where(ApprovalRow.card_id == card.id,
+                                                                   ApprovalRow.state == "pending")
+                                         .values(state="expired", decided_at=now))
+                await s.execute(update(Run).where(Run.id == card.run_id, Run.status == PARKED)
+                                .values(status=EXPIRED, reason="approval timed out", finished_at=now, state=None))
+            expired.append(Expired(card.id, card.run_id, card.conversation_id, result.rowcount or 0))
+        return expired
+
+    # --- reading ------------------------------------------------------------------------
+
+    async def decisions(self, conversation_id: str | None = None) -> list[ApprovalRow]:
+        query = select(ApprovalRow).order_by(ApprovalRow.created_at, ApprovalRow.position)
+        if conversation_id:
+            query = query.where(ApprovalRow.conversation_id == conversation_id)
+        async with self._sessions() as s:
+            return list(await s.scalars(query))

@@ -1,0 +1,84 @@
+"""The narrow, typed run context every tool receives as `ctx.deps`: what one run is granted.
+
+Everything here was decided server-side when the run was built (by the binding that admitted
+the message and by who will hear the answer); nothing is chosen by the model. It carries only
+what tools may use: the clock, the conversation and who hears the answer, the note store for
+the resolved memory scope, the channel directory, the approval modes, and a handle for
+capability state, and what was said in the conversation. Never the daemon, the adapter, the whole store or the config: a capability
+that needs more gets it passed in explicitly when it is registered.
+
+Capabilities import this module (and `gateway.store`), never `gateway.runner` or `gateway.daemon`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from bindings.models import AgentSpec, BindingSpec
+
+from .clock import Clock
+from .memory import NoStore, NoteStore, Scope
+from .messages import ChatKind
+from .policy import Modes, ToolInfo
+from .store.capability_state import CapabilityState
+from .store.conversation_log import ConversationLog
+from .store.repo import ConversationRef
+from .surface import ChannelDirectory, ReplyTarget
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """Who sent the message(s) this run answers."""
+
+    person_id: str | None
+    account_id: str | None
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The note store and the one scope this run may touch (or why it may touch none)."""
+
+    notes: NoteStore
+    scope: Scope | NoStore
+
+
+@dataclass
+class Turn:
+    """One run's grant. Tools receive it as `ctx.deps`."""
+
+    run_id: str
+    conversation: ConversationRef
+    binding: BindingSpec
+    agent: AgentSpec
+    target: ReplyTarget
+    requester: Requester
+    clock: Clock
+    memory: Memory
+    directory: ChannelDirectory | None
+    state: CapabilityState
+    history: ConversationLog
+    read_modes: Callable[[], Awaitable[Modes]]
+    # Every tool offered in this run by the name the model sees, with its stable id: the gate's map.
+    tools: dict[str, ToolInfo] = field(default_factory=dict)
+    notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
+    _modes: Modes | None = None
+
+    async def modes(self) -> Modes:
+        """The conversation's approval modes, read once, when the first tool is called (most runs call none)."""
+        if self._modes is None:
+            self._modes = await self.read_modes()
+        return self._modes
+
+    @property
+    def chat_kind(self) -> ChatKind:
+        return ChatKind(self.conversation.chat_kind)
+
+    @property
+    def one_to_one(self) -> bool:
+        return self.chat_kind is ChatKind.DM
+
+    @property
+    def log_fields(self) -> dict[str, str]:
+        return {"binding": self.binding.id, "conversation": self.conversation.id, "run": self.run_id}
