@@ -114,3 +114,28 @@ async def test_refuses_public_listen_without_token(tmp_path: Path) -> None:
             raise AssertionError("started on 0.0.0.0 without an api_token")
     except StartupError as e:
         assert "api_token" in str(e)
+
+
+async def test_modes_switch_only_for_the_bindings_deciders_and_are_audited(tmp_path: Path) -> None:
+    """The API is one more door to the same rule as `/approvals` in a chat."""
+    bindings = {"web": {"platform": "web", "agent": "assistant", "approvals": {"deciders": ["someone-else"]}}}
+    cfg = write_config(tmp_path / "c", bindings=bindings)
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        r = await s.post(f"/api/v1/conversations/{conv}/modes", json={"approve_all": True})
+        assert r.status == 403 and (await r.json())["message"] == "Only someone-else can change approvals here."
+        state = await (await s.get(f"/api/v1/conversations/{conv}/messages")).json()
+        assert state["modes"] == {"approve_all": False, "ask_every_tool": False}
+        assert [m for m in state["messages"] if m["role"] == "notice"] == []
+
+    bindings["web"]["approvals"] = {"deciders": "requester"}
+    write_config(tmp_path / "c", bindings=bindings)
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        r = await s.post(f"/api/v1/conversations/{conv}/modes", json={"ask_every_tool": True})
+        assert r.status == 200 and await r.json() == {"approve_all": False, "ask_every_tool": True}
+        state = await (await s.get(f"/api/v1/conversations/{conv}/messages")).json()
+        assert state["modes"]["ask_every_tool"] is True
+        [notice] = [m for m in state["messages"] if m["role"] == "notice"]
+        assert notice["text"].startswith("local switched on “ask for every tool”")
+        [change] = await gw.approvals.db.mode_changes(conv)
+        assert (change.who, change.surface, change.ask_every_tool) == ("local", "api", True)
