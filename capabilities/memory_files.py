@@ -20,18 +20,8 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
-from gateway.memory import (
-    INDEX,
-    INDEX_INJECT_LIMIT,
-    MAX_NOTE_CHARS,
-    MAX_NOTES,
-    NAME,
-    NAME_RULE,
-    NoStore,
-    NoteStore,
-    Scope,
-    StoreFull,
-)
+from gateway.memory import INDEX_INJECT_LIMIT, NAME, NAME_RULE, NoStore
+from gateway.store.notes import INDEX, MAX_NOTE_CHARS, MAX_NOTES, NoteStore, Scope, StoreFull
 from gateway.turn import Turn
 
 from .failures import trouble

@@ -16,10 +16,10 @@ from aiohttp import web
 
 from bindings.models import BindingSpec
 
-from . import memory
 from .clock import new_id
 from .messages import ChatKind, InboundMessage, Sender
 from .store import repo
+from .store.notes import Note, NoteStore
 from .surface import ApprovalCard, Decision
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class _Api:
 
     async def my_memory(self, request: web.Request) -> web.Response:
         """What agents wrote about the web's local person: which agent, which note, when; with the text."""
-        notes = await memory.NoteStore(self.gw.store).about(await self._me(self._binding()))
+        notes = await NoteStore(self.gw.store).about(await self._me(self._binding()))
         return web.json_response({"notes": [_note_json(n) for n in notes]})
 
     async def change_my_memory(self, request: web.Request) -> web.Response:
@@ -152,7 +152,7 @@ class _Api:
         binding = self._binding()
         body = await _json_object(request)
         action, agent, name = body.get("action"), body.get("agent"), body.get("name")
-        notes = memory.NoteStore(self.gw.store)
+        notes = NoteStore(self.gw.store)
         person = await self._me(binding)
         if action == "erase":
             return web.json_response({"erased": await notes.erase(person)})
@@ -256,7 +256,7 @@ def _error(status: int, code: str, message: str) -> web.HTTPException:
     return cls(text=json.dumps({"error": code, "message": message}), content_type="application/json")
 
 
-def _note_json(note: memory.Note) -> dict[str, Any]:
+def _note_json(note: Note) -> dict[str, Any]:
     return {
         "agent": note.agent_id,
         "name": note.name,

@@ -22,6 +22,7 @@ from .delivery import Outbound
 from .messages import ChatKind, InboundMessage
 from .policy import Modes
 from .store import repo
+from .store.notes import NoteStore
 from .surface import target_for
 
 _COMMAND = re.compile(r"^\s*[/!](?P<name>approvals|memory)(?:@\w+)?\b\s*(?P<args>.*)$", re.S | re.I)
@@ -97,7 +98,7 @@ class Commands:
         """`/memory`: the sender's own notes, answered privately; nothing enters the conversation."""
         args = asked.command.raw_args
         text = await memory.self_service(
-            memory.NoteStore(self._store), asked.person_id, args[0].lower() if args else "",
+            NoteStore(self._store), asked.person_id, args[0].lower() if args else "",
             args[1] if len(args) > 1 else None, default_agent=asked.agent_id,
             one_to_one=asked.message.chat_kind is ChatKind.DM,
         )

@@ -22,19 +22,25 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import secrets
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
-from datetime import datetime, timedelta
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
-
-from sqlalchemy import delete, func, select
-from sqlalchemy.exc import IntegrityError
 
 from .clock import Clock
 from .messages import ChatKind, InboundMessage
-from .store.models import PairedAccount, PairingFailure, PairingRequest
+from .store.pairing import (  # the limits live with the queries that enforce them
+    CODE_ALPHABET,
+    CODE_TTL,
+    LOCKOUT,
+    MAX_FAILURES,
+    MAX_PENDING,
+    RESEND_AFTER,
+    Challenge,
+    PairingError,
+    PairingStore,
+    PendingPairing,
+)
 from .surface import target_for
 
 if TYPE_CHECKING:
@@ -43,49 +49,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.pairing")
 
-CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: people read and type these
-CODE_LENGTH = 8
-CODE_TTL = timedelta(hours=1)
-RESEND_AFTER = timedelta(minutes=10)
-MAX_PENDING = 20
-MAX_FAILURES = 5
-LOCKOUT = timedelta(minutes=15)
-
-Send = Callable[[InboundMessage, str], Awaitable[None]]
-
-
-class PairingError(Exception):
-    """`approve` refused: an unknown or expired code, or approval is locked out."""
-
-
-@dataclass(frozen=True, slots=True)
-class PendingPairing:
-    code: str
-    binding_id: str
-    platform: str
-    account_id: str
-    display_name: str
-    created_at: datetime
-    expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Challenge:
-    """What a stranger's message led to. `notify`: tell them the code now."""
-
-    code: str | None
-    expires_at: datetime | None
-    notify: bool
-    reason: str = ""
-
-
-def new_code() -> str:
-    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
-
-
-def normalize_code(text: str) -> str:
-    """What an admin typed, as stored: case, spaces and dashes do not matter."""
-    return "".join(ch for ch in text.upper() if ch not in " -\t")
+__all__ = ["CODE_ALPHABET", "CODE_TTL", "LOCKOUT", "MAX_FAILURES", "MAX_PENDING", "RESEND_AFTER", "Challenge",
+           "Pairing", "PairingError", "PendingPairing", "challenge_text", "through"]
 
 
 def challenge_text(code: str) -> str:
@@ -98,22 +63,19 @@ def challenge_text(code: str) -> str:
     )
 
 
-class Pairing:
-    """Store-backed pairing for every binding of one gateway."""
+Send = Callable[[InboundMessage, str], Awaitable[None]]
+
+
+class Pairing(PairingStore):
+    """The store's pairing, plus what the core does with a stranger's direct message."""
 
     def __init__(self, store: Store, send: Send | None = None, clock: Clock | None = None) -> None:
-        self._sessions = store.sessions
-        self._clock = clock or store.clock
+        super().__init__(store.sessions, clock or store.clock)
         self._send = send
-
-    # --- what the core asks -------------------------------------------------------------
 
     async def is_paired(self, msg: InboundMessage) -> bool:
         """Whether an admin let this sender in (only direct messages need it)."""
-        if msg.chat_kind is not ChatKind.DM:
-            return False
-        async with self._sessions() as s:
-            return await s.get(PairedAccount, (msg.binding_id, msg.sender.account_id)) is not None
+        return msg.chat_kind is ChatKind.DM and await self.paired(msg.binding_id, msg.sender.account_id)
 
     async def challenge(self, msg: InboundMessage) -> Challenge:
         """A stranger wrote: issue (or reuse) their code and tell them, within the limits.
@@ -131,84 +93,6 @@ class Pairing:
             except Exception as e:  # the code stays valid; the sender learns it when writing again later
                 log.warning("pairing: could not send the code to %s: %s", msg.sender.account_id, e)
         return result
-
-    # --- the store ----------------------------------------------------------------------
-
-    async def request(self, binding_id: str, platform: str, workspace: str, account_id: str,
-                      display_name: str) -> Challenge:
-        now = self._clock.now()
-        async with self._sessions() as s:
-            try:
-                async with s.begin():
-                    await s.execute(delete(PairingRequest).where(PairingRequest.expires_at <= now))
-                    row = await s.scalar(select(PairingRequest).where(
-                        PairingRequest.binding_id == binding_id, PairingRequest.account_id == account_id))
-                    if row is not None:
-                        if now - row.notified_at < RESEND_AFTER:
-                            return Challenge(row.code, row.expires_at, False, "code sent recently")
-                        row.notified_at = now
-                        return Challenge(row.code, row.expires_at, True)
-                    pending = await s.scalar(select(func.count()).select_from(PairingRequest).where(
-                        PairingRequest.binding_id == binding_id))
-                    if (pending or 0) >= MAX_PENDING:
-                        return Challenge(None, None, False, "too many pending codes")
-                    code = new_code()
-                    while await s.get(PairingRequest, code) is not None:  # 40 bits: practically never
-                        code = new_code()
-                    s.add(PairingRequest(code=code, binding_id=binding_id, platform=platform, workspace=workspace,
-                                         account_id=account_id, display_name=display_name, created_at=now,
-                                         expires_at=now + CODE_TTL, notified_at=now))
-            except IntegrityError:  # the same sender's other message won the insert: it told them
-                return Challenge(None, None, False, "code being issued")
-        return Challenge(code, now + CODE_TTL, True)
-
-    async def approve(self, code: str, approved_by: str = "admin") -> PendingPairing:
-        """Let the code's sender in. Raises PairingError for a wrong or expired code, or when locked out."""
-        code = normalize_code(code)
-        now = self._clock.now()
-        async with self._sessions() as s, s.begin():
-            recent = list(await s.scalars(
-                select(PairingFailure.failed_at).where(PairingFailure.failed_at > now - LOCKOUT)
-                .order_by(PairingFailure.failed_at.desc()).limit(MAX_FAILURES)))
-            if len(recent) >= MAX_FAILURES:
-                until = recent[-1] + LOCKOUT
-                raise PairingError(f"too many wrong codes: pairing approval is locked until {until:%H:%M} UTC")
-            row = await s.get(PairingRequest, code)
-            pending: PendingPairing | None = None
-            if row is None or row.expires_at <= now:
-                s.add(PairingFailure(failed_at=now))
-            else:
-                pending = _pending(row)
-                await s.merge(PairedAccount(binding_id=row.binding_id, account_id=row.account_id,
-                                            platform=row.platform, workspace=row.workspace,
-                                            display_name=row.display_name, approved_by=approved_by,
-                                            approved_at=now))
-                await s.delete(row)
-        if pending is None:  # raised after the commit, so the failure counts
-            raise PairingError(f"no pending pairing request has code {code} (codes expire after an hour)")
-        log.info("pairing: %s approved %s account %s for binding %s", approved_by, pending.platform,
-                 pending.account_id, pending.binding_id)
-        return pending
-
-    async def pending(self, binding_id: str | None = None) -> list[PendingPairing]:
-        now = self._clock.now()
-        query = select(PairingRequest).where(PairingRequest.expires_at > now).order_by(PairingRequest.created_at)
-        if binding_id is not None:
-            query = query.where(PairingRequest.binding_id == binding_id)
-        async with self._sessions() as s:
-            return [_pending(row) for row in await s.scalars(query)]
-
-    async def revoke(self, binding_id: str, account_id: str) -> bool:
-        """Un-pair an account; True if it was paired."""
-        async with self._sessions() as s, s.begin():
-            result = await s.execute(delete(PairedAccount).where(
-                PairedAccount.binding_id == binding_id, PairedAccount.account_id == account_id))
-            return bool(result.rowcount)
-
-
-def _pending(row: PairingRequest) -> PendingPairing:
-    return PendingPairing(row.code, row.binding_id, row.platform, row.account_id, row.display_name,
-                          row.created_at, row.expires_at)
 
 
 def through(store: Store, outbound: Outbound) -> Pairing:

@@ -41,16 +41,16 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import UsageLimits
 
-from bindings.loader import LoadedConfig
-from bindings.models import AgentSpec, BindingSpec
+from bindings.models import AgentSpec
 
 from .delivery import ReplyStream
 from .llm import ModelConfigError, resolve_model
-from .memory import NoteStore, resolve_scope
+from .memory import resolve_scope
 from .messages import ChatKind
 from .store import repo
 from .store.conversation_log import ConversationLog
 from .store.models import Run
+from .store.notes import NoteStore
 from .surface import Adapter
 from .turn import Memory, Requester, Turn
 

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from bindings.models import AgentSpec, BindingSpec
 
 from .clock import Clock
-from .memory import NoStore, NoteStore, Scope
+from .memory import NoStore
 from .messages import ChatKind
 from .policy import Modes, ToolInfo
 from .store.capability_state import CapabilityState
 from .store.conversation_log import ConversationLog
+from .store.notes import NoteStore, Scope
 from .store.repo import ConversationRef
 from .surface import ChannelDirectory, ReplyTarget
 

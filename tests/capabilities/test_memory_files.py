@@ -11,8 +11,9 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolR
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway import llm
-from gateway.memory import INDEX, NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, NoteStore, Scope, resolve_scope
+from gateway.memory import NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, resolve_scope
 from gateway.messages import ChatKind
+from gateway.store.notes import INDEX, NoteStore, Scope
 from gateway.turn import Memory
 
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete
 
-from gateway.memory import INDEX, NoteStore
+from gateway.store.notes import INDEX, NoteStore
 from gateway.messages import ChatKind
 from gateway.store.models import MemoryNote
 

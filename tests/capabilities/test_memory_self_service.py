@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from gateway import cli
-from gateway.memory import NoteStore, Scope
+from gateway.store.notes import NoteStore, Scope
 from gateway.store.engine import create_engine
 from gateway.store.models import MemoryAudit
 from gateway.store.repo import Store

@@ -1,0 +1,248 @@
+"""The note store (memory files): every query on notes, audits and the accounts they name.
+
+Which store a run may touch is decided in `gateway.memory` (`resolve_scope`); this module only
+keeps notes durable, one short transaction a method.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from .models import Account, MemoryAudit, MemoryNote, Person
+
+if TYPE_CHECKING:
+    from .repo import Store
+
+PERSON, CHAT = "person", "chat"
+INDEX = "MEMORY.md"
+MAX_NOTE_CHARS = 20_000
+MAX_NOTES = 200  # per store
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """One store: an agent's notes for one person or one chat."""
+
+    agent_id: str
+    kind: Literal["person", "chat"]
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class Note:
+    agent_id: str
+    name: str
+    content: str
+    suppressed: bool
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def chars(self) -> int:
+        return len(self.content)
+
+
+def _note(row: MemoryNote) -> Note:
+    return Note(row.agent_id, row.name, row.content, row.suppressed, row.created_at, row.updated_at)
+
+
+def names_note(line: str, name: str) -> bool:
+    """Whether an index line names the note (a whole name: `diet` is not named by `diet.md`)."""
+    return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-]|\.\w)", line) is not None
+
+
+def prune_index(index: str, name: str) -> tuple[str, int]:
+    """Drop the index lines that name `name`; a line describing it without naming it survives."""
+    kept, dropped = [], 0
+    for line in index.splitlines(keepends=True):
+        if names_note(line, name):
+            dropped += 1
+        else:
+            kept.append(line)
+    return "".join(kept), dropped
+
+
+class StoreFull(Exception):
+    """The store already holds MAX_NOTES notes."""
+
+
+EditResult = Literal["edited", "missing", "text_not_found", "ambiguous"]
+
+
+class NoteStore:
+    """The notes, in the gateway's database. Each method is one short transaction."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @staticmethod
+    def _in(scope: Scope) -> tuple[object, ...]:
+        return (MemoryNote.agent_id == scope.agent_id, MemoryNote.scope == scope.kind, MemoryNote.owner == scope.owner)
+
+    # --- what the agent's tools do (suppressed notes do not exist for them) ---------------
+
+    async def list(self, scope: Scope, limit: int) -> tuple[list[Note], int]:
+        """Usable notes, most recently changed first, at most `limit`; and how many there are."""
+        async with self.store.sessions() as s:
+            where = (*self._in(scope), MemoryNote.suppressed.is_(False))
+            total = await s.scalar(select(func.count(MemoryNote.id)).where(*where)) or 0
+            rows = await s.scalars(
+                select(MemoryNote).where(*where).order_by(MemoryNote.updated_at.desc(), MemoryNote.name).limit(limit)
+            )
+            return [_note(r) for r in rows], total
+
+    async def names(self, scope: Scope) -> list[str]:
+        async with self.store.sessions() as s:
+            rows = await s.scalars(
+                select(MemoryNote.name).where(*self._in(scope), MemoryNote.suppressed.is_(False)).order_by(MemoryNote.name)
+            )
+            return list(rows)
+
+    async def read(self, scope: Scope, name: str) -> Note | None:
+        async with self.store.sessions() as s:
+            row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
+            return _note(row) if row is not None and not row.suppressed else None
+
+    async def write(self, scope: Scope, name: str, content: str) -> Literal["created", "replaced"]:
+        """Create or replace a note. Writing a suppressed note's name revives it with this content."""
+        now = self.store.clock.now()
+        for _ in range(2):  # a concurrent first write may win the insert; then replace theirs
+            async with self.store.sessions() as s:
+                row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
+                if row is not None:
+                    # A stopped note did not exist for the agent: to it, this is a new note.
+                    created = row.suppressed
+                    row.content, row.suppressed, row.updated_at = content, False, now
+                    await s.commit()
+                    return "created" if created else "replaced"
+                count = await s.scalar(
+                    select(func.count(MemoryNote.id)).where(*self._in(scope))
+                ) or 0
+                if count >= MAX_NOTES:
+                    raise StoreFull
+                s.add(MemoryNote(agent_id=scope.agent_id, scope=scope.kind, owner=scope.owner, name=name,
+                                 content=content, suppressed=False, created_at=now, updated_at=now))
+                try:
+                    await s.commit()
+                    return "created"
+                except IntegrityError:
+                    await s.rollback()
+        raise RuntimeError("could not write the note")  # pragma: no cover - two lost races
+
+    async def edit(self, scope: Scope, name: str, old: str, new: str) -> tuple[EditResult, int]:
+        """Replace the one occurrence of `old`; the count says how many there were when not one."""
+        async with self.store.sessions() as s, s.begin():
+            row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
+            if row is None or row.suppressed:
+                return "missing", 0
+            count = row.content.count(old)
+            if count == 0:
+                return "text_not_found", 0
+            if count > 1:
+                return "ambiguous", count
+            row.content = row.content.replace(old, new, 1)
+            row.updated_at = self.store.clock.now()
+            return "edited", 1
+
+    async def delete(self, scope: Scope, name: str) -> tuple[bool, int]:
+        """Delete a usable note and prune the index lines naming it; (deleted, lines dropped)."""
+        async with self.store.sessions() as s, s.begin():
+            row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
+            if row is None or row.suppressed:
+                return False, 0
+            await s.delete(row)
+            return True, await self._prune(s, scope, name)
+
+    async def _prune(self, s: AsyncSession, scope: Scope, name: str) -> int:
+        if name == INDEX:
+            return 0
+        index = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == INDEX))
+        if index is None:
+            return 0
+        index.content, dropped = prune_index(index.content, name)
+        if dropped:
+            index.updated_at = self.store.clock.now()
+        return dropped
+
+    async def index(self, scope: Scope) -> str | None:
+        note = await self.read(scope, INDEX)
+        return note.content if note is not None else None
+
+    # --- what a person does to their own notes -------------------------------------------
+
+    async def about(self, person_id: str) -> list[Note]:
+        """Every note agents keep about this person, stopped ones included, by agent then name."""
+        async with self.store.sessions() as s:
+            rows = await s.scalars(
+                select(MemoryNote)
+                .where(MemoryNote.scope == PERSON, MemoryNote.owner == person_id)
+                .order_by(MemoryNote.agent_id, MemoryNote.name)
+            )
+            return [_note(r) for r in rows]
+
+    async def set_suppressed(self, person_id: str, agent_id: str, name: str, suppressed: bool) -> Note | None:
+        """Stop using a note (pruning the index lines that name it), or use it again."""
+        scope = Scope(agent_id, PERSON, person_id)
+        async with self.store.sessions() as s, s.begin():
+            row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
+            if row is None:
+                return None
+            row.suppressed = suppressed
+            if suppressed:
+                await self._prune(s, scope, name)
+            return _note(row)
+
+    async def forget(self, person_id: str, agent_id: str, name: str) -> bool:
+        """Delete one of a person's notes, stopped or not, and prune the index lines naming it."""
+        scope = Scope(agent_id, PERSON, person_id)
+        async with self.store.sessions() as s, s.begin():
+            row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
+            if row is None:
+                return False
+            await s.delete(row)
+            await self._prune(s, scope, name)
+            return True
+
+    async def erase(self, person_id: str) -> int:
+        """Everything every agent keeps about this person; returns how many notes went."""
+        async with self.store.sessions() as s, s.begin():
+            result = await s.execute(
+                delete(MemoryNote).where(MemoryNote.scope == PERSON, MemoryNote.owner == person_id)
+            )
+            return result.rowcount or 0
+
+    # --- administrators -------------------------------------------------------------------
+
+    async def audit(self, action: Literal["show", "erase"], *, actor: str, subject: str, reason: str) -> None:
+        """Record an administrator's access: who, whose, why and when; never what was seen."""
+        async with self.store.sessions() as s, s.begin():
+            s.add(MemoryAudit(action=action, actor=actor, subject=subject, reason=reason, at=self.store.clock.now()))
+
+    async def audit_log(self, subject: str | None = None) -> list[MemoryAudit]:
+        async with self.store.sessions() as s:
+            query = select(MemoryAudit).order_by(MemoryAudit.id)
+            if subject is not None:
+                query = query.where(MemoryAudit.subject == subject)
+            return list(await s.scalars(query))
+
+    async def person(self, ref: str) -> str | None:
+        """A person id, given one or a `platform:workspace:account` an administrator can see in the chat."""
+        async with self.store.sessions() as s:
+            if await s.get(Person, ref) is not None:
+                return ref
+            platform, _, rest = ref.partition(":")
+            workspace, _, account_id = rest.rpartition(":")
+            if not (platform and workspace and account_id):
+                return None
+            return await s.scalar(
+                select(Account.person_id).where(
+                    Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id
+                )
+            )
