@@ -150,15 +150,6 @@ class Store:
 
     # --- inbound ------------------------------------------------------------------------
 
-    async def known(self, binding_id: str, event_ids: Sequence[str]) -> bool:
-        """Whether any of these event ids is in the ledger already (a redelivery), without recording."""
-        async with driver.transaction(self.engine) as tx:
-            for event_id in event_ids:
-                if await tx.one("SELECT 1 FROM inbound_ledger WHERE binding_id = :b AND event_id = :e",
-                                b=binding_id, e=event_id):
-                    return True
-        return False
-
     async def record(self, binding_id: str, event_ids: Sequence[str]) -> bool:
         """Record event ids in the ledger on their own; False if any was already there.
 
