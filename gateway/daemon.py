@@ -241,11 +241,11 @@ class Gateway:
             await self.scheduler.cancel()
         # Adapters stop after the runs, so a run finishing in the grace period can still post.
         self._accepting = False
-        for binding_id, adapter in list(self.adapters.items()):
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("stopping adapter %s", binding_id)
+        # In parallel: each closes its own connections, none waits for another's peer.
+        stopped = await asyncio.gather(*(a.stop() for a in self.adapters.values()), return_exceptions=True)
+        for binding_id, error in zip(list(self.adapters), stopped):
+            if isinstance(error, Exception):
+                log.error("stopping adapter %s", binding_id, exc_info=error)
         for ext in reversed(self.extensions):
             if hasattr(ext, "stop"):
                 with contextlib.suppress(Exception):
