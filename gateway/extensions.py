@@ -59,14 +59,15 @@ def online_problems(config: Any) -> list[Any]:
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-    """Add sub-commands owned by other modules (approvals, memory, pairing)."""
-    from . import mcp_cli
+    """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
+    from . import mcp_cli, people
     from .approvals import add_cli
     from .pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)
     add_pairing_cli(sub, load)
     mcp_cli.add_cli(sub, load)
+    people.add_cli(sub, load)
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog

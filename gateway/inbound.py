@@ -98,7 +98,8 @@ class Inbound:
             async def conversation() -> repo.ConversationRef:
                 return existing or await store.create_conversation(ref)
 
-            touched = await self._commands.run(Asked(command, message, identity.person_id, binding.agent, conversation))
+            touched = await self._commands.run(Asked(command, message, identity.person_id, binding.agent, conversation,
+                                                     existing, self_linking=binding.self_linking))
             return SubmitResult(False, reason="command", conversation_id=touched)
         try:
             ingested = await store.ingest(

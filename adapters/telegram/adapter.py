@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
-from telegram import Bot, Update
+from telegram import Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
@@ -31,6 +31,7 @@ from gateway.adapter_registry import AdapterContext
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
+from gateway.commands import commands_for
 from gateway.messages import ChatKind, InboundMessage
 from gateway.surface import (
     AdapterHealth,
@@ -128,6 +129,7 @@ class TelegramAdapter(BaseAdapter):
         with translated("getMe"):
             await bot.initialize()  # getMe, once: the bot's id and username see mentions
         self._me = BotIdentity(bot.id, bot.username)
+        await self._register_commands(bot)
         if self._section.mode == "webhook":
             await self._set_webhook(bot)
             self._health.up(f"webhook for @{bot.username}")
@@ -137,6 +139,16 @@ class TelegramAdapter(BaseAdapter):
                 await bot.delete_webhook()  # getUpdates is refused while a webhook is set
             self._health.up(f"polling as @{bot.username}")
             await self._poll(bot)
+
+    async def _register_commands(self, bot: Bot) -> None:
+        """The core's command table as Telegram's "/" menu, per chat type; a refusal is logged, never fatal."""
+        scopes = ((BotCommandScopeAllPrivateChats(), ChatKind.DM), (BotCommandScopeAllGroupChats(), ChatKind.GROUP))
+        try:
+            for scope, kind in scopes:
+                await bot.set_my_commands([BotCommand(c.name, _plain(c.summary)[:256]) for c in commands_for(kind)],
+                                          scope=scope)
+        except TelegramError as e:
+            self._log.warning("could not register the command menu: %s", e)
 
     async def _set_webhook(self, bot: Bot) -> None:
         if not self._public_url:
@@ -429,3 +441,8 @@ class _Redact(logging.Filter):
             logging.getLogger(name).removeFilter(self)
         for logger in self._extra:
             logger.removeFilter(self)
+
+
+def _plain(text: str) -> str:
+    """A menu description is plain text: no Markdown code marks."""
+    return text.replace("`", "")

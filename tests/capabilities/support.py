@@ -181,6 +181,20 @@ class World:
         assert account == who.account_id
         return reply
 
+    async def command_public(self, who: Account, where: Place, text: str) -> str:
+        """A chat command answered in the conversation itself (`/new`); returns what was posted."""
+        n = next(self._ids)
+        adapter = self.adapter(where.binding)
+        before = len(adapter.posts)
+        result = await self.gw.submit(InboundMessage(
+            platform=where.platform, binding_id=where.binding, workspace=where.workspace, channel=where.channel,
+            chat_kind=where.kind, sender=Sender(who.account_id, who.name), text=text, event_id=f"c{n}",
+            message_id=f"{n}.000", mentioned=where.kind is not ChatKind.DM,
+        ))
+        assert not result.accepted and result.reason == "command", result
+        await wait_for(lambda: len(adapter.posts) > before, what=f"the answer to {text!r}")
+        return list(adapter.posts.values())[-1][1]
+
     async def person(self, who: Account) -> str:
         return (await self.gw.store.identify(who.platform, who.workspace, who.account_id, who.name)).person_id
 

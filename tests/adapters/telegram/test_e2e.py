@@ -329,3 +329,22 @@ async def test_channel_tools_answer_info_and_administrators_only(tmp_path: Path,
     members = OFFERED[0]["list_channel_members"]
     assert "lists only the chat's owner and administrators, not every member" in members
     assert "administrators" not in OFFERED[0]["get_channel_info"]
+
+
+async def test_the_command_menu_is_registered_per_chat_type_and_help_answers(tmp_path: Path, fake: FakeTelegram,
+                                                                            scripted: Scripted) -> None:
+    from gateway.commands import COMMANDS
+
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        await fake.wait_for(lambda: len(fake.commands) == 2, what="setMyCommands for private and group chats")
+        private = [name for name, _ in fake.commands["all_private_chats"]]
+        group = [name for name, _ in fake.commands["all_group_chats"]]
+        assert private == [c.name for c in COMMANDS if not c.hidden]
+        assert group == [c.name for c in COMMANDS if not c.hidden and c.where == "any"] and "link" not in group
+        assert all("`" not in description for _, description in fake.commands["all_private_chats"])
+
+        fake.push_message(ADA["id"], ADA, "/help")
+        (answer,) = await fake.wait_for(lambda: fake.sent(ADA["id"]) or None, what="the /help answer")
+        assert "/link [CODE]" in answer.text and "/whoami" in answer.text
+        assert scripted.prompts == [], "a command is answered by the gateway, not the model"
