@@ -20,7 +20,7 @@ from capabilities.tool_text import describes_return
 from gateway import extensions
 from gateway.messages import ChatKind
 
-from ..conftest import write_config
+from ..conftest import wait_for, write_config
 from .support import Account, Place, Seen, World, agent, world
 from .web_pages import Pages, fake_dns, public_names, serve_pages
 
@@ -251,3 +251,25 @@ async def test_the_tool_tells_what_it_does_when_its_argument_and_what_comes_back
     assert "Only these hosts may be read: docs.example." in text
     assert "longer than 2,000 characters is cut there" in text and "private" in text and "refused" in text
     assert "e.g. https://example.com/docs/page" in tool.parameters_json_schema["properties"]["url"]["description"]
+
+
+EXAMPLE = Path(__file__).parents[2] / "config" / "examples" / "researcher.yaml"
+
+
+async def test_the_example_researcher_loads_and_asks_before_it_reads_a_page(tmp_path: Path, loopback_allowed: None,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from ruamel.yaml import YAML
+
+    spec = YAML(typ="safe").load(EXAMPLE.read_text())
+    assert [c["id"] for c in spec["capabilities"]] == ["web_research", "web_fetch", "clock"]
+    extensions.register_checks()
+    cfg = write_config(tmp_path / "as-shipped", bindings={"web": {"platform": "web", "agent": "researcher"}})
+    (cfg / "agents" / "researcher.yaml").write_text(EXAMPLE.read_text())
+    load_config(cfg)
+
+    async with serve_pages() as pages, world(tmp_path, agents={"assistant": {**spec, "model": "recorder"}}) as w:
+        seen = await w.say(ALICE, DM, f"web_fetch url={pages.url('/article')}")
+        assert {"web_fetch", "web_search"} <= set(seen.tools)
+        [card] = await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
+        assert [i.tool_name for i in card.items] == ["web_fetch"]
+        assert pages.hits == [], "nothing is fetched before a person approves"
