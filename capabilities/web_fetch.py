@@ -181,7 +181,7 @@ def check_entry(entry: CapabilityEntry, config: BaseModel) -> list[tuple[tuple[s
 DOC = """Read the page at a URL, as Markdown.
 
 Use it to read a page whose address you have: a link from web_search, from the conversation or from
-another page. It reads one page and does not search; to find pages, use web_search.
+another page. It reads one page and does not search: to find pages, use web_search when you have it.
 PDFs and images come back as the file itself, which you read directly.
 {filters}
 Args:

@@ -176,3 +176,22 @@ async def test_the_tool_tells_what_it_does_when_its_argument_and_what_comes_back
     assert text.startswith("<summary>Search the public web for current information, with DuckDuckGo.")
     assert "pass its URL to web_fetch" in text and "Up to 3 results" in text and "rate limiting" in text
     assert "Required, no default" in tool.parameters_json_schema["properties"]["query"]["description"]
+
+
+async def test_both_are_in_the_api_with_their_schemas_and_no_setting_permits_local_addresses(tmp_path: Path) -> None:
+    import aiohttp
+
+    async with world(tmp_path) as w, aiohttp.ClientSession(w.gw.url) as s:
+        served = {c["id"]: c for c in (await (await s.get("/api/v1/agents/capabilities")).json())["capabilities"]}
+    search, fetch = served["web_research"], served["web_fetch"]
+    assert [t["id"] for t in search["tools"]] == ["web_search"] and search["key"] == "conditional"
+    method = search["config_schema"]["properties"]["method"]
+    assert method["enum"] == ["duckduckgo", "native", "tavily", "brave", "exa"] and method["default"] == "duckduckgo"
+    assert method["x-enum-labels"]["exa"] == "Exa"
+    assert {"default": 5, "minimum": 1, "maximum": 10}.items() <= search["config_schema"]["properties"]["max_results"].items()
+    assert [t["id"] for t in fetch["tools"]] == ["web_fetch"] and fetch["scopes"] == ["web:fetch"]
+    props = fetch["config_schema"]["properties"]
+    assert {"default": 50000, "minimum": 1000, "maximum": 200000}.items() <= props["max_content_chars"].items()
+    assert set(props) == {"method", "allowed_domains", "blocked_domains", "max_content_chars"}, \
+        "nothing an agent file can set reaches safe_download's allow_local"
+    assert fetch["config_schema"]["additionalProperties"] is False
