@@ -13,7 +13,8 @@ encodings that cannot be bounded. Nothing here re-implements that. What this mod
 - the domain filters' spelling: an entry is stored lower-case, without the root dot, IDNA-encoded,
   and every equivalent spelling (IDNA 2003, which the resolver uses, IDNA 2008/UTS 46, Unicode) is
   handed to the filter, so `exämple.com` cannot slip past `xn--exmple-cua.com`;
-- `method: native | auto` through pydantic-ai's `WebFetch` capability (the provider fetches).
+- `method: native | auto` through pydantic-ai's `WebFetch` capability (the provider fetches),
+  left out of a run whose conversation asks before every tool, since such a call never waits.
 
 The filters answer "which sites may this agent read", not "can it reach our network": that is
 safe_download's address check, which no config can loosen. `_test_allow_local` is the one way to
@@ -25,7 +26,8 @@ from __future__ import annotations
 import html
 import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, TypeVar
 
 import httpx2
 import idna
@@ -34,6 +36,7 @@ from pydantic_ai import ModelRetry
 from pydantic_ai.capabilities import AbstractCapability, WebFetch
 from pydantic_ai.common_tools.web_fetch import WebFetchLocalTool, WebFetchResult
 from pydantic_ai.messages import BinaryContent
+from pydantic_ai.native_tools import AbstractNativeTool, WebFetchTool
 from pydantic_ai.tools import RunContext, Tool
 
 from bindings.models import CapabilityEntry
@@ -47,6 +50,7 @@ from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 _test_allow_local: bool = False
 
 TIMEOUT_SECONDS = 30
+T = TypeVar("T", bound=AbstractNativeTool)
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 
 
@@ -259,8 +263,27 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     if approval_required(ctx.entry, "web_fetch") is not None:
         ctx.turn.notices.append(f"web_fetch is off: it needs approval, which method: {config.method} cannot ask for")
         return None
-    return WebFetch(native=True, local=local_tool(config) if config.method == "auto" else False,
+    return WebFetch(native=unless_asking_every_tool(native_tool(config)),
+                    local=local_tool(config) if config.method == "auto" else False,
                     allowed_domains=config.allowed_domains, blocked_domains=config.blocked_domains)
+
+
+def native_tool(config: WebFetchConfig) -> WebFetchTool:
+    filters = {"allowed_domains": config.allowed_domains, "blocked_domains": config.blocked_domains}
+    return WebFetchTool(**{k: v for k, v in filters.items() if v is not None})
+
+
+def unless_asking_every_tool(tool: T) -> Callable[[RunContext[Turn]], Awaitable[T | None]]:
+    """The provider's tool, left out of a run whose conversation says "ask before every tool".
+
+    That mode gates every call, and a call the provider runs could never wait for it. With
+    `auto` the local tool, which the gate does hold, takes its place; with `native` there is none.
+    """
+
+    async def native(ctx: RunContext[Turn]) -> T | None:
+        return None if (await ctx.deps.modes()).ask_every_tool else tool
+
+    return native
 
 
 register(CapabilityDecl(

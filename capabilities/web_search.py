@@ -35,6 +35,7 @@ import httpx
 from bs4 import BeautifulSoup
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_ai.capabilities import AbstractCapability, WebSearch
+from pydantic_ai.native_tools import WebSearchTool
 from pydantic_ai.tools import RunContext, Tool
 
 from bindings.models import CapabilityEntry
@@ -42,7 +43,7 @@ from gateway.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
-from .web_fetch import approval_required
+from .web_fetch import approval_required, unless_asking_every_tool
 
 Method = Literal["duckduckgo", "native", "tavily", "brave", "exa"]
 PAID = ("tavily", "brave", "exa")
@@ -294,7 +295,7 @@ def builder(clients: SearchClients) -> Any:
             if approval_required(ctx.entry, "web_search") is not None:  # refused at load; never run ungated
                 ctx.turn.notices.append("web_search is off: it needs approval, which method: native cannot ask for")
                 return None
-            return WebSearch(native=True, local=False)
+            return WebSearch(native=unless_asking_every_tool(WebSearchTool()), local=False)
         key = ctx.secret.reveal() if ctx.secret is not None else None
         missing = config.method in PAID and not key
         return simple(tools=[local_tool(config, clients, key, missing)])

@@ -8,21 +8,22 @@ message. Nothing reaches the internet: pages are served on loopback, names resol
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
-from pydantic_ai.native_tools import WebFetchTool
 
 from bindings.loader import ConfigError, load_config
 from capabilities import web_fetch
-from capabilities.registry import build_for_turn
 from capabilities.tool_text import describes_return
 from gateway import extensions
 from gateway.messages import ChatKind
+from gateway.policy import Modes
+from gateway.turn import Turn
 
 from ..conftest import wait_for, write_config
-from .support import Account, Place, Seen, World, agent, world
-from .web_pages import Pages, fake_dns, public_names, serve_pages
+from .support import Account, Place, Seen, World, agent, slack_binding, telegram_binding, world
+from .web_pages import OFFERED, fake_dns, public_names, serve_pages
 
 ALICE = Account("slack", "T1", "U1", "alice")
 DM = Place("slack", "slack", "T1", "D1", ChatKind.DM)
@@ -225,20 +226,31 @@ def test_fetch_approval_with_a_provider_method_is_refused(tmp_path: Path, method
     load_config(cfg)
 
 
-async def test_native_and_auto_hand_the_fetch_to_the_provider(tmp_path: Path) -> None:
-    agents = {"assistant": agent({"id": "web_fetch", "config": {"method": "native", "blocked_domains": ["a.example"]}}),
-              "auto": agent({"id": "web_fetch", "config": {"method": "auto"}})}
-    bindings = {"slack": {"platform": "slack", "agent": "assistant",
-                          "slack": {"bot_token": "env:SLACK_BOT", "app_token": "env:SLACK_APP"}},
-                "web": {"platform": "web", "agent": "auto"}}
+async def test_native_and_auto_hand_the_fetch_to_the_provider_unless_every_tool_must_ask(tmp_path: Path) -> None:
+    agents = {"assistant": agent({"id": "web_fetch", "config": {"method": "native"}}, model="offered"),
+              "auto": agent({"id": "web_fetch", "config": {"method": "auto"}}, model="offered")}
+    bindings = {"slack": slack_binding(), "telegram": telegram_binding(agent="auto")}
+    me = Account("telegram", "tg", "101", "alice")
+    tg = Place("telegram", "telegram", "tg", "101", ChatKind.DM)
     async with world(tmp_path, agents=agents, bindings=bindings) as w:
-        [native] = build_for_turn(await w.turn(ALICE, DM, "hello"))
-        assert native.get_native_tools() == [WebFetchTool(blocked_domains=["a.example"])]
-        assert native.get_toolset() is None, "native only: no local fetch beside it"
-    async with world(tmp_path / "auto", agents=agents, bindings=bindings) as w:
-        web = Place("web", "web", "local", "local", ChatKind.DM)
-        [auto] = build_for_turn(await w.turn(Account("web", "local", "local", "me"), web, "hello"))
-        assert auto.get_native_tools() == [WebFetchTool()] and auto.get_toolset() is not None
+        OFFERED.clear()
+        await w.run(ALICE, DM, "hello")
+        await w.run(me, tg, "hello")
+        # The offline model supports provider tools: both fetch on its side, with no local tool beside.
+        assert OFFERED == [(["web_fetch"], []), (["web_fetch"], [])]
+
+        # "Ask before every tool": a provider's fetch could never wait, so it is left out of the run;
+        # auto falls back to the local tool, which the gate holds.
+        async def asking() -> Modes:
+            return Modes(ask_every_tool=True)
+
+        def in_asking_conversation(turn: Turn) -> Turn:
+            return dataclasses.replace(turn, read_modes=asking)
+
+        OFFERED.clear()
+        await w.run(ALICE, DM, "hello", adjust=in_asking_conversation)
+        await w.run(me, tg, "hello", adjust=in_asking_conversation)
+        assert OFFERED == [([], []), ([], ["web_fetch"])]
 
 
 async def test_the_tool_tells_what_it_does_when_its_argument_and_what_comes_back(tmp_path: Path) -> None:

@@ -7,22 +7,23 @@ offline model, which calls the tool named in the message.
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from pathlib import Path
 
 import pytest
-from pydantic_ai.native_tools import WebSearchTool
 
 from bindings.loader import ConfigError, load_config
 from capabilities import web_search
-from capabilities.registry import build_for_turn
 from capabilities.tool_text import describes_return
 from gateway import extensions
 from gateway.messages import ChatKind
+from gateway.policy import Modes
 
 from ..conftest import write_config
 from ..fakes.search import FakeSearch, fake_search
 from .support import Account, Place, Seen, World, agent, world
+from .web_pages import OFFERED
 
 ALICE = Account("slack", "T1", "U1", "alice")
 DM = Place("slack", "slack", "T1", "D1", ChatKind.DM)
@@ -162,10 +163,17 @@ def test_native_search_with_approval_is_refused_at_load(tmp_path: Path) -> None:
     load_config(cfg)  # gated searching with a method this deployment runs is a legitimate agent
 
 
-async def test_native_hands_the_search_to_the_provider(tmp_path: Path) -> None:
-    async with world(tmp_path, agents=searching("native")) as w:
-        [native] = build_for_turn(await w.turn(ALICE, DM, "hello"))
-    assert native.get_native_tools() == [WebSearchTool()] and native.get_toolset() is None
+async def test_native_hands_the_search_to_the_provider_unless_every_tool_must_ask(tmp_path: Path) -> None:
+    agents = {"assistant": agent({"id": "web_research", "config": {"method": "native"}}, model="offered")}
+    async with world(tmp_path, agents=agents) as w:
+        OFFERED.clear()
+        await w.run(ALICE, DM, "hello")
+
+        async def asking() -> Modes:
+            return Modes(ask_every_tool=True)
+
+        await w.run(ALICE, DM, "hello", adjust=lambda turn: dataclasses.replace(turn, read_modes=asking))
+    assert OFFERED == [(["web_search"], []), ([], [])], "a search that could not wait for a person is left out"
 
 
 async def test_the_tool_tells_what_it_does_when_its_argument_and_what_comes_back(tmp_path: Path) -> None:

@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 from pydantic_ai import _ssrf
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from gateway import llm
 
 ARTICLE = """<!doctype html><html><head><title>Tea &amp; Biscuits</title></head><body>
 <nav>menu</nav><h1>Green tea</h1><p>Steep it at <b>80 degrees</b> for two minutes.</p>
@@ -103,3 +107,16 @@ def public_names(monkeypatch: pytest.MonkeyPatch, names: dict[str, int]) -> None
         return await real(url, allow_local)
 
     monkeypatch.setattr(_ssrf, "validate_and_resolve_url", validate)
+
+
+# A model that records what each request offered: native tools by kind, function tools by name.
+OFFERED: list[tuple[list[str], list[str]]] = []
+
+
+async def _offered_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+    OFFERED.append((sorted(t.kind for t in info.model_request_parameters.native_tools),
+                    sorted(t.name for t in info.function_tools)))
+    yield "ok"
+
+
+llm.register_model("offered", lambda: FunctionModel(stream_function=_offered_stream, model_name="offered"))
