@@ -83,6 +83,14 @@ async def test_the_shipped_configuration_refuses_private_addresses(tmp_path: Pat
         assert pages.hits == []
 
 
+async def test_an_allowlist_naming_a_private_address_does_not_open_it(tmp_path: Path) -> None:
+    """The filters say which sites an agent may read; they never widen what the network check allows."""
+    async with serve_pages() as pages, world(tmp_path, agents=fetching(allowed_domains=["127.0.0.1", "::1"])) as w:
+        seen = await fetch(w, pages.url("/secret"))
+        assert f"to 127.0.0.1, {PRIVATE}" in seen.retries[0]
+        assert pages.hits == []
+
+
 async def test_a_public_name_that_redirects_inward_is_refused_at_the_hop(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     async with serve_pages() as pages, world(tmp_path, agents=fetching()) as w:
