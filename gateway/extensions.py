@@ -28,6 +28,10 @@ def install(gateway: Gateway) -> None:
     gateway.runner.capability_builders.append(approval_gate.build_for_turn)
     gateway.runner.capability_builders.append(build_for_turn)
     gateway.extra_routes.extend(catalog.http_routes())
+    # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
+    from capabilities import web_search
+
+    gateway.extensions.append(web_search.CLIENTS)
 
     # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
     from capabilities import mcp_servers
