@@ -1,0 +1,70 @@
+"""A scripted offline model: the message says which tool calls to make, in order, with what arguments.
+
+`say_calls(("run_python", {"code": "1 + 1"}))` is a message the model answers by making those
+calls one after another (one per model request), then replying with the last tool's answer.
+A message that is not a script is answered like the recorder answers it. What each run showed
+the model is recorded in `support.SEEN`, like the recorder's runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+
+from gateway import llm
+
+from . import support
+
+PREFIX = "CALLS "
+
+
+def say_calls(*calls: tuple[str, dict[str, Any]]) -> str:
+    return PREFIX + json.dumps([[name, args] for name, args in calls])
+
+
+def _since_prompt(messages: list[ModelMessage]) -> tuple[str, int]:
+    """The latest user prompt and how many tool calls the model made after it."""
+    made = 0
+    for message in reversed(messages):
+        for part in reversed(message.parts):
+            if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                return part.content, made
+            if isinstance(part, ToolCallPart):
+                made += 1
+    return "", made
+
+
+async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    seen = support.SEEN[-1] if support.SEEN else support.Seen()
+    seen.instructions.append(info.instructions or "")
+    seen.tools = sorted(t.name for t in info.function_tools)
+    seen.defs = {t.name: t for t in info.function_tools}
+    last = messages[-1]
+    answered = ""
+    if isinstance(last, ModelRequest):
+        for part in last.parts:
+            if isinstance(part, ToolReturnPart):
+                into = seen.retries if part.outcome == "retried" else seen.tool_results
+                into.append(str(part.content))
+                answered = str(part.content)
+            elif isinstance(part, RetryPromptPart):
+                seen.retries.append(part.model_response())
+                answered = part.model_response()
+    prompt, made = _since_prompt(messages)
+    if prompt.startswith(PREFIX):
+        calls = json.loads(prompt[len(PREFIX):])
+        if made < len(calls):
+            name, args = calls[made]
+            yield {0: DeltaToolCall(name=name, json_args=json.dumps(args))}
+            return
+        yield answered or "done"
+        return
+    async for chunk in llm._demo_stream(messages, info):
+        yield chunk
+
+
+llm.register_model("scripted", lambda: FunctionModel(stream_function=_scripted, model_name="scripted"))
