@@ -128,6 +128,12 @@ class _Bound(AbstractCapability[Any]):
     def __init__(self, inner: AbstractCapability[Any], renames: dict[str, str], descriptions: dict[str, str]) -> None:
         self.inner, self.renames, self.descriptions = inner, renames, descriptions
 
+    def apply(self, visitor: Callable[[AbstractCapability[Any]], None]) -> None:
+        # Parts loaded on demand (skills: one deferred capability per skill) stay visible to the
+        # framework, which finds them through `apply`; the renamed toolset stays this wrapper's.
+        visitor(self)
+        self.inner.apply(lambda part: visitor(part) if part is not self.inner and part.defer_loading else None)
+
     def get_instructions(self) -> Any:
         return self.inner.get_instructions()
 

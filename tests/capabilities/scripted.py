@@ -3,7 +3,8 @@
 `say_calls(("run_python", {"code": "1 + 1"}))` is a message the model answers by making those
 calls one after another (one per model request), then replying with the last tool's answer.
 A message that is not a script is answered like the recorder answers it. What each run showed
-the model is recorded in `support.SEEN`, like the recorder's runs.
+the model is recorded in `support.SEEN`, like the recorder's runs; instructions the framework
+delivers in a request (a skill's body once loaded) are recorded with the instructions.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ def say_calls(*calls: tuple[str, dict[str, Any]]) -> str:
     return PREFIX + json.dumps([[name, args] for name, args in calls])
 
 
+def _framework(part: UserPromptPart) -> bool:
+    """Instructions the framework delivers in the prompt (a loaded capability's), not a person's words."""
+    return isinstance(part.content, str) and part.content.startswith("<system>")
+
+
 def _since_prompt(messages: list[ModelMessage]) -> tuple[str, int]:
     """The latest user prompt and how many tool calls the model made after it."""
     made = 0
     for message in reversed(messages):
         for part in reversed(message.parts):
-            if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+            if isinstance(part, UserPromptPart) and isinstance(part.content, str) and not _framework(part):
                 return part.content, made
             if isinstance(part, ToolCallPart):
                 made += 1
@@ -54,6 +60,8 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
             elif isinstance(part, RetryPromptPart):
                 seen.retries.append(part.model_response())
                 answered = part.model_response()
+            elif isinstance(part, UserPromptPart) and _framework(part):
+                seen.instructions.append(str(part.content))  # e.g. a skill's body, once loaded
     prompt, made = _since_prompt(messages)
     if prompt.startswith(PREFIX):
         calls = json.loads(prompt[len(PREFIX):])
