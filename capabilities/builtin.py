@@ -2,4 +2,4 @@
 
 from . import channel_tools, clock, memory_files, thinking  # noqa: F401
 from . import web_fetch, web_search  # noqa: F401
-from . import run_python, skills  # noqa: F401
+from . import run_python, sandbox, skills  # noqa: F401

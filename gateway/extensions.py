@@ -48,12 +48,13 @@ def install(gateway: Gateway) -> None:
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
-    from capabilities import mcp_servers, skills
+    from capabilities import mcp_servers, sandbox, skills
     from capabilities.registry import validate_config
 
     add_check(validate_config)
     add_check(mcp_servers.validate_config)
     add_check(skills.validate_config)
+    add_check(sandbox.validate_config)
 
 
 def online_problems(config: Any) -> list[Any]:

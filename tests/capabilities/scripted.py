@@ -63,8 +63,8 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
             elif isinstance(part, UserPromptPart) and _framework(part):
                 seen.instructions.append(str(part.content))  # e.g. a skill's body, once loaded
     prompt, made = _since_prompt(messages)
-    if prompt.startswith(PREFIX):
-        calls = json.loads(prompt[len(PREFIX):])
+    if PREFIX in prompt:  # in a group the prompt starts with the speaker's name
+        calls = json.loads(prompt[prompt.index(PREFIX) + len(PREFIX):])
         if made < len(calls):
             name, args = calls[made]
             yield {0: DeltaToolCall(name=name, json_args=json.dumps(args))}

@@ -212,12 +212,14 @@ def agent(*capabilities: dict[str, Any], model: str = "recorder") -> dict[str, A
 
 @contextlib.asynccontextmanager
 async def world(directory: Path, *, agents: dict[str, dict[str, Any]] | None = None,
-                bindings: dict[str, dict[str, Any]] | None = None) -> AsyncIterator[World]:
+                bindings: dict[str, dict[str, Any]] | None = None,
+                gateway: dict[str, Any] | None = None) -> AsyncIterator[World]:
     cfg = write_config(
         directory,
         agents=agents or {"assistant": agent({"id": "memory_files"})},
         bindings=bindings or {"slack": slack_binding(), "telegram": telegram_binding(),
                               "web": {"platform": "web", "agent": "assistant"}},
+        gateway=gateway,  # e.g. {"database": {"url": pg_url}} to run on PostgreSQL
     )
     with fake_platforms("slack", "telegram", "mattermost"):
         async with running_gateway(cfg) as gw:
