@@ -13,11 +13,14 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolCallPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway import llm
 
+from ..conftest import pg_database
 from . import support
 
 PREFIX = "CALLS "
@@ -76,3 +79,13 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
 
 
 llm.register_model("scripted", lambda: FunctionModel(stream_function=_scripted, model_name="scripted"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def database(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any] | None]:
+    """The gateway.yaml database section for `world(gateway=...)`: SQLite (None), then PostgreSQL."""
+    if request.param == "sqlite":
+        yield None
+    else:
+        async with pg_database() as url:
+            yield {"database": {"url": url}}

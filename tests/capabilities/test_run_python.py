@@ -12,7 +12,7 @@ from gateway import extensions
 from gateway.messages import ChatKind
 
 from ..conftest import write_config
-from .scripted import say_calls
+from .scripted import database, say_calls  # noqa: F401 (database is a fixture)
 from .support import Account, Place, World, agent, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -28,14 +28,15 @@ async def run(w: World, code: str) -> tuple[list[str], list[str]]:
     return seen.tool_results, seen.retries
 
 
-async def test_a_normal_computation_returns_its_value_and_what_it_printed(tmp_path: Path) -> None:
+async def test_a_normal_computation_returns_its_value_and_what_it_printed(tmp_path: Path,
+                                                                          database: dict | None) -> None:
     code = (
         "import csv\n"
         "rows = list(csv.DictReader('item,amount\\ntea,3.50\\ncake,4.25\\n'.splitlines()))\n"
         "print(len(rows), 'rows')\n"
         "sum(float(r['amount']) for r in rows)"
     )
-    async with world(tmp_path, agents=python_agent()) as w:
+    async with world(tmp_path, agents=python_agent(), gateway=database) as w:
         results, retries = await run(w, code)
         assert not retries
         assert results == ["Printed:\n2 rows\n\n\nValue of the last expression:\n7.75"]

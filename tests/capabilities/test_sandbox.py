@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,8 @@ from capabilities.sandbox import audit_log
 from gateway import extensions
 from gateway.messages import ChatKind
 
-from ..conftest import pg_database, write_config
-from .scripted import say_calls
+from ..conftest import write_config
+from .scripted import database, say_calls  # noqa: F401 (database is a fixture)
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -32,15 +31,6 @@ READ = ("read_file", {"path": "drafts/summary.md"})
 
 def sandbox_agent(**config: Any) -> dict[str, dict[str, Any]]:
     return {"assistant": agent({"id": "sandbox", "config": config}, model="scripted")}
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def database(request: pytest.FixtureRequest) -> AsyncIterator[dict[str, Any] | None]:
-    if request.param == "sqlite":
-        yield None
-    else:
-        async with pg_database() as url:
-            yield {"database": {"url": url}}
 
 
 async def say(w: World, who: Account, where: Place, *calls: tuple[str, dict[str, Any]], thread: str | None = None) -> str:

@@ -13,7 +13,7 @@ from gateway import extensions
 from gateway.messages import ChatKind
 
 from ..conftest import write_config
-from .scripted import say_calls
+from .scripted import database, say_calls  # noqa: F401 (database is a fixture)
 from .support import Account, Place, agent, world
 
 EXAMPLES = Path(__file__).parents[2] / "config" / "examples" / "skills"
@@ -39,8 +39,9 @@ def write_skill(directory: Path, name: str, text: str) -> Path:
     return path
 
 
-async def test_a_skill_is_listed_loaded_on_demand_and_its_resource_read(tmp_path: Path) -> None:
-    async with world(with_example(tmp_path), agents=skills_agent(SKILL)) as w:
+async def test_a_skill_is_listed_loaded_on_demand_and_its_resource_read(tmp_path: Path,
+                                                                        database: dict | None) -> None:
+    async with world(with_example(tmp_path), agents=skills_agent(SKILL), gateway=database) as w:
         seen = await w.run(ALICE, CHANNEL, "hello")
         assert {"load_capability", "read_skill_resource"} <= set(seen.tools)
         [instructions] = seen.instructions
