@@ -12,8 +12,8 @@ Each call runs in a fresh session and forgets: nothing carries over to the next 
 turn (the `sandbox` capability is what remembers). That is why this is not pydantic-ai-harness's
 `CodeMode`: code mode keeps a REPL across calls and exposes the agent's own tools inside the
 sandbox, where run_python must reach nothing. The error handling follows code mode's reading of
-Monty's errors (which limit tripped is known only from Monty's wording, kept in `_LIMITS`), and
-harness's `is_sandbox_panic` is reused.
+Monty's errors (which limit tripped is known only from Monty's wording, kept in `_LIMITS`; a Rust
+panic surfaces as pyo3's PanicException, matched by name as harness's `is_sandbox_panic` does).
 
 What the model gets back: what the program printed and the value of its last expression, each
 clipped at `OUTPUT_LIMIT` characters with a marker saying how much was left out. Trouble takes the
@@ -32,7 +32,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
-from pydantic_ai_harness._monty_exec import is_sandbox_panic
 from pydantic_monty import AsyncMonty, MontyCrashedError, MontyRuntimeError, MontySyntaxError, MontyTypingError
 
 from gateway.turn import Turn
@@ -150,7 +149,7 @@ def toolset(config: RunPythonConfig) -> FunctionToolset[Turn]:
         except asyncio.CancelledError:
             raise
         except BaseException as e:
-            if is_sandbox_panic(e):
+            if type(e).__name__ == "PanicException":  # pyo3's, not importable: see harness's is_sandbox_panic
                 return trouble(ctx, "mistake", "The program aborted the sandbox. Revise the code and call again.")
             if not isinstance(e, Exception):
                 raise

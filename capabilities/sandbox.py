@@ -271,6 +271,8 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         except OperationalError:
             return trouble(ctx, "transient", "the workspace store did not answer; try again")
         await a.audit("ls", folder)
+        if folder in stored:
+            return a.labelled(f"{folder} is a file ({len(stored[folder].encode())} bytes); read it with read_file.")
         prefix = f"{folder}/" if folder else ""
         entries: dict[str, str] = {}
         for name, text in stored.items():
@@ -443,6 +445,9 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             if any(other.startswith(name + "/") for other in stored):
                 return trouble(ctx, "mistake", f"{name!r} is a folder here; write to a file inside it, "
                                                f"e.g. {name}/notes.md")
+            parents = ["/".join(name.split("/")[:i]) for i in range(1, name.count("/") + 1)]
+            if clash := next((p for p in parents if p in stored), None):
+                return trouble(ctx, "mistake", f"{clash!r} is a file, so it cannot hold {name!r}: choose another path")
             existed = name in stored
             saved, room = await put(a, name, content, stored)
         except OperationalError:

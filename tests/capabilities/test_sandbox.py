@@ -136,6 +136,12 @@ async def test_the_file_tools(tmp_path: Path) -> None:
         assert said.startswith("Not saved: the workspace holds at most 1,000 bytes")
         assert "big.txt" not in await say(w, ALICE, CHANNEL, ("ls", {}), thread=t)
         assert "is not a regular expression" in await say(w, ALICE, CHANNEL, ("grep", {"pattern": "("}), thread=t)
+        assert "'a.md' is a file, so it cannot hold" in await say(
+            w, ALICE, CHANNEL, ("write_file", {"path": "a.md/x.md", "content": "x"}), thread=t)
+        assert "'notes' is a folder here" in await say(
+            w, ALICE, CHANNEL, ("write_file", {"path": "notes", "content": "x"}), thread=t)
+        assert await say(w, ALICE, CHANNEL, ("ls", {"path": "a.md"}), thread=t) == \
+            "a.md is a file (16 bytes); read it with read_file."
 
 
 async def test_credentials_and_the_system_tree_are_off_limits(tmp_path: Path) -> None:
