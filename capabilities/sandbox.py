@@ -545,7 +545,7 @@ def validate_config(config: Any, report: Any) -> None:
         for i, entry in enumerate(agent.capabilities):
             if entry.id == CAPABILITY and isinstance(entry.config, dict) and entry.config.get("session_scope") == "agent":
                 report(f"agent:{agent_id}", ("capabilities", i, "config", "session_scope"),
-                       "session_scope: agent shares one workspace with everyone who talks to this agent, across the "
+                       "agent shares one workspace with everyone who talks to this agent, across the "
                        "organization: a person may see files somebody else wrote. Every access is audited.",
                        warning=True)
 
