@@ -11,6 +11,7 @@ from bindings.loader import ConfigError, load_config
 from capabilities.sandbox import audit_log
 from gateway import extensions
 from gateway.messages import ChatKind
+from gateway.store.people import AccountRef, PeopleStore
 
 from ..conftest import write_config
 from .scripted import database, say_calls  # noqa: F401 (database is a fixture)
@@ -63,7 +64,7 @@ async def test_user_scope_follows_the_person_and_is_never_opened_where_a_channel
         assert "There is no file" in other and "09:14" not in other, "another person's DM does not see it"
 
         await w.person(ALICE_TG)
-        await w.gw.store.link_account("telegram", "tg", "101", await w.person(ALICE))
+        await PeopleStore(w.gw.store).link(AccountRef("telegram", "tg", "101"), await w.person(ALICE), actor="test")
         assert "09:14" in await say(w, ALICE_TG, DM_ALICE_TG, READ), "the same person on another surface does"
 
         for calls in (READ, ("ls", {}), ("grep", {"pattern": "outage"}), WRITE):
@@ -93,7 +94,7 @@ async def test_two_agents_never_share_a_workspace(tmp_path: Path) -> None:
         await say(w, ALICE, DM_ALICE, WRITE)
         assert "09:14" in await say(w, ALICE, DM_ALICE, READ)
         await w.person(ALICE_TG)
-        await w.gw.store.link_account("telegram", "tg", "101", await w.person(ALICE))
+        await PeopleStore(w.gw.store).link(AccountRef("telegram", "tg", "101"), await w.person(ALICE), actor="test")
         assert await w.person(ALICE_TG) == await w.person(ALICE)
         assert "There is no file" in await say(w, ALICE_TG, DM_ALICE_TG, READ)
 
