@@ -321,6 +321,9 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             return trouble(ctx, "transient", "the workspace store did not answer; try again")
         await a.audit("read_file", name)
         lines = text.splitlines()
+        if offset > max(len(lines), 1):
+            return trouble(ctx, "mistake", f"{name} has {len(lines)} lines, so there is no line {offset}: "
+                                           f"call read_file(path=\"{name}\") to read it from the start.")
         shown = lines[offset - 1:offset - 1 + limit]
         body = "\n".join(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " …(line cut)" for line in shown)
         last = offset - 1 + len(shown)

@@ -130,6 +130,8 @@ async def test_the_file_tools(tmp_path: Path) -> None:
         said = await say(w, ALICE, CHANNEL, ("read_file", {"path": "a.md", "offset": 2, "limit": 1}), thread=t)
         assert said == 'a.md (16 bytes, 3 lines; showing 2-2):\n2 TODO\n(lines 3-3 not shown; call ' \
                        'read_file(path="a.md", offset=3))'
+        assert "a.md has 3 lines, so there is no line 9" in await say(
+            w, ALICE, CHANNEL, ("read_file", {"path": "a.md", "offset": 9}), thread=t)
         assert "occurs 2 times" in await say(w, ALICE, CHANNEL, (
             "edit_file", {"path": "notes/deep/c.csv", "old_text": ",", "new_text": ";"}),
             ("edit_file", {"path": "notes/b.md", "old_text": "t", "new_text": "T"}), thread=t)
