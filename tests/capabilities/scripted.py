@@ -15,7 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
@@ -79,17 +87,29 @@ def call(tool: str, **args: Any) -> Step:
     return lambda messages: Call(tool, args)
 
 
-async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+def _next(messages: list[ModelMessage], info: AgentInfo) -> str | Call:
     SCRIPT.requests.append(Request(list(messages), {t.name: t for t in info.function_tools}, info.instructions or ""))
     step = SCRIPT.steps.pop(0) if SCRIPT.steps else say("done")
-    reply = step(messages)
+    return step(messages)
+
+
+def _complete(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """The same script, non-streamed (what an agent a capability builds itself asks for)."""
+    reply = _next(messages, info)
+    if isinstance(reply, Call):
+        return ModelResponse(parts=[ToolCallPart(reply.tool, json.dumps(reply.args))])
+    return ModelResponse(parts=[TextPart(reply)])
+
+
+async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    reply = _next(messages, info)
     if isinstance(reply, Call):
         yield {0: DeltaToolCall(name=reply.tool, json_args=json.dumps(reply.args))}
     else:
         yield reply
 
 
-llm.register_model("scripted", lambda: FunctionModel(stream_function=_stream, model_name="scripted"))
+llm.register_model("scripted", lambda: FunctionModel(_complete, stream_function=_stream, model_name="scripted"))
 
 
 def mcp_server(name: str, **extra: Any) -> dict[str, Any]:
