@@ -185,8 +185,15 @@ class Runner:
             state=gw.store.capability_state,
             history=ConversationLog(gw.store.sessions, conversation.id),
             read_modes=lambda: approvals.modes(conversation.id),
+            tell=lambda line: self.tell(run.id, line),
         )
         return Prepared(turn, adapter)
+
+    async def tell(self, run_id: str, line: str) -> None:
+        """A capability's one-line note for the person, in the reply of the run streaming it (if any)."""
+        stream = self._streams.get(run_id)
+        if stream is not None:
+            await stream.append(("\n\n" if stream.text and not stream.text.endswith("\n") else "") + f"_{line}_\n\n")
 
     def instructions(self, turn: Turn) -> str:
         parts = [turn.agent.instructions.strip(), turn.binding.prompt.strip()]

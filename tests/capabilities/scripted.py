@@ -8,6 +8,7 @@ the model answers "done".
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -26,6 +27,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.usage import RequestUsage
 
 from gateway import llm
 
@@ -70,10 +72,17 @@ class Request:
 class Script:
     steps: list[Step] = field(default_factory=list)
     requests: list[Request] = field(default_factory=list)
+    summaries: int = 0
 
     def reset(self, *steps: Step) -> None:
         self.steps[:] = list(steps)
         self.requests.clear()
+        self.summaries = 0
+
+    @property
+    def answered(self) -> list[Request]:
+        """The requests of the runs themselves (not a summariser's)."""
+        return [r for r in self.requests if not r.instructions.startswith(SUMMARIZER)]
 
 
 SCRIPT = Script()
@@ -87,8 +96,15 @@ def call(tool: str, **args: Any) -> Step:
     return lambda messages: Call(tool, args)
 
 
+SUMMARIZER = "You are a context summarization assistant."  # the harness's summarising agent
+
+
 def _next(messages: list[ModelMessage], info: AgentInfo) -> str | Call:
-    SCRIPT.requests.append(Request(list(messages), {t.name: t for t in info.function_tools}, info.instructions or ""))
+    request = Request(list(messages), {t.name: t for t in info.function_tools}, info.instructions or "")
+    SCRIPT.requests.append(request)
+    if request.instructions.startswith(SUMMARIZER):  # a summary request answers itself, taking no step
+        SCRIPT.summaries += 1
+        return f"SUMMARY {SCRIPT.summaries}: the earlier conversation, in short."
     step = SCRIPT.steps.pop(0) if SCRIPT.steps else say("done")
     return step(messages)
 
@@ -109,7 +125,19 @@ async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterato
         yield reply
 
 
-llm.register_model("scripted", lambda: FunctionModel(_complete, stream_function=_stream, model_name="scripted"))
+class ScriptedModel(FunctionModel):
+    """A FunctionModel whose streamed responses report what was sent as their input tokens (about 4
+    characters a token, instructions and tool schemas included), as a provider would."""
+
+    @contextlib.asynccontextmanager
+    async def request_stream(self, messages: list[ModelMessage], model_settings: Any, model_request_parameters: Any,
+                             run_context: Any = None) -> AsyncIterator[Any]:
+        async with super().request_stream(messages, model_settings, model_request_parameters, run_context) as stream:
+            stream._usage = RequestUsage(input_tokens=SCRIPT.requests[-1].size // 4)
+            yield stream
+
+
+llm.register_model("scripted", lambda: ScriptedModel(_complete, stream_function=_stream, model_name="scripted"))
 
 
 def mcp_server(name: str, **extra: Any) -> dict[str, Any]:
