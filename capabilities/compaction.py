@@ -192,6 +192,9 @@ class ConversationCompaction(AbstractCapability[Turn]):
             self._first = False
             if ctx.prompt is not None:  # a fresh run; a resumed one already carries what it was left with
                 await self._continue_from_stored(ctx, request_context)
+            else:  # resumed after an approval: keep the stored history current when it ends
+                self._continued = await self.turn.state.get(CAPABILITY, self.turn.conversation.id, HISTORY_KEY) \
+                    is not None
         trigger, window = self.trigger(request_context.model)
         if self._overhead is not None and self._overhead >= trigger:
             if not self._told:

@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelRequest, SystemPromptPart
+from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, ToolCallPart
 
 from bindings.loader import ConfigError, load_config
 from gateway import extensions
-from gateway.messages import ChatKind
+from gateway.messages import ChatKind, Sender
 from gateway.store import repo
+from gateway.surface import Decision
 
-from ..conftest import write_config
-from .scripted import SCRIPT, call, chat_text, say
+from ..conftest import wait_for, write_config
+from .scripted import SCRIPT, call, chat_text, mcp_server, say
 from .support import Account, Place, agent, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -95,6 +96,38 @@ async def test_a_sliding_window_drops_the_oldest_without_a_model_call(tmp_path: 
         assert SCRIPT.summaries == 0
         [request] = SCRIPT.answered
         assert "message 1:" not in str(request.messages) and "message 19:" in str(request.messages)
+
+
+async def test_a_run_parked_for_approval_resumes_from_the_compacted_history_and_keeps_it(tmp_path: Path) -> None:
+    spec = _agent(strategy="sliding_window", context_window=2000, max_fraction=0.5, keep_messages=4)
+    spec["assistant"]["mcp_servers"] = [mcp_server("svc")]  # its tools ask for approval
+    async with world(tmp_path, agents=spec) as w:
+        for i in range(18):
+            SCRIPT.reset(say(f"answer {i}"))
+            await w.say(ALICE, DM, f"message {i}: {FILLER}")
+        assert "message 1:" not in str(SCRIPT.answered[0].messages), "compacted by now"
+        SCRIPT.reset(call("svc_deploy", service="api"))
+        await w.say(ALICE, DM, "deploy the api")
+        await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
+        [card] = w.adapter("slack").cards
+        SCRIPT.reset(say("nothing yet"))
+        outcome = await w.gw.approvals.decide(card.items[0].approval_id, Decision.APPROVE, Sender("U1", "alice"),
+                                              binding_id="slack", surface="slack")
+        assert outcome.accepted
+
+        async def finished() -> bool:
+            run = await w.gw.store.run(card.run_id)
+            return run is not None and run.status == repo.FINISHED
+
+        await wait_for(finished, what="the resumed run")
+        [resumed] = SCRIPT.answered
+        assert "message 1:" not in str(resumed.messages), "the parked state held the compacted history"
+        SCRIPT.reset(say("ok"))
+        await w.say(ALICE, DM, "thanks")
+        [after] = SCRIPT.answered
+        calls = [p for m in after.messages if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, ToolCallPart)]
+        assert [c.tool_name for c in calls] == ["svc_deploy"], "the next turn continues from the resumed run"
+        assert "deployed api" in str(after.messages)
 
 
 def test_bad_config_is_refused_at_load_with_file_and_line(tmp_path: Path) -> None:
