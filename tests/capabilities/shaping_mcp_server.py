@@ -16,6 +16,13 @@ def build() -> MCPServer:
         return "\n".join(f"row {i:07d}: /srv/data/{i:07d}.bin " + "x" * 70 for i in range(rows))
 
     @server.tool()
+    def dump(rows: int) -> str:
+        """A config dump of `rows` lines; the middle one quotes a token and the codename."""
+        lines = [f"line {i:06d}: setting_{i} = value_{i}" for i in range(rows)]
+        lines[rows // 2] = f"line {rows // 2:06d}: token={SECRET} # PROJECT-NIGHTJAR"
+        return "\n".join(lines)
+
+    @server.tool()
     def leak(service: str) -> str:
         """A service's config, which quotes its token."""
         return f"{service} config: token={SECRET} region=eu"

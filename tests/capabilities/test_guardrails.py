@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from gateway.messages import ChatKind
 from gateway.store import repo
 
 from ..conftest import write_config
-from .scripted import SCRIPT, call, chat_text, mcp_server, say
+from .scripted import SCRIPT, Call, call, chat_text, mcp_server, say
 from .shaping_mcp_server import SECRET
 from .support import Account, Place, World, agent, world
 
@@ -78,6 +79,33 @@ async def test_a_secret_in_an_mcp_result_is_redacted_before_the_model_reads_it(t
         run = await _last_run(w)
         assert run.status == repo.FINISHED, "redaction rewrites; the run finishes"
         assert SECRET not in (run.state or "")
+
+
+async def test_a_large_result_is_screened_whole_before_it_is_spilled(tmp_path: Path) -> None:
+    spec = _agent(redact_secrets_tool=True)
+    spec["capabilities"].append({"id": "tool_output_limits"})
+    spec["mcp_servers"] = [mcp_server("svc", tools={"dump": "allow"})]
+    handle = re.compile(r"stored to handle '([^']+)'")
+
+    def read_back(messages: object) -> Call:
+        [preview] = SCRIPT.requests[-1].tool_results()
+        match = handle.search(preview)
+        assert match, preview
+        return Call("read_tool_result", {"handle": match.group(1), "pattern": "token="})
+
+    async with world(tmp_path, agents={"assistant": spec}) as w:
+        SCRIPT.reset(call("svc_dump", rows=5000), read_back, say("found it"))
+        await w.say(ALICE, DM, "find the token in the config")
+        [page] = SCRIPT.requests[2].tool_results()
+        assert page.splitlines()[1] == "line 002500: token=[redacted:github_token] # PROJECT-NIGHTJAR"
+        assert all(SECRET not in str(m) for r in SCRIPT.requests for m in r.messages)
+
+    async with world(tmp_path / "blocked", agents={"assistant": {**spec, "capabilities": [
+            {"id": "guardrails", "config": {"blocked_keywords_tool": "nightjar"}}, {"id": "tool_output_limits"}]}}) as w:
+        SCRIPT.reset(call("svc_dump", rows=5000), say("found it"))
+        await w.say(ALICE, DM, "read the config")
+        assert len(SCRIPT.requests) == 1, "a term deep inside a large result ends the run; it is not spilled past"
+        assert (await _last_run(w)).status == repo.GUARDRAIL_BLOCKED
 
 
 async def test_a_blocked_term_in_a_fetched_page_ends_the_run_and_says_so(tmp_path: Path,

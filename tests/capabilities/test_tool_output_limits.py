@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from bindings.loader import ConfigError, load_config
-from capabilities.tool_output_limits import CAPABILITY
+from capabilities.tool_output_limits import CAPABILITY, MAX_SPILL_BYTES, RunSpills, SpillRefused
 from gateway import extensions
 from gateway.messages import ChatKind
+from gateway.store.engine import open_store
 from gateway.store.models import CapabilityStateRow
 
 from ..conftest import write_config
@@ -98,3 +99,20 @@ def test_bad_config_is_refused_at_load_with_file_and_line(tmp_path: Path) -> Non
     assert problems[1] == f"{path}:7:7: capabilities.0.config.threshold: Input should be greater than or equal to 100"
     assert problems[2] == (f"{path}:8:7: capabilities.0.config.summary_prompt: summary_prompt must contain "
                            "{tool_name} and {output}; it lacks {tool_name}")
+
+
+async def test_spills_are_shared_by_replicas_kept_per_run_and_binary_safe(pg_url: str) -> None:
+    """Two stores on one PostgreSQL database are two replicas: a spill one writes, the other reads."""
+    text = ("row: café ✓\n" * 90_000).encode()  # ~1.2 MB of UTF-8
+    binary = bytes(range(256)) * 64 + b"\x00tail"
+    async with open_store(pg_url) as a, open_store(pg_url) as b:
+        here, there = RunSpills(a.capability_state, "run-1"), RunSpills(b.capability_state, "run-1")
+        assert await there.read(await here.write("run-1/call-1.0", text)) == text
+        assert await there.read(await here.write("run-1/call-2.0", binary)) == binary
+        with pytest.raises(FileNotFoundError):
+            await RunSpills(b.capability_state, "run-2").read("run-1/call-1.0")  # another run's handle reads nothing
+        with pytest.raises(SpillRefused):
+            await here.write("run-1/call-3.0", b"x" * (MAX_SPILL_BYTES + 1))
+        assert await there.discard() == 2
+        with pytest.raises(FileNotFoundError):
+            await here.read("run-1/call-1.0")
