@@ -48,7 +48,7 @@ async def test_a_one_megabyte_mcp_result_is_spilled_paged_back_and_gone_after_th
     async with world(tmp_path, agents={"assistant": _agent()}) as w:
         SCRIPT.reset(call("files_listing", rows=10_000), _read_back(offset=0, limit=3), _read_back(from_end=True, limit=2),
                      _read_back(pattern="row 0009999:"), say("the listing has 10,000 rows"))
-        await w.say(ALICE, DM, "list the files")
+        await w.say(ALICE, DM, "list the files", timeout=60)
         first, head, tail, grep, last = SCRIPT.requests
         [preview] = head.tool_results()
         assert len(preview) < 3_000, "the model never carries the 1 MB return"
@@ -66,9 +66,10 @@ async def test_a_one_megabyte_mcp_result_is_spilled_paged_back_and_gone_after_th
 
 
 async def test_a_spill_the_store_refuses_is_truncated_never_dropped(tmp_path: Path) -> None:
-    async with world(tmp_path, agents={"assistant": _agent({"max_chars": 2000, "truncation_strategy": "head"})}) as w:
+    spec = _agent({"max_chars": 2000, "truncation_strategy": "head"}, timeout_seconds=300)
+    async with world(tmp_path, agents={"assistant": spec}) as w:
         SCRIPT.reset(call("files_listing", rows=90_000), say("ok"))  # ~9 MB: over the store's ceiling per spill
-        await w.say(ALICE, DM, "list everything")
+        await w.say(ALICE, DM, "list everything", timeout=120)  # 9 MB through a stdio MCP server, on a busy machine
         [result] = SCRIPT.requests[1].tool_results()
         assert len(result) <= 2000 and result.startswith("row 0000000:")
         assert "truncated: showing first" in result
