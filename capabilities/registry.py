@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_ai.capabilities import AbstractCapability, Capability
+from pydantic_ai.capabilities.wrapper import WrapperCapability
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
@@ -122,26 +123,18 @@ class _Describe:
         return [replace(t, description=self.descriptions.get(t.name, t.description)) for t in tool_defs]
 
 
-class _Bound(AbstractCapability[Any]):
-    """A built capability with the entry's renames and descriptions applied to its tools."""
+@dataclass
+class _Bound(WrapperCapability[Any]):
+    """A built capability with the entry's renames and descriptions applied to its tools.
 
-    def __init__(self, inner: AbstractCapability[Any], renames: dict[str, str], descriptions: dict[str, str]) -> None:
-        self.inner, self.renames, self.descriptions = inner, renames, descriptions
+    A wrapper capability, so the inner capability's hooks (after_tool_execute, wrap_run, ...) still run.
+    """
 
-    def apply(self, visitor: Callable[[AbstractCapability[Any]], None]) -> None:
-        # Parts loaded on demand (skills: one deferred capability per skill) stay visible to the
-        # framework, which finds them through `apply`; the renamed toolset stays this wrapper's.
-        visitor(self)
-        self.inner.apply(lambda part: visitor(part) if part is not self.inner and part.defer_loading else None)
-
-    def get_instructions(self) -> Any:
-        return self.inner.get_instructions()
-
-    def get_model_settings(self) -> Any:
-        return self.inner.get_model_settings()
+    renames: dict[str, str] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)
 
     def get_toolset(self) -> Any:
-        toolset = self.inner.get_toolset()
+        toolset = self.wrapped.get_toolset()
         if toolset is None or not isinstance(toolset, AbstractToolset):
             return toolset
         if self.renames:
