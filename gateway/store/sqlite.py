@@ -85,8 +85,8 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float) -> T:
         left = deadline - time.monotonic()
         if left <= 0:
             raise StoreUnavailable("the database is busy (waited for earlier work past the bound)", bound)
-        # The rest of the bound for this one transaction; reset for whoever comes next.
-        short = left < bound
+        # What is left of the bound, if queueing took a noticeable part of it; reset after.
+        short = bound - left > 0.01
         if short:
             sqlite.execute(f"PRAGMA busy_timeout={int(left * 1000)}")
         try:
