@@ -116,6 +116,12 @@ async def test_sqlite_store_refuses_past_the_bound_and_stores_nothing(tmp_path: 
             with pytest.raises(StoreUnavailable):  # the ORM's writes too
                 await store.set_state("web", "k", "v")
             assert await store.get_state("admin", "touched") is None, "reads go on (WAL); the admin's row is not committed yet"
+            # A task cancelled while its write waits is cancelled, not "unavailable".
+            waiting = asyncio.create_task(store.set_state("web", "k", "v"))
+            await asyncio.sleep(0.1)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
             await released.wait()
         assert await store.get_state("admin", "touched") == "yes"
         assert await store.seen("web", ["e1"]) is False, "the refused ingest left no ledger row"
@@ -162,5 +168,24 @@ async def test_postgres_that_is_not_there_is_store_unavailable() -> None:
         with pytest.raises(StoreUnavailable):
             await store.get_state("web", "k")
         assert (await store.health())["status"] == "down"
+    finally:
+        await engine.dispose()
+
+
+async def test_no_connection_within_the_bound_is_store_unavailable(tmp_path: Path) -> None:
+    """SQLite has one connection: a write that cannot get it within the bound is refused, not queued."""
+    from sqlalchemy import text
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'p.db'}", busy_timeout=0.3)
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock())
+    try:
+        async with store.sessions() as s:  # holds the connection across awaits
+            await s.execute(text("SELECT 1"))
+            with pytest.raises(StoreUnavailable):
+                await store.seen("web", ["e1"])
+            assert (await store.health())["status"] == "degraded"
+        assert await store.seen("web", ["e1"]) is False
+        assert await store.health() == {"status": "ok"}
     finally:
         await engine.dispose()

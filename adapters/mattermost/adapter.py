@@ -25,6 +25,7 @@ from adapters.base import AdapterContext, Backoff, HealthState, reconnect_foreve
 from bindings.models import BindingSpec, MattermostSection
 from bindings.secrets import SecretError
 from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     AdapterHealth,
     ApprovalCard,
@@ -156,7 +157,8 @@ class MattermostAdapter:
 
     async def _handle(self, frame: dict[str, Any]) -> None:
         """One websocket event. A bad event is logged and dropped; a failing `submit` raises,
-        which drops the connection so the server replays the event on resume."""
+        which drops the connection so the server replays the event on resume; a busy database
+        is waited for here."""
         event = frame.get("event")
         try:
             if event == "posted":
@@ -181,7 +183,16 @@ class MattermostAdapter:
             self._log.debug("skipped %s: %s", event, msg.reason)
             return
         assert self._dispatcher is not None
-        result = await self._dispatcher.submit(msg)
+        backoff = Backoff(base=0.2, cap=2.0)
+        while True:
+            try:
+                result = await self._dispatcher.submit(msg)
+                break
+            except StoreUnavailable as e:
+                # The websocket has no ack: retry here, with the frame not yet counted as
+                # processed (if the connection drops meanwhile, the server replays it).
+                self._log.warning("post %s waits: the database is busy (%s)", msg.message_id, e)
+                await asyncio.sleep(backoff.next_delay())
         if result.duplicate:
             self._log.debug("post %s already recorded", msg.message_id)
 

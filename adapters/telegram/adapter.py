@@ -29,8 +29,8 @@ from telegram.request import HTTPXRequest
 from adapters.base import AdapterContext, Backoff, HealthState, reconnect_forever
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret, SecretError
-from gateway.store.availability import StoreUnavailable
 from gateway.messages import ChatKind, InboundMessage
+from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     AdapterHealth,
     ApprovalCard,

@@ -42,9 +42,10 @@ DEGRADED_AFTER = 0.25  # seconds a write may wait before /readyz calls the datab
 class StoreUnavailable(Exception):
     """The database did not answer within the configured bound; try again after `retry_after` s."""
 
-    def __init__(self, message: str, retry_after: float) -> None:
+    def __init__(self, message: str, retry_after: float, *, unreachable: bool = False) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.unreachable = unreachable  # no answer at all (vs. an answer that is "locked, wait")
 
     @property
     def retry_after_header(self) -> str:
@@ -57,6 +58,19 @@ def is_sqlite_busy(error: BaseException) -> bool:
         getattr(error, "sqlite_errorcode", 0) & 0xFF in (SQLITE_BUSY, SQLITE_LOCKED)
         or "locked" in str(error)  # a driver that does not carry the code
     )
+
+
+def is_lock_wait(error: BaseException) -> bool:
+    """A wait for a lock past its timeout (the database answered), not a missing connection."""
+    current: BaseException | None = error
+    for _ in range(8):
+        if current is None:
+            break
+        state = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
+        if is_sqlite_busy(current) or state in ("55P03", "57014", "40P01"):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def is_transient(error: BaseException) -> bool:

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import sqlite
-from .availability import StoreUnavailable, guard, is_transient
+from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 Row = tuple[Any, ...]
 T = TypeVar("T")
@@ -196,5 +196,6 @@ async def transaction(engine: AsyncEngine, program: Callable[[Statements], Progr
             raise
         except Exception as e:
             if is_transient(e):
-                raise StoreUnavailable(f"the database did not answer in time ({e})", bound) from e
+                raise StoreUnavailable(f"the database did not answer in time ({e})", bound,
+                                       unreachable=not is_lock_wait(e)) from e
             raise

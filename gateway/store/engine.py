@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from . import sqlite
-from .availability import StoreUnavailable, guard, is_transient
+from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 if TYPE_CHECKING:
     from .repo import Store
@@ -35,8 +35,10 @@ class GuardedPool(AsyncAdaptedQueuePool):
         except StoreUnavailable:
             raise
         except Exception as e:
-            if isinstance(e, sa_exc.TimeoutError) or is_transient(e):
-                raise StoreUnavailable(f"no database connection in time ({e})", self._timeout) from e
+            if isinstance(e, sa_exc.TimeoutError):  # every connection busy: a wait, not an outage
+                raise StoreUnavailable(f"no database connection free in time ({e})", self._timeout) from e
+            if is_transient(e):
+                raise StoreUnavailable(f"no database connection ({e})", self._timeout, unreachable=True) from e
             raise
 
 
@@ -95,16 +97,16 @@ def _watch(engine: AsyncEngine) -> None:
         if token is not None:
             limits.waits.end(token)
 
-    def on_error(error: Any) -> BaseException | None:
-        token = started.pop(id(error.execution_context), None)
+    def on_error(context: Any) -> BaseException | None:
+        token = started.pop(id(context.execution_context), None)
         if token is not None:
             limits.waits.end(token)
-        context = error
-        if context.is_pre_ping:
-            return None  # the pool reconnects on its own
-        if context.is_disconnect or is_transient(context.original_exception):
-            raise StoreUnavailable(f"the database did not answer in time ({context.original_exception})",
-                                   limits.bound)
+        error = context.original_exception
+        if context.is_pre_ping or not isinstance(error, Exception):
+            return None  # the pool reconnects on its own; a cancellation stays a cancellation
+        if context.is_disconnect or is_transient(error):
+            raise StoreUnavailable(f"the database did not answer in time ({error})", limits.bound,
+                                   unreachable=context.is_disconnect or not is_lock_wait(error))
         return None
 
     event.listen(engine.sync_engine, "before_cursor_execute", before)

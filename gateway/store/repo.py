@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
@@ -153,13 +154,17 @@ class Store:
         if waits.longest():
             return waits.state()  # something is in flight: a probe would only queue behind it
         patience = 4 * DEGRADED_AFTER
+        started = time.monotonic()
         try:
             with waits.waiting():
                 async with asyncio.timeout(patience):
                     async with self.engine.connect() as conn:
                         await conn.exec_driver_sql("SELECT 1")
-        except TimeoutError:
-            return {"status": "degraded", "waiting_seconds": patience, "waiting": 1}
+        except (TimeoutError, StoreUnavailable) as e:
+            if isinstance(e, TimeoutError) or not e.unreachable:
+                waited = round(time.monotonic() - started, 2)
+                return {"status": "degraded", "waiting_seconds": waited, "waiting": 1}
+            return {"status": "down", "error": str(e)[:200]}
         except Exception as e:
             return {"status": "down", "error": f"{type(e).__name__}: {e}"[:200]}
         return {"status": "ok"}
