@@ -14,6 +14,9 @@ the thread as ONE call (`run`): a short transaction measured 0.61 ms per-stateme
 in one call vs 0.13 ms inline on the loop (5 inserts, 2 CPUs). One call is still a little
 dearer than the old inline connection, and nothing can freeze the loop any more.
 
+`run` hands the call to aiosqlite's queue through `Connection._execute`, which is private (as
+is the `_tx` queue SQLAlchemy's own aiosqlite adapter uses); every store test goes through it.
+
 One connection: our own transactions queue for it in asyncio (the pool, or the thread's queue)
 rather than in SQLite's busy handler, which polls with sleeps and would make them wait for each
 other in milliseconds. Only another process is ever waited for inside SQLite, and only up to
