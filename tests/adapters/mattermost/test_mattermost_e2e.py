@@ -263,8 +263,7 @@ async def test_a_post_during_a_database_lock_is_answered_once(tmp_path: Path, wo
     processed; the adapter submits it again until the store takes it, and it is answered once."""
     from tests.support.locking import another_process_holds_the_lock
 
-    directory = _config(tmp_path, world)
-    database = {"url": f"sqlite+aiosqlite:///{directory / 'gateway.db'}", "busy_timeout_seconds": 0.3}
+    database = {"url": f"sqlite+aiosqlite:///{tmp_path / 'config' / 'gateway.db'}", "busy_timeout_seconds": 0.3}
     directory = _config(tmp_path, world, gateway={"database": database})
     async with running_gateway(directory) as gw:
         await _connected(gw)
