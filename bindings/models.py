@@ -27,6 +27,12 @@ class DatabaseConfig(Strict):
         default="sqlite+aiosqlite:///var/gateway.db",
         description="SQLAlchemy async URL: sqlite+aiosqlite:///path or postgresql+asyncpg://...",
     )
+    busy_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=300,
+        description="How long a write waits for a lock held elsewhere (another process on SQLite, another"
+        " replica on PostgreSQL) or for a connection; past it the API answers 503 with Retry-After and"
+        " platform events are not acknowledged, so the platform redelivers them",
+    )
 
     @field_validator("url")
     @classmethod

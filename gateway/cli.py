@@ -162,8 +162,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from .store.availability import StoreUnavailable
+
     args = build_parser().parse_args(argv)
-    return int(args.fn(args))
+    try:
+        return int(args.fn(args))
+    except StoreUnavailable as e:  # the daemon (or a backup) holds the database's lock: say so
+        print(f"the database is busy: {e}; try again in {e.retry_after_header}s", file=sys.stderr)
+        return 75  # EX_TEMPFAIL
 
 
 if __name__ == "__main__":

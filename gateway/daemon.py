@@ -87,7 +87,8 @@ class Gateway:
 
     async def start(self) -> None:
         _check_listen(self.listen, self.config)
-        engine = create_engine(self.config.gateway.database.url)
+        database = self.config.gateway.database
+        engine = create_engine(database.url, busy_timeout=database.busy_timeout_seconds)
         try:
             await migrate(engine)
         except Exception:
@@ -307,13 +308,8 @@ class Gateway:
         for binding_id, adapter in self.adapters.items():
             h = adapter.health()
             bindings[binding_id] = {"platform": adapter.platform, "connected": h.connected, "detail": h.detail}
-        database = True
-        try:
-            async with self.store.engine.connect() as conn:
-                await conn.exec_driver_sql("SELECT 1")
-        except Exception:
-            database = False
-        ready = database and all(b["connected"] for b in bindings.values())
+        database = await self.store.health()  # "degraded" (writes waiting) still serves: ready
+        ready = database["status"] != "down" and all(b["connected"] for b in bindings.values())
         state: dict[str, Any] = {"ready": ready, "database": database, "bindings": bindings}
         for ext in self.extensions:  # informational parts (MCP servers); they do not decide `ready`
             if hasattr(ext, "readiness"):

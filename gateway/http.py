@@ -1,5 +1,8 @@
 """The daemon's one aiohttp application: health, metrics, the API, and the routes adapters serve.
 
+A database that does not answer in time is 503 with Retry-After on every route (one middleware,
+`_busy_middleware`), never a 500.
+
 The JSON API is guarded by `http.api_token` when one is set (a bearer token, or
 `?access_token=` for EventSource, which cannot send headers). Platform webhooks check their
 own signatures in their adapters instead.
@@ -8,12 +11,14 @@ own signatures in their adapters instead.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from . import api
+from .store.availability import StoreUnavailable
 
 if TYPE_CHECKING:
     from .daemon import Gateway
@@ -22,6 +27,7 @@ if TYPE_CHECKING:
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROTECTED_PREFIXES = ("/api/",)
+log = logging.getLogger("gateway.http")
 
 
 class AdapterRoutes:
@@ -54,7 +60,7 @@ class AdapterRoutes:
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(middlewares=[_auth_middleware(gateway)], client_max_size=2 * 1024**2)
+    app = web.Application(middlewares=[_auth_middleware(gateway), _busy_middleware], client_max_size=2 * 1024**2)
     app[GATEWAY_KEY] = gateway
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
@@ -90,6 +96,22 @@ def _auth_middleware(gateway: Gateway) -> Callable[[web.Request, Handler], Await
         return await handler(request)
 
     return middleware
+
+
+@web.middleware
+async def _busy_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """A database that did not answer within its bound is 503 + Retry-After on every route,
+    wherever it is served; nothing was stored, so the client sends the same request again."""
+    try:
+        return await handler(request)
+    except StoreUnavailable as e:
+        log.warning("%s %s: 503, the database is busy: %s", request.method, request.path, e)
+        return web.json_response(
+            {"error": "unavailable", "message": "the database is busy; try again shortly",
+             "retry_after": e.retry_after},
+            status=503,
+            headers={"Retry-After": e.retry_after_header},
+        )
 
 
 async def _healthz(request: web.Request) -> web.Response:

@@ -8,6 +8,7 @@ signed buttons (or reactions when the server cannot reach us), a DM for private 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import time
@@ -19,9 +20,11 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import BaseAdapter
-from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec, MattermostSection
+from gateway.adapter_registry import AdapterContext
 from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.reconnect import Backoff
+from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     ApprovalCard,
     ChannelDirectory,
@@ -126,7 +129,8 @@ class MattermostAdapter(BaseAdapter):
 
     async def _handle(self, frame: dict[str, Any]) -> None:
         """One websocket event. A bad event is logged and dropped; a failing `submit` raises,
-        which drops the connection so the server replays the event on resume."""
+        which drops the connection so the server replays the event on resume; a busy database
+        is waited for here."""
         event = frame.get("event")
         try:
             if event == "posted":
@@ -151,7 +155,16 @@ class MattermostAdapter(BaseAdapter):
             self._log.debug("skipped %s: %s", event, msg.reason)
             return
         assert self._dispatcher is not None
-        result = await self._dispatcher.submit(msg)
+        backoff = Backoff(base=0.2, cap=2.0)
+        while True:
+            try:
+                result = await self._dispatcher.submit(msg)
+                break
+            except StoreUnavailable as e:
+                # The websocket has no ack: retry here, with the frame not yet counted as
+                # processed (if the connection drops meanwhile, the server replays it).
+                self._log.warning("post %s waits: the database is busy (%s)", msg.message_id, e)
+                await asyncio.sleep(backoff.next_delay())
         if result.duplicate:
             self._log.debug("post %s already recorded", msg.message_id)
 

@@ -33,6 +33,7 @@ from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
 from gateway.commands import commands_for
 from gateway.messages import ChatKind, InboundMessage
+from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     AdapterHealth,
     ApprovalCard,
@@ -224,11 +225,21 @@ class TelegramAdapter(BaseAdapter):
     async def _submit(self, msg: InboundMessage) -> None:
         dispatcher = self._require_dispatcher()
         backoff = Backoff(base=0.2, cap=2.0)
-        for attempt in range(1, SUBMIT_ATTEMPTS + 1):
+        attempt = 0
+        while attempt < SUBMIT_ATTEMPTS:
+            attempt += 1
             try:
                 result = await dispatcher.submit(msg)
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailable as e:
+                # Nothing was stored. A webhook answers non-2xx (Telegram sends it again); a
+                # poller waits here, its offset not past this update, until the store takes it.
+                if self._section.mode == "webhook":
+                    raise _SubmitFailed(f"the database is busy: {e}") from e
+                self._log.warning("update %s waits: the database is busy (%s)", msg.event_id, e)
+                attempt -= 1
+                await asyncio.sleep(backoff.next_delay())
             except Exception as e:  # the core's trouble: retry a little, then give up on this one
                 if attempt == SUBMIT_ATTEMPTS:
                     raise _SubmitFailed(f"{type(e).__name__}: {e}") from e

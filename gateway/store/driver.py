@@ -6,9 +6,20 @@ transaction another 0.1 ms; the driver answers the same statement in tens of mic
 `Store`'s per-message methods write plain, portable SQL here, once, with `:name` parameters;
 everything else in the store uses the ORM.
 
-On PostgreSQL the raw asyncpg connection is checked out of the engine's pool. On SQLite the
-engine's one inline connection is used directly while the pool holds it idle (a checkout costs
-more than the transaction), else it is checked out like the ORM's sessions do (inline_sqlite).
+Such a transaction is a *program*: a generator that yields statements (`q.one(...)`,
+`q.all(...)`, `q.run(...)`) and receives each one's result, returning its own result at the end:
+
+    def count(q: Statements, c: str) -> Program[int]:
+        row = yield q.one("SELECT count(*) FROM messages WHERE conversation_id = :c", c=c)
+        return row[0]
+
+On SQLite the whole program runs in the connection's thread in one call (see `sqlite`): the
+loop never waits on SQLite, and a transaction costs one thread round trip, not one per
+statement. On PostgreSQL each statement is awaited on a raw asyncpg connection from the pool.
+A program therefore never awaits anything: it cannot, which is what makes the one-call form
+safe (nothing can run inside someone else's transaction).
+
+Either way a database that does not answer within the bound raises `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -16,61 +27,99 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import Callable, Generator
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from functools import partial
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from . import inline_sqlite
+from . import sqlite
+from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 Row = tuple[Any, ...]
+T = TypeVar("T")
 
 
-class Tx(Protocol):
-    """One open transaction. Datetimes go in aware and come out aware (UTC)."""
+class Stmt(NamedTuple):
+    kind: str  # "all": every row, "one": the first row or None, "run": the number of rows changed
+    sql: str
+    params: dict[str, Any]
 
-    async def all(self, sql: str, **params: Any) -> list[Row]: ...
 
-    async def one(self, sql: str, **params: Any) -> Row | None: ...
+Program = Generator[Stmt, Any, T]
 
-    async def run(self, sql: str, **params: Any) -> int:
-        """Execute; the number of rows changed."""
-        ...
+
+class Statements:
+    """What a program yields, and how it reads a timestamp back. Datetimes go in aware and come
+    out aware (UTC)."""
+
+    @staticmethod
+    def all(sql: str, **params: Any) -> Stmt:
+        return Stmt("all", sql, params)
+
+    @staticmethod
+    def one(sql: str, **params: Any) -> Stmt:
+        return Stmt("one", sql, params)
+
+    @staticmethod
+    def run(sql: str, **params: Any) -> Stmt:
+        return Stmt("run", sql, params)
 
     def time(self, value: Any) -> datetime | None:
-        """A timestamp column's value as read back."""
-        ...
+        return value  # type: ignore[no-any-return]
 
 
 # SQLAlchemy's SQLite DATETIME text, so rows written here and by the ORM compare and sort alike.
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
-class _SqliteTx:
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    @staticmethod
-    def _bind(params: dict[str, Any]) -> dict[str, Any]:
-        for k, v in params.items():
-            if isinstance(v, datetime):
-                params[k] = v.astimezone(timezone.utc).strftime(_SQLITE_TIME)
-        return params
-
-    async def all(self, sql: str, **params: Any) -> list[Row]:
-        return self._conn.execute(sql, self._bind(params)).fetchall()  # type: ignore[no-any-return]
-
-    async def one(self, sql: str, **params: Any) -> Row | None:
-        return self._conn.execute(sql, self._bind(params)).fetchone()  # type: ignore[no-any-return]
-
-    async def run(self, sql: str, **params: Any) -> int:
-        return self._conn.execute(sql, self._bind(params)).rowcount  # type: ignore[no-any-return]
-
+class _SqliteStatements(Statements):
     def time(self, value: Any) -> datetime | None:
         if value is None:
             return None
         return datetime.fromisoformat(value).replace(tzinfo=timezone.utc)
+
+
+_SQLITE = _SqliteStatements()
+_POSTGRES = Statements()
+
+
+def _sqlite_bind(params: dict[str, Any]) -> dict[str, Any]:
+    for k, v in params.items():
+        if isinstance(v, datetime):
+            params[k] = v.astimezone(timezone.utc).strftime(_SQLITE_TIME)
+    return params
+
+
+def _run_on_sqlite(program: Callable[[Statements], Program[T]], conn: sqlite3.Connection) -> T:
+    """The whole transaction, in the connection's thread."""
+    # IMMEDIATE takes the write lock up front: another process is waited for at BEGIN (in the
+    # busy handler, up to the bound), never in the middle of a read-then-write.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        steps = program(_SQLITE)
+        try:
+            stmt = next(steps)
+            while True:
+                cursor = conn.execute(stmt.sql, _sqlite_bind(stmt.params))
+                if stmt.kind == "all":
+                    result: Any = cursor.fetchall()
+                elif stmt.kind == "one":
+                    result = cursor.fetchone()
+                else:
+                    result = cursor.rowcount
+                cursor.close()
+                stmt = steps.send(result)
+        except StopIteration as done:
+            value: T = done.value
+        conn.commit()
+        return value
+    except BaseException:
+        # A failed commit must not leave the connection inside the transaction.
+        with contextlib.suppress(sqlite3.ProgrammingError, sqlite3.OperationalError):
+            conn.rollback()
+        raise
 
 
 _NAME = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -112,45 +161,41 @@ class _AsyncpgTx:
         tail = status.rsplit(" ", 1)[-1]
         return int(tail) if tail.isdigit() else 0
 
-    def time(self, value: Any) -> datetime | None:
-        return value  # type: ignore[no-any-return]
+
+async def _run_on_asyncpg(program: Callable[[Statements], Program[T]], raw: Any) -> T:
+    tx = _AsyncpgTx(raw)
+    async with raw.transaction():
+        steps = program(_POSTGRES)
+        try:
+            stmt = next(steps)
+            while True:
+                result = await getattr(tx, stmt.kind)(stmt.sql, **stmt.params)
+                stmt = steps.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
-@contextlib.asynccontextmanager
-async def transaction(engine: AsyncEngine) -> AsyncIterator[Tx]:
-    """A write transaction on a raw connection: committed on exit, rolled back on error.
-
-    On SQLite the body must not await anything that suspends (it runs on the loop, holding the
-    one connection); the Store's per-message methods only await their Tx.
-    """
-    if engine.dialect.name == "sqlite":
-        inline = inline_sqlite.idle_connection(engine.sync_engine)
-        if inline is not None:
-            with inline.directly() as sqlite:
-                async with _sqlite_transaction(sqlite) as tx:
-                    yield tx
-            return
-    async with engine.connect() as conn:
-        raw = (await conn.get_raw_connection()).driver_connection
+async def transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]]) -> T:
+    """Run a program as one write transaction: committed when it returns, rolled back if it
+    raises (its exception propagates). StoreUnavailable if the database does not answer in time."""
+    limits = guard(engine)
+    bound = limits.bound
+    with limits.waits.waiting():
         if engine.dialect.name == "sqlite":
-            async with _sqlite_transaction(raw._conn) as tx:  # the sqlite3 connection inside InlineConnection
-                yield tx
-        else:
-            async with raw.transaction():
-                yield _AsyncpgTx(raw)
-
-
-@contextlib.asynccontextmanager
-async def _sqlite_transaction(sqlite: Any) -> AsyncIterator[Tx]:
-    # IMMEDIATE takes the write lock up front: another process (an admin's CLI) is waited for
-    # at BEGIN, never in the middle of a read-then-write.
-    sqlite.execute("BEGIN IMMEDIATE")
-    try:
-        yield _SqliteTx(sqlite)
-        sqlite.commit()
-    except BaseException:
-        # A failed commit must not leave the connection inside the transaction. The pool may
-        # have closed it already (see inline_sqlite.track's guard).
-        with contextlib.suppress(sqlite3.ProgrammingError):
-            sqlite.rollback()
-        raise
+            conn = sqlite.idle_connection(engine.sync_engine)
+            if conn is not None:
+                return await sqlite.run(conn, partial(_run_on_sqlite, program), bound)
+            async with engine.connect() as c:
+                raw = (await c.get_raw_connection()).driver_connection
+                return await sqlite.run(raw, partial(_run_on_sqlite, program), bound)
+        try:
+            async with engine.connect() as c:
+                raw = (await c.get_raw_connection()).driver_connection
+                return await _run_on_asyncpg(program, raw)
+        except StoreUnavailable:
+            raise
+        except Exception as e:
+            if is_transient(e):
+                raise StoreUnavailable(f"the database did not answer in time ({e})", bound,
+                                       unreachable=not is_lock_wait(e)) from e
+            raise

@@ -3,57 +3,115 @@
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from . import inline_sqlite
+from . import sqlite
+from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 if TYPE_CHECKING:
     from .repo import Store
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+DEFAULT_BUSY_TIMEOUT = 5.0
 
 
-def create_engine(url: str) -> AsyncEngine:
-    """An async engine; for SQLite the file's directory is created and WAL is switched on."""
+class GuardedPool(AsyncAdaptedQueuePool):
+    """The pool, with "no connection in time" (every one busy past the bound, or the server
+    refusing or not answering) raised as StoreUnavailable."""
+
+    def connect(self) -> Any:
+        try:
+            return super().connect()
+        except StoreUnavailable:
+            raise
+        except Exception as e:
+            if isinstance(e, sa_exc.TimeoutError):  # every connection busy: a wait, not an outage
+                raise StoreUnavailable(f"no database connection free in time ({e})", self._timeout) from e
+            if is_transient(e):
+                raise StoreUnavailable(f"no database connection ({e})", self._timeout, unreachable=True) from e
+            raise
+
+
+def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> AsyncEngine:
+    """An async engine whose waits are bounded by `busy_timeout` seconds (a lock held by another
+    process or replica, a connection). For SQLite the file's directory is created, WAL is on,
+    and every call runs in the connection's thread (see `sqlite`)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ":memory:"
         if database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
-        # One connection, used inline on the event loop (see inline_sqlite): transactions queue
-        # for it in asyncio. A store method must not open a second session while its first
-        # still holds the connection; pool_timeout turns such a mistake into an error.
+        # One connection (see `sqlite`): our transactions queue for it in asyncio. A store
+        # method must not open a second session while its first still holds the connection.
         engine = create_async_engine(
             url,
-            async_creator=lambda: inline_sqlite.connect(database),
-            poolclass=AsyncAdaptedQueuePool,
+            poolclass=GuardedPool,
             pool_size=1,
             max_overflow=0,
-            pool_timeout=10,
+            pool_timeout=busy_timeout,
+            # Sessions end their own transactions; a reset would cost a thread round trip.
+            pool_reset_on_return=None,
+            connect_args={"timeout": busy_timeout},
         )
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
-        inline_sqlite.track(engine.sync_engine)
-        return engine
-    return create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+        event.listen(engine.sync_engine, "connect", sqlite.pragmas(busy_timeout))
+        sqlite.track(engine.sync_engine)
+    else:
+        engine = create_async_engine(
+            url,
+            poolclass=GuardedPool,
+            pool_size=10,
+            max_overflow=10,
+            pool_timeout=busy_timeout,
+            pool_pre_ping=True,
+            # A lock held by another replica (or an admin's psql) is waited for up to the bound.
+            connect_args={"timeout": busy_timeout,
+                          "server_settings": {"lock_timeout": str(int(busy_timeout * 1000))}},
+        )
+    guard(engine).bound = busy_timeout
+    _watch(engine)
+    return engine
 
 
-def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
-    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    # Only another process (an admin's CLI) can hold a lock against us; wait briefly for it.
-    cursor.execute("PRAGMA busy_timeout=2000")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
+def _watch(engine: AsyncEngine) -> None:
+    """Statements through SQLAlchemy: count their waits for /readyz, and raise a busy or
+    unreachable database as StoreUnavailable."""
+    limits = guard(engine)
+    started: dict[int, int] = {}
+
+    # Keyed by the statement's execution context, which the error handler sees too.
+    def before(_conn: Any, _cursor: Any, _statement: Any, _params: Any, context: Any, _many: bool) -> None:
+        started[id(context)] = limits.waits.begin()
+
+    def after(_conn: Any, _cursor: Any, _statement: Any, _params: Any, context: Any, _many: bool) -> None:
+        token = started.pop(id(context), None)
+        if token is not None:
+            limits.waits.end(token)
+
+    def on_error(context: Any) -> BaseException | None:
+        token = started.pop(id(context.execution_context), None)
+        if token is not None:
+            limits.waits.end(token)
+        error = context.original_exception
+        if context.is_pre_ping or not isinstance(error, Exception):
+            return None  # the pool reconnects on its own; a cancellation stays a cancellation
+        if context.is_disconnect or is_transient(error):
+            raise StoreUnavailable(f"the database did not answer in time ({error})", limits.bound,
+                                   unreachable=context.is_disconnect or not is_lock_wait(error))
+        return None
+
+    event.listen(engine.sync_engine, "before_cursor_execute", before)
+    event.listen(engine.sync_engine, "after_cursor_execute", after)
+    event.listen(engine.sync_engine, "handle_error", on_error)
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -69,6 +127,8 @@ async def migrate(engine: AsyncEngine) -> None:
     def upgrade(connection: Connection) -> None:
         if connection.dialect.name == "postgresql":
             # One replica migrates at a time; the others wait, then find nothing to do.
+            # No lock_timeout here: a long migration on another replica is worth waiting for.
+            connection.exec_driver_sql("SET LOCAL lock_timeout = 0")
             connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7263510)")
         command.upgrade(alembic_config(connection), "head")
 
@@ -77,11 +137,11 @@ async def migrate(engine: AsyncEngine) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_store(url: str) -> AsyncIterator["Store"]:
+async def open_store(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> AsyncIterator["Store"]:
     """A migrated store for the CLI's one-off reads and writes."""
     from .repo import Store
 
-    engine = create_engine(url)
+    engine = create_engine(url, busy_timeout=busy_timeout)
     try:
         await migrate(engine)
         yield Store(engine)

@@ -6,11 +6,14 @@ ledger, the queued run and the user's message) are one method, `ingest`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -20,9 +23,13 @@ from ..clock import Clock, new_id
 from ..messages import ChatKind, InboundMessage, conversation_key, reply_thread
 from ..surface import ReplyTarget
 from . import driver
+from .availability import DEGRADED_AFTER, StoreUnavailable, guard
 from .capability_state import CapabilityState
 from .models import Account, AdapterState, Conversation, Delivery, Message, Person, Run
 
+log = logging.getLogger("gateway.store")
+
+T = TypeVar("T")
 K = TypeVar("K")
 V = TypeVar("V")
 
@@ -136,17 +143,55 @@ class Store:
         self._identities: _Lru[tuple[str, str, str], tuple[Identity, str, float]] = _Lru(CACHE_SIZE)
         self.capability_state = CapabilityState(self.sessions, self.clock)
 
-    async def _lock(self, tx: driver.Tx, key: str) -> None:
+    def _lock(self, q: driver.Statements, key: str) -> driver.Program[None]:
         """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).
 
         SQLite needs none: one process owns the file, and its scheduler has one worker per
         conversation.
         """
         if self.shared:
-            await tx.one("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", k=key)
+            yield q.one("SELECT pg_advisory_xact_lock(hashtextextended(:k, 0))", k=key)
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+    async def health(self) -> dict[str, Any]:
+        """For /readyz: "ok"; "degraded" with how long writes have waited (a lock held
+        elsewhere); or "down" when a probe gets no answer within the bound."""
+        waits = guard(self.engine).waits
+        if waits.longest():
+            return waits.state()  # something is in flight: a probe would only queue behind it
+        patience = 4 * DEGRADED_AFTER
+        started = time.monotonic()
+        try:
+            with waits.waiting():
+                async with asyncio.timeout(patience):
+                    async with self.engine.connect() as conn:
+                        await conn.exec_driver_sql("SELECT 1")
+        except (TimeoutError, StoreUnavailable) as e:
+            if isinstance(e, TimeoutError) or not e.unreachable:
+                waited = round(time.monotonic() - started, 2)
+                return {"status": "degraded", "waiting_seconds": waited, "waiting": 1}
+            return {"status": "down", "error": str(e)[:200]}
+        except Exception as e:
+            return {"status": "down", "error": f"{type(e).__name__}: {e}"[:200]}
+        return {"status": "ok"}
+
+    async def patiently(self, work: Callable[[], Awaitable[T]], what: str) -> T:
+        """Work already accepted (a run's claim, its replies, its end) is not refused when the
+        database is busy: it is tried again, with backoff, until it goes through."""
+        delay = 0.1
+        while True:
+            try:
+                return await work()
+            except StoreUnavailable as e:
+                log.warning("%s: the database is busy (%s); trying again in %.1fs", what, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, max(self.busy_timeout, 1.0))
+
+    @property
+    def busy_timeout(self) -> float:
+        return guard(self.engine).bound
 
     # --- inbound ------------------------------------------------------------------------
 
@@ -157,17 +202,16 @@ class Store:
         command): recorded just before the effect, so it happens at most once on any replica.
         """
         try:
-            async with driver.transaction(self.engine) as tx:
-                await self._ledger(tx, binding_id, event_ids)
+            await driver.transaction(self.engine, lambda q: self._ledger(q, binding_id, event_ids))
         except Duplicate:
             return False
         return True
 
-    async def _ledger(self, tx: driver.Tx, binding_id: str, event_ids: Sequence[str]) -> None:
+    def _ledger(self, q: driver.Statements, binding_id: str, event_ids: Sequence[str]) -> driver.Program[None]:
         """Insert ledger rows; Duplicate (rolling the transaction back) if any was there."""
         now = self.clock.now()
         for event_id in event_ids:
-            added = await tx.run(
+            added = yield q.run(
                 "INSERT INTO inbound_ledger (binding_id, event_id, received_at) VALUES (:b, :e, :t)"
                 " ON CONFLICT DO NOTHING",
                 b=binding_id, e=event_id, t=now,
@@ -194,28 +238,29 @@ class Store:
         (in which case nothing is stored, not even the ledger row, so the person can retry).
         """
         now = self.clock.now()
-        async with driver.transaction(self.engine) as tx:
-            await self._ledger(tx, binding_id, event_ids)
+
+        def program(q: driver.Statements) -> driver.Program[Ingested]:
+            yield from self._ledger(q, binding_id, event_ids)
             # A conversation the caller already found exists: no need to read it again. A new
             # one is created under a lock on its key; either way the conversation's own lock is
             # held before its queue is read, as claim_next_run holds it to take the queued run.
             conv = conversation
             if not conversation.id:
-                await self._lock(tx, conversation.key)
-                conv = await self._conversation_raw(tx, conversation, now)
-            await self._lock(tx, conv.id)
-            queued, run_id = await tx.one(
+                yield from self._lock(q, conversation.key)
+                conv = yield from self._conversation_raw(q, conversation, now)
+            yield from self._lock(q, conv.id)
+            queued, run_id = (yield q.one(
                 "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
                 " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued'"
                 " ORDER BY created_at LIMIT 1)",
                 c=conv.id,
-            ) or (0, None)
+            )) or (0, None)
             if (queued or 0) >= queue_limit:
                 raise QueueFull
             new_run = run_id is None
             if run_id is None:
                 run_id = new_id()
-                await tx.run(
+                yield q.run(
                     "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
                     " requester_person_id, requester_account, requester_name, requests, input_tokens,"
                     " output_tokens, created_at)"
@@ -223,7 +268,7 @@ class Store:
                     id=run_id, c=conv.id, b=binding_id, a=agent_id, p=identity.person_id, acc=account_id,
                     name=identity.display_name, t=now,
                 )
-            row = await tx.one(
+            row = yield q.one(
                 "INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
                 " sender_name, platform_message_id, created_at)"
                 " VALUES (:c, :r, 'user', :text, 'queued', :p, :acc, :name, :pm, :t) RETURNING id",
@@ -231,16 +276,20 @@ class Store:
                 pm=platform_message_id, t=now,
             )
             assert row is not None
-            ingested = Ingested(conv, int(row[0]), run_id, new_run)
+            return Ingested(conv, int(row[0]), run_id, new_run)
+
+        ingested = await driver.transaction(self.engine, program)
         self._remember(ingested.conversation)
         return ingested
 
-    async def _conversation_raw(self, tx: driver.Tx, ref: ConversationRef, now: datetime) -> ConversationRef:
-        row = await tx.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
+    def _conversation_raw(
+        self, q: driver.Statements, ref: ConversationRef, now: datetime
+    ) -> driver.Program[ConversationRef]:
+        row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
         if row is not None:
             return ConversationRef(*row)
         created = ConversationRef(**{**asdict(ref), "id": ref.id or new_id()})
-        await tx.run(
+        yield q.run(
             f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
             " VALUES (:id, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)",
             **asdict(created), t=now,
@@ -248,8 +297,8 @@ class Store:
         return created
 
     async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
-        async with driver.transaction(self.engine) as tx:
-            created = await self._conversation_raw(tx, ref, self.clock.now())
+        now = self.clock.now()
+        created = await driver.transaction(self.engine, lambda q: self._conversation_raw(q, ref, now))
         return self._remember(created)
 
     async def conversation_by_key(self, key: str) -> ConversationRef | None:
@@ -373,14 +422,15 @@ class Store:
         """Move the oldest queued run of a conversation to running, with what the turn needs
         (its prompt and the conversation's history), in one transaction; None when nothing waits."""
         now = self.clock.now()
-        async with driver.transaction(self.engine) as tx:
-            await self._lock(tx, conversation_id)
-            live = await tx.all(
+
+        def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool] | None]:
+            yield from self._lock(q, conversation_id)
+            live = yield q.all(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
                 " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
                 c=conversation_id,
             )
-            runs = [_run(tx, row) for row in live]
+            runs = [_run(q, row) for row in live]
             # A parked run holds the conversation too: its answer comes before the next turn's.
             # A running run holds it while its replica keeps the lease; a lapsed lease means
             # that replica died, and its run goes back to the queue ahead of newer ones.
@@ -392,7 +442,7 @@ class Store:
                 return None
             fresh = run.started_at is None
             started = run.started_at or now
-            changed = await tx.run(
+            changed = yield q.run(
                 "UPDATE runs SET status = 'running', started_at = :s, lease_owner = :o, lease_expires = :e"
                 " WHERE id = :id AND status = :old",
                 s=started, o=self.owner, e=now + timedelta(seconds=LEASE_SECONDS), id=run.id, old=run.status,
@@ -401,16 +451,23 @@ class Store:
                 return None
             run.status, run.started_at = RUNNING, started
             # Messages that joined this run stop counting against the queue once it starts.
-            await tx.run(
+            yield q.run(
                 "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
             )
             # The newest turns only: a long conversation must not grow every request without bound.
-            rows = await tx.all(
+            rows = yield q.all(
                 "SELECT role, text, sender_name, run_id, status FROM messages"
                 " WHERE conversation_id = :c AND role IN ('user', 'assistant')"
                 " ORDER BY created_at DESC, id DESC LIMIT :n",
                 c=conversation_id, n=HISTORY_MESSAGES,
             )
+            return run, runs, rows, fresh
+
+        # The message was accepted: a busy database delays its run, never drops it.
+        claimed = await self.patiently(lambda: driver.transaction(self.engine, program), "claiming a run")
+        if claimed is None:
+            return None
+        run, runs, rows, fresh = claimed
         rows.reverse()
         run_id = run.id
         prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] == "user"]
@@ -434,28 +491,29 @@ class Store:
     ) -> None:
         """Record a run's outcome, its reply text and usage; the user's messages become history."""
         now = self.clock.now()
-        async with driver.transaction(self.engine) as tx:
-            row = await tx.one("SELECT conversation_id, started_at, state IS NOT NULL FROM runs WHERE id = :id",
+
+        def program(q: driver.Statements) -> driver.Program[None]:
+            row = yield q.one("SELECT conversation_id, started_at, state IS NOT NULL FROM runs WHERE id = :id",
                                id=run_id)
             if row is None:
                 return
-            conversation_id, started_at, had_state = row[0], tx.time(row[1]), bool(row[2])
+            conversation_id, started_at, had_state = row[0], q.time(row[1]), bool(row[2])
             resumed = had_state and status != PARKED
             counts = ", requests = :n, input_tokens = :i, output_tokens = :o" if usage is not None else ""
             n, i, o = usage or (0, 0, 0)
-            await tx.run(
+            yield q.run(
                 f"UPDATE runs SET status = :st, reason = :reason, state = :state, finished_at = :f{counts}"
                 " WHERE id = :id",
                 st=status, reason=reason, state=state, f=None if status == PARKED else now, id=run_id,
                 **({"n": n, "i": i, "o": o} if usage is not None else {}),
             )
-            await tx.run(
+            yield q.run(
                 "UPDATE messages SET status = 'processed'"
                 " WHERE run_id = :r AND role = 'user' AND status IN ('queued', 'processing')",
                 r=run_id,
             )
             if reply:
-                await tx.run(
+                yield q.run(
                     "INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
                     " VALUES (:c, :r, 'assistant', :text, :st, '', :t)",
                     c=conversation_id, r=run_id, text=reply,
@@ -465,6 +523,8 @@ class Store:
                     # after an approval card began when the run resumed.
                     t=now if resumed else (started_at or now),
                 )
+
+        await self.patiently(lambda: driver.transaction(self.engine, program), f"recording run {run_id} {status}")
 
     async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
         async with self.sessions() as s:
@@ -506,20 +566,23 @@ class Store:
     ) -> None:
         """Record one posted message of a reply. `new`: the caller knows no row exists yet."""
         now = self.clock.now()
-        async with driver.transaction(self.engine) as tx:
+
+        def program(q: driver.Statements) -> driver.Program[None]:
             if not new:
-                changed = await tx.run(
+                changed = yield q.run(
                     "UPDATE deliveries SET text = :text, final = :final, updated_at = :t,"
                     " platform_message_id = COALESCE(:pm, platform_message_id) WHERE run_id = :r AND seq = :seq",
                     text=text, final=final, t=now, pm=platform_message_id or None, r=run_id, seq=seq,
                 )
                 if changed:
                     return
-            await tx.run(
+            yield q.run(
                 "INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
                 " VALUES (:r, :seq, :pm, :text, :final, :t)",
                 r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now,
             )
+
+        await self.patiently(lambda: driver.transaction(self.engine, program), f"recording a reply of run {run_id}")
 
     async def deliveries(self, run_id: str) -> list[Delivery]:
         async with self.sessions() as s:
@@ -547,11 +610,11 @@ _RUN_COLUMNS = ", ".join(_RUN_NAMES)
 _RUN_TIMES = frozenset(name for name in _RUN_NAMES if name.endswith(("_at", "_expires")))
 
 
-def _run(tx: driver.Tx, row: driver.Row) -> Run:
+def _run(q: driver.Statements, row: driver.Row) -> Run:
     """A detached Run from a raw row (what the runner reads of it; nothing lazy to load)."""
     values = dict(zip(_RUN_NAMES, row))
     for name in _RUN_TIMES:
-        values[name] = tx.time(values[name])
+        values[name] = q.time(values[name])
     return Run(**values)
 
 

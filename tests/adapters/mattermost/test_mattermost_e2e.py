@@ -256,3 +256,22 @@ async def test_approval_by_reaction_without_public_url(
                        what="the run continuing after the denial")
         assert files_capability == []
         assert ":+1:" not in world.fake.posts[card["id"]]["message"]
+
+
+async def test_a_post_during_a_database_lock_is_answered_once(tmp_path: Path, world: World, script: Script) -> None:
+    """Another process holds SQLite's write lock past the bound: the post is not counted as
+    processed; the adapter submits it again until the store takes it, and it is answered once."""
+    from tests.support.locking import another_process_holds_the_lock
+
+    database = {"url": f"sqlite+aiosqlite:///{tmp_path / 'config' / 'gateway.db'}", "busy_timeout_seconds": 0.3}
+    directory = _config(tmp_path, world, gateway={"database": database})
+    async with running_gateway(directory) as gw:
+        await _connected(gw)
+        async with another_process_holds_the_lock(directory / "gateway.db", seconds=1.5) as released:
+            await world.fake.user_post(world.alice["id"], world.dm["id"], "during the lock")
+            await released.wait()
+            assert _bot_posts(world, world.dm) == []
+        await wait_for(lambda: [p for p in _bot_posts(world, world.dm)
+                                if p["message"] == "Turn 1. You said: during the lock"], what="the answer")
+        await asyncio.sleep(0.3)  # room for a second answer to show up, if there were one
+        assert len(_bot_posts(world, world.dm)) == 1 and script.prompts == ["during the lock"]

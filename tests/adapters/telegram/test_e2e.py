@@ -348,3 +348,28 @@ async def test_the_command_menu_is_registered_per_chat_type_and_help_answers(tmp
         (answer,) = await fake.wait_for(lambda: fake.sent(ADA["id"]) or None, what="the /help answer")
         assert "/link [CODE]" in answer.text and "/whoami" in answer.text
         assert scripted.prompts == [], "a command is answered by the gateway, not the model"
+
+
+async def test_an_update_during_a_database_lock_is_answered_once(tmp_path: Path, fake: FakeTelegram,
+                                                                 scripted: Scripted) -> None:
+    """Another process holds SQLite's write lock past the bound: the poller does not confirm
+    the update (its offset stays), waits, and answers it once the lock is gone."""
+    from tests.support.locking import another_process_holds_the_lock
+
+    directory = config(tmp_path, fake)
+    database = {"url": f"sqlite+aiosqlite:///{directory / 'gateway.db'}", "busy_timeout_seconds": 0.3}
+    write_config(directory, agents={"assistant": {"name": "Telegram test agent", "model": MODEL, "instructions": "."}},
+                 bindings={"tg": {"platform": "telegram", "agent": "assistant", "admission": {"dm": "open"},
+                                  "telegram": {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url}}},
+                 gateway={"database": database})
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await connected(gw)
+        async with another_process_holds_the_lock(directory / "gateway.db", seconds=1.5) as released:
+            update_id, _ = fake.push_message(ADA["id"], ADA, "during the lock")
+            await released.wait()
+            assert fake.sent(ADA["id"]) == []
+        await answers(fake, ADA["id"], 1, final(1))
+        assert scripted.prompts == ["during the lock"]
+        # Confirmed only after it was taken.
+        await fake.wait_for(lambda: any(c.params.get("offset") == update_id + 1 for c in fake.calls_to("getUpdates")),
+                            what="the offset past the update")

@@ -1,0 +1,73 @@
+"""Locking a gateway's SQLite file from another process, and measuring the event loop's stalls."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+LOCK_SECONDS = 3.0
+STALL_BOUND = 0.100  # the issue's bound on the loop's longest stall, generous on purpose
+
+HOLD_THE_LOCK = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+conn.execute("BEGIN IMMEDIATE")
+conn.execute("INSERT INTO adapter_state (binding_id, key, value) VALUES ('admin', 'touched', 'yes')")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+print("released", flush=True)
+"""
+
+
+@contextlib.asynccontextmanager
+async def another_process_holds_the_lock(database: Path, seconds: float = LOCK_SECONDS) -> AsyncIterator[asyncio.Event]:
+    """A real subprocess holds the write lock on `database` for `seconds`; the event is set
+    once it has let go."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", HOLD_THE_LOCK, str(database), str(seconds), stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    assert (await proc.stdout.readline()).strip() == b"locked"
+    released = asyncio.Event()
+
+    async def watch() -> None:
+        assert proc.stdout is not None
+        await proc.stdout.readline()
+        await proc.wait()
+        released.set()
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield released
+    finally:
+        await watcher
+        assert proc.returncode == 0
+
+
+class StallMeter:
+    """A timer task: the longest time the loop took to run a 5 ms sleep's wake-up, minus 5 ms."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(0.005)
+            self.longest = max(self.longest, loop.time() - started - 0.005)
+
+    def __enter__(self) -> StallMeter:
+        self._task = asyncio.create_task(self._tick())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+

@@ -1,0 +1,191 @@
+"""A database locked elsewhere delays work; it never stalls the loop or loses a message.
+
+"Elsewhere" is what an operator does: another process (an admin command, a `sqlite3` shell, a
+backup) takes SQLite's write lock on the daemon's real file and holds it for 3 s, writing a
+row meanwhile as an admin command would. On PostgreSQL: another session holding a lock, and a
+server that is not there.
+
+The only timed assertion is the issue's generous bound on the event loop's longest stall.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.clock import ManualClock
+from gateway.store.availability import StoreUnavailable
+from gateway.store.engine import create_engine, migrate
+from gateway.store.repo import ConversationRef, Identity, Store
+
+from .conftest import pg_database, run_finished, running_gateway, wait_for, write_config
+
+from .support.locking import STALL_BOUND, StallMeter, another_process_holds_the_lock
+
+
+def _database(config_dir: Path) -> Path:
+    return config_dir / "gateway.db"
+
+
+async def test_web_message_during_a_lock_is_answered_and_the_loop_never_stalls(tmp_path: Path) -> None:
+    config_dir = write_config(tmp_path / "config")
+    async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        # A first turn before the lock: what the first run imports and builds is not a stall of ours.
+        first = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "warm up"})).json())
+        await wait_for(lambda: run_finished(gw, first["run_id"]), what="the first turn")
+        readiness: list[dict[str, Any]] = []
+        healthz = 0
+        with StallMeter() as meter:
+            async with another_process_holds_the_lock(_database(config_dir)) as released:
+                post = asyncio.create_task(s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"}))
+                # Meanwhile the daemon serves: liveness, and readiness saying what waits.
+                while not post.done():
+                    assert (await s.get("/healthz")).status == 200
+                    healthz += 1
+                    readiness.append(await (await s.get("/readyz")).json())
+                    await asyncio.sleep(0.05)
+                r = await post
+                await released.wait()
+            assert r.status in (202, 503), await r.text()
+            if r.status == 503:
+                assert int(r.headers["Retry-After"]) >= 1
+                r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})
+                assert r.status == 202
+            run_id = (await r.json())["run_id"]
+            await wait_for(lambda: run_finished(gw, run_id), what="the message answered")
+        assert meter.longest < STALL_BOUND, f"the event loop stalled for {meter.longest * 1000:.0f} ms"
+        assert healthz >= 2
+        degraded = [r["database"] for r in readiness if r["database"]["status"] == "degraded"]
+        assert degraded and all(d["waiting_seconds"] > 0 for d in degraded), readiness
+        assert all(r["ready"] for r in readiness), "a waiting write delays work; the daemon stays ready"
+        assert (await (await s.get("/readyz")).json())["database"] == {"status": "ok"}
+        turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
+        assert [(t["role"], t["text"]) for t in turns][2] == ("user", "hi")
+        assert [t["role"] for t in turns] == ["user", "assistant"] * 2, "answered exactly once"
+
+
+async def test_past_the_bound_the_api_answers_503_with_retry_after(tmp_path: Path) -> None:
+    config_dir = write_config(tmp_path / "config", gateway={"database": {"busy_timeout_seconds": 0.5}})
+    async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        with StallMeter() as meter:
+            async with another_process_holds_the_lock(_database(config_dir)) as released:
+                r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "are you there?"},
+                                 headers={"Idempotency-Key": "k-1"})
+                assert r.status == 503, await r.text()
+                assert r.headers["Retry-After"] == "1"
+                assert (await r.json())["error"] == "unavailable"
+                await released.wait()
+        assert meter.longest < STALL_BOUND, f"the event loop stalled for {meter.longest * 1000:.0f} ms"
+        # Nothing was stored: the client's retry with the same key is a new message, not a duplicate.
+        r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "are you there?"},
+                         headers={"Idempotency-Key": "k-1"})
+        assert r.status == 202
+        run_id = (await r.json())["run_id"]
+        await wait_for(lambda: run_finished(gw, run_id), what="the retried message answered")
+        turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
+        assert [t["role"] for t in turns] == ["user", "assistant"]
+
+
+# --- the store itself ---------------------------------------------------------------------
+
+ANN = Identity("person-ann", "Ann")
+
+
+async def _ingest(store: Store, conv: ConversationRef, event: str) -> Any:
+    return await store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN, account_id="ann",
+                              text="hello", agent_id="assistant", platform_message_id=event, queue_limit=10)
+
+
+async def test_sqlite_store_refuses_past_the_bound_and_stores_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}", busy_timeout=0.3)
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock())
+    try:
+        conv = await store.create_conversation(ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm"))
+        async with another_process_holds_the_lock(path, seconds=1.5) as released:
+            with pytest.raises(StoreUnavailable) as refused:
+                await _ingest(store, conv, "e1")
+            assert refused.value.retry_after_header == "1"
+            with pytest.raises(StoreUnavailable):  # the ORM's writes too
+                await store.set_state("web", "k", "v")
+            assert await store.get_state("admin", "touched") is None, "reads go on (WAL); the admin's row is not committed yet"
+            # A task cancelled while its write waits is cancelled, not "unavailable".
+            waiting = asyncio.create_task(store.set_state("web", "k", "v"))
+            await asyncio.sleep(0.1)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            await released.wait()
+        assert await store.get_state("admin", "touched") == "yes"
+        assert await store.record("web", ["e1"]) is True, "the refused ingest left no ledger row"
+        await _ingest(store, conv, "e2")
+        assert [m.text for m in await store.messages(conv.id)] == ["hello"]
+    finally:
+        await engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_postgres_lock_timeout_is_store_unavailable() -> None:
+    import asyncpg
+
+    async with pg_database() as url:
+        engine = create_engine(url, busy_timeout=0.3)
+        await migrate(engine)
+        store = Store(engine, clock=ManualClock())
+        try:
+            conv = await store.create_conversation(ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm"))
+            other = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+            try:
+                # Another replica (or an admin's psql) holds the conversation's lock.
+                async with other.transaction():
+                    await other.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", conv.id)
+                    with pytest.raises(StoreUnavailable):
+                        await _ingest(store, conv, "e1")
+                    await other.execute("LOCK TABLE adapter_state IN ACCESS EXCLUSIVE MODE")
+                    with pytest.raises(StoreUnavailable):  # the ORM's statements too
+                        await store.set_state("web", "k", "v")
+            finally:
+                await other.close()
+            await _ingest(store, conv, "e1")  # nothing was stored by the refused attempt
+            assert [m.text for m in await store.messages(conv.id)] == ["hello"]
+        finally:
+            await engine.dispose()
+
+
+async def test_postgres_that_is_not_there_is_store_unavailable() -> None:
+    engine = create_engine("postgresql+asyncpg://postgres@127.0.0.1:1/nothing", busy_timeout=0.5)
+    store = Store(engine, clock=ManualClock())
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.record("web", ["e1"])
+        with pytest.raises(StoreUnavailable):
+            await store.get_state("web", "k")
+        assert (await store.health())["status"] == "down"
+    finally:
+        await engine.dispose()
+
+
+async def test_no_connection_within_the_bound_is_store_unavailable(tmp_path: Path) -> None:
+    """SQLite has one connection: a write that cannot get it within the bound is refused, not queued."""
+    from sqlalchemy import text
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'p.db'}", busy_timeout=0.3)
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock())
+    try:
+        async with store.sessions() as s:  # holds the connection across awaits
+            await s.execute(text("SELECT 1"))
+            with pytest.raises(StoreUnavailable):
+                await store.record("web", ["e1"])
+            assert (await store.health())["status"] == "degraded"
+        assert await store.record("web", ["e1"]) is True
+        assert await store.health() == {"status": "ok"}
+    finally:
+        await engine.dispose()
