@@ -29,6 +29,7 @@ from .conversations import Scheduler
 from .events import EventBus
 from .messages import InboundMessage, conversation_key, reply_thread
 from .metrics import Metrics
+from .models_cache import ModelCache
 from .runner import Runner
 from .store import repo
 from .store.engine import create_engine, migrate
@@ -58,6 +59,8 @@ class Gateway:
         self.metrics = Metrics()
         self.events = EventBus()
         self.runner = Runner(self)
+        # One model client per provider and model, shared by every run (closed in stop).
+        self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
         self.adapters: dict[str, Adapter] = {}
         self.store: repo.Store
         self.scheduler: Scheduler
@@ -197,6 +200,7 @@ class Gateway:
                 except Exception:
                     log.exception("stopping adapter %s", binding_id)
         self.config = config
+        await self.models.apply(config.gateway.providers)
         for binding_id, adapter in replacements.items():
             self.adapters[binding_id] = adapter
             await adapter.start(self)
@@ -250,6 +254,7 @@ class Gateway:
             if hasattr(ext, "stop"):
                 with contextlib.suppress(Exception):
                     await ext.stop()
+        await self.models.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -44,7 +44,7 @@ from bindings.loader import LoadedConfig
 from bindings.models import AgentSpec, BindingSpec
 
 from .delivery import ReplyStream
-from .llm import ModelConfigError, resolve_model
+from .llm import ModelConfigError
 from .messages import ChatKind
 from .store import repo
 from .store.models import Run
@@ -209,7 +209,7 @@ class Runner:
     def build_agent(self, turn: Turn) -> Agent[Turn, Any]:
         from .approvals import ApprovalGate
 
-        model = resolve_model(turn.agent.model, turn.config.gateway.providers)
+        model = self.gateway.models.get(turn.agent.model, turn.config.gateway.providers)
         # The gate is first, so it wraps outermost and sees the names the model calls.
         capabilities: list[Any] = [ApprovalGate(turn=turn)]
         for build in self.capability_builders:
