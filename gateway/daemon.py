@@ -27,6 +27,7 @@ from .clock import Clock
 from .commands import parse_command
 from .conversations import Scheduler
 from .events import EventBus
+from .first_sign import FirstSign
 from .messages import InboundMessage, conversation_key, reply_thread
 from .metrics import Metrics
 from .models_cache import ModelCache
@@ -61,6 +62,7 @@ class Gateway:
         self.runner = Runner(self)
         # One model client per provider and model, shared by every run (closed in stop).
         self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
+        self.first_sign = FirstSign()  # the typing indicator, shown as soon as a message is stored
         self.adapters: dict[str, Adapter] = {}
         self.store: repo.Store
         self.scheduler: Scheduler
@@ -245,6 +247,7 @@ class Gateway:
             await self.scheduler.cancel()
         # Adapters stop after the runs, so a run finishing in the grace period can still post.
         self._accepting = False
+        await self.first_sign.close()
         for binding_id, adapter in list(self.adapters.items()):
             try:
                 await adapter.stop()
@@ -335,6 +338,7 @@ class Gateway:
             await self._tell_busy(message, ref)
             return SubmitResult(False, reason="busy")
         self.metrics.messages_in.labels(platform, "accepted").inc()
+        self.first_sign.show(self.adapters.get(binding.id), ingested.conversation.target(), ingested.conversation.id)
         self.scheduler.wake(ingested.conversation.id)
         return SubmitResult(
             True,

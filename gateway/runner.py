@@ -266,6 +266,7 @@ class Runner:
         self._tokens[turn.run_id] = token
         self._streams[turn.run_id] = stream
         typing = asyncio.create_task(self._keep_typing(turn, stream))
+        await asyncio.sleep(0)  # the first sign of work goes out now, not behind building the agent
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         try:
@@ -345,11 +346,14 @@ class Runner:
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
         """Show the platform's working indicator until the first text is posted."""
+        shown = self.gateway.first_sign.taken(turn.conversation.id, TYPING_EVERY)  # on the message's arrival
         while not stream.posted:
             try:
-                await turn.adapter.show_typing(turn.target)
+                if not shown:
+                    await turn.adapter.show_typing(turn.target)
             except Exception as e:  # an indicator is a nicety; never fail the run over it
                 log.debug("typing indicator failed: %s", e)
+            shown = False
             await asyncio.sleep(TYPING_EVERY)
 
     def cancel_all(self) -> int:
