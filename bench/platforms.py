@@ -48,6 +48,10 @@ ANSWER = "Hello from the fake model."  # tests/fakes/openai.py's default answer
 INSTRUCTIONS = "You are a benchmark agent. Be brief."
 MODEL = "openai-chat:bench-model"
 CONCURRENT_RUNS = 32  # the gateway's default limits.concurrent_runs
+# Messages per conversation in the latency rounds. A run sends the conversation's history, and
+# the OpenAI SDK's request transform costs ~0.2 ms per message of it (pydantic-ai alone pays the
+# same): longer conversations would measure the SDK, not the bots (see bench/README.md).
+CONVERSATION_LENGTH = 5
 STEP_TIMEOUT = 30.0
 TARGET_SIGN = 2.0  # first sign p50 <= 2x the bare bot's reply
 TARGET_FINAL = 5.0  # final answer p50 <= 5x the bare bot's reply
@@ -392,7 +396,8 @@ async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Pl
     port = free_port()
     config = tmp / "config"
     write_gateway_config(config, port, platforms)
-    env = {**os.environ, "PYTHONPATH": str(src), "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed",
+    pythonpath = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": pythonpath, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed",
            "BENCH_SLACK_BOT_TOKEN": BOT_TOKEN, "BENCH_SLACK_APP_TOKEN": APP_TOKEN,
            "BENCH_SLACK_SIGNING_SECRET": SIGNING_SECRET, "BENCH_MM_TOKEN": Mattermost.TOKEN,
            "BENCH_TELEGRAM_TOKEN": next(p for p in platforms if isinstance(p, Telegram)).fake.token}
@@ -482,8 +487,9 @@ class Latency:
 
 
 async def latency_rounds(pairs: list[tuple[Platform, Platform]], rounds: int, pause: float) -> dict[tuple[str, str], Latency]:
-    """Each platform's two bots in turn, one message each per round (order alternating); one
-    conversation per bot and platform, its first message a warm-up."""
+    """Each platform's two bots in turn, one message each per round (order alternating). Each bot
+    talks in one conversation (a Slack or Mattermost thread, a Telegram DM) at a time, a new one
+    every CONVERSATION_LENGTH messages; the very first message is a warm-up."""
     out: dict[tuple[str, str], Latency] = {}
     keys: dict[int, Any] = {}
     for gw, bare in pairs:
@@ -491,9 +497,10 @@ async def latency_rounds(pairs: list[tuple[Platform, Platform]], rounds: int, pa
             keys[id(p)], _ = await one_message(p, None, "warm-up", new=True)
             out[(p.name, p.bot)] = Latency()
     for i in range(rounds):
+        new = (i + 1) % CONVERSATION_LENGTH == 0
         for gw, bare in pairs:
             for p in ((gw, bare) if i % 2 == 0 else (bare, gw)):
-                _, record = await one_message(p, keys[id(p)], f"message {i}", new=False)
+                keys[id(p)], record = await one_message(p, None if new else keys[id(p)], f"message {i}", new=new)
                 out[(p.name, p.bot)].add(record)
                 await asyncio.sleep(pause)
     return out
@@ -537,7 +544,7 @@ def pct(values: list[float], q: float) -> float:
 async def main(args: argparse.Namespace) -> int:
     rounds = 15 if args.quick else 50
     messages = 300 if args.quick else 1000
-    warm_up = 100  # a burst per platform before the measured ones: pools and caches fill up
+    warm_up = 100
     src = Path(args.gateway_src).resolve()
     names = (Slack, Telegram, Mattermost)
     gw_side = [cls("gateway") for cls in names]
@@ -558,12 +565,19 @@ async def main(args: argparse.Namespace) -> int:
             print(f"gateway from {src} (pid {gateway.pid}); bare bots pid {bare.pid}; model server {model_url}")
             print(f"latency: {rounds} rounds, interleaved ...", flush=True)
             lat = await latency_rounds(list(zip(gw_side, bare_side)), rounds, args.pause)
+            if args.latency_only:
+                report_latency(lat)
+                return 0
             bursts: dict[tuple[str, str], Burst] = {}
             print(f"pydantic-ai alone: {messages} runs at concurrency {CONCURRENT_RUNS} ...", flush=True)
             alone = [await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS)]
-            print(f"warm-up bursts of {warm_up} ...", flush=True)
+            # Warm-up: a burst of the same size per platform first (the bare bots: a smaller one).
+            # The first burst sets the high-water mark of what a backlog of that size holds
+            # (queued messages, tasks, pooled connections); the measured one must stay within it.
+            print(f"warm-up bursts ({messages} on the gateway, {warm_up} on the bare bots) ...", flush=True)
+            warm: dict[str, Burst] = {}
             for gw, b in zip(gw_side, bare_side):
-                await burst(gw, gateway, warm_up, args.budget)
+                warm[gw.name] = await burst(gw, gateway, messages, args.budget)
                 await burst(b, bare, warm_up, args.budget)
             for gw, b in zip(gw_side, bare_side):
                 print(f"burst of {messages} on {gw.name} ...", flush=True)
@@ -573,6 +587,8 @@ async def main(args: argparse.Namespace) -> int:
             alone.append(await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS))
             # Before and after the bursts, averaged: the machine's speed drifts over minutes.
             ok = report(lat, bursts, {k: statistics.mean(a[k] for a in alone) for k in alone[0]}, messages)
+            print("during the warm-up bursts, gateway fds / RSS MiB: " + ", ".join(
+                f"{name} {w.fds[0]} -> {w.fds[1]} / {w.rss[0]:.0f} -> {w.rss[1]:.0f}" for name, w in warm.items()))
             if args.keep_log:
                 Path(args.keep_log).write_bytes((Path(tmp) / "gateway.log").read_bytes())
     finally:
@@ -586,8 +602,7 @@ async def main(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def report(lat: dict[tuple[str, str], Latency], bursts: dict[tuple[str, str], Burst], alone: dict[str, float],
-           messages: int) -> bool:
+def report_latency(lat: dict[tuple[str, str], Latency]) -> bool:
     ok = True
 
     def judge(good: bool) -> str:
@@ -606,6 +621,18 @@ def report(lat: dict[tuple[str, str], Latency], bursts: dict[tuple[str, str], Bu
         print(f"| {name} | {bare50:.1f} / {pct(b.final, 0.99):.1f} | {pct(g.sign, 0.5):.1f} / {pct(g.sign, 0.99):.1f} "
               f"| {pct(g.text, 0.5):.1f} / {pct(g.text, 0.99):.1f} | {pct(g.final, 0.5):.1f} / {pct(g.final, 0.99):.1f} "
               f"| {sign_ratio:.2f}x {judge(sign_ratio <= TARGET_SIGN)} | {final_ratio:.2f}x {judge(final_ratio <= TARGET_FINAL)} |")
+    return ok
+
+
+def report(lat: dict[tuple[str, str], Latency], bursts: dict[tuple[str, str], Burst], alone: dict[str, float],
+           messages: int) -> bool:
+    ok = report_latency(lat)
+
+    def judge(good: bool) -> str:
+        nonlocal ok
+        ok = ok and good
+        return "PASS" if good else "MISS"
+
     print()
     print(f"| burst of {messages} | bare msg/s | gateway msg/s | gateway / pydantic-ai alone (>= 50%) "
           "| CPU ms/msg bare / gateway | gateway fds before -> after | gateway RSS MiB before -> after |")
@@ -635,6 +662,7 @@ if __name__ == "__main__":
     parser.add_argument("--pause", type=float, default=0.01, help="seconds between messages in the latency rounds")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
     parser.add_argument("--keep-log", help="copy the daemon's log here")
+    parser.add_argument("--latency-only", action="store_true", help="only the latency rounds (to try a change)")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pydantic-ai-alone", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -4,6 +4,7 @@ changed, and stop closes it. The model is served over HTTP by an OpenAI-compatib
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -122,4 +123,28 @@ async def test_a_pydantic_ai_model_name_shares_its_client_too(tmp_path: Path, mo
             assert gw.models.providers() == [provider]  # not in gateway.yaml: a reload never retires it
         assert provider.client.is_closed()
     finally:
+        await fake.stop()
+
+
+async def test_runs_make_no_ssl_context(tmp_path: Path) -> None:
+    """Building an SSL context costs milliseconds of CPU: made once with the client, never per run."""
+    fake = await FakeOpenAI().start()
+    made: list[type] = []
+    original = ssl.SSLContext.__dict__["__new__"]
+
+    def counting(cls: type, *args: Any, **kwargs: Any) -> Any:
+        made.append(cls)
+        return original.__func__(cls, *args, **kwargs)
+
+    try:
+        async with running_gateway(_config(tmp_path / "c", fake.base_url)) as gw, aiohttp.ClientSession(gw.url) as s:
+            conv = await _conversation(s)
+            await _ask(gw, s, conv, "one")  # the first run builds the client (and its SSL context)
+            ssl.SSLContext.__new__ = staticmethod(counting)  # type: ignore[assignment,method-assign]
+            for text in ("two", "three", "four"):
+                await _ask(gw, s, conv, text)
+            await _ask(gw, s, await _conversation(s), "five")
+            assert made == []
+    finally:
+        ssl.SSLContext.__new__ = original  # type: ignore[method-assign]
         await fake.stop()
