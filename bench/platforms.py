@@ -502,6 +502,10 @@ async def latency_rounds(pairs: list[tuple[Platform, Platform]], rounds: int, pa
             for p in ((gw, bare) if i % 2 == 0 else (bare, gw)):
                 keys[id(p)], record = await one_message(p, None if new else keys[id(p)], f"message {i}", new=new)
                 out[(p.name, p.bot)].add(record)
+                if os.environ.get("BENCH_DUMP"):
+                    with open(os.environ["BENCH_DUMP"], "a") as f:
+                        f.write(json.dumps({"platform": p.name, "bot": p.bot, "event": record.event, "sign": record.sign,
+                                            "text": record.text, "final": record.final}) + "\n")
                 await asyncio.sleep(pause)
     return out
 
@@ -563,6 +567,8 @@ async def main(args: argparse.Namespace) -> int:
             bare = await start_bare({p.name: p for p in bare_side})
             procs.append(bare)
             print(f"gateway from {src} (pid {gateway.pid}); bare bots pid {bare.pid}; model server {model_url}")
+            print("load average at the start: %.2f %.2f %.2f on %d CPUs (other work on the machine skews every "
+                  "figure; the ratios less)" % (*os.getloadavg(), os.cpu_count() or 0))
             print(f"latency: {rounds} rounds, interleaved ...", flush=True)
             lat = await latency_rounds(list(zip(gw_side, bare_side)), rounds, args.pause)
             if args.latency_only:
@@ -651,6 +657,7 @@ def report(lat: dict[tuple[str, str], Latency], bursts: dict[tuple[str, str], Bu
     print("gateway final answer minus pydantic-ai alone's result, p50: " + ", ".join(
         f"{name} {pct(lat[(name, 'gateway')].final, 0.5) - alone['final_ms']:.1f} ms"
         for name in ("Slack", "Telegram", "Mattermost")))
+    print("load average at the end: %.2f %.2f %.2f" % os.getloadavg())
     print("targets:", "all met" if ok else "NOT all met")
     return ok
 

@@ -338,7 +338,7 @@ class Gateway:
             await self._tell_busy(message, ref)
             return SubmitResult(False, reason="busy")
         self.metrics.messages_in.labels(platform, "accepted").inc()
-        self.first_sign.show(self.adapters.get(binding.id), ingested.conversation.target(), ingested.conversation.id)
+        await self.first_sign.show(self.adapters.get(binding.id), ingested.conversation.target(), ingested.conversation.id)
         self.scheduler.wake(ingested.conversation.id)
         return SubmitResult(
             True,

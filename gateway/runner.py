@@ -266,7 +266,7 @@ class Runner:
         self._tokens[turn.run_id] = token
         self._streams[turn.run_id] = stream
         typing = asyncio.create_task(self._keep_typing(turn, stream))
-        await asyncio.sleep(0)  # the first sign of work goes out now, not behind building the agent
+        await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         try:
