@@ -118,6 +118,8 @@ class ModelCache:
         }
         if not stale:
             return []
+        log.info("model providers changed: %s; their clients close after the runs in flight",
+                 ", ".join(sorted({key[0] for key in stale})))
         retired = [entry.provider for entry in stale.values()]
         for key in stale:
             del self._providers[key]
