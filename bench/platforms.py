@@ -577,17 +577,16 @@ async def main(args: argparse.Namespace) -> int:
             bursts: dict[tuple[str, str], Burst] = {}
             print(f"pydantic-ai alone: {messages} runs at concurrency {CONCURRENT_RUNS} ...", flush=True)
             alone = [await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS)]
-            # Warm-up: a burst of the same size per platform first (the bare bots: a smaller one).
-            # The first burst sets the high-water mark of what a backlog of that size holds
-            # (queued messages, tasks, pooled connections); the measured one must stay within it.
-            print(f"warm-up bursts ({messages} on the gateway, {warm_up} on the bare bots) ...", flush=True)
+            # Warm-up: on each platform, a burst of the same size right before the measured one (the
+            # bare bots: a smaller one). It sets the high-water mark of what a backlog that size
+            # holds (queued messages, tasks, pooled keep-alive connections); the measured burst
+            # must stay within it.
             warm: dict[str, Burst] = {}
             for gw, b in zip(gw_side, bare_side):
+                print(f"{gw.name}: warm-up burst of {messages}, then the burst of {messages}, on each bot ...", flush=True)
                 warm[gw.name] = await burst(gw, gateway, messages, args.budget)
-                await burst(b, bare, warm_up, args.budget)
-            for gw, b in zip(gw_side, bare_side):
-                print(f"burst of {messages} on {gw.name} ...", flush=True)
                 bursts[(gw.name, "gateway")] = await burst(gw, gateway, messages, args.budget)
+                await burst(b, bare, warm_up, args.budget)
                 bursts[(gw.name, "bare")] = await burst(b, bare, messages, args.budget)
             print("pydantic-ai alone again ...", flush=True)
             alone.append(await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS))
