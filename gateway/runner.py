@@ -266,10 +266,10 @@ class Runner:
         self._tokens[turn.run_id] = token
         self._streams[turn.run_id] = stream
         typing = asyncio.create_task(self._keep_typing(turn, stream))
-        await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         try:
+            await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)
