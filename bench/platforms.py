@@ -502,10 +502,6 @@ async def latency_rounds(pairs: list[tuple[Platform, Platform]], rounds: int, pa
             for p in ((gw, bare) if i % 2 == 0 else (bare, gw)):
                 keys[id(p)], record = await one_message(p, None if new else keys[id(p)], f"message {i}", new=new)
                 out[(p.name, p.bot)].add(record)
-                if os.environ.get("BENCH_DUMP"):
-                    with open(os.environ["BENCH_DUMP"], "a") as f:
-                        f.write(json.dumps({"platform": p.name, "bot": p.bot, "event": record.event, "sign": record.sign,
-                                            "text": record.text, "final": record.final}) + "\n")
                 await asyncio.sleep(pause)
     return out
 
