@@ -27,9 +27,11 @@ from .commands import Commands
 from .conversations import Scheduler
 from .delivery import Outbound
 from .events import EventBus
+from .first_sign import FirstSign
 from .inbound import Inbound
 from .messages import InboundMessage
 from .metrics import Metrics
+from .models_cache import ModelCache
 from .runner import Runner
 from .store import repo
 from .store.engine import create_engine, migrate
@@ -58,6 +60,9 @@ class Gateway:
         self.metrics = Metrics()
         self.events = EventBus()
         self.runner = Runner(self)
+        # One model client per provider and model, shared by every run (closed in stop).
+        self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
+        self.first_sign = FirstSign()  # the typing indicator, shown as soon as a message is stored
         self.adapters: dict[str, Adapter] = {}
         self.store: repo.Store
         self.scheduler: Scheduler
@@ -108,7 +113,9 @@ class Gateway:
         self.inbound = Inbound(config=lambda: self.config, store=self.store,
                                pairing=pairing.through(self.store, self.outbound),
                                commands=Commands(self.store, self.approvals, self.outbound),
-                               outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics)
+                               outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics,
+                               first_sign=lambda conv: self.first_sign.show(adapter_for(conv.binding_id), conv.target(),
+                                                                            conv.id))
         try:
             from . import extensions
 
@@ -212,6 +219,7 @@ class Gateway:
                 except Exception:
                     log.exception("stopping adapter %s", binding_id)
         self.config = config
+        await self.models.apply(config.gateway.providers)
         for binding_id, adapter in replacements.items():
             self.adapters[binding_id] = adapter
             await adapter.start(self)
@@ -256,6 +264,7 @@ class Gateway:
             await self.scheduler.cancel()
         # Adapters stop after the runs, so a run finishing in the grace period can still post.
         self._accepting = False
+        await self.first_sign.close()
         if hasattr(self, "outbound"):
             await self.outbound.drain(2.0)
         # In parallel: each closes its own connections, none waits for another's peer.
@@ -267,6 +276,7 @@ class Gateway:
             if hasattr(ext, "stop"):
                 with contextlib.suppress(Exception):
                     await ext.stop()
+        await self.models.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

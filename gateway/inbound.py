@@ -2,7 +2,8 @@
 
 1. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
 2. Identity: the platform account resolves to a person.
-3. A chat command (answered by the gateway), or ingest (message, queued run) and wake the queue.
+3. A chat command (answered by the gateway), or ingest (message, queued run), the first sign of
+   work (`gateway/first_sign.py`: the typing indicator) and wake the queue.
 
 Every path's first write is the ledger, under every id the message has (the platform's event
 id and, where a platform delivers one message as two events, its dedupe key): a redelivery, or
@@ -24,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from bindings.loader import LoadedConfig
 from bindings.models import BindingSpec
@@ -53,9 +54,11 @@ def ledger_ids(message: InboundMessage) -> list[str]:
 
 class Inbound:
     def __init__(self, *, config: Callable[[], LoadedConfig], store: repo.Store, pairing: Pairing,
-                 commands: Commands, outbound: Outbound, wake: Callable[[str], None], metrics: Metrics) -> None:
+                 commands: Commands, outbound: Outbound, wake: Callable[[str], None], metrics: Metrics,
+                 first_sign: Callable[[repo.ConversationRef], Awaitable[None]]) -> None:
         self._config, self._store, self._pairing = config, store, pairing
         self._commands, self._outbound, self._wake, self._metrics = commands, outbound, wake, metrics
+        self._first_sign = first_sign  # the typing indicator, out before the run is even woken
         self._locks = KeyedLocks()
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
@@ -120,6 +123,7 @@ class Inbound:
             self._outbound.send(target_for(message), BUSY, private_to=message.sender.account_id)
             return SubmitResult(False, reason="busy")
         self._metrics.messages_in.labels(platform, "accepted").inc()
+        await self._first_sign(ingested.conversation)
         self._wake(ingested.conversation.id)
         return SubmitResult(True, conversation_id=ingested.conversation.id, message_id=str(ingested.message_id),
                             run_id=ingested.run_id)

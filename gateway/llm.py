@@ -22,6 +22,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models import Model, infer_model
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.providers import Provider
 from pydantic_ai.tools import ToolDefinition
 
 from bindings.models import ProviderConfig
@@ -51,39 +52,77 @@ def register_model(name: str, factory: Callable[[], Model]) -> None:
     REGISTERED[name] = factory
 
 
-def resolve_model(name: str, providers: dict[str, ProviderConfig]) -> Model:
-    """Build the model an agent's `model:` names. Raises ModelConfigError with a readable reason."""
-    if name == "auto":
-        name = os.environ.get("AGENT_GATEWAY_MODEL") or next(
-            (choice for var, choice in AUTO_CHOICES if os.environ.get(var)), "demo"
-        )
+def concrete_name(name: str) -> str:
+    """`auto` as the environment decides it (AGENT_GATEWAY_MODEL, else a key that is set, else the demo)."""
+    if name != "auto":
+        return name
+    return os.environ.get("AGENT_GATEWAY_MODEL") or next(
+        (choice for var, choice in AUTO_CHOICES if os.environ.get(var)), "demo"
+    )
+
+
+def in_process(name: str) -> Model | None:
+    """The demo or a registered model: built per run (no connection to share; a test's may keep state)."""
     if name == "demo":
         return demo_model()
     if name in REGISTERED:
         return REGISTERED[name]()
+    return None
+
+
+def resolve_model(
+    name: str,
+    providers: dict[str, ProviderConfig],
+    provider_for: Callable[[str, ProviderConfig | None], Provider[Any]] | None = None,
+) -> Model:
+    """Build the model an agent's `model:` names. Raises ModelConfigError with a readable reason.
+
+    `provider_for(provider name, its config or None)` supplies the provider (and so the HTTP client)
+    the model talks through; `gateway.models_cache.ModelCache` passes one that shares them. Without
+    it every call builds a new provider, with a new HTTP client.
+    """
+    name = concrete_name(name)
+    model = in_process(name)
+    if model is not None:
+        return model
     provider_name, _, model_name = name.partition(":")
     if provider_name in providers and model_name:
-        return _from_provider(providers[provider_name], provider_name, model_name)
+        cfg = providers[provider_name]
+        try:
+            provider = provider_for(provider_name, cfg) if provider_for else provider_from_config(provider_name, cfg)
+        except SecretError as e:
+            raise ModelConfigError(f"provider {provider_name!r}: api_key: {e}") from None
+        return model_from_config(cfg, model_name, provider)
     try:
-        return infer_model(name)
+        if provider_for is None:
+            return infer_model(name)
+        return infer_model(name, provider_factory=lambda inferred: provider_for(inferred, None))
     except Exception as e:  # pydantic-ai raises UserError for unknown names and missing keys
         raise ModelConfigError(f"model {name!r} cannot be used: {e}") from None
 
 
-def _from_provider(cfg: ProviderConfig, provider_name: str, model_name: str) -> Model:
-    try:
-        api_key = cfg.api_key.resolve().reveal() if cfg.api_key else None
-    except SecretError as e:
-        raise ModelConfigError(f"provider {provider_name!r}: api_key: {e}") from None
+def provider_from_config(provider_name: str, cfg: ProviderConfig) -> Provider[Any]:
+    """The provider a `gateway.yaml` provider entry describes; raises SecretError for its api_key.
+
+    The provider creates and owns its HTTP client (pydantic-ai's defaults: pooled, kept alive);
+    leaving it as an async context manager closes that client.
+    """
+    api_key = cfg.api_key.resolve().reveal() if cfg.api_key else None
     if cfg.kind == "anthropic":
-        from pydantic_ai.models.anthropic import AnthropicModel
         from pydantic_ai.providers.anthropic import AnthropicProvider
 
-        return AnthropicModel(model_name, provider=AnthropicProvider(api_key=api_key, base_url=cfg.base_url))
+        return AnthropicProvider(api_key=api_key, base_url=cfg.base_url)
     from pydantic_ai.providers.openai import OpenAIProvider
 
     # Local servers accept any key but the client insists on one.
-    provider = OpenAIProvider(base_url=cfg.base_url, api_key=api_key or "not-needed")
+    return OpenAIProvider(base_url=cfg.base_url, api_key=api_key or "not-needed")
+
+
+def model_from_config(cfg: ProviderConfig, model_name: str, provider: Provider[Any]) -> Model:
+    if cfg.kind == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+
+        return AnthropicModel(model_name, provider=provider)
     if cfg.kind == "openai":
         from pydantic_ai.models.openai import OpenAIResponsesModel
 

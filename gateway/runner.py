@@ -45,7 +45,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 from bindings.models import AgentSpec
 
 from .delivery import ReplyStream
-from .llm import ModelConfigError, resolve_model
+from .llm import ModelConfigError
 from .memory import resolve_scope
 from .messages import ChatKind
 from .store import repo
@@ -204,7 +204,7 @@ class Runner:
         return "\n\n".join(p for p in parts if p)
 
     def build_agent(self, turn: Turn) -> Agent[Turn, Any]:
-        model = resolve_model(turn.agent.model, self.gateway.config.gateway.providers)
+        model = self.gateway.models.get(turn.agent.model, self.gateway.config.gateway.providers)
         # The approval gate is the first builder, so it wraps outermost and sees the names the model calls.
         capabilities: list[Any] = []
         for build in self.capability_builders:
@@ -265,6 +265,7 @@ class Runner:
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         try:
+            await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)
@@ -341,11 +342,14 @@ class Runner:
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
         """Show the platform's working indicator until the first text is posted."""
+        shown = self.gateway.first_sign.taken(turn.conversation.id, TYPING_EVERY)  # on the message's arrival
         while not stream.posted:
             try:
-                await stream.adapter.show_typing(turn.target)
+                if not shown:
+                    await stream.adapter.show_typing(turn.target)
             except Exception as e:  # an indicator is a nicety; never fail the run over it
                 log.debug("typing indicator failed: %s", e)
+            shown = False
             await asyncio.sleep(TYPING_EVERY)
 
     def cancel_all(self) -> int:

@@ -118,6 +118,8 @@ class FakeMattermost:
         self.typing: list[dict[str, Any]] = []  # user_typing seen, from the websocket or REST
         self.ephemerals: list[dict[str, Any]] = []  # shown to one user only
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, json body) of REST calls
+        self.request_times: list[float] = []  # time.monotonic() of each entry of `requests`
+        self.typing_times: list[float] = []  # time.monotonic() of each entry of `typing`
         self.rate_limits: list[RateLimitRule] = []
         self.click_log: list[dict[str, Any]] = []  # what was posted to integrations
         self.websocket_connects = 0
@@ -544,7 +546,7 @@ class FakeMattermost:
         for rule in self.rate_limits:
             if rule.times > 0 and rule.method == request.method and rule.path.search(request.path):
                 rule.times -= 1
-                self.requests.append((request.method, request.path, "<429>"))
+                self._record((request.method, request.path, "<429>"))
                 return web.Response(
                     status=429,
                     text="limit exceeded\n",
@@ -558,6 +560,10 @@ class FakeMattermost:
                 )
         return await handler(request)
 
+    def _record(self, entry: tuple[str, str, Any]) -> None:
+        self.requests.append(entry)
+        self.request_times.append(time.monotonic())
+
     def _auth(self, request: web.Request) -> str | None:
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
@@ -567,13 +573,13 @@ class FakeMattermost:
 
     async def _body(self, request: web.Request) -> Any:
         if not request.can_read_body:
-            self.requests.append((request.method, request.path, None))
+            self._record((request.method, request.path, None))
             return None
         try:
             body = await request.json()
         except ValueError:
             body = "<invalid json>"
-        self.requests.append((request.method, request.path, body))
+        self._record((request.method, request.path, body))
         return body
 
     async def _authed(self, request: web.Request) -> tuple[str | None, Any, web.Response | None]:
@@ -624,6 +630,7 @@ class FakeMattermost:
         if err:
             return err
         self.typing.append({"user_id": uid, "channel_id": body.get("channel_id", ""), "parent_id": body.get("parent_id", ""), "via": "rest"})
+        self.typing_times.append(time.monotonic())
         return web.json_response({"status": "OK"})
 
     def _readable(self, uid: str, channel: dict[str, Any]) -> bool:
@@ -828,6 +835,7 @@ class FakeMattermost:
                 if action == "user_typing":
                     self.typing.append({"user_id": conn.user_id, "channel_id": data.get("channel_id", ""),
                                         "parent_id": data.get("parent_id", ""), "via": "websocket"})
+                    self.typing_times.append(time.monotonic())
                     await ws.send_str(json.dumps({"status": "OK", "seq_reply": seq}))
                 elif action == "ping":
                     await ws.send_str(json.dumps({"status": "OK", "seq_reply": seq, "data": {"text": "pong", "version": "10.5.0"}}))

@@ -1,7 +1,8 @@
 """A fake OpenAI-compatible Chat Completions server (what Ollama, vLLM and LM Studio speak).
 
 Streams a scripted answer as server-sent `chat.completion.chunk` events, optionally slowly,
-so a test can hold a run in flight. Records every request it received.
+so a test can hold a run in flight. Records every request it received, and the client end
+(address, port) of the TCP connection each came on, so a test can tell a reused connection.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ class FakeOpenAI:
         self.chunks = chunks or ["Hello ", "from ", "the ", "fake ", "model."]
         self.delay = delay
         self.requests: list[dict[str, Any]] = []
+        self.peers: list[tuple[str, int]] = []  # per request: the client's end of its connection
         self.status: int = 200
         self._runner: web.AppRunner | None = None
         self.port = 0
@@ -44,6 +46,8 @@ class FakeOpenAI:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        self.peers.append(tuple(peer[:2]) if peer else ("?", 0))
         if self.status != 200:
             return web.json_response({"error": {"message": "scripted failure", "type": "server_error"}},
                                      status=self.status)

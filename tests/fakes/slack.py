@@ -38,6 +38,7 @@ class ApiCall:
     args: dict[str, Any]
     token: str | None
     status: int = 200
+    at: float = field(default_factory=time.monotonic)  # when it arrived (the platform bench reads it)
 
 
 @dataclass

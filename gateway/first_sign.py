@@ -1,0 +1,77 @@
+"""The first sign of work: the platform's typing indicator, as soon as a message is stored and admitted.
+
+What a person sees first should not wait for the run to be claimed, its conversation read and its
+agent built. The dispatcher calls `show` right after the message is stored; the indicator goes out
+from a task of its own, concurrently with the run starting (and with the adapter's ack or offset
+write). The runner's typing loop then skips its first call when a sign went out moments before
+(`taken`), so the platform sees one call, not two.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from .surface import Adapter, ReplyTarget
+
+log = logging.getLogger("gateway.runner")
+
+KEEP = 60.0  # seconds a sign is remembered for a run that has not started yet
+HEAD_START = 0.005  # seconds a run may wait for its sign's answer (on loopback: all of it; far away: a sliver)
+
+
+class FirstSign:
+    """Typing indicators shown on arrival; owned by the gateway (`close` on stop)."""
+
+    def __init__(self) -> None:
+        self._shown: dict[str, float] = {}  # conversation id -> when its sign went out
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._pending: dict[str, asyncio.Task[None]] = {}  # conversation id -> its sign, until its run starts
+
+    async def show(self, adapter: Adapter | None, target: ReplyTarget, conversation_id: str) -> None:
+        """Show the indicator in `target` now; returns once it is on its way, not answered."""
+        if adapter is None:
+            return
+        now = time.monotonic()
+        if len(self._shown) > 1000:  # runs that never came (a stop, a failed claim): forget them
+            self._shown = {k: t for k, t in self._shown.items() if now - t < KEEP}
+            self._pending = {k: t for k, t in self._pending.items() if not t.done()}
+        self._shown[conversation_id] = now
+        task = asyncio.create_task(self._show(adapter, target), name=f"first-sign:{conversation_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        self._pending[conversation_id] = task
+        await asyncio.sleep(0)  # its first step runs before the caller's next one (the ack, the next poll)
+
+    async def head_start(self, conversation_id: str, at_most: float = HEAD_START) -> None:
+        """Give the conversation's sign, if one is on its way, up to `at_most` seconds to be answered
+        before the run's heavier work starts (a platform SDK request takes many small steps,
+        and a run's steps between them are long)."""
+        task = self._pending.pop(conversation_id, None)
+        if task is None or task.done():
+            await asyncio.sleep(0)  # no sign on its way (a resumed run): the run's typing loop steps first
+        else:
+            await asyncio.wait({task}, timeout=at_most)
+
+    async def _show(self, adapter: Adapter, target: ReplyTarget) -> None:
+        try:
+            await adapter.show_typing(target)
+        except Exception as e:  # an indicator is a nicety; never fail anything over it
+            log.debug("typing indicator failed: %s", e)
+
+    def taken(self, conversation_id: str, within: float) -> bool:
+        """Whether a sign went out in this conversation less than `within` seconds ago (once)."""
+        shown = self._shown.pop(conversation_id, None)
+        return shown is not None and time.monotonic() - shown < within
+
+    async def close(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._shown.clear()
+        self._pending.clear()

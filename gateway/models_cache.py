@@ -1,0 +1,161 @@
+"""One model client per provider and model, for the daemon's life.
+
+Building a pydantic-ai model the plain way (`infer_model`, or a provider per call) makes a new
+provider each time, and with it a new HTTP client, a new SSL context and a new connection to the
+model server, left open until garbage collection. The gateway builds each provider once per
+config instead and shares it: its HTTP client keeps a pool of connections alive to the model
+server, and every run of every agent on that provider uses it. Models are shared likewise, one
+per model name and provider.
+
+- A provider is kept for as long as its config is unchanged (compared by value, and its api_key
+  by the secret it resolves to, so a rotated key file counts as a change). A reload that changes
+  anything else (instructions, capabilities, bindings) keeps it.
+- A provider whose config changed is retired on reload: it is closed once the runs that were in
+  flight at the reload have ended (at most the shutdown grace later); runs after the reload get
+  the new one.
+- `close()` (the gateway's stop) closes every provider's HTTP client.
+
+The demo model and models registered in code (`gateway.llm.register_model`) hold no connection
+and are built per run, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai.models import Model
+from pydantic_ai.providers import Provider, infer_provider
+
+from bindings.models import ProviderConfig
+from bindings.secrets import SecretError
+
+from . import llm
+
+log = logging.getLogger("gateway.models")
+
+RETIRE_POLL = 0.1  # seconds between looks at whether the runs that may use a retired provider ended
+
+
+def _config_key(provider_name: str, cfg: ProviderConfig | None) -> tuple[Any, ...]:
+    if cfg is None:  # one of pydantic-ai's own providers, configured by its environment variables
+        return (provider_name,)
+    return (provider_name, cfg.kind, cfg.base_url, cfg.api_key)
+
+
+def _secret_digest(cfg: ProviderConfig | None) -> str:
+    """What the api_key resolves to, as a digest (the key itself is never kept here)."""
+    if cfg is None or cfg.api_key is None:
+        return ""
+    try:
+        return hashlib.sha256(cfg.api_key.resolve().reveal().encode()).hexdigest()
+    except SecretError:
+        return "unresolvable"
+
+
+@dataclass
+class _Entry:
+    provider: Provider[Any]
+    cfg: ProviderConfig | None
+    digest: str
+
+
+class ModelCache:
+    """Providers and models by config, shared by every run; owned by the gateway."""
+
+    def __init__(self, in_flight: Callable[[], Collection[str]] = tuple, grace: float = 30.0) -> None:
+        self._in_flight = in_flight  # the ids of the runs in flight now (the runner's)
+        self.grace = grace
+        self._providers: dict[tuple[Any, ...], _Entry] = {}
+        self._models: dict[tuple[Any, ...], Model] = {}
+        self._retired: list[Provider[Any]] = []  # waiting for the runs that may still use them
+        self._retiring: set[asyncio.Task[None]] = set()
+
+    def get(self, name: str, providers: dict[str, ProviderConfig]) -> Model:
+        """The model `name` (an agent's `model:`) with `providers` (gateway.yaml's), built on first use.
+
+        Raises `ModelConfigError` as `gateway.llm.resolve_model` does; a failure is not remembered.
+        """
+        name = llm.concrete_name(name)
+        model = llm.in_process(name)
+        if model is not None:
+            return model
+        provider_name, _, model_name = name.partition(":")
+        key = (name, *_config_key(provider_name, providers.get(provider_name) if model_name else None))
+        model = self._models.get(key)
+        if model is None:
+            model = self._models[key] = llm.resolve_model(name, providers, provider_for=self._provider)
+        return model
+
+    def _provider(self, provider_name: str, cfg: ProviderConfig | None) -> Provider[Any]:
+        key = _config_key(provider_name, cfg)
+        entry = self._providers.get(key)
+        if entry is None:
+            provider = llm.provider_from_config(provider_name, cfg) if cfg is not None else infer_provider(provider_name)
+            entry = self._providers[key] = _Entry(provider, cfg, _secret_digest(cfg))
+            log.debug("model provider %s: a new HTTP client for %s", provider_name, provider.base_url)
+        return entry.provider
+
+    def providers(self) -> list[Provider[Any]]:
+        """The providers built so far (one HTTP client each)."""
+        return [e.provider for e in self._providers.values()]
+
+    async def apply(self, providers: dict[str, ProviderConfig]) -> list[str]:
+        """After a reload: retire the providers whose config is gone or changed; returns their names.
+
+        They close once the runs in flight now have ended (at most `grace` seconds later); those runs
+        keep using them meanwhile, later runs get new ones.
+        """
+        stale = {
+            key: entry for key, entry in self._providers.items()
+            if entry.cfg is not None  # None: pydantic-ai's own, configured by the environment, not gateway.yaml
+            and (providers.get(key[0]) != entry.cfg or _secret_digest(entry.cfg) != entry.digest)
+        }
+        if not stale:
+            return []
+        log.info("model providers changed: %s; their clients close after the runs in flight",
+                 ", ".join(sorted({key[0] for key in stale})))
+        retired = [entry.provider for entry in stale.values()]
+        for key in stale:
+            del self._providers[key]
+        self._models = {k: m for k, m in self._models.items() if not any(m.provider is p for p in retired)}
+        self._retired.extend(retired)
+        waiting = set(self._in_flight())
+        task = asyncio.create_task(self._retire(retired, waiting), name="models:retire")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+        if not waiting:
+            await task
+        return sorted({key[0] for key in stale})
+
+    async def _retire(self, providers: list[Provider[Any]], waiting: set[str]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace
+        while waiting & set(self._in_flight()) and loop.time() < deadline:
+            await asyncio.sleep(RETIRE_POLL)
+        for provider in providers:
+            await _close(provider)
+            self._retired.remove(provider)
+
+    async def close(self) -> None:
+        """Close every provider's HTTP client (the gateway's stop, after runs have drained)."""
+        for task in list(self._retiring):
+            task.cancel()
+        await asyncio.gather(*self._retiring, return_exceptions=True)
+        closing = self._retired + [e.provider for e in self._providers.values()]
+        self._retired, self._providers, self._models = [], {}, {}
+        for provider in closing:
+            await _close(provider)
+
+
+async def _close(provider: Provider[Any]) -> None:
+    # A provider that created its own HTTP client closes it when it is left as a context manager
+    # with nobody else inside (pydantic-ai's ownership rule); runs never enter it.
+    with contextlib.suppress(Exception):
+        async with provider:
+            pass

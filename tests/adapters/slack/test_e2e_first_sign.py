@@ -1,0 +1,59 @@
+"""The first sign of work: Slack's assistant status ("is thinking…") goes out as soon as a message
+is stored and admitted, not when its run gets to start, and once per message, not twice."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from gateway.llm import REGISTERED, register_model
+from tests.conftest import running_gateway, write_config
+from tests.fakes.slack import FakeSlack
+
+from .conftest import eventually
+
+MODEL = "slack-first-sign"
+
+
+async def test_status_shows_before_the_run_can_start_and_once(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    release = asyncio.Event()
+    asked = 0
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        nonlocal asked
+        asked += 1
+        await release.wait()
+        yield "Done."
+
+    register_model(MODEL, lambda: FunctionModel(stream_function=stream, model_name=MODEL))
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "mode": "socket", "api_url": fake_slack.api_url}
+    cfg = write_config(
+        tmp_path / "config",
+        agents={"assistant": {"name": "A", "model": MODEL}},
+        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}},
+        gateway={"limits": {"concurrent_runs": 1}},  # one run at a time: the second message's run must wait
+    )
+    try:
+        async with running_gateway(cfg) as gw:
+            await eventually(lambda: gw.adapters["acme"].health().connected)
+            first, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> first")
+            await eventually(lambda: asked == 1)
+            second, _ = await fake_slack.say("C0GEN", "U0BOB", "<@U0BOT> second")
+
+            def status_for(root_ts: str) -> list[object]:
+                return [c for c in fake_slack.calls_to("assistant.threads.setStatus") if c.args["thread_ts"] == root_ts]
+
+            # The second thread shows the status while its run cannot start (the first holds the only slot).
+            await eventually(lambda: status_for(second.ts))
+            assert asked == 1 and not fake_slack.bot_messages()
+            release.set()
+            await eventually(lambda: len(fake_slack.bot_messages()) == 2 and asked == 2)
+            # One status call per message: the run's own typing loop did not repeat the first sign.
+            assert len(status_for(first.ts)) == 1 and len(status_for(second.ts)) == 1
+    finally:
+        REGISTERED.pop(MODEL, None)

@@ -1,0 +1,150 @@
+"""One model client per provider and model, for the daemon's life: runs share it (and its pooled,
+kept-alive connection to the model server), a reload keeps it unless the provider's config
+changed, and stop closes it. The model is served over HTTP by an OpenAI-compatible fake."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gateway.daemon import Gateway
+
+from .conftest import dump_yaml, running_gateway, wait_for, write_config
+from .fakes.openai import FakeOpenAI
+
+
+def _config(tmp: Path, base_url: str, instructions: str = "Be brief.") -> Path:
+    return write_config(
+        tmp,
+        agents={"assistant": {"name": "A", "model": "local:llama-test", "instructions": instructions}},
+        gateway={"providers": {"local": {"kind": "openai-chat", "base_url": base_url}}},
+    )
+
+
+async def _ask(gw: Gateway, s: aiohttp.ClientSession, conv: str, text: str) -> None:
+    run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": text})).json())["run_id"]
+
+    async def ended() -> bool:
+        stored = await gw.store.run(run)
+        return stored is not None and stored.status not in ("queued", "running")
+
+    await wait_for(ended, what=f"run {run}")
+    assert (await gw.store.run(run)).status == "finished"
+
+
+async def _conversation(s: aiohttp.ClientSession) -> str:
+    return (await (await s.post("/api/v1/conversations")).json())["id"]
+
+
+def _system(request: dict[str, Any]) -> str:
+    return " ".join(m["content"] for m in request["messages"] if m["role"] == "system")
+
+
+async def test_runs_share_one_client_and_connection_and_a_reload_keeps_it(tmp_path: Path) -> None:
+    first, second = await FakeOpenAI().start(), await FakeOpenAI().start()
+    cfg = _config(tmp_path / "c", first.base_url)
+    try:
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            await _ask(gw, s, await _conversation(s), "one")
+            await _ask(gw, s, await _conversation(s), "two")  # another conversation, same agent
+            [provider] = gw.models.providers()
+            model = gw.models.get("local:llama-test", gw.config.gateway.providers)
+            assert model.provider is provider  # what the runs used is what the gateway keeps
+            # Both requests came on one TCP connection: kept alive in the provider's pool.
+            assert len(first.requests) == 2 and len(set(first.peers)) == 1
+
+            # A reload that changes only the agent's instructions keeps the client and its connection.
+            _config(tmp_path / "c", first.base_url, instructions="Be very brief.")
+            assert (await gw.reload_from_disk())[0]
+            await _ask(gw, s, await _conversation(s), "three")
+            assert "Be very brief." in _system(first.requests[-1])
+            assert gw.models.providers() == [provider]
+            assert gw.models.get("local:llama-test", gw.config.gateway.providers) is model
+            assert len(set(first.peers)) == 1 and not provider.client.is_closed()
+
+            # A changed base_url is a new client; the old one is closed (no run was using it).
+            _config(tmp_path / "c", second.base_url, instructions="Be very brief.")
+            assert (await gw.reload_from_disk())[0]
+            assert provider.client.is_closed()
+            await _ask(gw, s, await _conversation(s), "four")
+            assert len(first.requests) == 3 and len(second.requests) == 1
+            [fresh] = gw.models.providers()
+            assert fresh is not provider and not fresh.client.is_closed()
+        assert fresh.client.is_closed()  # stop closes what is left
+    finally:
+        await first.stop()
+        await second.stop()
+
+
+async def test_a_rotated_key_is_a_changed_config(tmp_path: Path, monkeypatch: Any) -> None:
+    fake = await FakeOpenAI().start()
+    monkeypatch.setenv("TEST_MODEL_KEY", "key-1")
+    cfg = write_config(
+        tmp_path / "c",
+        agents={"assistant": {"name": "A", "model": "local:llama-test"}},
+        gateway={"providers": {"local": {"kind": "openai-chat", "base_url": fake.base_url,
+                                         "api_key": "env:TEST_MODEL_KEY"}}},
+    )
+    try:
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            await _ask(gw, s, await _conversation(s), "one")
+            [provider] = gw.models.providers()
+            assert (await gw.reload_from_disk())[0]
+            assert gw.models.providers() == [provider]  # same key: kept
+            monkeypatch.setenv("TEST_MODEL_KEY", "key-2")
+            assert (await gw.reload_from_disk())[0]
+            assert provider.client.is_closed()
+            await _ask(gw, s, await _conversation(s), "two")
+            assert gw.models.providers()[0].client.api_key == "key-2"
+    finally:
+        await fake.stop()
+
+
+async def test_a_pydantic_ai_model_name_shares_its_client_too(tmp_path: Path, monkeypatch: Any) -> None:
+    """`openai-chat:…` with OPENAI_BASE_URL, as a user points it at a local server."""
+    fake = await FakeOpenAI().start()
+    monkeypatch.setenv("OPENAI_BASE_URL", fake.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "not-needed")
+    cfg = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "openai-chat:gpt-test"}})
+    try:
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            conv = await _conversation(s)
+            await _ask(gw, s, conv, "one")
+            await _ask(gw, s, conv, "two")
+            [provider] = gw.models.providers()
+            assert [r["model"] for r in fake.requests] == ["gpt-test", "gpt-test"]
+            assert len(set(fake.peers)) == 1
+            (tmp_path / "c" / "gateway.yaml").write_text(
+                (tmp_path / "c" / "gateway.yaml").read_text() + dump_yaml({"logging": {"level": "debug"}}))
+            assert (await gw.reload_from_disk())[0]
+            assert gw.models.providers() == [provider]  # not in gateway.yaml: a reload never retires it
+        assert provider.client.is_closed()
+    finally:
+        await fake.stop()
+
+
+async def test_runs_make_no_ssl_context(tmp_path: Path) -> None:
+    """Building an SSL context costs milliseconds of CPU: made once with the client, never per run."""
+    fake = await FakeOpenAI().start()
+    made: list[type] = []
+    original = ssl.SSLContext.__dict__["__new__"]
+
+    def counting(cls: type, *args: Any, **kwargs: Any) -> Any:
+        made.append(cls)
+        return original.__func__(cls, *args, **kwargs)
+
+    try:
+        async with running_gateway(_config(tmp_path / "c", fake.base_url)) as gw, aiohttp.ClientSession(gw.url) as s:
+            conv = await _conversation(s)
+            await _ask(gw, s, conv, "one")  # the first run builds the client (and its SSL context)
+            ssl.SSLContext.__new__ = staticmethod(counting)  # type: ignore[assignment,method-assign]
+            for text in ("two", "three", "four"):
+                await _ask(gw, s, conv, text)
+            await _ask(gw, s, await _conversation(s), "five")
+            assert made == []
+    finally:
+        ssl.SSLContext.__new__ = original  # type: ignore[method-assign]
+        await fake.stop()
