@@ -23,10 +23,14 @@ def install(gateway: Gateway) -> None:
     from capabilities import approval_gate, catalog
     from capabilities.registry import build_for_turn, load_builtin
 
+    from capabilities.context import ContextLibrary
+
     load_builtin()
+    # Collaborators built once per daemon, handed to the capabilities that use them.
+    parts = {"context": ContextLibrary(lambda: gateway.config)}
     # The gate first: its wrapper is outermost, so it sees the names the model calls.
     gateway.runner.capability_builders.append(approval_gate.build_for_turn)
-    gateway.runner.capability_builders.append(build_for_turn)
+    gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
     gateway.extra_routes.extend(catalog.http_routes())
 
     # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
@@ -44,10 +48,11 @@ def install(gateway: Gateway) -> None:
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
-    from capabilities import mcp_servers
+    from capabilities import context, mcp_servers
     from capabilities.registry import validate_config
 
     add_check(validate_config)
+    add_check(context.validate_config)
     add_check(mcp_servers.validate_config)
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway import llm
@@ -37,7 +37,8 @@ class Request:
 @dataclass
 class Script:
     requests: list[Request] = field(default_factory=list)
-    results: list[str] = field(default_factory=list)  # tool results (and retry prompts), in order
+    results: list[str] = field(default_factory=list)  # tool results, in order
+    retries: list[str] = field(default_factory=list)  # retry prompts (the model's mistakes), in order
 
 
 SCRIPT = Script()
@@ -57,11 +58,14 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
     SCRIPT.requests.append(Request(info.instructions or "",
                                    [_text(p.content) for p in last.parts if isinstance(p, UserPromptPart)],
                                    sorted(t.name for t in info.function_tools)))
-    returned = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+    returned = [p for p in last.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))]
     if returned:
         for part in returned:
-            SCRIPT.results.append(str(part.content))
-        yield "answered: " + " | ".join(str(p.content) for p in returned)
+            if isinstance(part, RetryPromptPart):
+                SCRIPT.retries.append(part.model_response())
+            else:  # pydantic-ai 2.68 sends a retry prompt as a return part with outcome "retried"
+                (SCRIPT.retries if part.outcome == "retried" else SCRIPT.results).append(str(part.content))
+        yield "answered."
         return
     prompt = next((_text(p.content) for p in reversed(last.parts) if isinstance(p, UserPromptPart)
                    and not _text(p.content).startswith("<")), "")
@@ -100,6 +104,7 @@ async def world_on(directory: Path, database: str | None = None, *, agents: dict
             SEEN.clear()
             SCRIPT.requests.clear()
             SCRIPT.results.clear()
+            SCRIPT.retries.clear()
             w = World(gw)
             w._ids = itertools.count(next(OPENINGS) * 100_000)
             yield w

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from gateway.messages import ChatKind
 from gateway.store import repo
 from gateway.store.plans import ConversationPlanStore
@@ -49,13 +47,8 @@ async def _a_plan_lives_across_turns_and_restarts(tmp_path: Path, database: str 
             in SCRIPT.results[0]
 
 
-async def test_a_plan_is_in_the_next_turns_tail_and_survives_a_restart(tmp_path: Path) -> None:
-    await _a_plan_lives_across_turns_and_restarts(tmp_path, None)
-
-
-@pytest.mark.postgres
-async def test_a_plan_survives_on_postgres(tmp_path: Path, pg_url: str) -> None:
-    await _a_plan_lives_across_turns_and_restarts(tmp_path, pg_url)
+async def test_a_plan_is_in_the_next_turns_tail_and_survives_a_restart(tmp_path: Path, database: str | None) -> None:
+    await _a_plan_lives_across_turns_and_restarts(tmp_path, database)
 
 
 async def test_a_finished_plan_is_kept_but_not_seeded_again(tmp_path: Path) -> None:

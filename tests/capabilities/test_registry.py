@@ -110,7 +110,9 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> Non
     assert {d.id for d in shipped} >= {"clock", "thinking", "memory_files", "channel_tools"}
     with_tools = [decl for decl in shipped if decl.tools and not decl.binding_only]
     # The config under which each capability offers every tool it declares (a flat plan has no subtask tools).
-    full = {"planning": {"enable_subtasks": True}}
+    full = {"planning": {"enable_subtasks": True}, "context": {"default_mode": "link"}}
+    (tmp_path / "context" / "assistant").mkdir(parents=True)
+    (tmp_path / "context" / "assistant" / "glossary.md").write_text("A widget is a part.")
     agents = {"assistant": agent(*({"id": d.id, "config": full.get(d.id, {})} for d in with_tools))}
     bindings = {"slack": slack_binding(channel_tools={"tools": list(CHANNEL_TOOL_IDS)})}
     async with world(tmp_path, agents=agents, bindings=bindings) as w:
