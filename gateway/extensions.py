@@ -25,9 +25,14 @@ def install(gateway: Gateway) -> None:
 
     from capabilities.context import ContextLibrary
 
+    from .store.conversation_search import ConversationSearch
+
     load_builtin()
     # Collaborators built once per daemon, handed to the capabilities that use them.
-    parts = {"context": ContextLibrary(lambda: gateway.config)}
+    parts = {
+        "context": ContextLibrary(lambda: gateway.config),
+        "conversation_search": ConversationSearch(gateway.store.sessions),
+    }
     # The gate first: its wrapper is outermost, so it sees the names the model calls.
     gateway.runner.capability_builders.append(approval_gate.build_for_turn)
     gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))

@@ -32,6 +32,7 @@ class Request:
     instructions: str
     tail: list[str]  # the text of every user-prompt part of the last request, in order
     tools: list[str]
+    descriptions: dict[str, str]  # each offered tool's description, as the model reads it
 
 
 @dataclass
@@ -57,7 +58,8 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
     assert isinstance(last, ModelRequest)
     SCRIPT.requests.append(Request(info.instructions or "",
                                    [_text(p.content) for p in last.parts if isinstance(p, UserPromptPart)],
-                                   sorted(t.name for t in info.function_tools)))
+                                   sorted(t.name for t in info.function_tools),
+                                   {t.name: t.description or "" for t in info.function_tools}))
     returned = [p for p in last.parts if isinstance(p, (ToolReturnPart, RetryPromptPart))]
     if returned:
         for part in returned:
