@@ -18,6 +18,7 @@ from gateway.surface import CHANNEL_TOOL_IDS
 
 from ..conftest import write_config
 from ..fakes.chat import DIRECTORIES, FakeDirectory
+from .scripted import world_on
 from .support import Account, Place, agent, slack_binding, world
 
 AGENT_FILE = """\
@@ -110,12 +111,15 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> Non
     assert {d.id for d in shipped} >= {"clock", "thinking", "memory_files", "channel_tools"}
     with_tools = [decl for decl in shipped if decl.tools and not decl.binding_only]
     # The config under which each capability offers every tool it declares (a flat plan has no subtask tools).
-    full = {"planning": {"enable_subtasks": True}, "context": {"default_mode": "link"}}
+    full = {"planning": {"enable_subtasks": True}, "context": {"default_mode": "link"},
+            "knowledge": {"collections": ["docs"]}}
     (tmp_path / "context" / "assistant").mkdir(parents=True)
     (tmp_path / "context" / "assistant" / "glossary.md").write_text("A widget is a part.")
+    (tmp_path / "docs").mkdir()
     agents = {"assistant": agent(*({"id": d.id, "config": full.get(d.id, {})} for d in with_tools))}
     bindings = {"slack": slack_binding(channel_tools={"tools": list(CHANNEL_TOOL_IDS)})}
-    async with world(tmp_path, agents=agents, bindings=bindings) as w:
+    gateway = {"knowledge": {"collections": {"docs": {"path": "docs"}}}}
+    async with world_on(tmp_path, agents=agents, bindings=bindings, gateway=gateway) as w:
         DIRECTORIES["slack"] = FakeDirectory()
         seen = await w.run(Account("slack", "T1", "U1", "a"), Place("slack", "slack", "T1", "C1", ChatKind.CHANNEL),
                            "hello")
