@@ -2,7 +2,7 @@
 
 A person's conversations are the ones they said something in (a `user` message with their person
 id), on any platform. Matching uses the full-text objects of migration 0007 — FTS5 on SQLite,
-`websearch_to_tsquery('simple', ...)` / `ts_rank_cd` over a GIN expression index on PostgreSQL —
+`websearch_to_tsquery('simple', ...)` / `ts_rank_cd` over a stored tsvector with a GIN index on PostgreSQL —
 which the database keeps in step with `messages` on every insert, whichever code path wrote it.
 Whole words, case-folded, not stemmed, on both engines.
 """
@@ -20,6 +20,8 @@ from .models import UTCDateTime
 
 MAX_HITS = 300  # matching messages read before grouping by conversation
 MAX_MESSAGE_CHARS = 4_000  # one message in read_conversation
+# The configuration the stored vectors were made with (migration 0007), for the query.
+_CFG = f"'{MESSAGES_PG_CONFIG}'::regconfig"
 
 
 @dataclass(frozen=True)
@@ -81,15 +83,15 @@ class ConversationSearch:
                     {"q": fts5_query(query), "person": person_id, "skip": skip_run or "", "n": MAX_HITS})).all()
             else:
                 rows = (await s.execute(text(
-                    "SELECT m.conversation_id, ts_headline(CAST(:cfg AS regconfig), m.text, q,"
+                    f"SELECT m.conversation_id, ts_headline({_CFG}, m.text, q,"
                     " 'StartSel=**, StopSel=**, MaxWords=30, MinWords=12, ShortWord=0'),"
-                    " -ts_rank_cd(to_tsvector(CAST(:cfg AS regconfig), m.text), q) AS score"
-                    " FROM messages m, websearch_to_tsquery(CAST(:cfg AS regconfig), :q) q"
-                    " WHERE to_tsvector(CAST(:cfg AS regconfig), m.text) @@ q"
+                    " -ts_rank_cd(m.search_tsv, q) AS score"
+                    f" FROM messages m, websearch_to_tsquery({_CFG}, :q) q"
+                    " WHERE m.search_tsv @@ q"
                     f" AND m.conversation_id IN ({_MINE})"
                     " AND m.role IN ('user', 'assistant') AND (m.run_id IS NULL OR m.run_id != :skip)"
                     " ORDER BY score LIMIT :n"),
-                    {"cfg": MESSAGES_PG_CONFIG, "q": query, "person": person_id, "skip": skip_run or "",
+                    {"q": query, "person": person_id, "skip": skip_run or "",
                      "n": MAX_HITS})).all()
             best: dict[str, tuple[str, int]] = {}
             for conversation_id, passage, _score in rows:  # ordered best first

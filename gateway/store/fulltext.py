@@ -1,9 +1,9 @@
 """Full-text search in the database we already run: what both engines share.
 
-SQLite uses FTS5 tables kept in step with their source tables by triggers; PostgreSQL uses GIN
-indexes over `to_tsvector(...)` expressions. Both are created by migration 0007 and are not in
-the ORM models (they are not tables the code writes), so `DATABASE_ONLY` names them for the
-test that compares the models to the migrations.
+SQLite uses FTS5 tables kept in step with their source tables by triggers; PostgreSQL uses a
+generated `search_tsv` column with a GIN index. Both are created by migration 0007 and are not
+in the ORM models (the code never writes them), so `DATABASE_ONLY` names them for the test that
+compares the models to the migrations.
 
 Queries are written the way PostgreSQL's `websearch_to_tsquery` reads them — words, "quoted
 phrases", `or`, and a leading `-` to exclude — and `fts5_query` turns them into FTS5's syntax
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 
 # Tables (and their FTS5 shadow tables, which share the prefix) and indexes only the database knows.
-DATABASE_ONLY = ("messages_fts", "knowledge_fts", "ix_messages_text_fts", "ix_knowledge_chunks_fts")
+DATABASE_ONLY = ("messages_fts", "knowledge_fts", "ix_messages_text_fts", "ix_knowledge_chunks_fts", "search_tsv")
 
 # PostgreSQL configurations: conversations are matched whole-word and case-folded, never stemmed
 # (evenness across languages); documents are stemmed as English.

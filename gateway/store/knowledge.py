@@ -1,8 +1,8 @@
 """Knowledge collections' queries: documents by content hash, their chunks, and full-text search.
 
 Chunks are indexed by the database itself (migration 0007): an FTS5 table kept in step by
-triggers on SQLite (Porter-stemmed words), a GIN index over `to_tsvector('english', heading ||
-' ' || text)` on PostgreSQL queried with `websearch_to_tsquery` and ranked with `ts_rank_cd`.
+triggers on SQLite (Porter-stemmed words), a generated `search_tsv` column (english) with a GIN
+index on PostgreSQL, queried with `websearch_to_tsquery` and ranked with `ts_rank_cd`.
 A search first asks for every word; when that finds nothing it asks for any of them, so a
 question in plain words still finds the passages that share the most.
 """
@@ -20,6 +20,8 @@ from .fulltext import KNOWLEDGE_PG_CONFIG, Term, fts5_query, parse
 from .models import KnowledgeChunk, KnowledgeDocument
 
 PASSAGE_CHARS = 1_500
+# The configuration the stored vectors were made with (migration 0007), for the query.
+_CFG = f"'{KNOWLEDGE_PG_CONFIG}'::regconfig"
 
 
 @dataclass(frozen=True)
@@ -121,14 +123,14 @@ class KnowledgeStore:
                 statement = text(
                     "SELECT d.collection, d.path, d.title, c.heading, c.anchor, c.text"
                     " FROM knowledge_chunks c JOIN knowledge_documents d ON d.id = c.document_id,"
-                    " websearch_to_tsquery(CAST(:cfg AS regconfig), :q) q"
-                    " WHERE to_tsvector(CAST(:cfg AS regconfig), c.heading || ' ' || c.text) @@ q"
+                    f" websearch_to_tsquery({_CFG}, :q) q"
+                    " WHERE c.search_tsv @@ q"
                     " AND d.collection IN :cols"
-                    " ORDER BY ts_rank_cd(to_tsvector(CAST(:cfg AS regconfig), c.heading || ' ' || c.text), q) DESC,"
+                    " ORDER BY ts_rank_cd(c.search_tsv, q) DESC,"
                     " c.id LIMIT :k"
                 ).bindparams(bindparam("cols", expanding=True))
                 parse(query)  # the same refusals on both engines
-                params = {"cfg": KNOWLEDGE_PG_CONFIG, "q": query, "cols": list(collections), "k": top_k}
+                params = {"q": query, "cols": list(collections), "k": top_k}
             rows = (await s.execute(statement, params)).all()
         return [Passage(r[0], r[1], r[2], r[3], r[4], r[5] if len(r[5]) <= PASSAGE_CHARS
                         else r[5][:PASSAGE_CHARS].rsplit(" ", 1)[0] + " …") for r in rows]

@@ -3,8 +3,9 @@
 The full-text objects are dialect-specific and live only in the database (not in the models):
 - SQLite: FTS5 external-content tables `messages_fts` and `knowledge_fts`, kept in step with
   `messages` and `knowledge_chunks` by triggers, so every write path (ORM or driver) indexes.
-- PostgreSQL: GIN indexes over `to_tsvector(...)` expressions, maintained by the database;
-  'simple' for messages (whole words, case-folded, not stemmed), 'english' for documents.
+- PostgreSQL: a generated, stored `search_tsv` tsvector column with a GIN index, maintained by
+  the database; 'simple' for messages (whole words, case-folded, not stemmed), 'english' for
+  documents.
 
 Revision ID: 0007
 Revises: 0006
@@ -48,11 +49,20 @@ SQLITE_DOWN = [
     "DROP TABLE IF EXISTS messages_fts",
 ]
 POSTGRES_UP = [
-    "CREATE INDEX ix_messages_text_fts ON messages USING gin (to_tsvector('simple'::regconfig, text))",
-    "CREATE INDEX ix_knowledge_chunks_fts ON knowledge_chunks USING gin "
-    "(to_tsvector('english'::regconfig, heading || ' ' || text))",
+    # Stored, so ranking reads the vector instead of parsing each matching row's text again.
+    "ALTER TABLE messages ADD COLUMN search_tsv tsvector "
+    "GENERATED ALWAYS AS (to_tsvector('simple'::regconfig, text)) STORED",
+    "CREATE INDEX ix_messages_text_fts ON messages USING gin (search_tsv)",
+    "ALTER TABLE knowledge_chunks ADD COLUMN search_tsv tsvector "
+    "GENERATED ALWAYS AS (to_tsvector('english'::regconfig, heading || ' ' || text)) STORED",
+    "CREATE INDEX ix_knowledge_chunks_fts ON knowledge_chunks USING gin (search_tsv)",
 ]
-POSTGRES_DOWN = ["DROP INDEX IF EXISTS ix_knowledge_chunks_fts", "DROP INDEX IF EXISTS ix_messages_text_fts"]
+POSTGRES_DOWN = [
+    "DROP INDEX IF EXISTS ix_knowledge_chunks_fts",
+    "ALTER TABLE knowledge_chunks DROP COLUMN IF EXISTS search_tsv",
+    "DROP INDEX IF EXISTS ix_messages_text_fts",
+    "ALTER TABLE messages DROP COLUMN IF EXISTS search_tsv",
+]
 
 
 def upgrade() -> None:
