@@ -205,7 +205,7 @@ def instructions_for(files: list[ContextFile], *, tools: bool) -> str:
 
 
 @dataclass(frozen=True)
-class _Bound:
+class _Files:
     library: ContextLibrary
     cfg: ContextConfig
 
@@ -213,7 +213,7 @@ class _Bound:
         return [f for f in await self.library.files(ctx.deps.agent.id, self.cfg) if f.mode == "link"]
 
 
-def _toolset(bound: _Bound) -> FunctionToolset[Turn]:
+def _toolset(bound: _Files) -> FunctionToolset[Turn]:
     window = bound.cfg.read_window_chars
 
     async def list_context(ctx: RunContext[Turn]) -> str:
@@ -283,7 +283,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     tools = _has_link(cfg) and cfg.read_tool
     if not tools and not _has_inject(cfg):
         return None  # only link files and no way to read them: nothing usable
-    bound = _Bound(library, cfg)
+    bound = _Files(library, cfg)
 
     async def instructions(run: RunContext[Turn]) -> str:
         return instructions_for(await library.files(run.deps.agent.id, cfg), tools=tools)

@@ -262,7 +262,9 @@ class KnowledgeIndexer:
                         if spec.refresh_minutes and loop.time() >= self._due.get(name, 0):
                             await self.refresh(name)
             except Exception:
-                log.exception("indexing knowledge collections")
+                log.exception("indexing knowledge collections; trying again in a minute")
+                self._seen = config
+                await asyncio.sleep(60)
             await asyncio.sleep(self._tick)
 
     async def refresh(self, name: str | None = None) -> list[Report]:

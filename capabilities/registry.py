@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_ai.capabilities import AbstractCapability, Capability
+from pydantic_ai.capabilities import AbstractCapability, Capability, WrapperCapability
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
@@ -122,20 +122,19 @@ class _Describe:
         return [replace(t, description=self.descriptions.get(t.name, t.description)) for t in tool_defs]
 
 
-class _Bound(AbstractCapability[Any]):
-    """A built capability with the entry's renames and descriptions applied to its tools."""
+@dataclass
+class _Bound(WrapperCapability[Any]):
+    """A built capability with the entry's renames and descriptions applied to its tools.
 
-    def __init__(self, inner: AbstractCapability[Any], renames: dict[str, str], descriptions: dict[str, str]) -> None:
-        self.inner, self.renames, self.descriptions = inner, renames, descriptions
+    Every other hook (per-run state, request wrappers such as planning's tail reminder) is the
+    wrapped capability's own: a renamed tool must not cost the capability its behaviour.
+    """
 
-    def get_instructions(self) -> Any:
-        return self.inner.get_instructions()
-
-    def get_model_settings(self) -> Any:
-        return self.inner.get_model_settings()
+    renames: dict[str, str] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)
 
     def get_toolset(self) -> Any:
-        toolset = self.inner.get_toolset()
+        toolset = self.wrapped.get_toolset()
         if toolset is None or not isinstance(toolset, AbstractToolset):
             return toolset
         if self.renames:
@@ -194,7 +193,8 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[A
                 approval=policy_entry.approval,
                 tool_approval=policy_entry.tool_approval.get(tool.id, "default"),
             )
-        built.append(_Bound(capability, renames, descriptions) if (renames or descriptions) else capability)
+        built.append(_Bound(capability, renames=renames, descriptions=descriptions) if (renames or descriptions)
+                     else capability)
     return built
 
 

@@ -91,3 +91,14 @@ async def test_subtask_tools_only_under_enable_subtasks(tmp_path: Path) -> None:
         assert "add_subtask" not in SCRIPT.requests[-1].tools and "write_plan" in SCRIPT.requests[-1].tools
         await w.run(Account("telegram", "tg", "7", "t"), Place("telegram", "telegram", "tg", "7", ChatKind.DM), "hi")
         assert {"add_subtask", "set_dependency", "get_available_tasks"} <= set(SCRIPT.requests[-1].tools)
+
+
+async def test_a_renamed_planning_tool_keeps_the_plan_reminder(tmp_path: Path) -> None:
+    agents = {"assistant": scripted_agent({"id": "planning", "tool_overrides": {"write_plan": {"name": "make_plan"}}})}
+    async with world_on(tmp_path, agents=agents) as w:
+        await w.run(ALICE, DM_ALICE, call("make_plan", items=STEPS))
+        assert SCRIPT.results[0].startswith("Plan updated: 2 step(s).")
+        SCRIPT.requests.clear()
+        await w.run(ALICE, DM_ALICE, "next?")
+        assert "Draft the announcement" in _reminder(SCRIPT.requests[0].tail)
+        assert "make_plan" in SCRIPT.requests[0].tools and "write_plan" not in SCRIPT.requests[0].tools
