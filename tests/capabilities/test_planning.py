@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.messages import ChatKind
+from pydantic_ai_harness.planning import PlanItem
+from sqlalchemy import select
+
+from gateway.messages import ChatKind, Sender
+from gateway.store.models import Conversation
+from gateway.surface import Decision
 from gateway.store import repo
 from gateway.store.plans import ConversationPlanStore
 
+from ..conftest import wait_for
 from .scripted import SCRIPT, call, scripted_agent, world_on
 from .support import Account, Place
 
@@ -102,3 +108,27 @@ async def test_a_renamed_planning_tool_keeps_the_plan_reminder(tmp_path: Path) -
         await w.run(ALICE, DM_ALICE, "next?")
         assert "Draft the announcement" in _reminder(SCRIPT.requests[0].tail)
         assert "make_plan" in SCRIPT.requests[0].tools and "write_plan" not in SCRIPT.requests[0].tools
+
+
+async def test_a_parked_runs_plan_wins_on_resume_through_an_approval(tmp_path: Path) -> None:
+    gated = {"id": "planning", "tool_approval": {"update_task_status": "required"}}
+    async with world_on(tmp_path, agents={"assistant": scripted_agent(gated)}) as w:
+        steps = [{"id": "a", "content": "Draft the announcement", "status": "in_progress"},
+                 {"id": "b", "content": "Send it to the team"}]
+        await w.say(ALICE, DM_ALICE, call("write_plan", items=steps))
+        await w.say(ALICE, DM_ALICE, call("update_task_status", task_id="a", status="completed"))  # parks
+        [card] = await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
+        async with w.gw.store.sessions() as s:
+            conversation_id = await s.scalar(select(Conversation.id).where(Conversation.channel == "D1"))
+        store = ConversationPlanStore(w.gw.store.capability_state, conversation_id, w.gw.clock)
+        await store.set_items([PlanItem(content="Something written while the run was parked")])
+
+        outcome = await w.gw.decide(card.items[0].approval_id, Decision.APPROVE, Sender("U1", "alice"),
+                                    binding_id="slack", surface="test")
+        assert outcome.accepted, outcome.message
+
+        async def resumed() -> list[tuple[str, str]]:
+            items = [(i.id, i.status.value) for i in await store.get_items()]
+            return items if ("a", "completed") in items else []
+
+        assert await wait_for(resumed, what="the resumed run's update") == [("a", "completed"), ("b", "pending")]
