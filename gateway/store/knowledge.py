@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, delete, func, select, text
+from sqlalchemy import bindparam, delete, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from ..clock import Clock
@@ -134,9 +134,3 @@ class KnowledgeStore:
             rows = (await s.execute(statement, params)).all()
         return [Passage(r[0], r[1], r[2], r[3], r[4], r[5] if len(r[5]) <= PASSAGE_CHARS
                         else r[5][:PASSAGE_CHARS].rsplit(" ", 1)[0] + " …") for r in rows]
-
-    async def count(self, collection: str) -> int:
-        async with self._sessions() as s:
-            n = await s.scalar(select(func.count()).select_from(KnowledgeDocument)
-                               .where(KnowledgeDocument.collection == collection))
-            return int(n or 0)
