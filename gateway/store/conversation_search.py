@@ -1,7 +1,7 @@
 """Conversation search's queries: one person's conversations, matched by what was said in them.
 
 A person's conversations are the ones they said something in (a `user` message with their person
-id), on any platform. Matching uses the full-text objects of migration 0007 — FTS5 on SQLite,
+id), on any platform. Matching uses the full-text objects of migration 0008 — FTS5 on SQLite,
 `websearch_to_tsquery('simple', ...)` / `ts_rank_cd` over a stored tsvector with a GIN index on PostgreSQL —
 which the database keeps in step with `messages` on every insert, whichever code path wrote it.
 Whole words, case-folded, not stemmed, on both engines.
@@ -20,7 +20,7 @@ from .models import UTCDateTime
 
 MAX_HITS = 300  # matching messages read before grouping by conversation
 MAX_MESSAGE_CHARS = 4_000  # one message in read_conversation
-# The configuration the stored vectors were made with (migration 0007), for the query.
+# The configuration the stored vectors were made with (migration 0008), for the query.
 _CFG = f"'{MESSAGES_PG_CONFIG}'::regconfig"
 
 

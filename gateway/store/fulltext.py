@@ -1,7 +1,7 @@
 """Full-text search in the database we already run: what both engines share.
 
 SQLite uses FTS5 tables kept in step with their source tables by triggers; PostgreSQL uses a
-generated `search_tsv` column with a GIN index. Both are created by migration 0007 and are not
+generated `search_tsv` column with a GIN index. Both are created by migration 0008 and are not
 in the ORM models (the code never writes them), so `DATABASE_ONLY` names them for the test that
 compares the models to the migrations.
 

@@ -1,6 +1,6 @@
 """Knowledge collections' queries: documents by content hash, their chunks, and full-text search.
 
-Chunks are indexed by the database itself (migration 0007): an FTS5 table kept in step by
+Chunks are indexed by the database itself (migration 0008): an FTS5 table kept in step by
 triggers on SQLite (Porter-stemmed words), a generated `search_tsv` column (english) with a GIN
 index on PostgreSQL, queried with `websearch_to_tsquery` and ranked with `ts_rank_cd`.
 A search first asks for every word; when that finds nothing it asks for any of them, so a
@@ -20,7 +20,7 @@ from .fulltext import KNOWLEDGE_PG_CONFIG, Term, fts5_query, parse
 from .models import KnowledgeChunk, KnowledgeDocument
 
 PASSAGE_CHARS = 1_500
-# The configuration the stored vectors were made with (migration 0007), for the query.
+# The configuration the stored vectors were made with (migration 0008), for the query.
 _CFG = f"'{KNOWLEDGE_PG_CONFIG}'::regconfig"
 
 

@@ -312,7 +312,7 @@ class KnowledgeDocument(Base):
     """One file of a knowledge collection as last indexed; `content_hash` makes re-indexing incremental.
 
     Its chunks' full-text index (FTS5 on SQLite, a GIN expression index on PostgreSQL) lives only in
-    the database: see gateway/store/fulltext.py and migration 0007.
+    the database: see gateway/store/fulltext.py and migration 0008.
     """
 
     __tablename__ = "knowledge_documents"

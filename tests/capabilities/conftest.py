@@ -10,7 +10,7 @@ from ..conftest import pg_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-async def database(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
+async def db_url(request: pytest.FixtureRequest) -> AsyncIterator[str | None]:
     """None (the embedded SQLite default) or a fresh PostgreSQL database's URL: a test runs on both."""
     if request.param == "sqlite":
         yield None

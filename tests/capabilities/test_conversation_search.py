@@ -8,7 +8,7 @@ from pathlib import Path
 from capabilities.conversation_search import GROUP_REFUSAL
 from gateway.messages import ChatKind
 
-from .scripted import SCRIPT, call, scripted_agent, world_on
+from .knowledge_script import SCRIPT, call, scripted_agent, world_on
 from .support import Account, Place
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -25,8 +25,8 @@ AGENTS = {"assistant": scripted_agent({"id": "conversation_search", "config": {"
 
 
 async def test_a_phrase_said_in_another_conversation_is_found_and_a_group_is_refused(
-        tmp_path: Path, database: str | None) -> None:
-    async with world_on(tmp_path, database, agents=AGENTS) as w:
+        tmp_path: Path, db_url: str | None) -> None:
+    async with world_on(tmp_path, db_url, agents=AGENTS) as w:
         await w.run(ALICE, CHANNEL, "We settled the Q3 pricing at twelve dollars a seat.")
         await w.run(BOB, TEAM, "Bob alone decided the Q3 pricing of the secret plan.")
         await w.run(ALICE, DM_ALICE, "Something unrelated about lunch.")

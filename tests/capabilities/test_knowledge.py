@@ -12,7 +12,7 @@ from gateway import extensions
 from gateway.messages import ChatKind
 
 from ..conftest import write_config
-from .scripted import SCRIPT, call, scripted_agent, world_on
+from .knowledge_script import SCRIPT, call, scripted_agent, world_on
 from .support import Account, Place, World
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -79,9 +79,9 @@ def _indexer(w: World) -> KnowledgeIndexer:
     return next(e for e in w.gw.extensions if isinstance(e, KnowledgeIndexer))
 
 
-async def test_a_search_cites_the_right_file_and_heading(tmp_path: Path, database: str | None) -> None:
+async def test_a_search_cites_the_right_file_and_heading(tmp_path: Path, db_url: str | None) -> None:
     _documents(tmp_path)
-    async with world_on(tmp_path, database, agents=AGENTS, gateway=GATEWAY) as w:
+    async with world_on(tmp_path, db_url, agents=AGENTS, gateway=GATEWAY) as w:
         await _indexer(w).refresh()
         await w.run(ALICE, DM_ALICE, call("search_documents", query="receipts reimbursed"))
         [found] = SCRIPT.results

@@ -14,7 +14,7 @@ from gateway.store import repo
 from gateway.store.plans import ConversationPlanStore
 
 from ..conftest import wait_for
-from .scripted import SCRIPT, call, scripted_agent, world_on
+from .knowledge_script import SCRIPT, call, scripted_agent, world_on
 from .support import Account, Place
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -29,8 +29,8 @@ def _reminder(tail: list[str]) -> str:
     return next((t for t in tail if t.startswith("<plan-reminder>")), "")
 
 
-async def _a_plan_lives_across_turns_and_restarts(tmp_path: Path, database: str | None) -> None:
-    async with world_on(tmp_path, database, agents=AGENTS) as w:
+async def _a_plan_lives_across_turns_and_restarts(tmp_path: Path, db_url: str | None) -> None:
+    async with world_on(tmp_path, db_url, agents=AGENTS) as w:
         await w.run(ALICE, DM_ALICE, call("write_plan", items=STEPS))
         assert SCRIPT.results[0].startswith("Plan updated: 2 step(s).")
 
@@ -45,7 +45,7 @@ async def _a_plan_lives_across_turns_and_restarts(tmp_path: Path, database: str 
         await w.run(BOB, DM_BOB, "hello")
         assert not _reminder(SCRIPT.requests[0].tail), "another conversation has no plan"
 
-    async with world_on(tmp_path, database, agents=AGENTS) as w:  # a restart: the same database
+    async with world_on(tmp_path, db_url, agents=AGENTS) as w:  # a restart: the same database
         SCRIPT.requests.clear()
         await w.run(ALICE, DM_ALICE, call("read_plan"))
         assert "Draft the announcement" in _reminder(SCRIPT.requests[0].tail)
@@ -53,8 +53,8 @@ async def _a_plan_lives_across_turns_and_restarts(tmp_path: Path, database: str 
             in SCRIPT.results[0]
 
 
-async def test_a_plan_is_in_the_next_turns_tail_and_survives_a_restart(tmp_path: Path, database: str | None) -> None:
-    await _a_plan_lives_across_turns_and_restarts(tmp_path, database)
+async def test_a_plan_is_in_the_next_turns_tail_and_survives_a_restart(tmp_path: Path, db_url: str | None) -> None:
+    await _a_plan_lives_across_turns_and_restarts(tmp_path, db_url)
 
 
 async def test_a_finished_plan_is_kept_but_not_seeded_again(tmp_path: Path) -> None:

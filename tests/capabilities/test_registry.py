@@ -18,7 +18,7 @@ from gateway.surface import CHANNEL_TOOL_IDS
 
 from ..conftest import write_config
 from ..fakes.chat import DIRECTORIES, FakeDirectory
-from .scripted import world_on
+from .knowledge_script import world_on
 from .support import Account, Place, agent, slack_binding, world
 
 AGENT_FILE = """\

@@ -7,15 +7,15 @@ The full-text objects are dialect-specific and live only in the database (not in
   the database; 'simple' for messages (whole words, case-folded, not stemmed), 'english' for
   documents.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
+revision = "0008"
+down_revision = "0007"
 
 TS = sa.DateTime(timezone=True)
 

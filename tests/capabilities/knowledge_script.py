@@ -79,7 +79,7 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
     yield "ok"
 
 
-llm.register_model("scripted", lambda: FunctionModel(stream_function=_scripted, model_name="scripted"))
+llm.register_model("knowledge-scripted", lambda: FunctionModel(stream_function=_scripted, model_name="knowledge-scripted"))
 
 
 def call(tool: str, **args: Any) -> str:
@@ -87,7 +87,7 @@ def call(tool: str, **args: Any) -> str:
 
 
 def scripted_agent(*capabilities: dict[str, Any]) -> dict[str, Any]:
-    return {"name": "Agent", "model": "scripted", "instructions": "You are a test agent.",
+    return {"name": "Agent", "model": "knowledge-scripted", "instructions": "You are a test agent.",
             "capabilities": list(capabilities)}
 
 
