@@ -20,6 +20,7 @@ from ruamel.yaml.error import MarkedYAMLError
 
 from .models import AgentSpec, BindingSpec, GatewayConfig, valid_id
 from .secrets import SecretRef
+from .skills import SkillBundle, load_skills
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -85,6 +86,7 @@ class LoadedConfig:
     bindings: dict[str, BindingSpec]
     sources: dict[str, Source] = field(default_factory=dict)  # "agent:<id>" / "binding:<id>" / "gateway"
     warnings: list[Problem] = field(default_factory=list)
+    skills: dict[str, SkillBundle] = field(default_factory=dict)  # skills/<name>/SKILL.md, by name
 
 
 # Checks that other packages add (the capability registry): (config, report) -> None.
@@ -197,7 +199,11 @@ def load_config(directory: Path | str) -> LoadedConfig:
             target[file_id] = spec
             sources[f"{kind[:-1]}:{file_id}"] = src
 
-    config = LoadedConfig(directory, gateway, agents, bindings, sources)
+    def report_file(path: Path, line: int, field_name: str, message: str, warning: bool) -> None:
+        problems.append(Problem(str(path), line, 1, field_name, message, warning))
+
+    skills = load_skills(directory / "skills", report_file)
+    config = LoadedConfig(directory, gateway, agents, bindings, sources, skills=skills)
 
     for binding_id, binding in bindings.items():
         src = sources[f"binding:{binding_id}"]
@@ -216,8 +222,8 @@ def load_config(directory: Path | str) -> LoadedConfig:
                 src.problem(loc, "a literal secret in a config file; use env:NAME, file:/path or credential:NAME", warning=True)
             )
 
-    def report(key: str, loc: tuple[str | int, ...], message: str) -> None:
-        problems.append(sources[key].problem(loc, message))
+    def report(key: str, loc: tuple[str | int, ...], message: str, warning: bool = False) -> None:
+        problems.append(sources[key].problem(loc, message, warning=warning))
 
     for check in _extra_checks:
         check(config, report)

@@ -410,6 +410,8 @@ class BindingSpec(Strict):
     channel_tools: ChannelToolsConfig | None = None
     memory: MemoryConfig = MemoryConfig()
     approvals: ApprovalsConfig = ApprovalsConfig()
+    self_linking: bool = Field(default=True, description="People may link their accounts on other platforms "
+                               "themselves (`/link`); when false only an admin can (`agent-gateway people link`)")
     channels: dict[str, ChannelOverride] = Field(default_factory=dict, description="Per-channel overrides by id")
     web: WebSection | None = None
     slack: SlackSection | None = None

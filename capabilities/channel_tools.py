@@ -10,7 +10,7 @@ directory (web chat, HTTP API) gets nothing: the capability is not attached.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Annotated, Any, TypeVar
 
@@ -135,8 +135,18 @@ Returns:
 """
 
 
-def toolset(default_limit: int) -> FunctionToolset[Turn]:
-    """The four tools, with `limit` defaulting to this binding's default_limit."""
+def _noted(doc: str, note: str) -> str:
+    """The platform's note as the last paragraph of what the tool does, before its arguments."""
+    if not note:
+        return doc
+    cut = doc.find("\n\nArgs:") if "\n\nArgs:" in doc else doc.find("\n\nReturns:")
+    return f"{doc[:cut]}\n\n{note}{doc[cut:]}"
+
+
+def toolset(default_limit: int, notes: Mapping[str, str] | None = None) -> FunctionToolset[Turn]:
+    """The four tools, with `limit` defaulting to this binding's default_limit and the
+    platform's `notes` (by tool id) added to their descriptions."""
+    notes = notes or {}
 
     async def get_channel_info(ctx: RunContext[Turn]) -> str:
         target = ctx.deps.conversation.target()
@@ -187,11 +197,11 @@ def toolset(default_limit: int) -> FunctionToolset[Turn]:
             lines.append(f"{when}{m.author}: {text}")
         return "\n".join(lines)
 
-    get_channel_info.__doc__ = _INFO_DOC
-    list_channel_members.__doc__ = _MEMBERS_DOC.format(default=default_limit)
-    search_channels.__doc__ = _SEARCH_DOC.format(default=default_limit)
-    read_channel_history.__doc__ = _HISTORY_DOC.format(default=default_limit)
-    return FunctionToolset([get_channel_info, list_channel_members, search_channels, read_channel_history])
+    docs = {get_channel_info: _INFO_DOC, list_channel_members: _MEMBERS_DOC, search_channels: _SEARCH_DOC,
+            read_channel_history: _HISTORY_DOC}
+    for tool, doc in docs.items():  # a tool's name is its id
+        tool.__doc__ = _noted(doc.format(default=default_limit), notes.get(tool.__name__, ""))
+    return FunctionToolset(list(docs))
 
 
 def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
@@ -206,7 +216,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     def allowed(_ctx: RunContext[Turn], tool: ToolDefinition) -> bool:
         return tool.name in offered
 
-    return simple(toolsets=[toolset(ctx.config.default_limit).filtered(allowed)])
+    return simple(toolsets=[toolset(ctx.config.default_limit, directory.notes).filtered(allowed)])
 
 
 register(CapabilityDecl(

@@ -75,6 +75,9 @@ class CapabilityDecl:
     binding_only: bool = False  # granted per binding (channel_tools), refused in an agent file
     # Extra publish-time checks: (config) -> list of (field path, message).
     check: Callable[[BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
+    # Checks that need the whole entry (approval, secret_id beside the config):
+    # (entry, config) -> list of (path within the entry, message).
+    check_entry: Callable[[CapabilityEntry, BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
 
     @property
     def tool_ids(self) -> frozenset[str]:
@@ -132,6 +135,12 @@ class _Bound(WrapperCapability[Any]):
 
     renames: dict[str, str] = field(default_factory=dict)
     descriptions: dict[str, str] = field(default_factory=dict)
+
+    def apply(self, visitor: Callable[[AbstractCapability[Any]], None]) -> None:
+        # Parts loaded on demand (skills: one deferred capability per skill) stay visible to the
+        # framework, which finds them through `apply`; the renamed toolset stays this wrapper's.
+        visitor(self)
+        self.wrapped.apply(lambda part: visitor(part) if part is not self.wrapped and part.defer_loading else None)
 
     def get_toolset(self) -> Any:
         toolset = self.wrapped.get_toolset()
@@ -231,6 +240,9 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
             if cfg is not None and decl.check is not None:
                 for sub, message in decl.check(cfg):
                     report(key, (*loc, "config", *sub), message)
+            if cfg is not None and decl.check_entry is not None:
+                for sub, message in decl.check_entry(entry, cfg):
+                    report(key, (*loc, *sub), message)
             for field_name in ("tool_approval", "tool_overrides"):
                 for tool_id in getattr(entry, field_name):
                     if tool_id not in decl.tool_ids:

@@ -1,13 +1,13 @@
 """Commands a person types in the chat, answered by the gateway itself (no model run).
 
-`/approvals` shows this conversation's approval modes; `/approvals auto on|off` switches
-"approve all in this conversation"; `/approvals ask on|off` switches "ask for every tool" —
-only for the people the binding lets decide (`gateway.approvals` asks, on every door).
-`/memory` lists what agents wrote about the sender, answered privately (gateway.memory).
-`!` works as well as `/` for platforms that swallow unknown slash commands (Slack).
+`COMMANDS` is the one table: `/help` is generated from it, the parser knows its names, and
+adapters register what their platform supports natively from it (Telegram `setMyCommands`).
+`!` works as well as `/` for platforms that swallow unknown slash commands (Slack,
+Mattermost); an unknown `/word` gets a short "try /help" instead of a model run.
 
-Commands reach this module only through `gateway.inbound`, after the ledger, admission and
-identity; every answer goes out through `gateway.delivery.Outbound`.
+Commands reach this module only through `gateway.inbound`, after admission, identity and the
+ledger; every answer goes out through `gateway.delivery.Outbound`. Who may switch approval
+modes is asked of `gateway.approvals`, on every door.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from . import memory
 from .approvals import Approvals
@@ -23,29 +24,75 @@ from .messages import ChatKind, InboundMessage
 from .policy import Modes
 from .store import repo
 from .store.notes import NoteStore
+from .store.people import LINK_TTL, AccountRef, PeopleStore
 from .surface import target_for
 
-_COMMAND = re.compile(r"^\s*[/!](?P<name>approvals|memory)(?:@\w+)?\b\s*(?P<args>.*)$", re.S | re.I)
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One command as people see it in /help and platforms register it."""
+
+    name: str
+    usage: str
+    summary: str
+    where: Literal["dm", "any"] = "any"
+    hidden: bool = False  # answered, but not listed (Telegram's /start)
+
+
+COMMANDS: tuple[CommandSpec, ...] = (
+    CommandSpec("help", "/help", "list these commands"),
+    CommandSpec("new", "/new", "start a fresh conversation (I stop seeing what we said before here)", "dm"),
+    CommandSpec("whoami", "/whoami", "which accounts I know as you"),
+    CommandSpec("link", "/link [CODE]", "make your account on another platform you too: `/link` here gives a code, "
+                "`/link CODE` in a direct message there uses it", "dm"),
+    CommandSpec("unlink", "/unlink", "make this account a person of its own again", "dm"),
+    CommandSpec("memory", "/memory [stop|use|delete NAME | erase]", "what agents wrote about you, privately"),
+    CommandSpec("approvals", "/approvals [auto on|off | ask on|off]",
+                "this conversation's approval mode (switching it is for the people who may decide)"),
+    CommandSpec("start", "/start", "say hello", hidden=True),
+)
+_BY_NAME = {c.name: c for c in COMMANDS}
+_COMMAND = re.compile(r"^\s*(?P<prefix>[/!])(?P<name>[A-Za-z][\w-]*)(?:@\w+)?(?=\s|$)\s*(?P<args>.*)$", re.S)
 
 
 @dataclass(frozen=True)
 class Command:
-    name: str
+    name: str  # "" for a `/word` nobody knows
     args: list[str]  # lower-cased, for keywords
     raw_args: tuple[str, ...] = ()  # as typed, for names (`/memory stop Diet.md`)
+    typed: str = ""  # the word as typed, for "unknown command"
 
 
 def parse_command(text: str) -> Command | None:
+    """A known command with `/` or `!`; an unknown one only with `/` (`!` starts plenty of sentences)."""
     match = _COMMAND.match(text)
     if not match:
         return None
-    return Command(match["name"].lower(), match["args"].lower().split(), tuple(match["args"].split()))
+    name = match["name"].lower()
+    if name not in _BY_NAME:
+        return Command("", [], (), match["name"]) if match["prefix"] == "/" else None
+    return Command(name, match["args"].lower().split(), tuple(match["args"].split()), match["name"])
+
+
+def commands_for(chat_kind: ChatKind) -> list[CommandSpec]:
+    """What /help lists (and a platform registers) for this kind of chat."""
+    return [c for c in COMMANDS if not c.hidden and (c.where == "any" or chat_kind is ChatKind.DM)]
+
+
+def help_text(chat_kind: ChatKind) -> str:
+    lines = ["Commands (`!` works as well as `/`):"]
+    lines += [f"- `{c.usage}`: {c.summary}" for c in commands_for(chat_kind)]
+    if chat_kind is not ChatKind.DM:
+        lines.append("More in a direct message with me: " + ", ".join(
+            f"`/{c.name}`" for c in COMMANDS if c.where == "dm" and not c.hidden) + ".")
+    return "\n".join(lines)
 
 
 APPROVALS_HELP = (
     "Approval modes for this conversation: `/approvals auto on|off` (approve every gated tool here "
     "without asking) and `/approvals ask on|off` (ask before every tool, MCP tools included)."
 )
+PLATFORM_NAMES = {"slack": "Slack", "telegram": "Telegram", "mattermost": "Mattermost", "web": "the web chat"}
 
 
 @dataclass(frozen=True)
@@ -57,17 +104,37 @@ class Asked:
     person_id: str
     agent_id: str
     conversation: Callable[[], Awaitable[repo.ConversationRef]]  # the message's conversation, created if new
+    existing: repo.ConversationRef | None  # the conversation as it was before this command
+    self_linking: bool = True  # the binding lets people link accounts themselves
 
 
 class Commands:
     def __init__(self, store: repo.Store, approvals: Approvals, outbound: Outbound) -> None:
         self._store, self._approvals, self._outbound = store, approvals, outbound
+        self._people = PeopleStore(store)
 
     async def run(self, asked: Asked) -> str | None:
         """Answer the command; returns the conversation it touched, if any."""
-        if asked.command.name == "approvals":
+        name, message = asked.command.name, asked.message
+        spec = _BY_NAME.get(name)
+        if spec is None:
+            self._tell(message, f"I don't know the command `/{asked.command.typed}`. Try `/help`.")
+            return None
+        if spec.where == "dm" and message.chat_kind is not ChatKind.DM:
+            self._tell(message, f"`/{name}` works in a direct message with me, not here.")
+            return None
+        if name == "approvals":
             return await self._approvals_command(asked)
-        await self._memory_command(asked)
+        if name == "memory":
+            await self._memory_command(asked)
+        elif name in ("help", "start"):
+            self._tell(message, help_text(message.chat_kind))
+        elif name == "whoami":
+            await self._whoami(asked)
+        elif name in ("link", "unlink"):
+            await (self._link(asked) if name == "link" else self._unlink(asked))
+        elif name == "new":
+            await self._new(asked)
         return None
 
     def _tell(self, message: InboundMessage, text: str) -> None:
@@ -103,3 +170,69 @@ class Commands:
             one_to_one=asked.message.chat_kind is ChatKind.DM,
         )
         self._tell(asked.message, text)
+
+    # --- people -----------------------------------------------------------------------------
+
+    def _account(self, message: InboundMessage) -> AccountRef:
+        return AccountRef(message.platform, message.workspace, message.sender.account_id,
+                          message.sender.display_name)
+
+    async def _whoami(self, asked: Asked) -> None:
+        accounts = await self._people.accounts(asked.person_id)
+        lines = [f"I know you as one person with {len(accounts)} account{'s' if len(accounts) != 1 else ''}:"]
+        lines += [f"- {PLATFORM_NAMES.get(a.platform, a.platform)}: {a.display_name or a.account_id} "
+                  f"(`{a}`)" for a in accounts]
+        if len(accounts) == 1:
+            lines.append("To make your account on another platform you too, send `/link` here in a direct message.")
+        self._tell(asked.message, "\n".join(lines))
+
+    async def _link(self, asked: Asked) -> None:
+        message = asked.message
+        if not asked.self_linking:
+            self._tell(message, "Linking accounts yourself is switched off here; an admin can link them "
+                                "(`agent-gateway people link`).")
+            return
+        if not asked.command.raw_args:
+            code = await self._people.issue_code(asked.person_id)
+            minutes = int(LINK_TTL.total_seconds() // 60)
+            self._tell(message, f"Your link code is `{code[:4]}-{code[4:]}`. Within {minutes} minutes, send "
+                                f"`/link {code[:4]}-{code[4:]}` to me in a direct message on the other platform (or "
+                                "in the web chat) to make that account you too. It works once; don't share it: "
+                                "whoever sends it becomes you here, notes included.")
+            return
+        linked = await self._people.redeem(" ".join(asked.command.raw_args), self._account(message))
+        if linked is None:
+            self._tell(message, "That code doesn't work: it may be mistyped, used already or older than "
+                                f"{int(LINK_TTL.total_seconds() // 60)} minutes. Send `/link` on your other account "
+                                "for a new one.")
+            return
+        if linked.already:
+            self._tell(message, "This account is already linked to that person.")
+            return
+        accounts = await self._people.accounts(linked.person_id)
+        others = ", ".join(PLATFORM_NAMES.get(a.platform, a.platform) for a in accounts
+                           if (a.platform, a.account_id) != (message.platform, message.sender.account_id))
+        note = f" {linked.notes_moved} note(s) this account had came along." if linked.notes_moved else ""
+        if linked.notes_kept_apart:
+            note += f" {linked.notes_kept_apart} note(s) named like one you already had were kept apart."
+        self._tell(message, f"Linked: this account is now the same person as your account on {others}.{note} "
+                            "`/whoami` lists them; `/unlink` undoes it.")
+
+    async def _unlink(self, asked: Asked) -> None:
+        account = self._account(asked.message)
+        if await self._people.unlink(account, actor="self") is None:
+            self._tell(asked.message, "This account isn't linked to any other.")
+        else:
+            self._tell(asked.message, "Unlinked: this account is a person of its own again. Notes agents kept "
+                                      "stay with your other accounts.")
+
+    # --- conversations ----------------------------------------------------------------------
+
+    async def _new(self, asked: Asked) -> None:
+        message = asked.message
+        if message.platform == "web":
+            self._tell(message, "Press “New conversation” at the top of the page to start fresh.")
+            return
+        if asked.existing is not None:
+            await self._store.retire_conversation(asked.existing)
+        self._outbound.send(target_for(message), "_Starting fresh: from here on I don't see what we said before._")

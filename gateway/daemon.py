@@ -257,11 +257,11 @@ class Gateway:
         self._accepting = False
         if hasattr(self, "outbound"):
             await self.outbound.drain(2.0)
-        for binding_id, adapter in list(self.adapters.items()):
-            try:
-                await adapter.stop()
-            except Exception:
-                log.exception("stopping adapter %s", binding_id)
+        # In parallel: each closes its own connections, none waits for another's peer.
+        stopped = await asyncio.gather(*(a.stop() for a in self.adapters.values()), return_exceptions=True)
+        for binding_id, error in zip(list(self.adapters), stopped):
+            if isinstance(error, Exception):
+                log.error("stopping adapter %s", binding_id, exc_info=error)
         for ext in reversed(self.extensions):
             if hasattr(ext, "stop"):
                 with contextlib.suppress(Exception):

@@ -127,11 +127,9 @@ class ReplyStream:
         if not self.text.strip():
             return
         await self._flush(final=True)
-        # An adapter that remembers what it showed (the web chat, to send deltas) can let go of
-        # a finished reply; otherwise it keeps every reply's text for the life of the process.
-        forget = getattr(self.adapter, "forget", None)
-        if forget is not None:
-            forget([p.message_id for p in self._posted if p.message_id])
+        # An adapter that remembers what it showed (the web chat, to send deltas) lets go of a
+        # finished reply; otherwise it would keep every reply's text for the life of the process.
+        self.adapter.forget([p.message_id for p in self._posted if p.message_id])
 
     async def _flush(self, *, final: bool) -> None:
         await self._load()

@@ -42,6 +42,10 @@ def install(gateway: Gateway) -> None:
     gateway.runner.capability_builders.append(approval_gate.build_for_turn)
     gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
     gateway.extra_routes.extend(catalog.http_routes())
+    # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
+    from capabilities import web_search
+
+    gateway.extensions.append(web_search.CLIENTS)
 
     # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
     from capabilities import mcp_servers
@@ -58,13 +62,15 @@ def install(gateway: Gateway) -> None:
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
-    from capabilities import context, knowledge, mcp_servers
+    from capabilities import context, knowledge, mcp_servers, sandbox, skills
     from capabilities.registry import validate_config
 
     add_check(validate_config)
     add_check(context.validate_config)
     add_check(knowledge.validate_config)
     add_check(mcp_servers.validate_config)
+    add_check(skills.validate_config)
+    add_check(sandbox.validate_config)
 
 
 def online_problems(config: Any) -> list[Any]:
@@ -75,14 +81,15 @@ def online_problems(config: Any) -> list[Any]:
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-    """Add sub-commands owned by other modules (approvals, memory, pairing)."""
-    from . import mcp_cli
+    """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
+    from . import mcp_cli, people
     from .approvals import add_cli
     from .pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)
     add_pairing_cli(sub, load)
     mcp_cli.add_cli(sub, load)
+    people.add_cli(sub, load)
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog

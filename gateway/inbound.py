@@ -1,17 +1,19 @@
 """The one path every inbound message takes, in this order and nowhere else.
 
-1. The ledger, under every id the message has (the platform's event id and, where a platform
-   delivers one message as two events, its dedupe key): a redelivery, or the second event of
-   such a pair, is dropped here, whatever it would have turned out to be.
-2. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
-3. Identity: the platform account resolves to a person.
-4. A chat command (answered by the gateway), or ingest (message, queued run) and wake the queue.
+1. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
+2. Identity: the platform account resolves to a person.
+3. A chat command (answered by the gateway), or ingest (message, queued run) and wake the queue.
 
-Step 1 reads the ledger; the ids are written atomically with the message's effect: in the
-same transaction as the stored message (so a process that dies in between loses nothing: the
-platform redelivers and the message is stored then), or just before a refusal, a pairing code
-or a command runs (so those happen at most once on any replica). Writing the ledger first and
-the message in a second transaction would drop a message whose process died between the two.
+Every path's first write is the ledger, under every id the message has (the platform's event
+id and, where a platform delivers one message as two events, its dedupe key): a redelivery, or
+the second event of such a pair, is dropped there before anything happens, whatever it turned
+out to be. The ids are written atomically with the message's effect: in the same transaction
+as the stored message (so a process that dies in between loses nothing: the platform
+redelivers and the message is stored then), or just before a refusal, a pairing code or a
+command runs (so those happen at most once on any replica). Writing the ledger in a
+transaction of its own before admission would lose a message whose process died between that
+and the ingest; reading it first would cost every message a statement and change nothing,
+since admission and identity have no effect a redelivery could repeat.
 
 Messages of one conversation pass one at a time (a thread reply that arrives while its root
 mention is being recorded must see the conversation the mention creates).
@@ -66,10 +68,7 @@ class Inbound:
 
     async def _submit(self, binding: BindingSpec, message: InboundMessage, ref: repo.ConversationRef) -> SubmitResult:
         platform, ids, store = message.platform, ledger_ids(message), self._store
-        # 1. The ledger.
-        if await store.known(binding.id, ids):
-            return self._duplicate(platform)
-        # 2. Admission and pairing.
+        # 1. Admission and pairing.
         existing = await store.conversation_by_key(ref.key)
         # Only a thread counts as "the bot is part of it"; a whole group chat does not.
         in_conversation = existing is not None and message.thread is not None
@@ -79,16 +78,17 @@ class Inbound:
             decision = admit(binding, message, in_conversation=in_conversation,
                              sender_allowed=await self._pairing.is_paired(message))
         if not decision.admitted:
-            if not await store.record(binding.id, ids):
+            # Under its own event id only: its twin (the other event of a pair) may yet be admitted.
+            if not await store.record(binding.id, ids[:1]):
                 return self._duplicate(platform)
             self._metrics.messages_in.labels(platform, "ignored").inc()
             if decision.needs_pairing:
                 await self._pairing.challenge(message)
             return SubmitResult(False, reason=decision.reason)
-        # 3. Identity.
+        # 2. Identity.
         identity = await store.identify(platform, message.workspace, message.sender.account_id,
                                         message.sender.display_name)
-        # 4. A command, or the message into its conversation's queue.
+        # 3. A command, or the message into its conversation's queue (the ledger is written with it).
         command = parse_command(message.text)
         if command is not None:
             if not await store.record(binding.id, ids):
@@ -98,7 +98,8 @@ class Inbound:
             async def conversation() -> repo.ConversationRef:
                 return existing or await store.create_conversation(ref)
 
-            touched = await self._commands.run(Asked(command, message, identity.person_id, binding.agent, conversation))
+            touched = await self._commands.run(Asked(command, message, identity.person_id, binding.agent, conversation,
+                                                     existing, self_linking=binding.self_linking))
             return SubmitResult(False, reason="command", conversation_id=touched)
         try:
             ingested = await store.ingest(

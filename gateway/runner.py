@@ -180,6 +180,7 @@ class Runner:
             state=gw.store.capability_state,
             history=ConversationLog(gw.store.sessions, conversation.id),
             read_modes=lambda: approvals.modes(conversation.id),
+            skills=gw.config.skills,
         )
         return Prepared(turn, adapter)
 

@@ -7,7 +7,7 @@ channel and a thread, a directory answers four questions about one channel.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -129,10 +129,13 @@ class ChannelDirectory(Protocol):
     """Directory questions answered with the bot's own credentials about one platform.
 
     `supported` names which of `CHANNEL_TOOL_IDS` this platform can answer; the core never
-    offers the model the others.
+    offers the model the others. `notes` maps a tool id to what the model must know about this
+    platform's answer to it (Telegram lists only administrators as members); the core adds the
+    note to that tool's description.
     """
 
     supported: frozenset[str]
+    notes: Mapping[str, str]
 
     async def channel_info(self, target: ReplyTarget) -> ChannelInfo:
         """Raises NotVisible when the bot cannot see the channel (so do the other three)."""
@@ -236,6 +239,13 @@ class Adapter(Protocol):
 
     def directory(self) -> ChannelDirectory | None:
         """The channel directory, or None when the platform has none."""
+        ...
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        """The core is done with these messages (a reply that is final): let go of anything kept
+        about them. Most platforms keep nothing and do nothing here; the web chat keeps the text it
+        showed, to send only what was added, and would otherwise keep every reply for the life of
+        the process."""
         ...
 
 

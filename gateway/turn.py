@@ -12,10 +12,11 @@ Capabilities import this module (and `gateway.store`), never `gateway.runner` or
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
 from bindings.models import AgentSpec, BindingSpec
+from bindings.skills import SkillBundle
 
 from .clock import Clock
 from .memory import NoStore
@@ -61,6 +62,8 @@ class Turn:
     state: CapabilityState
     history: ConversationLog
     read_modes: Callable[[], Awaitable[Modes]]
+    # The config's skill bundles (skills/<name>/SKILL.md) as loaded; an agent entry names which it may use.
+    skills: Mapping[str, SkillBundle] = field(default_factory=dict)
     # Every tool offered in this run by the name the model sees, with its stable id: the gate's map.
     tools: dict[str, ToolInfo] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)

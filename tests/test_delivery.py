@@ -40,6 +40,9 @@ class RecordingChat:
         self._maybe_limited()
         self.messages[message_id].append(text)
 
+    def forget(self, message_ids: object) -> None:
+        """Keeps nothing between replies (the protocol's no-op)."""
+
     def _maybe_limited(self) -> None:
         if self.rate_limit_next:
             raise RateLimited(self.rate_limit_next.pop(0), "chat.update")

@@ -8,11 +8,8 @@ signed buttons (or reactions when the server cannot reach us), a DM for private 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import json
-import logging
 import time
 import urllib.parse
 from collections import OrderedDict
@@ -21,16 +18,13 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.base import BaseAdapter
 from gateway.adapter_registry import AdapterContext
-from gateway.reconnect import Backoff, HealthState, reconnect_forever
 from bindings.models import BindingSpec, MattermostSection
-from bindings.secrets import SecretError
 from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.surface import (
-    AdapterHealth,
     ApprovalCard,
     ChannelDirectory,
-    Dispatcher,
     PlatformError,
     PlatformLimits,
     ReplyTarget,
@@ -54,25 +48,19 @@ MAX_MESSAGE_CHARS = 16_383
 _THREAD_CACHE_SIZE = 10_000
 
 
-class MattermostAdapter:
+class MattermostAdapter(BaseAdapter):
     platform = "mattermost"
     limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True)
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.mattermost is None:
             raise ValueError("a mattermost binding needs a mattermost: section")
-        self.binding = binding
-        self.binding_id = binding.id
+        super().__init__(binding, context)
         self._section: MattermostSection = binding.mattermost
-        self._log = logging.getLogger(f"adapters.mattermost.{binding.id}")
         public = context.gateway.http.public_url
         self._action_url = f"{public.rstrip('/')}/mattermost/actions/{binding.id}" if public else None
-        self._health = HealthState()
-        self.backoff = Backoff(base=0.5, cap=60.0)  # reconnect delays, with full jitter
-        self._dispatcher: Dispatcher | None = None
         self._client: MattermostClient | None = None
         self._socket: MattermostSocket | None = None
-        self._task: asyncio.Task[None] | None = None
         self._key: bytes | None = None
         self._ctx: NormalizeContext | None = None
         self._bot_teams: list[str] = []
@@ -82,38 +70,19 @@ class MattermostAdapter:
         self._users: dict[str, User] = {}
         self._dm_channels: dict[str, str] = {}
 
-    # --- lifecycle -------------------------------------------------------------------------
+    # --- lifecycle: the base's start/stop call these ---------------------------------------
 
-    async def start(self, dispatcher: Dispatcher) -> None:
-        self._dispatcher = dispatcher
-        try:
-            token = self._section.token.resolve().reveal()
-        except SecretError as e:
-            self._health.down(f"token {self._section.token.describe()}: {e}")
-            self._log.error("cannot start: token %s: %s", self._section.token.describe(), e)
-            return
+    async def _open(self) -> None:
+        token = self._secret("token", self._section.token).reveal()
         self._key = cards.action_key(token, self.binding_id)
         self._client = MattermostClient(self._section.url, token)
         self._socket = MattermostSocket(self._client)
-        self._task = asyncio.create_task(
-            reconnect_forever(self._connect_once, self._health, self._log, backoff=self.backoff),
-            name=f"mattermost:{self.binding_id}",
-        )
 
-    async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+    async def _close(self) -> None:
         if self._socket is not None:
             await self._socket.close()
         if self._client is not None:
             await self._client.close()
-        self._health.down("stopped")
-
-    def health(self) -> AdapterHealth:
-        return self._health.get()
 
     async def _connect_once(self) -> None:
         assert self._client is not None and self._socket is not None

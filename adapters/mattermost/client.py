@@ -16,6 +16,7 @@ from typing import Any, TypedDict, cast
 
 import aiohttp
 
+from adapters.base import CLOSE_TIMEOUT
 from gateway.surface import NotVisible, PlatformError, RateLimited
 
 log = logging.getLogger("adapters.mattermost.client")
@@ -240,11 +241,16 @@ class MattermostClient:
 
     async def websocket(self, *, connection_id: str = "", sequence_number: int = 0,
                         heartbeat: float = 30.0) -> aiohttp.ClientWebSocketResponse:
-        """Open `/api/v4/websocket` with Bearer auth on the upgrade, resuming when told how."""
+        """Open `/api/v4/websocket` with Bearer auth on the upgrade, resuming when told how.
+
+        Closing waits CLOSE_TIMEOUT, not aiohttp's 10 s, for the server to answer the close
+        frame: a server that does not answer must not hold up a stop or a reload.
+        """
         url = self.base_url.replace("http://", "ws://", 1).replace("https://", "wss://", 1) + "/api/v4/websocket"
         params = {"connection_id": connection_id, "sequence_number": str(sequence_number)} if connection_id else None
         try:
-            return await self._session.ws_connect(url, params=params, headers=self._headers(), heartbeat=heartbeat)
+            return await self._session.ws_connect(url, params=params, headers=self._headers(), heartbeat=heartbeat,
+                                                  timeout=aiohttp.ClientWSTimeout(ws_close=CLOSE_TIMEOUT))
         except aiohttp.WSServerHandshakeError as e:
             raise MattermostAPIError(e.status, "", "websocket upgrade refused", "GET /websocket") from None
         except (aiohttp.ClientError, asyncio.TimeoutError) as e:

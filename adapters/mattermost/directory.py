@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timezone
+from types import MappingProxyType
 
 from gateway.surface import (
     CHANNEL_TOOL_IDS,
@@ -36,6 +37,7 @@ class MattermostDirectory:
     """Directory questions about the channel a message came from (the core binds the target)."""
 
     supported = frozenset(CHANNEL_TOOL_IDS)
+    notes: Mapping[str, str] = MappingProxyType({})  # every answer is what it says: nothing to add
 
     def __init__(self, client: Callable[[], MattermostClient], *, team_ids: Callable[[], Iterable[str]],
                  channel: Callable[[str], Awaitable[Channel]]) -> None:

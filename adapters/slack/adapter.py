@@ -30,15 +30,12 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
+from adapters.base import BaseAdapter, within
 from gateway.adapter_registry import AdapterContext
-from gateway.reconnect import Backoff, HealthState, reconnect_forever
 from bindings.models import BindingSpec, SlackSection
-from bindings.secrets import SecretError
 from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.surface import (
-    AdapterHealth,
     ApprovalCard,
-    Dispatcher,
     PlatformError,
     PlatformLimits,
     RateLimited,
@@ -52,7 +49,6 @@ from .normalize import BotIdentity, chat_kind, normalize_event
 from .render import markdown_to_mrkdwn
 
 CONNECT_TIMEOUT = 15.0  # seconds for one websocket connect before backing off and retrying
-STABLE_AFTER = 30.0  # seconds a connection must last before a drop counts as a fresh start
 THINKING_STATUS = "is thinking…"
 
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
@@ -60,47 +56,33 @@ THINKING_STATUS = "is thinking…"
 SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True)
 
 
-class SlackAdapter:
+class SlackAdapter(BaseAdapter):
     """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
 
     platform = "slack"
+    limits = SLACK_LIMITS
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.slack is None:
             raise ValueError("a slack binding needs a slack: section")
-        self.binding = binding
-        self.binding_id = binding.id
-        self.limits = SLACK_LIMITS
+        super().__init__(binding, context)
         self._section: SlackSection = binding.slack
-        self._log = context.log.getChild(f"slack.{binding.id}")
-        self._health = HealthState()
-        self._backoff = Backoff()
         self._conn = SlackConnection()
         self._app: AsyncApp | None = None
         self._directory = SlackDirectory(self._conn)
-        self._dispatcher: Dispatcher | None = None
         self._session: aiohttp.ClientSession | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._side_tasks: set[asyncio.Task[Any]] = set()
         self._kinds: dict[str, ChatKind] = {}  # channel id → chat kind, learned from events
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
 
-    # --- lifecycle ------------------------------------------------------------------------
+    # --- lifecycle: the base's start/stop call these ---------------------------------------
 
-    async def start(self, dispatcher: Dispatcher) -> None:
-        self._dispatcher = dispatcher
+    async def _open(self) -> None:
         section = self._section
-        try:
-            bot_token = section.bot_token.resolve().reveal()
-            signing_secret = section.signing_secret.resolve().reveal() if section.signing_secret else ""
-            self._app_token = section.app_token.resolve().reveal() if section.app_token else ""
-        except SecretError as e:
-            # The message names the reference (env var, file), never a value.
-            self._health.down(f"secret unavailable: {e}")
-            self._log.error("cannot start: %s", e)
-            return
+        bot_token = self._secret("bot_token", section.bot_token).reveal()
+        signing_secret = self._secret("signing_secret", section.signing_secret).reveal() if section.signing_secret else ""
+        self._app_token = self._secret("app_token", section.app_token).reveal() if section.app_token else ""
         # One session for every Web API call of this binding: a new connection per call
         # would double the latency of each reply edit.
         self._session = aiohttp.ClientSession()
@@ -109,28 +91,17 @@ class SlackAdapter:
         self._conn.client = client
         self._conn.users = UserNames(client)
         self._app = self._build_app(client, signing_secret)
-        connect = self._socket_once if section.mode == "socket" else self._http_ready
-        self._task = asyncio.create_task(
-            reconnect_forever(connect, self._health, self._log, backoff=self._backoff), name=f"slack:{self.binding_id}"
-        )
 
-    async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._side_tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
-        self._side_tasks.clear()
+    async def _connect_once(self) -> None:
+        await (self._socket_once() if self._section.mode == "socket" else self._http_ready())
+
+    async def _close(self) -> None:
         # Requests that still reach the HTTP route get 503 (Slack retries them later).
         self._app = None
         self._conn.client = self._conn.users = None
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        self._health.down("stopped")
-
-    def health(self) -> AdapterHealth:
-        return self._health.get()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     def http_routes(self) -> Sequence[web.AbstractRouteDef]:
         """HTTP mode: one Request URL for events and interactivity, per binding."""
@@ -163,22 +134,19 @@ class SlackAdapter:
         """HTTP mode has nothing to hold open: ready once the token works."""
         await self._whoami()
         self._health.up("http mode: token verified")
-        self._backoff.reset()
         await asyncio.Event().wait()
 
     async def _socket_once(self) -> None:
         """One Socket Mode connection, from apps.connections.open until it drops.
 
         The SDK's own reconnect loop retries at a fixed interval forever; we turn it off and
-        let `reconnect_forever` back off with jitter instead. A `disconnect` frame (Slack
+        let the base's reconnect loop back off with jitter instead. A `disconnect` frame (Slack
         asking for a refresh) is still followed at once by the SDK, as Slack intends.
         """
         client = self._require_client()
         await self._whoami()
         url = (await call("apps.connections.open", client.apps_connections_open(app_token=self._app_token)))["url"]
         dropped = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        hello_at: list[float] = []
 
         async def on_drop(_: object) -> None:
             dropped.set()
@@ -186,7 +154,6 @@ class SlackAdapter:
         async def on_message(_: AsyncBaseSocketModeClient, message: dict[str, Any], raw: str | None = None) -> None:
             if message.get("type") == "hello":
                 self._health.up("socket mode: connected")
-                hello_at.append(loop.time())
 
         socket = SocketModeClient(
             app_token=self._app_token,
@@ -210,10 +177,7 @@ class SlackAdapter:
                     if not socket.connect_operation_lock.locked() and not await socket.is_connected():
                         break
         finally:
-            await socket.close()
-            # Only a connection that stayed up resets the backoff: a flapping one keeps backing off.
-            if hello_at and loop.time() - hello_at[0] >= STABLE_AFTER:
-                self._backoff.reset()
+            await _close_socket(socket)
 
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
@@ -318,11 +282,6 @@ class SlackAdapter:
         except PlatformError as e:
             self._log.warning("could not tell %s privately: %s", user, e)
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
-
     # --- outbound -------------------------------------------------------------------------
 
     def render(self, markdown: str) -> str:
@@ -390,13 +349,31 @@ class SlackAdapter:
             raise PlatformError(f"slack binding {self.binding_id} is not started")
         return self._app
 
-    def _require_dispatcher(self) -> Dispatcher:
-        if self._dispatcher is None:
-            raise PlatformError(f"slack binding {self.binding_id} is not started")
-        return self._dispatcher
-
 
 def _where(target: ReplyTarget) -> dict[str, str]:
     """channel, and thread_ts when the reply belongs in a thread."""
     return {"channel": target.channel, "thread_ts": target.thread} if target.thread else {"channel": target.channel}
 
+
+
+async def _close_socket(socket: SocketModeClient) -> None:
+    """slack_sdk's `SocketModeClient.close()`, without its wait of up to 10 s for the peer.
+
+    The SDK's close() closes the websocket while its own receive task is still reading; aiohttp
+    then ends that read, sends a close frame and waits for the peer's answer for up to 10 s
+    (`ClientWSTimeout.ws_close`). A server slow to answer, or a connection that died without a
+    word, held every stop and every reload of the binding that long. Cancelling the SDK's tasks
+    first marks the connection as abnormally closed, so aiohttp sends the close frame and drops
+    the connection at once; `within` bounds the close anyway, and the SDK's session is closed
+    whatever happened.
+    """
+    socket.closed = True
+    socket.auto_reconnect_enabled = False
+    tasks = [t for t in (socket.message_receiver, socket.current_session_monitor, socket.message_processor)
+             if t is not None]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    if socket.current_session is not None:
+        await within(socket.current_session.close())
+    await socket.aiohttp_client_session.close()

@@ -6,7 +6,9 @@ token cannot see, Slack refuses, and that refusal is the whole permission bounda
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timezone
+from types import MappingProxyType
 from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
@@ -25,6 +27,7 @@ class SlackDirectory:
     """get_channel_info, list_channel_members, search_channels, read_channel_history."""
 
     supported = frozenset(CHANNEL_TOOL_IDS)
+    notes: Mapping[str, str] = MappingProxyType({})  # every answer is what it says: nothing to add
 
     def __init__(self, conn: SlackConnection) -> None:
         # The connection is filled in by the adapter's start(); the core may hold the

@@ -21,20 +21,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
-from telegram import Bot, Update
+from telegram import Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import Forbidden, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
+from adapters.base import BaseAdapter, CannotStart
 from gateway.adapter_registry import AdapterContext
-from gateway.reconnect import Backoff, HealthState, reconnect_forever
+from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
-from bindings.secrets import Secret, SecretError
+from bindings.secrets import Secret
+from gateway.commands import commands_for
 from gateway.messages import ChatKind, InboundMessage
 from gateway.surface import (
     AdapterHealth,
     ApprovalCard,
-    Dispatcher,
     PlatformError,
     PlatformLimits,
     ReplyTarget,
@@ -60,7 +61,7 @@ _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
-class TelegramAdapter:
+class TelegramAdapter(BaseAdapter):
     """One bot token, one binding."""
 
     platform = "telegram"
@@ -69,37 +70,23 @@ class TelegramAdapter:
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.telegram is None:
             raise ValueError(f"binding {binding.id!r} has no telegram: section")
-        self.binding = binding
-        self.binding_id = binding.id
+        super().__init__(binding, context)
         self._section: TelegramSection = binding.telegram
         self._public_url = context.gateway.http.public_url
-        self._log = context.log.getChild(f"telegram.{binding.id}")
-        self._health = HealthState()
         self._bot: _Bot | None = None
         self._me: BotIdentity | None = None
-        self._dispatcher: Dispatcher | None = None
-        self._task: asyncio.Task[None] | None = None
         self._webhook_secret: Secret | None = None
         self._redactor: _Redact | None = None
-        self._stopped = False
 
-    # --- lifecycle ---------------------------------------------------------------------
+    # --- lifecycle: the base's start/stop call these -------------------------------------
 
-    async def start(self, dispatcher: Dispatcher) -> None:
-        self._dispatcher = dispatcher
-        try:
-            token = self._section.token.resolve()
-            if self._section.mode == "webhook" and self._section.webhook_secret is not None:
-                self._webhook_secret = self._section.webhook_secret.resolve()
-        except SecretError as e:
-            self._health.down(f"secret: {e}")
-            self._log.error("cannot start: %s (token %s)", e, self._section.token.describe())
-            return
-        if self._webhook_secret is not None and not _WEBHOOK_SECRET.fullmatch(self._webhook_secret.reveal()):
-            detail = "webhook_secret must be 1-256 characters of A-Z a-z 0-9 _ - (Telegram's rule)"
-            self._health.down(detail)
-            self._log.error("cannot start: %s (%s)", detail, self._section.webhook_secret.describe())  # type: ignore[union-attr]
-            return
+    async def _open(self) -> None:
+        token = self._secret("token", self._section.token)
+        if self._section.mode == "webhook" and self._section.webhook_secret is not None:
+            self._webhook_secret = self._secret("webhook_secret", self._section.webhook_secret)
+            if not _WEBHOOK_SECRET.fullmatch(self._webhook_secret.reveal()):
+                raise CannotStart(f"webhook_secret ({self._section.webhook_secret.describe()}) must be 1-256 "
+                                  "characters of A-Z a-z 0-9 _ - (Telegram's rule)")
         # Installed before the Bot exists: PTB logs its API URL (which holds the token) on init,
         # httpx logs every request URL, and setWebhook's parameters hold the webhook secret.
         self._redactor = _Redact([token.reveal()] + ([self._webhook_secret.reveal()] if self._webhook_secret else []))
@@ -112,24 +99,13 @@ class TelegramAdapter:
             get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
                                              connect_timeout=10.0),
         )
-        self._task = asyncio.create_task(
-            reconnect_forever(self._connect_once, self._health, self._log), name=f"telegram:{self.binding_id}"
-        )
 
-    async def stop(self) -> None:
-        self._stopped = True  # a webhook request racing a reload gets 503, and Telegram retries
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+    async def _close(self) -> None:
         if self._bot is not None:
-            try:
-                await self._bot.shutdown()
-            except Exception as e:  # closing sockets must not stop the daemon's shutdown
-                self._log.warning("closing the HTTP client: %s", e)
+            await self._bot.shutdown()
         if self._redactor is not None:
             self._redactor.uninstall()
-        self._health.down("stopped")
+            self._redactor = None
 
     def health(self) -> AdapterHealth:
         state = self._health.get()
@@ -153,6 +129,7 @@ class TelegramAdapter:
         with translated("getMe"):
             await bot.initialize()  # getMe, once: the bot's id and username see mentions
         self._me = BotIdentity(bot.id, bot.username)
+        await self._register_commands(bot)
         if self._section.mode == "webhook":
             await self._set_webhook(bot)
             self._health.up(f"webhook for @{bot.username}")
@@ -162,6 +139,16 @@ class TelegramAdapter:
                 await bot.delete_webhook()  # getUpdates is refused while a webhook is set
             self._health.up(f"polling as @{bot.username}")
             await self._poll(bot)
+
+    async def _register_commands(self, bot: Bot) -> None:
+        """The core's command table as Telegram's "/" menu, per chat type; a refusal is logged, never fatal."""
+        scopes = ((BotCommandScopeAllPrivateChats(), ChatKind.DM), (BotCommandScopeAllGroupChats(), ChatKind.GROUP))
+        try:
+            for scope, kind in scopes:
+                await bot.set_my_commands([BotCommand(c.name, _plain(c.summary)[:256]) for c in commands_for(kind)],
+                                          scope=scope)
+        except TelegramError as e:
+            self._log.warning("could not register the command menu: %s", e)
 
     async def _set_webhook(self, bot: Bot) -> None:
         if not self._public_url:
@@ -287,7 +274,7 @@ class TelegramAdapter:
         given = request.headers.get(_SECRET_HEADER, "")
         if expected is None or not hmac.compare_digest(given.encode(), expected.reveal().encode()):
             return web.Response(status=401, text="unauthorized")
-        if self._me is None or self._dispatcher is None or self._stopped:
+        if self._me is None or self._dispatcher is None or self._stopping:
             return web.Response(status=503, text="not ready")  # Telegram retries later
         try:
             raw = await request.json()
@@ -390,11 +377,6 @@ class TelegramAdapter:
             raise PlatformError("the Telegram adapter is not started")
         return self._bot
 
-    def _require_dispatcher(self) -> Dispatcher:
-        if self._dispatcher is None:
-            raise PlatformError("the Telegram adapter is not started")
-        return self._dispatcher
-
 
 class _Bot(Bot):
     """`Bot` with getUpdates returning raw JSON: each update is then parsed on its own, so one
@@ -459,3 +441,8 @@ class _Redact(logging.Filter):
             logging.getLogger(name).removeFilter(self)
         for logger in self._extra:
             logger.removeFilter(self)
+
+
+def _plain(text: str) -> str:
+    """A menu description is plain text: no Markdown code marks."""
+    return text.replace("`", "")

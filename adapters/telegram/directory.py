@@ -3,13 +3,15 @@
 `getChat` + `getChatMemberCount` answer `get_channel_info`. `getChatAdministrators` is the
 only member list a bot can get, so `list_channel_members` lists administrators and says so
 in each entry. There is no way to search chats or read a chat's history through the Bot
-API, so `search_channels` and `read_channel_history` are not offered.
+API, so `search_channels` and `read_channel_history` are not offered. The model learns what
+`list_channel_members` really lists from `notes`, which the core adds to that tool's text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from types import MappingProxyType
 
 from telegram import Bot, ChatMemberOwner
 from telegram.error import BadRequest, Forbidden
@@ -18,13 +20,15 @@ from gateway.surface import ChannelInfo, ChannelMember, HistoryMessage, NotVisib
 
 from .errors import translated
 
-ADMINS_ONLY_NOTE = "Telegram lets a bot list only a group's administrators, so this is not every member."
+ADMINS_ONLY_NOTE = (
+    "On Telegram this lists only the chat's owner and administrators, not every member: the Bot API "
+    "gives a bot no other member list. In a private chat it lists the person and the bot."
+)
 
 
 class TelegramDirectory:
     supported = frozenset({"get_channel_info", "list_channel_members"})
-    # The core can show this next to the member list (the tool's description says it too).
-    members_note = ADMINS_ONLY_NOTE
+    notes: Mapping[str, str] = MappingProxyType({"list_channel_members": ADMINS_ONLY_NOTE})
 
     def __init__(self, bot: Bot) -> None:
         self._bot = bot

@@ -37,6 +37,14 @@ class CapabilityState:
         async with self._sessions() as s, s.begin():
             return (await s.execute(query)).rowcount or 0
 
+    async def items(self, capability: str, scope: str) -> dict[str, str]:
+        """Every key of the scope with its value, in key order (a workspace's files, for a listing or a search)."""
+        async with self._sessions() as s:
+            rows = await s.execute(select(CapabilityStateRow.key, CapabilityStateRow.value).where(
+                CapabilityStateRow.capability == capability, CapabilityStateRow.scope == scope)
+                .order_by(CapabilityStateRow.key))
+            return {key: value for key, value in rows}
+
     async def keys(self, capability: str, scope: str) -> list[str]:
         async with self._sessions() as s:
             return list(await s.scalars(select(CapabilityStateRow.key).where(

@@ -308,10 +308,32 @@ class ModeChange(Base):
     at: Mapped[datetime] = mapped_column(TS)
 
 
+class LinkCode(Base):
+    """A one-time code that makes another account this person: only its hash is kept."""
+
+    __tablename__ = "link_codes"
+    code_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    person_id: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(TS)
+    expires_at: Mapped[datetime] = mapped_column(TS, index=True)
+
+
+class PeopleAudit(Base):
+    """One link or unlink: who did it (the person themselves, or an admin), which account, when."""
+
+    __tablename__ = "people_audit"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    action: Mapped[str] = mapped_column(String(20))  # "link" | "unlink"
+    actor: Mapped[str] = mapped_column(String(200))  # "self" or the admin's name
+    person_id: Mapped[str] = mapped_column(String(40), index=True)
+    account: Mapped[str] = mapped_column(String(500))  # platform:workspace:account
+    at: Mapped[datetime] = mapped_column(TS)
+
+
 class KnowledgeDocument(Base):
     """One file of a knowledge collection as last indexed; `content_hash` makes re-indexing incremental.
 
-    Its chunks' full-text index (FTS5 on SQLite, a GIN expression index on PostgreSQL) lives only in
+    Its chunks' full-text index (FTS5 on SQLite, a generated tsvector column with a GIN index on PostgreSQL) lives only in
     the database: see gateway/store/fulltext.py and migration 0008.
     """
 

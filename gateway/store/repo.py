@@ -150,15 +150,6 @@ class Store:
 
     # --- inbound ------------------------------------------------------------------------
 
-    async def known(self, binding_id: str, event_ids: Sequence[str]) -> bool:
-        """Whether any of these event ids is in the ledger already (a redelivery), without recording."""
-        async with driver.transaction(self.engine) as tx:
-            for event_id in event_ids:
-                if await tx.one("SELECT 1 FROM inbound_ledger WHERE binding_id = :b AND event_id = :e",
-                                b=binding_id, e=event_id):
-                    return True
-        return False
-
     async def record(self, binding_id: str, event_ids: Sequence[str]) -> bool:
         """Record event ids in the ledger on their own; False if any was already there.
 
@@ -277,6 +268,18 @@ class Store:
             conv = await s.get(Conversation, conversation_id)
         return self._remember(_ref(conv)) if conv else None
 
+    async def retire_conversation(self, conv: ConversationRef) -> None:
+        """Free the conversation's key (`/new`): the next message there starts a new conversation.
+
+        The old one keeps its id, messages and runs under a key no message maps to. Another
+        replica may still hold the old key in its cache until it is evicted.
+        """
+        async with self.sessions() as s, s.begin():
+            await s.execute(update(Conversation).where(Conversation.id == conv.id)
+                            .values(key=f"{conv.key}#{conv.id}", updated_at=self.clock.now()))
+        self._conversations.pop(conv.key, None)
+        self._conversations.pop(conv.id, None)
+
     def _remember(self, ref: ConversationRef) -> ConversationRef:
         self._conversations.put(ref.key, ref)
         self._conversations.put(ref.id, ref)
@@ -360,15 +363,9 @@ class Store:
                     await s.rollback()
             raise RuntimeError("could not resolve account")  # pragma: no cover - two lost races
 
-    async def link_account(self, platform: str, workspace: str, account_id: str, person_id: str) -> None:
-        """Make an account resolve to `person_id` (linked accounts are one person)."""
+    def forget_identity(self, platform: str, workspace: str, account_id: str) -> None:
+        """Drop a cached identity (an account was linked or unlinked here; other replicas see it within IDENTITY_TTL)."""
         self._identities.pop((platform, workspace, account_id), None)
-        async with self.sessions() as s, s.begin():
-            await s.execute(
-                update(Account)
-                .where(Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id)
-                .values(person_id=person_id)
-            )
 
     # --- runs ---------------------------------------------------------------------------
 

@@ -166,9 +166,22 @@ class World:
 
     async def command(self, who: Account, where: Place, text: str) -> str:
         """A chat command through `Gateway.submit`; returns what the sender was told privately."""
-        n = next(self._ids)
         adapter = self.adapter(where.binding)
         before = len(adapter.private)
+        await self._command(who, where, text, lambda: len(adapter.private) > before)
+        [(_, account, reply)] = adapter.private[before:]
+        assert account == who.account_id
+        return reply
+
+    async def command_public(self, who: Account, where: Place, text: str) -> str:
+        """A chat command answered in the conversation itself (`/new`); returns what was posted."""
+        adapter = self.adapter(where.binding)
+        before = len(adapter.posts)
+        await self._command(who, where, text, lambda: len(adapter.posts) > before)
+        return list(adapter.posts.values())[-1][1]
+
+    async def _command(self, who: Account, where: Place, text: str, answered: Callable[[], bool]) -> None:
+        n = next(self._ids)
         result = await self.gw.submit(InboundMessage(
             platform=where.platform, binding_id=where.binding, workspace=where.workspace, channel=where.channel,
             chat_kind=where.kind, sender=Sender(who.account_id, who.name), text=text, event_id=f"c{n}",
@@ -176,10 +189,7 @@ class World:
         ))
         assert not result.accepted and result.reason == "command", result
         # The answer goes out on the outbound path, after the command was acknowledged.
-        await wait_for(lambda: len(adapter.private) > before, what=f"the answer to {text!r}")
-        [(_, account, reply)] = adapter.private[before:]
-        assert account == who.account_id
-        return reply
+        await wait_for(answered, what=f"the answer to {text!r}")
 
     async def person(self, who: Account) -> str:
         return (await self.gw.store.identify(who.platform, who.workspace, who.account_id, who.name)).person_id
@@ -202,12 +212,14 @@ def agent(*capabilities: dict[str, Any], model: str = "recorder") -> dict[str, A
 
 @contextlib.asynccontextmanager
 async def world(directory: Path, *, agents: dict[str, dict[str, Any]] | None = None,
-                bindings: dict[str, dict[str, Any]] | None = None) -> AsyncIterator[World]:
+                bindings: dict[str, dict[str, Any]] | None = None,
+                gateway: dict[str, Any] | None = None) -> AsyncIterator[World]:
     cfg = write_config(
         directory,
         agents=agents or {"assistant": agent({"id": "memory_files"})},
         bindings=bindings or {"slack": slack_binding(), "telegram": telegram_binding(),
                               "web": {"platform": "web", "agent": "assistant"}},
+        gateway=gateway,  # e.g. {"database": {"url": pg_url}} to run on PostgreSQL
     )
     with fake_platforms("slack", "telegram", "mattermost"):
         async with running_gateway(cfg) as gw:

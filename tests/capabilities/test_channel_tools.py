@@ -110,6 +110,17 @@ async def test_only_tools_granted_and_answerable_are_offered(tmp_path: Path) -> 
         assert seen.tools == ["get_channel_info"]
 
 
+async def test_a_platform_note_is_in_that_tools_description_only(tmp_path: Path) -> None:
+    note = "On this platform only administrators are listed."
+    async with world(tmp_path, agents={"assistant": agent()}, bindings=bindings(ALL)) as w:
+        DIRECTORIES["slack"] = directory(notes={"list_channel_members": note})
+        seen = await w.run(ALICE, GENERAL, "hello")
+        members = seen.defs["list_channel_members"].description or ""
+        assert members.startswith("<summary>List the people in this channel.") and note in members
+        assert members.index(note) < members.index("<returns>"), "the note belongs to what the tool does"
+        assert not any(note in (d.description or "") for name, d in seen.defs.items() if name != "list_channel_members")
+
+
 async def test_absent_from_runs_with_no_channel_directory(tmp_path: Path) -> None:
     async with world(tmp_path, agents={"assistant": agent({"id": "memory_files"})}, bindings=bindings(ALL)) as w:
         DIRECTORIES["slack"] = None  # a platform with no directory at all

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from capabilities.conversation_search import GROUP_REFUSAL
 from gateway.messages import ChatKind
+from gateway.store.people import AccountRef, PeopleStore
 
 from .knowledge_script import SCRIPT, call, scripted_agent, world_on
 from .support import Account, Place
@@ -69,7 +70,7 @@ async def test_linked_accounts_search_as_one_person(tmp_path: Path) -> None:
     async with world_on(tmp_path, agents=AGENTS) as w:
         await w.run(ALICE, DM_ALICE, "the launch date is the ninth")
         await w.person(ALICE_TG)
-        await w.gw.store.link_account("telegram", "tg", "101", await w.person(ALICE))
+        await PeopleStore(w.gw.store).link(AccountRef("telegram", "tg", "101"), await w.person(ALICE), actor="test")
         await w.run(ALICE_TG, DM_ALICE_TG, call("search_conversations", query="launch"))
         assert "Slack direct message" in SCRIPT.results[-1] and "**launch**" in SCRIPT.results[-1]
 

@@ -14,6 +14,7 @@ from gateway import llm
 from gateway.memory import NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, resolve_scope
 from gateway.messages import ChatKind
 from gateway.store.notes import INDEX, NoteStore, Scope
+from gateway.store.people import AccountRef, PeopleStore
 from gateway.turn import Memory
 
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
@@ -78,7 +79,7 @@ async def test_linked_accounts_reach_one_store(tmp_path: Path) -> None:
     async with world(tmp_path) as w:
         await w.run(ALICE, DM_ALICE, "write_memory name=tea.md content=green")
         await w.person(ALICE_TG)
-        await w.gw.store.link_account("telegram", "tg", "101", await w.person(ALICE))
+        await PeopleStore(w.gw.store).link(AccountRef("telegram", "tg", "101"), await w.person(ALICE), actor="test")
         seen = await w.run(ALICE_TG, DM_ALICE_TG, "read_memory name=tea.md")
         assert seen.tool_results[0].endswith("green")
 
@@ -88,7 +89,7 @@ async def test_notes_belong_to_one_agent(tmp_path: Path) -> None:
     bindings = {"slack": slack_binding(), "telegram": telegram_binding(agent="other")}
     async with world(tmp_path, agents=agents, bindings=bindings) as w:
         await w.person(ALICE_TG)
-        await w.gw.store.link_account("telegram", "tg", "101", await w.person(ALICE))
+        await PeopleStore(w.gw.store).link(AccountRef("telegram", "tg", "101"), await w.person(ALICE), actor="test")
         await w.run(ALICE, DM_ALICE, "write_memory name=tea.md content=green")
         seen = await w.run(ALICE_TG, DM_ALICE_TG, "list_memory")
         assert seen.tool_results == ["No notes saved yet."]

@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete
 
-from gateway.store.notes import INDEX, NoteStore
 from gateway.messages import ChatKind
 from gateway.store.models import MemoryNote, Message
+from gateway.store.notes import INDEX, NoteStore
+from gateway.store.people import AccountRef, PeopleStore
 
 from capabilities.conversation_search import GROUP_REFUSAL
 from gateway.turn import Turn
@@ -171,8 +172,8 @@ def test_no_note_reaches_another_audience(tmp_path: Path) -> None:
             person_ids[name] = loop.run_until_complete(w.person(accounts[0]))
             for linked in accounts[1:]:
                 loop.run_until_complete(w.person(linked))
-                loop.run_until_complete(w.gw.store.link_account(
-                    linked.platform, linked.workspace, linked.account_id, person_ids[name]))
+                loop.run_until_complete(PeopleStore(w.gw.store).link(
+                    AccountRef(linked.platform, linked.workspace, linked.account_id), person_ids[name], actor="test"))
 
         @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
         @given(sequence=steps)

@@ -36,6 +36,7 @@ class FakeDirectory:
     members: dict[str, list[ChannelMember]] = field(default_factory=dict)
     history: dict[str, list[HistoryMessage]] = field(default_factory=dict)  # by channel, or channel/thread
     supported: frozenset[str] = frozenset(CHANNEL_TOOL_IDS)
+    notes: dict[str, str] = field(default_factory=dict)  # by tool id: added to that tool's description
     calls: list[tuple[str, str, str | None]] = field(default_factory=list)  # (method, channel, thread)
 
     def _seen(self, method: str, target: ReplyTarget) -> None:
@@ -117,6 +118,9 @@ class FakeChatAdapter:
 
     def directory(self) -> FakeDirectory | None:
         return DIRECTORIES.get(self.binding_id)
+
+    def forget(self, message_ids: Sequence[str]) -> None:
+        return None
 
 
 @contextlib.contextmanager

@@ -123,6 +123,10 @@ class FakeMattermost:
         self.websocket_connects = 0
         self.break_after_create = 0  # create the next N posts, then cut the connection unanswered
         self.websocket_resumes = 0  # connections that continued an earlier stream without a hello
+        # False: the server never answers a client's websocket close frame (a connection that
+        # died without a word); the client must drop the connection itself.
+        self.answer_close = True
+        self._released = asyncio.Event()  # set on stop: silent sockets may end now
         self._pending: dict[tuple[str, str], str] = {}  # (user, pending_post_id) -> post id
         self._conns: dict[str, _Conn] = {}
         self._clock = 0
@@ -165,6 +169,7 @@ class FakeMattermost:
         return self.url
 
     async def stop(self) -> None:
+        self._released.set()
         await self.drop_websockets(forget=True)
         if self._session is not None:
             await self._session.close()
@@ -792,7 +797,7 @@ class FakeMattermost:
             header_user = self._auth(request)
             if header_user is None:  # a bad token on the upgrade: refused before any upgrade
                 return _app_error(401, "api.context.session_expired.app_error", "Invalid or expired session, please login again.")
-        ws = web.WebSocketResponse()
+        ws = web.WebSocketResponse(autoclose=self.answer_close)
         await ws.prepare(request)
         self.websocket_connects += 1
         conn: _Conn | None = None
@@ -829,6 +834,8 @@ class FakeMattermost:
                 else:
                     await ws.send_str(json.dumps({"status": "FAIL", "seq_reply": seq, "error": {
                         "id": "api.web_socket_router.bad_action.app_error", "message": "invalid action", "status_code": 500}}))
+            if not self.answer_close:
+                await self._released.wait()  # the client's close frame stays unanswered
         finally:
             if conn is not None and conn.ws is ws:
                 conn.ws = None

@@ -151,6 +151,10 @@ class FakeSlack:
         self.users: dict[str, User] = {bot_user_id: User(bot_user_id, "agent", "Agent", "agent", is_bot=True)}
         self.connections_opened = 0
         self.status_allowed = True  # assistant.threads.setStatus answers ok, or an error
+        # False: the server never answers the client's close frame (a slow edge, a connection that
+        # died without a word); the client must drop the connection itself.
+        self.answer_close = True
+        self._released = asyncio.Event()  # set on exit: silent sockets may end now
         self._failures: dict[str, list[Failure]] = {}
         self._echoes: set[asyncio.Task[str]] = set()
         self._sockets: list[web.WebSocketResponse] = []
@@ -174,6 +178,7 @@ class FakeSlack:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        self._released.set()
         for echo in list(self._echoes):
             echo.cancel()
         await asyncio.gather(*self._echoes, return_exceptions=True)
@@ -384,7 +389,7 @@ class FakeSlack:
     # --- Socket Mode ----------------------------------------------------------------------
 
     async def _socket(self, request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse(autoping=True)
+        ws = web.WebSocketResponse(autoping=True, autoclose=self.answer_close)
         await ws.prepare(request)
         self.connections_opened += 1
         self._sockets.append(ws)
@@ -405,6 +410,8 @@ class FakeSlack:
                     except ValueError:
                         self.acks.append({"unparsable": frame.data})
                     await self._notify()
+            if not self.answer_close:
+                await self._released.wait()  # the client's close frame stays unanswered
         finally:
             self._sockets.remove(ws)
             await self._notify()

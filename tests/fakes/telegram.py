@@ -26,6 +26,7 @@ import asyncio
 import html
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,6 +201,7 @@ class FakeTelegram:
         self.token = token
         self.bot_user: JSON = {"id": bot_id, "is_bot": True, "first_name": bot_name, "username": bot_username}
         self.calls: list[Call] = []
+        self.commands: dict[str, list[tuple[str, str]]] = {}  # setMyCommands, by scope type
         self.chats: dict[int, FakeChat] = {}
         self.messages: dict[tuple[int, int], ChatMessage] = {}
         self.answers: dict[str, JSON] = {}  # callback_query_id -> answerCallbackQuery params
@@ -451,6 +453,20 @@ class FakeTelegram:
         if p.get("drop_pending_updates"):
             self._updates.clear()
         self._webhook_kick.set()
+        return True
+
+    async def _api_setMyCommands(self, p: JSON) -> bool:
+        """Bot API rules: 1-32 characters of a-z, 0-9 and _, a 1-256 character description, at most 100."""
+        commands = p["commands"]
+        if not isinstance(commands, list) or len(commands) > 100:
+            raise ApiError(400, "Bad Request: commands must be an array of at most 100 BotCommand")
+        for c in commands:
+            if not re.fullmatch(r"[a-z0-9_]{1,32}", c["command"]):
+                raise ApiError(400, "Bad Request: BOT_COMMAND_INVALID")
+            if not 1 <= len(c["description"]) <= 256:
+                raise ApiError(400, "Bad Request: command description is too long or empty")
+        scope = (p.get("scope") or {"type": "default"})["type"]
+        self.commands[scope] = [(c["command"], c["description"]) for c in commands]
         return True
 
     async def _api_getWebhookInfo(self, p: JSON) -> JSON:

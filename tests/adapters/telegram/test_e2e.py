@@ -35,7 +35,7 @@ ADA = FakeTelegram.user(42, "Ada", "ada")
 BOB = FakeTelegram.user(43, "Bob", "bob")
 GROUP_ID, FORUM_ID = -100200, -100300
 MODEL, GATED_MODEL, LOOKUP_MODEL = "telegram-e2e-scripted", "telegram-e2e-gated", "telegram-e2e-lookup"
-OFFERED: list[list[str]] = []
+OFFERED: list[dict[str, str]] = []  # per model request: tool name -> the description the model read
 
 
 class Scripted:
@@ -73,7 +73,7 @@ def _lookup_model() -> FunctionModel:
     """Calls both channel tools, then repeats what they returned."""
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-        OFFERED.append(sorted(t.name for t in info.function_tools))
+        OFFERED.append({t.name: t.description or "" for t in info.function_tools})
         returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
         if not returns:
             yield {0: DeltaToolCall(name="get_channel_info", json_args="{}", tool_call_id="c1"),
@@ -324,4 +324,27 @@ async def test_channel_tools_answer_info_and_administrators_only(tmp_path: Path,
         assert "name: Team" in reply.text and "purpose: Release coordination" in reply.text
         assert "Ada (owner) (@ada)" in reply.text and "Bob (administrator) (@bob)" in reply.text
     # What the Bot API cannot answer is not offered to the model at all.
-    assert OFFERED[0] == ["get_channel_info", "list_channel_members"]
+    assert sorted(OFFERED[0]) == ["get_channel_info", "list_channel_members"]
+    # The model is told what the member list really is before it calls the tool.
+    members = OFFERED[0]["list_channel_members"]
+    assert "lists only the chat's owner and administrators, not every member" in members
+    assert "administrators" not in OFFERED[0]["get_channel_info"]
+
+
+async def test_the_command_menu_is_registered_per_chat_type_and_help_answers(tmp_path: Path, fake: FakeTelegram,
+                                                                            scripted: Scripted) -> None:
+    from gateway.commands import COMMANDS
+
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        await fake.wait_for(lambda: len(fake.commands) == 2, what="setMyCommands for private and group chats")
+        private = [name for name, _ in fake.commands["all_private_chats"]]
+        group = [name for name, _ in fake.commands["all_group_chats"]]
+        assert private == [c.name for c in COMMANDS if not c.hidden]
+        assert group == [c.name for c in COMMANDS if not c.hidden and c.where == "any"] and "link" not in group
+        assert all("`" not in description for _, description in fake.commands["all_private_chats"])
+
+        fake.push_message(ADA["id"], ADA, "/help")
+        (answer,) = await fake.wait_for(lambda: fake.sent(ADA["id"]) or None, what="the /help answer")
+        assert "/link [CODE]" in answer.text and "/whoami" in answer.text
+        assert scripted.prompts == [], "a command is answered by the gateway, not the model"
