@@ -1,7 +1,7 @@
 """Conversation search's queries: one person's conversations, matched by what was said in them.
 
-A person's conversations are the ones they said something in (a `user` message with their person
-id), on any platform. Matching uses the full-text objects of migration 0008 — FTS5 on SQLite,
+A person's conversations are the ones they said something in (a `user` message from any account
+that is theirs now), on any platform. Matching uses the full-text objects of migration 0008 — FTS5 on SQLite,
 `websearch_to_tsquery('simple', ...)` / `ts_rank_cd` over a stored tsvector with a GIN index on PostgreSQL —
 which the database keeps in step with `messages` on every insert, whichever code path wrote it.
 Whole words, case-folded, not stemmed, on both engines.
@@ -51,7 +51,13 @@ class Window:
     total: int
 
 
-_MINE = "SELECT DISTINCT conversation_id FROM messages WHERE person_id = :person AND role = 'user'"
+# The conversations a person said something in, through any account that is theirs now: a link
+# made later brings that account's earlier conversations along, an unlink takes them away.
+_MINE = ("SELECT DISTINCT mm.conversation_id FROM accounts a"
+         " JOIN messages mm ON mm.account_id = a.account_id AND mm.role = 'user'"
+         " JOIN conversations cc ON cc.id = mm.conversation_id"
+         " AND cc.platform = a.platform AND cc.workspace = a.workspace"
+         " WHERE a.person_id = :person")
 _TS = UTCDateTime()
 
 
@@ -113,9 +119,8 @@ class ConversationSearch:
 
     async def took_part(self, person_id: str, conversation_id: str) -> bool:
         async with self._sessions() as s:
-            found = await s.scalar(text(
-                "SELECT 1 FROM messages WHERE conversation_id = :c AND person_id = :person AND role = 'user' LIMIT 1"),
-                {"c": conversation_id, "person": person_id})
+            found = await s.scalar(text(f"SELECT 1 FROM ({_MINE}) mine WHERE mine.conversation_id = :c"),
+                                   {"c": conversation_id, "person": person_id})
         return found is not None
 
     async def read(self, conversation_id: str, offset: int, count: int) -> Window | None:

@@ -101,8 +101,8 @@ class Message(Base):
     role: Mapped[str] = mapped_column(String(10))
     text: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(20))
-    person_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)  # conversation search
-    account_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    account_id: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)  # conversation search
     sender_name: Mapped[str] = mapped_column(String(200), default="")
     platform_message_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TS)

@@ -69,10 +69,17 @@ async def test_another_persons_conversations_are_never_reached(tmp_path: Path) -
 async def test_linked_accounts_search_as_one_person(tmp_path: Path) -> None:
     async with world_on(tmp_path, agents=AGENTS) as w:
         await w.run(ALICE, DM_ALICE, "the launch date is the ninth")
-        await w.person(ALICE_TG)
+        await w.run(ALICE_TG, DM_ALICE_TG, "said on telegram before the link: the budget is frozen")
         await PeopleStore(w.gw.store).link(AccountRef("telegram", "tg", "101"), await w.person(ALICE), actor="test")
         await w.run(ALICE_TG, DM_ALICE_TG, call("search_conversations", query="launch"))
         assert "Slack direct message" in SCRIPT.results[-1] and "**launch**" in SCRIPT.results[-1]
+        await w.run(ALICE, DM_ALICE, call("search_conversations", query="budget"))
+        assert "Telegram direct message" in SCRIPT.results[-1], "a linked account brings its earlier conversations"
+
+        await PeopleStore(w.gw.store).unlink(AccountRef("telegram", "tg", "101"), actor="test")
+        await w.run(ALICE, DM_ALICE, call("search_conversations", query="frozen"))
+        assert "Telegram" not in SCRIPT.results[-1] and "budget is" not in SCRIPT.results[-1], \
+            "an unlinked account's conversations are no longer this person's"
 
 
 async def test_words_are_whole_and_unstemmed_and_the_tool_says_so(tmp_path: Path) -> None:

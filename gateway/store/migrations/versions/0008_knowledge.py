@@ -85,8 +85,8 @@ def upgrade() -> None:
         sa.Column("anchor", sa.String(200), nullable=False),
         sa.Column("text", sa.Text, nullable=False),
     )
-    # A person's conversations are found through their messages.
-    op.create_index("ix_messages_person_id", "messages", ["person_id"])
+    # A person's conversations are found through their accounts' messages.
+    op.create_index("ix_messages_account_id", "messages", ["account_id"])
     dialect = op.get_bind().dialect.name
     for statement in SQLITE_UP if dialect == "sqlite" else POSTGRES_UP if dialect == "postgresql" else []:
         op.execute(statement)
@@ -96,6 +96,6 @@ def downgrade() -> None:
     dialect = op.get_bind().dialect.name
     for statement in SQLITE_DOWN if dialect == "sqlite" else POSTGRES_DOWN if dialect == "postgresql" else []:
         op.execute(statement)
-    op.drop_index("ix_messages_person_id", "messages")
+    op.drop_index("ix_messages_account_id", "messages")
     op.drop_table("knowledge_chunks")
     op.drop_table("knowledge_documents")
