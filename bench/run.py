@@ -617,6 +617,93 @@ async def measure_growth(gw: Any, fill: Awaitable[T]) -> tuple[Growth, T]:
     return Growth(rss_bytes() - rss0, sys.getallocatedblocks() - blocks0, lingering, drained), result
 
 
+
+# =========================================================================================
+# (e) compaction: tokens sent per turn on a long conversation, with and without it.
+# =========================================================================================
+
+CHATTY_ANSWER = "Here is a considered answer to that, with the detail a long thread accumulates. " * 3
+SUMMARIZER = "You are a context summarization assistant."  # pydantic-ai-harness's summarising agent
+
+
+@dataclass
+class TokenCount:
+    """What the counting model was sent: estimated tokens (~4 characters each) per request."""
+
+    answers: list[int] = field(default_factory=list)
+    summaries: list[int] = field(default_factory=list)
+
+
+def register_counting_model(count: TokenCount) -> None:
+    """An offline model that answers every turn at length and counts what each request sent it
+    (instructions, tool schemas, every message part), reporting that as its input tokens as a
+    provider would; a summary request (from compaction) is answered with a short summary."""
+    import contextlib as _contextlib
+
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from gateway.llm import register_model
+
+    def sent(messages: list[ModelMessage], info: AgentInfo) -> int:
+        chars = len(info.instructions or "")
+        chars += sum(len(json.dumps(t.parameters_json_schema)) + len(t.description or "") for t in info.function_tools)
+        for m in messages:
+            for p in m.parts:
+                content = getattr(p, "content", "")
+                chars += len(content if isinstance(content, str) else json.dumps(content, default=str))
+        return chars // 4
+
+    def summarise(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        count.summaries.append(sent(messages, info))
+        return ModelResponse(parts=[TextPart("The user and the agent discussed a long list of topics; " * 8)])
+
+    async def answer(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        count.answers.append(sent(messages, info))
+        yield CHATTY_ANSWER
+
+    class Counting(FunctionModel):
+        @_contextlib.asynccontextmanager
+        async def request_stream(self, messages: Any, settings: Any, params: Any, run_context: Any = None
+                                 ) -> AsyncIterator[Any]:
+            async with super().request_stream(messages, settings, params, run_context) as stream:
+                stream._usage = RequestUsage(input_tokens=count.answers[-1])
+                yield stream
+
+    register_model("bench-counting", lambda: Counting(summarise, stream_function=answer, model_name="bench-counting"))
+
+
+async def compaction_tokens(turns: int, compaction: dict[str, Any] | None) -> TokenCount:
+    """One conversation of `turns` messages through the web API; what the model was sent each turn."""
+    from bindings.loader import load_config
+    from gateway.daemon import Gateway
+
+    count = TokenCount()
+    register_counting_model(count)
+    with tempfile.TemporaryDirectory(prefix="agw-bench-compaction-") as tmp:
+        config = write_config(Path(tmp) / "config")
+        agent = {"name": "Bench", "model": "bench-counting", "instructions": "Answer thoroughly.",
+                 "capabilities": [{"id": "compaction", "config": compaction}] if compaction is not None else []}
+        (config / "agents" / "bench.yaml").write_text(json.dumps(agent))
+        gw = Gateway(load_config(config))
+        await gw.start()
+        try:
+            async with _session() as session:
+                stream = await _open(session, gw.url)
+                try:
+                    for i in range(turns):
+                        await stream.send(f"Turn {i}: here is the next thing I would like us to look at, with some "
+                                          "context about why it matters to the team this week.")
+                finally:
+                    await stream.close()
+                if set(stream.statuses) != {"finished"}:
+                    raise RuntimeError(f"(e) runs did not all finish: {stream.statuses}")
+        finally:
+            await gw.stop()
+    return count
+
+
 async def bench(args: argparse.Namespace) -> int:
     import logging
 
@@ -741,6 +828,21 @@ async def bench(args: argparse.Namespace) -> int:
             out.add("RSS growth per API conversation", f"{api.rss / n:.0f} B ({api.rss / 2**20:.1f} MiB in all)")
             out.add("live Python blocks per API conversation", f"{api.blocks / n:.2f}")
             out.add("RSS now", f"{rss_bytes() / 2**20:.1f} MiB")
+
+            turns = 100 if args.quick else 300
+            window = {"context_window": 8000, "max_fraction": 0.5, "keep_messages": 20}
+            print(f"\n(e) tokens sent to the model per turn: one conversation of {turns} turns, without compaction "
+                  f"and with it (summarize at {window['max_fraction']:g} of the window, set to {window['context_window']:,} "
+                  "tokens), counted from the model's requests (~4 characters a token)", flush=True)
+            plain = await compaction_tokens(turns, None)
+            compacted = await compaction_tokens(turns, window)
+            for name, c in (("no compaction", plain), ("compaction", compacted)):
+                tail = c.answers[-100:]
+                out.add(f"{name}: tokens/turn, mean / last 100",
+                        f"{sum(c.answers) / len(c.answers):,.0f} / {sum(tail) / len(tail):,.0f} (max {max(c.answers):,})")
+            out.add("compaction: summaries, tokens to write them",
+                    f"{len(compacted.summaries)}, {sum(compacted.summaries):,} "
+                    f"({(sum(compacted.answers) + sum(compacted.summaries)) / turns:,.0f} tokens/turn in all)")
         finally:
             client.close()
             await echo_runner.cleanup()

@@ -1,6 +1,22 @@
 """The capabilities this deployment ships; importing this module registers each of them."""
 
-from . import channel_tools, clock, memory_files, thinking  # noqa: F401
-from . import web_fetch, web_search  # noqa: F401
-from . import run_python, sandbox, skills  # noqa: F401
-from . import context, conversation_search, knowledge, planning  # noqa: F401
+from . import (  # noqa: F401
+    channel_tools,
+    clock,
+    compaction,
+    context,
+    conversation_search,
+    guardrails,
+    knowledge,
+    memory_files,
+    planning,
+    run_python,
+    sandbox,
+    skills,
+    system_reminders,
+    thinking,
+    tool_output_limits,
+    tool_search,
+    web_fetch,
+    web_search,
+)

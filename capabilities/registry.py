@@ -18,7 +18,8 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_ai.capabilities import AbstractCapability, Capability, WrapperCapability
+from pydantic_ai.capabilities import AbstractCapability, Capability
+from pydantic_ai.capabilities.wrapper import WrapperCapability
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
@@ -129,18 +130,11 @@ class _Describe:
 class _Bound(WrapperCapability[Any]):
     """A built capability with the entry's renames and descriptions applied to its tools.
 
-    Every other hook (per-run state, request wrappers such as planning's tail reminder) is the
-    wrapped capability's own: a renamed tool must not cost the capability its behaviour.
+    A wrapper capability, so the inner capability's hooks (after_tool_execute, wrap_run, ...) still run.
     """
 
     renames: dict[str, str] = field(default_factory=dict)
     descriptions: dict[str, str] = field(default_factory=dict)
-
-    def apply(self, visitor: Callable[[AbstractCapability[Any]], None]) -> None:
-        # Parts loaded on demand (skills: one deferred capability per skill) stay visible to the
-        # framework, which finds them through `apply`; the renamed toolset stays this wrapper's.
-        visitor(self)
-        self.wrapped.apply(lambda part: visitor(part) if part is not self.wrapped and part.defer_loading else None)
 
     def get_toolset(self) -> Any:
         toolset = self.wrapped.get_toolset()

@@ -90,6 +90,9 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     add_pairing_cli(sub, load)
     mcp_cli.add_cli(sub, load)
     people.add_cli(sub, load)
+    from .store import run_outcomes
+
+    run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog

@@ -40,6 +40,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.usage import UsageLimits
+from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputBlocked
 
 from bindings.models import AgentSpec
 
@@ -94,6 +95,10 @@ def explain_failure(e: BaseException, agent: AgentSpec) -> Outcome:
             str(e),
             f"I stopped: this agent may make at most {agent.limits.model_requests} model requests per reply.",
         )
+    if isinstance(e, GuardrailError):  # the guardrails capability: a blocked term ends the run, its own outcome
+        what = "your message" if isinstance(e, InputBlocked) else "my answer" if isinstance(e, OutputBlocked) \
+            else "what a tool returned"
+        return Outcome(repo.GUARDRAIL_BLOCKED, str(e), f"I stopped: {what} contains a term this agent's guardrails block.")
     if isinstance(e, RunTimedOut):
         return Outcome(
             repo.FAILED,
@@ -181,8 +186,15 @@ class Runner:
             history=ConversationLog(gw.store.sessions, conversation.id),
             read_modes=lambda: approvals.modes(conversation.id),
             skills=gw.config.skills,
+            tell=lambda line: self.tell(run.id, line),
         )
         return Prepared(turn, adapter)
+
+    async def tell(self, run_id: str, line: str) -> None:
+        """A capability's one-line note for the person, in the reply of the run streaming it (if any)."""
+        stream = self._streams.get(run_id)
+        if stream is not None:
+            await stream.append(("\n\n" if stream.text and not stream.text.endswith("\n") else "") + f"_{line}_\n\n")
 
     def instructions(self, turn: Turn) -> str:
         parts = [turn.agent.instructions.strip(), turn.binding.prompt.strip()]

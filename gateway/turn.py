@@ -46,6 +46,10 @@ class Memory:
     scope: Scope | NoStore
 
 
+async def _nothing() -> None:
+    return None
+
+
 @dataclass
 class Turn:
     """One run's grant. Tools receive it as `ctx.deps`."""
@@ -67,6 +71,8 @@ class Turn:
     # Every tool offered in this run by the name the model sees, with its stable id: the gate's map.
     tools: dict[str, ToolInfo] = field(default_factory=dict)
     notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
+    # A one-line note for the person while the run streams (e.g. "summarising the earlier conversation…").
+    tell: Callable[[str], Awaitable[None]] = field(default=lambda line: _nothing())
     _modes: Modes | None = None
 
     async def modes(self) -> Modes:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from collections.abc import Collection
+
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from .models import Message
@@ -19,3 +21,21 @@ class ConversationLog:
                 Message.conversation_id == self.conversation_id,
                 Message.platform_message_id == platform_message_id).limit(1))
         return found is not None
+
+    async def last_id_of_run(self, run_id: str) -> int | None:
+        """The newest stored message of one run (its user messages; its reply once the run ended)."""
+        async with self._sessions() as s:
+            return await s.scalar(select(func.max(Message.id)).where(
+                Message.conversation_id == self.conversation_id, Message.run_id == run_id))
+
+    async def lines_after(self, message_id: int, *, exclude_runs: Collection[str] = ()) -> list[tuple[str, str, str]]:
+        """(role, text, sender name) of the user and assistant messages stored after `message_id`, in order,
+        as a run's history takes them (processed or final), leaving out the runs named."""
+        query = (select(Message.role, Message.text, Message.sender_name)
+                 .where(Message.conversation_id == self.conversation_id, Message.id > message_id,
+                        Message.role.in_(("user", "assistant")), Message.status.in_(("processed", "final")))
+                 .order_by(Message.created_at, Message.id))
+        if exclude_runs:
+            query = query.where((Message.run_id.is_(None)) | (Message.run_id.not_in(list(exclude_runs))))
+        async with self._sessions() as s:
+            return [(r[0], r[1], r[2]) for r in await s.execute(query)]

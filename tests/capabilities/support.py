@@ -99,8 +99,9 @@ class World:
         assert isinstance(adapter, FakeChatAdapter)
         return adapter
 
-    async def say(self, who: Account, where: Place, text: str, *, thread: str | None = None) -> Seen:
-        """Send a message and wait for its run to end; what the model was shown comes back."""
+    async def say(self, who: Account, where: Place, text: str, *, thread: str | None = None,
+                  timeout: float = 10.0) -> Seen:
+        """Send a message and wait (up to `timeout` s) for its run to end; what the model was shown comes back."""
         n = next(self._ids)
         seen = Seen()
         SEEN.append(seen)
@@ -117,7 +118,7 @@ class World:
             run = await self.gw.store.run(run_id)
             return run is not None and run.status in repo.ENDED | {repo.PARKED}
 
-        await wait_for(ended, what=f"run of {text!r}")
+        await wait_for(ended, what=f"run of {text!r}", timeout=timeout)
         return seen
 
     async def turn(self, who: Account, where: Place, text: str) -> Turn:
