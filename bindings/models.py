@@ -89,6 +89,28 @@ class LoggingConfig(Strict):
     format: Literal["logfmt", "json"] = "logfmt"
 
 
+class KnowledgeCollection(Strict):
+    """A folder of documents an agent can search (knowledge capability), indexed by the gateway."""
+
+    path: str = Field(description="A folder, relative to the config directory or absolute")
+    glob: str = Field(default="**/*", description="Which files under it (Markdown, text, HTML and PDF are read)")
+    refresh_minutes: int = Field(default=60, ge=0, le=10_080,
+                                 description="Re-index this often (only what changed); 0: at start and reload only")
+
+
+class KnowledgeConfig(Strict):
+    collections: dict[str, KnowledgeCollection] = Field(
+        default_factory=dict, description="Document collections by name; an agent's knowledge entry binds them by name")
+
+    @field_validator("collections")
+    @classmethod
+    def _names(cls, v: dict[str, KnowledgeCollection]) -> dict[str, KnowledgeCollection]:
+        for name in v:
+            if not valid_id(name):
+                raise ValueError(f"{name!r} is not a usable collection name: letters, digits, '_', '-', '.'")
+        return v
+
+
 class GatewayConfig(Strict):
     database: DatabaseConfig = DatabaseConfig()
     http: HttpConfig = HttpConfig()
@@ -99,6 +121,7 @@ class GatewayConfig(Strict):
         default_factory=list,
         description="Python modules imported at start-up; they register capabilities or models of your own",
     )
+    knowledge: KnowledgeConfig = KnowledgeConfig()
 
 
 # --- agents/<id>.yaml ---------------------------------------------------------------------

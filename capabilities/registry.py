@@ -13,7 +13,7 @@ tool is entered into the run's visible-name → stable-id map that the approval 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -54,6 +54,9 @@ class BuildContext:
     entry: CapabilityEntry
     config: BaseModel
     secret: Secret | None
+    # Daemon-lifetime collaborators by capability id (the context library, the knowledge index),
+    # handed to `build_for_turn` where the gateway wires it; never reached for through the daemon.
+    parts: Mapping[str, Any] = field(default_factory=dict)
 
 
 Builder = Callable[[BuildContext], AbstractCapability[Any] | None]
@@ -157,7 +160,7 @@ def entries_for(turn: Turn) -> list[CapabilityEntry]:
     return entries
 
 
-def build_for_turn(turn: Turn) -> list[AbstractCapability[Any]]:
+def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[AbstractCapability[Any]]:
     """The runner's capability builder: registry entries → pydantic-ai capabilities + the gate's map."""
     built: list[AbstractCapability[Any]] = []
     overrides = {e.id: e for e in turn.agent.capabilities}
@@ -174,7 +177,7 @@ def build_for_turn(turn: Turn) -> list[AbstractCapability[Any]]:
                 secret = policy_entry.secret_id.resolve()
             except SecretError:
                 secret = None
-        capability = decl.build(BuildContext(turn, entry, config, secret))
+        capability = decl.build(BuildContext(turn, entry, config, secret, parts or {}))
         if capability is None:
             continue
         renames: dict[str, str] = {}
@@ -193,7 +196,8 @@ def build_for_turn(turn: Turn) -> list[AbstractCapability[Any]]:
                 approval=policy_entry.approval,
                 tool_approval=policy_entry.tool_approval.get(tool.id, "default"),
             )
-        built.append(_Bound(capability, renames, descriptions) if (renames or descriptions) else capability)
+        built.append(_Bound(capability, renames=renames, descriptions=descriptions) if (renames or descriptions)
+                     else capability)
     return built
 
 

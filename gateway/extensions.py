@@ -23,10 +23,24 @@ def install(gateway: Gateway) -> None:
     from capabilities import approval_gate, catalog
     from capabilities.registry import build_for_turn, load_builtin
 
+    from capabilities.context import ContextLibrary
+    from capabilities.knowledge_index import KnowledgeIndexer
+
+    from .store.conversation_search import ConversationSearch
+    from .store.knowledge import KnowledgeStore
+
     load_builtin()
+    # Collaborators built once per daemon, handed to the capabilities that use them.
+    indexer = KnowledgeIndexer(lambda: gateway.config, KnowledgeStore(gateway.store.sessions, gateway.clock))
+    gateway.extensions.append(indexer)  # started and stopped with the gateway
+    parts = {
+        "context": ContextLibrary(lambda: gateway.config),
+        "conversation_search": ConversationSearch(gateway.store.sessions),
+        "knowledge": indexer,
+    }
     # The gate first: its wrapper is outermost, so it sees the names the model calls.
     gateway.runner.capability_builders.append(approval_gate.build_for_turn)
-    gateway.runner.capability_builders.append(build_for_turn)
+    gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
     gateway.extra_routes.extend(catalog.http_routes())
     # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
     from capabilities import web_search
@@ -48,10 +62,12 @@ def install(gateway: Gateway) -> None:
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
-    from capabilities import mcp_servers, sandbox, skills
+    from capabilities import context, knowledge, mcp_servers, sandbox, skills
     from capabilities.registry import validate_config
 
     add_check(validate_config)
+    add_check(context.validate_config)
+    add_check(knowledge.validate_config)
     add_check(mcp_servers.validate_config)
     add_check(skills.validate_config)
     add_check(sandbox.validate_config)

@@ -11,7 +11,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from gateway.store.engine import create_engine, migrate
+from gateway.store.fulltext import DATABASE_ONLY
 from gateway.store.models import Base
+
+
+def _ours(name: str | None, type_: str, parent: object) -> bool:
+    """Full-text tables and indexes live only in the database (see gateway/store/fulltext.py)."""
+    return not (name and name.startswith(DATABASE_ONLY))
 
 
 async def _diff(url: str) -> list[object]:
@@ -20,7 +26,8 @@ async def _diff(url: str) -> list[object]:
         await migrate(engine)
         async with engine.connect() as conn:
             return await conn.run_sync(
-                lambda sync: compare_metadata(MigrationContext.configure(sync), Base.metadata)
+                lambda sync: compare_metadata(MigrationContext.configure(sync, opts={"include_name": _ours}),
+                                              Base.metadata)
             )
     finally:
         await engine.dispose()

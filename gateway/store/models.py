@@ -102,7 +102,7 @@ class Message(Base):
     text: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(20))
     person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
-    account_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    account_id: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)  # conversation search
     sender_name: Mapped[str] = mapped_column(String(200), default="")
     platform_message_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TS)
@@ -328,3 +328,32 @@ class PeopleAudit(Base):
     person_id: Mapped[str] = mapped_column(String(40), index=True)
     account: Mapped[str] = mapped_column(String(500))  # platform:workspace:account
     at: Mapped[datetime] = mapped_column(TS)
+
+
+class KnowledgeDocument(Base):
+    """One file of a knowledge collection as last indexed; `content_hash` makes re-indexing incremental.
+
+    Its chunks' full-text index (FTS5 on SQLite, a generated tsvector column with a GIN index on PostgreSQL) lives only in
+    the database: see gateway/store/fulltext.py and migration 0008.
+    """
+
+    __tablename__ = "knowledge_documents"
+    __table_args__ = (UniqueConstraint("collection", "path"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    collection: Mapped[str] = mapped_column(String(100))
+    path: Mapped[str] = mapped_column(String(1000))  # relative to the collection's folder
+    content_hash: Mapped[str] = mapped_column(String(64))
+    title: Mapped[str] = mapped_column(String(500))
+    indexed_at: Mapped[datetime] = mapped_column(TS)
+
+
+class KnowledgeChunk(Base):
+    """A passage of a document under one heading; `anchor` is the heading's stable citation slug."""
+
+    __tablename__ = "knowledge_chunks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    document_id: Mapped[int] = mapped_column(ForeignKey("knowledge_documents.id"), index=True)
+    seq: Mapped[int] = mapped_column(Integer)
+    heading: Mapped[str] = mapped_column(String(500))
+    anchor: Mapped[str] = mapped_column(String(200))
+    text: Mapped[str] = mapped_column(Text)

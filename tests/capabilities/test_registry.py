@@ -110,11 +110,18 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> Non
     shipped = [decl for decl in load_builtin().values() if decl.build.__module__.startswith("capabilities.")]
     assert {d.id for d in shipped} >= {"clock", "thinking", "memory_files", "channel_tools"}
     with_tools = [decl for decl in shipped if decl.tools and not decl.binding_only]
-    configs = {"skills": {"skills": ["incident-summary"]}}  # the shipped example, copied below
+    # The config under which each capability offers every tool it declares (a flat plan has no subtask tools).
+    configs = {"skills": {"skills": ["incident-summary"]},  # the shipped example, copied below
+               "planning": {"enable_subtasks": True}, "context": {"default_mode": "link"},
+               "knowledge": {"collections": ["docs"]}}
     agents = {"assistant": agent(*({"id": d.id, "config": configs.get(d.id, {})} for d in with_tools))}
     bindings = {"slack": slack_binding(channel_tools={"tools": list(CHANNEL_TOOL_IDS)})}
     shutil.copytree(Path(__file__).parents[2] / "config" / "examples" / "skills", tmp_path / "skills")
-    async with world(tmp_path, agents=agents, bindings=bindings) as w:
+    (tmp_path / "context" / "assistant").mkdir(parents=True)
+    (tmp_path / "context" / "assistant" / "glossary.md").write_text("A widget is a part.")
+    (tmp_path / "docs").mkdir()
+    gateway = {"knowledge": {"collections": {"docs": {"path": "docs"}}}}
+    async with world(tmp_path, agents=agents, bindings=bindings, gateway=gateway) as w:
         DIRECTORIES["slack"] = FakeDirectory()
         seen = await w.run(Account("slack", "T1", "U1", "a"), Place("slack", "slack", "T1", "C1", ChatKind.CHANNEL),
                            "hello")

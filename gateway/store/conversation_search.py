@@ -1,0 +1,143 @@
+"""Conversation search's queries: one person's conversations, matched by what was said in them.
+
+A person's conversations are the ones they said something in (a `user` message from any account
+that is theirs now), on any platform. Matching uses the full-text objects of migration 0008 — FTS5 on SQLite,
+`websearch_to_tsquery('simple', ...)` / `ts_rank_cd` over a stored tsvector with a GIN index on PostgreSQL —
+which the database keeps in step with `messages` on every insert, whichever code path wrote it.
+Whole words, case-folded, not stemmed, on both engines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from .fulltext import MESSAGES_PG_CONFIG, fts5_query, parse
+from .models import UTCDateTime
+
+MAX_HITS = 300  # matching messages read before grouping by conversation
+MAX_MESSAGE_CHARS = 4_000  # one message in read_conversation
+# The configuration the stored vectors were made with (migration 0008), for the query.
+_CFG = f"'{MESSAGES_PG_CONFIG}'::regconfig"
+
+
+@dataclass(frozen=True)
+class Found:
+    conversation_id: str
+    platform: str
+    chat_kind: str
+    title: str
+    last_active: datetime
+    matched: int
+    passage: str  # the strongest matching message, matched words in **bold**
+
+
+@dataclass(frozen=True)
+class Said:
+    role: str
+    sender_name: str
+    text: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Window:
+    platform: str
+    chat_kind: str
+    lines: list[Said]
+    total: int
+
+
+# The conversations a person said something in, through any account that is theirs now: a link
+# made later brings that account's earlier conversations along, an unlink takes them away.
+_MINE = ("SELECT DISTINCT mm.conversation_id FROM accounts a"
+         " JOIN messages mm ON mm.account_id = a.account_id AND mm.role = 'user'"
+         " JOIN conversations cc ON cc.id = mm.conversation_id"
+         " AND cc.platform = a.platform AND cc.workspace = a.workspace"
+         " WHERE a.person_id = :person")
+_TS = UTCDateTime()
+
+
+def _when(value: object, dialect: str) -> datetime:
+    if isinstance(value, str):  # SQLite returns text from a raw statement
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    result = _TS.process_result_value(value, None)  # type: ignore[arg-type]
+    assert result is not None
+    return result
+
+
+class ConversationSearch:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    async def search(self, person_id: str, query: str, limit: int, *, skip_run: str | None = None) -> list[Found]:
+        """The person's best-matching conversations, best first. Raises QueryError for a query that cannot match."""
+        parse(query)  # the same refusals on both engines
+        async with self._sessions() as s:
+            dialect = s.bind.dialect.name
+            if dialect == "sqlite":
+                rows = (await s.execute(text(
+                    "SELECT m.conversation_id, snippet(messages_fts, 0, '**', '**', '…', 24), bm25(messages_fts)"
+                    " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
+                    f" WHERE messages_fts MATCH :q AND m.conversation_id IN ({_MINE})"
+                    " AND m.role IN ('user', 'assistant') AND (m.run_id IS NULL OR m.run_id != :skip)"
+                    " ORDER BY bm25(messages_fts) LIMIT :n"),
+                    {"q": fts5_query(query), "person": person_id, "skip": skip_run or "", "n": MAX_HITS})).all()
+            else:
+                rows = (await s.execute(text(
+                    f"SELECT m.conversation_id, ts_headline({_CFG}, m.text, q,"
+                    " 'StartSel=**, StopSel=**, MaxWords=30, MinWords=12, ShortWord=0'),"
+                    " -ts_rank_cd(m.search_tsv, q) AS score"
+                    f" FROM messages m, websearch_to_tsquery({_CFG}, :q) q"
+                    " WHERE m.search_tsv @@ q"
+                    f" AND m.conversation_id IN ({_MINE})"
+                    " AND m.role IN ('user', 'assistant') AND (m.run_id IS NULL OR m.run_id != :skip)"
+                    " ORDER BY score LIMIT :n"),
+                    {"q": query, "person": person_id, "skip": skip_run or "",
+                     "n": MAX_HITS})).all()
+            best: dict[str, tuple[str, int]] = {}
+            for conversation_id, passage, _score in rows:  # ordered best first
+                first, count = best.get(conversation_id, (passage, 0))
+                best[conversation_id] = (first, count + 1)
+            found: list[Found] = []
+            for conversation_id in list(best)[:limit]:
+                info = (await s.execute(text(
+                    "SELECT c.platform, c.chat_kind, c.updated_at,"
+                    " (SELECT m.text FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'"
+                    "  ORDER BY m.id LIMIT 1),"
+                    " (SELECT max(m.created_at) FROM messages m WHERE m.conversation_id = c.id)"
+                    " FROM conversations c WHERE c.id = :c"), {"c": conversation_id})).one()
+                passage, matched = best[conversation_id]
+                title = " ".join((info[3] or "").split())
+                found.append(Found(conversation_id, info[0], info[1], title[:80] + ("…" if len(title) > 80 else ""),
+                                   _when(info[4] or info[2], dialect), matched, " ".join(passage.split())))
+            return found
+
+    async def took_part(self, person_id: str, conversation_id: str) -> bool:
+        async with self._sessions() as s:
+            found = await s.scalar(text(f"SELECT 1 FROM ({_MINE}) mine WHERE mine.conversation_id = :c"),
+                                   {"c": conversation_id, "person": person_id})
+        return found is not None
+
+    async def read(self, conversation_id: str, offset: int, count: int) -> Window | None:
+        """`count` messages of a conversation from `offset`, in the order they were written."""
+        async with self._sessions() as s:
+            dialect = s.bind.dialect.name
+            info = (await s.execute(text("SELECT platform, chat_kind FROM conversations WHERE id = :c"),
+                                    {"c": conversation_id})).one_or_none()
+            if info is None:
+                return None
+            total = await s.scalar(text(
+                "SELECT count(*) FROM messages WHERE conversation_id = :c AND role IN ('user', 'assistant')"),
+                {"c": conversation_id})
+            rows = (await s.execute(text(
+                "SELECT role, sender_name, text, created_at FROM messages"
+                " WHERE conversation_id = :c AND role IN ('user', 'assistant')"
+                " ORDER BY created_at, id LIMIT :n OFFSET :o"), {"c": conversation_id, "n": count, "o": offset})).all()
+        lines = [Said(r[0], r[1] or "", r[2] if len(r[2]) <= MAX_MESSAGE_CHARS else r[2][:MAX_MESSAGE_CHARS] + " …(cut)",
+                      _when(r[3], dialect)) for r in rows]
+        return Window(info[0], info[1], lines, int(total or 0))
