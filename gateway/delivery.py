@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .budget import OverBudget, impatient
 from .clock import Clock, new_id
 from .store.repo import Store
 from .surface import Adapter, PlatformError, RateLimited, ReplyTarget
@@ -141,7 +142,10 @@ class ReplyStream:
             if seq < len(self._posted) and self._posted[seq].shown == piece and not (final and is_last):
                 continue
             known = seq < len(self._posted) and self._posted[seq].message_id is not None
-            ok = await self._show(seq, piece, must=final)
+            # A draft never waits for the adapter's budget: it is skipped, and a later draft or the
+            # final carries its text (fewer, larger edits when the budget is tight). The final waits.
+            with contextlib.nullcontext() if final else impatient():
+                ok = await self._show(seq, piece, must=final)
             if not ok:
                 return  # rate limited during a draft: skip, the next flush or the final catches up
             # Recorded when a message is first posted (so a restart edits it rather than posting
@@ -173,6 +177,9 @@ class ReplyStream:
                     else:
                         self._posted.append(_Posted(message_id, text))
                 return True
+            except OverBudget as e:  # nothing was sent: no platform said no
+                self._blocked_until = self.clock.monotonic() + min(e.retry_after, MAX_WAIT)
+                return False
             except RateLimited as e:
                 self._on_platform_error("rate_limited")
                 wait = min(e.retry_after, MAX_WAIT)

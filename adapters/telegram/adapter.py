@@ -28,6 +28,7 @@ from telegram.request import HTTPXRequest
 
 from adapters.base import BaseAdapter, CannotStart
 from gateway.adapter_registry import AdapterContext
+from gateway.budget import Pacer
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
@@ -42,6 +43,7 @@ from gateway.surface import (
     ReplyTarget,
 )
 
+from .budget import TelegramBudget
 from .cards import card_html, card_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
@@ -78,6 +80,8 @@ class TelegramAdapter(BaseAdapter):
         self._me: BotIdentity | None = None
         self._webhook_secret: Secret | None = None
         self._redactor: _Redact | None = None
+        self.pacer = Pacer()  # every send, edit and chat action waits here for the budget
+        self.budget = TelegramBudget()
 
     # --- lifecycle: the base's start/stop call these -------------------------------------
 
@@ -309,6 +313,7 @@ class TelegramAdapter(BaseAdapter):
     async def post_message(self, target: ReplyTarget, text: str) -> str:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
+        await self.pacer.take(self.budget.message(chat_id))
         with translated("sendMessage"):
             try:
                 sent = await bot.send_message(chat_id, text, parse_mode=ParseMode.HTML, message_thread_id=thread)
@@ -322,6 +327,7 @@ class TelegramAdapter(BaseAdapter):
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
+        await self.pacer.take(self.budget.message(chat_id))
         with translated("editMessageText"):
             try:
                 try:
@@ -338,12 +344,14 @@ class TelegramAdapter(BaseAdapter):
     async def show_typing(self, target: ReplyTarget) -> None:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
+        await self.pacer.take(self.budget.action())
         with translated("sendChatAction"):
             await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
+        await self.pacer.take(self.budget.message(chat_id))
         with translated("sendMessage"):
             sent = await bot.send_message(chat_id, card_html(card), parse_mode=ParseMode.HTML,
                                           message_thread_id=thread, reply_markup=card_keyboard(card))
@@ -352,6 +360,7 @@ class TelegramAdapter(BaseAdapter):
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
+        await self.pacer.take(self.budget.message(chat_id))
         with translated("editMessageText"):
             try:
                 # An empty keyboard once decided: the edit removes the buttons.
@@ -372,6 +381,7 @@ class TelegramAdapter(BaseAdapter):
             chat_id, thread = _chat(target)
         else:
             chat_id, thread = int(account_id), None
+        await self.pacer.take(self.budget.message(chat_id))
         with translated("sendMessage"):
             try:
                 await bot.send_message(chat_id, text, message_thread_id=thread)

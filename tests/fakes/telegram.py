@@ -12,7 +12,11 @@ What a test gets:
 - the chat as a user sees it: every message the bot sent, with its edit history, keyboard and
   topic (`sent`, `messages_in`), and every callback answer (`answers`);
 - every call recorded (`calls`, `calls_to`) and faults on demand (`fail_next`: a 429 with
-  `retry_after`, or any other error).
+  `retry_after`, or any other error);
+- Telegram's budgets enforced: a send or edit over one a second in a chat, twenty a minute in a
+  group or thirty a second across the bot is refused with 429 and `retry_after`, as Telegram
+  does (`budget_scale` shortens every period for tests that would otherwise wait minutes;
+  `throttled` lists the calls refused). A call counts when it succeeds.
 
 The checks real Telegram makes that an adapter must survive are made here too: HTML parse mode
 rejects unknown or unbalanced tags with 400 "can't parse entities"; editing to identical
@@ -47,6 +51,9 @@ _HTML_TAGS = frozenset(
      "blockquote", "tg-emoji", "tg-time"}
 )
 MAX_TEXT = 4096
+# The methods that count against the budgets, and the budgets: (limit, seconds) per chat, per group, per bot.
+_BUDGETED = frozenset({"sendMessage", "editMessageText", "editMessageReplyMarkup"})
+BUDGETS = {"chat": (1, 1.0), "group": (20, 60.0), "bot": (30, 1.0)}
 
 
 class ApiError(Exception):
@@ -197,8 +204,11 @@ class FakeTelegram:
     """One fake Bot API server for one bot (the token in the URL must match)."""
 
     def __init__(self, token: str = "123456:TEST-fake-token", *, bot_id: int = 123456,
-                 bot_username: str = "gateway_bot", bot_name: str = "Gateway") -> None:
+                 bot_username: str = "gateway_bot", bot_name: str = "Gateway", budget_scale: float = 1.0) -> None:
         self.token = token
+        self.budgets = {name: (limit, per * budget_scale) for name, (limit, per) in BUDGETS.items()}
+        self.throttled: list[Call] = []  # calls refused with 429 for going over a budget
+        self._counted: dict[tuple[str, str], list[float]] = {}  # budget scope -> when its calls arrived
         self.bot_user: JSON = {"id": bot_id, "is_bot": True, "first_name": bot_name, "username": bot_username}
         self.calls: list[Call] = []
         self.commands: dict[str, list[tuple[str, str]]] = {}  # setMyCommands, by scope type
@@ -421,13 +431,38 @@ class FakeTelegram:
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return _error(ApiError(404, "Not Found"))
+        arrived = time.monotonic()
+        scopes = self._scopes(method, params)
+        wait = self._over_budget(scopes, arrived)
+        if wait is not None:
+            self.throttled.append(self.calls[-1])
+            return _error(ApiError(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait}))
         try:
             result = await handler(params)
         except ApiError as e:
             return _error(e)
         except (KeyError, TypeError, ValueError) as e:
             return _error(ApiError(400, f"Bad Request: {type(e).__name__}: {e}"))
+        for scope in scopes:
+            self._counted.setdefault(scope, []).append(arrived)
         return web.json_response({"ok": True, "result": result})
+
+    def _scopes(self, method: str, p: JSON) -> list[tuple[str, str]]:
+        if method not in _BUDGETED or "chat_id" not in p:
+            return []
+        chat = str(p["chat_id"])
+        return [("chat", chat), ("bot", "")] + ([("group", chat)] if chat.startswith("-") else [])
+
+    def _over_budget(self, scopes: list[tuple[str, str]], now: float) -> int | None:
+        """Seconds to wait (whole, at least 1, as Telegram says it) when a call would go over a budget."""
+        for scope in scopes:
+            limit, per = self.budgets[scope[0]]
+            times = self._counted.get(scope, [])
+            recent = [t for t in times if t > now - per]
+            self._counted[scope] = recent
+            if len(recent) >= limit:
+                return max(1, int(recent[-limit] + per - now + 0.999))
+        return None
 
     # --- Bot API methods ------------------------------------------------------------------
 

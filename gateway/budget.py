@@ -1,0 +1,120 @@
+"""Platform budgets, paced so that the gateway itself never causes a 429.
+
+Each adapter owns one `Pacer` and passes every outbound call through it with the scopes the call
+counts against (Telegram: the chat, the group, the bot; Slack: the method's tier, the channel).
+A scope is a `Rule` (at most `limit` calls in any `per` seconds) and a key (a chat id, a method).
+
+A call reserves the earliest moment at which every one of its scopes has room, then sleeps until
+then; reservations are made at once, so concurrent callers queue in order rather than race. The
+window a pacer keeps is a little wider than the platform's (`HEADROOM`, `SLACK`): the platform
+counts a call when it arrives, and two calls sent a window apart can arrive closer together.
+
+A streamed draft must not wait (a later draft or the final carries its text): `impatient()` makes
+calls inside it raise `OverBudget` instead of sleeping, and reserve nothing. The final text waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+
+from .surface import RateLimited
+
+HEADROOM = 0.1  # the window kept is this much longer than the platform's...
+SLACK = 0.05  # ...plus this many seconds, for calls that arrive closer together than they were sent
+
+_patience: ContextVar[float | None] = ContextVar("budget_patience", default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """At most `limit` calls in any `per` seconds, per key."""
+
+    name: str
+    limit: int
+    per: float
+
+
+Scope = tuple[Rule, str]
+
+
+def scaled(rules: Sequence[Rule], factor: float) -> list[Rule]:
+    """The same budgets with every period multiplied by `factor` (tests and benches run time faster)."""
+    return [replace(r, per=r.per * factor) for r in rules]
+
+
+class OverBudget(RateLimited):
+    """A call that may not wait would have had to: nothing was sent and nothing reserved.
+
+    A RateLimited (the caller already skips a draft on one) that no platform said: not a 429.
+    """
+
+
+@contextlib.contextmanager
+def impatient(seconds: float = 0.0) -> Iterator[None]:
+    """Calls paced inside this block wait at most `seconds`; a longer wait raises OverBudget."""
+    token = _patience.set(seconds)
+    try:
+        yield
+    finally:
+        _patience.reset(token)
+
+
+class Pacer:
+    """One adapter's budgets: `take(scopes)` returns when a call counting against them may go."""
+
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic, headroom: float = HEADROOM,
+                 slack: float = SLACK) -> None:
+        self._clock, self._headroom, self._slack = clock, headroom, slack
+        self._times: dict[tuple[str, str], list[float]] = {}  # sent and reserved moments, sorted
+        self.waited = 0.0  # seconds callers spent waiting for a budget (for the bench and /metrics)
+        self.skipped = 0  # impatient calls refused
+
+    def window(self, rule: Rule) -> float:
+        return rule.per * (1 + self._headroom) + self._slack
+
+    async def take(self, scopes: Sequence[Scope]) -> None:
+        """Wait until a call counting against every scope in `scopes` fits all their budgets."""
+        if not scopes:
+            return
+        now = self._clock()
+        at = self._earliest(scopes, now)
+        patience = _patience.get()
+        if patience is not None and at - now > patience:
+            self.skipped += 1
+            raise OverBudget(at - now, "budget")
+        entries = [self._times.setdefault((rule.name, key), []) for rule, key in scopes]
+        for times in entries:
+            bisect.insort(times, at)
+        if at <= now:
+            return
+        self.waited += at - now
+        try:
+            await asyncio.sleep(at - now)
+        except asyncio.CancelledError:  # a call that never went out gives its place back
+            for times in entries:
+                with contextlib.suppress(ValueError):
+                    times.remove(at)
+            raise
+
+    def _earliest(self, scopes: Sequence[Scope], now: float) -> float:
+        lists = []
+        for rule, key in scopes:
+            w = self.window(rule)
+            times = self._times.get((rule.name, key), [])
+            del times[: bisect.bisect_right(times, now - w)]  # older than any window that is still open
+            if not times:
+                self._times.pop((rule.name, key), None)
+            lists.append((rule, w, times))
+        # The count within (t - w, t + w) only falls at t = e + w for some entry e: try now, then those.
+        candidates = sorted({now, *(e + w for _, w, times in lists for e in times if e + w > now)})
+        for t in candidates:
+            if all(bisect.bisect_left(times, t + w) - bisect.bisect_right(times, t - w) < rule.limit
+                   for rule, w, times in lists):
+                return t
+        return candidates[-1]  # unreachable: past every entry's window each scope is empty

@@ -1,0 +1,94 @@
+"""Telegram's budgets are never exceeded by the gateway: the fake answers 429 past them, and gets none.
+
+Time runs twenty times faster here (`budget_scale` on the fake, `scaled` rules on the adapter):
+a group's twenty messages a minute become twenty in three seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.budget import RULES, TelegramBudget
+from gateway.budget import Rule, scaled
+from gateway.clock import Clock
+from gateway.delivery import ReplyStream
+from gateway.messages import ChatKind
+from gateway.store.engine import create_engine, migrate
+from gateway.store.repo import Store
+from gateway.surface import RateLimited
+from tests.adapters.telegram.test_adapter import ADA, GROUP_ID, RecordingDispatcher, make_adapter, target
+from tests.fakes.telegram import FakeTelegram
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
+
+SCALE = 0.05
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram(budget_scale=SCALE) as server:
+        server.private_chat(ADA)
+        server.add_chat(GROUP_ID, "group", title="Team")
+        yield server
+
+
+@pytest.fixture
+async def adapter(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TelegramAdapter]:
+    adapter = make_adapter(fake, monkeypatch)
+    adapter.budget = TelegramBudget(scaled(RULES, SCALE))
+    await adapter.start(RecordingDispatcher())
+    await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
+    yield adapter
+    await adapter.stop()
+
+
+async def test_the_fake_refuses_a_call_over_the_group_budget(fake: FakeTelegram, adapter: TelegramAdapter) -> None:
+    # Budgets a hundred times the platform's: what a client that does not pace sends.
+    adapter.budget = TelegramBudget([Rule(r.name, r.limit * 100, r.per) for r in RULES])
+    group = target(GROUP_ID, ChatKind.GROUP)
+    results = await asyncio.gather(*(adapter.post_message(group, f"n{i}") for i in range(3)), return_exceptions=True)
+    assert any(isinstance(r, RateLimited) for r in results), "1 a second per chat: the second is refused"
+    assert fake.throttled
+
+
+async def test_a_30_message_burst_into_one_group_lands_within_its_budget(fake: FakeTelegram,
+                                                                         adapter: TelegramAdapter) -> None:
+    group = target(GROUP_ID, ChatKind.GROUP)
+    started = time.monotonic()
+    await asyncio.gather(*(adapter.post_message(group, f"message {i}") for i in range(30)))
+    took = time.monotonic() - started
+    assert fake.throttled == [], "the gateway itself never causes a 429"
+    assert sorted(m.text for m in fake.sent(GROUP_ID)) == sorted(f"message {i}" for i in range(30))
+    limit, per = fake.budgets["group"]
+    assert took >= per, "thirty messages do not fit one group window of twenty"
+    arrivals = [c.at for c in fake.calls_to("sendMessage")]
+    assert all(sum(1 for t in arrivals if a - per < t <= a) <= limit for a in arrivals)
+
+
+async def test_a_draft_skips_a_tight_budget_and_the_final_always_lands(fake: FakeTelegram, adapter: TelegramAdapter,
+                                                                       tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
+    await migrate(engine)
+    try:
+        group = target(GROUP_ID, ChatKind.GROUP)
+        for i in range(18):  # the group's budget is nearly spent by others
+            await adapter.post_message(group, f"busy {i}")
+        stream = ReplyStream(adapter, group, Store(engine), "run1", Clock(), fresh=True)
+        for i in range(40):  # a draft every 0.05 s, as often as the chat allows
+            await stream.append(f"word{i} ")
+            await asyncio.sleep(0.06)
+        await stream.finish()
+        mine = [m for m in fake.sent(GROUP_ID) if m.text.startswith("word0")]
+        assert len(mine) == 1 and mine[0].text.strip() == " ".join(f"word{i}" for i in range(40))
+        assert len(mine[0].edits) <= 2, "drafts beyond the budget were skipped, not queued"
+        assert fake.throttled == []
+        assert adapter.pacer.skipped > 0
+    finally:
+        await engine.dispose()
