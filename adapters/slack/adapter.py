@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 import aiohttp
@@ -29,9 +29,11 @@ from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.base import BaseAdapter, within
 from gateway.adapter_registry import AdapterContext
+from gateway.budget import Pacer, impatient
 from bindings.models import BindingSpec, SlackSection
 from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.surface import (
@@ -43,6 +45,7 @@ from gateway.surface import (
 )
 
 from .api import SlackConnection, UserNames, call
+from .budget import SlackBudget
 from .cards import ACTION_PREFIX, card_message, parse_action_value
 from .directory import SlackDirectory
 from .normalize import BotIdentity, chat_kind, normalize_event
@@ -75,6 +78,8 @@ class SlackAdapter(BaseAdapter):
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
+        self.pacer = Pacer()  # every outbound call waits here for its method's tier and its channel
+        self.budget = SlackBudget()
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
 
@@ -288,14 +293,15 @@ class SlackAdapter(BaseAdapter):
         return markdown_to_mrkdwn(markdown)
 
     async def post_message(self, target: ReplyTarget, text: str) -> str:
-        response = await call(
-            "chat.postMessage",
+        response = await self._call(
+            "chat.postMessage", target.channel,
             self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False),
         )
         return str(response["ts"])
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
-        await call("chat.update", self._require_client().chat_update(channel=target.channel, ts=message_id, text=text))
+        await self._call("chat.update", target.channel,
+                         self._require_client().chat_update(channel=target.channel, ts=message_id, text=text))
 
     async def show_typing(self, target: ReplyTarget) -> None:
         """Assistant thread status ("is thinking…") where Slack allows it; else nothing.
@@ -305,24 +311,27 @@ class SlackAdapter(BaseAdapter):
         if not target.thread or target.channel in self._no_status:
             return
         try:
-            await call(
-                "assistant.threads.setStatus",
-                self._require_client().assistant_threads_setStatus(channel_id=target.channel, thread_ts=target.thread, status=THINKING_STATUS),
-            )
+            with impatient():  # cosmetic: never worth waiting for, nor for a budget
+                await self._call(
+                    "assistant.threads.setStatus", target.channel,
+                    self._require_client().assistant_threads_setStatus(channel_id=target.channel, thread_ts=target.thread, status=THINKING_STATUS),
+                )
         except RateLimited:
-            pass  # cosmetic: never worth waiting for
+            pass
         except PlatformError as e:
             self._no_status.add(target.channel)
             self._log.debug("no thread status in %s: %s", target.channel, e)
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         text, blocks = card_message(card)
-        response = await call("chat.postMessage", self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
+        response = await self._call("chat.postMessage", target.channel,
+                                    self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
         return str(response["ts"])
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         text, blocks = card_message(card)
-        await call("chat.update", self._require_client().chat_update(channel=target.channel, ts=card_ref, text=text, blocks=blocks))
+        await self._call("chat.update", target.channel,
+                         self._require_client().chat_update(channel=target.channel, ts=card_ref, text=text, blocks=blocks))
 
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         await self._post_ephemeral(target.channel, account_id, text, target.thread)
@@ -331,12 +340,21 @@ class SlackAdapter(BaseAdapter):
         kwargs: dict[str, Any] = {"channel": channel, "user": user, "text": text}
         if thread:
             kwargs["thread_ts"] = thread
-        await call("chat.postEphemeral", self._require_client().chat_postEphemeral(**kwargs))
+        await self._call("chat.postEphemeral", channel, self._require_client().chat_postEphemeral(**kwargs))
 
     def directory(self) -> SlackDirectory:
         return self._directory
 
     # --- helpers --------------------------------------------------------------------------
+
+    async def _call(self, method: str, channel: str, request: Coroutine[Any, Any, AsyncSlackResponse]) -> AsyncSlackResponse:
+        """One outbound Web API call, sent when the method's tier and the channel's limit have room."""
+        try:
+            await self.pacer.take(self.budget.scopes(method, channel))
+        except BaseException:
+            request.close()  # never awaited: no warning about it
+            raise
+        return await call(method, request)
 
     def _require_client(self) -> AsyncWebClient:
         return self._conn.require_client()

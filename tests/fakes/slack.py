@@ -7,6 +7,11 @@ events and interactivity payloads (bolt-python's scenario tests, python-slack-sd
 Mode tests).
 
 Everything is recorded (`calls`, `acks`), nothing is asserted here: tests assert.
+
+Slack's rate limits are enforced: each method's tier (calls a minute for the workspace) and
+`chat.postMessage`'s one message a second per channel. A call over either gets HTTP 429 with
+`Retry-After`, as Slack answers it (`budget_scale` shortens every period; `throttled` lists the
+calls refused). A call counts when it succeeds.
 """
 
 from __future__ import annotations
@@ -25,6 +30,16 @@ from urllib.parse import parse_qsl, quote
 
 from aiohttp import WSMsgType, web
 
+# (limit, seconds) per method for the workspace, by Slack's tiers (2: 20/min, 3: 50/min, 4: 100/min).
+TIERS = {
+    "chat.update": (50, 60.0),
+    "chat.postEphemeral": (100, 60.0),
+    "assistant.threads.setStatus": (50, 60.0),
+    "chat.startStream": (20, 60.0),
+    "chat.appendStream": (100, 60.0),
+    "chat.stopStream": (20, 60.0),
+}
+PER_CHANNEL = (1, 1.0)  # chat.postMessage: one a second in a channel (short bursts aside)
 BOT_TOKEN = "xoxb-fake-bot-token"
 APP_TOKEN = "xapp-fake-app-token"
 SIGNING_SECRET = "fake-signing-secret"
@@ -139,7 +154,12 @@ class FakeSlack:
         bot_id: str = "B0BOT",
         app_id: str = "A0APP",
         echo_bot_posts: bool = True,
+        budget_scale: float = 1.0,
     ) -> None:
+        self.tiers = {m: (limit, per * budget_scale) for m, (limit, per) in TIERS.items()}
+        self.per_channel = (PER_CHANNEL[0], PER_CHANNEL[1] * budget_scale)
+        self.throttled: list[ApiCall] = []  # calls refused with 429 for going over a rate limit
+        self._counted: dict[tuple[str, str], list[float]] = {}
         self.team_id, self.bot_user_id, self.bot_id, self.app_id = team_id, bot_user_id, bot_id, app_id
         # Real Slack echoes the app's own posts back as `message` events with `bot_id`.
         self.echo_bot_posts = echo_bot_posts
@@ -272,13 +292,40 @@ class FakeSlack:
             handler = getattr(self, "_m_" + method.replace(".", "_"), None)
             if handler is None:
                 return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
+            arrived = time.monotonic()
+            scopes = self._scopes(method, args)
+            wait = self._over_budget(scopes, arrived)
+            if wait is not None:
+                call.status = 429
+                self.throttled.append(call)
+                return web.json_response({"ok": False, "error": "ratelimited"}, status=429,
+                                         headers={"Retry-After": str(wait)})
             try:
                 result = await handler(args)
             except KeyError as e:
                 result = {"ok": False, "error": "invalid_arguments", "detail": str(e)}
+            if result.get("ok"):
+                for scope in scopes:
+                    self._counted.setdefault(scope, []).append(arrived)
             return web.json_response(result)
         finally:
             await self._notify()
+
+    def _scopes(self, method: str, args: dict[str, Any]) -> list[tuple[str, str]]:
+        scopes = [(method, "")] if method in self.tiers else []
+        if method == "chat.postMessage":
+            scopes.append((method, str(args.get("channel"))))
+        return scopes
+
+    def _over_budget(self, scopes: list[tuple[str, str]], now: float) -> int | None:
+        """Whole seconds to wait (Slack's Retry-After) when a call would go over a limit."""
+        for scope in scopes:
+            limit, per = self.per_channel if scope[1] else self.tiers[scope[0]]
+            recent = [t for t in self._counted.get(scope, []) if t > now - per]
+            self._counted[scope] = recent
+            if len(recent) >= limit:
+                return max(1, int(recent[-limit] + per - now + 0.999))
+        return None
 
     async def _m_auth_test(self, args: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -1,0 +1,58 @@
+"""Slack's rate limits are never exceeded by the gateway: the fake answers 429 past them, and gets none.
+
+Time runs twenty times faster here (`budget_scale` on the fake, `scaled` rules on the adapter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from adapters.slack.adapter import SlackAdapter
+from adapters.slack.budget import RULES, SlackBudget
+from gateway.budget import Rule, scaled
+from gateway.messages import ChatKind
+from gateway.surface import RateLimited, ReplyTarget
+from tests.fakes.slack import FakeSlack
+
+from .conftest import RecordingDispatcher, start_adapter
+
+SCALE = 0.05
+
+
+@pytest.fixture
+async def fast_slack(slack_env: None) -> AsyncIterator[FakeSlack]:
+    async with FakeSlack(budget_scale=SCALE) as fake:
+        fake.add_channel("C0GEN", "general", members=["U0BOT"])
+        yield fake
+
+
+@pytest.fixture
+async def paced(fast_slack: FakeSlack) -> AsyncIterator[SlackAdapter]:
+    adapter = await start_adapter(fast_slack, RecordingDispatcher())
+    adapter.budget = SlackBudget(scaled(RULES, SCALE))
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
+
+
+GENERAL = ReplyTarget("slack", "acme", "T0TEAM", "C0GEN", None, ChatKind.CHANNEL)
+
+
+async def test_the_fake_refuses_posts_over_the_channel_limit(fast_slack: FakeSlack, paced: SlackAdapter) -> None:
+    paced.budget = SlackBudget([Rule(r.name, r.limit * 100, r.per) for r in RULES])  # a client that does not pace
+    results = await asyncio.gather(*(paced.post_message(GENERAL, f"n{i}") for i in range(3)), return_exceptions=True)
+    assert any(isinstance(r, RateLimited) for r in results)
+    assert fast_slack.throttled
+
+
+async def test_posts_and_edits_in_a_burst_stay_within_the_channel_limit_and_the_tier(fast_slack: FakeSlack,
+                                                                                     paced: SlackAdapter) -> None:
+    posted = await asyncio.gather(*(paced.post_message(GENERAL, f"message {i}") for i in range(10)))
+    await asyncio.gather(*(paced.edit_message(GENERAL, ts, f"edit {n} of {ts}") for ts in posted for n in range(6)))
+    assert fast_slack.throttled == [], "the gateway itself never causes a 429"
+    assert len(fast_slack.bot_messages("C0GEN")) == 10
+    assert len(fast_slack.calls_to("chat.update")) == 60, "more than a Tier 3 minute's 50: paced, none lost"
