@@ -22,6 +22,7 @@ from pydantic_ai import (
     CancellationToken,
     DeferredToolRequests,
     DeferredToolResults,
+    FunctionToolCallEvent,
     FunctionToolResultEvent,
     ModelHTTPError,
     PartDeltaEvent,
@@ -52,7 +53,7 @@ from .store import repo
 from .store.conversation_log import ConversationLog
 from .store.models import Run
 from .store.notes import NoteStore
-from .surface import Adapter
+from .surface import Adapter, ReplyTarget
 from .turn import Memory, Requester, Turn
 
 if TYPE_CHECKING:
@@ -289,6 +290,8 @@ class Runner:
                             await stream.append("\n\n")
                         separate = False
                         await stream.append(text)
+                    elif isinstance(event, FunctionToolCallEvent):
+                        await show_status(stream.adapter, turn.target, f"using {event.part.tool_name}…")
                     elif isinstance(event, FunctionToolResultEvent):
                         separate = True
                     elif isinstance(event, AgentRunResultEvent):
@@ -371,6 +374,14 @@ class Runner:
     @property
     def running_ids(self) -> list[str]:
         return list(self._tokens)
+
+
+async def show_status(adapter: Adapter, target: ReplyTarget, text: str) -> None:
+    """A status is a nicety: it never fails or holds up a run."""
+    try:
+        await adapter.show_status(target, text)
+    except Exception as e:
+        log.debug("status not shown: %s", e)
 
 
 def _text_of(event: Any) -> str:

@@ -308,13 +308,17 @@ class SlackAdapter(BaseAdapter):
 
         Slack clears the status itself when the app posts in the thread.
         """
+        await self.show_status(target, THINKING_STATUS)
+
+    async def show_status(self, target: ReplyTarget, text: str) -> None:
+        """The assistant thread's status line ("using web_fetch…"), where Slack allows one."""
         if not target.thread or target.channel in self._no_status:
             return
         try:
             with impatient():  # cosmetic: never worth waiting for, nor for a budget
                 await self._call(
                     "assistant.threads.setStatus", target.channel,
-                    self._require_client().assistant_threads_setStatus(channel_id=target.channel, thread_ts=target.thread, status=THINKING_STATUS),
+                    self._require_client().assistant_threads_setStatus(channel_id=target.channel, thread_ts=target.thread, status=text),
                 )
         except RateLimited:
             pass

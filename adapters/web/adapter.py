@@ -79,6 +79,9 @@ class WebAdapter:
     async def show_typing(self, target: ReplyTarget) -> None:
         self._publish(target, {"type": "typing"})
 
+    async def show_status(self, target: ReplyTarget, text: str) -> None:
+        """The page shows typing until text arrives; it has no status line."""
+
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         self._publish(target, {"type": "card", "card": card_json(card)})
         return card.card_id
