@@ -32,7 +32,7 @@ from bindings.models import BindingSpec
 from bindings.secrets import Secret, SecretError, SecretRef
 from gateway.adapter_registry import AdapterContext
 from gateway.reconnect import Backoff, HealthState, reconnect_forever
-from gateway.surface import AdapterHealth, Dispatcher, PlatformError, PlatformLimits, ReplyTarget
+from gateway.surface import AdapterHealth, Dispatcher, LiveReply, PlatformError, PlatformLimits, ReplyTarget
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -139,6 +139,10 @@ class BaseAdapter(abc.ABC):
 
     def forget(self, message_ids: Sequence[str]) -> None:
         """Nothing is kept about a sent message on these platforms: the platform holds it."""
+
+    def live(self, target: ReplyTarget) -> LiveReply | None:
+        """No native streaming: replies are posted and edited."""
+        return None
 
     async def show_status(self, target: ReplyTarget, text: str) -> None:
         """Most platforms have no status line: the typing indicator says enough."""

@@ -5,9 +5,10 @@ counts against (Telegram: the chat, the group, the bot; Slack: the method's tier
 A scope is a `Rule` (at most `limit` calls in any `per` seconds) and a key (a chat id, a method).
 
 A call reserves the earliest moment at which every one of its scopes has room, then sleeps until
-then; reservations are made at once, so concurrent callers queue in order rather than race. The
-window a pacer keeps is a little wider than the platform's (`HEADROOM`, `SLACK`): the platform
-counts a call when it arrives, and two calls sent a window apart can arrive closer together.
+then; reservations are made at once, so concurrent callers queue in order rather than race.
+The platform counts a call when it arrives, which is some time after it was sent: `paced()`
+records the call as made when its answer came back (no earlier than it arrived), and the window
+a pacer keeps is a little wider than the platform's (`HEADROOM`, `SLACK`).
 
 A streamed draft must not wait (a later draft or the final carries its text): `impatient()` makes
 calls inside it raise `OverBudget` instead of sleeping, and reserve nothing. The final text waits.
@@ -19,7 +20,7 @@ import asyncio
 import bisect
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
@@ -78,10 +79,20 @@ class Pacer:
     def window(self, rule: Rule) -> float:
         return rule.per * (1 + self._headroom) + self._slack
 
-    async def take(self, scopes: Sequence[Scope]) -> None:
-        """Wait until a call counting against every scope in `scopes` fits all their budgets."""
+    @contextlib.asynccontextmanager
+    async def paced(self, scopes: Sequence[Scope]) -> AsyncIterator[None]:
+        """Wait for room, make the call inside the block; it counts from when the block ends."""
+        at = await self.take(scopes)
+        try:
+            yield
+        finally:
+            self._move(scopes, at, self._clock())
+
+    async def take(self, scopes: Sequence[Scope]) -> float:
+        """Wait until a call counting against every scope in `scopes` fits all their budgets;
+        returns the moment reserved for it."""
         if not scopes:
-            return
+            return 0.0
         now = self._clock()
         at = self._earliest(scopes, now)
         patience = _patience.get()
@@ -92,7 +103,7 @@ class Pacer:
         for times in entries:
             bisect.insort(times, at)
         if at <= now:
-            return
+            return at
         self.waited += at - now
         try:
             await asyncio.sleep(at - now)
@@ -101,6 +112,18 @@ class Pacer:
                 with contextlib.suppress(ValueError):
                     times.remove(at)
             raise
+        return at
+
+    def _move(self, scopes: Sequence[Scope], at: float, done: float) -> None:
+        if done <= at:
+            return
+        for rule, key in scopes:
+            times = self._times.get((rule.name, key))
+            if times is None:
+                continue
+            with contextlib.suppress(ValueError):
+                times.remove(at)
+            bisect.insort(times, done)
 
     def _earliest(self, scopes: Sequence[Scope], now: float) -> float:
         lists = []

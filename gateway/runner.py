@@ -46,6 +46,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 from bindings.models import AgentSpec
 
 from .delivery import ReplyStream
+from .live_reply import NativeReplyStream
 from .llm import ModelConfigError
 from .memory import resolve_scope
 from .messages import ChatKind
@@ -244,8 +245,13 @@ class Runner:
     def stream_for(self, prepared: Prepared, *, segment: bool = False, fresh: bool = False) -> ReplyStream:
         gw = self.gateway
         turn = prepared.turn
+        on_error = lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()  # noqa: E731
+        live = prepared.adapter.live(turn.target) if fresh and not segment else None  # a run's first reply only
+        if live is not None:
+            return NativeReplyStream(live, prepared.adapter, turn.target, gw.store, turn.run_id, gw.clock, fresh=True,
+                                     on_platform_error=on_error)
         return ReplyStream(prepared.adapter, turn.target, gw.store, turn.run_id, gw.clock, segment=segment, fresh=fresh,
-                           on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc())
+                           on_platform_error=on_error)
 
     async def drive(
         self,

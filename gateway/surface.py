@@ -196,6 +196,22 @@ class AdapterHealth:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class LiveReply(Protocol):
+    """One reply streamed natively (Slack's chat.startStream / appendStream / stopStream, Telegram's
+    sendMessageDraft): the platform shows the text as it is appended. Any method may raise
+    `NativeUnavailable`."""
+
+    async def start(self, markdown: str) -> str | None:
+        """Begin with `markdown`; the message id, or None while only a draft exists."""
+        ...
+
+    async def append(self, markdown: str) -> None: ...
+
+    async def stop(self, markdown: str = "") -> str | None:
+        """Append the last `markdown` (if any) and end the stream; the message id, if a message now exists."""
+        ...
+
+
 @runtime_checkable
 class Adapter(Protocol):
     """One binding's connection to one platform. Constructed from the binding's config."""
@@ -228,6 +244,10 @@ class Adapter(Protocol):
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None: ...
 
     async def show_typing(self, target: ReplyTarget) -> None: ...
+
+    def live(self, target: ReplyTarget) -> LiveReply | None:
+        """A native stream for one reply in `target`, where the platform has one; else None."""
+        ...
 
     async def show_status(self, target: ReplyTarget, text: str) -> None:
         """What the run is doing now ("using web_fetch…"), where the platform shows a status
@@ -262,6 +282,10 @@ class PlatformError(Exception):
 
 class NotVisible(PlatformError):
     """The bot cannot see this channel (not a member, archived, private): bad news, not a fault."""
+
+
+class NativeUnavailable(PlatformError):
+    """The platform has no native streaming here (a workspace, an older token): post and edit instead."""
 
 
 class RateLimited(PlatformError):

@@ -46,6 +46,7 @@ from gateway.surface import (
 
 from .api import SlackConnection, UserNames, call
 from .budget import SlackBudget
+from .live import SlackLiveReply
 from .cards import ACTION_PREFIX, card_message, parse_action_value
 from .directory import SlackDirectory
 from .normalize import BotIdentity, chat_kind, normalize_event
@@ -80,6 +81,7 @@ class SlackAdapter(BaseAdapter):
         self.ping_interval = 10.0
         self.pacer = Pacer()  # every outbound call waits here for its method's tier and its channel
         self.budget = SlackBudget()
+        self.native_streaming = True  # until a method is refused: then post + edit for this binding
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
 
@@ -310,6 +312,17 @@ class SlackAdapter(BaseAdapter):
         """
         await self.show_status(target, THINKING_STATUS)
 
+    def live(self, target: ReplyTarget) -> SlackLiveReply | None:
+        """Native streaming in an assistant thread (a thread in a DM), while this binding has it."""
+        if not (self.native_streaming and target.thread and target.chat_kind is ChatKind.DM):
+            return None
+        return SlackLiveReply(self._require_client(), self._call, target, self._native_unavailable)
+
+    def _native_unavailable(self) -> None:
+        if self.native_streaming:
+            self.native_streaming = False
+            self._log.info("no native streaming on this workspace or token: replies are posted and edited")
+
     async def show_status(self, target: ReplyTarget, text: str) -> None:
         """The assistant thread's status line ("using web_fetch…"), where Slack allows one."""
         if not target.thread or target.channel in self._no_status:
@@ -354,11 +367,10 @@ class SlackAdapter(BaseAdapter):
     async def _call(self, method: str, channel: str, request: Coroutine[Any, Any, AsyncSlackResponse]) -> AsyncSlackResponse:
         """One outbound Web API call, sent when the method's tier and the channel's limit have room."""
         try:
-            await self.pacer.take(self.budget.scopes(method, channel))
-        except BaseException:
-            request.close()  # never awaited: no warning about it
-            raise
-        return await call(method, request)
+            async with self.pacer.paced(self.budget.scopes(method, channel)):
+                return await call(method, request)
+        finally:
+            request.close()  # a no-op once awaited; never awaited (cancelled, over budget): no warning
 
     def _require_client(self) -> AsyncWebClient:
         return self._conn.require_client()

@@ -313,62 +313,62 @@ class TelegramAdapter(BaseAdapter):
     async def post_message(self, target: ReplyTarget, text: str) -> str:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
-        await self.pacer.take(self.budget.message(chat_id))
-        with translated("sendMessage"):
-            try:
-                sent = await bot.send_message(chat_id, text, parse_mode=ParseMode.HTML, message_thread_id=thread)
-            except TelegramError as e:
-                if not is_parse_error(e):
-                    raise
-                self._log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", e)
-                sent = await bot.send_message(chat_id, html_to_plain(text), message_thread_id=thread)
+        async with self.pacer.paced(self.budget.message(chat_id)):
+            with translated("sendMessage"):
+                try:
+                    sent = await bot.send_message(chat_id, text, parse_mode=ParseMode.HTML, message_thread_id=thread)
+                except TelegramError as e:
+                    if not is_parse_error(e):
+                        raise
+                    self._log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", e)
+                    sent = await bot.send_message(chat_id, html_to_plain(text), message_thread_id=thread)
         return str(sent.message_id)
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
-        await self.pacer.take(self.budget.message(chat_id))
-        with translated("editMessageText"):
-            try:
+        async with self.pacer.paced(self.budget.message(chat_id)):
+            with translated("editMessageText"):
                 try:
-                    await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML)
+                    try:
+                        await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML)
+                    except TelegramError as e:
+                        if not is_parse_error(e):
+                            raise
+                        self._log.warning("Telegram refused the HTML of an edit (%s); editing as plain text", e)
+                        await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id))
                 except TelegramError as e:
-                    if not is_parse_error(e):
+                    if not is_not_modified(e):  # the same text again is not a failure
                         raise
-                    self._log.warning("Telegram refused the HTML of an edit (%s); editing as plain text", e)
-                    await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id))
-            except TelegramError as e:
-                if not is_not_modified(e):  # the same text again is not a failure
-                    raise
 
     async def show_typing(self, target: ReplyTarget) -> None:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
-        await self.pacer.take(self.budget.action())
-        with translated("sendChatAction"):
-            await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
+        async with self.pacer.paced(self.budget.action()):
+            with translated("sendChatAction"):
+                await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
-        await self.pacer.take(self.budget.message(chat_id))
-        with translated("sendMessage"):
-            sent = await bot.send_message(chat_id, card_html(card), parse_mode=ParseMode.HTML,
-                                          message_thread_id=thread, reply_markup=card_keyboard(card))
+        async with self.pacer.paced(self.budget.message(chat_id)):
+            with translated("sendMessage"):
+                sent = await bot.send_message(chat_id, card_html(card), parse_mode=ParseMode.HTML,
+                                              message_thread_id=thread, reply_markup=card_keyboard(card))
         return str(sent.message_id)
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
-        await self.pacer.take(self.budget.message(chat_id))
-        with translated("editMessageText"):
-            try:
-                # An empty keyboard once decided: the edit removes the buttons.
-                await bot.edit_message_text(card_html(card), chat_id, int(card_ref), parse_mode=ParseMode.HTML,
-                                            reply_markup=card_keyboard(card))
-            except TelegramError as e:
-                if not is_not_modified(e):
-                    raise
+        async with self.pacer.paced(self.budget.message(chat_id)):
+            with translated("editMessageText"):
+                try:
+                    # An empty keyboard once decided: the edit removes the buttons.
+                    await bot.edit_message_text(card_html(card), chat_id, int(card_ref), parse_mode=ParseMode.HTML,
+                                                reply_markup=card_keyboard(card))
+                except TelegramError as e:
+                    if not is_not_modified(e):
+                        raise
 
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         """Telegram has no ephemeral messages: say it in the person's private chat with the bot.
@@ -381,12 +381,12 @@ class TelegramAdapter(BaseAdapter):
             chat_id, thread = _chat(target)
         else:
             chat_id, thread = int(account_id), None
-        await self.pacer.take(self.budget.message(chat_id))
-        with translated("sendMessage"):
-            try:
-                await bot.send_message(chat_id, text, message_thread_id=thread)
-            except Forbidden as e:
-                raise PlatformError(f"cannot message {account_id} privately: they have not started the bot") from e
+        async with self.pacer.paced(self.budget.message(chat_id)):
+            with translated("sendMessage"):
+                try:
+                    await bot.send_message(chat_id, text, message_thread_id=thread)
+                except Forbidden as e:
+                    raise PlatformError(f"cannot message {account_id} privately: they have not started the bot") from e
 
     def directory(self) -> TelegramDirectory | None:
         return TelegramDirectory(self._bot) if self._bot is not None else None

@@ -79,6 +79,10 @@ class WebAdapter:
     async def show_typing(self, target: ReplyTarget) -> None:
         self._publish(target, {"type": "typing"})
 
+    def live(self, target: ReplyTarget) -> None:
+        """The page's event stream already sends only what was added."""
+        return None
+
     async def show_status(self, target: ReplyTarget, text: str) -> None:
         """The page shows typing until text arrives; it has no status line."""
 

@@ -106,6 +106,9 @@ class FakeChatAdapter:
     async def show_typing(self, target: ReplyTarget) -> None:
         return None
 
+    def live(self, target: ReplyTarget) -> None:
+        return None
+
     async def show_status(self, target: ReplyTarget, text: str) -> None:
         return None
 

@@ -68,6 +68,8 @@ class PostedMessage:
     bot_id: str | None = None
     blocks: list[dict[str, Any]] | None = None
     edits: list[str] = field(default_factory=list)
+    streaming: bool = False  # started with chat.startStream and not yet stopped
+    appends: list[str] = field(default_factory=list)  # the markdown each chat.appendStream added
     block_edits: list[list[dict[str, Any]] | None] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
 
@@ -172,6 +174,7 @@ class FakeSlack:
         self.users: dict[str, User] = {bot_user_id: User(bot_user_id, "agent", "Agent", "agent", is_bot=True)}
         self.connections_opened = 0
         self.status_allowed = True  # assistant.threads.setStatus answers ok, or an error
+        self.native_streaming = True  # chat.startStream & co. exist (False: unknown_method, an older workspace)
         # False: the server never answers the client's close frame (a slow edge, a connection that
         # died without a word); the client must drop the connection itself.
         self.answer_close = True
@@ -368,6 +371,46 @@ class FakeSlack:
             msg.blocks = _maybe_json(args["blocks"])
         msg.block_edits.append(msg.blocks)
         return {"ok": True, "channel": msg.channel, "ts": msg.ts, "text": msg.text, "message": self._message_json(msg)}
+
+    async def _m_chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        if not self.native_streaming:
+            return {"ok": False, "error": "unknown_method"}
+        channel = args["channel"]
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        text = args.get("markdown_text") or ""
+        msg = PostedMessage(channel, self.next_ts(), text, self.bot_user_id, args["thread_ts"], self.bot_id,
+                            streaming=True, appends=[text] if text else [])
+        self.messages.append(msg)
+        return {"ok": True, "channel": channel, "ts": msg.ts}
+
+    def _streaming(self, args: dict[str, Any]) -> PostedMessage | dict[str, Any]:
+        if not self.native_streaming:
+            return {"ok": False, "error": "unknown_method"}
+        msg = self.message(args["channel"], args["ts"])
+        if msg is None:
+            return {"ok": False, "error": "message_not_found"}
+        if not msg.streaming:
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        return msg
+
+    async def _m_chat_appendStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        msg = self._streaming(args)
+        if isinstance(msg, dict):
+            return msg
+        msg.text += args["markdown_text"]
+        msg.appends.append(args["markdown_text"])
+        return {"ok": True, "channel": msg.channel, "ts": msg.ts}
+
+    async def _m_chat_stopStream(self, args: dict[str, Any]) -> dict[str, Any]:
+        msg = self._streaming(args)
+        if isinstance(msg, dict):
+            return msg
+        if args.get("markdown_text"):
+            msg.text += args["markdown_text"]
+            msg.appends.append(args["markdown_text"])
+        msg.streaming = False
+        return {"ok": True, "channel": msg.channel, "ts": msg.ts, "message": self._message_json(msg)}
 
     async def _m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
         self.ephemerals.append(Ephemeral(args["channel"], args["user"], args.get("text", ""), args.get("thread_ts") or None))

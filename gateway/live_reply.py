@@ -1,0 +1,128 @@
+"""A reply streamed natively where the platform offers it (Slack's chat.startStream and friends).
+
+The same `ReplyStream` (pacing, delivery rows, the final that always lands), with its drafts
+sent as appended Markdown instead of whole-text edits: fewer bytes, fewer calls, and the
+platform's own streaming look. Whatever a native stream cannot carry falls back to the base
+stream's post + edit: a platform that turns out not to have the methods (the adapter then
+stops offering them for the binding), a reply longer than one message, a final text that is
+not the streamed text continued (a notice after a failure): the streamed message is then
+stopped and edited into the final text like any draft.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from .budget import OverBudget, impatient
+from .delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream, _Posted
+from .surface import LiveReply, NativeUnavailable, PlatformError, RateLimited
+
+log = logging.getLogger("gateway.delivery")
+
+
+class NativeReplyStream(ReplyStream):
+    """A `ReplyStream` whose drafts go out through `live` while the platform takes them."""
+
+    def __init__(self, live: LiveReply, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._live: LiveReply | None = live
+        self._sent = ""  # the Markdown the live message holds
+        self._message_id: str | None = None
+        self._started = False
+
+    async def append(self, delta: str) -> None:
+        if self._live is None:
+            await super().append(delta)
+            return
+        if not delta:
+            return
+        self.text += delta
+        now = self.clock.monotonic()
+        if now - self._last_flush >= self.adapter.limits.min_edit_interval and now >= self._blocked_until:
+            await self._stream()
+
+    async def _stream(self) -> None:
+        assert self._live is not None
+        self._last_flush = self.clock.monotonic()
+        if len(self.text) > self.adapter.limits.max_message_chars:  # longer than one message: post + edit
+            await self._leave_native()
+            await self._flush(final=False)
+            return
+        pending = self.text[len(self._sent):]
+        if not pending.strip():
+            return
+        try:
+            with impatient():  # a draft never waits for the budget
+                if not self._started:
+                    self._message_id = await self._live.start(pending)
+                    self._started = True
+                    self._posted = [_Posted(self._message_id, self.adapter.render(self.text))]  # the typing loop ends
+                    if self._message_id is not None:  # a message exists: a restart edits it rather than post again
+                        await self.store.save_delivery(self.run_id, self._base, self._message_id,
+                                                       self._posted[0].shown, False, new=True)
+                        self._saved.add(0)
+                else:
+                    await self._live.append(pending)
+            self._sent = self.text
+        except OverBudget as e:
+            self._blocked_until = self.clock.monotonic() + min(e.retry_after, MAX_WAIT)
+        except NativeUnavailable:
+            self._live = None  # the base stream carries on from here (posting, or editing what started)
+        except RateLimited as e:
+            self._on_platform_error("rate_limited")
+            self._blocked_until = self.clock.monotonic() + min(e.retry_after, MAX_WAIT)
+        except PlatformError as e:
+            self._on_platform_error("error")
+            log.debug("a streamed draft was not sent: %s", e)
+
+    async def finish(self, text: str | None = None) -> None:
+        if text is not None:
+            self.text = text
+        if self._live is not None and self._started and self.text.strip():
+            final = self.text
+            if final.startswith(self._sent) and len(final) <= self.adapter.limits.max_message_chars:
+                if await self._stop(final[len(self._sent):]):
+                    shown = self.adapter.render(final)
+                    self._posted = [_Posted(self._message_id, shown)]
+                    await self.store.save_delivery(self.run_id, self._base, self._message_id, shown, True,
+                                                   new=0 not in self._saved)
+                    self._saved.add(0)
+                    if self._message_id:
+                        self.adapter.forget([self._message_id])
+                    return
+            await self._leave_native()
+        self._live = None
+        await super().finish(text)
+
+    async def _stop(self, markdown: str) -> bool:
+        """End the live message with the rest of the text; False when the base stream must edit it instead."""
+        assert self._live is not None
+        for _ in range(FINAL_ATTEMPTS):
+            try:
+                message_id = await self._live.stop(markdown)
+                self._message_id = self._message_id or message_id
+                self._sent += markdown
+                return True
+            except RateLimited as e:
+                self._on_platform_error("rate_limited")
+                await asyncio.sleep(min(e.retry_after, MAX_WAIT))
+            except PlatformError as e:
+                if not isinstance(e, NativeUnavailable):
+                    self._on_platform_error("error")
+                log.info("a streamed reply could not be stopped (%s): editing it instead", e)
+                return False
+        return False
+
+    async def _leave_native(self) -> None:
+        """Stop the live message as it is; the base stream edits it from now on."""
+        live, self._live = self._live, None
+        if live is not None and self._message_id is not None:
+            try:
+                await live.stop()
+            except PlatformError as e:
+                log.debug("stopping a streamed reply: %s", e)
+            self._posted[0].shown = ""  # edited to the rendered text at the next flush
+        elif self._message_id is None:
+            self._posted = []  # only a draft was shown: the base stream posts the message
