@@ -44,6 +44,7 @@ from gateway.surface import (
 )
 
 from .budget import TelegramBudget
+from .live import TelegramLiveReply
 from .cards import card_html, card_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
@@ -82,6 +83,7 @@ class TelegramAdapter(BaseAdapter):
         self._redactor: _Redact | None = None
         self.pacer = Pacer()  # every send, edit and chat action waits here for the budget
         self.budget = TelegramBudget()
+        self.drafts = True  # sendMessageDraft in private chats, until Telegram refuses it for this bot
 
     # --- lifecycle: the base's start/stop call these -------------------------------------
 
@@ -347,6 +349,19 @@ class TelegramAdapter(BaseAdapter):
         async with self.pacer.paced(self.budget.action()):
             with translated("sendChatAction"):
                 await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
+
+    def live(self, target: ReplyTarget) -> TelegramLiveReply | None:
+        """A private chat streams as a draft; groups keep edit-in-place under the group budget."""
+        if not (self.drafts and target.chat_kind is ChatKind.DM and self._bot is not None):
+            return None
+        return TelegramLiveReply(self._bot, target, render=self.render, pacer=self.pacer,
+                                 draft_scopes=self.budget.draft(), post=self.post_message,
+                                 on_unavailable=self._no_drafts)
+
+    def _no_drafts(self) -> None:
+        if self.drafts:
+            self.drafts = False
+            self._log.info("Telegram refused a message draft: private replies are posted and edited")
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         bot = self._require_bot()

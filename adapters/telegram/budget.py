@@ -1,7 +1,8 @@
 """Telegram's published budgets (core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this).
 
 About one message a second in one chat, twenty a minute in one group, thirty a second across
-the bot. Sends and edits count alike; a chat action (typing) counts against the bot only.
+the bot. Sends and edits count alike; a chat action (typing) or a message draft counts against
+the bot only.
 Group and channel chats have negative ids.
 """
 
@@ -30,6 +31,10 @@ class TelegramBudget:
         if chat_id < 0:
             scopes.append((self.group, str(chat_id)))
         return scopes
+
+    def draft(self) -> list[Scope]:
+        """A message draft (a preview, not a message): the bot's budget only."""
+        return [(self.bot, "")]
 
     def action(self) -> list[Scope]:
         """A chat action (typing)."""

@@ -207,6 +207,7 @@ class FakeTelegram:
                  bot_username: str = "gateway_bot", bot_name: str = "Gateway", budget_scale: float = 1.0) -> None:
         self.token = token
         self.budgets = {name: (limit, per * budget_scale) for name, (limit, per) in BUDGETS.items()}
+        self.drafts: dict[tuple[int, int], list[str]] = {}  # (chat, draft id) -> every text the draft showed
         self.throttled: list[Call] = []  # calls refused with 429 for going over a budget
         self._counted: dict[tuple[str, str], list[float]] = {}  # budget scope -> when its calls arrived
         self.bot_user: JSON = {"id": bot_id, "is_bot": True, "first_name": bot_name, "username": bot_username}
@@ -448,6 +449,8 @@ class FakeTelegram:
         return web.json_response({"ok": True, "result": result})
 
     def _scopes(self, method: str, p: JSON) -> list[tuple[str, str]]:
+        if method == "sendMessageDraft":
+            return [("bot", "")]
         if method not in _BUDGETED or "chat_id" not in p:
             return []
         chat = str(p["chat_id"])
@@ -570,6 +573,17 @@ class FakeTelegram:
                                 "of the message")
         msg.reply_markup = markup
         return self._message_json(msg)
+
+    async def _api_sendMessageDraft(self, p: JSON) -> bool:
+        """A preview in a private chat while a message is written; only the last text of each draft id shows."""
+        chat = self._chat(p["chat_id"])
+        if chat.type != "private":
+            raise ApiError(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        if not int(p["draft_id"]):
+            raise ApiError(400, "Bad Request: draft_id must be non-zero")
+        text = self._visible(p) if p.get("text") else ""
+        self.drafts.setdefault((chat.id, int(p["draft_id"])), []).append(text)
+        return True
 
     async def _api_sendChatAction(self, p: JSON) -> bool:
         self._chat(p["chat_id"])

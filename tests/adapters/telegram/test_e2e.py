@@ -145,9 +145,10 @@ async def test_private_message_gets_one_streamed_html_reply(tmp_path: Path, fake
         fake.push_message(ADA["id"], ADA, "hi there")
         (reply,) = await answers(fake, ADA["id"], 1, final(1))
         assert reply.raw == "<b>Hello</b> there, turn 1." and reply.parse_mode == "HTML"
-        # One message, edited as it streamed as often as the chat's budget (one a second) allows.
-        assert reply.edits[:1] == ["Hello"] and all(final(1).startswith(e) for e in reply.edits)
-        assert fake.throttled == []
+        # A private chat streams as a message draft (a preview), then the reply is one message, never edited.
+        ((chat, _), shown), = fake.drafts.items()
+        assert chat == ADA["id"] and shown[0] == "Hello" and all(final(1).startswith(s) for s in shown)
+        assert reply.edits == [] and fake.throttled == []
         assert scripted.prompts == ["hi there"]
         typing = fake.calls_to("sendChatAction")
         assert typing and typing[0].params == {"chat_id": ADA["id"], "action": "typing"}
@@ -375,3 +376,26 @@ async def test_an_update_during_a_database_lock_is_answered_once(tmp_path: Path,
         # Confirmed only after it was taken.
         await fake.wait_for(lambda: any(c.params.get("offset") == update_id + 1 for c in fake.calls_to("getUpdates")),
                             what="the offset past the update")
+
+
+async def test_a_group_reply_is_edited_in_place_not_drafted(tmp_path: Path, fake: FakeTelegram,
+                                                            scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        text = "@gateway_bot hi"
+        fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
+        (reply,) = await answers(fake, GROUP_ID, 1, final(1))
+        assert fake.drafts == {} and reply.edits[:1] == ["Hello"] and fake.throttled == []
+
+
+async def test_a_refused_draft_falls_back_to_posting_and_editing_for_the_binding(tmp_path: Path, fake: FakeTelegram,
+                                                                                 scripted: Scripted) -> None:
+    fake.fail_next("sendMessageDraft", error_code=400, description="Bad Request: method is not available")
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        fake.push_message(ADA["id"], ADA, "hi there")
+        (reply,) = await answers(fake, ADA["id"], 1, final(1))
+        assert fake.drafts == {} and all(final(1).startswith(e) for e in reply.edits)
+        fake.push_message(ADA["id"], ADA, "again")
+        await answers(fake, ADA["id"], 2, final(2))
+        assert len(fake.calls_to("sendMessageDraft")) == 1, "refused once, remembered for the binding"

@@ -1,0 +1,54 @@
+"""Telegram's native streaming in a private chat: the text so far as a message draft
+(`sendMessageDraft`, animated between updates of one draft id), then the reply as one message.
+
+A draft is a preview the person sees while the answer is written; it persists nothing, so the
+final text is sent as an ordinary message (`sendMessage`), which replaces the draft. A bot or chat
+that refuses drafts comes out as NativeUnavailable, and the adapter stops offering them.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+
+from telegram import Bot
+from telegram.constants import ParseMode
+from telegram.error import BadRequest
+
+from gateway.budget import Pacer, Scope
+from gateway.surface import NativeUnavailable, ReplyTarget
+
+from .errors import translated
+
+
+class TelegramLiveReply:
+    """One reply in one private chat, shown as a draft while it streams."""
+
+    def __init__(self, bot: Bot, target: ReplyTarget, *, render: Callable[[str], str], pacer: Pacer,
+                 draft_scopes: list[Scope], post: Callable[[ReplyTarget, str], Awaitable[str]],
+                 on_unavailable: Callable[[], None]) -> None:
+        self._bot, self._target, self._render, self._pacer = bot, target, render, pacer
+        self._scopes, self._post, self._off = draft_scopes, post, on_unavailable
+        self._draft_id = secrets.randbelow(2**31 - 1) + 1  # non-zero
+        self._markdown = ""
+
+    async def start(self, markdown: str) -> str | None:
+        await self.append(markdown)
+        return None  # a draft is not a message
+
+    async def append(self, markdown: str) -> None:
+        self._markdown += markdown
+        async with self._pacer.paced(self._scopes):
+            with translated("sendMessageDraft"):
+                try:
+                    await self._bot.send_message_draft(int(self._target.channel), self._draft_id,
+                                                       self._render(self._markdown), parse_mode=ParseMode.HTML)
+                except BadRequest as e:
+                    if "parse entities" in str(e).lower():
+                        return  # half a tag mid-stream: the next draft or the message carries it
+                    self._off()
+                    raise NativeUnavailable(f"telegram sendMessageDraft: {e}") from None
+
+    async def stop(self, markdown: str = "") -> str | None:
+        self._markdown += markdown
+        return await self._post(self._target, self._render(self._markdown))
