@@ -82,6 +82,10 @@ class LimitsConfig(Strict):
     shutdown_grace_seconds: float = Field(
         default=30, ge=0, le=3600, description="On SIGTERM, how long runs in flight may take to finish"
     )
+    platform_budget_scale: float = Field(
+        default=1.0, ge=0, le=100, description="Multiplies the periods of the platforms' published rate budgets "
+        "the adapters pace by; 0 turns pacing off. For a fake platform server or a bench, never a real platform"
+    )
 
 
 class LoggingConfig(Strict):

@@ -77,7 +77,7 @@ class Pacer:
         self.skipped = 0  # impatient calls refused
 
     def window(self, rule: Rule) -> float:
-        return rule.per * (1 + self._headroom) + self._slack
+        return rule.per * (1 + self._headroom) + self._slack if rule.per > 0 else 0.0  # 0: not paced
 
     @contextlib.asynccontextmanager
     async def paced(self, scopes: Sequence[Scope]) -> AsyncIterator[None]:
@@ -91,6 +91,7 @@ class Pacer:
     async def take(self, scopes: Sequence[Scope]) -> float:
         """Wait until a call counting against every scope in `scopes` fits all their budgets;
         returns the moment reserved for it."""
+        scopes = [(rule, key) for rule, key in scopes if rule.per > 0]
         if not scopes:
             return 0.0
         now = self._clock()
@@ -115,7 +116,7 @@ class Pacer:
         return at
 
     def _move(self, scopes: Sequence[Scope], at: float, done: float) -> None:
-        if done <= at:
+        if done <= at or not at:
             return
         for rule, key in scopes:
             times = self._times.get((rule.name, key))

@@ -33,7 +33,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.base import BaseAdapter, within
 from gateway.adapter_registry import AdapterContext
-from gateway.budget import Pacer, impatient
+from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
 from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.surface import (
@@ -45,7 +45,7 @@ from gateway.surface import (
 )
 
 from .api import SlackConnection, UserNames, call
-from .budget import SlackBudget
+from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
 from .cards import ACTION_PREFIX, card_message, parse_action_value
 from .directory import SlackDirectory
@@ -80,7 +80,7 @@ class SlackAdapter(BaseAdapter):
         self._app_token = ""
         self.ping_interval = 10.0
         self.pacer = Pacer()  # every outbound call waits here for its method's tier and its channel
-        self.budget = SlackBudget()
+        self.budget = SlackBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         self.native_streaming = True  # until a method is refused: then post + edit for this binding
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------

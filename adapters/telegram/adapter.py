@@ -28,7 +28,7 @@ from telegram.request import HTTPXRequest
 
 from adapters.base import BaseAdapter, CannotStart
 from gateway.adapter_registry import AdapterContext
-from gateway.budget import Pacer
+from gateway.budget import Pacer, scaled
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
@@ -43,7 +43,7 @@ from gateway.surface import (
     ReplyTarget,
 )
 
-from .budget import TelegramBudget
+from .budget import RULES, TelegramBudget
 from .live import TelegramLiveReply
 from .cards import card_html, card_keyboard
 from .directory import TelegramDirectory
@@ -82,7 +82,7 @@ class TelegramAdapter(BaseAdapter):
         self._webhook_secret: Secret | None = None
         self._redactor: _Redact | None = None
         self.pacer = Pacer()  # every send, edit and chat action waits here for the budget
-        self.budget = TelegramBudget()
+        self.budget = TelegramBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         self.drafts = True  # sendMessageDraft in private chats, until Telegram refuses it for this bot
 
     # --- lifecycle: the base's start/stop call these -------------------------------------

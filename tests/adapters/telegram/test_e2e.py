@@ -264,8 +264,9 @@ async def test_429_with_retry_after_still_delivers_one_reply(tmp_path: Path, fak
     async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
         await connected(gw)
         fake.fail_next("editMessageText", retry_after=1, times=2)
-        fake.push_message(ADA["id"], ADA, "go")
-        (reply,) = await answers(fake, ADA["id"], 1, final(1))
+        text = "@gateway_bot go"  # in a group: a private chat streams as a draft, without edits
+        fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
+        (reply,) = await answers(fake, GROUP_ID, 1, final(1))
         refused = [c for c in fake.calls_to("editMessageText")][:2]
         later = fake.calls_to("editMessageText")[2:]
         assert len(refused) == 2 and later, "the final edit came after the refusals"
