@@ -84,6 +84,7 @@ class NativeReplyStream(ReplyStream):
             final = self.text
             if final.startswith(self._sent) and len(final) <= self.adapter.limits.max_message_chars:
                 if await self._stop(final[len(self._sent):]):
+                    self._live = None  # ended: anything after this (text below a card) edits or posts
                     shown = self.adapter.render(final)
                     self._posted = [_Posted(self._message_id, shown)]
                     await self.store.save_delivery(self.run_id, self._base, self._message_id, shown, True,

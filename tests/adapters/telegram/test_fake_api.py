@@ -16,7 +16,7 @@ async def _call(fake: FakeTelegram, method: str, **form: str) -> tuple[int, dict
 
 
 async def test_form_encoded_send_and_error_shapes() -> None:
-    async with FakeTelegram() as fake:
+    async with FakeTelegram(budget_scale=0) as fake:  # calls in quick succession: budgets are tested elsewhere
         ada = fake.user(42, "Ada")
         fake.private_chat(ada)
         status, body = await _call(fake, "sendMessage", chat_id="42", text="123",
@@ -36,7 +36,7 @@ async def test_form_encoded_send_and_error_shapes() -> None:
 
 
 async def test_get_updates_confirms_with_offset_and_long_polls() -> None:
-    async with FakeTelegram() as fake:
+    async with FakeTelegram(budget_scale=0) as fake:  # calls in quick succession: budgets are tested elsewhere
         ada = fake.user(42, "Ada")
         fake.private_chat(ada)
         first, _ = fake.push_message(42, ada, "one")
