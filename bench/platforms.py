@@ -174,6 +174,7 @@ class Tracker:
 
 class Platform:
     name = ""
+    budget_scale = 0.0  # the fakes' rate budgets: 0 enforces none (bench/streaming.py sets 1, the platforms' own)
 
     def __init__(self, bot: str) -> None:
         self.bot = bot  # "gateway" | "bare"
@@ -201,7 +202,7 @@ class Slack(Platform):
     async def start(self) -> None:
         from tests.fakes.slack import FakeSlack
 
-        self.fake = await FakeSlack(budget_scale=0).__aenter__()
+        self.fake = await FakeSlack(budget_scale=self.budget_scale).__aenter__()
         self.fake.add_user("U0ADA", "ada", real_name="Ada")
         self.fake.add_channel("C0GEN", "general", members=["U0ADA", self.fake.bot_user_id])
 
@@ -243,7 +244,7 @@ class Telegram(Platform):
     async def start(self) -> None:
         from tests.fakes.telegram import FakeTelegram
 
-        self.fake = await FakeTelegram(budget_scale=0).start()
+        self.fake = await FakeTelegram(budget_scale=self.budget_scale).start()
         self.users = 0
 
     async def stop(self) -> None:
@@ -378,13 +379,13 @@ class Proc:
                 self.popen.wait(5)
 
 
-def write_gateway_config(directory: Path, port: int, platforms: list[Platform]) -> None:
+def write_gateway_config(directory: Path, port: int, platforms: list[Platform], limits: dict[str, Any] | None = None) -> None:
     (directory / "agents").mkdir(parents=True)
     (directory / "bindings").mkdir()
     # The fakes here do not enforce the platforms' budgets (budget_scale=0), and the daemon does
     # not pace by them: this bench measures the bots, not Slack's one post a second in a channel.
     gateway = {"database": {"url": f"sqlite+aiosqlite:///{directory / 'gateway.db'}"},
-               "http": {"listen": f"127.0.0.1:{port}"}, "limits": {"platform_budget_scale": 0}}
+               "http": {"listen": f"127.0.0.1:{port}"}, "limits": {"platform_budget_scale": 0, **(limits or {})}}
     (directory / "gateway.yaml").write_text(json.dumps(gateway))
     (directory / "agents" / "assistant.yaml").write_text(json.dumps(
         {"name": "Bench agent", "model": MODEL, "instructions": INSTRUCTIONS}))
@@ -392,12 +393,13 @@ def write_gateway_config(directory: Path, port: int, platforms: list[Platform]) 
         (directory / "bindings" / f"{p.name.lower()}.yaml").write_text(json.dumps(p.binding()))
 
 
-async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Platform]) -> Proc:
+async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Platform],
+                        limits: dict[str, Any] | None = None) -> Proc:
     from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
     port = free_port()
     config = tmp / "config"
-    write_gateway_config(config, port, platforms)
+    write_gateway_config(config, port, platforms, limits)
     pythonpath = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed",
            "BENCH_SLACK_BOT_TOKEN": BOT_TOKEN, "BENCH_SLACK_APP_TOKEN": APP_TOKEN,

@@ -82,6 +82,8 @@ class NativeReplyStream(ReplyStream):
             self.text = text
         if self._live is not None and self._started and self.text.strip():
             final = self.text
+            if final == self._sent.rstrip():  # the final is the streamed text, trimmed: nothing to add
+                self._sent = final
             if final.startswith(self._sent) and len(final) <= self.adapter.limits.max_message_chars:
                 if await self._stop(final[len(self._sent):]):
                     self._live = None  # ended: anything after this (text below a card) edits or posts
