@@ -97,6 +97,14 @@ class Load:
             self.telegram.push_message(-100_000 - g, FakeTelegram.user(20_000 + i, f"Person{i}"), text,
                                        entities=self.telegram.mention(text))
 
+    def by_kind(self) -> dict[str, int]:
+        done = [m for m in self.slack.messages if m.bot_id and m.text == FINAL and not m.streaming]
+        sent = [m for m in self.telegram.sent() if m.text == FINAL]
+        return {"slack dm": sum(1 for m in done if m.channel.startswith("D")),
+                "slack channel": sum(1 for m in done if m.channel.startswith("C")),
+                "telegram dm": sum(1 for m in sent if m.chat_id > 0),
+                "telegram group": sum(1 for m in sent if m.chat_id < 0)}
+
     def landed(self) -> int:
         slack = sum(1 for m in self.slack.messages if m.bot_id and m.text == FINAL and not m.streaming)
         telegram = sum(1 for m in self.telegram.sent() if m.text == FINAL)
@@ -104,7 +112,7 @@ class Load:
 
 
 async def main(args: argparse.Namespace) -> int:
-    conversations = 100 if args.quick else 500
+    conversations = args.conversations or (100 if args.quick else 500)
     Slack.budget_scale = Telegram.budget_scale = 1.0  # the platforms' published budgets, enforced
     slack, telegram = Slack("gateway"), Telegram("gateway")
     await slack.start()
@@ -129,6 +137,7 @@ async def main(args: argparse.Namespace) -> int:
                 await asyncio.sleep(0.25)
             took, cpu = time.monotonic() - started, gateway.cpu() - cpu0
             landed = load.landed()
+            print("landed by kind:", load.by_kind())
             report(load, landed, took, cpu, peak_rss - rss0)
             ok = landed == load.total and not slack.fake.throttled and not telegram.fake.throttled
             print("targets:", "all met" if ok else "NOT all met")
@@ -143,14 +152,20 @@ async def main(args: argparse.Namespace) -> int:
                 await p.stop()
 
 
+def busiest_minute(times: list[float]) -> int:
+    """The most calls in any 60 s window (what a per-minute budget counts)."""
+    times = sorted(times)
+    return max((sum(1 for u in times[i:] if u < t + 60) for i, t in enumerate(times)), default=0)
+
+
 def report(load: Load, landed: int, took: float, cpu: float, rss_growth: float) -> None:
     s, t = load.slack, load.telegram
     drafts_slack = len(s.calls_to("chat.update")) + len(s.calls_to("chat.appendStream"))
     drafts_tg = len(t.calls_to("editMessageText")) + len(t.calls_to("sendMessageDraft"))
     per_platform = load.total // 2
-    group_sends = [sum(1 for c in t.calls if c.method in ("sendMessage", "editMessageText")
-                       and str(c.params.get("chat_id")) == str(-100_000 - g)) for g in range(5)]
-    minutes = max(took, 1.0) / 60
+    group_sends = [busiest_minute([c.at for c in t.calls if c.method in ("sendMessage", "editMessageText")
+                                   and str(c.params.get("chat_id")) == str(-100_000 - g)]) for g in range(5)]
+    updates = busiest_minute([c.at for c in s.calls if c.method == "chat.update" and c.status == 200])
     print()
     print("| figure | value | target |")
     print("| --- | --- | --- |")
@@ -159,10 +174,10 @@ def report(load: Load, landed: int, took: float, cpu: float, rss_growth: float) 
     print(f"| gateway CPU per streamed token | {cpu / max(landed * TOKENS, 1) * 1e6:.0f} µs | (figure) |")
     print(f"| RSS growth per in-flight run | {rss_growth / load.total * 1024:.0f} KiB ({rss_growth:.0f} MiB for {load.total}) | (figure) |")
     print(f"| Slack draft calls (chat.update + appendStream) per message per second | "
-          f"{drafts_slack / per_platform / SECONDS:.3f} | <= 1 |")
-    print(f"| Telegram draft calls (edits + drafts) per message per second | {drafts_tg / per_platform / SECONDS:.3f} | <= 1 |")
-    print(f"| Slack chat.update use of its tier (50/min) | {len(s.calls_to('chat.update')) / minutes / 50:.0%} | (>= 80% under load) |")
-    print(f"| Telegram busiest group's use of 20/min | {max(group_sends) / minutes / 20:.0%} | (>= 80% under load) |")
+          f"{drafts_slack / per_platform / SECONDS:.3f} | about 1 at most (paced per message) |")
+    print(f"| Telegram draft calls (edits + drafts) per message per second | {drafts_tg / per_platform / SECONDS:.3f} | about 1 at most (paced per message) |")
+    print(f"| Slack chat.update, busiest minute, of its tier's 50 | {updates / 50:.0%} | (>= 80% under load) |")
+    print(f"| Telegram busiest group, busiest minute, of its 20 | {max(group_sends) / 20:.0%} | (>= 80% under load) |")
     print(f"| 429s caused (Slack / Telegram) | {len(s.throttled)} / {len(t.throttled)} | 0 |")
     print("| event-loop lag p99 | not measured (the daemon exports no loop-lag figure yet) | |")
 
@@ -170,6 +185,7 @@ def report(load: Load, landed: int, took: float, cpu: float, rss_growth: float) 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="100 conversations instead of 500")
+    parser.add_argument("--conversations", type=int, help="how many (instead of 500 or 100)")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds the load may take at most")
     parser.add_argument("--keep-log", help="copy the daemon's log here")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
