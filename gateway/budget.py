@@ -11,7 +11,9 @@ records the call as made when its answer came back (no earlier than it arrived),
 a pacer keeps is a little wider than the platform's (`HEADROOM`, `SLACK`).
 
 A streamed draft must not wait (a later draft or the final carries its text): `impatient()` makes
-calls inside it raise `OverBudget` instead of sleeping, and reserve nothing. The final text waits.
+calls inside it raise `OverBudget` instead of sleeping, and reserve nothing. Drafts also leave
+part of every budget (`DRAFT_SHARE`) to the calls that must land (finals, posts, cards), which
+then do not queue behind a minute of edits. The final text waits.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .surface import RateLimited
 
 HEADROOM = 0.1  # the window kept is this much longer than the platform's...
 SLACK = 0.05  # ...plus this many seconds, for calls that arrive closer together than they were sent
+DRAFT_SHARE = 0.8  # of a budget, what drafts may use (at least one call per window)
 
 _patience: ContextVar[float | None] = ContextVar("budget_patience", default=None)
 
@@ -95,8 +98,8 @@ class Pacer:
         if not scopes:
             return 0.0
         now = self._clock()
-        at = self._earliest(scopes, now)
         patience = _patience.get()
+        at = self._earliest(scopes, now, DRAFT_SHARE if patience is not None else 1.0)
         if patience is not None and at - now > patience:
             self.skipped += 1
             raise OverBudget(at - now, "budget")
@@ -126,7 +129,7 @@ class Pacer:
                 times.remove(at)
             bisect.insort(times, done)
 
-    def _earliest(self, scopes: Sequence[Scope], now: float) -> float:
+    def _earliest(self, scopes: Sequence[Scope], now: float, share: float) -> float:
         lists = []
         for rule, key in scopes:
             w = self.window(rule)
@@ -138,7 +141,7 @@ class Pacer:
         # The count within (t - w, t + w) only falls at t = e + w for some entry e: try now, then those.
         candidates = sorted({now, *(e + w for _, w, times in lists for e in times if e + w > now)})
         for t in candidates:
-            if all(bisect.bisect_left(times, t + w) - bisect.bisect_right(times, t - w) < rule.limit
+            if all(bisect.bisect_left(times, t + w) - bisect.bisect_right(times, t - w) < max(1, int(rule.limit * share))
                    for rule, w, times in lists):
                 return t
         return candidates[-1]  # unreachable: past every entry's window each scope is empty
