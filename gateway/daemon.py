@@ -112,7 +112,7 @@ class Gateway:
         self.extensions.append(self.approvals)
         self.runner.park_handler = self.approvals.park
         self.runner.resume_results = self.approvals.results_for
-        self.stops = Stops(self.store, self.approvals, self.runner.stop)
+        self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY)
         self.inbound = Inbound(config=lambda: self.config, store=self.store,
                                pairing=pairing.through(self.store, self.outbound),
                                commands=Commands(self.store, self.approvals, self.outbound, self.stops),
@@ -236,6 +236,7 @@ class Gateway:
         net for work another replica queued or left behind.
         """
         await self.store.renew_leases(list(self.runner.running_ids))
+        await self.stops.take_requests(self.runner.running_ids)  # Stops pressed on another replica
         interrupted = await self.store.requeue_interrupted(at_start=at_start)
         if interrupted:
             log.info("requeued runs interrupted in %d conversations", len(interrupted))

@@ -6,7 +6,8 @@ else changes nothing and alone is told why. A stop cancels the run through its
 cancellation token (pydantic-ai keeps the messages so far); the runner then ends it as
 `stopped` with a line saying who stopped it and what it had done. A run parked on an
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
-replica is not reachable from here (yet): the person is told it could not be stopped from this process.
+replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
+id); the replica holding its lease picks the request up at its next sweep and stops it there.
 
 The Stop control itself is an optional adapter method (`StopControl`): the runner shows it
 when the reply is first posted and takes it away when the reply is final.
@@ -24,6 +25,8 @@ from .surface import ReplyTarget, Sender, StopOutcome
 
 log = logging.getLogger("gateway.stopping")
 
+STOP, REQUESTS = "stop", "requests"  # where a stop for a run on another replica waits (capability state)
+
 
 @runtime_checkable
 class StopControl(Protocol):
@@ -38,9 +41,11 @@ class Stops:
     """Who may stop a run, and the stop itself."""
 
     def __init__(self, store: repo.Store, approvals: Approvals,
-                 cancel: Callable[[str, str], bool]) -> None:
-        """`cancel(run_id, who)`: cancel a run in flight in this process; False when it is not here."""
+                 cancel: Callable[[str, str], bool], *, sweep_every: float) -> None:
+        """`cancel(run_id, who)`: cancel a run in flight in this process; False when it is not here.
+        `sweep_every`: how often each replica looks for stop requests other replicas stored."""
         self._store, self._approvals, self._cancel = store, approvals, cancel
+        self._sweep_every = sweep_every
 
     async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None) -> StopOutcome:
         """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding."""
@@ -59,10 +64,29 @@ class Stops:
             return StopOutcome(False, "That reply has already moved on; try again.", 409)
         if run.status != repo.RUNNING:
             return StopOutcome(False, "That reply is not running.", 409)
-        if not self._cancel(run_id, who.display_name or who.account_id):
-            return StopOutcome(False, "That reply is being written by another gateway process; it could not be "
-                                      "stopped from here.", 409)
-        return StopOutcome(True, "Stopping.")
+        name = who.display_name or who.account_id
+        if self._cancel(run_id, name):
+            return StopOutcome(True, "Stopping.")
+        if run.lease_owner == self._store.owner:  # ours by the lease but no longer in flight: it just ended
+            return StopOutcome(False, "That reply has already ended.", 409)
+        await self._store.capability_state.put(STOP, REQUESTS, run_id, name)
+        return StopOutcome(True, "Stopping: another gateway process is writing that reply; it stops there within "
+                                 f"{self._sweep_every:g} s.")
+
+    async def take_requests(self, running_here: list[str]) -> int:
+        """At each sweep: stop the runs in flight here that a person asked another replica to stop,
+        and forget requests for runs that are no longer running anywhere. Returns how many were stopped."""
+        state = self._store.capability_state
+        stopped = 0
+        for run_id, who in (await state.items(STOP, REQUESTS)).items():
+            if run_id in running_here:
+                stopped += self._cancel(run_id, who)
+                await state.delete(STOP, REQUESTS, run_id)
+            else:
+                run = await self._store.run(run_id)
+                if run is None or run.status != repo.RUNNING:
+                    await state.delete(STOP, REQUESTS, run_id)
+        return stopped
 
     async def stop_current(self, conversation_id: str, who: Sender) -> StopOutcome:
         """`/stop`: the conversation's run in flight, if any."""

@@ -88,3 +88,28 @@ async def test_a_fast_reply_leaves_no_stop_control_behind(config_dir: Path) -> N
         controls = [e["present"] for e in events if e["type"] == "stop_control"]
         assert controls == [True, False]
         assert [e["status"] for e in events if e["type"] == "run_end"] == ["finished"]
+
+
+async def test_a_stop_pressed_on_another_replica_reaches_the_run(tmp_path: Path) -> None:
+    """Two gateways on one database: the one that did not claim the run stores the request, and
+    the one holding the run's lease stops it at its next sweep."""
+    cfg = slow_config(tmp_path / "c")
+    async with running_gateway(cfg) as a, running_gateway(cfg) as b, \
+            aiohttp.ClientSession(a.url) as sa, aiohttp.ClientSession(b.url) as sb:
+        conv = (await (await sa.post("/api/v1/conversations")).json())["id"]
+        run_id = (await (await sa.post(f"/api/v1/conversations/{conv}/messages", json={"text": "go"})).json())["run_id"]
+        await wait_for(lambda: a.runner.live_text(run_id), what="the reply to stream on a")
+
+        r = await sb.post(f"/api/v1/runs/{run_id}/stop")
+        body = await r.json()
+        assert r.status == 200 and body["stopped"] is True and "another gateway process" in body["message"]
+        assert (await a.store.run(run_id)).status == repo.RUNNING  # type: ignore[union-attr]
+
+        await a.sweep()  # what its sweep loop does every SWEEP_EVERY seconds
+
+        async def stopped() -> bool:
+            run = await a.store.run(run_id)
+            return run is not None and run.status == repo.STOPPED and run.reason == "stopped by local"
+
+        await wait_for(stopped, timeout=1.0, what="the run to stop on a")
+        assert await a.store.capability_state.items("stop", "requests") == {}
