@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import re
 import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,10 +31,10 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import BaseAdapter, within
+from adapters.base import BaseAdapter, read_capped, within
 from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec, SlackSection
-from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.surface import (
     ApprovalCard,
     PlatformError,
@@ -108,6 +109,18 @@ class SlackAdapter(BaseAdapter):
         if self._section.mode != "http":
             return []
         return [web.post(f"/slack/events/{self.binding_id}", self._http_request)]
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        """`url_private` with the bot token, sent only to Slack's own file hosts (or the configured api_url's)."""
+        client, session = self._conn.client, self._session
+        if not attachment.ref or client is None or session is None or client.token is None:
+            return None
+        host = urllib.parse.urlsplit(attachment.ref).hostname or ""
+        if not (host.endswith((".slack.com", ".slack-gov.com"))
+                or host == urllib.parse.urlsplit(self._section.api_url).hostname):
+            raise PlatformError(f"fetching {attachment.name}: not a Slack file URL")
+        return await read_capped(session, attachment.ref, {"Authorization": f"Bearer {client.token}"}, max_bytes,
+                                 attachment.name, login_page=True)
 
     # --- connecting -----------------------------------------------------------------------
 
