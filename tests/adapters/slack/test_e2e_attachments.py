@@ -5,43 +5,18 @@ chat and the run goes on without it. The real daemon against the fake Slack."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, UserPromptPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.messages import BinaryContent, ModelRequest, UserPromptPart
 from pydantic_ai.profiles import ModelProfile
 
 from gateway.llm import register_model
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
+from tests.support.files_model import CSV, PNG, Recorder
 
 from .conftest import eventually
-
-PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
-CSV = b"region,revenue\nnorth,120\nsouth,95\n"
-
-
-class Recorder:
-    """A FunctionModel that answers "Got it." and keeps the user prompt parts of every request."""
-
-    def __init__(self) -> None:
-        self.requests: list[list[ModelMessage]] = []
-
-    def model(self, profile: ModelProfile | None = None) -> FunctionModel:
-        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-            self.requests.append(messages)
-            yield "Got it."
-
-        return FunctionModel(stream_function=stream, profile=profile)
-
-    def last_prompt(self, call: int = -1) -> list[Any]:
-        """The newest user prompt's content as a list (a plain prompt is one string)."""
-        parts = [p for m in self.requests[call] if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, UserPromptPart)]
-        content = parts[-1].content
-        return [content] if isinstance(content, str) else list(content)
 
 
 @pytest.fixture
