@@ -33,6 +33,7 @@ from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, User
 from .messages import Attachment, InboundMessage
 from .store.capability_state import CapabilityState
 from .surface import Adapter, AttachmentTooLarge, PlatformError
+from .uploads import Uploads
 
 log = logging.getLogger("gateway.attachments")
 
@@ -85,8 +86,9 @@ def _mb(n: int) -> str:
 
 
 async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_bytes: int,
-                  profile: Mapping[str, Any]) -> Files:
-    """Fetch the files of the run's messages (concurrently) and turn them into prompt parts."""
+                  profile: Mapping[str, Any], uploads: Uploads | None = None) -> Files:
+    """Fetch the files of the run's messages (concurrently) and turn them into prompt parts.
+    Files uploaded through the API are taken from `uploads`; the others are fetched by the adapter."""
     scope = f"run:{run_id}"
     stored = await state.items(CAPABILITY, scope)
     if not stored:
@@ -94,7 +96,7 @@ async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_
     out = Files()
     for key, value in stored.items():
         entries = [dict(e) for e in json.loads(value)]
-        results = await asyncio.gather(*(_one(e, adapter, max_bytes, profile) for e in entries))
+        results = await asyncio.gather(*(_one(e, adapter, max_bytes, profile, uploads) for e in entries))
         for entry, (parts, notice) in zip(entries, results, strict=True):
             out.parts.extend(parts)
             if notice:
@@ -103,8 +105,8 @@ async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_
     return out
 
 
-async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int,
-               profile: Mapping[str, Any]) -> tuple[list[UserContent], str]:
+async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile: Mapping[str, Any],
+               uploads: Uploads | None) -> tuple[list[UserContent], str]:
     """One file: (the parts for the model, a line for the person or ""). Records the outcome in `entry`."""
     name, mime, size = str(entry.get("name") or "file"), str(entry.get("type") or ""), entry.get("size")
     what = kind(name, mime)
@@ -124,7 +126,12 @@ async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int,
     attachment = Attachment(name, mime or "application/octet-stream", size if isinstance(size, int) else None,
                             ref=entry.get("ref"))
     try:
-        data = await adapter.fetch_attachment(attachment, max_bytes)
+        if Uploads.holds(attachment.ref):
+            data = uploads.take(attachment.ref) if uploads is not None and attachment.ref else None
+            if data is None:
+                return _skipped(entry, name, "the upload is no longer held (the gateway restarted, or held too many); send it again")
+        else:
+            data = await adapter.fetch_attachment(attachment, max_bytes)
     except AttachmentTooLarge:
         return _skipped(entry, name, f"it is larger than the {_mb(max_bytes)} limit")
     except PlatformError as e:

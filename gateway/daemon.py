@@ -36,6 +36,7 @@ from .runner import Runner
 from .store import repo
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
+from .uploads import Uploads
 from .surface import Adapter, Decision, DecisionOutcome, Sender, SubmitResult
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class Gateway:
         # One model client per provider and model, shared by every run (closed in stop).
         self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
         self.first_sign = FirstSign()  # the typing indicator, shown as soon as a message is stored
+        self.uploads = Uploads()  # files uploaded through the API, in memory until their run reads them
         self.adapters: dict[str, Adapter] = {}
         self.store: repo.Store
         self.scheduler: Scheduler

@@ -240,7 +240,7 @@ class Runner:
         prompt: str | list[UserContent] = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
         files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
                                           max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
-                                          profile=self._profile(turn))
+                                          profile=self._profile(turn), uploads=self.gateway.uploads)
         if files.parts:
             prompt = [prompt, *files.parts]
             turn.notices.extend(files.notices)
