@@ -136,6 +136,7 @@ class SlackAdapter(BaseAdapter):
         # listen to every event type and every block action, and ignore what is not ours.
         app.event(re.compile(".*"))(self._on_event)
         app.action(re.compile(".*"))(self._on_action)
+        app.command(re.compile(".*"))(self._on_command)
         return app
 
     async def _whoami(self) -> None:
@@ -246,6 +247,32 @@ class SlackAdapter(BaseAdapter):
             return message
         name = await self._require_users().display_name(message.sender.account_id)
         return dataclasses.replace(message, sender=Sender(message.sender.account_id, name))
+
+    async def _on_command(self, ack: Any, body: dict[str, Any]) -> None:
+        """A slash command the app defines (`/memory`, `/help`, …): the core's command path, as if
+        typed with `!`. Slack sends no thread: a command answers about the person or the channel.
+        Acked empty once submitted; the answer comes from the core (privately, as for `!`)."""
+        try:
+            message = await self._command_message(body)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._log.warning("dropping malformed slash command: %s: %s", type(e).__name__, e)
+            message = None
+        if message is not None:
+            await self._require_dispatcher().submit(message)
+        await ack()
+
+    async def _command_message(self, body: dict[str, Any]) -> InboundMessage | None:
+        command, user_id, channel = str(body["command"]), str(body["user_id"]), str(body["channel_id"])
+        if not command.startswith("/") or not user_id or not channel:
+            return None
+        trigger = str(body.get("trigger_id") or f"{channel}.{user_id}.{time.time_ns()}")
+        kind = ChatKind.DM if channel.startswith("D") else await self._channel_kind(channel)
+        return InboundMessage(
+            platform="slack", binding_id=self.binding_id, workspace=str(body.get("team_id") or ""), channel=channel,
+            chat_kind=kind, sender=Sender(user_id, await self._require_users().display_name(user_id)),
+            text=f"{command} {body.get('text') or ''}".strip(), event_id=f"command:{trigger}", message_id=trigger,
+            mentioned=True,  # addressed to the app by name
+        )
 
     async def _channel_kind(self, channel: str) -> ChatKind:
         """A `G…` channel: a private channel or a group DM; conversations.info knows which."""

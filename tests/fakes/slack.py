@@ -481,6 +481,17 @@ class FakeSlack:
             {"envelope_id": str(uuid.uuid4()), "payload": payload, "type": "interactive", "accepts_response_payload": False}
         )
 
+    async def slash_command(self, user: str, channel: str, command: str, text: str = "") -> str:
+        """A person runs one of the app's slash commands (Socket Mode `slash_commands` envelope)."""
+        payload = {"token": "verification-token", "team_id": self.team_id, "team_domain": "acme",
+                   "channel_id": channel, "channel_name": self.channels[channel].name or "directmessage",
+                   "user_id": user, "user_name": self.users[user].name, "command": command, "text": text,
+                   "api_app_id": self.app_id, "is_enterprise_install": "false",
+                   "response_url": f"http://127.0.0.1:{self.port}/commands/{uuid.uuid4().hex}",
+                   "trigger_id": f"{next(self._event_ids)}.{uuid.uuid4().int % 10**12}"}
+        return await self.send_envelope({"envelope_id": str(uuid.uuid4()), "payload": payload, "type": "slash_commands",
+                                         "accepts_response_payload": True})
+
     # --- a person using Slack -------------------------------------------------------------
 
     def _message_event(self, msg: PostedMessage, *, kind: str) -> dict[str, Any]:
