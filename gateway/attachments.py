@@ -38,6 +38,7 @@ from .uploads import Uploads
 log = logging.getLogger("gateway.attachments")
 
 CAPABILITY = "attachments"
+TEXT_CHARS = 100_000  # of one text file, shown to the model; past it the text is cut with a visible marker
 FILE_TAG = "<file "  # how a text file's part starts; `without_contents` recognises it by this
 
 _TEXT_TYPES = frozenset({
@@ -119,6 +120,8 @@ async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile:
                                 and "application/pdf" in profile.get("supported_document_media_types",
                                                                      {"application/pdf"})):
         refused = "this model does not take PDF documents"
+    elif max_bytes == 0:
+        refused = "reading files is switched off here"
     elif isinstance(size, int) and size > max_bytes:
         refused = f"it is larger than the {_mb(max_bytes)} limit"
     if refused:
@@ -143,6 +146,8 @@ async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile:
                  outcome="read")
     if what == "text":
         text = await asyncio.to_thread(data.decode, "utf-8", "replace")
+        if len(text) > TEXT_CHARS:
+            text = f"{text[:TEXT_CHARS]}\n[… cut: the file has {len(text):,} characters; the first {TEXT_CHARS:,} are shown]"
         return [f'{FILE_TAG}name="{name}" type="{mime}">\n{text}\n</file>'], ""
     return [BinaryContent(data=data, media_type=mime, identifier=name)], ""
 
