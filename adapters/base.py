@@ -28,6 +28,8 @@ import asyncio
 from collections.abc import Awaitable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, final
 
+import aiohttp
+
 from bindings.models import BindingSpec
 from bindings.secrets import Secret, SecretError, SecretRef
 from gateway.adapter_registry import AdapterContext
@@ -36,7 +38,6 @@ from gateway.messages import Attachment
 from gateway.surface import AdapterHealth, AttachmentTooLarge, Dispatcher, PlatformError, PlatformLimits
 
 if TYPE_CHECKING:
-    import aiohttp
     from aiohttp import web
 
 CLOSE_TIMEOUT = 1.0  # seconds a polite close may wait for the peer before the connection is dropped
@@ -184,6 +185,14 @@ async def read_capped(session: aiohttp.ClientSession, url: str, headers: dict[st
     """GET a file, reading at most `max_bytes` (a declared or actual size past it raises
     AttachmentTooLarge). The headers carry the token: never put them in an error.
     `login_page`: the platform answers a refused token with an HTML sign-in page and 200 (Slack)."""
+    try:
+        return await _read_capped(session, url, headers, max_bytes, name, login_page)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise PlatformError(f"fetching {name}: {type(e).__name__}") from None
+
+
+async def _read_capped(session: aiohttp.ClientSession, url: str, headers: dict[str, str], max_bytes: int,
+                       name: str, login_page: bool) -> bytes:
     async with session.get(url, headers=headers, allow_redirects=True) as response:
         if response.status != 200 or (login_page and response.content_type == "text/html"
                                       and not name.lower().endswith((".html", ".htm"))):

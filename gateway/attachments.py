@@ -38,6 +38,7 @@ from .uploads import Uploads
 log = logging.getLogger("gateway.attachments")
 
 CAPABILITY = "attachments"
+FETCH_SECONDS = 60.0  # one file's download; the run's own time limit starts only after
 TEXT_CHARS = 100_000  # of one text file, shown to the model; past it the text is cut with a visible marker
 FILE_TAG = "<file "  # how a text file's part starts; `without_contents` recognises it by this
 
@@ -134,11 +135,16 @@ async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile:
             if data is None:
                 return _skipped(entry, name, "the upload is no longer held (the gateway restarted, or held too many); send it again")
         else:
-            data = await adapter.fetch_attachment(attachment, max_bytes)
+            data = await asyncio.wait_for(adapter.fetch_attachment(attachment, max_bytes), FETCH_SECONDS)
     except AttachmentTooLarge:
         return _skipped(entry, name, f"it is larger than the {_mb(max_bytes)} limit")
+    except TimeoutError:
+        return _skipped(entry, name, f"fetching it took longer than {FETCH_SECONDS:g} s")
     except PlatformError as e:
         log.warning("attachment not fetched: %s", e)
+        return _skipped(entry, name, "it could not be fetched from the platform")
+    except Exception as e:  # an adapter's own mistake must not cost the person their answer
+        log.warning("attachment not fetched", exc_info=e)
         return _skipped(entry, name, "it could not be fetched from the platform")
     if data is None:
         return _skipped(entry, name, "files are not fetched on this platform", tell=False)

@@ -321,7 +321,9 @@ class Runner:
                 if stream.text.strip():
                     await stream.finish()
                 status = repo.PARKED
-                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(attachments.without_contents(result.all_messages())),
+                # The files' contents stay in this run's memory, never in its stored state.
+                state = _dump(attachments.without_contents(result.all_messages()))
+                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=state,
                                        reply=stream.text.strip() or None)
                 await self.park_handler(turn, result.all_messages(), result.output, stream)
                 return

@@ -133,11 +133,8 @@ class MattermostClient:
         """`GET /files/{id}` with the bot token, read at most `max_bytes` (AttachmentTooLarge past it)."""
         if self._session.closed:
             raise MattermostUnavailable(f"file {name}: the adapter is stopped")
-        try:
-            return await read_capped(self._session, f"{self.base_url}/api/v4/files/{quote(file_id, safe='')}",
-                                     self._headers(), max_bytes, name)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-            raise MattermostUnavailable(f"file {name}: {type(e).__name__}: {e}") from None
+        return await read_capped(self._session, f"{self.base_url}/api/v4/files/{quote(file_id, safe='')}",
+                                 self._headers(), max_bytes, name)
 
     async def request(self, method: str, path: str, *, body: Any = None, params: Mapping[str, Any] | None = None,
                       call: str = "") -> Any:

@@ -11,7 +11,10 @@ import pytest
 from pydantic_ai.messages import BinaryContent, ModelRequest, UserPromptPart
 from pydantic_ai.profiles import ModelProfile
 
+from adapters.slack.adapter import SlackAdapter
 from gateway.llm import register_model
+from gateway.messages import Attachment
+from gateway.surface import PlatformError
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
 from tests.support.files_model import CSV, PNG, Recorder
@@ -98,3 +101,13 @@ async def test_a_model_without_image_input_refuses_the_image_with_a_line(tmp_pat
         assert image_note == "[photo.jpg was not read: this model does not take images.]"
         assert other_note == "[blob.bin was not read: files of type application/zip are not read.]"
         assert fake_slack.file_fetches == []  # nothing the model cannot take is downloaded
+
+
+async def test_the_bot_token_goes_only_to_slack_and_a_sign_in_page_is_not_a_file(fake_slack: FakeSlack, adapter: SlackAdapter) -> None:
+    gone = fake_slack.add_file("gone.csv", "text/csv", CSV)
+    del fake_slack.files[gone["id"]]  # Slack answers a file it will not serve with its sign-in page, and 200
+    with pytest.raises(PlatformError, match="gone.csv: HTTP 200 text/html"):
+        await adapter.fetch_attachment(Attachment("gone.csv", "text/csv", ref=gone["url_private"]), 1000)
+    with pytest.raises(PlatformError, match="not a Slack file URL"):
+        await adapter.fetch_attachment(Attachment("x.csv", "text/csv", ref="https://evil.example/x.csv"), 1000)
+    assert fake_slack.file_fetches == [f"Bearer {BOT_TOKEN}"]  # the foreign host never saw the token
