@@ -56,6 +56,14 @@ async def test_a_sync_delegate_answers_into_the_parents_turn_and_its_run_is_stor
         assert runs[0]["transcript"][0]["parts"][-1]["content"] == "the capital of France?"
 
 
+async def test_the_person_reads_the_delegates_answer_in_the_reply(tmp_path: Path) -> None:
+    agents = {"assistant": delegating({}), "researcher": researcher()}
+    async with world(tmp_path, agents=agents) as w:
+        await w.say(ALICE, DM, say_calls(task("researcher", "the tallest mountain?")))
+        posted = "\n".join(text for _, text in w.adapter("slack").posts.values())
+        assert "You said: the tallest mountain?" in posted
+
+
 async def test_shared_capabilities_and_inline_specialists(tmp_path: Path) -> None:
     config = {"inline": [{"name": "planner", "description": "Plans", "model": "scripted"}],
               "share_with_delegates": ["planning"]}
@@ -125,3 +133,17 @@ def test_bad_delegation_is_refused_at_load_with_file_and_line(tmp_path: Path) ->
                     "share_with_delegates.1: subagents cannot be shared"):
         [line] = [p for p in problems if message in p]
         assert line.startswith(str(path)) and line.split(":")[1].isdigit(), line
+
+
+async def test_a_delegate_needing_approval_stops_and_says_so_without_parking_the_parent(tmp_path: Path) -> None:
+    gated = researcher(capabilities=[{"id": "planning", "approval": "required"}])
+    agents = {"assistant": delegating({}), "researcher": gated}
+    async with world(tmp_path, agents=agents) as w:
+        plan = say_calls(("write_plan", {"items": [{"content": "look"}]}))
+        seen = await w.run(ALICE, DM, say_calls(task("researcher", plan)))
+        assert "needs a person's approval, which a delegation cannot ask for yet" in seen.tool_results[-1]
+        [run] = await delegate_runs(await w.turn(ALICE, DM, "later"))
+        assert run["outcome"] == "refused"
+        parts = [p for m in run["transcript"] for p in m["parts"]]
+        assert any(p.get("tool_name") == "write_plan" for p in parts)
+        assert not [p for p in parts if p["part_kind"] == "tool-return"], "the gated tool never ran"
