@@ -86,6 +86,10 @@ class LimitsConfig(Strict):
         default=1.0, ge=0, le=100, description="Multiplies the periods of the platforms' published rate budgets "
         "the adapters pace by; 0 turns pacing off. For a fake platform server or a bench, never a real platform"
     )
+    attachment_max_bytes: int = Field(
+        default=20 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024,
+        description="Largest file shared with a message that is fetched for the model (0: none are)",
+    )
 
 
 class LoggingConfig(Strict):
@@ -270,6 +274,10 @@ class AgentSpec(Strict):
     limits: RunLimits = RunLimits()
     mcp_servers: list[McpServerSpec] = Field(
         default_factory=list, description=f"MCP servers whose tools the agent may call (at most {MAX_MCP_SERVERS})"
+    )
+    subagents: list[str] = Field(
+        default_factory=list, description="Other agents of this config (agents/<id>.yaml) this one may delegate to "
+        "with the subagents capability",
     )
     # Declared only so that its presence is refused with a pointer to the right file.
     channel_tools: Any = Field(default=None, exclude=True, json_schema_extra={"not": {}})

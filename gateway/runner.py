@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     TextPartDelta,
+    UserContent,
     UserPromptPart,
 )
 from pydantic_ai.usage import UsageLimits
@@ -45,6 +46,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 
 from bindings.models import AgentSpec
 
+from . import attachments
 from .delivery import ReplyStream
 from .live_reply import NativeReplyStream
 from .llm import ModelConfigError
@@ -54,6 +56,7 @@ from .store import repo
 from .store.conversation_log import ConversationLog
 from .store.models import Run
 from .store.notes import NoteStore
+from .stopping import set_stop_control, stopped_notice
 from .surface import Adapter, ReplyTarget
 from .turn import Memory, Requester, Turn
 
@@ -156,6 +159,7 @@ class Runner:
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._tokens: dict[str, CancellationToken] = {}
         self._streams: dict[str, ReplyStream] = {}
+        self._stopped_by: dict[str, str] = {}  # run id -> who pressed Stop (a stop, not a shutdown)
 
     # --- building -----------------------------------------------------------------------
 
@@ -237,10 +241,23 @@ class Runner:
             deferred = await self.resume_results(run.id)
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
-        prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
+        prompt: str | list[UserContent] = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
+        files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
+                                          max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
+                                          profile=self._profile(turn), uploads=self.gateway.uploads)
+        if files.parts:
+            prompt = [prompt, *files.parts]
+            turn.notices.extend(files.notices)
         history = history_messages(claimed.history, turn.chat_kind)
         # A run that never started has posted nothing: no delivery rows to look up.
         await self.drive(turn, prompt=prompt, history=history, stream=self.stream_for(prepared, fresh=claimed.fresh))
+
+    def _profile(self, turn: Turn) -> Mapping[str, Any]:
+        """What the model takes (images, documents); a model that cannot be built fails later, in `drive`."""
+        try:
+            return self.gateway.models.get(turn.agent.model, self.gateway.config.gateway.providers).profile
+        except Exception:
+            return {}
 
     def stream_for(self, prepared: Prepared, *, segment: bool = False, fresh: bool = False) -> ReplyStream:
         gw = self.gateway
@@ -257,7 +274,7 @@ class Runner:
         self,
         turn: Turn,
         *,
-        prompt: str | None,
+        prompt: str | Sequence[UserContent] | None,
         history: list[ModelMessage],
         deferred: DeferredToolResults | None = None,
         stream: ReplyStream,
@@ -271,6 +288,8 @@ class Runner:
         typing = asyncio.create_task(self._keep_typing(turn, stream))
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
+        tools_done: list[str] = []
+        control = False  # the Stop control is on the reply
         try:
             await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
@@ -300,8 +319,12 @@ class Runner:
                         await show_status(stream.adapter, turn.target, f"using {event.part.tool_name}…")
                     elif isinstance(event, FunctionToolResultEvent):
                         separate = True
+                        tools_done.append(event.part.tool_name)
                     elif isinstance(event, AgentRunResultEvent):
                         result = event.result
+                    if not control and stream.posted:
+                        control = await set_stop_control(stream.adapter, turn.target, stream.first_message_id,
+                                                         turn.run_id, True)
             assert result is not None
             u = result.usage
             usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
@@ -315,7 +338,9 @@ class Runner:
                 if stream.text.strip():
                     await stream.finish()
                 status = repo.PARKED
-                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(result.all_messages()),
+                # The files' contents stay in this run's memory, never in its stored state.
+                state = _dump(attachments.without_contents(result.all_messages()))
+                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=state,
                                        reply=stream.text.strip() or None)
                 await self.park_handler(turn, result.all_messages(), result.output, stream)
                 return
@@ -329,6 +354,10 @@ class Runner:
         except Exception as e:
             typing.cancel()
             outcome = explain_failure(e, turn.agent)
+            stopped_by = self._stopped_by.get(turn.run_id)
+            if isinstance(e, RunCancelled) and stopped_by is not None:
+                outcome = Outcome(repo.STOPPED, f"stopped by {stopped_by}",
+                                  stopped_notice(stopped_by, tools_done, bool(stream.text.strip())))
             if outcome.status == repo.FAILED and not isinstance(e, (ModelConfigError, RunTimedOut)):
                 log.warning("run failed", exc_info=e, extra=turn.log_fields)
             else:
@@ -345,6 +374,9 @@ class Runner:
                 await typing
             self._tokens.pop(turn.run_id, None)
             self._streams.pop(turn.run_id, None)
+            self._stopped_by.pop(turn.run_id, None)
+            if control:  # the reply is final (or parked, or stopped): nothing left to stop
+                await set_stop_control(stream.adapter, turn.target, stream.first_message_id, turn.run_id, False)
             gw.metrics.run_seconds.labels(turn.target.platform).observe(gw.clock.monotonic() - started)
             log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
@@ -367,6 +399,15 @@ class Runner:
             with contextlib.suppress(Exception):
                 token.cancel()
         return len(self._tokens)
+
+    def stop(self, run_id: str, who: str) -> bool:
+        """A person's Stop for a run in flight here (False when it is not running in this process)."""
+        token = self._tokens.get(run_id)
+        if token is None:
+            return False
+        self._stopped_by.setdefault(run_id, who)
+        token.cancel()
+        return True
 
     def uses(self, adapter: Adapter) -> bool:
         """Whether a run in flight here replies through `adapter`."""

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .messages import ChatKind, InboundMessage, Sender, reply_thread
+from .messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -153,6 +153,15 @@ class ChannelDirectory(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class StopOutcome:
+    """The core's answer to a Stop: whether the run is stopping, and a line for the person who asked, alone."""
+
+    stopped: bool
+    message: str
+    status: int = 200  # for the API: 403 not theirs, 404 unknown, 409 nothing to stop
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitResult:
     """The core's answer to an adapter handing it a message: ack the platform either way."""
 
@@ -175,6 +184,10 @@ class Dispatcher(Protocol):
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:
         """A button click. Checks who may decide; the first decision wins."""
+        ...
+
+    async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
+        """A Stop control pressed: only the run's requester or a decider stops it."""
         ...
 
     async def get_state(self, binding_id: str, key: str) -> str | None:
@@ -273,6 +286,14 @@ class Adapter(Protocol):
         the process."""
         ...
 
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        """The file's bytes, fetched with the platform's own auth (Slack's bot token, Telegram's
+        getFile, Mattermost's `/files/{id}`); None when this platform cannot fetch files.
+
+        Raises `AttachmentTooLarge` as soon as the file is known to be over `max_bytes` (never
+        reads more than that), `PlatformError` when the platform refuses. Called when a run is
+        prepared, never on the inbound path."""
+        ...
 
 
 
@@ -286,6 +307,10 @@ class NotVisible(PlatformError):
 
 class NativeUnavailable(PlatformError):
     """The platform has no native streaming here (a workspace, an older token): post and edit instead."""
+
+
+class AttachmentTooLarge(PlatformError):
+    """A shared file is over the configured size cap: it is not read, and the run goes on."""
 
 
 class RateLimited(PlatformError):

@@ -18,6 +18,7 @@ from bindings.models import BindingSpec
 from gateway.adapter_registry import AdapterContext
 from gateway.api import card_json
 from gateway.clock import new_id
+from gateway.messages import Attachment
 from gateway.surface import (
     AdapterHealth,
     ApprovalCard,
@@ -93,6 +94,10 @@ class WebAdapter:
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         self._publish(target, {"type": "card", "card": card_json(card)})
 
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """The page shows a Stop button under the streaming reply, and removes it when the reply is final."""
+        self._publish(target, {"type": "stop_control", "message_id": message_id, "run_id": run_id, "present": present})
+
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         self._publish(target, {"type": "notice", "text": text})
 
@@ -102,6 +107,9 @@ class WebAdapter:
     def forget(self, message_ids: Sequence[str]) -> None:
         for message_id in message_ids:
             self._shown.pop(message_id, None)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        return None  # the web chat has no uploads yet
 
     # --- HTTP ---------------------------------------------------------------------------
 
