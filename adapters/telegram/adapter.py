@@ -84,7 +84,8 @@ class TelegramAdapter(BaseAdapter):
         self._redactor: _Redact | None = None
         self.pacer = Pacer()  # every send, edit and chat action waits here for the budget
         self.budget = TelegramBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
-        self.drafts = True  # sendMessageDraft in private chats, until Telegram refuses it for this bot
+        # sendMessageDraft in private chats when the binding asks, until Telegram refuses it for this bot
+        self.drafts = self._section.drafts
 
     # --- lifecycle: the base's start/stop call these -------------------------------------
 

@@ -108,8 +108,9 @@ async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
 
 
 def config(tmp_path: Path, fake: FakeTelegram, *, dm: str | None = "open", model: str = MODEL,
-           mode: str = "polling", listen: str | None = None, **binding_extra: Any) -> Path:
-    telegram: dict[str, Any] = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": mode}
+           mode: str = "polling", listen: str | None = None, drafts: bool = False, **binding_extra: Any) -> Path:
+    telegram: dict[str, Any] = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": mode,
+                                "drafts": drafts}
     gateway: dict[str, Any] = {}
     if mode == "webhook":
         telegram["webhook_secret"] = "env:TEST_TELEGRAM_WEBHOOK_SECRET"
@@ -141,6 +142,19 @@ async def answers(fake: FakeTelegram, chat_id: int, count: int, last: str) -> li
 async def test_private_message_gets_one_streamed_html_reply(tmp_path: Path, fake: FakeTelegram,
                                                              scripted: Scripted) -> None:
     async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+        await connected(gw)
+        fake.push_message(ADA["id"], ADA, "hi there")
+        (reply,) = await answers(fake, ADA["id"], 1, final(1))
+        assert reply.raw == "<b>Hello</b> there, turn 1." and reply.parse_mode == "HTML"
+        # One message, edited as it streamed (drafts are off), as often as the chat's budget allows.
+        assert reply.edits[:1] == ["Hello"] and all(final(1).startswith(e) for e in reply.edits)
+        assert fake.drafts == {} and fake.throttled == []
+        assert scripted.prompts == ["hi there"]
+
+
+async def test_private_message_streams_as_a_draft_when_the_binding_asks(tmp_path: Path, fake: FakeTelegram,
+                                                                        scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake, drafts=True), clock=scripted.clock) as gw:
         await connected(gw)
         fake.push_message(ADA["id"], ADA, "hi there")
         (reply,) = await answers(fake, ADA["id"], 1, final(1))
@@ -392,7 +406,7 @@ async def test_a_group_reply_is_edited_in_place_not_drafted(tmp_path: Path, fake
 async def test_a_refused_draft_falls_back_to_posting_and_editing_for_the_binding(tmp_path: Path, fake: FakeTelegram,
                                                                                  scripted: Scripted) -> None:
     fake.fail_next("sendMessageDraft", error_code=400, description="Bad Request: method is not available")
-    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+    async with running_gateway(config(tmp_path, fake, drafts=True), clock=scripted.clock) as gw:
         await connected(gw)
         fake.push_message(ADA["id"], ADA, "hi there")
         (reply,) = await answers(fake, ADA["id"], 1, final(1))
