@@ -33,6 +33,12 @@ class DatabaseConfig(Strict):
         " replica on PostgreSQL) or for a connection; past it the API answers 503 with Retry-After and"
         " platform events are not acknowledged, so the platform redelivers them",
     )
+    run_lease_seconds: float = Field(
+        default=60.0, ge=3, le=3600,
+        description="On PostgreSQL: how long a replica's claim on a run lasts unrenewed. A replica that"
+        " died (killed, lost power) holds its runs this long before another replica, or its own restart,"
+        " runs them again; a live one renews its claims three times as often",
+    )
 
     @field_validator("url")
     @classmethod

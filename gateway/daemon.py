@@ -99,7 +99,7 @@ class Gateway:
         except Exception:
             await engine.dispose()
             raise
-        self.store = repo.Store(engine, self.clock)
+        self.store = repo.Store(engine, self.clock, lease_seconds=database.run_lease_seconds)
         self.scheduler = Scheduler(self.store, self.runner.execute, self.config.gateway.limits.concurrent_runs,
                                    on_active=self.metrics.queue_depth.set)
         adapter_for = lambda binding_id: self.adapters.get(binding_id)  # noqa: E731 - the dict is replaced at start
@@ -241,7 +241,7 @@ class Gateway:
 
     async def _sweep_forever(self) -> None:
         while True:
-            await asyncio.sleep(SWEEP_EVERY)
+            await asyncio.sleep(min(SWEEP_EVERY, self.store.lease_seconds / 3))
             try:
                 await self.sweep()
             except Exception:

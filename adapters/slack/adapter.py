@@ -320,6 +320,22 @@ class SlackAdapter(BaseAdapter):
         response = await call("chat.postMessage", self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
         return str(response["ts"])
 
+    async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
+        """The app's plain posts after `message_id` in the thread or channel (gateway.orphan_posts)."""
+        client = self._require_client()
+        if target.thread:
+            response = await call("conversations.replies",
+                                  client.conversations_replies(channel=target.channel, ts=target.thread, limit=200))
+        else:
+            response = await call("conversations.history",
+                                  client.conversations_history(channel=target.channel, oldest=message_id, limit=200))
+        mine = [
+            m for m in response.get("messages") or []
+            if m.get("bot_id") == self._conn.bot_id and float(m.get("ts") or 0) > float(message_id)
+            and not any(b.get("type") == "actions" for b in m.get("blocks") or [])
+        ]
+        return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
+
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         text, blocks = card_message(card)
         await call("chat.update", self._require_client().chat_update(channel=target.channel, ts=card_ref, text=text, blocks=blocks))
