@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import itertools
 import json
+import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -160,6 +161,12 @@ class FakeSlack:
         # sent again (`retry_attempt` + 1, a new envelope id) on the next connection opened, and
         # one sent while no connection is open waits for the next.
         self.redeliver = False
+        # A 429 storm: this share of calls to `storm_methods` answered 429 with `Retry-After`.
+        self.storm_share = 0.0
+        self.storm_methods: set[str] = {"chat.postMessage", "chat.update"}
+        self.storm_retry_after = 1.0
+        self.storm_429s = 0
+        self._storm = random.Random(429)
         self.post_answer_delay = 0.0  # seconds chat.postMessage holds its answer after posting
         self.redelivered = 0
         self._unacked: dict[str, dict[str, Any]] = {}
@@ -269,7 +276,11 @@ class FakeSlack:
         call = ApiCall(method, args, token)
         self.calls.append(call)
         try:
-            if failures := self._failures.get(method):
+            failures = self._failures.get(method)
+            if not failures and method in self.storm_methods and self._storm.random() < self.storm_share:
+                failures = [Failure(429, "ratelimited", self.storm_retry_after)]
+                self.storm_429s += 1
+            if failures:
                 failure = failures.pop(0)
                 call.status = failure.status
                 headers = {"Retry-After": f"{failure.retry_after:g}"} if failure.retry_after is not None else {}
