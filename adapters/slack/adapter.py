@@ -45,6 +45,7 @@ from gateway.surface import (
 from .api import SlackConnection, UserNames, call
 from .cards import ACTION_PREFIX, card_message, parse_action_value
 from .directory import SlackDirectory
+from .frames import CheckedSocketModeClient
 from .normalize import BotIdentity, chat_kind, normalize_event
 from .render import markdown_to_mrkdwn
 
@@ -155,7 +156,7 @@ class SlackAdapter(BaseAdapter):
             if message.get("type") == "hello":
                 self._health.up("socket mode: connected")
 
-        socket = SocketModeClient(
+        socket = CheckedSocketModeClient(
             app_token=self._app_token,
             logger=self._log.getChild("socket"),
             web_client=client,
