@@ -23,6 +23,7 @@ from . import http, pairing
 from .adapter_registry import AdapterContext, create_adapter
 from .approvals import Approvals
 from .clock import Clock
+from .retention import Pruning
 from .commands import Commands
 from .conversations import Scheduler
 from .delivery import Outbound
@@ -240,10 +241,12 @@ class Gateway:
             self.scheduler.wake(conversation_id)
 
     async def _sweep_forever(self) -> None:
+        pruning = Pruning(self.store, self.config.gateway.retention, self.clock)
         while True:
             await asyncio.sleep(min(SWEEP_EVERY, self.store.lease_seconds / 3))
             try:
                 await self.sweep()
+                await pruning.when_due()
             except Exception:
                 log.exception("sweep failed")
 
