@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import string
 from copy import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -55,7 +54,7 @@ from pydantic_ai_harness.compaction import (
 from gateway.messages import ChatKind
 from gateway.turn import Turn
 
-from .registry import BuildContext, CapabilityDecl, register
+from .registry import BuildContext, CapabilityDecl, register, template_fields
 
 log = logging.getLogger("gateway.capabilities.compaction")
 
@@ -87,10 +86,7 @@ class CompactionConfig(BaseModel):
     def _placeholder(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        try:
-            fields = {name for _, name, _, _ in string.Formatter().parse(v) if name is not None}
-        except ValueError as e:
-            raise ValueError(f"summary_prompt is not a valid template ({e}); write a literal brace as {{{{ or }}}}") from None
+        fields = template_fields(v, "summary_prompt")
         if "messages" not in fields:
             raise ValueError("summary_prompt must contain {messages}, where the conversation to summarise goes")
         if fields - {"messages"}:

@@ -13,6 +13,7 @@ tool is entered into the run's visible-name → stable-id map that the approval 
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -261,3 +262,11 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
         for i, entry_id in enumerate(ids):
             if entry_id in ids[:i]:
                 report(key, ("capabilities", i, "id"), f"{entry_id} is listed twice; keep one entry")
+
+
+def template_fields(value: str, name: str) -> set[str]:
+    """The `{placeholders}` of a prompt template from config; a malformed one is a config error."""
+    try:
+        return {field for _, field, _, _ in string.Formatter().parse(value) if field is not None}
+    except ValueError as e:
+        raise ValueError(f"{name} is not a valid template ({e}); write a literal brace as {{{{ or }}}}") from None

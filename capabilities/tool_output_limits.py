@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import copy
 import logging
-import string
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -43,7 +42,7 @@ from gateway.store.capability_state import CapabilityState
 from gateway.turn import Turn
 
 from .tool_text import tool_text
-from .registry import BuildContext, CapabilityDecl, ToolDecl, register
+from .registry import BuildContext, CapabilityDecl, ToolDecl, register, template_fields
 
 log = logging.getLogger("gateway.capabilities.tool_output_limits")
 
@@ -74,10 +73,7 @@ class ToolOutputLimitsConfig(BaseModel):
     def _placeholders(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        try:
-            fields = {name for _, name, _, _ in string.Formatter().parse(v) if name is not None}
-        except ValueError as e:
-            raise ValueError(f"summary_prompt is not a valid template ({e}); write a literal brace as {{{{ or }}}}") from None
+        fields = template_fields(v, "summary_prompt")
         missing = {"tool_name", "output"} - fields
         if missing:
             raise ValueError("summary_prompt must contain {tool_name} and {output}; it lacks "
