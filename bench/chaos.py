@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import re
@@ -178,6 +179,8 @@ async def main() -> int:
     parser.add_argument("--soak", action="store_true", help="also soak each store (30 minutes; 5 with --quick)")
     parser.add_argument("--stores", default="sqlite,postgresql")
     args = parser.parse_args()
+    # The fake model's streams are cut by every kill; aiohttp logs each cut with a traceback.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     kill_s, storm_s, examples = (30.0, 15.0, 60) if args.quick else (150.0, 40.0, 400)
     soak_min, sample_every = (5.0, 60.0) if args.quick else (30.0, 60.0)
     rows: list[Row] = []

@@ -6,8 +6,6 @@ A real daemon answers three web messages; pruning then runs as of later dates. `
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,22 +16,13 @@ from gateway import cli
 from gateway.clock import ManualClock
 from gateway.store.retention import Retention, prune, table_sizes
 
-from .conftest import pg_database, run_finished, running_gateway, wait_for, write_config
-
-
-@contextlib.asynccontextmanager
-async def database(engine: str, tmp_path: Path) -> AsyncIterator[str]:
-    if engine == "postgresql":
-        async with pg_database() as url:
-            yield url
-    else:
-        yield f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+from .conftest import database_url, run_finished, running_gateway, wait_for, write_config
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 async def test_pruning_keeps_the_ledger_a_week_and_never_touches_history(tmp_path: Path, engine: str) -> None:
     clock = ManualClock()
-    async with database(engine, tmp_path) as url:
+    async with database_url(engine, tmp_path) as url:
         config = write_config(tmp_path / "config", gateway={"database": {"url": url}})
         async with running_gateway(config, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
             conv = (await (await s.post("/api/v1/conversations")).json())["id"]

@@ -251,9 +251,11 @@ class Store:
                 yield from self._lock(q, conversation.key)
                 conv = yield from self._conversation_raw(q, conversation, now)
             yield from self._lock(q, conv.id)
+            # A message joins a queued run only if that run never started: one that started before
+            # (interrupted by a crash, queued again) may already have shown its answer.
             queued, run_id = (yield q.one(
                 "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
-                " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued'"
+                " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued' AND started_at IS NULL"
                 " ORDER BY created_at LIMIT 1)",
                 c=conv.id,
             )) or (0, None)

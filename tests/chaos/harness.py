@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from tests.adapters.stopping import Daemon
-from tests.conftest import pg_database, write_config
+from tests.conftest import database_url, write_config
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.slack import FakeSlack
 
@@ -55,15 +55,6 @@ class Tally:
     webs: list[tuple[str, int]] = field(default_factory=list, repr=False)  # web conversation, messages sent
 
 
-@contextlib.asynccontextmanager
-async def database(store: str, directory: Path) -> AsyncIterator[str]:
-    if store == "postgresql":
-        async with pg_database() as url:
-            yield url
-    else:
-        yield f"sqlite+aiosqlite:///{directory / 'gateway.db'}"
-
-
 @dataclass
 class World:
     """The fakes, the daemon's config, and the daemon itself (restartable)."""
@@ -84,7 +75,7 @@ async def world(directory: Path, store: str, *, model_delay: float = 0.08) -> As
     directory.mkdir(parents=True, exist_ok=True)
     model = await FakeOpenAI(delay=model_delay).start()
     try:
-        async with FakeSlack() as slack, database(store, directory) as url:
+        async with FakeSlack() as slack, database_url(store, directory) as url:
             slack.redeliver = True
             slack.add_user(PERSON, "ada", real_name="Ada")
             slack.add_channel(CHANNEL, "chaos", members=[PERSON, slack.bot_user_id])

@@ -8,28 +8,17 @@ there, the same on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.conftest import pg_database, running_gateway, wait_for, write_config
-
-
-@contextlib.asynccontextmanager
-async def database(engine: str, tmp_path: Path) -> AsyncIterator[str]:
-    if engine == "postgresql":
-        async with pg_database() as url:
-            yield url
-    else:
-        yield f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}"
+from tests.conftest import database_url, running_gateway, wait_for, write_config
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 async def test_nul_and_surrogates_in_ids_and_text_never_answer_500(tmp_path: Path, engine: str) -> None:
-    async with database(engine, tmp_path) as url:
+    async with database_url(engine, tmp_path) as url:
         config = write_config(tmp_path / "config", gateway={"database": {"url": url}})
         async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
             conv = (await (await s.post("/api/v1/conversations")).json())["id"]
