@@ -32,7 +32,7 @@ from bindings.models import BindingSpec
 from bindings.secrets import Secret, SecretError, SecretRef
 from gateway.adapter_registry import AdapterContext
 from gateway.reconnect import Backoff, HealthState, reconnect_forever
-from gateway.surface import AdapterHealth, Dispatcher, PlatformError, PlatformLimits
+from gateway.surface import AdapterHealth, Dispatcher, PlatformError, PlatformLimits, ReplyTarget
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -136,6 +136,10 @@ class BaseAdapter(abc.ABC):
 
     def http_routes(self) -> Sequence[web.AbstractRouteDef]:
         return []
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """Show (`present`) or take away a Stop control on a streaming reply; platforms with one override
+        this (`gateway.stopping.StopControl`). Nothing by default: `/stop` works everywhere."""
 
     def forget(self, message_ids: Sequence[str]) -> None:
         """Nothing is kept about a sent message on these platforms: the platform holds it."""

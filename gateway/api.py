@@ -41,6 +41,7 @@ def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
         web.get("/api/v1/conversations/{id}/events", api.events),
         web.post("/api/v1/conversations/{id}/modes", api.set_modes),
         web.post("/api/v1/approvals/{id}", api.decide),
+        web.post("/api/v1/runs/{id}/stop", api.stop_run),
         web.get("/api/v1/me/memory", api.my_memory),
         web.post("/api/v1/me/memory", api.change_my_memory),
     ]
@@ -125,6 +126,13 @@ class _Api:
         if not outcome.accepted and outcome.message.startswith("Only "):
             status = 403
         return web.json_response({"accepted": outcome.accepted, "message": outcome.message}, status=status)
+
+    async def stop_run(self, request: web.Request) -> web.Response:
+        """The web Stop button: the same rule as a Stop click or `/stop` in a chat, as the local person."""
+        binding = self._binding()
+        person = self._person(binding)
+        outcome = await self.gw.stops.stop(request.match_info["id"], Sender(person, person), binding_id=binding.id)
+        return web.json_response({"stopped": outcome.stopped, "message": outcome.message}, status=outcome.status)
 
     async def set_modes(self, request: web.Request) -> web.Response:
         """The same rule as `/approvals` in a chat: only the binding's deciders may switch."""

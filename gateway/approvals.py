@@ -208,7 +208,8 @@ class Approvals:
                 for i in items
             ),
             deciders=deciders_text(json.loads(row.deciders), run.requester_name if run else ""),
-            note="Expired: nobody decided in time." if row.state == "expired" else "",
+            note="Expired: nobody decided in time." if row.state == "expired"
+            else "Closed: the run was stopped." if row.state == "stopped" else "",
         )
 
     # --- deciding -----------------------------------------------------------------------
@@ -251,6 +252,13 @@ class Approvals:
             return "This request expired before anyone decided."
         return f"Already {row.state} by {row.decided_by}."
 
+    async def may_stop(self, run: Run, conv: repo.ConversationRef, who: Sender) -> bool:
+        """Whether `who` may stop `run`: its requester, or whoever may decide its binding's cards."""
+        if await self._may_decide("requester", who, run, conv):
+            return True
+        binding = self._bindings().get(run.binding_id)
+        return binding is not None and await self._may_decide(binding.approvals.deciders, who, run, conv)
+
     async def _may_decide(self, deciders: Any, decider: Sender, run: Run, conv: repo.ConversationRef) -> bool:
         if deciders == "channel":
             return True
@@ -288,6 +296,20 @@ class Approvals:
             else:
                 results.approvals[row.tool_call_id] = ToolDenied("Nobody approved this call in time.")
         return results
+
+    async def stop_parked(self, run: Run, conv: repo.ConversationRef, who: Sender) -> bool:
+        """Stop a run waiting on its card: the card closes (its calls denied by `who`, nothing runs),
+        the run ends `stopped`, and the thread gets one line. False when it was no longer parked."""
+        name = who.display_name or who.account_id
+        closed = await self.db.close_for_stop(run.id, who=name, account_id=who.account_id)
+        if closed is None:
+            return False
+        self._metrics.approvals_pending.dec(closed.items)
+        await self._refresh_card(closed.card_id)
+        await self.notice(conv, f"⏹ Stopped by {name} while waiting for approval; nothing on the card ran.")
+        self._events.run_ended(conv.id, run.id, repo.STOPPED)
+        self._wake(conv.id)  # what waited behind the parked run goes next
+        return True
 
     # --- expiry -------------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from .policy import Modes
 from .store import repo
 from .store.notes import NoteStore
 from .store.people import LINK_TTL, AccountRef, PeopleStore
+from .stopping import Stops
 from .surface import target_for
 
 
@@ -49,6 +50,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("memory", "/memory [stop|use|delete NAME | erase]", "what agents wrote about you, privately"),
     CommandSpec("approvals", "/approvals [auto on|off | ask on|off]",
                 "this conversation's approval mode (switching it is for the people who may decide)"),
+    CommandSpec("stop", "/stop", "stop the reply being written here (for whoever asked, or who decides approvals)"),
     CommandSpec("start", "/start", "say hello", hidden=True),
 )
 _BY_NAME = {c.name: c for c in COMMANDS}
@@ -109,8 +111,9 @@ class Asked:
 
 
 class Commands:
-    def __init__(self, store: repo.Store, approvals: Approvals, outbound: Outbound) -> None:
+    def __init__(self, store: repo.Store, approvals: Approvals, outbound: Outbound, stops: Stops | None = None) -> None:
         self._store, self._approvals, self._outbound = store, approvals, outbound
+        self._stops = stops
         self._people = PeopleStore(store)
 
     async def run(self, asked: Asked) -> str | None:
@@ -135,7 +138,18 @@ class Commands:
             await (self._link(asked) if name == "link" else self._unlink(asked))
         elif name == "new":
             await self._new(asked)
+        elif name == "stop":
+            await self._stop(asked)
         return None
+
+    async def _stop(self, asked: Asked) -> None:
+        """`/stop`: the run in flight here, if the sender may stop it; only a refusal is answered (privately)."""
+        if self._stops is None or asked.existing is None:
+            self._tell(asked.message, "Nothing is running here.")
+            return
+        outcome = await self._stops.stop_current(asked.existing.id, asked.message.sender)
+        if not outcome.stopped:
+            self._tell(asked.message, outcome.message)
 
     def _tell(self, message: InboundMessage, text: str) -> None:
         self._outbound.send(target_for(message), text, private_to=message.sender.account_id)

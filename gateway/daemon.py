@@ -34,10 +34,11 @@ from .messages import InboundMessage
 from .metrics import Metrics
 from .models_cache import ModelCache
 from .runner import Runner
+from .stopping import Stops
 from .store import repo
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
-from .surface import Adapter, Decision, DecisionOutcome, Sender, SubmitResult
+from .surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
 
 if TYPE_CHECKING:
     from .mcp import McpPool
@@ -70,6 +71,7 @@ class Gateway:
         # The parts start() builds on the store, each handed what it uses (no service locator).
         self.outbound: Outbound
         self.approvals: Approvals
+        self.stops: Stops
         self.inbound: Inbound
         self.mcp: McpPool | None = None  # the MCP servers' connections, once installed
         self.extensions: list[Any] = []  # capabilities' parts: objects with optional start/stop
@@ -111,9 +113,10 @@ class Gateway:
         self.extensions.append(self.approvals)
         self.runner.park_handler = self.approvals.park
         self.runner.resume_results = self.approvals.results_for
+        self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY)
         self.inbound = Inbound(config=lambda: self.config, store=self.store,
                                pairing=pairing.through(self.store, self.outbound),
-                               commands=Commands(self.store, self.approvals, self.outbound),
+                               commands=Commands(self.store, self.approvals, self.outbound, self.stops),
                                outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics,
                                first_sign=lambda conv: self.first_sign.show(adapter_for(conv.binding_id), conv.target(),
                                                                             conv.id))
@@ -234,6 +237,7 @@ class Gateway:
         net for work another replica queued or left behind.
         """
         await self.store.renew_leases(list(self.runner.running_ids))
+        await self.stops.take_requests(self.runner.running_ids)  # Stops pressed on another replica
         interrupted = await self.store.requeue_interrupted(at_start=at_start)
         if interrupted:
             log.info("requeued runs interrupted in %d conversations", len(interrupted))
@@ -304,6 +308,9 @@ class Gateway:
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:
         return await self.approvals.decide(approval_id, decision, decider, binding_id=binding_id, surface=surface)
+
+    async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
+        return await self.stops.stop(run_id, who, binding_id=binding_id)
 
     async def get_state(self, binding_id: str, key: str) -> str | None:
         return await self.store.get_state(binding_id, key)

@@ -197,6 +197,11 @@ class ReplyStream:
     def posted(self) -> bool:
         return bool(self._posted)
 
+    @property
+    def first_message_id(self) -> str | None:
+        """The reply's first posted message (where a Stop control sits), once posted."""
+        return self._posted[0].message_id if self._posted else None
+
 
 class Outbound:
     """Every message the gateway posts on its own: notices, command answers, pairing codes, "busy".

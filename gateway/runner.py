@@ -52,6 +52,7 @@ from .store import repo
 from .store.conversation_log import ConversationLog
 from .store.models import Run
 from .store.notes import NoteStore
+from .stopping import set_stop_control, stopped_notice
 from .surface import Adapter
 from .turn import Memory, Requester, Turn
 
@@ -154,6 +155,7 @@ class Runner:
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._tokens: dict[str, CancellationToken] = {}
         self._streams: dict[str, ReplyStream] = {}
+        self._stopped_by: dict[str, str] = {}  # run id -> who pressed Stop (a stop, not a shutdown)
 
     # --- building -----------------------------------------------------------------------
 
@@ -264,6 +266,8 @@ class Runner:
         typing = asyncio.create_task(self._keep_typing(turn, stream))
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
+        tools_done: list[str] = []
+        control = False  # the Stop control is on the reply
         try:
             await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
@@ -291,8 +295,12 @@ class Runner:
                         await stream.append(text)
                     elif isinstance(event, FunctionToolResultEvent):
                         separate = True
+                        tools_done.append(event.part.tool_name)
                     elif isinstance(event, AgentRunResultEvent):
                         result = event.result
+                    if not control and stream.posted:
+                        control = await set_stop_control(stream.adapter, turn.target, stream.first_message_id,
+                                                         turn.run_id, True)
             assert result is not None
             u = result.usage
             usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
@@ -320,6 +328,10 @@ class Runner:
         except Exception as e:
             typing.cancel()
             outcome = explain_failure(e, turn.agent)
+            stopped_by = self._stopped_by.get(turn.run_id)
+            if isinstance(e, RunCancelled) and stopped_by is not None:
+                outcome = Outcome(repo.STOPPED, f"stopped by {stopped_by}",
+                                  stopped_notice(stopped_by, tools_done, bool(stream.text.strip())))
             if outcome.status == repo.FAILED and not isinstance(e, (ModelConfigError, RunTimedOut)):
                 log.warning("run failed", exc_info=e, extra=turn.log_fields)
             else:
@@ -336,6 +348,9 @@ class Runner:
                 await typing
             self._tokens.pop(turn.run_id, None)
             self._streams.pop(turn.run_id, None)
+            self._stopped_by.pop(turn.run_id, None)
+            if control:  # the reply is final (or parked, or stopped): nothing left to stop
+                await set_stop_control(stream.adapter, turn.target, stream.first_message_id, turn.run_id, False)
             gw.metrics.run_seconds.labels(turn.target.platform).observe(gw.clock.monotonic() - started)
             log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
@@ -358,6 +373,15 @@ class Runner:
             with contextlib.suppress(Exception):
                 token.cancel()
         return len(self._tokens)
+
+    def stop(self, run_id: str, who: str) -> bool:
+        """A person's Stop for a run in flight here (False when it is not running in this process)."""
+        token = self._tokens.get(run_id)
+        if token is None:
+            return False
+        self._stopped_by.setdefault(run_id, who)
+        token.cancel()
+        return True
 
     def uses(self, adapter: Adapter) -> bool:
         """Whether a run in flight here replies through `adapter`."""

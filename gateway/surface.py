@@ -153,6 +153,15 @@ class ChannelDirectory(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class StopOutcome:
+    """The core's answer to a Stop: whether the run is stopping, and a line for the person who asked, alone."""
+
+    stopped: bool
+    message: str
+    status: int = 200  # for the API: 403 not theirs, 404 unknown, 409 nothing to stop
+
+
+@dataclass(frozen=True, slots=True)
 class SubmitResult:
     """The core's answer to an adapter handing it a message: ack the platform either way."""
 
@@ -175,6 +184,10 @@ class Dispatcher(Protocol):
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:
         """A button click. Checks who may decide; the first decision wins."""
+        ...
+
+    async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
+        """A Stop control pressed: only the run's requester or a decider stops it."""
         ...
 
     async def get_state(self, binding_id: str, key: str) -> str | None:

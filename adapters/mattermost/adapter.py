@@ -33,7 +33,7 @@ from gateway.surface import (
     ReplyTarget,
 )
 
-from . import cards
+from . import cards, stop
 from .client import Channel, MattermostClient, MattermostSocket, User
 from .directory import MattermostDirectory
 from .normalize import (
@@ -265,6 +265,8 @@ class MattermostAdapter(BaseAdapter):
             user_id, channel_id = str(body["user_id"]), str(body.get("channel_id", ""))
         except (ValueError, KeyError, TypeError):
             return web.json_response({"error": "malformed action request"}, status=400)
+        if self._key is not None and isinstance(body.get("context"), dict) and "stop_run" in body["context"]:
+            return await self._on_stop(body, user_id, channel_id)
         verified = None
         if self._key is not None:
             verified = cards.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
@@ -286,6 +288,24 @@ class MattermostAdapter(BaseAdapter):
             # Always 200: anything else fails the click in the clicker's client.
             return web.json_response({"ephemeral_text": outcome.message})
         return web.json_response({})  # the core's update_card edits the card itself
+
+    async def _on_stop(self, body: dict[str, Any], user_id: str, channel_id: str) -> web.Response:
+        """A Stop click: signed for this channel or 401; a refusal is told to the clicker alone."""
+        assert self._key is not None
+        run_id = stop.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
+        if run_id is None or self._dispatcher is None:
+            return web.json_response({"error": "bad signature"}, status=401 if run_id is None else 503)
+        who = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
+        outcome = await self._dispatcher.stop_run(run_id, who, binding_id=self.binding_id)
+        return web.json_response({} if outcome.stopped else {"ephemeral_text": outcome.message})
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """A Stop action on the streaming reply (its props; the text is patched on its own), gone when final."""
+        if self._action_url is None or self._key is None:
+            return  # no action URL: nowhere for a click to arrive (`/stop` still works)
+        props = stop.stop_props(url=self._action_url, key=self._key, binding_id=self.binding_id,
+                                channel_id=target.channel, run_id=run_id) if present else {}
+        await self._api().patch_post(message_id, props=props)
 
     # --- replies out -----------------------------------------------------------------------
 

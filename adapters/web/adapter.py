@@ -86,6 +86,10 @@ class WebAdapter:
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         self._publish(target, {"type": "card", "card": card_json(card)})
 
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """The page shows a Stop button under the streaming reply, and removes it when the reply is final."""
+        self._publish(target, {"type": "stop_control", "message_id": message_id, "run_id": run_id, "present": present})
+
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         self._publish(target, {"type": "notice", "text": text})
 

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from ..clock import Clock, unguessable_id
 from ..policy import Modes
 from .models import Account, ApprovalCardRow, ApprovalRow, ConversationMode, Message, ModeChange, Run
-from .repo import EXPIRED, PARKED, QUEUED
+from .repo import EXPIRED, PARKED, QUEUED, STOPPED
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +218,26 @@ class ApprovalStore:
                                 .values(status=EXPIRED, reason="approval timed out", finished_at=now, state=None))
             expired.append(Expired(card.id, card.run_id, card.conversation_id, result.rowcount or 0))
         return expired
+
+    async def close_for_stop(self, run_id: str, *, who: str, account_id: str) -> Expired | None:
+        """A person stopped a parked run: its open card is closed (its calls denied by them) and the run
+        ends `stopped`; None when it was no longer parked (decided, expired or stopped on another door)."""
+        now = self._clock.now()
+        async with self._sessions() as s, s.begin():
+            ended = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED)
+                                    .values(status=STOPPED, reason=f"stopped by {who}", finished_at=now, state=None))
+            if not ended.rowcount:
+                return None
+            card = (await s.scalars(select(ApprovalCardRow).where(ApprovalCardRow.run_id == run_id,
+                                                                  ApprovalCardRow.state == "pending"))).first()
+            if card is None:
+                return None
+            await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card.id).values(state="stopped"))
+            result = await s.execute(update(ApprovalRow).where(ApprovalRow.card_id == card.id,
+                                                               ApprovalRow.state == "pending")
+                                     .values(state="denied", decided_by=who, decided_by_account=account_id,
+                                             decided_at=now, surface="stop"))
+        return Expired(card.id, run_id, card.conversation_id, result.rowcount or 0)
 
     # --- reading ------------------------------------------------------------------------
 

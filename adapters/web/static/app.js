@@ -9,6 +9,7 @@
   let source = null;
   const bubbles = new Map(); // streamed message id -> element
   const cards = new Map(); // card id -> element
+  const stops = new Map(); // run id -> the Stop button under its streaming reply
 
   function token() { return localStorage.getItem("agent-gateway-token") || ""; }
   async function api(method, path, body) {
@@ -122,6 +123,25 @@
     scroll();
   }
 
+  // The Stop control sits under a streaming reply (outside the bubble, which each delta redraws).
+  function stopControl(d) {
+    const old = stops.get(d.run_id);
+    if (old) { old.remove(); stops.delete(d.run_id); }
+    const reply = bubbles.get(d.message_id);
+    if (!d.present || !reply) return;
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "stop";
+    b.textContent = "Stop";
+    b.onclick = async () => {
+      b.disabled = true;
+      try { await api("POST", "/api/v1/runs/" + encodeURIComponent(d.run_id) + "/stop"); }
+      catch (err) { notice(err.message); b.disabled = false; }
+    };
+    reply.after(b);
+    stops.set(d.run_id, b);
+  }
+
   async function decide(id, decision, button) {
     button.disabled = true;
     try { const r = await api("POST", "/api/v1/approvals/" + encodeURIComponent(id), { decision }); if (r.message) notice(r.message); }
@@ -133,6 +153,7 @@
     log.innerHTML = "";
     bubbles.clear();
     cards.clear();
+    stops.clear();
     // Messages and approval cards in the order they happened.
     const items = data.messages.map((m) => ({ time: m.time, show: () => (m.role === "notice" ? notice(m.text) : bubble(m.role, m.text, m.status)) }))
       .concat((data.cards || []).map((c) => ({ time: c.time, show: () => renderCard(c) })));
@@ -152,6 +173,7 @@
       el.innerHTML = markdown(d.text);
       scroll();
     });
+    source.addEventListener("stop_control", (e) => stopControl(JSON.parse(e.data)));
     source.addEventListener("card", (e) => renderCard(JSON.parse(e.data).card));
     source.addEventListener("notice", (e) => notice(JSON.parse(e.data).text));
     source.addEventListener("run_end", () => { load().catch((err) => notice(err.message)); });

@@ -1,0 +1,122 @@
+"""Stop: a person ends a run in flight — from a Stop control on the streaming reply, `/stop`, or the API.
+
+Every door asks here, so the rule is one: the run's requester or one of the binding's
+deciders may stop it (asked of `gateway.approvals`, the same deciders as a card), anyone
+else changes nothing and alone is told why. A stop cancels the run through its
+cancellation token (pydantic-ai keeps the messages so far); the runner then ends it as
+`stopped` with a line saying who stopped it and what it had done. A run parked on an
+approval card is stopped by closing the card (nothing on it runs). A run streaming on another
+replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
+id); the replica holding its lease picks the request up at its next sweep and stops it there.
+
+The Stop control itself is an optional adapter method (`StopControl`): the runner shows it
+when the reply is first posted and takes it away when the reply is final.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from .approvals import Approvals
+from .store import repo
+from .surface import ReplyTarget, Sender, StopOutcome
+
+log = logging.getLogger("gateway.stopping")
+
+STOP, REQUESTS = "stop", "requests"  # where a stop for a run on another replica waits (capability state)
+
+
+@runtime_checkable
+class StopControl(Protocol):
+    """An adapter that can show a Stop control on a streaming reply (a button, an action)."""
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """Show (`present`) or remove the Stop control on the reply message `message_id` of run `run_id`."""
+        ...
+
+
+class Stops:
+    """Who may stop a run, and the stop itself."""
+
+    def __init__(self, store: repo.Store, approvals: Approvals,
+                 cancel: Callable[[str, str], bool], *, sweep_every: float) -> None:
+        """`cancel(run_id, who)`: cancel a run in flight in this process; False when it is not here.
+        `sweep_every`: how often each replica looks for stop requests other replicas stored."""
+        self._store, self._approvals, self._cancel = store, approvals, cancel
+        self._sweep_every = sweep_every
+
+    async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None) -> StopOutcome:
+        """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding."""
+        run = await self._store.run(run_id)
+        conv = await self._store.conversation(run.conversation_id) if run is not None else None
+        if run is None or conv is None or (binding_id is not None and run.binding_id != binding_id):
+            return StopOutcome(False, "There is no such run.", 404)
+        if not await self._approvals.may_stop(run, conv, who):
+            return StopOutcome(False, f"Only {run.requester_name or 'the person who asked'} or someone who may "
+                                      "decide approvals here can stop this.", 403)
+        if run.status in repo.ENDED:
+            return StopOutcome(False, "That reply has already ended.", 409)
+        if run.status == repo.PARKED:  # waiting on an approval card: close it with the run
+            if await self._approvals.stop_parked(run, conv, who):
+                return StopOutcome(True, "Stopped.")
+            return StopOutcome(False, "That reply has already moved on; try again.", 409)
+        if run.status != repo.RUNNING:
+            return StopOutcome(False, "That reply is not running.", 409)
+        name = who.display_name or who.account_id
+        if self._cancel(run_id, name):
+            return StopOutcome(True, "Stopping.")
+        if run.lease_owner == self._store.owner:  # ours by the lease but no longer in flight: it just ended
+            return StopOutcome(False, "That reply has already ended.", 409)
+        await self._store.capability_state.put(STOP, REQUESTS, run_id, name)
+        return StopOutcome(True, "Stopping: another gateway process is writing that reply; it stops there within "
+                                 f"{self._sweep_every:g} s.")
+
+    async def take_requests(self, running_here: list[str]) -> int:
+        """At each sweep: stop the runs in flight here that a person asked another replica to stop,
+        and forget requests for runs that are no longer running anywhere. Returns how many were stopped."""
+        state = self._store.capability_state
+        stopped = 0
+        for run_id, who in (await state.items(STOP, REQUESTS)).items():
+            if run_id in running_here:
+                stopped += self._cancel(run_id, who)
+                await state.delete(STOP, REQUESTS, run_id)
+            else:
+                run = await self._store.run(run_id)
+                if run is None or run.status != repo.RUNNING:
+                    await state.delete(STOP, REQUESTS, run_id)
+        return stopped
+
+    async def stop_current(self, conversation_id: str, who: Sender) -> StopOutcome:
+        """`/stop`: the conversation's run in flight, if any."""
+        running = [r for r in await self._store.runs_in([repo.RUNNING, repo.PARKED])
+                   if r.conversation_id == conversation_id]
+        if not running:
+            return StopOutcome(False, "Nothing is running here.", 409)
+        return await self.stop(running[-1].id, who)
+
+
+async def set_stop_control(adapter: object, target: ReplyTarget, message_id: str | None, run_id: str,
+                           present: bool) -> bool:
+    """Show or remove the Stop control where the adapter has one; a control is a nicety, never a failure."""
+    if message_id is None or not isinstance(adapter, StopControl):
+        return False
+    try:
+        await adapter.stop_control(target, message_id, run_id, present)
+    except Exception as e:
+        log.debug("stop control not %s: %s", "shown" if present else "removed", e)
+        return False
+    return True
+
+
+def stopped_notice(who: str, tools_done: list[str], wrote: bool) -> str:
+    """The stopped card's line: who stopped the run and what it had managed to do (never the finished mark)."""
+    did: list[str] = []
+    if tools_done:
+        counted = {name: tools_done.count(name) for name in dict.fromkeys(tools_done)}
+        did.append("ran " + ", ".join(f"{name}" + (f" ×{n}" if n > 1 else "") for name, n in counted.items()))
+    if wrote:
+        did.append("wrote what is above")
+    done = "; before that I " + " and ".join(did) if did else "; I had not done anything yet"
+    return f"⏹ Stopped by {who}{done}."

@@ -1,0 +1,55 @@
+"""The Stop action on Mattermost, through the real daemon and the fake server: it rides on the
+streaming reply, Bob's click changes nothing (he alone is told why), Alice's ends the run within
+a second, and the action is gone from the stopped reply."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gateway.llm import register_model
+from gateway.store import repo
+from tests.conftest import running_gateway, wait_for, write_config
+from tests.test_stop import SLOW, slow_model
+
+from .conftest import BOT_TOKEN, World
+from .test_mattermost_e2e import _bot_posts, _connected, _free_port
+
+
+async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
+    register_model(SLOW, slow_model)
+    port = _free_port()
+    config = write_config(
+        tmp_path / "config", agents={"assistant": {"name": "Slow", "model": SLOW}},
+        bindings={"mm": {"platform": "mattermost", "agent": "assistant",
+                         "mattermost": {"url": world.url, "token": "env:MM_E2E_TOKEN"}}},
+        gateway={"http": {"listen": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}"}},
+    )
+    async with running_gateway(config) as gw:
+        await _connected(gw)
+        root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot write a long essay")
+        (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.town, root["id"])
+                                           if world.fake.buttons(p["id"])], what="the Stop action")
+        assert [b["id"] for b in world.fake.buttons(reply["id"])] == ["stop"]
+        [run] = await gw.store.runs_in([repo.RUNNING])
+
+        result = await world.fake.click(world.bob["id"], reply["id"], "stop")
+        assert result.status == 200 and "can stop this" in result.ephemeral_text
+        assert (await gw.store.run(run.id)).status == repo.RUNNING  # type: ignore[union-attr]
+
+        pressed = time.monotonic()
+        result = await world.fake.click(world.alice["id"], reply["id"], "stop")
+        assert result.status == 200 and result.ephemeral_text == ""
+
+        async def stopped() -> bool:
+            row = await gw.store.run(run.id)
+            return row is not None and row.status == repo.STOPPED
+
+        await wait_for(stopped, what="the run to stop")
+        assert time.monotonic() - pressed < 1.0
+        post = world.fake.posts[reply["id"]]
+        await wait_for(lambda: not world.fake.buttons(reply["id"]), what="the Stop action to go")
+        assert post["message"].startswith("word0 ") and "Stopped by alice" in post["message"]

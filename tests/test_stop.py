@@ -1,0 +1,115 @@
+"""Stop through the web API: the Stop control comes with the streaming reply, a press ends the run
+within a second as `stopped`, with a line saying who stopped it and what it had done."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from gateway.llm import register_model
+from gateway.store import repo
+
+from .conftest import running_gateway, wait_for, write_config
+from .test_web_api import _sse
+
+SLOW = "stop-slow"
+
+
+def slow_model() -> FunctionModel:
+    """A scripted model that writes a word every 0.1 s for ten seconds: a reply worth stopping."""
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        for i in range(100):
+            yield f"word{i} "
+            await asyncio.sleep(0.1)
+
+    return FunctionModel(stream_function=stream)
+
+
+def slow_config(path: Path, **kw: Any) -> Path:
+    register_model(SLOW, slow_model)
+    return write_config(path, agents={"assistant": {"name": "Slow", "model": SLOW}}, **kw)
+
+
+async def test_stop_from_the_web_ends_the_run_within_a_second(tmp_path: Path) -> None:
+    async with running_gateway(slow_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        events: list[dict[str, Any]] = []
+        listener = asyncio.create_task(_sse(s, f"/api/v1/conversations/{conv}/events", events))
+        await wait_for(lambda: gw.events._listeners.get(conv), what="SSE subscription")
+        run_id = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "go"})).json())["run_id"]
+
+        shown = await wait_for(lambda: [e for e in events if e["type"] == "stop_control"], what="the Stop control")
+        reply = next(e for e in events if e["type"] == "delta")
+        assert shown[0] == {"type": "stop_control", "message_id": reply["message_id"], "run_id": run_id, "present": True}
+        await asyncio.sleep(0.3)
+
+        pressed = time.monotonic()
+        r = await s.post(f"/api/v1/runs/{run_id}/stop")
+        assert r.status == 200 and (await r.json())["stopped"] is True
+        await wait_for(lambda: any(e["type"] == "run_end" for e in events), what="the run to end")
+        assert time.monotonic() - pressed < 1.0
+        listener.cancel()
+        assert [e["status"] for e in events if e["type"] == "run_end"] == ["stopped"]
+        # The control went away with the run.
+        assert [e["present"] for e in events if e["type"] == "stop_control"] == [True, False]
+
+        run = await gw.store.run(run_id)
+        assert run is not None and run.status == repo.STOPPED and run.reason == "stopped by local"
+        turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
+        answer = turns[-1]
+        assert answer["role"] == "assistant" and answer["text"].startswith("word0 word1 ")
+        assert answer["text"].endswith("_⏹ Stopped by local; before that I wrote what is above._")
+        assert "finished" not in answer["text"] and answer["status"] == "stopped"
+
+        # Nothing left to stop: said so, and nothing changes.
+        r = await s.post(f"/api/v1/runs/{run_id}/stop")
+        assert r.status == 409 and (await r.json())["stopped"] is False
+        r = await s.post("/api/v1/runs/nope/stop")
+        assert r.status == 404
+
+
+async def test_a_fast_reply_leaves_no_stop_control_behind(config_dir: Path) -> None:
+    async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        events: list[dict[str, Any]] = []
+        listener = asyncio.create_task(_sse(s, f"/api/v1/conversations/{conv}/events", events))
+        await wait_for(lambda: gw.events._listeners.get(conv), what="SSE subscription")
+        await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hello"})
+        await wait_for(lambda: any(e["type"] == "run_end" for e in events), what="the run to end")
+        await asyncio.sleep(0.05)
+        listener.cancel()
+        controls = [e["present"] for e in events if e["type"] == "stop_control"]
+        assert controls == [True, False]
+        assert [e["status"] for e in events if e["type"] == "run_end"] == ["finished"]
+
+
+async def test_a_stop_pressed_on_another_replica_reaches_the_run(tmp_path: Path) -> None:
+    """Two gateways on one database: the one that did not claim the run stores the request, and
+    the one holding the run's lease stops it at its next sweep."""
+    cfg = slow_config(tmp_path / "c")
+    async with running_gateway(cfg) as a, running_gateway(cfg) as b, \
+            aiohttp.ClientSession(a.url) as sa, aiohttp.ClientSession(b.url) as sb:
+        conv = (await (await sa.post("/api/v1/conversations")).json())["id"]
+        run_id = (await (await sa.post(f"/api/v1/conversations/{conv}/messages", json={"text": "go"})).json())["run_id"]
+        await wait_for(lambda: a.runner.live_text(run_id), what="the reply to stream on a")
+
+        r = await sb.post(f"/api/v1/runs/{run_id}/stop")
+        body = await r.json()
+        assert r.status == 200 and body["stopped"] is True and "another gateway process" in body["message"]
+        assert (await a.store.run(run_id)).status == repo.RUNNING  # type: ignore[union-attr]
+
+        await a.sweep()  # what its sweep loop does every SWEEP_EVERY seconds
+
+        async def stopped() -> bool:
+            run = await a.store.run(run_id)
+            return run is not None and run.status == repo.STOPPED and run.reason == "stopped by local"
+
+        await wait_for(stopped, timeout=1.0, what="the run to stop on a")
+        assert await a.store.capability_state.items("stop", "requests") == {}
