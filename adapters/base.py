@@ -28,11 +28,21 @@ import asyncio
 from collections.abc import Awaitable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, final
 
+import aiohttp
+
 from bindings.models import BindingSpec
 from bindings.secrets import Secret, SecretError, SecretRef
 from gateway.adapter_registry import AdapterContext
 from gateway.reconnect import Backoff, HealthState, reconnect_forever
-from gateway.surface import AdapterHealth, Dispatcher, PlatformError, PlatformLimits, ReplyTarget
+from gateway.messages import Attachment
+from gateway.surface import (
+    AdapterHealth,
+    AttachmentTooLarge,
+    Dispatcher,
+    PlatformError,
+    PlatformLimits,
+    ReplyTarget,
+)
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -144,6 +154,10 @@ class BaseAdapter(abc.ABC):
     def forget(self, message_ids: Sequence[str]) -> None:
         """Nothing is kept about a sent message on these platforms: the platform holds it."""
 
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        """A platform that has not said how to fetch its files: none are fetched."""
+        return None
+
     # --- helpers for subclasses ----------------------------------------------------------
 
     def _secret(self, setting: str, ref: SecretRef) -> Secret:
@@ -175,3 +189,30 @@ async def within(awaitable: Awaitable[T], seconds: float = CLOSE_TIMEOUT) -> T |
         return await asyncio.wait_for(awaitable, seconds)
     except TimeoutError:
         return None
+
+
+async def read_capped(session: aiohttp.ClientSession, url: str, headers: dict[str, str], max_bytes: int,
+                      name: str, *, login_page: bool = False) -> bytes:
+    """GET a file, reading at most `max_bytes` (a declared or actual size past it raises
+    AttachmentTooLarge). The headers carry the token: never put them in an error.
+    `login_page`: the platform answers a refused token with an HTML sign-in page and 200 (Slack)."""
+    try:
+        return await _read_capped(session, url, headers, max_bytes, name, login_page)
+    except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+        raise PlatformError(f"fetching {name}: {type(e).__name__}") from None
+
+
+async def _read_capped(session: aiohttp.ClientSession, url: str, headers: dict[str, str], max_bytes: int,
+                       name: str, login_page: bool) -> bytes:
+    async with session.get(url, headers=headers, allow_redirects=True) as response:
+        if response.status != 200 or (login_page and response.content_type == "text/html"
+                                      and not name.lower().endswith((".html", ".htm"))):
+            raise PlatformError(f"fetching {name}: HTTP {response.status} {response.content_type}")
+        if response.content_length is not None and response.content_length > max_bytes:
+            raise AttachmentTooLarge(f"{name} is {response.content_length} bytes, over the {max_bytes}-byte limit")
+        data = bytearray()
+        async for chunk in response.content.iter_chunked(64 * 1024):
+            data += chunk
+            if len(data) > max_bytes:
+                raise AttachmentTooLarge(f"{name} is over the {max_bytes}-byte limit")
+        return bytes(data)

@@ -88,6 +88,10 @@ class LimitsConfig(Strict):
     shutdown_grace_seconds: float = Field(
         default=30, ge=0, le=3600, description="On SIGTERM, how long runs in flight may take to finish"
     )
+    attachment_max_bytes: int = Field(
+        default=20 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024,
+        description="Largest file shared with a message that is fetched for the model (0: none are)",
+    )
 
 
 class LoggingConfig(Strict):

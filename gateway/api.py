@@ -18,10 +18,11 @@ from aiohttp import web
 from bindings.models import BindingSpec
 
 from .clock import new_id
-from .messages import ChatKind, InboundMessage, Sender
+from .messages import Attachment, ChatKind, InboundMessage, Sender
 from .store import repo
 from .store.notes import Note, NoteStore
 from .surface import ApprovalCard, Decision
+from .uploads import UploadRefused, read_form
 
 if TYPE_CHECKING:
     from .daemon import Gateway
@@ -82,25 +83,44 @@ class _Api:
         return web.json_response({"id": conversation_id}, status=201)
 
     async def post_message(self, request: web.Request) -> web.Response:
+        """JSON `{"text": ...}`, or multipart/form-data with a `text` field and `file` fields (held
+        in memory for the run only: `gateway.uploads`)."""
         binding = self._binding()
-        body = await _json_object(request)
-        if not isinstance(body.get("text"), str):
-            return _bad(400, "bad_request", "the body must be a JSON object with a string field 'text'")
-        text: str = body["text"]
+        files: list[tuple[str, str, bytes]] = []
+        if request.content_type == "multipart/form-data":
+            try:
+                form = await read_form(request, self.gw.config.gateway.limits.attachment_max_bytes, MAX_TEXT)
+            except UploadRefused as e:
+                return _bad(e.status, e.code, str(e))
+            text, files = form.text, form.files
+        else:
+            body = await _json_object(request)
+            if not isinstance(body.get("text"), str):
+                return _bad(400, "bad_request", "the body must be a JSON object with a string field 'text'")
+            text = body["text"]
         if len(text) > MAX_TEXT:
             return _bad(413, "too_long", f"text is {len(text)} characters; the limit is {MAX_TEXT}")
-        if not text.strip():
+        if not text.strip() and not files:
             return _bad(400, "empty", "text is empty")
         if _SURROGATE.search(text):
             return _bad(400, "bad_text", "text is not valid Unicode: it holds half of a surrogate pair")
         conv = await self._conversation(request, binding)
         event_id = request.headers.get("Idempotency-Key") or new_id()
         person = self._person(binding)
-        result = await self.gw.submit(InboundMessage(
-            platform="web", binding_id=binding.id, workspace=WORKSPACE, channel=conv.channel,
-            chat_kind=ChatKind.DM, sender=Sender(account_id=person, display_name=person), text=text,
-            event_id=event_id, message_id=event_id,
-        ))
+        refs = [self.gw.uploads.put(data) for _, _, data in files]
+        accepted = False
+        try:
+            result = await self.gw.submit(InboundMessage(
+                platform="web", binding_id=binding.id, workspace=WORKSPACE, channel=conv.channel,
+                chat_kind=ChatKind.DM, sender=Sender(account_id=person, display_name=person), text=text,
+                event_id=event_id, message_id=event_id,
+                attachments=tuple(Attachment(name, media_type, len(data), ref=ref)
+                                  for (name, media_type, data), ref in zip(files, refs, strict=True)),
+            ))
+            accepted = result.accepted
+        finally:
+            if not accepted:
+                self.gw.uploads.drop(refs)
         if result.accepted:
             return web.json_response({"message_id": result.message_id, "run_id": result.run_id}, status=202)
         if result.duplicate:

@@ -39,6 +39,7 @@ from .store import repo
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
 from .surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
+from .uploads import Uploads
 
 if TYPE_CHECKING:
     from .mcp import McpPool
@@ -65,6 +66,7 @@ class Gateway:
         # One model client per provider and model, shared by every run (closed in stop).
         self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
         self.first_sign = FirstSign()  # the typing indicator, shown as soon as a message is stored
+        self.uploads = Uploads()  # files uploaded through the API, in memory until their run reads them
         self.adapters: dict[str, Adapter] = {}
         self.store: repo.Store
         self.scheduler: Scheduler

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from bindings.loader import LoadedConfig
 from bindings.models import BindingSpec
 
+from . import attachments
 from .admission import admit
 from .commands import Asked, Commands, parse_command
 from .delivery import Outbound
@@ -115,6 +116,7 @@ class Inbound:
                 agent_id=binding.agent,
                 platform_message_id=message.message_id,
                 queue_limit=self._config().gateway.limits.queued_messages_per_conversation,
+                files=attachments.recorded(message),
             )
         except repo.Duplicate:
             return self._duplicate(platform)

@@ -30,12 +30,14 @@ class Sender:
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """A file shared with a message; named to the model, never fetched by the core."""
+    """A file shared with a message. The core never fetches it itself: it asks the adapter
+    (`Adapter.fetch_attachment`) with `ref`, which only that adapter understands."""
 
     name: str
     mime_type: str = "application/octet-stream"
     size: int | None = None
-    url: str | None = None
+    url: str | None = None  # where a person can open it (a permalink)
+    ref: str | None = None  # what the adapter fetches it by: Slack url_private, Telegram file_id, Mattermost file id
 
 
 def _now() -> datetime:

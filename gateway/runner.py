@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     TextPartDelta,
+    UserContent,
     UserPromptPart,
 )
 from pydantic_ai.usage import UsageLimits
@@ -44,6 +45,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 
 from bindings.models import AgentSpec
 
+from . import attachments
 from .delivery import ReplyStream
 from .llm import ModelConfigError
 from .memory import resolve_scope
@@ -237,10 +239,23 @@ class Runner:
             deferred = await self.resume_results(run.id)
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
-        prompt = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
+        prompt: str | list[UserContent] = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
+        files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
+                                          max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
+                                          profile=self._profile(turn), uploads=self.gateway.uploads)
+        if files.parts:
+            prompt = [prompt, *files.parts]
+            turn.notices.extend(files.notices)
         history = history_messages(claimed.history, turn.chat_kind)
         # A run that never started has posted nothing: no delivery rows to look up.
         await self.drive(turn, prompt=prompt, history=history, stream=self.stream_for(prepared, fresh=claimed.fresh))
+
+    def _profile(self, turn: Turn) -> Mapping[str, Any]:
+        """What the model takes (images, documents); a model that cannot be built fails later, in `drive`."""
+        try:
+            return self.gateway.models.get(turn.agent.model, self.gateway.config.gateway.providers).profile
+        except Exception:
+            return {}
 
     def stream_for(self, prepared: Prepared, *, segment: bool = False, fresh: bool = False) -> ReplyStream:
         gw = self.gateway
@@ -252,7 +267,7 @@ class Runner:
         self,
         turn: Turn,
         *,
-        prompt: str | None,
+        prompt: str | Sequence[UserContent] | None,
         history: list[ModelMessage],
         deferred: DeferredToolResults | None = None,
         stream: ReplyStream,
@@ -314,7 +329,9 @@ class Runner:
                 if stream.text.strip():
                     await stream.finish()
                 status = repo.PARKED
-                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=_dump(result.all_messages()),
+                # The files' contents stay in this run's memory, never in its stored state.
+                state = _dump(attachments.without_contents(result.all_messages()))
+                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=state,
                                        reply=stream.text.strip() or None)
                 await self.park_handler(turn, result.all_messages(), result.output, stream)
                 return

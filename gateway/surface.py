@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .messages import ChatKind, InboundMessage, Sender, reply_thread
+from .messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -261,6 +261,14 @@ class Adapter(Protocol):
         the process."""
         ...
 
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        """The file's bytes, fetched with the platform's own auth (Slack's bot token, Telegram's
+        getFile, Mattermost's `/files/{id}`); None when this platform cannot fetch files.
+
+        Raises `AttachmentTooLarge` as soon as the file is known to be over `max_bytes` (never
+        reads more than that), `PlatformError` when the platform refuses. Called when a run is
+        prepared, never on the inbound path."""
+        ...
 
 
 
@@ -270,6 +278,10 @@ class PlatformError(Exception):
 
 class NotVisible(PlatformError):
     """The bot cannot see this channel (not a member, archived, private): bad news, not a fault."""
+
+
+class AttachmentTooLarge(PlatformError):
+    """A shared file is over the configured size cap: it is not read, and the run goes on."""
 
 
 class RateLimited(PlatformError):

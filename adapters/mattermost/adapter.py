@@ -22,7 +22,7 @@ from aiohttp import web
 from adapters.base import BaseAdapter
 from bindings.models import BindingSpec, MattermostSection
 from gateway.adapter_registry import AdapterContext
-from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.reconnect import Backoff
 from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
@@ -250,6 +250,12 @@ class MattermostAdapter(BaseAdapter):
                 # Reactions are public and cheap: no private answer, or every replica would send one.
                 self._log.info("reaction by %s on post %s not taken: %s", reaction["user_id"], reaction["post_id"],
                                outcome.message)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        """`GET /api/v4/files/{id}` with the bot token."""
+        if not attachment.ref or self._client is None:
+            return None
+        return await self._client.file(attachment.ref, max_bytes, attachment.name)
 
     # --- action callbacks ------------------------------------------------------------------
 

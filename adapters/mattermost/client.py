@@ -13,10 +13,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypedDict, cast
+from urllib.parse import quote
 
 import aiohttp
 
-from adapters.base import CLOSE_TIMEOUT
+from adapters.base import CLOSE_TIMEOUT, read_capped
 from gateway.surface import NotVisible, PlatformError, RateLimited
 
 log = logging.getLogger("adapters.mattermost.client")
@@ -127,6 +128,13 @@ class MattermostClient:
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self._token}", "X-Requested-With": "XMLHttpRequest"}
+
+    async def file(self, file_id: str, max_bytes: int, name: str) -> bytes:
+        """`GET /files/{id}` with the bot token, read at most `max_bytes` (AttachmentTooLarge past it)."""
+        if self._session.closed:
+            raise MattermostUnavailable(f"file {name}: the adapter is stopped")
+        return await read_capped(self._session, f"{self.base_url}/api/v4/files/{quote(file_id, safe='')}",
+                                 self._headers(), max_bytes, name)
 
     async def request(self, method: str, path: str, *, body: Any = None, params: Mapping[str, Any] | None = None,
                       call: str = "") -> Any:

@@ -185,11 +185,12 @@ def _attachments(post: Mapping[str, Any], base_url: str) -> tuple[Attachment, ..
                     mime_type=str(f.get("mime_type") or "application/octet-stream"),
                     size=int(f["size"]) if isinstance(f.get("size"), int) else None,
                     url=f"{base_url}/api/v4/files/{f['id']}" if base_url else None,
+                    ref=str(f["id"]),
                 ))
         return tuple(out)
     for fid in post.get("file_ids") or ():
         if isinstance(fid, str) and fid:
-            out.append(Attachment(name=fid, url=f"{base_url}/api/v4/files/{fid}" if base_url else None))
+            out.append(Attachment(name=fid, url=f"{base_url}/api/v4/files/{fid}" if base_url else None, ref=fid))
     return tuple(out)
 
 

@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import re
 import time
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,10 +31,10 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.base import BaseAdapter, within
+from adapters.base import BaseAdapter, read_capped, within
 from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec, SlackSection
-from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.surface import (
     ApprovalCard,
     PlatformError,
@@ -110,6 +111,18 @@ class SlackAdapter(BaseAdapter):
             return []
         return [web.post(f"/slack/events/{self.binding_id}", self._http_request)]
 
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        """`url_private` with the bot token, sent only to Slack's own file hosts (or the configured api_url's)."""
+        client, session = self._conn.client, self._session
+        if not attachment.ref or client is None or session is None or client.token is None:
+            return None
+        host = urllib.parse.urlsplit(attachment.ref).hostname or ""
+        if not (host.endswith((".slack.com", ".slack-gov.com"))
+                or host == urllib.parse.urlsplit(self._section.api_url).hostname):
+            raise PlatformError(f"fetching {attachment.name}: not a Slack file URL")
+        return await read_capped(session, attachment.ref, {"Authorization": f"Bearer {client.token}"}, max_bytes,
+                                 attachment.name, login_page=True)
+
     # --- connecting -----------------------------------------------------------------------
 
     def _build_app(self, client: AsyncWebClient, signing_secret: str) -> AsyncApp:
@@ -124,6 +137,7 @@ class SlackAdapter(BaseAdapter):
         # listen to every event type and every block action, and ignore what is not ours.
         app.event(re.compile(".*"))(self._on_event)
         app.action(re.compile(".*"))(self._on_action)
+        app.command(re.compile(".*"))(self._on_command)
         return app
 
     async def _whoami(self) -> None:
@@ -234,6 +248,32 @@ class SlackAdapter(BaseAdapter):
             return message
         name = await self._require_users().display_name(message.sender.account_id)
         return dataclasses.replace(message, sender=Sender(message.sender.account_id, name))
+
+    async def _on_command(self, ack: Any, body: dict[str, Any]) -> None:
+        """A slash command the app defines (`/memory`, `/help`, …): the core's command path, as if
+        typed with `!`. Slack sends no thread: a command answers about the person or the channel.
+        Acked empty once submitted; the answer comes from the core (privately, as for `!`)."""
+        try:
+            message = await self._command_message(body)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._log.warning("dropping malformed slash command: %s: %s", type(e).__name__, e)
+            message = None
+        if message is not None:
+            await self._require_dispatcher().submit(message)
+        await ack()
+
+    async def _command_message(self, body: dict[str, Any]) -> InboundMessage | None:
+        command, user_id, channel = str(body["command"]), str(body["user_id"]), str(body["channel_id"])
+        if not command.startswith("/") or not user_id or not channel:
+            return None
+        trigger = str(body.get("trigger_id") or f"{channel}.{user_id}.{time.time_ns()}")
+        kind = ChatKind.DM if channel.startswith("D") else await self._channel_kind(channel)
+        return InboundMessage(
+            platform="slack", binding_id=self.binding_id, workspace=str(body.get("team_id") or ""), channel=channel,
+            chat_kind=kind, sender=Sender(user_id, await self._require_users().display_name(user_id)),
+            text=f"{command} {body.get('text') or ''}".strip(), event_id=f"command:{trigger}", message_id=trigger,
+            mentioned=True,  # addressed to the app by name
+        )
 
     async def _channel_kind(self, channel: str) -> ChatKind:
         """A `G…` channel: a private channel or a group DM; conversations.info knows which."""

@@ -154,4 +154,5 @@ def _attachment(f: Mapping[str, Any]) -> Attachment:
         mime_type=str(f.get("mimetype") or "application/octet-stream"),
         size=int(size) if isinstance(size, (int, float)) else None,
         url=f.get("permalink") or f.get("url_private"),
+        ref=f.get("url_private_download") or f.get("url_private"),
     )

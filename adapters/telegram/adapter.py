@@ -32,11 +32,12 @@ from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
 from gateway.commands import commands_for
-from gateway.messages import ChatKind, InboundMessage
+from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     AdapterHealth,
     ApprovalCard,
+    AttachmentTooLarge,
     PlatformError,
     PlatformLimits,
     ReplyTarget,
@@ -95,6 +96,7 @@ class TelegramAdapter(BaseAdapter):
         self._bot = _Bot(
             token.reveal(),
             base_url=self._section.api_url,
+            base_file_url=file_url(self._section.api_url),
             request=HTTPXRequest(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
                                  connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
             get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
@@ -273,6 +275,23 @@ class TelegramAdapter(BaseAdapter):
             except TelegramError as e:  # e.g. the query expired while the core decided
                 self._log.warning("answerCallbackQuery failed: %s", e)
 
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        """`getFile`, then the file download URL (the Bot API serves at most 20 MB)."""
+        if not attachment.ref or self._bot is None:
+            return None
+        try:
+            file = await self._bot.get_file(attachment.ref)
+            if file.file_size is not None and file.file_size > max_bytes:
+                raise AttachmentTooLarge(f"{attachment.name} is {file.file_size} bytes, over {max_bytes}")
+            data = bytes(await file.download_as_bytearray())
+        except TelegramError as e:
+            if "too big" in str(e).lower():
+                raise AttachmentTooLarge(f"{attachment.name}: {e}") from None
+            raise PlatformError(f"fetching {attachment.name}: {e}") from None
+        if len(data) > max_bytes:
+            raise AttachmentTooLarge(f"{attachment.name} is {len(data)} bytes, over {max_bytes}")
+        return data
+
     # --- HTTP (webhook mode) -------------------------------------------------------------
 
     def http_routes(self) -> Sequence[web.AbstractRouteDef]:
@@ -387,6 +406,11 @@ class TelegramAdapter(BaseAdapter):
         if self._bot is None:
             raise PlatformError("the Telegram adapter is not started")
         return self._bot
+
+
+def file_url(api_url: str) -> str:
+    """Where the Bot API serves files, from where it answers methods: `…/bot` → `…/file/bot`."""
+    return api_url.removesuffix("/bot") + "/file/bot" if api_url.endswith("/bot") else "https://api.telegram.org/file/bot"
 
 
 class _Bot(Bot):

@@ -177,16 +177,17 @@ def _attachments(msg: Message) -> tuple[Attachment, ...]:
     found: list[Attachment] = []
     if msg.document is not None:
         d = msg.document
-        found.append(Attachment(d.file_name or "document", d.mime_type or "application/octet-stream", d.file_size))
+        found.append(Attachment(d.file_name or "document", d.mime_type or "application/octet-stream", d.file_size,
+                                ref=d.file_id))
     if msg.photo:
         largest = msg.photo[-1]
-        found.append(Attachment("photo.jpg", "image/jpeg", largest.file_size))
+        found.append(Attachment("photo.jpg", "image/jpeg", largest.file_size, ref=largest.file_id))
     for media, default_name, default_type in ((msg.video, "video.mp4", "video/mp4"),
                                               (msg.audio, "audio", "audio/mpeg"),
                                               (msg.voice, "voice.ogg", "audio/ogg")):
         if media is not None:
             name = getattr(media, "file_name", None) or default_name
-            found.append(Attachment(name, media.mime_type or default_type, media.file_size))
+            found.append(Attachment(name, media.mime_type or default_type, media.file_size, ref=media.file_id))
     return tuple(found)
 
 

@@ -18,6 +18,7 @@ from bindings.models import BindingSpec
 from gateway.adapter_registry import AdapterContext
 from gateway.api import card_json
 from gateway.clock import new_id
+from gateway.messages import Attachment
 from gateway.surface import (
     AdapterHealth,
     ApprovalCard,
@@ -99,6 +100,9 @@ class WebAdapter:
     def forget(self, message_ids: Sequence[str]) -> None:
         for message_id in message_ids:
             self._shown.pop(message_id, None)
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        return None  # the web chat has no uploads yet
 
     # --- HTTP ---------------------------------------------------------------------------
 

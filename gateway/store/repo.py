@@ -233,8 +233,12 @@ class Store:
         agent_id: str,
         platform_message_id: str | None,
         queue_limit: int,
+        files: str | None = None,
     ) -> Ingested:
         """Ledger, conversation, queued run and the user's message, in one transaction.
+
+        `files` (JSON, `gateway.attachments`) names the files shared with the message: kept with
+        it as capability state ("attachments", "run:<run id>", message id), in the same transaction.
 
         Raises Duplicate for a redelivery and QueueFull when the conversation's queue is full
         (in which case nothing is stored, not even the ledger row, so the person can retry).
@@ -280,6 +284,12 @@ class Store:
                 pm=platform_message_id, t=now,
             )
             assert row is not None
+            if files is not None:
+                yield q.run(
+                    "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
+                    " VALUES ('attachments', :s, :k, :v, :t)",
+                    s=f"run:{run_id}", k=f"{int(row[0]):012d}", v=files, t=now,
+                )
             return Ingested(conv, int(row[0]), run_id, new_run)
 
         ingested = await driver.transaction(self.engine, program)

@@ -15,6 +15,7 @@ from typing import Any
 from gateway import adapter_registry as base
 from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec
+from gateway.messages import Attachment
 from gateway.surface import (
     CHANNEL_TOOL_IDS,
     AdapterHealth,
@@ -121,6 +122,9 @@ class FakeChatAdapter:
 
     def forget(self, message_ids: Sequence[str]) -> None:
         return None
+
+    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
+        return None  # the fake chat's files are named, never fetched
 
 
 @contextlib.contextmanager

@@ -130,6 +130,8 @@ class FakeMattermost:
         self.answer_close = True
         self._released = asyncio.Event()  # set on stop: silent sockets may end now
         self._pending: dict[tuple[str, str], str] = {}  # (user, pending_post_id) -> post id
+        self.files: dict[str, tuple[dict[str, Any], bytes]] = {}  # file id -> (FileInfo, contents)
+        self.file_downloads: list[str] = []  # file ids fetched with a valid token
         self._conns: dict[str, _Conn] = {}
         self._clock = 0
         self._runner: web.AppRunner | None = None
@@ -161,6 +163,7 @@ class FakeMattermost:
         r.add_get("/api/v4/posts/{post_id}/thread", self._get_thread)
         r.add_post("/api/v4/posts/{post_id}/actions/{action_id}", self._do_action)
         r.add_post("/api/v4/reactions", self._create_reaction)
+        r.add_get("/api/v4/files/{file_id}", self._get_file)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -274,14 +277,31 @@ class FakeMattermost:
     ) -> dict[str, Any]:
         """A person (or another integration) posts; every member's websocket sees `posted`."""
         post, err = await self._create(
-            user_id, {"channel_id": channel_id, "message": message, "root_id": root_id, "props": props or {}, "type": type}
+            user_id, {"channel_id": channel_id, "message": message, "root_id": root_id, "props": props or {}, "type": type,
+                      "file_ids": file_ids or []}
         )
         if err is not None:
             raise AssertionError(f"user_post refused: {err.text}")
         assert post is not None
-        if file_ids:
-            post["file_ids"] = file_ids
         return self.client_post(post)
+
+    def add_file(self, user_id: str, name: str, mime_type: str, data: bytes, *, size: int | None = None) -> str:
+        """An uploaded file (its FileInfo goes in `metadata.files` of the post naming it); returns its id."""
+        file_id = new_id()
+        info = {"id": file_id, "user_id": user_id, "post_id": "", "name": name, "extension": name.rsplit(".", 1)[-1],
+                "size": len(data) if size is None else size, "mime_type": mime_type}
+        self.files[file_id] = (info, data)
+        return file_id
+
+    async def _get_file(self, request: web.Request) -> web.Response:
+        self._record((request.method, request.path, None))
+        if self._auth(request) is None:
+            return _app_error(401, "api.context.session_expired.app_error", "Invalid or expired session, please login again.")
+        found = self.files.get(request.match_info["file_id"])
+        if found is None:
+            return _app_error(404, "api.file.get_file.not_found", "Unable to get the file.")
+        self.file_downloads.append(request.match_info["file_id"])
+        return web.Response(body=found[1], content_type=found[0]["mime_type"])
 
     async def redeliver(self, post_id: str) -> None:
         """Send the `posted` event of an existing post again (a second replica's view, a replay)."""
@@ -401,6 +421,8 @@ class FakeMattermost:
             "reply_count": 0,
             "metadata": {},
         }
+        if post["file_ids"]:  # the server fills in each file's FileInfo, as `posted` events carry it
+            post["metadata"]["files"] = [self.files[f][0] for f in post["file_ids"] if f in self.files]
         if self.users[user_id].get("is_bot"):
             post["props"].setdefault("from_bot", "true")
         self.posts[post["id"]] = post

@@ -175,6 +175,8 @@ class FakeSlack:
         self._echoes: set[asyncio.Task[str]] = set()
         self._sockets: list[web.WebSocketResponse] = []
         self._ts = itertools.count(1)
+        self.files: dict[str, bytes] = {}  # file id → contents, served at url_private with the bot token
+        self.file_fetches: list[str | None] = []  # the Authorization header of each file download
         self._event_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._changed = asyncio.Condition()
@@ -186,6 +188,7 @@ class FakeSlack:
         app = web.Application()
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
+        app.router.add_get("/files-pri/{team_file}/{name}", self._file)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -523,6 +526,17 @@ class FakeSlack:
             {"envelope_id": str(uuid.uuid4()), "payload": payload, "type": "interactive", "accepts_response_payload": False}
         )
 
+    async def slash_command(self, user: str, channel: str, command: str, text: str = "") -> str:
+        """A person runs one of the app's slash commands (Socket Mode `slash_commands` envelope)."""
+        payload = {"token": "verification-token", "team_id": self.team_id, "team_domain": "acme",
+                   "channel_id": channel, "channel_name": self.channels[channel].name or "directmessage",
+                   "user_id": user, "user_name": self.users[user].name, "command": command, "text": text,
+                   "api_app_id": self.app_id, "is_enterprise_install": "false",
+                   "response_url": f"http://127.0.0.1:{self.port}/commands/{uuid.uuid4().hex}",
+                   "trigger_id": f"{next(self._event_ids)}.{uuid.uuid4().int % 10**12}"}
+        return await self.send_envelope({"envelope_id": str(uuid.uuid4()), "payload": payload, "type": "slash_commands",
+                                         "accepts_response_payload": True})
+
     # --- a person using Slack -------------------------------------------------------------
 
     def _message_event(self, msg: PostedMessage, *, kind: str) -> dict[str, Any]:
@@ -540,6 +554,23 @@ class FakeSlack:
         if msg.files:
             event["subtype"] = "file_share"
         return event
+
+    def add_file(self, name: str, mimetype: str, data: bytes, *, size: int | None = None) -> dict[str, Any]:
+        """A file a person uploads: its `files[]` object as events carry it (`size` may lie, as a test wants)."""
+        file_id = f"F{len(self.files) + 1:08d}"
+        self.files[file_id] = data
+        url = f"http://127.0.0.1:{self.port}/files-pri/{self.team_id}-{file_id}/{quote(name)}"
+        return {"id": file_id, "name": name, "title": name, "mimetype": mimetype, "filetype": name.rsplit(".", 1)[-1],
+                "size": len(data) if size is None else size, "url_private": url, "url_private_download": url + "?dl=1",
+                "permalink": f"https://fake.slack.com/files/U0ADA/{file_id}/{quote(name)}"}
+
+    async def _file(self, request: web.Request) -> web.Response:
+        """`url_private`: the bot token in the Authorization header, or Slack's login page (HTML, 200)."""
+        self.file_fetches.append(request.headers.get("Authorization"))
+        file_id = request.match_info["team_file"].rsplit("-", 1)[-1]
+        if request.headers.get("Authorization") != f"Bearer {BOT_TOKEN}" or file_id not in self.files:
+            return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")
+        return web.Response(body=self.files[file_id], content_type="application/octet-stream")
 
     def user_posts(self, channel: str, user: str, text: str, *, thread_ts: str | None = None, files: list[dict[str, Any]] | None = None) -> tuple[PostedMessage, list[dict[str, Any]]]:
         """A person posts: the message lands in the channel; returns the events Slack would send.

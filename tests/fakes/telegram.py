@@ -220,12 +220,15 @@ class FakeTelegram:
         self._port = 0
         self._webhook_task: asyncio.Task[None] | None = None
         self._webhook_kick = asyncio.Event()
+        self.files: dict[str, bytes] = {}  # file_id → contents: getFile, then /file/bot<token>/<file_path>
+        self.downloads: list[str] = []  # file paths downloaded with the right token
 
     # --- server lifecycle ------------------------------------------------------------------
 
     async def start(self) -> FakeTelegram:
         app = web.Application(client_max_size=8 * 1024 * 1024)
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -350,6 +353,30 @@ class FakeTelegram:
                 payload["reply_to_message"].pop("text", None)
         payload.update(extra or {})
         return self.push_update("message", payload), msg
+
+    def add_file(self, data: bytes) -> str:
+        """A file people can send; returns its file_id (`document` / `photo` payloads name it)."""
+        file_id = f"BQAC{len(self.files) + 1:04d}"
+        self.files[file_id] = data
+        return file_id
+
+    async def _api_getFile(self, p: JSON) -> JSON:
+        data = self.files.get(str(p["file_id"]))
+        if data is None:
+            raise ApiError(400, "Bad Request: invalid file_id")
+        if len(data) > 20 * 1024 * 1024:
+            raise ApiError(400, "Bad Request: file is too big")
+        return {"file_id": p["file_id"], "file_unique_id": f"u{p['file_id']}", "file_size": len(data),
+                "file_path": f"documents/{p['file_id']}"}
+
+    async def _download(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return web.Response(status=401, text="Unauthorized")
+        file_id = request.match_info["path"].rsplit("/", 1)[-1]
+        if file_id not in self.files:
+            return web.Response(status=404, text="Not Found")
+        self.downloads.append(request.match_info["path"])
+        return web.Response(body=self.files[file_id], content_type="application/octet-stream")
 
     def push_edit(self, message: ChatMessage, new_text: str) -> int:
         message.edits.append(message.text)

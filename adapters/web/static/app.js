@@ -5,6 +5,9 @@
   const form = document.getElementById("composer");
   const input = document.getElementById("text");
   const send = document.getElementById("send");
+  const picker = document.getElementById("files");
+  const chips = document.getElementById("attached");
+  let pending = []; // files to send with the next message (attach button or drag-and-drop)
   let conversation = null;
   let source = null;
   const bubbles = new Map(); // streamed message id -> element
@@ -13,9 +16,10 @@
 
   function token() { return localStorage.getItem("agent-gateway-token") || ""; }
   async function api(method, path, body) {
-    const headers = { "Content-Type": "application/json" };
+    const form = body instanceof FormData; // multipart: the browser sets the Content-Type and boundary
+    const headers = form ? {} : { "Content-Type": "application/json" };
     if (token()) headers.Authorization = "Bearer " + token();
-    const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const r = await fetch(path, { method, headers, body: body === undefined ? undefined : form ? body : JSON.stringify(body) });
     if (r.status === 401) {
       const t = prompt("This gateway needs its API token:");
       if (t) { localStorage.setItem("agent-gateway-token", t); return api(method, path, body); }
@@ -192,15 +196,45 @@
     await open(c.id);
   }
 
+  function showAttached() {
+    chips.replaceChildren(...pending.map((f, i) => {
+      const chip = document.createElement("button");
+      chip.type = "button";
+      chip.className = "chip";
+      chip.title = "Remove " + f.name;
+      chip.textContent = f.name + " ✕";
+      chip.onclick = () => { pending.splice(i, 1); showAttached(); };
+      return chip;
+    }));
+  }
+  function attach(files) { pending = pending.concat(Array.from(files)); showAttached(); }
+  picker.addEventListener("change", () => { attach(picker.files); picker.value = ""; });
+  document.addEventListener("dragover", (e) => { e.preventDefault(); document.body.classList.add("dropping"); });
+  document.addEventListener("dragleave", (e) => { if (!e.relatedTarget) document.body.classList.remove("dropping"); });
+  document.addEventListener("drop", (e) => {
+    e.preventDefault();
+    document.body.classList.remove("dropping");
+    if (e.dataTransfer && e.dataTransfer.files.length) attach(e.dataTransfer.files);
+  });
+
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     const text = input.value;
-    if (!text.trim()) return;
+    if (!text.trim() && !pending.length) return;
     send.disabled = true;
-    const mine = bubble("user", text, "");  // shown before the answer can start streaming
+    const names = pending.map((f) => f.name);
+    const mine = bubble("user", text + (names.length ? "\n\n[Files: " + names.join(", ") + "]" : ""), "");
     try {
-      await api("POST", "/api/v1/conversations/" + conversation + "/messages", { text });
+      let body = { text };
+      if (pending.length) {
+        body = new FormData();
+        body.append("text", text);
+        for (const f of pending) body.append("file", f, f.name);
+      }
+      await api("POST", "/api/v1/conversations/" + conversation + "/messages", body);
       input.value = "";
+      pending = [];
+      showAttached();
     } catch (err) { mine.remove(); notice(err.message); }
     finally { send.disabled = false; input.focus(); }
   });

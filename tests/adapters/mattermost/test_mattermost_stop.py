@@ -49,7 +49,7 @@ async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, 
             return row is not None and row.status == repo.STOPPED
 
         await wait_for(stopped, what="the run to stop")
-        assert time.monotonic() - pressed < 1.0
+        assert time.monotonic() - pressed < 5.0  # the reply runs 10 s: cut well short (a generous bound on a busy machine)
         post = world.fake.posts[reply["id"]]
         await wait_for(lambda: not world.fake.buttons(reply["id"]), what="the Stop action to go")
         assert post["message"].startswith("word0 ") and "Stopped by alice" in post["message"]

@@ -1,0 +1,188 @@
+"""Files shared with a message: fetched for the run that answers it, handed to the model as parts.
+
+Where things are kept, and why there:
+- The message's stored text carries "[Files shared with this message: name (type, size)]"
+  (`gateway/inbound.py`): that is what history shows on later turns. Files are never fetched
+  again for history.
+- What the adapter needs to fetch a file (its `ref`, a URL or a file id the model must not see)
+  and, once the run has read it, its sha256 and what became of it, are kept as capability state
+  ("attachments", scope "run:<run id>", key the message id), written in the same transaction as
+  the message. The `messages` table has no column for this, and no query needs one: only the
+  run that answers the message reads it.
+- The bytes live only in the run's prompt, in memory. A parked run's stored state has them
+  replaced by a note (`without_contents`).
+
+Images go as images where the model's profile says it takes them (refused with a line in the chat
+where it does not), text-like files as text with their name, PDFs as documents where the model
+takes them, anything else is named with a note that it was not read (and not fetched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, UserContent, UserPromptPart
+
+from .messages import Attachment, InboundMessage
+from .store.capability_state import CapabilityState
+from .surface import Adapter, AttachmentTooLarge, PlatformError
+from .uploads import Uploads
+
+log = logging.getLogger("gateway.attachments")
+
+CAPABILITY = "attachments"
+FETCH_SECONDS = 60.0  # one file's download; the run's own time limit starts only after
+TEXT_CHARS = 100_000  # of one text file, shown to the model; past it the text is cut with a visible marker
+FILE_TAG = "<file "  # how a text file's part starts; `without_contents` recognises it by this
+
+_TEXT_TYPES = frozenset({
+    "application/json", "application/xml", "application/x-yaml", "application/yaml", "application/csv",
+    "application/javascript", "application/x-python", "application/x-sh", "application/sql", "application/toml",
+    "application/x-ndjson", "application/ld+json",
+})
+_TEXT_SUFFIXES = frozenset({
+    "txt", "md", "markdown", "csv", "tsv", "json", "jsonl", "yaml", "yml", "toml", "ini", "cfg", "xml", "html",
+    "css", "js", "ts", "tsx", "jsx", "py", "rb", "go", "rs", "java", "kt", "c", "h", "cpp", "hpp", "cs", "sh",
+    "sql", "log", "diff", "patch", "rst", "tex", "swift", "php", "lua", "r", "scala",
+})
+
+
+def recorded(message: InboundMessage) -> str | None:
+    """What is stored with the message about its files (never their bytes); None when it has none."""
+    if not message.attachments:
+        return None
+    return json.dumps([{"name": a.name, "type": a.mime_type, "size": a.size, "ref": a.ref}
+                       for a in message.attachments])
+
+
+def kind(name: str, mime_type: str) -> str:
+    """image, pdf, text or other: how a file is handed to the model."""
+    mime = mime_type.split(";")[0].strip().lower()
+    if mime.startswith("image/"):
+        return "image"
+    if mime == "application/pdf":
+        return "pdf"
+    suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    if mime.startswith("text/") or mime in _TEXT_TYPES or suffix in _TEXT_SUFFIXES:
+        return "text"
+    return "other"
+
+
+@dataclass
+class Files:
+    """What a run's prompt gets from its messages' files, and the lines the person is told."""
+
+    parts: list[UserContent] = dataclasses.field(default_factory=list)
+    notices: list[str] = dataclasses.field(default_factory=list)
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1024 * 1024):.0f} MB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
+async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_bytes: int,
+                  profile: Mapping[str, Any], uploads: Uploads | None = None) -> Files:
+    """Fetch the files of the run's messages (concurrently) and turn them into prompt parts.
+    Files uploaded through the API are taken from `uploads`; the others are fetched by the adapter."""
+    scope = f"run:{run_id}"
+    stored = await state.items(CAPABILITY, scope)
+    if not stored:
+        return Files()
+    out = Files()
+    for key, value in stored.items():
+        entries = [dict(e) for e in json.loads(value)]
+        results = await asyncio.gather(*(_one(e, adapter, max_bytes, profile, uploads) for e in entries))
+        for entry, (parts, notice) in zip(entries, results, strict=True):
+            out.parts.extend(parts)
+            if notice:
+                out.notices.append(notice)
+        await state.put(CAPABILITY, scope, key, json.dumps(entries))  # with each file's hash and outcome
+    return out
+
+
+async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile: Mapping[str, Any],
+               uploads: Uploads | None) -> tuple[list[UserContent], str]:
+    """One file: (the parts for the model, a line for the person or ""). Records the outcome in `entry`."""
+    name, mime, size = str(entry.get("name") or "file"), str(entry.get("type") or ""), entry.get("size")
+    what = kind(name, mime)
+    refused = ""
+    if what == "other":
+        refused = f"files of type {mime or 'unknown'} are not read"
+    elif what == "image" and not profile.get("supports_image_input", True):
+        refused = "this model does not take images"
+    elif what == "pdf" and not (profile.get("supports_document_input", True)
+                                and "application/pdf" in profile.get("supported_document_media_types",
+                                                                     {"application/pdf"})):
+        refused = "this model does not take PDF documents"
+    elif max_bytes == 0:
+        refused = "reading files is switched off here"
+    elif isinstance(size, int) and size > max_bytes:
+        refused = f"it is larger than the {_mb(max_bytes)} limit"
+    if refused:
+        return _skipped(entry, name, refused, tell=what != "other")
+    attachment = Attachment(name, mime or "application/octet-stream", size if isinstance(size, int) else None,
+                            ref=entry.get("ref"))
+    try:
+        if Uploads.holds(attachment.ref):
+            data = uploads.take(attachment.ref) if uploads is not None and attachment.ref else None
+            if data is None:
+                return _skipped(entry, name, "the upload is no longer held (the gateway restarted, or held too many); send it again")
+        else:
+            data = await asyncio.wait_for(adapter.fetch_attachment(attachment, max_bytes), FETCH_SECONDS)
+    except AttachmentTooLarge:
+        return _skipped(entry, name, f"it is larger than the {_mb(max_bytes)} limit")
+    except TimeoutError:
+        return _skipped(entry, name, f"fetching it took longer than {FETCH_SECONDS:g} s")
+    except PlatformError as e:
+        log.warning("attachment not fetched: %s", e)
+        return _skipped(entry, name, "it could not be fetched from the platform")
+    except Exception as e:  # an adapter's own mistake must not cost the person their answer
+        log.warning("attachment not fetched", exc_info=e)
+        return _skipped(entry, name, "it could not be fetched from the platform")
+    if data is None:
+        return _skipped(entry, name, "files are not fetched on this platform", tell=False)
+    entry.update(sha256=await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest()), bytes=len(data),
+                 outcome="read")
+    if what == "text":
+        text = await asyncio.to_thread(data.decode, "utf-8", "replace")
+        if len(text) > TEXT_CHARS:
+            text = f"{text[:TEXT_CHARS]}\n[… cut: the file has {len(text):,} characters; the first {TEXT_CHARS:,} are shown]"
+        return [f'{FILE_TAG}name="{name}" type="{mime}">\n{text}\n</file>'], ""
+    return [BinaryContent(data=data, media_type=mime, identifier=name)], ""
+
+
+def _skipped(entry: dict[str, Any], name: str, why: str, *, tell: bool = True) -> tuple[list[UserContent], str]:
+    entry["outcome"] = f"not read: {why}"
+    return [f"[{name} was not read: {why}.]"], (f"I could not read {name}: {why}." if tell else "")
+
+
+def without_contents(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The messages with every file's contents replaced by a note: what a parked run stores."""
+    out: list[ModelMessage] = []
+    for m in messages:
+        if isinstance(m, ModelRequest) and any(isinstance(p, UserPromptPart) and not isinstance(p.content, str)
+                                               for p in m.parts):
+            m = dataclasses.replace(m, parts=[_strip(p) if isinstance(p, UserPromptPart) else p for p in m.parts])
+        out.append(m)
+    return out
+
+
+def _strip(part: UserPromptPart) -> UserPromptPart:
+    if isinstance(part.content, str):
+        return part
+    kept: list[UserContent] = []
+    for item in part.content:
+        if isinstance(item, BinaryContent):
+            kept.append(f"[{item.identifier}: its contents are not kept once the run is paused]")
+        elif isinstance(item, str) and item.startswith(FILE_TAG):
+            kept.append(item.split(">", 1)[0] + ">[its contents are not kept once the run is paused]</file>")
+        else:
+            kept.append(item)
+    return dataclasses.replace(part, content=kept)
