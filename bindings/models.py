@@ -289,6 +289,10 @@ class AgentSpec(Strict):
     mcp_servers: list[McpServerSpec] = Field(
         default_factory=list, description=f"MCP servers whose tools the agent may call (at most {MAX_MCP_SERVERS})"
     )
+    subagents: list[str] = Field(
+        default_factory=list, description="Other agents of this config (agents/<id>.yaml) this one may delegate to "
+        "with the subagents capability",
+    )
     # Declared only so that its presence is refused with a pointer to the right file.
     channel_tools: Any = Field(default=None, exclude=True, json_schema_extra={"not": {}})
 

@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     run_python,
     sandbox,
     skills,
+    subagents,
     system_reminders,
     thinking,
     tool_output_limits,

@@ -58,11 +58,17 @@ def install(gateway: Gateway) -> None:
     gateway.runner.turn_preparers.append(pool.prepare)
     gateway.runner.capability_builders.append(mcp_servers.builder(pool))
 
+    # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its own.
+    from capabilities.subagents import Delegator
+
+    parts["subagents"] = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent,
+                                   gateway.runner.turn_preparers)
+
 
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
-    from capabilities import context, knowledge, mcp_servers, sandbox, skills
+    from capabilities import context, knowledge, mcp_servers, sandbox, skills, subagents
     from capabilities.registry import validate_config
 
     add_check(validate_config)
@@ -71,6 +77,7 @@ def register_checks() -> None:
     add_check(mcp_servers.validate_config)
     add_check(skills.validate_config)
     add_check(sandbox.validate_config)
+    add_check(subagents.validate_config)
 
 
 def online_problems(config: Any) -> list[Any]:

@@ -1,0 +1,276 @@
+"""subagents (Delegation): an agent hands a self-contained piece of work to another agent and waits for its answer.
+
+Two shapes of delegate: pinned ones are other agents of this config, named in the agent file's top-level
+`subagents:`, so their own authors' decisions (model, instructions, capabilities, their own `max_depth`)
+hold when somebody else calls them; inline specialists are written inside this capability's config and
+must name a model. A delegate is built the way the runner builds any agent, from a Turn of its own
+(same conversation, requester and memory scope; a fresh tool map) carrying only its own capabilities plus
+the ids this agent shares. Sync only: `task` runs the delegate to completion inside the parent's tool call,
+under the parent's usage limits, stores the delegate run under the conversation (transcript, usage,
+outcome) and returns its answer, clipped at `max_result_chars` with a marker saying so.
+
+Fan-out and nesting are ceilings, not errors: past `max_fanout` the model is told so in the tool result;
+at the depth bound the delegate is built without this capability at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_ai import AgentRunResultEvent, DeferredToolRequests, RunCancelled, RunContext, Tool, UsageLimitExceeded, capture_run_messages
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.usage import UsageLimits
+
+from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
+from gateway.turn import Turn
+
+from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+
+log = logging.getLogger("capabilities.subagents")
+
+ID = "subagents"
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+
+
+class Specialist(BaseModel):
+    """A delegate written inside this agent's config (reviewed with it, versioned with it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=NAME, description="What the model calls it by in task(agent=...)")
+    description: str = Field(default="", description="One sentence the parent's model reads to choose it")
+    instructions: str = ""
+    model: str | None = Field(default=None, description="Required: auto | demo | <provider>:<model>, as in an agent file")
+
+
+class SubagentsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    inline: list[Specialist] = Field(default_factory=list, description="Specialists defined inside this agent")
+    mode: Literal["sync"] = Field(default="sync", description="sync: task waits for the delegate's answer "
+                                  "(async and auto are not available yet)")
+    max_depth: int = Field(default=1, ge=1, le=3, description="Levels of delegation, this agent's own included")
+    max_fanout: int = Field(default=3, ge=1, le=10, description="Delegations per reply; past it task answers "
+                            "that the ceiling is reached")
+    max_result_chars: int = Field(default=2000, ge=200, le=20000, description="A longer answer is clipped, "
+                                  "keeping both ends, with a marker")
+    share_with_delegates: list[str] = Field(default_factory=list, description="Capability ids this agent is "
+                                            "itself bound to, lent to its delegates (never subagents)")
+
+
+@dataclass(frozen=True)
+class Delegator:
+    """What running a delegate needs from the gateway, handed in where it is wired (gateway/extensions.py)."""
+
+    agents: Callable[[], dict[str, AgentSpec]]
+    build_agent: Callable[[Turn], Any]  # the runner's: a pydantic-ai Agent for a Turn
+    preparers: Sequence[Callable[[Turn], Awaitable[None]]]  # the runner's turn preparers (MCP connections)
+
+
+def clip(text: str, limit: int) -> str:
+    """Keep both ends (a conclusion sits at the end) and say how much was cut."""
+    if len(text) <= limit:
+        return text
+    head = limit // 2
+    tail = limit - head
+    dropped = len(text) - limit
+    return (f"{text[:head]}\n[… {dropped} characters of the delegate's answer cut here (max_result_chars "
+            f"{limit}); the whole answer is stored with this conversation's delegate runs …]\n{text[-tail:]}")
+
+
+def _quiet(binding: BindingSpec) -> BindingSpec:
+    """The binding as a delegate sees it: no binding prompt, no channel tools (those are the parent's)."""
+    channels = {k: v.model_copy(update={"prompt": None, "channel_tools": None}) for k, v in binding.channels.items()}
+    return binding.model_copy(update={"prompt": "", "channel_tools": None, "channels": channels})
+
+
+def _shared(parent: AgentSpec, ids: Sequence[str], own: Sequence[CapabilityEntry]) -> list[CapabilityEntry]:
+    have = {e.id for e in own}
+    return [e for e in parent.capabilities if e.id in ids and e.id != ID and e.enabled and e.id not in have]
+
+
+class _Delegation:
+    """One run's `task` tool: its delegates, its fan-out count, its depth."""
+
+    def __init__(self, turn: Turn, config: SubagentsConfig, delegator: Delegator, levels_left: int) -> None:
+        self.config = config
+        self.delegator = delegator
+        self.levels_left = levels_left  # including this agent's own level
+        self.made = 0
+        agents = delegator.agents()
+        self.delegates: dict[str, tuple[str, AgentSpec]] = {}
+        for name in turn.agent.subagents:
+            spec = agents.get(name)
+            if spec is not None:
+                own = list(spec.capabilities)
+                spec = spec.model_copy(update={"capabilities": own + _shared(turn.agent, config.share_with_delegates, own)})
+                self.delegates[name] = ("pinned", spec)
+        for sp in config.inline:
+            if sp.model is None:
+                continue  # refused at load
+            spec = AgentSpec(id=f"{turn.agent.id}.{sp.name}", name=sp.name, description=sp.description,
+                             model=sp.model, instructions=sp.instructions, limits=turn.agent.limits,
+                             capabilities=_shared(turn.agent, config.share_with_delegates, []))
+            self.delegates[sp.name] = ("specialist", spec)
+
+    def instructions(self) -> str:
+        lines = [f"- {name}: {spec.description or spec.name}" for name, (_, spec) in self.delegates.items()]
+        return ("You can hand a self-contained piece of work to one of these delegates with the `task` tool; "
+                "it works on its own and its answer comes back as the tool's result:\n" + "\n".join(lines))
+
+    async def task(self, ctx: RunContext[Turn], agent: str, prompt: str) -> str:
+        """Hand a self-contained piece of work to one of your delegates and wait for its answer.
+
+        The delegate sees only `prompt`, not this conversation, so say everything it needs. Small things
+        are quicker done yourself.
+
+        Args:
+            agent: The delegate's name, one of those listed in your instructions.
+            prompt: The whole task: what to do, what to give back, and every fact it needs.
+
+        Returns:
+            The delegate's answer (past this agent's max_result_chars, clipped in the middle with a marker
+            saying how much was cut), or a sentence saying why nothing was delegated (max_fanout reached for
+            this reply, an unknown name) or that the delegate failed.
+        """
+        found = self.delegates.get(agent)
+        if found is None:
+            return f"No delegate named {agent!r}. Yours are: {', '.join(self.delegates)}."
+        if self.made >= self.config.max_fanout:
+            return (f"Not delegated: this reply has already made {self.made} delegations, the most this agent may "
+                    "(max_fanout). Use the answers you have, or do this part yourself.")
+        if self.levels_left < 1:  # not offered at the bound; answered all the same if called
+            return "Not delegated: delegation is not available at this depth (max_depth). Do this part yourself."
+        self.made += 1
+        kind, spec = found
+        return await self._run(ctx, agent, kind, spec, prompt)
+
+    async def _run(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:
+        parent = ctx.deps
+        child = replace(parent, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
+                        levels_left=self.levels_left - 1)
+        key = f"{parent.run_id}/{uuid.uuid4().hex[:12]}"
+        before = (ctx.usage.requests, ctx.usage.input_tokens or 0, ctx.usage.output_tokens or 0)
+        record: dict[str, Any] = {"run_id": parent.run_id, "agent": name, "kind": kind, "prompt": prompt,
+                                  "levels_left": child.levels_left, "started_at": parent.clock.now().isoformat()}
+        answer = ""
+        outcome, reason = "failed", ""
+        with capture_run_messages() as messages:
+            try:
+                for prepare in self.delegator.preparers:
+                    await prepare(child)
+                agent = self.delegator.build_agent(child)
+                result = None
+                # Streamed, as the runner drives every agent (the models it builds are used streaming).
+                async with agent.run_stream_events(
+                    prompt, deps=child, usage=ctx.usage,
+                    usage_limits=UsageLimits(request_limit=parent.agent.limits.model_requests),
+                ) as events:
+                    async for event in events:
+                        if isinstance(event, AgentRunResultEvent):
+                            result = event.result
+                assert result is not None
+                if isinstance(result.output, DeferredToolRequests):
+                    outcome, reason = "refused", "a tool needed a person's approval"
+                    answer = (f"The delegate {name} stopped: one of its tools needs a person's approval, which a "
+                              "delegation cannot ask for yet. Do that part yourself.")
+                else:
+                    outcome, answer = "finished", str(result.output)
+            except (UsageLimitExceeded, RunCancelled) as e:
+                outcome, reason = ("budget_exceeded" if isinstance(e, UsageLimitExceeded) else "stopped"), str(e)
+                await self._store(parent, key, record, messages, ctx, before, outcome, reason, "")
+                raise  # the parent's limit or Stop ends the parent too
+            except Exception as e:  # the parent's model decides what to do about a failed delegate
+                outcome, reason = "failed", f"{type(e).__name__}: {e}"
+                log.warning("delegate %s failed", name, exc_info=e, extra=parent.log_fields)
+                answer = f"The delegate {name} failed ({type(e).__name__}). Do this part yourself or try another."
+        await self._store(parent, key, record, messages, ctx, before, outcome, reason, answer)
+        return clip(answer, self.config.max_result_chars)
+
+    async def _store(self, parent: Turn, key: str, record: dict[str, Any], messages: list[Any], ctx: RunContext[Turn],
+                     before: tuple[int, int, int], outcome: str, reason: str, answer: str) -> None:
+        u = ctx.usage
+        record.update(
+            outcome=outcome, reason=reason, answer=answer, ended_at=parent.clock.now().isoformat(),
+            usage={"requests": u.requests - before[0], "input_tokens": (u.input_tokens or 0) - before[1],
+                   "output_tokens": (u.output_tokens or 0) - before[2]},
+            transcript=ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+        )
+        await parent.state.put(ID, parent.conversation.id, key, json.dumps(record))
+
+
+def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
+    assert isinstance(ctx.config, SubagentsConfig)
+    delegator = ctx.parts.get(ID)
+    if not isinstance(delegator, Delegator):
+        return None
+    left = ctx.config.max_depth if ctx.turn.levels_left is None else min(ctx.turn.levels_left, ctx.config.max_depth)
+    if left < 1:
+        return None  # at the bound: built without delegation rather than with a tool that only refuses
+    delegation = _Delegation(ctx.turn, ctx.config, delegator, left)
+    if not delegation.delegates:
+        return None
+    return simple(instructions=delegation.instructions(),
+                  tools=[Tool(delegation.task, name="task")])
+
+
+async def delegate_runs(turn: Turn) -> list[dict[str, Any]]:
+    """The delegate runs stored under this turn's conversation, oldest first."""
+    items = await turn.state.items(ID, turn.conversation.id)
+    return sorted((json.loads(v) for v in items.values()), key=lambda r: r["started_at"])
+
+
+def validate_config(config: Any, report: Callable[..., None]) -> None:
+    """Refuse, with file and line, delegation that would misbehave at run time."""
+    for agent_id, agent in config.agents.items():
+        key = f"agent:{agent_id}"
+        entries = [(i, e) for i, e in enumerate(agent.capabilities) if e.id == ID]
+        for j, name in enumerate(agent.subagents):
+            if name not in config.agents:
+                report(key, ("subagents", j), f"unknown delegate {name!r}: a pinned delegate is another agent of this "
+                       f"config (agents are: {', '.join(sorted(config.agents))})")
+        held = {e.id for e in agent.capabilities if e.enabled}
+        for i, entry in entries:
+            try:
+                cfg = SubagentsConfig.model_validate(entry.config)
+            except ValueError:
+                continue  # reported by the registry's own check
+            for j, sp in enumerate(cfg.inline):
+                if sp.model is None:
+                    report(key, ("capabilities", i, "config", "inline", j),
+                           f"specialist {sp.name!r} names no model: set model: (e.g. {agent.model}) — a specialist "
+                           "is not lent its parent's model")
+                if sp.name in agent.subagents:
+                    report(key, ("capabilities", i, "config", "inline", j, "name"),
+                           f"{sp.name!r} is both a pinned delegate and a specialist; rename the specialist")
+            for k, shared in enumerate(cfg.share_with_delegates):
+                if shared == ID:
+                    report(key, ("capabilities", i, "config", "share_with_delegates", k),
+                           "subagents cannot be shared: a delegate delegates only with its own subagents entry, "
+                           "within its own max_depth")
+                elif shared not in held:
+                    report(key, ("capabilities", i, "config", "share_with_delegates", k),
+                           f"{shared!r} is not a capability this agent holds, so it cannot lend it (it holds: "
+                           f"{', '.join(sorted(held - {ID})) or 'nothing else'})")
+            if not agent.subagents and not cfg.inline:
+                report(key, ("capabilities", i, "id"), "subagents has no delegates: name agents under subagents: at "
+                       "the top of this file, or define specialists under inline:")
+
+
+register(CapabilityDecl(
+    id=ID,
+    name="Delegation",
+    category="reasoning",
+    tools=(ToolDecl("task", summary="Hand a self-contained piece of work to a delegate and wait for its answer."),),
+    build=build,
+    config_model=SubagentsConfig,
+    scopes=("agents:delegate",),
+    description=("Hand self-contained work to other agents of this config (named under subagents: in the agent "
+                 "file) or to specialists defined here, each on its own model; sync: the answer comes back as "
+                 "the tool's result. Every delegate run is stored with its conversation."),
+))
