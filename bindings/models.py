@@ -33,6 +33,12 @@ class DatabaseConfig(Strict):
         " replica on PostgreSQL) or for a connection; past it the API answers 503 with Retry-After and"
         " platform events are not acknowledged, so the platform redelivers them",
     )
+    run_lease_seconds: float = Field(
+        default=60.0, ge=3, le=3600,
+        description="On PostgreSQL: how long a replica's claim on a run lasts unrenewed. A replica that"
+        " died (killed, lost power) holds its runs this long before another replica, or its own restart,"
+        " runs them again; a live one renews its claims three times as often",
+    )
 
     @field_validator("url")
     @classmethod
@@ -119,8 +125,20 @@ class KnowledgeConfig(Strict):
         return v
 
 
+class RetentionConfig(Strict):
+    ledger_days: float = Field(
+        default=14.0, ge=7,
+        description="Days the inbound ledger keeps an event id, to drop a redelivery; at least 7, past every"
+        " platform's redelivery window")
+    deliveries_days: float = Field(default=30.0, ge=1, description="Days a finished reply's delivery rows are kept")
+    runs_days: float = Field(default=90.0, ge=1, description="Days an ended run is kept (`agent-gateway runs list`)")
+    batch: int = Field(default=500, ge=10, le=10_000, description="Rows deleted per short transaction")
+    every_minutes: float = Field(default=60.0, ge=1, description="How often the daemon prunes")
+
+
 class GatewayConfig(Strict):
     database: DatabaseConfig = DatabaseConfig()
+    retention: RetentionConfig = RetentionConfig()
     http: HttpConfig = HttpConfig()
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)
     limits: LimitsConfig = LimitsConfig()

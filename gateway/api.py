@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 MAX_TEXT = 32_000
 WORKSPACE = "local"
 KEEPALIVE = 15.0
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
@@ -65,7 +67,7 @@ class _Api:
         return (binding.web.person if binding.web else None) or "local"
 
     async def _conversation(self, request: web.Request, binding: BindingSpec) -> repo.ConversationRef:
-        conversation_id = request.match_info["id"]
+        conversation_id = _path_id(request)
         conv = await self.gw.store.conversation(conversation_id)
         if conv is None or conv.binding_id != binding.id:
             raise _error(404, "not_found", f"no conversation {conversation_id!r}")
@@ -100,6 +102,8 @@ class _Api:
             return _bad(413, "too_long", f"text is {len(text)} characters; the limit is {MAX_TEXT}")
         if not text.strip() and not files:
             return _bad(400, "empty", "text is empty")
+        if _SURROGATE.search(text):
+            return _bad(400, "bad_text", "text is not valid Unicode: it holds half of a surrogate pair")
         conv = await self._conversation(request, binding)
         event_id = request.headers.get("Idempotency-Key") or new_id()
         person = self._person(binding)
@@ -136,7 +140,7 @@ class _Api:
         except ValueError:
             return _bad(400, "bad_request", "decision must be one of: approve, deny, approve_all")
         person = self._person(binding)
-        outcome = await self.gw.decide(request.match_info["id"], decision, Sender(person, person),
+        outcome = await self.gw.decide(_path_id(request), decision, Sender(person, person),
                                        binding_id=binding.id, surface="api")
         status = 200 if outcome.accepted else (404 if "no longer exists" in outcome.message else 409)
         if not outcome.accepted and outcome.message.startswith("Only "):
@@ -262,6 +266,14 @@ class _Api:
         with contextlib.suppress(Exception):
             await response.write_eof()
         return response
+
+
+def _path_id(request: web.Request) -> str:
+    """The id in the URL; one no id of ours can be (a NUL, a lone surrogate, too long) is not found."""
+    value = request.match_info["id"]
+    if len(value) > 64 or "\x00" in value or _SURROGATE.search(value):
+        raise _error(404, "not_found", "no such id")
+    return value
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:

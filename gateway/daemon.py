@@ -23,6 +23,7 @@ from . import http, pairing
 from .adapter_registry import AdapterContext, create_adapter
 from .approvals import Approvals
 from .clock import Clock
+from .retention import Pruning
 from .commands import Commands
 from .conversations import Scheduler
 from .delivery import Outbound
@@ -103,7 +104,7 @@ class Gateway:
         except Exception:
             await engine.dispose()
             raise
-        self.store = repo.Store(engine, self.clock)
+        self.store = repo.Store(engine, self.clock, lease_seconds=database.run_lease_seconds)
         self.scheduler = Scheduler(self.store, self.runner.execute, self.config.gateway.limits.concurrent_runs,
                                    on_active=self.metrics.queue_depth.set)
         adapter_for = lambda binding_id: self.adapters.get(binding_id)  # noqa: E731 - the dict is replaced at start
@@ -246,10 +247,12 @@ class Gateway:
             self.scheduler.wake(conversation_id)
 
     async def _sweep_forever(self) -> None:
+        pruning = Pruning(self.store, self.config.gateway.retention, self.clock)
         while True:
-            await asyncio.sleep(SWEEP_EVERY)
+            await asyncio.sleep(min(SWEEP_EVERY, self.store.lease_seconds / 3))
             try:
                 await self.sweep()
+                await pruning.when_due()
             except Exception:
                 log.exception("sweep failed")
 

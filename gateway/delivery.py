@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .budget import OverBudget, impatient
 from .clock import Clock, new_id
+from .orphan_posts import unrecorded_posts
 from .store.repo import Store
 from .surface import Adapter, PlatformError, RateLimited, ReplyTarget
 
@@ -98,6 +99,9 @@ class ReplyStream:
                 self._base = len(rows)
             else:
                 self._posted = [_Posted(row.platform_message_id, row.text) for row in rows]
+                if self._private_to is None:  # a run that started before: posts its process never recorded
+                    orphans = await unrecorded_posts(self.adapter, self.target, self.store, self.run_id)
+                    self._posted += [_Posted(mid, text) for mid, text in orphans]
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars

@@ -100,6 +100,9 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     from .store import run_outcomes
 
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
+    from . import db_cli
+
+    db_cli.add_cli(sub, load)  # `db stats`, `db prune`
 
     def capabilities(args: argparse.Namespace) -> int:
         from capabilities import catalog

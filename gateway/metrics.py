@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -25,6 +26,8 @@ class Metrics:
             "gateway_platform_errors", "Platform API errors", ["platform", "kind"], registry=r
         )
         self.tokens = Counter("gateway_model_tokens", "Model tokens", ["direction"], registry=r)
+        # A leak of tasks shows here first (bench/chaos.py's soak samples it).
+        Gauge("gateway_asyncio_tasks", "Tasks alive in the daemon's event loop", registry=r).set_function(_tasks)
 
     def run_ended(self, turn: Turn, outcome: str) -> None:
         self.runs.labels(turn.conversation.platform, outcome).inc()
@@ -33,3 +36,10 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _tasks() -> float:
+    try:
+        return float(len(asyncio.all_tasks()))
+    except RuntimeError:  # rendered outside the loop
+        return 0.0

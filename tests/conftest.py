@@ -120,6 +120,16 @@ async def pg_database() -> AsyncIterator[str]:
         await admin.close()
 
 
+@contextlib.asynccontextmanager
+async def database_url(engine: str, directory: Path) -> AsyncIterator[str]:
+    """A fresh database: "postgresql" (see pg_database) or "sqlite" (a file in `directory`)."""
+    if engine == "postgresql":
+        async with pg_database() as url:
+            yield url
+    else:
+        yield f"sqlite+aiosqlite:///{directory / 'gateway.db'}"
+
+
 @pytest.fixture
 async def pg_url() -> AsyncIterator[str]:
     async with pg_database() as url:

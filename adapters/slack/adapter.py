@@ -50,6 +50,7 @@ from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
 from .cards import ACTION_PREFIX, card_message, parse_action_value
 from .directory import SlackDirectory
+from .frames import CheckedSocketModeClient
 from .normalize import BotIdentity, chat_kind, normalize_event
 from .render import markdown_to_mrkdwn
 
@@ -176,7 +177,7 @@ class SlackAdapter(BaseAdapter):
             if message.get("type") == "hello":
                 self._health.up("socket mode: connected")
 
-        socket = SocketModeClient(
+        socket = CheckedSocketModeClient(
             app_token=self._app_token,
             logger=self._log.getChild("socket"),
             web_client=client,
@@ -384,6 +385,22 @@ class SlackAdapter(BaseAdapter):
         response = await self._call("chat.postMessage", target.channel,
                                     self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
         return str(response["ts"])
+
+    async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
+        """The app's plain posts after `message_id` in the thread or channel (gateway.orphan_posts)."""
+        client = self._require_client()
+        if target.thread:
+            response = await call("conversations.replies",
+                                  client.conversations_replies(channel=target.channel, ts=target.thread, limit=200))
+        else:
+            response = await call("conversations.history",
+                                  client.conversations_history(channel=target.channel, oldest=message_id, limit=200))
+        mine = [
+            m for m in response.get("messages") or []
+            if m.get("bot_id") == self._conn.bot_id and float(m.get("ts") or 0) > float(message_id)
+            and not any(b.get("type") == "actions" for b in m.get("blocks") or [])
+        ]
+        return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         text, blocks = card_message(card)

@@ -35,6 +35,7 @@ from typing import Any, NamedTuple, TypeVar
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from . import sqlite
+from .storable import storable
 from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 Row = tuple[Any, ...]
@@ -50,21 +51,25 @@ class Stmt(NamedTuple):
 Program = Generator[Stmt, Any, T]
 
 
+def _storable(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: storable(v) for k, v in params.items()}
+
+
 class Statements:
     """What a program yields, and how it reads a timestamp back. Datetimes go in aware and come
     out aware (UTC)."""
 
     @staticmethod
     def all(sql: str, **params: Any) -> Stmt:
-        return Stmt("all", sql, params)
+        return Stmt("all", sql, _storable(params))
 
     @staticmethod
     def one(sql: str, **params: Any) -> Stmt:
-        return Stmt("one", sql, params)
+        return Stmt("one", sql, _storable(params))
 
     @staticmethod
     def run(sql: str, **params: Any) -> Stmt:
-        return Stmt("run", sql, params)
+        return Stmt("run", sql, _storable(params))
 
     def time(self, value: Any) -> datetime | None:
         return value  # type: ignore[no-any-return]

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from . import sqlite
+from .storable import clean_statement
 from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
             connect_args={"timeout": busy_timeout,
                           "server_settings": {"lock_timeout": str(int(busy_timeout * 1000))}},
         )
+    event.listen(engine.sync_engine, "before_cursor_execute", clean_statement, retval=True)
     guard(engine).bound = busy_timeout
     _watch(engine)
     return engine

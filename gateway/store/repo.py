@@ -132,8 +132,10 @@ class _Lru(OrderedDict[K, V]):
 
 
 class Store:
-    def __init__(self, engine: AsyncEngine, clock: Clock | None = None, owner: str | None = None) -> None:
+    def __init__(self, engine: AsyncEngine, clock: Clock | None = None, owner: str | None = None,
+                 lease_seconds: float = LEASE_SECONDS) -> None:
         self.engine = engine
+        self.lease_seconds = lease_seconds
         self.clock = clock or Clock()
         self.sessions = async_sessionmaker(engine, expire_on_commit=False)
         self.owner = owner or new_id()  # this process, for run leases
@@ -253,9 +255,11 @@ class Store:
                 yield from self._lock(q, conversation.key)
                 conv = yield from self._conversation_raw(q, conversation, now)
             yield from self._lock(q, conv.id)
+            # A message joins a queued run only if that run never started: one that started before
+            # (interrupted by a crash, queued again) may already have shown its answer.
             queued, run_id = (yield q.one(
                 "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
-                " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued'"
+                " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued' AND started_at IS NULL"
                 " ORDER BY created_at LIMIT 1)",
                 c=conv.id,
             )) or (0, None)
@@ -455,7 +459,7 @@ class Store:
             changed = yield q.run(
                 "UPDATE runs SET status = 'running', started_at = :s, lease_owner = :o, lease_expires = :e"
                 " WHERE id = :id AND status = :old",
-                s=started, o=self.owner, e=now + timedelta(seconds=LEASE_SECONDS), id=run.id, old=run.status,
+                s=started, o=self.owner, e=now + timedelta(seconds=self.lease_seconds), id=run.id, old=run.status,
             )
             if changed != 1:
                 return None
@@ -566,7 +570,7 @@ class Store:
             await s.execute(
                 update(Run)
                 .where(Run.id.in_(run_ids), Run.status == RUNNING, Run.lease_owner == self.owner)
-                .values(lease_expires=self.clock.now() + timedelta(seconds=LEASE_SECONDS))
+                .values(lease_expires=self.clock.now() + timedelta(seconds=self.lease_seconds))
             )
 
     # --- deliveries ---------------------------------------------------------------------

@@ -84,8 +84,9 @@ def free_port() -> int:
 class Daemon:
     """`agent-gateway run --config DIR` in a subprocess, its log in a file inside DIR."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
         self.config = config
+        self.env = env or {}
         self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
         self.log_path = config / "daemon.log"
@@ -94,9 +95,9 @@ class Daemon:
         # `agent-gateway run`, as `python -m` from this checkout: the console script would run
         # whichever checkout the virtualenv was installed from.
         command = [sys.executable, "-m", "gateway.cli"]
-        env = {**os.environ, **ENV}
+        env = {**os.environ, **ENV, **self.env}
         env.pop("NOTIFY_SOCKET", None)
-        with open(self.log_path, "wb") as log:  # a file, not a pipe nobody reads
+        with open(self.log_path, "ab") as log:  # a file, not a pipe nobody reads; a restart appends
             self.proc = await asyncio.create_subprocess_exec(
                 *command, "run", "--config", str(self.config), cwd=ROOT, env=env,
                 stdout=asyncio.subprocess.DEVNULL, stderr=log,

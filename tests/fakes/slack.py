@@ -17,10 +17,12 @@ calls refused). A call counts when it succeeds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import itertools
 import json
+import random
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -178,6 +180,19 @@ class FakeSlack:
         # False: the server never answers the client's close frame (a slow edge, a connection that
         # died without a word); the client must drop the connection itself.
         self.answer_close = True
+        # True: as real Slack, an events envelope not acked on the connection it went out on is
+        # sent again (`retry_attempt` + 1, a new envelope id) on the next connection opened, and
+        # one sent while no connection is open waits for the next.
+        self.redeliver = False
+        # A 429 storm: this share of calls to `storm_methods` answered 429 with `Retry-After`.
+        self.storm_share = 0.0
+        self.storm_methods: set[str] = {"chat.postMessage", "chat.update"}
+        self.storm_retry_after = 1.0
+        self.storm_429s = 0
+        self._storm = random.Random(429)
+        self.post_answer_delay = 0.0  # seconds chat.postMessage holds its answer after posting
+        self.redelivered = 0
+        self._unacked: dict[str, dict[str, Any]] = {}
         self._released = asyncio.Event()  # set on exit: silent sockets may end now
         self._failures: dict[str, list[Failure]] = {}
         self._echoes: set[asyncio.Task[str]] = set()
@@ -287,7 +302,11 @@ class FakeSlack:
         call = ApiCall(method, args, token)
         self.calls.append(call)
         try:
-            if failures := self._failures.get(method):
+            failures = self._failures.get(method)
+            if not failures and method in self.storm_methods and self._storm.random() < self.storm_share:
+                failures = [Failure(429, "ratelimited", self.storm_retry_after)]
+                self.storm_429s += 1
+            if failures:
                 failure = failures.pop(0)
                 call.status = failure.status
                 headers = {"Retry-After": f"{failure.retry_after:g}"} if failure.retry_after is not None else {}
@@ -360,6 +379,9 @@ class FakeSlack:
             echo = asyncio.get_running_loop().create_task(self.send_event(event))
             self._echoes.add(echo)
             echo.add_done_callback(self._echoes.discard)
+        held = time.monotonic()  # the message is in the channel; the app hears so only later
+        while time.monotonic() - held < self.post_answer_delay:  # re-read: setting 0 releases it
+            await asyncio.sleep(0.05)
         return {"ok": True, "channel": channel, "ts": msg.ts, "message": self._message_json(msg)}
 
     async def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -496,11 +518,15 @@ class FakeSlack:
             }
         )
         await self._notify()
+        if self.redeliver:
+            for envelope in list(self._unacked.values()):
+                await self._resend(ws, envelope)
         try:
             async for frame in ws:
                 if frame.type == WSMsgType.TEXT:
                     try:
                         self.acks.append(json.loads(frame.data))
+                        self._unacked.pop(str(self.acks[-1].get("envelope_id")), None)
                     except ValueError:
                         self.acks.append({"unparsable": frame.data})
                     await self._notify()
@@ -515,7 +541,26 @@ class FakeSlack:
         await self.wait_for(lambda: any(not s.closed for s in self._sockets))
         return next(s for s in reversed(self._sockets) if not s.closed)
 
+    async def _resend(self, ws: web.WebSocketResponse, envelope: dict[str, Any]) -> None:
+        self._unacked.pop(envelope["envelope_id"], None)
+        attempt = int(envelope.get("retry_attempt") or 0) + 1
+        again = {**envelope, "envelope_id": str(uuid.uuid4()), "retry_attempt": attempt, "retry_reason": "timeout"}
+        self._unacked[again["envelope_id"]] = again
+        self.redelivered += 1
+        self.sent_envelopes.append(again)
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await ws.send_str(json.dumps(again))
+
     async def send_envelope(self, envelope: dict[str, Any]) -> str:
+        if self.redeliver and envelope.get("type") == "events_api":
+            self._unacked[envelope["envelope_id"]] = envelope
+            live = [s for s in self._sockets if not s.closed]
+            if not live:  # sent when the app connects again
+                return str(envelope["envelope_id"])
+            self.sent_envelopes.append(envelope)
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await live[-1].send_str(json.dumps(envelope))
+            return str(envelope["envelope_id"])
         ws = await self._live_socket()
         self.sent_envelopes.append(envelope)
         await ws.send_str(json.dumps(envelope))

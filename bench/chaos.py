@@ -1,0 +1,208 @@
+#!/usr/bin/env python3
+"""The gateway under faults, longer than CI runs it, with a table a user can read.
+
+Per store (SQLite, PostgreSQL), the real daemon (`agent-gateway run`) against the fake Slack
+(Socket Mode, redelivering unacked envelopes) and web API clients, the model an OpenAI-compatible
+fake: a stream of messages with SIGKILL at random moments (at least 20 kills in a full run), a 429
+storm, fuzzed web requests and Socket Mode frames; with --soak, mixed traffic for 30 minutes with
+RSS, open fds, asyncio tasks and database connections sampled every minute.
+
+    .venv/bin/python bench/chaos.py             # the full run (no soak), ~10 minutes
+    .venv/bin/python bench/chaos.py --quick     # smaller: a few kills, fewer inputs
+    .venv/bin/python bench/chaos.py --soak      # plus the 30-minute soak per store (5 with --quick)
+
+Exit status 0 when nothing was lost, doubled or crashed. The harness is tests/chaos/harness.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import random
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.chaos.harness import Tally, slack_conversation, stream_under_kills, web_conversation, world  # noqa: E402
+from tests.chaos.test_fuzz import fuzz_slack, fuzz_web  # noqa: E402
+
+
+@dataclass
+class Row:
+    tally: Tally
+    storm_sent: int = 0
+    storm_answered: int = 0
+    storm_wrong: int = 0
+    absorbed_429: int = 0
+    fuzz_tried: int = 0
+    fuzz_crashes: int = 0
+    fuzz_tracebacks: int = 0
+    slopes: dict[str, float] = field(default_factory=dict)
+    samples: list[dict[str, float]] = field(default_factory=list)
+
+
+async def kills(store: str, tmp: Path, duration: float) -> Tally:
+    async with world(tmp / "kills", store) as w:
+        return await stream_under_kills(w, Tally(store), slack_threads=8, web_conversations=6, duration=duration,
+                                         every=(1.5, 4.0), wait=120, seed=int(time.time()))
+
+
+async def storm(store: str, tmp: Path, duration: float, row: Row) -> None:
+    async with world(tmp / "storm", store) as w:
+        w.slack.storm_share = 0.3
+        tally = Tally(store)
+        until = time.monotonic() + duration
+        await asyncio.gather(*(slack_conversation(w, tally, until, wait=120, tag=f"r{i}") for i in range(8)))
+        await asyncio.sleep(2)
+        from tests.chaos.harness import ANSWER, thread_answers
+
+        row.storm_sent = tally.sent
+        row.storm_answered = tally.answered
+        row.storm_wrong = sum(
+            [x.strip() for x in thread_answers(w.slack, t)] != [ANSWER] * n for t, n in tally.threads)
+        row.absorbed_429 = w.slack.storm_429s
+
+
+async def fuzz(store: str, tmp: Path, examples: int, row: Row) -> None:
+    async with world(tmp / "fuzz", store) as w:
+        request = urllib.request.Request(f"{w.api}/api/v1/conversations", data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+        conv = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(request, timeout=10).read()))["id"]
+        loop = asyncio.get_running_loop()
+        try:
+            row.fuzz_tried += await asyncio.to_thread(fuzz_web, w, conv, examples)
+            row.fuzz_tried += await asyncio.to_thread(fuzz_slack, w, loop, examples)
+        except AssertionError as e:  # a 500: counted as a failure of the daemon to hold
+            row.fuzz_crashes += 1
+            print(f"  fuzz: {str(e)[:300]}", file=sys.stderr)
+        if w.daemon.proc is None or w.daemon.proc.returncode is not None:
+            row.fuzz_crashes += 1
+        row.fuzz_tracebacks = w.daemon.log().count("Traceback")
+
+
+def _sample(pid: int, api: str, store: str, db_files: Path) -> dict[str, float]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    rss = int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024  # type: ignore[union-attr]
+    fds = os.listdir(f"/proc/{pid}/fd")
+    with urllib.request.urlopen(f"{api}/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    tasks = float(re.search(r"^gateway_asyncio_tasks (\S+)", metrics, re.M).group(1))  # type: ignore[union-attr]
+    if store == "sqlite":
+        conns = sum(os.path.realpath(f"/proc/{pid}/fd/{fd}").startswith(str(db_files)) for fd in fds
+                    if os.path.exists(f"/proc/{pid}/fd/{fd}"))
+    else:
+        conns = sum(1 for fd in fds if "socket" in os.path.realpath(f"/proc/{pid}/fd/{fd}"))
+    return {"rss_mib": rss, "fds": float(len(fds)), "tasks": tasks, "db_conns": float(conns)}
+
+
+def _slope_per_hour(samples: list[dict[str, float]], key: str, minutes: float) -> float:
+    ys = [s[key] for s in samples]
+    xs = [i * minutes / 60 for i in range(len(ys))]
+    if len(ys) < 2:
+        return 0.0
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
+
+
+async def soak(store: str, tmp: Path, minutes: float, every: float, row: Row) -> None:
+    async with world(tmp / "soak", store) as w:
+        assert w.daemon.proc is not None
+        tally = Tally(store)
+        until = time.monotonic() + minutes * 60
+        rng = random.Random(7)
+
+        async def traffic() -> None:
+            # Conversations of a few messages each, a new one when one ends: many conversations, steady load.
+            async def lane(i: int) -> None:
+                n = 0
+                while time.monotonic() < until:
+                    n += 1
+                    end = min(until, time.monotonic() + rng.uniform(5, 20))
+                    if i % 2:
+                        await web_conversation(w, tally, end, wait=120, tag=f"k{i}.{n}")
+                    else:
+                        await slack_conversation(w, tally, end, wait=120, tag=f"k{i}.{n}")
+            await asyncio.gather(*(lane(i) for i in range(6)))
+
+        load = asyncio.create_task(traffic())
+        while time.monotonic() < until:
+            row.samples.append(await asyncio.to_thread(_sample, w.daemon.proc.pid, w.api, store, tmp / "soak"))
+            await asyncio.sleep(every)
+        await load
+        after_warmup = row.samples[1:] if len(row.samples) > 2 else row.samples
+        row.slopes = {k: _slope_per_hour(after_warmup, k, every / 60) for k in ("rss_mib", "fds", "tasks", "db_conns")}
+        row.tally.sent += tally.sent
+        row.tally.admitted += tally.admitted
+        row.tally.answered += tally.answered
+        row.tally.lost += tally.lost
+
+
+def table(rows: list[Row], soaked: bool) -> str:
+    def line(label: str, values: list[str]) -> str:
+        return f"| {label:40} | " + " | ".join(f"{v:>22}" for v in values) + " |"
+
+    out = [line("", [r.tally.store for r in rows]), "|" + "-" * 42 + ("|" + "-" * 24) * len(rows) + "|"]
+    t = [r.tally for r in rows]
+    out.append(line("kills survived (SIGKILL + restart)", [str(x.kills) for x in t]))
+    out.append(line("messages admitted / answered", [f"{x.admitted} / {x.answered}" for x in t]))
+    out.append(line("answers duplicated / lost / wrong", [f"{x.duplicated} / {x.lost} / {x.wrong}" for x in t]))
+    out.append(line("Slack envelopes redelivered", [str(x.redelivered) for x in t]))
+    out.append(line("approvals parked / resumed", ["not measured" for _ in t]))
+    out.append(line("429s absorbed (answers right / sent)",
+                    [f"{r.absorbed_429} ({r.storm_answered - r.storm_wrong}/{r.storm_sent})" for r in rows]))
+    out.append(line("malformed inputs tried / crashes", [f"{r.fuzz_tried} / {r.fuzz_crashes}" for r in rows]))
+    out.append(line("tracebacks in the log (fuzz)", [str(r.fuzz_tracebacks) for r in rows]))
+    if soaked:
+        for key, unit in (("rss_mib", "MiB/h"), ("fds", "fds/h"), ("tasks", "tasks/h"), ("db_conns", "conns/h")):
+            out.append(line(f"soak slope after warm-up: {key}", [f"{r.slopes.get(key, 0):+.2f} {unit}" for r in rows]))
+        out.append(line("soak samples (first -> last RSS MiB)",
+                        [f"{len(r.samples)} ({r.samples[0]['rss_mib']:.0f} -> {r.samples[-1]['rss_mib']:.0f})"
+                         if r.samples else "-" for r in rows]))
+    return "\n".join(out)
+
+
+async def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a few kills and fewer inputs; a 5-minute soak")
+    parser.add_argument("--soak", action="store_true", help="also soak each store (30 minutes; 5 with --quick)")
+    parser.add_argument("--stores", default="sqlite,postgresql")
+    args = parser.parse_args()
+    # The fake model's streams are cut by every kill; aiohttp logs each cut with a traceback.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    kill_s, storm_s, examples = (30.0, 15.0, 60) if args.quick else (150.0, 40.0, 400)
+    soak_min, sample_every = (5.0, 60.0) if args.quick else (30.0, 60.0)
+    rows: list[Row] = []
+    for store in args.stores.split(","):
+        with tempfile.TemporaryDirectory(prefix=f"chaos-{store}-") as d:
+            tmp = Path(d)
+            started = time.monotonic()
+            row = Row(await kills(store, tmp, kill_s))
+            print(f"{store}: kills done in {time.monotonic() - started:.0f}s: {row.tally.kills} kills, "
+                  f"{row.tally.lost} lost, {row.tally.duplicated} duplicated", file=sys.stderr)
+            for problem in row.tally.problems[:10]:
+                print(f"  {problem}", file=sys.stderr)
+            await storm(store, tmp, storm_s, row)
+            await fuzz(store, tmp, examples, row)
+            if args.soak:
+                await soak(store, tmp, soak_min, sample_every, row)
+            rows.append(row)
+    print(table(rows, args.soak))
+    bad = any(r.tally.lost or r.tally.duplicated or r.tally.wrong or r.fuzz_crashes or r.storm_wrong
+              or r.storm_answered != r.storm_sent for r in rows)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

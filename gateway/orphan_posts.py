@@ -1,0 +1,44 @@
+"""A reply's posts that a killed process made and never recorded, found again on the platform.
+
+Without this a run interrupted by a crash (SIGKILL, power loss) between posting its first draft
+and recording it posts a second answer when it runs again, leaving the half-written first one
+in the thread. Platforms whose API can list a conversation's messages implement
+`FindsOwnPosts`; on the others (Telegram's Bot API cannot read history) that window stays open.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol, runtime_checkable
+
+from .store.orphans import recovery_marks
+from .store.repo import Store
+from .surface import PlatformError, ReplyTarget
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class FindsOwnPosts(Protocol):
+    async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
+        """The bot's own plain-text posts (not cards) in `target` after the message `message_id`,
+        oldest first, as (message id, text)."""
+        ...
+
+
+async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> list[tuple[str, str]]:
+    """Posts of an interrupted run that no delivery row names: the reply continues in them."""
+    if not isinstance(adapter, FindsOwnPosts):
+        return []
+    after, known = await recovery_marks(store, run_id)
+    if after is None:
+        return []
+    try:
+        found = await adapter.own_posts_after(target, after)
+    except PlatformError as e:  # not worth failing the answer for: at worst it is posted again
+        log.warning("could not look for an interrupted reply's posts: %s", e)
+        return []
+    orphans = [(mid, text) for mid, text in found if mid not in known]
+    if orphans:
+        log.info("run %s continues in %d post(s) an interrupted process made", run_id, len(orphans))
+    return orphans

@@ -1,0 +1,268 @@
+"""The daemon under faults: a steady stream of messages in many conversations, SIGKILL at random.
+
+Shared by tests/chaos/ (a short stream, a few kills, run in CI) and bench/chaos.py (longer,
+prints the table). The daemon is `agent-gateway run` in its own process (tests/adapters/
+stopping.py's `Daemon`); the fake Slack (Socket Mode, redelivering unacked envelopes as real
+Slack does) and the scripted OpenAI-compatible model run in the caller's event loop on loopback;
+web API clients retry as a real client would (same Idempotency-Key until 202 or 409).
+
+Every figure is read where a person would see it: the bot's posts in each Slack thread, the
+assistant turns of each web conversation. A message is sent only after the answer to the one
+before it in its conversation arrived (or its wait ran out: then it counts as lost), so an
+answer maps to one message, and any extra post in a thread is a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tests.adapters.stopping import Daemon
+from tests.conftest import database_url, write_config
+from tests.fakes.openai import FakeOpenAI
+from tests.fakes.slack import FakeSlack
+
+ANSWER = "Hello from the fake model."  # FakeOpenAI's scripted answer
+CHANNEL = "C0CHAOS"
+PERSON = "U0ADA"
+LEASE_S = 6.0
+
+
+@dataclass
+class Tally:
+    """What a person would count, per store."""
+
+    store: str = ""
+    kills: int = 0
+    sent: int = 0
+    admitted: int = 0
+    answered: int = 0
+    duplicated: int = 0
+    lost: int = 0
+    wrong: int = 0  # an answer whose final text is not the model's
+    redelivered: int = 0
+    problems: list[str] = field(default_factory=list)
+    threads: list[tuple[str, int]] = field(default_factory=list, repr=False)  # Slack thread, messages sent
+    webs: list[tuple[str, int]] = field(default_factory=list, repr=False)  # web conversation, messages sent
+
+
+@dataclass
+class World:
+    """The fakes, the daemon's config, and the daemon itself (restartable)."""
+
+    slack: FakeSlack
+    model: FakeOpenAI
+    daemon: Daemon
+
+    @property
+    def api(self) -> str:
+        return f"http://127.0.0.1:{self.daemon.port}"
+
+
+@contextlib.asynccontextmanager
+async def world(directory: Path, store: str, *, model_delay: float = 0.08) -> AsyncIterator[World]:
+    from tests.adapters.stopping import ENV  # the Slack tokens the daemon's env names
+
+    directory.mkdir(parents=True, exist_ok=True)
+    model = await FakeOpenAI(delay=model_delay).start()
+    try:
+        async with FakeSlack() as slack, database_url(store, directory) as url:
+            slack.redeliver = True
+            slack.add_user(PERSON, "ada", real_name="Ada")
+            slack.add_channel(CHANNEL, "chaos", members=[PERSON, slack.bot_user_id])
+            daemon = Daemon(directory, env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "not-needed"})
+            assert ENV["STOP_SLACK_BOT_TOKEN"]
+            write_config(
+                directory,
+                agents={"assistant": {"name": "Chaos agent", "model": "openai-chat:chaos-model",
+                                      "instructions": "You are a test agent."}},
+                bindings={
+                    "slack": {"platform": "slack", "agent": "assistant", "slack": {
+                        "bot_token": "env:STOP_SLACK_BOT_TOKEN", "app_token": "env:STOP_SLACK_APP_TOKEN",
+                        "signing_secret": "env:STOP_SLACK_SIGNING_SECRET", "mode": "socket",
+                        "api_url": slack.api_url}},
+                    "web": {"platform": "web", "agent": "assistant"},
+                },
+                # A killed process's runs wait out their lease on PostgreSQL: short here, so the
+                # drain is seconds (the default is 60 s).
+                gateway={"database": {"url": url, "run_lease_seconds": LEASE_S},
+                         "http": {"listen": f"127.0.0.1:{daemon.port}"}},
+            )
+            await daemon.start()
+            try:
+                await daemon.wait_ready()
+                yield World(slack, model, daemon)
+            finally:
+                await daemon.close()
+    finally:
+        await model.stop()
+
+
+async def kill_and_restart(w: World) -> None:
+    """SIGKILL (no shutdown of any kind), then start again on the same config and port."""
+    assert w.daemon.proc is not None
+    w.daemon.proc.kill()
+    await w.daemon.proc.wait()
+    await w.daemon.start()
+    await w.daemon.wait_ready(timeout=90)
+
+
+async def killer(w: World, tally: Tally, stop: asyncio.Event, *, every: tuple[float, float], rng: random.Random) -> None:
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), rng.uniform(*every))
+        if stop.is_set():
+            return
+        await kill_and_restart(w)
+        tally.kills += 1
+
+
+# --- the senders ----------------------------------------------------------------------------
+
+
+def thread_answers(slack: FakeSlack, thread: str) -> list[str]:
+    return [m.text for m in slack.bot_messages(CHANNEL) if m.thread_ts == thread]
+
+
+async def _until(check: Any, wait: float) -> bool:
+    """Whether `check()` came true within `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while not await check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+async def slack_conversation(w: World, tally: Tally, until: float, *, wait: float, tag: str) -> None:
+    """A thread: a mention starts it, follow-ups in it, each after the previous one's answer."""
+    thread: str | None = None
+    sent = 0
+    while time.monotonic() < until:
+        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> {tag} message {sent}",
+                                         thread_ts=thread)
+        thread = thread or msg.ts
+        sent += 1
+        tally.sent += 1
+        tally.admitted += 1  # the fake delivers it until the daemon acks it (after storing it)
+        for event in events:
+            await w.slack.send_event(event)
+
+        async def answered(thread: str = thread, n: int = sent) -> bool:
+            return sum(t.strip() == ANSWER for t in thread_answers(w.slack, thread)) >= n
+        if not await _until(answered, wait):
+            tally.lost += 1
+            tally.problems.append(f"slack {tag}: no answer to message {sent - 1} within {wait:g}s")
+            break
+        tally.answered += 1
+    if thread is not None:
+        tally.threads.append((thread, sent))
+
+
+async def _request(http: aiohttp.ClientSession, method: str, url: str, *, deadline: float, **kw: Any) -> tuple[int, Any]:
+    """As a client does: retried while the daemon is down or busy, until `deadline`."""
+    while True:
+        try:
+            async with http.request(method, url, timeout=aiohttp.ClientTimeout(total=10), **kw) as r:
+                if r.status not in (502, 503):
+                    return r.status, await r.json()
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            pass
+        if time.monotonic() > deadline:
+            return 0, None
+        await asyncio.sleep(0.2)
+
+
+async def web_conversation(w: World, tally: Tally, until: float, *, wait: float, tag: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        status, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + wait)
+        if status != 201:
+            tally.problems.append(f"web {tag}: could not create a conversation ({status})")
+            return
+        conv = body["id"]
+        url = f"{w.api}/api/v1/conversations/{conv}/messages"
+        sent = 0
+        while time.monotonic() < until:
+            tally.sent += 1
+            status, body = await _request(http, "POST", url, json={"text": f"{tag} message {sent}"},
+                                          headers={"Idempotency-Key": uuid.uuid4().hex},
+                                          deadline=time.monotonic() + wait)
+            if status not in (202, 409):  # 409: admitted by a try whose answer was lost in a kill
+                tally.problems.append(f"web {tag}: message {sent} not admitted ({status} {body})")
+                break
+            sent += 1
+            tally.admitted += 1
+
+            async def answered(n: int = sent) -> bool:
+                status, body = await _request(http, "GET", url, deadline=time.monotonic() + wait)
+                turns = body["messages"] if status == 200 else []
+                return sum(t["role"] == "assistant" and t["status"] == "final" for t in turns) >= n
+            if not await _until(answered, wait):
+                tally.lost += 1
+                tally.problems.append(f"web {tag}: no answer to message {sent - 1} within {wait:g}s")
+                break
+            tally.answered += 1
+        tally.webs.append((conv, sent))
+
+
+# --- the count ------------------------------------------------------------------------------
+
+
+async def count_after_drain(w: World, tally: Tally, *, settle: float = 3.0) -> None:
+    """Once every conversation ended: extra posts are duplicates, other texts are wrong."""
+    await asyncio.sleep(settle)
+    for thread, n in tally.threads:
+        texts = thread_answers(w.slack, thread)
+        tally.duplicated += max(0, len(texts) - n)
+        tally.wrong += sum(t.strip() != ANSWER for t in texts)
+        if len(texts) != n or any(t.strip() != ANSWER for t in texts):
+            tally.problems.append(f"slack thread {thread}: {n} messages, answers {texts}")
+    async with aiohttp.ClientSession() as http:
+        for conv, n in tally.webs:
+            status, body = await _request(http, "GET", f"{w.api}/api/v1/conversations/{conv}/messages",
+                                          deadline=time.monotonic() + 30)
+            turns = body["messages"] if status == 200 else []
+            answers = [t for t in turns if t["role"] == "assistant"]
+            users = [t for t in turns if t["role"] == "user"]
+            tally.duplicated += max(0, len(answers) - n) + max(0, len(users) - n)
+            tally.wrong += sum(not t["text"].endswith(ANSWER) for t in answers)
+            if len(answers) != n or len(users) != n:
+                tally.problems.append(f"web {conv}: {n} messages, turns {[(t['role'], t['status']) for t in turns]}")
+    tally.redelivered = w.slack.redelivered
+
+
+async def stream_under_kills(
+    w: World, tally: Tally, *, slack_threads: int, web_conversations: int, duration: float,
+    every: tuple[float, float], wait: float = 60.0, seed: int = 22,
+) -> Tally:
+    """The stream (conversations started a little apart) with the killer running until it ends."""
+    rng = random.Random(seed)
+    stop = asyncio.Event()
+    kill = asyncio.create_task(killer(w, tally, stop, every=every, rng=rng))
+
+    async def later(delay: float, coro: Any) -> None:
+        await asyncio.sleep(delay)
+        await coro
+
+    until = time.monotonic() + duration
+    senders = [later(i * 0.3, slack_conversation(w, tally, until, wait=wait, tag=f"s{i}")) for i in range(slack_threads)]
+    senders += [later(i * 0.3 + 0.15, web_conversation(w, tally, until, wait=wait, tag=f"w{i}"))
+                for i in range(web_conversations)]
+    # Kills stop when sending does; the conversations then drain (their last answers arrive).
+    asyncio.get_running_loop().call_later(duration, stop.set)
+    try:
+        await asyncio.gather(*senders)
+    finally:
+        stop.set()
+        await kill
+    await count_after_drain(w, tally)
+    return tally
