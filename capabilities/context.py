@@ -277,9 +277,7 @@ def _has_inject(cfg: ContextConfig) -> bool:
 def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     assert isinstance(ctx.config, ContextConfig)
     cfg = ctx.config
-    library = ctx.parts.get("context")
-    if not isinstance(library, ContextLibrary):
-        raise RuntimeError("the context capability needs the gateway's ContextLibrary (see gateway/extensions.py)")
+    library = ctx.part("context", ContextLibrary)
     tools = _has_link(cfg) and cfg.read_tool
     if not tools and not _has_inject(cfg):
         return None  # only link files and no way to read them: nothing usable

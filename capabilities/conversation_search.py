@@ -160,9 +160,7 @@ def _toolset(search: ConversationSearch, cfg: ConversationSearchConfig) -> Funct
 
 def build(ctx: BuildContext) -> AbstractCapability[Any]:
     assert isinstance(ctx.config, ConversationSearchConfig)
-    search = ctx.parts.get("conversation_search")
-    if not isinstance(search, ConversationSearch):
-        raise RuntimeError("conversation_search needs the gateway's ConversationSearch (see gateway/extensions.py)")
+    search = ctx.part("conversation_search", ConversationSearch)
     return simple(toolsets=[_toolset(search, ctx.config)])
 
 

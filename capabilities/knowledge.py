@@ -113,9 +113,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     assert isinstance(ctx.config, KnowledgeConfig)
     if not ctx.config.collections:
         return None  # a search that always finds nothing is worse than none
-    indexer = ctx.parts.get("knowledge")
-    if not isinstance(indexer, KnowledgeIndexer):
-        raise RuntimeError("knowledge needs the gateway's KnowledgeIndexer (see gateway/extensions.py)")
+    indexer = ctx.part("knowledge", KnowledgeIndexer)
     return simple(toolsets=[_toolset(indexer, ctx.config)])
 
 

@@ -16,7 +16,7 @@ import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_ai.capabilities import AbstractCapability, Capability
@@ -31,6 +31,8 @@ from gateway.policy import ToolInfo
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
     from gateway.turn import Turn
+
+P = TypeVar("P")
 
 # Names every model provider accepts for a tool.
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -58,6 +60,13 @@ class BuildContext:
     # Daemon-lifetime collaborators by capability id (the context library, the knowledge index),
     # handed to `build_for_turn` where the gateway wires it; never reached for through the daemon.
     parts: Mapping[str, Any] = field(default_factory=dict)
+
+    def part(self, name: str, kind: type[P]) -> P:
+        """The collaborator the gateway handed in under `name`; a wiring mistake if it is missing."""
+        found = self.parts.get(name)
+        if not isinstance(found, kind):
+            raise RuntimeError(f"{self.entry.id} needs the gateway's {kind.__name__} (see gateway/extensions.py)")
+        return found
 
 
 Builder = Callable[[BuildContext], AbstractCapability[Any] | None]

@@ -242,6 +242,15 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         return trouble(ctx, "mistake", f"{path!r} is not a workspace path: use {PATH_RULE}, at most {MAX_PATH} "
                                        f"characters. For example {tool}(path=\"notes/draft.md\").")
 
+    def file_path(ctx: RunContext[Turn], path: str, tool: str) -> tuple[str, None] | tuple[None, str]:
+        """A file's workspace name, or why the path cannot be one (a mistake, or off limits)."""
+        name = normalize(path)
+        if not name:
+            return None, bad_path(ctx, path, tool)
+        if off_limits(name):
+            return None, trouble(ctx, "refusal", REFUSED_PATH.format(path=name))
+        return name, None
+
     async def files(a: _Access) -> dict[str, str]:
         return await a.state.items(CAPABILITY, a.workspace.scope)
 
@@ -308,11 +317,9 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         a = access(ctx)
         if isinstance(a, str):
             return a
-        name = normalize(path)
-        if not name:
-            return bad_path(ctx, path, "read_file")
-        if off_limits(name):
-            return trouble(ctx, "refusal", REFUSED_PATH.format(path=name))
+        name, refused = file_path(ctx, path, "read_file")
+        if name is None:
+            return refused
         try:
             text = await a.state.get(CAPABILITY, a.workspace.scope, name)
             if text is None:
@@ -438,11 +445,9 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         a = access(ctx)
         if isinstance(a, str):
             return a
-        name = normalize(path)
-        if not name:
-            return bad_path(ctx, path, "write_file")
-        if off_limits(name):
-            return trouble(ctx, "refusal", REFUSED_PATH.format(path=name))
+        name, refused = file_path(ctx, path, "write_file")
+        if name is None:
+            return refused
         try:
             stored = await files(a)
             if any(other.startswith(name + "/") for other in stored):
@@ -493,11 +498,9 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         a = access(ctx)
         if isinstance(a, str):
             return a
-        name = normalize(path)
-        if not name:
-            return bad_path(ctx, path, "edit_file")
-        if off_limits(name):
-            return trouble(ctx, "refusal", REFUSED_PATH.format(path=name))
+        name, refused = file_path(ctx, path, "edit_file")
+        if name is None:
+            return refused
         if not old_text:
             return trouble(ctx, "mistake", "old_text is empty: copy the exact passage to replace from read_file.")
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -72,6 +73,13 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
         yield gateway
     finally:
         await gateway.stop()
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (for a daemon started as its own process)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 async def wait_for(

@@ -17,14 +17,8 @@ from pathlib import Path
 from typing import Any
 
 
-from .conftest import ROOT, dump_yaml, wait_for, write_config
+from .conftest import ROOT, dump_yaml, free_port, wait_for, write_config
 from .fakes.openai import FakeOpenAI
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Daemon:
@@ -32,7 +26,7 @@ class Daemon:
 
     def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
         self.config = config
-        self.port = _free_port()
+        self.port = free_port()
         gw = config / "gateway.yaml"
         text = gw.read_text().replace("127.0.0.1:0", f"127.0.0.1:{self.port}")
         gw.write_text(text)

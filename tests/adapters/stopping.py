@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 import time
 import urllib.error
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT, write_config
+from tests.conftest import ROOT, free_port, write_config
 from tests.fakes.mattermost import FakeMattermost
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.fakes.telegram import FakeTelegram
@@ -74,11 +73,6 @@ async def fake_platforms(*, answer_close: bool = True) -> AsyncIterator[Platform
     finally:
         await mattermost.stop()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Daemon:

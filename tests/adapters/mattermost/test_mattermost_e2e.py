@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from capabilities.registry import REGISTRY, CapabilityDecl, ToolDecl, register, 
 from gateway.daemon import Gateway
 from gateway.llm import REGISTERED, register_model
 from gateway.surface import PlatformLimits
-from tests.conftest import running_gateway, wait_for, write_config
+from tests.conftest import free_port, running_gateway, wait_for, write_config
 
 from .conftest import BOT_TOKEN, World
 
@@ -92,12 +91,6 @@ def _config(tmp_path: Path, world: World, *, gateway: dict[str, Any] | None = No
         gateway=gateway,
     )
 
-
-def _free_port() -> int:
-    # The daemon must know its public URL before it listens (buttons carry it); take a free port.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _connected(gw: Gateway) -> None:
@@ -205,7 +198,7 @@ async def _card(world: World, root_id: str) -> dict[str, Any]:
 async def test_approval_by_button_valid_and_forged(
     tmp_path: Path, world: World, script: Script, files_capability: list[str]
 ) -> None:
-    port = _free_port()
+    port = free_port()
     public = f"http://127.0.0.1:{port}"
     config = _config(tmp_path, world, gateway={"http": {"listen": f"127.0.0.1:{port}", "public_url": public}})
     async with running_gateway(config) as gw, aiohttp.ClientSession() as http:

@@ -15,13 +15,15 @@ from tests.conftest import running_gateway, wait_for, write_config
 from tests.test_stop import SLOW, slow_model
 
 from .conftest import BOT_TOKEN, World
-from .test_mattermost_e2e import _bot_posts, _connected, _free_port
+from tests.conftest import free_port
+
+from .test_mattermost_e2e import _bot_posts, _connected
 
 
 async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
     register_model(SLOW, slow_model)
-    port = _free_port()
+    port = free_port()
     config = write_config(
         tmp_path / "config", agents={"assistant": {"name": "Slow", "model": SLOW}},
         bindings={"mm": {"platform": "mattermost", "agent": "assistant",

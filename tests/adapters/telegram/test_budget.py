@@ -10,7 +10,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+
 
 import pytest
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from gateway.clock import ManualClock
 from gateway.daemon import Gateway
 from gateway.llm import register_model
 from tests.support.gated_git import CAPABILITY, RAN
-from tests.conftest import running_gateway, wait_for, write_config
+from tests.conftest import free_port, running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
 
 # python-telegram-bot's own RetryAfter reads its deprecated int property while building itself.
@@ -288,15 +287,10 @@ async def test_429_with_retry_after_still_delivers_one_reply(tmp_path: Path, fak
         assert reply.text == final(1)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 async def test_webhook_mode_and_a_request_without_the_secret(tmp_path: Path, fake: FakeTelegram,
                                                              scripted: Scripted) -> None:
-    listen = f"127.0.0.1:{_free_port()}"
+    listen = f"127.0.0.1:{free_port()}"
     async with running_gateway(config(tmp_path, fake, mode="webhook", listen=listen), clock=scripted.clock) as gw:
         await connected(gw)
         url = f"http://{listen}/telegram/webhook/tg"
