@@ -29,7 +29,7 @@ async def _lead(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[
             yield f"{p.tool_name} said: {p.content}"
         return
     prompt = str(next(p.content for p in reversed(last.parts) if isinstance(p, UserPromptPart)))
-    words = prompt.split(maxsplit=2)
+    words = prompt[prompt.find("delegate "):].split(maxsplit=2)  # in a group the prompt starts "Ada: "
     if len(words) == 3 and words[0] == "delegate":
         LEAD_REQUESTS.append("delegate")
         yield {0: DeltaToolCall(name="task", json_args=json.dumps({"agent": words[1], "prompt": words[2]}),
