@@ -50,7 +50,7 @@ from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
 from .cards import ACTION_PREFIX, card_message, parse_action_value
-from .stop import control_blocks, parse_stop, reply_blocks
+from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient
 from .normalize import BotIdentity, chat_kind, normalize_event
@@ -455,7 +455,7 @@ class SlackAdapter(BaseAdapter):
         mine = [
             m for m in response.get("messages") or []
             if m.get("bot_id") == self._conn.bot_id and float(m.get("ts") or 0) > float(message_id)
-            and not any(b.get("type") == "actions" for b in m.get("blocks") or [])
+            and is_reply(m.get("blocks"))
         ]
         return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
 

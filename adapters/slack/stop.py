@@ -15,14 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
-STOP_ACTION = "gw_stop"
+STOP_ACTION = STOP_BLOCK = "gw_stop"
+CONTROL_BLOCK = "gw_writing"  # marks the control message beside a native stream
 _VALUE = "stop:"
 SECTION_CHARS = 3_000  # Slack's cap on a section's text
 WRITING = "Writing a reply…"
 
 
 def stop_button(run_id: str) -> dict[str, Any]:
-    return {"type": "actions", "block_id": "gw_stop", "elements": [
+    return {"type": "actions", "block_id": STOP_BLOCK, "elements": [
         {"type": "button", "action_id": STOP_ACTION, "text": {"type": "plain_text", "text": "Stop"},
          "style": "danger", "value": f"{_VALUE}{run_id}"}]}
 
@@ -36,8 +37,15 @@ def reply_blocks(text: str, run_id: str) -> list[dict[str, Any]]:
 
 def control_blocks(run_id: str) -> list[dict[str, Any]]:
     """The separate control beside a natively streamed reply."""
-    return [{"type": "context", "block_id": "gw_writing", "elements": [{"type": "mrkdwn", "text": WRITING}]},
+    return [{"type": "context", "block_id": CONTROL_BLOCK, "elements": [{"type": "mrkdwn", "text": WRITING}]},
             stop_button(run_id)]
+
+
+def is_reply(blocks: list[dict[str, Any]] | None) -> bool:
+    """Whether a message of ours with these blocks is (part of) a reply: not an approval card (its
+    buttons), not the control beside a native stream; a reply carrying its own Stop button is one."""
+    return not any((b.get("type") == "actions" and b.get("block_id") != STOP_BLOCK) or b.get("block_id") == CONTROL_BLOCK
+                   for b in blocks or [])
 
 
 def parse_stop(action_id: str, value: str) -> str | None:
