@@ -110,7 +110,7 @@ class _Handoffs:
         """The agents you may send work to with send_to_agent, and what each one does.
 
         Returns:
-            One line per agent: its id, its name and its description.
+            One line per agent, with its id, its name and its description.
         """
         return "\n".join(self._line(n) for n in self.allowed)
 
@@ -122,12 +122,13 @@ class _Handoffs:
         Args:
             agent: The id of an agent you may send to (list_agents names them).
             message: The whole request: what to do, what to give back, and every fact it needs.
-            wait: true: wait for its answer, which comes back as this tool's result. false: hand the work
-                over; it answers in this conversation under its own name, and you carry on.
+            wait: true to wait for its answer, which comes back as this tool's result; false to hand the
+                work over: it answers in this conversation under its own name, and you carry on.
 
         Returns:
-            The agent's answer (wait: true), a note that the work was handed over (wait: false), or a
-            sentence saying why nothing was sent.
+            With wait true, the agent's answer (past max_result_chars, clipped in the middle with a
+            marker); with wait false, a note that the work was handed over; or a sentence saying why
+            nothing was sent (an agent you may not send to, a chain or a conversation at its limit).
         """
         turn = ctx.deps
         if agent not in self.agents:

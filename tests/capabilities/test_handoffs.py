@@ -172,3 +172,13 @@ def test_bad_handoffs_are_refused_at_load_with_file_and_line(tmp_path: Path) -> 
         for message in messages:
             [line] = [p for p in problems if message in p]
             assert line.startswith(f"{path}:") and line.split(":")[1].isdigit(), line
+
+
+def test_the_shipped_example_loads_beside_the_researcher(tmp_path: Path) -> None:
+    examples = Path(__file__).parents[2] / "config" / "examples"
+    cfg = write_config(tmp_path, agents={}, bindings={"web": {"platform": "web", "agent": "coordinator"}})
+    for name in ("coordinator", "researcher"):
+        (cfg / "agents" / f"{name}.yaml").write_text((examples / f"{name}.yaml").read_text())
+    extensions.register_checks()
+    config = load_config(cfg)
+    assert config.agents["coordinator"].handoffs == ["researcher"]
