@@ -3,6 +3,8 @@ chains stop at depth 4, a conversation makes at most 8; refusals are tool result
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 import pytest
 
 from bindings.loader import ConfigError, load_config
+from capabilities.handoffs import _take_slot
 from capabilities.subagents import delegate_runs
 from gateway import extensions
 from gateway.messages import ChatKind
@@ -118,15 +121,29 @@ async def test_a_chain_of_handoffs_stops_at_depth_4_with_a_tool_result(tmp_path:
         assert len(last) == 1 and "Not sent: this work has already been handed on 4 times" in last[0]
 
 
-async def test_the_ninth_handoff_of_a_conversation_is_refused_also_after_earlier_turns(tmp_path: Path) -> None:
+async def test_the_ninth_handoff_of_a_conversation_is_refused_also_after_a_restart(tmp_path: Path,
+                                                                                  db_url: str | None) -> None:
     agents = {"assistant": member("Assistant"), "researcher": member("Researcher")}
-    async with world(tmp_path, agents=agents) as w:
+    database = {"database": {"url": db_url}} if db_url else None
+    async with world(tmp_path, agents=agents, gateway=database) as w:
         first = await w.run(ALICE, DM, say_calls(*[send("researcher", f"q{i}", True) for i in range(5)]))
         assert all("You said:" in r for r in first.tool_results)
+    async with world(tmp_path, agents=agents, gateway=database) as w:  # the same store, a new process
+        w._ids = itertools.count(100)  # the first world's event ids are in the ledger
         second = await w.run(ALICE, DM, say_calls(*[send("researcher", f"r{i}", True) for i in range(4)]))
         assert all("You said:" in r for r in second.tool_results[:3])
         assert second.tool_results[3].startswith("Not sent: this conversation has already made 8 handoffs")
         assert len(await delegate_runs(await w.turn(ALICE, DM, "x"))) == 8
+
+
+async def test_racing_handoffs_take_at_most_eight_slots(tmp_path: Path, db_url: str | None) -> None:
+    """Two replicas racing for the last slots are two connections racing for one key: only one wins each."""
+    agents = {"assistant": member("Assistant"), "researcher": member("Researcher")}
+    async with world(tmp_path, agents=agents, gateway={"database": {"url": db_url}} if db_url else None) as w:
+        turn = await w.turn(ALICE, DM, "x")
+        slots = await asyncio.gather(*[_take_slot(turn, {"n": i}) for i in range(12)])
+        assert sorted(s for s in slots if s is not None) == list(range(1, 9))
+        assert slots.count(None) == 4
 
 
 async def test_an_agent_not_in_the_list_itself_or_an_unknown_one_is_refused(tmp_path: Path) -> None:
