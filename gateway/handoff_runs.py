@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from sqlalchemy import select
+
 from .clock import new_id
-from .store.repo import ConversationRef, Identity
+from .store.models import Conversation, Message, Run
+from .store.repo import ConversationRef, Identity, Store
 from .turn import Turn
 
 if TYPE_CHECKING:
@@ -61,3 +64,18 @@ class HandoffStarter:
         )
         gw.scheduler.wake(conversation.id)
         return conversation.id
+
+
+async def answers_beside(store: Store, key: str) -> list[tuple[Message, str]]:
+    """The answers handoffs posted beside the conversation with `key` (a chain's included), with the id
+    of the agent that gave each, oldest first: what a page re-reading its conversation shows among its own."""
+    prefix = f"{key.split(MARK, 1)[0]}{MARK}"
+    async with store.sessions() as s:
+        rows = await s.execute(
+            select(Message, Run.agent_id)
+            .join(Conversation, Conversation.id == Message.conversation_id)
+            .join(Run, Run.id == Message.run_id)
+            .where(Conversation.key.startswith(prefix, autoescape=True), Message.role == "assistant")
+            .order_by(Message.created_at, Message.id)
+        )
+        return [(message, agent_id) for message, agent_id in rows]

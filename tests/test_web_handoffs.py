@@ -45,6 +45,9 @@ async def test_a_handoff_answers_in_the_web_conversation_under_its_name(tmp_path
         own = [t for t in texts().values() if not t.startswith("**Researcher:**")]
         assert len(own) == 1 and own[0].startswith("Handed over to Researcher")
         assert "untrusted-content" in (report() or "")
-        # The conversation's own transcript is the assistant's: the handoff is a conversation of its own.
+        # A page re-reading the conversation shows the researcher's answer where it was posted, under its name;
+        # the envelope it was sent in is the researcher's conversation's, not a message the person sent here.
         turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
-        assert [t["role"] for t in turns] == ["user", "assistant"]
+        assert [(t["role"], t.get("agent")) for t in turns] == [("user", None), ("assistant", None),
+                                                                ("assistant", "researcher")]
+        assert turns[2]["text"] == report()
