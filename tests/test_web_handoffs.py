@@ -36,18 +36,20 @@ async def test_a_handoff_answers_in_the_web_conversation_under_its_name(tmp_path
                     shown[e["message_id"]] = e["text"]
             return shown
 
-        def report() -> str | None:
-            return next((t for t in texts().values() if t.startswith("**Researcher:**")
-                         and "find the release date" in t), None)
+        async def stored() -> list[dict[str, Any]] | None:
+            turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
+            return turns if any(t.get("agent") == "researcher" for t in turns) else None
 
-        await wait_for(report, what="the researcher's answer on the conversation's stream")
+        # A page re-reading the conversation shows the researcher's answer where it was posted, under its name;
+        # the envelope it was sent in is the researcher's conversation's, not a message the person sent here.
+        turns = await wait_for(stored, what="the researcher's answer among the conversation's messages")
+        assert [(t["role"], t.get("agent")) for t in turns] == [("user", None), ("assistant", None),
+                                                                ("assistant", "researcher")]
+        answer = turns[2]["text"]
+        assert answer.startswith("**Researcher:**") and "find the release date" in answer
+        assert "untrusted-content" in answer, "the researcher read the message as data in an envelope"
+        # The page saw the same answer stream in live on the conversation's own event stream.
+        await wait_for(lambda: answer in texts().values(), what="the researcher's answer on the event stream")
         listener.cancel()
         own = [t for t in texts().values() if not t.startswith("**Researcher:**")]
         assert len(own) == 1 and own[0].startswith("Handed over to Researcher")
-        assert "untrusted-content" in (report() or "")
-        # A page re-reading the conversation shows the researcher's answer where it was posted, under its name;
-        # the envelope it was sent in is the researcher's conversation's, not a message the person sent here.
-        turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
-        assert [(t["role"], t.get("agent")) for t in turns] == [("user", None), ("assistant", None),
-                                                                ("assistant", "researcher")]
-        assert turns[2]["text"] == report()
