@@ -1,16 +1,18 @@
 """What the memory-card tests share: a model that reports what it was given, and notes to seed.
 
-The model answers every message by calling `list_memory` once and records, per run, the
+The model answers a message by calling `list_memory` once and records, per run, the
 instructions it was given (where the MEMORY.md index is injected in a DM) and what the tool
 returned: "the note is no longer given to the next run" is asserted on what a model received.
+A message `remember NAME: TEXT` is answered by writing that note instead.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway.llm import register_model
@@ -33,6 +35,12 @@ def _model() -> FunctionModel:
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
         last = messages[-1]
         returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
+        prompt = next((str(p.content) for p in last.parts if isinstance(p, UserPromptPart)), "")
+        if not returns and "remember " in prompt:
+            name, _, text = prompt.split("remember ", 1)[1].partition(": ")
+            yield {0: DeltaToolCall(name="write_memory", json_args=json.dumps({"name": name, "content": text}),
+                                    tool_call_id="call-write")}
+            return
         if not returns:
             yield {0: DeltaToolCall(name="list_memory", json_args="{}", tool_call_id="call-list")}
             return
