@@ -202,7 +202,7 @@ class Commands:
                 return
         text = await memory.self_service(
             NoteStore(self._store), holder, action, args[1] if len(args) > 1 else None,
-            default_agent=asked.agent_id, one_to_one=message.chat_kind is ChatKind.DM,
+            default_agent=asked.agent_id,
         )
         self._tell(message, text)
 

@@ -108,7 +108,7 @@ def about_chat(notes: Sequence[Note]) -> str:
 
 
 async def self_service(
-    notes: NoteStore, holder: Holder | str, action: str, target: str | None, *, default_agent: str, one_to_one: bool
+    notes: NoteStore, holder: Holder | str, action: str, target: str | None, *, default_agent: str
 ) -> str:
     """One action on the conversation's own notes (a person's, or a chat's), answered in a sentence.
 
@@ -120,8 +120,9 @@ async def self_service(
         held = await notes.held(holder)
         return f"{describe(held)}\n\n{MEMORY_HELP}" if mine else f"{about_chat(held)}\n\n{CHAT_MEMORY_HELP}"
     if action == "erase":
-        if not one_to_one or not mine:
-            return "Erasing everything is only done in a direct message with me, so nobody else sees it happen."
+        if not mine:  # in a group: never the person's own (they are erased in a DM, where nobody else sees it)
+            return ("Here `/memory` is about this chat's notes; they are erased with the “Erase all…” button on its "
+                    "card, which asks first. Yours are erased with `/memory erase` in a direct message with me.")
         count = await notes.erase_held(holder)
         return f"Erased {count} note{'s' if count != 1 else ''} agents kept about you."
     if action not in ("stop", "use", "delete") or not target:

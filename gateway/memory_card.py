@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
@@ -243,7 +243,3 @@ class MemoryCards:
         note = await self._notes.by_id(holder, note_id)
         return note if note is not None and note_ref(note) == ref else None
 
-
-def without_buttons(card: MemoryCard) -> MemoryCard:
-    """The card as text only (a platform that cannot route clicks back shows this)."""
-    return replace(card, lines=tuple(replace(line, buttons=()) for line in card.lines), actions=())

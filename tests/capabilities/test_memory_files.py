@@ -197,7 +197,7 @@ async def test_stop_use_delete_and_erase_from_the_chat(tmp_path: Path) -> None:
         assert (await notes.read(scope, INDEX)).content == "Asks about tea often.\n"
         assert "No note `assistant/teapot.md`" in await w.command(ALICE, DM_ALICE, "/memory delete teapot.md")
 
-        assert "only done in a direct message" in await w.command(ALICE, CHANNEL, "/memory erase")
+        assert "`/memory erase` in a direct message" in await w.command(ALICE, CHANNEL, "/memory erase")
         assert len(await notes.about(scope.owner)) == 2
         assert await w.command(ALICE, DM_ALICE, "/memory erase") == "Erased 2 notes agents kept about you."
         assert await notes.about(scope.owner) == []
