@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from gateway import cli
+from gateway.clock import ManualClock
 from gateway.memory_card import note_ref
 from gateway.store.notes import Holder, NoteStore, Scope
 from gateway.store.engine import create_engine
@@ -55,7 +56,8 @@ async def test_the_web_person_lists_stops_restores_deletes_and_erases(tmp_path: 
 
 async def test_memory_in_the_web_chat_is_a_card_whose_buttons_act_on_the_persons_own_notes(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
-    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+    clock = ManualClock()
+    async with running_gateway(cfg, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
         conv = (await (await s.post("/api/v1/conversations")).json())["id"]
         r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "write_memory name=tea.md content=green"})
         run_id = (await r.json())["run_id"]
@@ -87,6 +89,11 @@ async def test_memory_in_the_web_chat_is_a_card_whose_buttons_act_on_the_persons
         asked = await (await s.post("/api/v1/memory/click", json={"data": answer["card"]["actions"][0]["data"]})).json()
         assert "Erase all 1 note about you?" in asked["card"]["status"]
         assert len(await NoteStore(gw.store).about(person)) == 1
+        confirm = next(b["data"] for b in asked["card"]["actions"] if b["label"].startswith("Yes"))
+        clock.advance(11 * 60)  # a question left open too long is asked again, not taken as a yes
+        late = await (await s.post("/api/v1/memory/click", json={"data": confirm})).json()
+        assert "too old; nothing was erased" in late["message"] and len(await NoteStore(gw.store).about(person)) == 1
+        asked = await (await s.post("/api/v1/memory/click", json={"data": answer["card"]["actions"][0]["data"]})).json()
         confirm = next(b["data"] for b in asked["card"]["actions"] if b["label"].startswith("Yes"))
         done = await (await s.post("/api/v1/memory/click", json={"data": confirm})).json()
         assert done["card"]["status"] == "Erased 1 note." and await NoteStore(gw.store).about(person) == []
