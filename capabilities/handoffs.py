@@ -6,7 +6,8 @@ has two modes and `wait` chooses:
 
 - wait: true runs the target inside this tool call, the way a sync delegate runs (the subagents
   capability's machinery, reused: same conversation, requester and memory scope, stored with the
-  conversation's delegate runs) and returns its answer as the tool's result;
+  conversation's delegate runs) and returns its answer as the tool's result; a target answering so
+  may hand work on with wait: false but not wait for another agent itself (one level, as the seed says);
 - wait: false starts a new conversation on the target in the same thread or DM (gateway/handoff_runs.py):
   a queued run of its own, for the same person, whose answer the target posts under its own name.
 
@@ -141,6 +142,10 @@ class _Handoffs:
         if depth > MAX_DEPTH:
             return (f"Not sent: this work has already been handed on {depth - 1} times, the most a chain may "
                     f"(depth {MAX_DEPTH}). Answer with what you have.")
+        if wait and turn.handoff_depth > 0:
+            # The seed's rule: a teammate works for its caller's turn and does not delegate onward.
+            return ("Not sent: you are answering another agent's send_to_agent (wait: true), and work is waited for "
+                    "one level only. Hand it over with wait: false, or do it yourself.")
         if turn.requester.person_id is None and not wait:
             return "Not sent: handing over acts for a person, and this run has none. Use wait: true."
         spec = self.agents[agent]

@@ -97,6 +97,16 @@ async def test_wait_true_returns_the_answer_into_the_callers_turn(tmp_path: Path
         assert await handed_runs(w) == [], "wait: true starts no conversation of its own"
 
 
+async def test_an_agent_answering_a_wait_true_may_not_wait_for_another(tmp_path: Path) -> None:
+    agents = {"assistant": member("Assistant"), "researcher": member("Researcher"), "writer": member("Writer")}
+    async with world(tmp_path, agents=agents) as w:
+        onward = say_calls(send("writer", "draft it", True))
+        seen = await w.run(ALICE, DM, say_calls(send("researcher", onward, True)))
+        assert seen.tool_results[-1].startswith("Not sent: you are answering another agent's send_to_agent")
+        runs = await delegate_runs(await w.turn(ALICE, DM, "x"))
+        assert [r["agent"] for r in runs] == ["researcher"], "the writer never ran"
+
+
 async def test_a_chain_of_handoffs_stops_at_depth_4_with_a_tool_result(tmp_path: Path) -> None:
     names = ["a", "b", "c", "d", "e", "f"]
     agents = {n: member(n.upper()) for n in names}
