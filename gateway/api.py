@@ -18,6 +18,7 @@ from aiohttp import web
 from bindings.models import BindingSpec
 
 from .clock import new_id
+from .handoff_runs import answers_beside
 from .memory_card import MemoryButton, MemoryCard, MemoryClick
 from .messages import Attachment, ChatKind, InboundMessage, Sender
 from .store import repo
@@ -225,6 +226,13 @@ class _Api:
              "time": m.created_at.isoformat()}
             for m in await store.messages(conv.id)
         ]
+        # Handoffs answered in this conversation under another agent's name, in their own conversations.
+        agents = self.gw.config.agents
+        for m, agent_id in await answers_beside(store, conv.key):
+            name = agents[agent_id].name if agent_id in agents else agent_id
+            turns.append({"id": m.id, "role": m.role, "text": f"**{name}:**\n\n{m.text}", "status": m.status,
+                          "run_id": m.run_id, "time": m.created_at.isoformat(), "agent": agent_id})
+        turns.sort(key=lambda t: t["time"])
         # A reply still streaming is not a message yet; show what has been delivered so far.
         answered = {t["run_id"] for t in turns if t["role"] == "assistant"}
         for run in await store.runs_in([repo.RUNNING]):

@@ -31,6 +31,10 @@ class ReplyTarget:
     thread: str | None
     chat_kind: ChatKind
     conversation_id: str = ""
+    # Another agent answering here (a handoff): its name. An adapter whose platform can post under
+    # another name says so with `speaks_as = True` (Slack's username); elsewhere the core puts a
+    # "**<name>:**" header on the reply so nobody mistakes it for the bound agent.
+    speaker: str = ""
 
 
 def target_for(message: InboundMessage) -> ReplyTarget:

@@ -68,6 +68,7 @@ class SlackAdapter(BaseAdapter):
 
     platform = "slack"
     limits = SLACK_LIMITS
+    speaks_as = True  # chat.postMessage's username: a handoff's answer shows under the agent's name
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.slack is None:
@@ -377,9 +378,12 @@ class SlackAdapter(BaseAdapter):
         return markdown_to_mrkdwn(markdown)
 
     async def post_message(self, target: ReplyTarget, text: str) -> str:
+        # Another agent's answer (a handoff) is posted under its own name: chat:write.customize.
+        persona = {"username": target.speaker} if target.speaker else {}
         response = await self._call(
             "chat.postMessage", target.channel,
-            self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False),
+            self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False,
+                                                    **persona),
         )
         return str(response["ts"])
 
