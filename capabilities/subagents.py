@@ -159,11 +159,19 @@ class _Delegation:
             return "Not delegated: delegation is not available at this depth (max_depth). Do this part yourself."
         self.made += 1
         kind, spec = found
-        record: dict[str, Any] = {"run_id": ctx.deps.run_id, "tool_call_id": ctx.tool_call_id, "agent": agent,
+        return await self._run(ctx, agent, kind, spec, prompt)
+
+    async def _run(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:
+        """Run a delegate inside this tool call (also handoffs' wait: true); when the call is one a decided
+        card resumed, continue the delegate that parked in it instead of starting it again."""
+        decisions = decisions_of(ctx.tool_call_metadata) if ctx.tool_call_approved else None
+        if decisions is not None:
+            return await self._resume(ctx, name, (kind, spec), decisions)
+        record: dict[str, Any] = {"run_id": ctx.deps.run_id, "tool_call_id": ctx.tool_call_id, "agent": name,
                                   "kind": kind, "prompt": prompt, "levels_left": self.levels_left - 1,
                                   "started_at": ctx.deps.clock.now().isoformat(), "usage": {}}
         key = f"{ctx.deps.run_id}/{uuid.uuid4().hex[:12]}"
-        return await self._run(ctx, spec, key, record, prompt=prompt)
+        return await self._drive(ctx, spec, key, record, prompt=prompt)
 
     async def _resume(self, ctx: RunContext[Turn], name: str, found: tuple[str, AgentSpec] | None,
                       decisions: dict[str, bool | str]) -> str:
@@ -187,9 +195,9 @@ class _Delegation:
                 decision = decisions.get(pending["id"], "Nobody approved this call in time.")
                 results.approvals[pending["id"]] = True if decision is True else ToolDenied(str(decision))
         history = ModelMessagesTypeAdapter.validate_python(record["transcript"])
-        return await self._run(ctx, found[1], key, record, history=history, deferred=results)
+        return await self._drive(ctx, found[1], key, record, history=history, deferred=results)
 
-    async def _run(self, ctx: RunContext[Turn], spec: AgentSpec, key: str, record: dict[str, Any], *,
+    async def _drive(self, ctx: RunContext[Turn], spec: AgentSpec, key: str, record: dict[str, Any], *,
                    prompt: str | None = None, history: list[ModelMessage] | None = None,
                    deferred: DeferredToolResults | None = None) -> str:
         parent = ctx.deps

@@ -107,6 +107,34 @@ async def test_a_nested_delegates_call_names_both_and_resumes_through_both(tmp_p
             ("middle", "finished"), ("ops", "finished")]
 
 
+async def test_a_handoff_waited_for_parks_on_its_gated_call_and_resumes_in_the_same_slot(tmp_path: Path) -> None:
+    RAN.clear()
+    LEAD_REQUESTS.clear()
+    agents = {
+        "lead": {"name": "Lead", "model": "test:lead", "handoffs": ["ops"], "capabilities": [{"id": "handoffs"}]},
+        "ops": {"name": "Ops", "description": "Deploys things", "model": "test:ops-anywhere",
+                "capabilities": [{"id": "test_ops"}]},
+    }
+    cfg = write_config(tmp_path / "c", agents=agents, bindings={"web": {"platform": "web", "agent": "lead"}},
+                       gateway={"plugins": ["tests.support.plugin_delegation"]})
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        sent = await chat.say("send ops deploy queue")
+        card = await chat.card()
+        [item] = card["items"]
+        assert item["headline"] == "ops wants to run deploy" and RAN == []
+        status, _ = await chat.decide(item["approval_id"], "approve")
+        assert status == 200
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        assert RAN == [("deploy", "queue")]
+        assert [r for r in await chat.replies() if "said" in r] == ["send_to_agent said: [deploy: deployed queue]"]
+        assert LEAD_REQUESTS == ["send", "answer"]
+        conv = await gw.store.conversation(chat.conv)
+        assert conv is not None
+        slots = [k for k in await gw.store.capability_state.keys("handoffs", conv.id) if k.startswith("sent:")]
+        assert len(slots) == 1, "the resumed handoff is the same handoff, not a second one"
+
+
 async def _runs(gw: Any, chat: Chat) -> list[dict[str, Any]]:
     conv = await gw.store.conversation(chat.conv)
     assert conv is not None
