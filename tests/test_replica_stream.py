@@ -171,3 +171,56 @@ async def test_the_stream_survives_a_dropped_listen_connection(tmp_path: Path, p
     finally:
         await a.close()
         await b.close()
+
+
+async def test_events_published_while_a_replica_cannot_listen_reach_it_in_order_once(tmp_path: Path,
+                                                                                  pg_url: str) -> None:
+    """Two gateways in this process on one database: B's LISTEN connection is killed, A publishes
+    meanwhile (one event far over NOTIFY's 8,000-byte payload); B's listener gets every event, in
+    order, once."""
+    from gateway import extensions
+    from gateway.daemon import Gateway
+
+    from bindings.loader import load_config
+
+    from .conftest import write_config
+
+    extensions.register_checks()
+    gateways = []
+    for name in ("a", "b"):
+        cfg = write_config(tmp_path / name, agents={"ops": {"name": "Ops", "model": "test:ops"}},
+                           bindings={"web": {"platform": "web", "agent": "ops"}},
+                           gateway={"database": {"url": pg_url}, "plugins": ["tests.support.plugin_ops"]})
+        gateways.append(Gateway(load_config(cfg)))
+    a, b = gateways
+    await a.start()
+    await b.start()
+    try:
+        assert a.relay is not None and b.relay is not None
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{a.url}/api/v1/conversations") as r:
+                conv = (await r.json())["id"]
+        async with b.events.listen(conv) as queue:
+            await wait_for(lambda: b.relay is not None and b.relay.listening, what="B listening")
+            killed = await _rows(pg_url, "select pg_terminate_backend(pid) from pg_stat_activity "
+                                         f"where application_name = 'agent-gateway listen {b.store.owner}'")
+            assert len(killed) == 1
+            await wait_for(lambda: b.relay is not None and not b.relay.listening, what="B noticing the drop")
+            big = "x" * 20_000
+            sent = [{"type": "notice", "text": f"n{i}"} for i in range(20)]
+            sent.insert(10, {"type": "delta", "message_id": "m1", "text": big, "delta": big})
+            for event in sent:
+                a.events.publish(conv, event)
+            got: list[dict[str, Any]] = []
+            while len(got) < len(sent):
+                got.append(await asyncio.wait_for(queue.get(), 30))
+            assert got == sent
+            await wait_for(lambda: b.relay is not None and b.relay.listening and b.relay.reconnects == 1,
+                           what="B listening again")
+            a.events.publish(conv, {"type": "notice", "text": "after"})
+            assert await asyncio.wait_for(queue.get(), 30) == {"type": "notice", "text": "after"}
+            await asyncio.sleep(0)  # nothing else is waiting: no event came twice
+            assert queue.empty()
+    finally:
+        await b.stop()
+        await a.stop()
