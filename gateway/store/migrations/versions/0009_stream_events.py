@@ -3,14 +3,14 @@
 Written and read only on PostgreSQL (several replicas); created on SQLite too so that the
 schema is one on both engines.
 
-Revision ID: 0013
+Revision ID: 0009
 Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
+revision = "0009"
 down_revision = "0008"
 
 
