@@ -1,14 +1,14 @@
 """Approvals asked for by a delegate: who asked (shown on the card) and the parent's call it is inside.
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0008"
+down_revision = "0009"
 
 
 def upgrade() -> None:
