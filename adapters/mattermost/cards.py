@@ -57,13 +57,18 @@ def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tup
     return (approval_id, choice) if hmac.compare_digest(expected, sig) else None
 
 
+def _who(item: ApprovalItem) -> str:
+    """A delegate's call says who asked (its headline, with the tool name kept as code)."""
+    return f"{item.delegate} wants to run " if item.delegate else ""
+
+
 def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
     """The card's text, Markdown as Mattermost renders it. The whole state lives here, so the
     post still says what happened once the buttons are gone."""
     lines = ["#### Approval needed" if card.pending else "#### Approval"]
     for item in card.items:
         lines.append("")
-        lines.append(f"**`{item.tool_name}`** ({item.capability}) · {_state(item)}")
+        lines.append(f"**{_who(item)}`{item.tool_name}`** ({item.capability}) · {_state(item)}")
         if item.arguments:
             fence = "`" * max(3, _longest_backtick_run(item.arguments) + 1)
             lines += [f"{fence}json", item.arguments, fence]

@@ -13,6 +13,7 @@ sends no ack, and Slack redelivers; the core's ledger turns a redelivery into no
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import re
 import time
@@ -50,6 +51,7 @@ from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
 from .cards import ACTION_PREFIX, MEMORY_ACTION_PREFIX, card_message, memory_message, parse_action_value
+from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient
 from .normalize import BotIdentity, chat_kind, normalize_event
@@ -60,6 +62,7 @@ THINKING_STATUS = "is thinking…"
 
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
 # and leaves room for the mrkdwn escapes `render` adds.
+REMEMBERED_POSTS = 256  # recent replies' texts, for putting a Stop button on one (chat.update needs the text)
 SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True)
 
 
@@ -86,6 +89,11 @@ class SlackAdapter(BaseAdapter):
         self.pacer = Pacer()  # every outbound call waits here for its method's tier and its channel
         self.budget = SlackBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         self.native_streaming = True  # until a method is refused: then post + edit for this binding
+        # Stop controls (adapters/slack/stop.py), keyed (channel, reply ts): the run a reply's own button
+        # stops; the control message beside a natively streamed reply; the last text of recent posts.
+        self._stop_buttons: dict[tuple[str, str], str] = {}
+        self._stop_posts: dict[tuple[str, str], str] = {}
+        self._texts: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
 
@@ -307,7 +315,9 @@ class SlackAdapter(BaseAdapter):
             return
         try:
             action = body["actions"][0]
-            parsed = parse_action_value(str(action.get("value") or "")) if str(action.get("action_id", "")).startswith(ACTION_PREFIX) else None
+            action_id, value = str(action.get("action_id", "")), str(action.get("value") or "")
+            stop_run = parse_stop(action_id, value)
+            parsed = parse_action_value(value) if action_id.startswith(ACTION_PREFIX) and stop_run is None else None
             user = body["user"]
             user_id = str(user["id"])
             channel = str((body.get("container") or {}).get("channel_id") or (body.get("channel") or {}).get("id") or "")
@@ -316,13 +326,21 @@ class SlackAdapter(BaseAdapter):
             self._log.warning("dropping malformed block action: %s: %s", type(e).__name__, e)
             await ack()
             return
-        if parsed is None:
+        if parsed is None and stop_run is None:
             await ack()
             return
-        decision, approval_id = parsed
         name = await self._require_users().display_name(user_id)
         if name == user_id:
             name = str(user.get("name") or user.get("username") or user_id)
+        if stop_run is not None:
+            # The core asks who may stop (the requester or a decider); anyone else is told alone.
+            stopped = await self._require_dispatcher().stop_run(stop_run, Sender(user_id, name), binding_id=self.binding_id)
+            await ack()
+            if not stopped.stopped and channel:
+                self._spawn(self._ephemeral(channel, user_id, stopped.message, thread))
+            return
+        assert parsed is not None
+        decision, approval_id = parsed
         outcome = await self._require_dispatcher().decide(
             approval_id, decision, Sender(user_id, name), binding_id=self.binding_id, surface="slack"
         )
@@ -385,11 +403,50 @@ class SlackAdapter(BaseAdapter):
             self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False,
                                                     **persona),
         )
-        return str(response["ts"])
+        ts = str(response["ts"])
+        self._remember(target.channel, ts, text)
+        return ts
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
+        run_id = self._stop_buttons.get((target.channel, message_id))
+        # A reply with a Stop button is shown by its blocks: the button rides on every edit, or it is gone.
+        blocks = {"blocks": reply_blocks(text, run_id)} if run_id is not None else {}
         await self._call("chat.update", target.channel,
-                         self._require_client().chat_update(channel=target.channel, ts=message_id, text=text))
+                         self._require_client().chat_update(channel=target.channel, ts=message_id, text=text, **blocks))
+        self._remember(target.channel, message_id, text)
+
+    def _remember(self, channel: str, ts: str, text: str) -> None:
+        self._texts[(channel, ts)] = text
+        self._texts.move_to_end((channel, ts))
+        while len(self._texts) > REMEMBERED_POSTS:
+            self._texts.popitem(last=False)
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """A Stop button on the streaming reply (in its blocks), or beside a natively streamed one; gone when final."""
+        key = (target.channel, message_id)
+        client = self._require_client()
+        if present:
+            text = self._texts.get(key)
+            # Shown only if the budget has room now: the runner asks again at its next step (a reply's
+            # edits are worth more than its button), and keeps it only once it is there.
+            with impatient():
+                if text is None:  # not posted by chat.postMessage: a native stream, which takes no blocks
+                    response = await self._call("chat.postMessage", target.channel, client.chat_postMessage(
+                        **_where(target), text="Stop", blocks=control_blocks(run_id)))
+                    self._stop_posts[key] = str(response["ts"])
+                    return
+                await self._call("chat.update", target.channel, client.chat_update(
+                    channel=target.channel, ts=message_id, text=text, blocks=reply_blocks(text, run_id)))
+            self._stop_buttons[key] = run_id
+            return
+        control = self._stop_posts.pop(key, None)
+        if control is not None:
+            await self._call("chat.delete", target.channel, client.chat_delete(channel=target.channel, ts=control))
+        elif self._stop_buttons.pop(key, None) is not None:
+            text = self._texts.get(key)
+            if text is not None:  # `text` alone: Slack shows it as the message again, without the blocks
+                await self._call("chat.update", target.channel, client.chat_update(
+                    channel=target.channel, ts=message_id, text=text))
 
     async def show_typing(self, target: ReplyTarget) -> None:
         """Assistant thread status ("is thinking…") where Slack allows it; else nothing.
@@ -449,7 +506,7 @@ class SlackAdapter(BaseAdapter):
         mine = [
             m for m in response.get("messages") or []
             if m.get("bot_id") == self._conn.bot_id and float(m.get("ts") or 0) > float(message_id)
-            and not any(b.get("type") == "actions" for b in m.get("blocks") or [])
+            and is_reply(m.get("blocks"))
         ]
         return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
 

@@ -14,6 +14,7 @@ Webhook mode serves `/telegram/webhook/<binding id>` on the daemon's HTTP server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import logging
 import re
@@ -28,7 +29,7 @@ from telegram.request import HTTPXRequest
 
 from adapters.base import BaseAdapter, CannotStart
 from gateway.adapter_registry import AdapterContext
-from gateway.budget import Pacer, scaled
+from gateway.budget import Pacer, impatient, scaled
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
@@ -47,6 +48,7 @@ from gateway.surface import (
 
 from .budget import RULES, TelegramBudget
 from .live import TelegramLiveReply
+from .stop import stop_keyboard
 from .cards import card_html, card_keyboard, memory_html, memory_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
@@ -87,6 +89,7 @@ class TelegramAdapter(BaseAdapter):
         self.budget = TelegramBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         # sendMessageDraft in private chats when the binding asks, until Telegram refuses it for this bot
         self.drafts = self._section.drafts
+        self._stop_buttons: dict[tuple[int, str], str] = {}  # (chat, reply message) → the run its Stop button stops
 
     # --- lifecycle: the base's start/stop call these -------------------------------------
 
@@ -266,7 +269,10 @@ class TelegramAdapter(BaseAdapter):
         bot = self._require_bot()
         text, alert = "", False
         try:
-            if click.memory is not None:
+            if click.stop_run is not None:  # the core asks who may stop; anyone else is told, alone
+                stopped = await dispatcher.stop_run(click.stop_run, click.clicker, binding_id=self.binding_id)
+                text, alert = ("" if stopped.stopped else stopped.message), not stopped.stopped
+            elif click.memory is not None:
                 text, alert = await self._on_memory_click(click)
             elif click.decision is None:
                 text, alert = "This button is no longer valid.", True
@@ -382,19 +388,44 @@ class TelegramAdapter(BaseAdapter):
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
+        run_id = self._stop_buttons.get((chat_id, message_id))
+        # An edit without reply_markup drops the keyboard: a reply with a Stop button passes it every time.
+        markup = stop_keyboard(run_id) if run_id is not None else None
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("editMessageText"):
                 try:
                     try:
-                        await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML)
+                        await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML,
+                                                    reply_markup=markup)
                     except TelegramError as e:
                         if not is_parse_error(e):
                             raise
                         self._log.warning("Telegram refused the HTML of an edit (%s); editing as plain text", e)
-                        await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id))
+                        await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id), reply_markup=markup)
                 except TelegramError as e:
                     if not is_not_modified(e):  # the same text again is not a failure
                         raise
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """A ⏹ Stop button under the streaming reply, kept on every edit; taken away when the reply is final."""
+        bot = self._require_bot()
+        chat_id, _ = _chat(target)
+        key = (chat_id, message_id)
+        if not present and self._stop_buttons.pop(key, None) is None:
+            return
+        # Shown only if the chat's budget has room now (the runner asks again at its next step); taken
+        # away whatever the wait, so no final reply keeps a button.
+        with impatient() if present else contextlib.nullcontext():
+            async with self.pacer.paced(self.budget.message(chat_id)):
+                with translated("editMessageReplyMarkup"):
+                    try:
+                        await bot.edit_message_reply_markup(chat_id, int(message_id),
+                                                            reply_markup=stop_keyboard(run_id) if present else None)
+                    except TelegramError as e:
+                        if not is_not_modified(e):
+                            raise
+        if present:
+            self._stop_buttons[key] = run_id
 
     async def show_typing(self, target: ReplyTarget) -> None:
         bot = self._require_bot()
