@@ -1,13 +1,13 @@
 """Approvals asked for by a delegate: who asked (shown on the card) and the parent's call it is inside.
 
-Revision ID: 0011
+Revision ID: 0010
 Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
+revision = "0010"
 down_revision = "0009"
 
 
