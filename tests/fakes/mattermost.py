@@ -320,6 +320,18 @@ class FakeMattermost:
             if conn.user_id == user_id:
                 await conn.send_event(event, data, {"omit_users": None, "user_id": user_id, "channel_id": "", "team_id": ""})
 
+    async def push_raw(self, user_id: str, text: str) -> int:
+        """A frame as is (not JSON, no `seq`, any shape) on the user's live websockets; how many got it."""
+        sent = 0
+        for conn in list(self._conns.values()):
+            if conn.user_id == user_id and conn.ws is not None and not conn.ws.closed:
+                try:
+                    await conn.ws.send_str(text)
+                    sent += 1
+                except (ConnectionError, RuntimeError):
+                    pass
+        return sent
+
     def rate_limit(self, method: str, path_regex: str, *, times: int = 1, reset: int = 1) -> None:
         """The next `times` requests matching answer 429 with `reset` seconds to wait."""
         self.rate_limits.append(RateLimitRule(method.upper(), re.compile(path_regex), times, reset))
