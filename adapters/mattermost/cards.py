@@ -37,8 +37,14 @@ def action_key(bot_token: str, binding_id: str) -> bytes:
 
 
 def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision) -> str:
-    msg = f"v1|{binding_id}|{channel_id}|{approval_id}|{decision.value}".encode()
+    msg = f"v1|{binding_id}|{channel_id}|{approval_id}|{decision.value}".encode("utf-8", "surrogatepass")
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def same_signature(expected: str, given: str) -> bool:
+    """Constant-time, and False (not TypeError) for a forged signature that is not ASCII:
+    `hmac.compare_digest` refuses to compare such strings, and a click body is anyone's to write."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass"))
 
 
 def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision] | None:
@@ -53,7 +59,7 @@ def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tup
     except ValueError:
         return None
     expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice)
-    return (approval_id, choice) if hmac.compare_digest(expected, sig) else None
+    return (approval_id, choice) if same_signature(expected, sig) else None
 
 
 def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:

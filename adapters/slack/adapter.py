@@ -40,6 +40,7 @@ from gateway.adapter_registry import AdapterContext
 from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
+from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     ApprovalCard,
     PlatformError,
@@ -148,7 +149,18 @@ class SlackAdapter(BaseAdapter):
         app.event(re.compile(".*"))(self._on_event)
         app.action(re.compile(".*"))(self._on_action)
         app.command(re.compile(".*"))(self._on_command)
+        app.error(self._on_listener_error)
         return app
+
+    async def _on_listener_error(self, error: Exception, body: dict[str, Any]) -> None:
+        """A listener raised: no ack goes out (Bolt answers 500), so Slack delivers it again.
+        A busy database is routine (the store has not taken the event): one warning line.
+        Anything else is a bug, logged with its traceback."""
+        event_id = body.get("event_id", "?") if isinstance(body, dict) else "?"
+        if isinstance(error, StoreUnavailable):
+            self._log.warning("event %s not acked: the database is busy (%s); Slack delivers it again", event_id, error)
+        else:
+            self._log.error("a Slack listener failed on %s", event_id, exc_info=error)
 
     async def _whoami(self) -> None:
         client = self._require_client()
