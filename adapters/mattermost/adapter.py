@@ -356,6 +356,24 @@ class MattermostAdapter(BaseAdapter):
             await self._dispatcher.set_state(self.binding_id, _card_key(post_id), state)
         return post_id
 
+    async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
+        """The bot's plain posts (not cards) after `message_id` in the thread or channel, oldest
+        first (gateway.orphan_posts): a killed process may have made one it never recorded."""
+        api = self._api()
+        assert self._ctx is not None
+        if target.thread:
+            listing = await api.thread(target.thread)
+        else:
+            listing = await api.channel_posts(target.channel, per_page=200)
+        posts = listing.get("posts") or {}
+        anchor = posts.get(message_id) or await api.post(message_id)
+        since = int(anchor.get("create_at") or 0)
+        mine = [p for p in posts.values()
+                if p.get("user_id") == self._ctx.bot_user_id and int(p.get("create_at") or 0) > since
+                and not cards.is_card(p)]
+        mine.sort(key=lambda p: int(p.get("create_at") or 0))
+        return [(str(p.get("id", "")), str(p.get("message", ""))) for p in mine]
+
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         await self._api().patch_post(
             card_ref,

@@ -141,3 +141,14 @@ def _state(item: ApprovalItem) -> str:
 
 def _longest_backtick_run(text: str) -> int:
     return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
+def is_card(post: Mapping[str, Any]) -> bool:
+    """Whether a post carries approval buttons: any action but a streaming reply's Stop
+    (`integration` is stripped from posts read back, so the action ids tell them apart)."""
+    props = post.get("props")
+    attachments = props.get("attachments") if isinstance(props, Mapping) else None
+    if not isinstance(attachments, list):
+        return False
+    return any(isinstance(a, Mapping) and isinstance(action, Mapping) and action.get("id") != "stop"
+               for a in attachments for action in (a.get("actions") or [] if isinstance(a, Mapping) else []))

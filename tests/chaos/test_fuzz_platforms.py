@@ -23,6 +23,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fakes.mattermost import wait_until
+
 from .harness import ANSWER, CHANNEL, PERSON, thread_answers
 from .platforms import MATTERMOST_BINDING, World, final, mattermost_answers, telegram_answers, world
 from .test_fuzz import JSON, TEXT
@@ -210,7 +212,7 @@ async def still_answered(w: World) -> None:
     await w.mattermost.user_post(person["id"], dm, "still there?")
     await w.slack.wait_for(lambda: ANSWER in [t.strip() for t in thread_answers(w.slack, msg.ts)], timeout=90)  # type: ignore[arg-type]
     await w.telegram.wait_for(lambda: final(telegram_answers(w, chat)) >= 1, timeout=90, what="telegram answer")
-    await w.slack.wait_for(lambda: final(mattermost_answers(w, dm)) >= 1, timeout=90)
+    await wait_until(lambda: final(mattermost_answers(w, dm)) >= 1, timeout=90)
     await asyncio.sleep(1.5)  # a double would show by now
     assert [t.strip() for t in thread_answers(w.slack, msg.ts)] == [ANSWER]  # type: ignore[arg-type]
     assert [t.strip() for t in telegram_answers(w, chat)] == [ANSWER]

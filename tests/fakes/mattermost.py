@@ -124,6 +124,7 @@ class FakeMattermost:
         self.click_log: list[dict[str, Any]] = []  # what was posted to integrations
         self.websocket_connects = 0
         self.break_after_create = 0  # create the next N posts, then cut the connection unanswered
+        self.post_answer_delay = 0.0  # seconds POST /posts holds its answer after creating the post
         self.websocket_resumes = 0  # connections that continued an earlier stream without a hello
         # False: the server never answers a client's websocket close frame (a connection that
         # died without a word); the client must drop the connection itself.
@@ -781,6 +782,9 @@ class FakeMattermost:
         if not isinstance(body, dict):
             return _app_error(400, "api.context.invalid_body_param.app_error", "Invalid or missing post in request body.")
         post, err = await self._create(uid, body)  # type: ignore[arg-type]
+        held = time.monotonic()  # the post is in the channel; its creator hears so only later
+        while err is None and time.monotonic() - held < self.post_answer_delay:  # re-read: 0 releases it
+            await asyncio.sleep(0.05)
         if err is None and self.break_after_create > 0:
             self.break_after_create -= 1
             assert request.transport is not None
