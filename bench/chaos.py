@@ -203,7 +203,7 @@ def table(rows: list[Row], soaked: bool) -> str:
                     [f"{r.absorbed_429} ({r.storm_answered - r.storm_wrong}/{r.storm_sent})" for r in rows]))
     out.append(line("malformed inputs tried / crashes", [f"{r.fuzz_tried} / {r.fuzz_crashes}" for r in rows]))
     out.append(line("tracebacks in the log (fuzz, drops)", [str(r.fuzz_tracebacks) for r in rows]))
-    out.append(line("drops survived: Slack / Mattermost / TG polls",
+    out.append(line("drops: Slack / Mattermost / TG polls cut",
                     [f"{r.drops.slack} / {r.drops.mattermost} / {r.drops.telegram_polls}" for r in rows]))
     out.append(line("under drops: answered / sent", [f"{r.drops_tally.answered} / {r.drops_tally.sent}" for r in rows]))
     out.append(line("under drops: duplicated / lost / wrong",

@@ -54,7 +54,7 @@ from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
 from .cards import ACTION_PREFIX, card_message, parse_action_value
 from .directory import SlackDirectory
-from .frames import CheckedSocketModeClient
+from .frames import CheckedSocketModeClient, payload_problem
 from .normalize import BotIdentity, chat_kind, normalize_event
 from .render import markdown_to_mrkdwn
 
@@ -219,6 +219,9 @@ class SlackAdapter(BaseAdapter):
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
         try:
+            problem = payload_problem(req.payload)
+            if problem is not None:
+                raise ValueError(problem)
             bolt_request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._log.warning("dropped a malformed Socket Mode %s payload: %s", req.type, _bolt_refusal(e))
@@ -245,6 +248,9 @@ class SlackAdapter(BaseAdapter):
             return web.json_response({"error": "not started"}, status=503)
         try:
             bolt_request = await to_bolt_request(request)
+            problem = payload_problem(bolt_request.body)
+            if problem is not None:
+                raise ValueError(problem)
         except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as e:
             self._log.warning("refused a malformed Slack request: %s", _bolt_refusal(e))
             return web.json_response({"error": "malformed request"}, status=400)

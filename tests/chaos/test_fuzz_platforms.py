@@ -242,6 +242,11 @@ async def test_known_malformed_items_are_each_logged_once_and_dropped(tmp_path: 
         event = {"type": "message", "channel": CHANNEL, "user": True, "text": "hi", "ts": "1.0"}
         await w.slack.send_event(event)
         await w.slack.send_interactive({"type": "block_actions", "user": True, "actions": []})
+        # Bolt's matchers and its own error handler read `actions[0].action_id` as a string.
+        await w.slack.send_interactive({"type": "block_actions", "user": {"id": PERSON}, "actions": {"0": {}}})
+        await w.slack.send_interactive({"type": "block_actions", "user": {"id": PERSON},
+                                        "actions": [{"action_id": {"gw": 1}, "value": "x"}]})
+        await w.slack.send_interactive({"type": "block_actions", "user": {"id": PERSON}, "actions": []})
         # A forged click whose signature is not ASCII: hmac.compare_digest raised TypeError (a 500).
         for sig in ("é" * 64, "\ud800"):
             body = json.dumps({"user_id": "u", "channel_id": "c", "context": {"approval_id": "a", "decision": "approve",
@@ -260,7 +265,7 @@ async def test_known_malformed_items_are_each_logged_once_and_dropped(tmp_path: 
         log = w.daemon.log()
     assert "Traceback" not in log, log[-8000:]
     expected = {"dropped a malformed Socket Mode events_api payload": 1,
-                "dropped a malformed Socket Mode interactive payload": 1,
+                "dropped a malformed Socket Mode interactive payload": 4,
                 "action callback with a bad signature refused": 2,
                 "dropping malformed update": 1,
                 "websocket: undecodable frame dropped": 1,
