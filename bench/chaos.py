@@ -208,7 +208,8 @@ def table(rows: list[Row], soaked: bool) -> str:
     out.append(line("under drops: answered / sent", [f"{r.drops_tally.answered} / {r.drops_tally.sent}" for r in rows]))
     out.append(line("under drops: duplicated / lost / wrong",
                     [f"{r.drops_tally.duplicated} / {r.drops_tally.lost} / {r.drops_tally.wrong}" for r in rows]))
-    out.append(line("Mattermost streams resumed", [str(r.mm_resumes) for r in rows]))
+    out.append(line("Mattermost streams resumed / caught up", [f"{r.mm_resumes} / {r.drops.mattermost_fresh}"
+                                                                for r in rows]))
     if soaked:
         for key, unit in (("rss_mib", "MiB/h"), ("fds", "fds/h"), ("tasks", "tasks/h"), ("db_conns", "conns/h")):
             out.append(line(f"soak slope after warm-up: {key}", [f"{r.slopes.get(key, 0):+.2f} {unit}" for r in rows]))

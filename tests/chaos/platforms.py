@@ -53,6 +53,8 @@ async def world(directory: Path, store: str = "sqlite", *, model_delay: float = 
     await mattermost.start()
     try:
         mm_bot = mattermost.add_user("agentbot", is_bot=True, token=MM_TOKEN)
+        team = mattermost.add_team("chaos")  # the bot's team: its channels (DMs too) are listed per team
+        mattermost.team_members[team["id"]].add(mm_bot["id"])
         async with FakeSlack() as slack, FakeTelegram("123456:TEST-fake-token") as telegram, \
                 database_url(store, directory) as url:
             slack.redeliver = True
@@ -150,6 +152,7 @@ class Drops:
 
     slack: int = 0
     mattermost: int = 0
+    mattermost_fresh: int = 0  # of which the server could not resume (a restart): caught up over REST
     telegram_polls: int = 0
 
     @property
@@ -172,8 +175,11 @@ async def dropper(w: World, drops: Drops, stop: asyncio.Event, *, every: tuple[f
                     await asyncio.wait_for(w.slack.request_reconnect(), 1)
             drops.slack += 1
         else:
-            await w.mattermost.drop_websockets()
+            # Now and then the server "restarts": its resume queue is gone, a catch-up over REST must do.
+            fresh = drops.mattermost == 0 or rng.random() < 0.25  # the first one always
+            await w.mattermost.drop_websockets(forget=fresh)
             drops.mattermost += 1
+            drops.mattermost_fresh += fresh
 
 
 async def stream_under_drops(w: World, tally: Tally, *, conversations: int, duration: float,

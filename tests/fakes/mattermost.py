@@ -149,6 +149,7 @@ class FakeMattermost:
         r.add_get("/api/v4/users/me/teams", self._get_my_teams)
         r.add_post("/api/v4/users/ids", self._users_by_ids)
         r.add_get("/api/v4/users/{user_id}", self._get_user)
+        r.add_get("/api/v4/users/{user_id}/teams/{team_id}/channels", self._user_team_channels)
         r.add_post("/api/v4/users/{user_id}/typing", self._rest_typing)
         r.add_get("/api/v4/teams/name/{name}", self._team_by_name)
         r.add_post("/api/v4/teams/{team_id}/channels/search", self._search_channels)
@@ -747,11 +748,30 @@ class FakeMattermost:
             "has_next": False,
         }
 
+    async def _user_team_channels(self, request: web.Request) -> web.Response:
+        """The user's channels in a team, their direct and group messages included (as the server does)."""
+        uid, _, err = await self._authed(request)
+        if err:
+            return err
+        wanted = request.match_info["user_id"]
+        if wanted == "me":
+            wanted = uid  # type: ignore[assignment]
+        team_id = request.match_info["team_id"]
+        if wanted != uid or team_id not in self.teams or uid not in self.team_members[team_id]:
+            return _app_error(403, "api.context.permissions.app_error", "You do not have the appropriate permissions.")
+        mine = [c for c in self.channels.values() if uid in self.members[c["id"]] and c["delete_at"] == 0
+                and (c["team_id"] == team_id or c["type"] in ("D", "G"))]
+        return web.json_response(mine)
+
     async def _channel_posts(self, request: web.Request) -> web.Response:
         channel, err = await self._channel_or_error(request)
         if err:
             return err
         assert channel is not None
+        if "since" in request.query:  # every post created or changed since (ms), unpaged, as the server does
+            since = int(request.query["since"])
+            changed = [p for p in self.posts_in(channel["id"]) if max(p["create_at"], p["update_at"]) >= since]
+            return web.json_response(self._post_list(changed))
         page, per_page = int(request.query.get("page", 0)), min(int(request.query.get("per_page", 60)), 200)
         newest_first = list(reversed(self.posts_in(channel["id"])))
         return web.json_response(self._post_list(newest_first[page * per_page : (page + 1) * per_page]))
