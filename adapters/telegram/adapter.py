@@ -108,9 +108,9 @@ class TelegramAdapter(BaseAdapter):
             base_url=self._section.api_url,
             base_file_url=file_url(self._section.api_url),
             request=_Request(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
-                                 connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
+                             connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
             get_updates_request=_Request(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
-                                             connect_timeout=10.0),
+                                         connect_timeout=10.0),
         )
 
     async def _close(self) -> None:
