@@ -24,12 +24,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
+from slack_bolt.adapter.socket_mode.async_internals import send_async_response
+from slack_bolt.adapter.socket_mode.internals import build_headers
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -39,6 +42,7 @@ from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
 from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
+from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     ApprovalCard,
     PlatformError,
@@ -53,7 +57,7 @@ from .live import SlackLiveReply
 from .cards import ACTION_PREFIX, MEMORY_ACTION_PREFIX, card_message, memory_message, parse_action_value
 from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .directory import SlackDirectory
-from .frames import CheckedSocketModeClient
+from .frames import CheckedSocketModeClient, payload_problem
 from .normalize import BotIdentity, chat_kind, normalize_event
 from .render import markdown_to_mrkdwn
 
@@ -155,7 +159,18 @@ class SlackAdapter(BaseAdapter):
         app.event(re.compile(".*"))(self._on_event)
         app.action(re.compile(".*"))(self._on_action)
         app.command(re.compile(".*"))(self._on_command)
+        app.error(self._on_listener_error)
         return app
+
+    async def _on_listener_error(self, error: Exception, body: dict[str, Any]) -> None:
+        """A listener raised: no ack goes out (Bolt answers 500), so Slack delivers it again.
+        A busy database is routine (the store has not taken the event): one warning line.
+        Anything else is a bug, logged with its traceback."""
+        event_id = body.get("event_id", "?") if isinstance(body, dict) else "?"
+        if isinstance(error, StoreUnavailable):
+            self._log.warning("event %s not acked: the database is busy (%s); Slack delivers it again", event_id, error)
+        else:
+            self._log.error("a Slack listener failed on %s", event_id, exc_info=error)
 
     async def _whoami(self) -> None:
         client = self._require_client()
@@ -213,8 +228,27 @@ class SlackAdapter(BaseAdapter):
 
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
-        response = await run_async_bolt_app(self._require_app(), req)
-        await send_async_response(socket, req, response, started)
+        try:
+            problem = payload_problem(req.payload)
+            if problem is not None:
+                raise ValueError(problem)
+            bolt_request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._log.warning("dropped a malformed Socket Mode %s payload: %s", req.type, _bolt_refusal(e))
+            # Acked: a redelivery would fail the same way, for ever.
+            await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
+            return
+        response = await self._require_app().async_dispatch(bolt_request)
+        await self._ack(send_async_response(socket, req, response, started), req)
+
+    async def _ack(self, sending: Coroutine[Any, Any, None], req: SocketModeRequest) -> None:
+        """An ack, which a connection dropped meanwhile cannot carry: routine, not an error. The
+        event is stored by now; Slack redelivers it on the next connection and the store knows it."""
+        try:
+            await sending
+        except (ConnectionError, aiohttp.ClientError, RuntimeError) as e:
+            self._log.info("the ack of envelope %s was lost with the connection (%s); Slack redelivers it",
+                           req.envelope_id, e)
 
     async def _http_request(self, request: web.Request) -> web.StreamResponse:
         """Events and interactivity in HTTP mode. Bolt checks the signature and the 5-minute
@@ -222,7 +256,15 @@ class SlackAdapter(BaseAdapter):
         app = self._app
         if app is None:
             return web.json_response({"error": "not started"}, status=503)
-        response = await app.async_dispatch(await to_bolt_request(request))
+        try:
+            bolt_request = await to_bolt_request(request)
+            problem = payload_problem(bolt_request.body)
+            if problem is not None:
+                raise ValueError(problem)
+        except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as e:
+            self._log.warning("refused a malformed Slack request: %s", _bolt_refusal(e))
+            return web.json_response({"error": "malformed request"}, status=400)
+        response = await app.async_dispatch(bolt_request)
         return await to_aiohttp_response(response)
 
     # --- inbound --------------------------------------------------------------------------
@@ -576,3 +618,9 @@ async def _close_socket(socket: SocketModeClient) -> None:
     if socket.current_session is not None:
         await within(socket.current_session.close())
     await socket.aiohttp_client_session.close()
+
+
+def _bolt_refusal(e: Exception) -> str:
+    """Why Bolt could not read a request: it reads ids (user, channel, team) out of the body
+    before any signature check or listener, and fails on a field of an unexpected type."""
+    return f"{type(e).__name__}: {str(e)[:200]}"
