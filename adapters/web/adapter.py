@@ -94,6 +94,12 @@ class WebAdapter:
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         self._publish(target, {"type": "card", "card": card_json(card)})
 
+    async def post_report(self, target: ReplyTarget, text: str) -> str:
+        """A background run's report: the page shows it as a report card, never as someone's message."""
+        message_id = new_id()
+        self._publish(target, {"type": "report", "message_id": message_id, "text": text})
+        return message_id
+
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """The page shows a Stop button under the streaming reply, and removes it when the reply is final."""
         self._publish(target, {"type": "stop_control", "message_id": message_id, "run_id": run_id, "present": present})
