@@ -6,52 +6,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 from sqlalchemy import select
 
-from gateway import llm
 from gateway.messages import ChatKind
 from gateway.store import repo
 from gateway.store.models import BackgroundRun, Run
 
-from ..conftest import running_gateway, wait_for
-from . import scripted
+from ..conftest import wait_for
 from .scripted import say_calls
+from .held import GATES, gate
 from .support import Account, Place, World, agent, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
 BOB = Account("slack", "T1", "U2", "bob")
 DM = Place("slack", "slack", "T1", "D1", ChatKind.DM)
 OTHER_DM = Place("slack", "slack", "T1", "D2", ChatKind.DM)
-
-# A delegate prompt starting "HOLD:<name>" makes its model wait, before its final answer, until the test
-# releases <name>: a background run (or a turn) that is still working when the test needs it to be.
-GATES: dict[str, asyncio.Event] = {}
-
-
-def gate(name: str) -> asyncio.Event:
-    return GATES.setdefault(name, asyncio.Event())
-
-
-async def _held(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    prompt, made = scripted._since_prompt(messages)
-    if prompt.startswith("HOLD:"):
-        name = prompt[5:].split()[0]
-        calls = json.loads(prompt[prompt.index(scripted.PREFIX) + len(scripted.PREFIX):]) if scripted.PREFIX in prompt else []
-        if made >= len(calls):
-            await gate(name).wait()
-    async for chunk in scripted._scripted(messages, info):
-        yield chunk
-
-
-llm.register_model("held", lambda: FunctionModel(stream_function=_held, model_name="held"))
 
 
 @pytest.fixture(autouse=True)
@@ -204,27 +178,27 @@ async def test_the_report_waits_while_an_approval_is_open_until_it_is_decided(tm
 
 
 async def test_a_restart_ends_a_running_background_run_as_partial_and_it_still_reports(tmp_path: Path) -> None:
-    agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher({"id": "planning"})}
-    plan = say_calls(("write_plan", {"items": [{"content": "vendor A"}]}))
+    agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher({"id": "memory_files"})}
+    plan = say_calls(("list_memory", {}))
     async with world(tmp_path, agents=agents) as w:
         await w.say(ALICE, DM, say_calls(task("HOLD:bg " + plan)))
 
-        async def worked() -> bool:  # it wrote its plan, then waits
+        async def worked() -> bool:  # it listed its notes, then waits
             rows = await background_runs(w)
-            return bool(rows) and "write_plan" in rows[0].transcript
+            return bool(rows) and "list_memory" in rows[0].transcript
 
         await wait_for(worked, what="the delegate's first step to be saved")
     # The gateway stopped with the delegate still working; a new one starts on the same database.
     async with world(tmp_path, agents=agents) as w:
         [row] = await background_runs(w)
-        assert row.status == "partial" and "stopped while it worked" in row.reason
+        assert row.status == "partial" and "stopped while it worked" in row.reason, (row.status, row.reason, row.answer, row.transcript[-600:])
         [report] = await report_runs(w)
         done = await settled(w, report.id)
         assert done.status == repo.FINISHED and done.requester_account == ALICE.account_id
         shown = [m for m in await w.gw.store.messages(row.conversation_id) if m.run_id == report.id]
         assert [m.role for m in shown] == ["report", "assistant"]
         assert "partial: the gateway stopped while it worked" in shown[0].text
-        assert "Before that it ran write_plan." in shown[0].text
+        assert "Before that it ran list_memory." in shown[0].text
         posts = [t for _, t in w.adapter("slack").posts.values()]
         assert any(t.startswith("**📋 Report from background run") and "partial" in t for t in posts)
 
