@@ -109,8 +109,8 @@ class _Detaching(_Delegation):
             prompt: The whole task: what to do, what to give back, and every fact it needs.
 
         Returns:
-            For a delegate that waits: its answer (clipped in the middle past max_result_chars). For one that
-            runs in the background: its run id at once (its report arrives in this conversation later). Or a
+            For a delegate that waits, its answer (clipped in the middle past max_result_chars); for one that
+            runs in the background, its run id at once (its report arrives in this conversation later). Or a
             sentence saying why nothing was delegated (max_fanout, a background limit, an unknown name).
         """
         return await self._dispatch(ctx, agent, prompt, None)
@@ -129,8 +129,9 @@ class _Detaching(_Delegation):
                 run id at once. Only delegates marked "you choose" take it; the others keep their own way.
 
         Returns:
-            Sync: the delegate's answer (clipped in the middle past max_result_chars). Async: its run id at
-            once; its report arrives in this conversation later. Or a sentence saying why nothing was delegated.
+            With mode "sync", the delegate's answer (clipped in the middle past max_result_chars); with "async",
+            its run id at once, and its report arrives in this conversation later. Or a sentence saying why
+            nothing was delegated (max_fanout, a background limit, an unknown name).
         """
         return await self._dispatch(ctx, agent, prompt, mode)
 
@@ -256,8 +257,8 @@ class _Detaching(_Delegation):
         """The background delegations still running in this conversation.
 
         Returns:
-            One line per running background run: its run id, the delegate, when it started and its model
-            requests so far; or a sentence saying none is running.
+            One line per running background run (its run id, the delegate, when it started, its model
+            requests so far), or a sentence saying none is running.
         """
         rows = await self.background.db.of_conversation(ctx.deps.conversation.id, running=True)
         if not rows:

@@ -13,12 +13,13 @@ import aiohttp
 import pytest
 from sqlalchemy import select
 
-from gateway.messages import ChatKind
+from gateway.messages import ChatKind, Sender
 from gateway.store import repo
 from gateway.store.models import BackgroundRun, Run
+from gateway.surface import Decision
 
 from ..conftest import wait_for
-from .scripted import say_calls
+from .scripted import database, say_calls  # noqa: F401 - `database` is a fixture used here
 from .held import GATES, gate
 from .support import Account, Place, World, agent, world
 
@@ -125,9 +126,9 @@ async def test_through_the_web_api_the_turn_ends_then_a_report_card_and_a_contin
         assert row.transcript and json.loads(row.transcript)[0]["parts"][-1]["content"].startswith("HOLD:bg")
 
 
-async def test_the_report_waits_behind_a_turn_in_flight(tmp_path: Path) -> None:
+async def test_the_report_waits_behind_a_turn_in_flight(tmp_path: Path, database: dict[str, Any] | None) -> None:
     agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher()}
-    async with world(tmp_path, agents=agents) as w:
+    async with world(tmp_path, agents=agents, gateway=database) as w:
         await w.say(ALICE, DM, say_calls(task("HOLD:bg look it up")))
         busy = asyncio.create_task(w.say(ALICE, DM, "HOLD:turn and meanwhile, this"))
         [running] = await wait_for(lambda: w.gw.store.runs_in([repo.RUNNING]), what="the second turn to start")
@@ -167,7 +168,6 @@ async def test_the_report_waits_while_an_approval_is_open_until_it_is_decided(tm
 
         [card] = w.adapter("slack").cards
         [item] = card.items
-        from gateway.surface import Decision, Sender
         outcome = await w.gw.decide(item.approval_id, Decision.APPROVE, Sender(ALICE.account_id, ALICE.name),
                                     binding_id="slack", surface="button")
         assert outcome.accepted, outcome.message
@@ -203,9 +203,9 @@ async def test_a_restart_ends_a_running_background_run_as_partial_and_it_still_r
         assert any(t.startswith("**📋 Report from background run") and "partial" in t for t in posts)
 
 
-async def test_limits_answer_as_tool_results(tmp_path: Path) -> None:
+async def test_limits_answer_as_tool_results(tmp_path: Path, database: dict[str, Any] | None) -> None:
     agents = {"assistant": delegating({"mode": "async", "max_fanout": 5}), "researcher": researcher()}
-    limits = {"limits": {"background_runs_per_conversation": 1, "background_runs_per_gateway": 2}}
+    limits = {"limits": {"background_runs_per_conversation": 1, "background_runs_per_gateway": 2}, **(database or {})}
     async with world(tmp_path, agents=agents, gateway=limits) as w:
         seen = await w.say(ALICE, DM, say_calls(task("HOLD:a one"), task("HOLD:b two")))
         assert seen.tool_results[0].startswith("Started in the background as run ")
@@ -279,3 +279,22 @@ async def test_stop_in_the_conversation_stops_its_background_run_which_reports_s
         await settled(w, report.id)
         [card] = [t for _, t in w.adapter("slack").posts.values() if t.startswith("**📋 Report from background run")]
         assert "⏹ stopped by alice" in card and "finished" not in card
+
+
+async def test_stop_on_the_turn_that_started_it_stops_its_background_run_too(tmp_path: Path) -> None:
+    agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher()}
+    async with world(tmp_path, agents=agents) as w:
+        # The parent delegates, then keeps writing (held) while its delegate works (held).
+        waiting = asyncio.create_task(w.say(ALICE, DM, "HOLD:parent " + say_calls(task("HOLD:bg look it up"))))
+        [row] = await wait_for(lambda: background_runs(w), what="the background run to start")
+        [parent] = await w.gw.store.runs_in([repo.RUNNING])
+        assert row.parent_run_id == parent.id
+
+        refused = await w.gw.stops.stop(parent.id, Sender(BOB.account_id, BOB.name))
+        assert not refused.stopped and [r.status for r in await background_runs(w)] == ["running"]
+        outcome = await w.gw.stops.stop(parent.id, Sender(ALICE.account_id, ALICE.name))
+        assert outcome.stopped, outcome.message
+        await waiting
+        assert (await settled(w, parent.id)).status == repo.STOPPED
+        row = await ended(w, "stopped")
+        assert row.reason == "stopped by alice"
