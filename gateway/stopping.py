@@ -8,6 +8,8 @@ cancellation token (pydantic-ai keeps the messages so far); the runner then ends
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
 replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
 id); the replica holding its lease picks the request up at its next sweep and stops it there.
+Stop on a turn also stops the background runs it started (`gateway.background`), and `/stop` with
+no turn in flight stops the conversation's background runs, for the same people.
 
 The Stop control itself is an optional adapter method (`StopControl`): the runner shows it
 when the reply is first posted and takes it away when the reply is final.
