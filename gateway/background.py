@@ -136,8 +136,9 @@ class BackgroundRuns:
         tasks = list(self._tasks.values())
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=5.0)
-            for task in pending:  # a tool that ignores cancellation: cut it; the next start reports it
+            for task in pending:  # a tool that ignores cancellation: cut it (ended from what it saved)
                 task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     async def sweep(self) -> None:
         """Keep our leases, take Stops pressed on another replica, end runs whose replica died."""
