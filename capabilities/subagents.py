@@ -223,8 +223,12 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     delegation = _Delegation(ctx.turn, ctx.config, delegator, left)
     if not delegation.delegates:
         return None
-    return simple(instructions=delegation.instructions(),
-                  tools=[Tool(delegation.task, name="task")])
+    instructions = delegation.instructions()
+    if ctx.turn.levels_left is not None and _detaches(ctx.config):
+        # Detaching is top-level: said, not silently downgraded.
+        instructions += ("\nYou are working as a delegate yourself, so your own delegations do not run in the "
+                         "background: task waits, and each answer comes back as its result.")
+    return simple(instructions=instructions, tools=[Tool(delegation.task, name="task")])
 
 
 def _detaches(config: SubagentsConfig) -> bool:

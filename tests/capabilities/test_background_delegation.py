@@ -21,7 +21,7 @@ from gateway.surface import Decision
 from ..conftest import wait_for
 from .scripted import database, say_calls  # noqa: F401 - `database` is a fixture used here
 from .held import GATES, gate
-from .support import Account, Place, World, agent, world
+from .support import SEEN, Account, Place, World, agent, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
 BOB = Account("slack", "T1", "U2", "bob")
@@ -298,3 +298,18 @@ async def test_stop_on_the_turn_that_started_it_stops_its_background_run_too(tmp
         assert (await settled(w, parent.id)).status == repo.STOPPED
         row = await ended(w, "stopped")
         assert row.reason == "stopped by alice"
+
+
+async def test_a_background_delegates_own_delegations_wait_and_it_is_told_so(tmp_path: Path) -> None:
+    middle = {**delegating({"mode": "async"}), "name": "Researcher", "subagents": ["helper"]}
+    agents = {"assistant": delegating({"mode": "async", "max_depth": 2}), "researcher": middle,
+              "helper": {**agent(model="held"), "name": "Helper"}}
+    async with world(tmp_path, agents=agents) as w:
+        nested = say_calls(("task", {"agent": "helper", "prompt": "the detail"}))
+        await w.say(ALICE, DM, say_calls(task(nested)))
+        row = await ended(w)
+        assert "You said: the detail" in row.answer, "the nested delegation waited and answered into the delegate"
+        assert "Started in the background" not in row.answer
+        assert len(await background_runs(w)) == 1, "exactly one background run: one report"
+        assert any("You are working as a delegate yourself, so your own delegations do not run in the background"
+                   in i for seen in SEEN for i in seen.instructions)
