@@ -13,12 +13,14 @@ import aiohttp
 import pytest
 from sqlalchemy import select
 
+from bindings.loader import ConfigError, load_config
+from gateway import extensions
 from gateway.messages import ChatKind, Sender
 from gateway.store import repo
 from gateway.store.models import BackgroundRun, Run
 from gateway.surface import Decision
 
-from ..conftest import wait_for
+from ..conftest import wait_for, write_config
 from .scripted import database, say_calls  # noqa: F401 - `database` is a fixture used here
 from .held import GATES, gate
 from .support import SEEN, Account, Place, World, agent, world
@@ -313,3 +315,15 @@ async def test_a_background_delegates_own_delegations_wait_and_it_is_told_so(tmp
         assert len(await background_runs(w)) == 1, "exactly one background run: one report"
         assert any("You are working as a delegate yourself, so your own delegations do not run in the background"
                    in i for seen in SEEN for i in seen.instructions)
+
+
+def test_a_mode_for_something_that_is_not_a_pinned_delegate_is_refused_at_load(tmp_path: Path) -> None:
+    config = {"mode": "sync", "modes": {"ghost": "async"}, "inline": [{"name": "quick", "model": "held"}]}
+    cfg = write_config(tmp_path, agents={"assistant": delegating(config), "researcher": researcher()})
+    extensions.register_checks()
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    [problem] = [str(p) for p in e.value.problems if not p.warning]
+    path = cfg / "agents" / "assistant.yaml"
+    assert problem.startswith(f"{path}:") and problem.split(":")[1].isdigit(), problem
+    assert "capabilities.0.config.modes.ghost: 'ghost' is not a pinned delegate of this agent" in problem
