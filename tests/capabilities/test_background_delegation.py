@@ -20,7 +20,7 @@ from gateway.store import repo
 from gateway.store.models import BackgroundRun, Run
 from gateway.surface import Decision
 
-from ..conftest import wait_for, write_config
+from ..conftest import running_gateway, wait_for, write_config
 from .scripted import database, say_calls  # noqa: F401 - `database` is a fixture used here
 from .held import GATES, gate
 from .support import SEEN, Account, Place, World, agent, world
@@ -327,3 +327,46 @@ def test_a_mode_for_something_that_is_not_a_pinned_delegate_is_refused_at_load(t
     path = cfg / "agents" / "assistant.yaml"
     assert problem.startswith(f"{path}:") and problem.split(":")[1].isdigit(), problem
     assert "capabilities.0.config.modes.ghost: 'ghost' is not a pinned delegate of this agent" in problem
+
+
+@pytest.mark.postgres
+async def test_across_replicas_a_stop_reaches_the_replica_running_it_and_the_report_is_shared(
+        tmp_path: Path, pg_url: str) -> None:
+    agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher()}
+    configs = [write_config(tmp_path / name, agents=agents, bindings={"web": {"platform": "web", "agent": "assistant"}},
+                            gateway={"database": {"url": pg_url}}) for name in ("a", "b")]
+    async with running_gateway(configs[0]) as a, running_gateway(configs[1]) as b:
+        async with aiohttp.ClientSession(a.url) as s:
+            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": say_calls(task("HOLD:bg on a"))})
+
+        async def started() -> list[BackgroundRun]:
+            async with b.store.sessions() as session:
+                return list(await session.scalars(select(BackgroundRun).where(BackgroundRun.status == "running")))
+
+        [row] = await wait_for(started, what="the background run on replica a")
+        assert row.lease_owner == a.store.owner
+        # A Stop that reaches replica b is stored; replica a, which runs it, stops it at its next sweep.
+        assert b.stops.background is not None and a.stops.background is not None
+        assert await b.stops.background.stop_run(row.id, "alice")
+        async with b.store.sessions() as session:
+            assert (await session.get(BackgroundRun, row.id)).status == "running"  # type: ignore[union-attr]
+        await a.stops.background.sweep()
+
+        async def report() -> Run | None:
+            async with b.store.sessions() as session:
+                return await session.scalar(select(Run).where(Run.kind == "report"))
+
+        queued = await wait_for(report, what="the report to be queued")
+        async with b.store.sessions() as session:
+            stopped = await session.get(BackgroundRun, row.id)
+        assert stopped is not None and (stopped.status, stopped.reason) == ("stopped", "stopped by alice")
+        done = await wait_for(lambda: _ended_run(b, queued.id), what="the report run to end")
+        assert done.status == repo.FINISHED
+        said = [m for m in await b.store.messages(conv) if m.run_id == queued.id]
+        assert [m.role for m in said] == ["report", "assistant"] and "⏹ stopped by alice" in said[0].text
+
+
+async def _ended_run(gw: Any, run_id: str) -> Run | None:
+    run = await gw.store.run(run_id)
+    return run if run is not None and run.status in repo.ENDED else None
