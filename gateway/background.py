@@ -251,6 +251,10 @@ class BackgroundRuns:
 
     # --- reading --------------------------------------------------------------------------
 
+    async def parent_of(self, run_id: str) -> str | None:
+        row = await self.db.get(run_id)
+        return row.parent_run_id if row is not None else None
+
     async def running_parents(self, conversation_id: str) -> list[str]:
         """The turns whose background runs are still running in this conversation (for `/stop`)."""
         return list(dict.fromkeys(r.parent_run_id for r in await self.db.of_conversation(conversation_id, running=True)))

@@ -54,6 +54,9 @@ class Stops:
     async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None) -> StopOutcome:
         """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding."""
         run = await self._store.run(run_id)
+        if run is None and self.background is not None:  # a background run's id: stopped by its turn's rule
+            parent_id = await self.background.parent_of(run_id)
+            return await self._stop_one_background(run_id, parent_id, who, binding_id)
         conv = await self._store.conversation(run.conversation_id) if run is not None else None
         if run is None or conv is None or (binding_id is not None and run.binding_id != binding_id):
             return StopOutcome(False, "There is no such run.", 404)
@@ -103,6 +106,20 @@ class Stops:
             return await self._stop_background(conversation_id, who)
         return await self.stop(running[-1].id, who)
 
+    async def _stop_one_background(self, run_id: str, parent_id: str | None, who: Sender,
+                                   binding_id: str | None) -> StopOutcome:
+        parent = await self._store.run(parent_id) if parent_id is not None else None
+        conv = await self._store.conversation(parent.conversation_id) if parent is not None else None
+        if parent is None or conv is None or (binding_id is not None and parent.binding_id != binding_id):
+            return StopOutcome(False, "There is no such run.", 404)
+        if not await self._approvals.may_stop(parent, conv, who):
+            return StopOutcome(False, f"Only {parent.requester_name or 'the person who asked'} or someone who may "
+                                      "decide approvals here can stop this.", 403)
+        assert self.background is not None
+        if await self.background.stop_run(run_id, who.display_name or who.account_id):
+            return StopOutcome(True, "Stopping.")
+        return StopOutcome(False, "That background run has already ended.", 409)
+
     async def _stop_background(self, conversation_id: str, who: Sender) -> StopOutcome:
         """`/stop` with no turn in flight: the conversation's background runs, those `who` may stop
         (the same rule as their turn's: its requester or a decider)."""
@@ -127,6 +144,12 @@ class BackgroundStops(Protocol):
     async def stop_children(self, parent_run_id: str, who: str) -> int: ...
 
     async def running_parents(self, conversation_id: str) -> list[str]: ...
+
+    async def parent_of(self, run_id: str) -> str | None:
+        """The turn that started background run `run_id` (None: no such background run)."""
+        ...
+
+    async def stop_run(self, run_id: str, who: str) -> bool: ...
 
 
 def _runs(n: int) -> str:

@@ -370,3 +370,19 @@ async def test_across_replicas_a_stop_reaches_the_replica_running_it_and_the_rep
 async def _ended_run(gw: Any, run_id: str) -> Run | None:
     run = await gw.store.run(run_id)
     return run if run is not None and run.status in repo.ENDED else None
+
+
+async def test_the_web_stop_door_takes_a_background_runs_id(tmp_path: Path) -> None:
+    agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher()}
+    async with world(tmp_path, agents=agents) as w, aiohttp.ClientSession(w.gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": say_calls(task("HOLD:bg look"))})
+        await settled(w, (await r.json())["run_id"])
+        [row] = await background_runs(w)
+        r = await s.post(f"/api/v1/runs/{row.id}/stop")
+        assert r.status == 200 and (await r.json())["stopped"]
+        row = await ended(w, "stopped")
+        assert row.reason.startswith("stopped by ")
+        r = await s.post(f"/api/v1/runs/{row.id}/stop")
+        assert r.status == 409, "it has ended: nothing left to stop"
+        assert (await s.post("/api/v1/runs/nosuchrun/stop")).status == 404
