@@ -1,14 +1,14 @@
 """Background runs (subagents mode async) and the run kind that continues after one reports back.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 
 TS = sa.DateTime(timezone=True)
 
