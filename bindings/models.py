@@ -96,6 +96,14 @@ class LimitsConfig(Strict):
         default=20 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024,
         description="Largest file shared with a message that is fetched for the model (0: none are)",
     )
+    background_runs_per_conversation: int = Field(
+        default=3, ge=0, le=100, description="Background delegations (subagents mode async) in flight in one "
+        "conversation; past it the delegation tool answers that the limit is reached"
+    )
+    background_runs_per_gateway: int = Field(
+        default=50, ge=0, le=10_000, description="Background delegations in flight across every conversation "
+        "and replica sharing the database"
+    )
 
 
 class LoggingConfig(Strict):

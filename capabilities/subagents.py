@@ -5,7 +5,7 @@ Two shapes of delegate: pinned ones are other agents of this config, named in th
 hold when somebody else calls them; inline specialists are written inside this capability's config and
 must name a model. A delegate is built the way the runner builds any agent, from a Turn of its own
 (same conversation, requester and memory scope; a fresh tool map) carrying only its own capabilities plus
-the ids this agent shares. Sync only: `task` runs the delegate to completion inside the parent's tool call,
+the ids this agent shares. Sync: `task` runs the delegate to completion inside the parent's tool call,
 under the parent's usage limits, stores the delegate run under the conversation (transcript, usage,
 outcome) and returns its answer, clipped at `max_result_chars` with a marker saying so.
 
@@ -14,6 +14,13 @@ A gated tool inside a delegate parks the parent's whole run: `task` stores the d
 card names the delegate. The run resumes this `task` call approved, with the decisions in its metadata;
 `task` then resumes the delegate from its stored messages with those decisions, and the delegate's answer
 comes back as this call's result — in this process or after a restart.
+
+Async (`mode: async`, or `auto` and the model asks for it): `task` hands the delegate to the gateway's
+background runs (`gateway.background`) and returns a run id at once; the parent answers and its turn
+ends; when the delegate ends, its report comes back into the conversation by itself. The mode is the
+author's: a delegate may override it for itself (`mode:` on a specialist, `modes:` for pinned ones),
+and its line in the instructions says so. Only a top-level run detaches: a delegate's own delegations
+run in the foreground. A background delegate cannot ask a person: a gated tool inside one is refused.
 
 Fan-out and nesting are ceilings, not errors: past `max_fanout` the model is told so in the tool result;
 at the depth bound the delegate is built without this capability at all.
@@ -37,6 +44,7 @@ from pydantic_ai.usage import UsageLimits
 
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
 from gateway.delegated import DECISIONS, DELEGATED, DelegatedCall, decisions_of, delegated_calls
+from gateway.background import BackgroundRuns, clip
 from gateway.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
@@ -55,13 +63,18 @@ class Specialist(BaseModel):
     description: str = Field(default="", description="One sentence the parent's model reads to choose it")
     instructions: str = ""
     model: str | None = Field(default=None, description="Required: auto | demo | <provider>:<model>, as in an agent file")
+    mode: Literal["sync", "async", "auto"] | None = Field(default=None, description="This specialist's own mode, "
+                                                         "overriding the capability's")
 
 
 class SubagentsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     inline: list[Specialist] = Field(default_factory=list, description="Specialists defined inside this agent")
-    mode: Literal["sync"] = Field(default="sync", description="sync: task waits for the delegate's answer "
-                                  "(async and auto are not available yet)")
+    mode: Literal["sync", "async", "auto"] = Field(
+        default="sync", description="sync: task waits for the delegate's answer; async: the delegate runs in the "
+        "background and reports back into the conversation; auto: the model chooses per call")
+    modes: dict[str, Literal["sync", "async", "auto"]] = Field(
+        default_factory=dict, description="A pinned delegate's own mode, by name, overriding mode")
     max_depth: int = Field(default=1, ge=1, le=3, description="Levels of delegation, this agent's own included")
     max_fanout: int = Field(default=3, ge=1, le=10, description="Delegations per reply; past it task answers "
                             "that the ceiling is reached")
@@ -78,17 +91,7 @@ class Delegator:
     agents: Callable[[], dict[str, AgentSpec]]
     build_agent: Callable[[Turn], Any]  # the runner's: a pydantic-ai Agent for a Turn
     preparers: Sequence[Callable[[Turn], Awaitable[None]]]  # the runner's turn preparers (MCP connections)
-
-
-def clip(text: str, limit: int) -> str:
-    """Keep both ends (a conclusion sits at the end) and say how much was cut."""
-    if len(text) <= limit:
-        return text
-    head = limit // 2
-    tail = limit - head
-    dropped = len(text) - limit
-    return (f"{text[:head]}\n[… {dropped} characters of the delegate's answer cut here (max_result_chars "
-            f"{limit}); the whole answer is stored with this conversation's delegate runs …]\n{text[-tail:]}")
+    background: BackgroundRuns | None = None  # where async delegations run; None: sync only
 
 
 def _quiet(binding: BindingSpec) -> BindingSpec:
@@ -292,11 +295,26 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     left = ctx.config.max_depth if ctx.turn.levels_left is None else min(ctx.turn.levels_left, ctx.config.max_depth)
     if left < 1:
         return None  # at the bound: built without delegation rather than with a tool that only refuses
+    if delegator.background is not None and ctx.turn.levels_left is None and _detaches(ctx.config):
+        # A background delegation is reachable: the async path (its own module) adds the lifecycle tools.
+        from .background_delegation import build_detaching
+
+        return build_detaching(ctx.turn, ctx.config, delegator, left)
     delegation = _Delegation(ctx.turn, ctx.config, delegator, left)
     if not delegation.delegates:
         return None
-    return simple(instructions=delegation.instructions(),
-                  tools=[Tool(delegation.task, name="task")])
+    instructions = delegation.instructions()
+    if ctx.turn.levels_left is not None and _detaches(ctx.config):
+        # Detaching is top-level: said, not silently downgraded.
+        instructions += ("\nYou are working as a delegate yourself, so your own delegations do not run in the "
+                         "background: task waits, and each answer comes back as its result.")
+    return simple(instructions=instructions, tools=[Tool(delegation.task, name="task")])
+
+
+def _detaches(config: SubagentsConfig) -> bool:
+    """Whether any delegate may run in the background: async or auto, for all or for one of them."""
+    modes = {config.mode, *config.modes.values(), *(sp.mode for sp in config.inline if sp.mode)}
+    return bool(modes & {"async", "auto"})
 
 
 async def delegate_runs(turn: Turn) -> list[dict[str, Any]]:
@@ -337,6 +355,11 @@ def validate_config(config: Any, report: Callable[..., None]) -> None:
                     report(key, ("capabilities", i, "config", "share_with_delegates", k),
                            f"{shared!r} is not a capability this agent holds, so it cannot lend it (it holds: "
                            f"{', '.join(sorted(held - {ID})) or 'nothing else'})")
+            for name in cfg.modes:
+                if name not in agent.subagents:
+                    report(key, ("capabilities", i, "config", "modes", name),
+                           f"{name!r} is not a pinned delegate of this agent (they are: "
+                           f"{', '.join(agent.subagents) or 'none'}); a specialist sets its own mode:")
             if not agent.subagents and not cfg.inline:
                 report(key, ("capabilities", i, "id"), "subagents has no delegates: name agents under subagents: at "
                        "the top of this file, or define specialists under inline:")
@@ -346,11 +369,16 @@ register(CapabilityDecl(
     id=ID,
     name="Delegation",
     category="reasoning",
-    tools=(ToolDecl("task", summary="Hand a self-contained piece of work to a delegate and wait for its answer."),),
+    tools=(ToolDecl("task", summary="Hand a self-contained piece of work to a delegate: wait for its answer, or "
+                    "(mode async) get a run id at once and its report later."),
+           ToolDecl("check_task", summary="How a background delegation is going, or what it answered."),
+           ToolDecl("list_active_tasks", summary="The background delegations still running in this conversation.")),
     build=build,
     config_model=SubagentsConfig,
     scopes=("agents:delegate",),
     description=("Hand self-contained work to other agents of this config (named under subagents: in the agent "
                  "file) or to specialists defined here, each on its own model; sync: the answer comes back as "
-                 "the tool's result. Every delegate run is stored with its conversation."),
+                 "the tool's result; async: the delegate works in the background and its report comes back into "
+                 "the conversation by itself, then the agent continues. Every delegate run is stored with its "
+                 "conversation."),
 ))

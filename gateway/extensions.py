@@ -59,9 +59,17 @@ def install(gateway: Gateway) -> None:
     gateway.runner.capability_builders.append(mcp_servers.builder(pool))
 
     # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its own.
+    # Background delegations (mode async) run here, in this process, and report back through the queue.
     from capabilities.subagents import Delegator
 
-    delegator = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent, gateway.runner.turn_preparers)
+    from .background import BackgroundRuns
+
+    background = BackgroundRuns(gateway.store, lambda: gateway.config.gateway.limits, gateway.scheduler.wake,
+                                gateway.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
+    gateway.extensions.append(background)  # started after the MCP pool, so stopped before it
+    gateway.stops.background = background
+    delegator = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent, gateway.runner.turn_preparers,
+                          background)
     parts["subagents"] = delegator
 
     # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.

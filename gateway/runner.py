@@ -47,6 +47,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 from bindings.models import AgentSpec
 
 from . import attachments
+from .background import post_report, report_prompt
 from .delivery import ReplyStream
 from .handoff_runs import is_handoff
 from .live_reply import NativeReplyStream
@@ -54,6 +55,7 @@ from .llm import ModelConfigError
 from .memory import resolve_scope
 from .messages import ChatKind
 from .store import repo
+from .store.background import REPORT
 from .store.conversation_log import ConversationLog
 from .store.models import Run
 from .store.notes import NoteStore
@@ -138,7 +140,7 @@ def history_messages(rows: Sequence[repo.Line], chat_kind: ChatKind) -> list[Mod
     """Stored user and assistant text as model messages; in shared chats each line names its speaker."""
     out: list[ModelMessage] = []
     for row in rows:
-        if row.role == "user":
+        if row.role in ("user", REPORT):
             out.append(ModelRequest(parts=[UserPromptPart(content=speaker_line(row, chat_kind))]))
         elif row.role == "assistant":
             out.append(ModelResponse(parts=[TextPart(content=row.text)]))
@@ -146,6 +148,8 @@ def history_messages(rows: Sequence[repo.Line], chat_kind: ChatKind) -> list[Mod
 
 
 def speaker_line(row: repo.Line, chat_kind: ChatKind) -> str:
+    if row.role == REPORT:  # the gateway's, not a person's: framed so the model reads it as such
+        return report_prompt(row.text)
     if chat_kind is ChatKind.DM or not row.sender_name:
         return row.text
     return f"{row.sender_name}: {row.text}"
@@ -251,6 +255,10 @@ class Runner:
             deferred = await self.resume_results(run.id)
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
+        if run.kind == REPORT and claimed.fresh:  # the report card first, then the turn that continues
+            for line in claimed.prompt:
+                if line.role == REPORT:
+                    await post_report(prepared.adapter, turn.target, line.text, self.gateway.store, self.gateway.clock)
         prompt: str | list[UserContent] = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
         files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
                                           max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,

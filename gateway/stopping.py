@@ -8,6 +8,8 @@ cancellation token (pydantic-ai keeps the messages so far); the runner then ends
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
 replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
 id); the replica holding its lease picks the request up at its next sweep and stops it there.
+Stop on a turn also stops the background runs it started (`gateway.background`), and `/stop` with
+no turn in flight stops the conversation's background runs, for the same people.
 
 The Stop control itself is an optional adapter method (`StopControl`): the runner shows it
 when the reply is first posted and takes it away when the reply is final.
@@ -46,17 +48,26 @@ class Stops:
         `sweep_every`: how often each replica looks for stop requests other replicas stored."""
         self._store, self._approvals, self._cancel = store, approvals, cancel
         self._sweep_every = sweep_every
+        # Background runs (`gateway.background`), once installed: Stop on a turn stops the ones it started.
+        self.background: BackgroundStops | None = None
 
     async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None) -> StopOutcome:
         """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding."""
         run = await self._store.run(run_id)
+        if run is None and self.background is not None:  # a background run's id: stopped by its turn's rule
+            parent_id = await self.background.parent_of(run_id)
+            return await self._stop_one_background(run_id, parent_id, who, binding_id)
         conv = await self._store.conversation(run.conversation_id) if run is not None else None
         if run is None or conv is None or (binding_id is not None and run.binding_id != binding_id):
             return StopOutcome(False, "There is no such run.", 404)
         if not await self._approvals.may_stop(run, conv, who):
             return StopOutcome(False, f"Only {run.requester_name or 'the person who asked'} or someone who may "
                                       "decide approvals here can stop this.", 403)
+        name = who.display_name or who.account_id
+        children = await self.background.stop_children(run_id, name) if self.background is not None else 0
         if run.status in repo.ENDED:
+            if children:
+                return StopOutcome(True, f"Stopping the {_runs(children)} it started in the background.")
             return StopOutcome(False, "That reply has already ended.", 409)
         if run.status == repo.PARKED:  # waiting on an approval card: close it with the run
             if await self._approvals.stop_parked(run, conv, who):
@@ -64,7 +75,6 @@ class Stops:
             return StopOutcome(False, "That reply has already moved on; try again.", 409)
         if run.status != repo.RUNNING:
             return StopOutcome(False, "That reply is not running.", 409)
-        name = who.display_name or who.account_id
         if self._cancel(run_id, name):
             return StopOutcome(True, "Stopping.")
         if run.lease_owner == self._store.owner:  # ours by the lease but no longer in flight: it just ended
@@ -93,8 +103,57 @@ class Stops:
         running = [r for r in await self._store.runs_in([repo.RUNNING, repo.PARKED])
                    if r.conversation_id == conversation_id]
         if not running:
-            return StopOutcome(False, "Nothing is running here.", 409)
+            return await self._stop_background(conversation_id, who)
         return await self.stop(running[-1].id, who)
+
+    async def _stop_one_background(self, run_id: str, parent_id: str | None, who: Sender,
+                                   binding_id: str | None) -> StopOutcome:
+        parent = await self._store.run(parent_id) if parent_id is not None else None
+        conv = await self._store.conversation(parent.conversation_id) if parent is not None else None
+        if parent is None or conv is None or (binding_id is not None and parent.binding_id != binding_id):
+            return StopOutcome(False, "There is no such run.", 404)
+        if not await self._approvals.may_stop(parent, conv, who):
+            return StopOutcome(False, f"Only {parent.requester_name or 'the person who asked'} or someone who may "
+                                      "decide approvals here can stop this.", 403)
+        assert self.background is not None
+        if await self.background.stop_run(run_id, who.display_name or who.account_id):
+            return StopOutcome(True, "Stopping.")
+        return StopOutcome(False, "That background run has already ended.", 409)
+
+    async def _stop_background(self, conversation_id: str, who: Sender) -> StopOutcome:
+        """`/stop` with no turn in flight: the conversation's background runs, those `who` may stop
+        (the same rule as their turn's: its requester or a decider)."""
+        parents = await self.background.running_parents(conversation_id) if self.background is not None else []
+        if not parents:
+            return StopOutcome(False, "Nothing is running here.", 409)
+        conv = await self._store.conversation(conversation_id)
+        stopped = 0
+        for parent_id in parents:
+            run = await self._store.run(parent_id)
+            if run is not None and conv is not None and await self._approvals.may_stop(run, conv, who):
+                stopped += await self.background.stop_children(parent_id, who.display_name or who.account_id)  # type: ignore[union-attr]
+        if not stopped:
+            return StopOutcome(False, "Only the person who started it or someone who may decide approvals here "
+                                      "can stop what is running in the background.", 403)
+        return StopOutcome(True, f"Stopping {_runs(stopped)} running in the background.")
+
+
+class BackgroundStops(Protocol):
+    """What Stop asks of the background runs (`gateway.background.BackgroundRuns`)."""
+
+    async def stop_children(self, parent_run_id: str, who: str) -> int: ...
+
+    async def running_parents(self, conversation_id: str) -> list[str]: ...
+
+    async def parent_of(self, run_id: str) -> str | None:
+        """The turn that started background run `run_id` (None: no such background run)."""
+        ...
+
+    async def stop_run(self, run_id: str, who: str) -> bool: ...
+
+
+def _runs(n: int) -> str:
+    return "1 run" if n == 1 else f"{n} runs"
 
 
 async def set_stop_control(adapter: object, target: ReplyTarget, message_id: str | None, run_id: str,

@@ -95,6 +95,12 @@ class WebAdapter:
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         self._publish(target, {"type": "card", "card": card_json(card)})
 
+    async def post_report(self, target: ReplyTarget, text: str) -> str:
+        """A background run's report: the page shows it as a report card, never as someone's message."""
+        message_id = new_id()
+        self._publish(target, {"type": "report", "message_id": message_id, "text": text})
+        return message_id
+
     async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
         """The page draws the card with buttons; a click's answer (`POST /api/v1/memory/click`) redraws it."""
         card_id = new_id()

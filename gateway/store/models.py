@@ -92,7 +92,7 @@ class Conversation(Base):
 
 
 class Message(Base):
-    """A turn's text as the person or the agent said it. `role`: user, assistant or notice."""
+    """A turn's text as the person or the agent said it. `role`: user, assistant, notice, or report (a background run's, `gateway.background`)."""
 
     __tablename__ = "messages"
     __table_args__ = (Index(None, "conversation_id", "id"),)
@@ -131,6 +131,41 @@ class Run(Base):
     started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     # Which replica runs it, until when; a lapsed lease means that replica died.
+    lease_owner: Mapped[str | None] = mapped_column(String(80), nullable=True)
+    lease_expires: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    # "turn": answers what people said; "report": continues after a background run reported back
+    # (no message of a person joins it, and it runs as the person who started the background run).
+    kind: Mapped[str] = mapped_column(String(20), default="turn", server_default="turn")
+
+
+class BackgroundRun(Base):
+    """A delegation detached from the turn that started it (`subagents` mode async): its own stored run
+    under the conversation, with transcript, usage and outcome; when it ends, a `report` run is queued."""
+
+    __tablename__ = "background_runs"
+    __table_args__ = (Index(None, "conversation_id", "status"), Index(None, "status"))
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(String(40))
+    parent_run_id: Mapped[str] = mapped_column(String(40), index=True)
+    binding_id: Mapped[str] = mapped_column(String(100))
+    agent_id: Mapped[str] = mapped_column(String(100))  # the parent agent
+    delegate: Mapped[str] = mapped_column(String(100))  # the name the parent's model called it by
+    kind: Mapped[str] = mapped_column(String(20))  # pinned | specialist
+    prompt: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20))  # running, then finished | failed | stopped | partial
+    reason: Mapped[str] = mapped_column(Text, default="")
+    answer: Mapped[str] = mapped_column(Text, default="")
+    transcript: Mapped[str] = mapped_column(Text, default="[]")  # pydantic-ai messages as JSON, saved as it goes
+    requester_person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    requester_account: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    requester_name: Mapped[str] = mapped_column(String(200), default="")
+    requests: Mapped[int] = mapped_column(Integer, default=0)
+    input_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    report_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True)  # the queued report, once ended
+    stop_requested_by: Mapped[str | None] = mapped_column(String(200), nullable=True)  # a Stop from another replica
+    created_at: Mapped[datetime] = mapped_column(TS)
+    finished_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     lease_owner: Mapped[str | None] = mapped_column(String(80), nullable=True)
     lease_expires: Mapped[datetime | None] = mapped_column(TS, nullable=True)
 

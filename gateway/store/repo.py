@@ -256,11 +256,12 @@ class Store:
                 conv = yield from self._conversation_raw(q, conversation, now)
             yield from self._lock(q, conv.id)
             # A message joins a queued run only if that run never started: one that started before
-            # (interrupted by a crash, queued again) may already have shown its answer.
+            # (interrupted by a crash, queued again) may already have shown its answer. Never a
+            # report run: that one runs as the person who started the background run.
             queued, run_id = (yield q.one(
                 "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
                 " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued' AND started_at IS NULL"
-                " ORDER BY created_at LIMIT 1)",
+                " AND kind = 'turn' ORDER BY created_at LIMIT 1)",
                 c=conv.id,
             )) or (0, None)
             if (queued or 0) >= queue_limit:
@@ -471,7 +472,7 @@ class Store:
             # The newest turns only: a long conversation must not grow every request without bound.
             rows = yield q.all(
                 "SELECT role, text, sender_name, run_id, status FROM messages"
-                " WHERE conversation_id = :c AND role IN ('user', 'assistant')"
+                " WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report')"
                 " ORDER BY created_at DESC, id DESC LIMIT :n",
                 c=conversation_id, n=HISTORY_MESSAGES,
             )
@@ -484,7 +485,7 @@ class Store:
         run, runs, rows, fresh = claimed
         rows.reverse()
         run_id = run.id
-        prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] == "user"]
+        prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] in ("user", "report")]
         history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
         more = any(r.status == QUEUED and r.id != run_id for r in runs)
         return Claimed(run, prompt, history, fresh, more)
@@ -523,7 +524,7 @@ class Store:
             )
             yield q.run(
                 "UPDATE messages SET status = 'processed'"
-                " WHERE run_id = :r AND role = 'user' AND status IN ('queued', 'processing')",
+                " WHERE run_id = :r AND role IN ('user', 'report') AND status IN ('queued', 'processing')",
                 r=run_id,
             )
             if reply:

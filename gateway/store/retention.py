@@ -38,10 +38,14 @@ _PRUNE = {
     "runs": "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE status NOT IN ('queued', 'running', 'parked')"
             " AND COALESCE(finished_at, created_at) < :cut"
             " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.run_id = runs.id) ORDER BY created_at LIMIT :n)",
+    # Ended background runs (their transcripts) go with the ended runs; their reports stay in the messages.
+    "background_runs": "DELETE FROM background_runs WHERE id IN (SELECT id FROM background_runs"
+                       " WHERE status <> 'running' AND COALESCE(finished_at, created_at) < :cut"
+                       " ORDER BY created_at LIMIT :n)",
 }
 
-TABLES = ("inbound_ledger", "deliveries", "runs", "messages", "conversations", "approvals", "approval_cards",
-          "memory_notes", "capability_state", "knowledge_chunks")
+TABLES = ("inbound_ledger", "deliveries", "runs", "background_runs", "messages", "conversations", "approvals",
+          "approval_cards", "memory_notes", "capability_state", "knowledge_chunks")
 
 
 async def prune(store: Store, retention: Retention, now: datetime, *, pause: float = 0.05) -> dict[str, int]:
@@ -49,7 +53,8 @@ async def prune(store: Store, retention: Retention, now: datetime, *, pause: flo
     so live messages never wait long behind it. Returns rows deleted per table."""
     cuts = {"inbound_ledger": now - timedelta(days=max(retention.ledger_days, 7.0)),
             "deliveries": now - timedelta(days=retention.deliveries_days),
-            "runs": now - timedelta(days=retention.runs_days)}
+            "runs": now - timedelta(days=retention.runs_days),
+            "background_runs": now - timedelta(days=retention.runs_days)}
     deleted = dict.fromkeys(_PRUNE, 0)
     for table, sql in _PRUNE.items():  # deliveries before runs: a run goes once its rows are gone
         while True:

@@ -224,6 +224,7 @@
     source.addEventListener("stop_control", (e) => stopControl(JSON.parse(e.data)));
     source.addEventListener("card", (e) => renderCard(JSON.parse(e.data).card));
     source.addEventListener("notice", (e) => notice(JSON.parse(e.data).text));
+    source.addEventListener("report", (e) => bubble("report", JSON.parse(e.data).text, ""));
     source.addEventListener("memory_card", (e) => { const d = JSON.parse(e.data); renderMemory(d.id, d.card); });
     source.addEventListener("run_end", () => { load().catch((err) => notice(err.message)); });
   }
