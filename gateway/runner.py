@@ -242,9 +242,11 @@ class Runner:
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
         prompt: str | list[UserContent] = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
-        files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
-                                          max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
-                                          profile=self._profile(turn), uploads=self.gateway.uploads)
+        files = attachments.Files()
+        if claimed.files:
+            files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
+                                              max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
+                                              profile=self._profile(turn), uploads=self.gateway.uploads)
         if files.parts:
             prompt = [prompt, *files.parts]
             turn.notices.extend(files.notices)

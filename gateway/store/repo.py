@@ -95,6 +95,7 @@ class Claimed:
     history: list[Line]
     fresh: bool  # never started before: nothing of it was posted yet
     more: bool = False  # other runs of the conversation were already queued behind it
+    files: bool = True  # files were shared with its messages (gateway.attachments): worth reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,17 +320,24 @@ class Store:
         cached = self._conversations.get_fresh(key)
         if cached is not None:
             return cached
-        async with self.sessions() as s:
-            conv = await s.scalar(select(Conversation).where(Conversation.key == key))
-        return self._remember(_ref(conv)) if conv else None
+        return await self._conversation_where("key", key)
 
     async def conversation(self, conversation_id: str) -> ConversationRef | None:
         cached = self._conversations.get_fresh(conversation_id)
         if cached is not None:
             return cached
-        async with self.sessions() as s:
-            conv = await s.get(Conversation, conversation_id)
-        return self._remember(_ref(conv)) if conv else None
+        return await self._conversation_where("id", conversation_id)
+
+    async def _conversation_where(self, column: str, value: str) -> ConversationRef | None:
+        """A conversation not in the cache: every message of a new conversation looks for it
+        first, so this is one driver round trip rather than an ORM session's five."""
+
+        def program(q: driver.Statements) -> driver.Program[ConversationRef | None]:
+            row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE {column} = :v", v=value)
+            return ConversationRef(*row) if row is not None else None
+
+        ref = await driver.transaction(self.engine, program)
+        return self._remember(ref) if ref is not None else None
 
     async def retire_conversation(self, conv: ConversationRef) -> None:
         """Free the conversation's key (`/new`): the next message there starts a new conversation.
@@ -437,7 +445,7 @@ class Store:
         (its prompt and the conversation's history), in one transaction; None when nothing waits."""
         now = self.clock.now()
 
-        def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool] | None]:
+        def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool, bool] | None]:
             yield from self._lock(q, conversation_id)
             live = yield q.all(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
@@ -475,19 +483,23 @@ class Store:
                 " ORDER BY created_at DESC, id DESC LIMIT :n",
                 c=conversation_id, n=HISTORY_MESSAGES,
             )
-            return run, runs, rows, fresh
+            # Whether its messages came with files, here where it costs no round trip of its own:
+            # most runs have none, and then the run need not look them up.
+            files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
+                                " AND scope = :s", s=f"run:{run.id}")
+            return run, runs, rows, fresh, bool(files and files[0])
 
         # The message was accepted: a busy database delays its run, never drops it.
         claimed = await self.patiently(lambda: driver.transaction(self.engine, program), "claiming a run")
         if claimed is None:
             return None
-        run, runs, rows, fresh = claimed
+        run, runs, rows, fresh, files = claimed
         rows.reverse()
         run_id = run.id
         prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] == "user"]
         history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
         more = any(r.status == QUEUED and r.id != run_id for r in runs)
-        return Claimed(run, prompt, history, fresh, more)
+        return Claimed(run, prompt, history, fresh, more, files)
 
     async def run(self, run_id: str) -> Run | None:
         async with self.sessions() as s:
@@ -632,5 +644,3 @@ def _run(q: driver.Statements, row: driver.Row) -> Run:
     return Run(**values)
 
 
-def _ref(conv: Conversation) -> ConversationRef:
-    return ConversationRef(**{f.name: getattr(conv, f.name) for f in fields(ConversationRef)})
