@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from ..clock import Clock, new_id
@@ -25,7 +24,7 @@ from ..surface import ReplyTarget
 from . import driver
 from .availability import DEGRADED_AFTER, StoreUnavailable, guard
 from .capability_state import CapabilityState
-from .models import Account, AdapterState, Conversation, Delivery, Message, Person, Run
+from .models import AdapterState, Conversation, Delivery, Message, Run
 
 log = logging.getLogger("gateway.store")
 
@@ -400,39 +399,37 @@ class Store:
         return identity
 
     async def _identify(self, platform: str, workspace: str, account_id: str, display_name: str) -> Identity:
-        async with self.sessions() as s:
-            for _ in range(2):  # a concurrent first contact may win the insert; then read theirs
-                account = await s.scalar(
-                    select(Account).where(
-                        Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id
-                    )
-                )
-                if account is not None:
-                    if display_name and account.display_name != display_name:
-                        account.display_name = display_name
-                        await s.commit()
-                    person = await s.get(Person, account.person_id)
-                    return Identity(account.person_id, display_name or (person.display_name if person else ""))
-                now = self.clock.now()
-                person = Person(id=new_id(), display_name=display_name or account_id, created_at=now)
-                try:
-                    s.add(person)
-                    await s.flush()
-                    s.add(
-                        Account(
-                            platform=platform,
-                            workspace=workspace,
-                            account_id=account_id,
-                            display_name=display_name,
-                            person_id=person.id,
-                            created_at=now,
-                        )
-                    )
-                    await s.commit()
-                    return Identity(person.id, person.display_name)
-                except IntegrityError:
-                    await s.rollback()
-            raise RuntimeError("could not resolve account")  # pragma: no cover - two lost races
+        """One driver transaction (a first contact used to cost an ORM session's dozen round trips,
+        and a burst of new people is a burst of first contacts)."""
+        now = self.clock.now()
+        where = " WHERE a.platform = :pl AND a.workspace = :w AND a.account_id = :acc"
+        known = ("SELECT a.person_id, a.display_name, p.display_name FROM accounts a"
+                 " JOIN people p ON p.id = a.person_id" + where)
+
+        def program(q: driver.Statements) -> driver.Program[Identity]:
+            row = yield q.one(known, pl=platform, w=workspace, acc=account_id)
+            if row is None:
+                person_id, name = new_id(), display_name or account_id
+                yield q.run("INSERT INTO people (id, display_name, created_at) VALUES (:id, :n, :t)",
+                            id=person_id, n=name, t=now)
+                added = yield q.run(
+                    "INSERT INTO accounts (platform, workspace, account_id, display_name, person_id, created_at)"
+                    " VALUES (:pl, :w, :acc, :n, :p, :t) ON CONFLICT (platform, workspace, account_id) DO NOTHING",
+                    pl=platform, w=workspace, acc=account_id, n=display_name, p=person_id, t=now)
+                if added == 1:
+                    return Identity(person_id, name)
+                # A concurrent first contact (another replica) added the account: theirs stands.
+                yield q.run("DELETE FROM people WHERE id = :id", id=person_id)
+                row = yield q.one(known, pl=platform, w=workspace, acc=account_id)
+                if row is None:  # pragma: no cover - the account that conflicted was deleted meanwhile
+                    raise RuntimeError("could not resolve account")
+            person_id, account_name, person_name = row
+            if display_name and account_name != display_name:
+                yield q.run("UPDATE accounts SET display_name = :n WHERE platform = :pl AND workspace = :w"
+                            " AND account_id = :acc", n=display_name, pl=platform, w=workspace, acc=account_id)
+            return Identity(person_id, display_name or person_name)
+
+        return await driver.transaction(self.engine, program)
 
     def forget_identity(self, platform: str, workspace: str, account_id: str) -> None:
         """Drop a cached identity (an account was linked or unlinked here; other replicas see it within IDENTITY_TTL)."""
