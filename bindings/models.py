@@ -297,6 +297,11 @@ class AgentSpec(Strict):
         default_factory=list, description="Other agents of this config (agents/<id>.yaml) this one may delegate to "
         "with the subagents capability",
     )
+    handoffs: bool | Literal["team"] | list[str] = Field(
+        default=True, description="Who this agent may send work to with the handoffs capability's send_to_agent: "
+        "true (any other agent of this config), team (the agents named under subagents:, its roster), a list of "
+        "agent ids, or false (nobody)",
+    )
     # Declared only so that its presence is refused with a pointer to the right file.
     channel_tools: Any = Field(default=None, exclude=True, json_schema_extra={"not": {}})
 

@@ -143,6 +143,23 @@ class Approvals:
             return None
         return f"Only {', '.join(deciders)} can change approvals here."
 
+    async def may_manage_chat_memory(self, binding_id: str, platform: str, workspace: str,
+                                     sender: Sender) -> str | None:
+        """None when `sender` may change a group chat's notes (`/memory` there); else why not.
+
+        The people who would decide a gated `delete_memory` in that chat: anyone in it when the
+        binding lets the channel or each requester decide (anyone there may ask the agent to change
+        the chat's notes and approve it), only those named when the binding names deciders.
+        """
+        binding = self._bindings().get(binding_id)
+        deciders = binding.approvals.deciders if binding is not None else "requester"
+        if not isinstance(deciders, list):
+            return None
+        person = await self.db.person_of(platform, workspace, sender.account_id)
+        if _names_on(platform, sender, person) & set(deciders):
+            return None
+        return f"Only {', '.join(deciders)} can change this chat's notes."
+
     async def _spoke(self, conv: repo.ConversationRef, sender: Sender, person: str | None) -> bool:
         return any(s.account_id == sender.account_id or (person is not None and s.person_id == person)
                    for s in await self.db.speakers(conv.id))
@@ -360,8 +377,12 @@ async def mode_changes(store: repo.Store, conversation_id: str | None = None) ->
 
 
 def _names(conv: repo.ConversationRef, sender: Sender, person: str | None) -> set[str]:
+    return _names_on(conv.platform, sender, person)
+
+
+def _names_on(platform: str, sender: Sender, person: str | None) -> set[str]:
     """The ways a decider list may name `sender`: account, platform:account, person id."""
-    return {sender.account_id, f"{conv.platform}:{sender.account_id}"} | ({person} if person else set())
+    return {sender.account_id, f"{platform}:{sender.account_id}"} | ({person} if person else set())
 
 
 def add_cli(sub: Any, load: Any) -> None:

@@ -30,6 +30,7 @@ from .delivery import Outbound
 from .events import EventBus
 from .first_sign import FirstSign
 from .inbound import Inbound
+from .memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
 from .messages import InboundMessage
 from .metrics import Metrics
 from .models_cache import ModelCache
@@ -74,6 +75,7 @@ class Gateway:
         self.outbound: Outbound
         self.approvals: Approvals
         self.stops: Stops
+        self.memory_cards: MemoryCards
         self.inbound: Inbound
         self.mcp: McpPool | None = None  # the MCP servers' connections, once installed
         self.extensions: list[Any] = []  # capabilities' parts: objects with optional start/stop
@@ -116,9 +118,11 @@ class Gateway:
         self.runner.park_handler = self.approvals.park
         self.runner.resume_results = self.approvals.results_for
         self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY)
+        self.memory_cards = MemoryCards(self.store, self.approvals, lambda: self.config.bindings, adapter_for)
         self.inbound = Inbound(config=lambda: self.config, store=self.store,
                                pairing=pairing.through(self.store, self.outbound),
-                               commands=Commands(self.store, self.approvals, self.outbound, self.stops),
+                               commands=Commands(self.store, self.approvals, self.outbound, self.stops,
+                                                 self.memory_cards),
                                outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics,
                                first_sign=lambda conv: self.first_sign.show(adapter_for(conv.binding_id), conv.target(),
                                                                             conv.id))
@@ -315,6 +319,9 @@ class Gateway:
 
     async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
         return await self.stops.stop(run_id, who, binding_id=binding_id)
+
+    async def memory_click(self, click: MemoryClick) -> MemoryClickOutcome:
+        return await self.memory_cards.click(click)
 
     async def get_state(self, binding_id: str, key: str) -> str | None:
         return await self.store.get_state(binding_id, key)

@@ -22,6 +22,7 @@ from aiohttp import web
 from adapters.base import BaseAdapter
 from bindings.models import BindingSpec, MattermostSection
 from gateway.adapter_registry import AdapterContext
+from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.reconnect import Backoff
 from gateway.store.availability import StoreUnavailable
@@ -37,6 +38,7 @@ from . import cards, stop
 from .client import Channel, MattermostClient, MattermostSocket, User
 from .directory import MattermostDirectory
 from .normalize import (
+    CHAT_KINDS,
     MalformedEvent,
     NormalizeContext,
     PostedEvent,
@@ -273,6 +275,8 @@ class MattermostAdapter(BaseAdapter):
             return web.json_response({"error": "malformed action request"}, status=400)
         if self._key is not None and isinstance(body.get("context"), dict) and "stop_run" in body["context"]:
             return await self._on_stop(body, user_id, channel_id)
+        if self._key is not None and isinstance(body.get("context"), dict) and "memory" in body["context"]:
+            return await self._on_memory(body, user_id, channel_id)
         verified = None
         if self._key is not None:
             verified = cards.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
@@ -304,6 +308,37 @@ class MattermostAdapter(BaseAdapter):
         who = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
         outcome = await self._dispatcher.stop_run(run_id, who, binding_id=self.binding_id)
         return web.json_response({} if outcome.stopped else {"ephemeral_text": outcome.message})
+
+    async def _on_memory(self, body: dict[str, Any], user_id: str, channel_id: str) -> web.Response:
+        """A `/memory` card's button: signed for this channel or 401. The core acts on the store of
+        the channel clicked in (and the clicker); the answer updates the post in place."""
+        assert self._key is not None
+        data = cards.memory_verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
+        if data is None or self._dispatcher is None:
+            return web.json_response({"error": "bad signature"}, status=401 if data is None else 503)
+        kind = CHAT_KINDS.get((await self._channel(channel_id)).get("type", ""), ChatKind.CHANNEL)
+        who = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
+        outcome = await self._dispatcher.memory_click(MemoryClick(
+            self.binding_id, server_name(self._section.url), channel_id, kind, who, data))
+        answer: dict[str, Any] = {"ephemeral_text": outcome.message} if outcome.message else {}
+        if outcome.card is not None:
+            answer["update"] = {"message": cards.memory_message(outcome.card),
+                                "props": self._memory_props(channel_id, outcome.card)}
+        return web.json_response(answer)
+
+    def _memory_props(self, channel_id: str, card: MemoryCard) -> dict[str, Any]:
+        assert self._action_url is not None and self._key is not None
+        return cards.memory_props(card, url=self._action_url, key=self._key, binding_id=self.binding_id,
+                                  channel_id=channel_id)
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        """Buttons only where the server can reach us (`http.public_url`); else the text answer."""
+        if self._action_url is None or self._key is None:
+            return None
+        post = await self._api().create_post(target.channel, cards.memory_message(card), root_id=target.thread or "",
+                                             props=self._memory_props(target.channel, card),
+                                             pending_post_id=self._pending_id())
+        return post.get("id", "")
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """A Stop action on the streaming reply (its props; the text is patched on its own), gone when final."""

@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.memory_card import MemoryButton, MemoryCard
 from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
 
 APPROVE_EMOJI = frozenset({"+1", "thumbsup"})
@@ -135,3 +136,46 @@ def _state(item: ApprovalItem) -> str:
 
 def _longest_backtick_run(text: str) -> int:
     return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
+# --- /memory cards ------------------------------------------------------------------------
+
+
+def memory_sign(key: bytes, *, binding_id: str, channel_id: str, data: str) -> str:
+    return hmac.new(key, f"v1|memory|{binding_id}|{channel_id}|{data}".encode(), hashlib.sha256).hexdigest()
+
+
+def memory_verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> str | None:
+    """The core's data when `context` is a memory button we signed for this channel, else None.
+    (The core checks the note against the store of the channel clicked in all the same.)"""
+    if not isinstance(context, Mapping):
+        return None
+    data, sig = context.get("memory"), context.get("sig")
+    if not (isinstance(data, str) and isinstance(sig, str)):
+        return None
+    return data if hmac.compare_digest(memory_sign(key, binding_id=binding_id, channel_id=channel_id, data=data), sig) else None
+
+
+def memory_message(card: MemoryCard) -> str:
+    """The card's text; the buttons are in `memory_props`, one attachment a note, in the same order."""
+    lines = [f"#### {card.title}"]
+    lines += [f"{n}. `{line.label}`{'' if line.in_use else ' ⛔'}: {line.detail}" for n, line in enumerate(card.lines, 1)]
+    lines += [f"\n{p}" for p in (card.status, f"_{card.footer}_" if card.footer else "") if p]
+    return "\n".join(lines)
+
+
+def memory_props(card: MemoryCard, *, url: str, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
+    def button(action_id: str, b: MemoryButton) -> dict[str, Any]:
+        context = {"memory": b.data, "sig": memory_sign(key, binding_id=binding_id, channel_id=channel_id, data=b.data)}
+        return {"id": action_id, "type": "button", "name": b.label, "style": _STYLES.get(b.style, "default"),
+                "integration": {"url": url, "context": context}}
+
+    attachments = [{"fallback": line.label, "text": f"{n}. `{line.label}`",
+                    "actions": [button(f"mem{n}x{k}", b) for k, b in enumerate(line.buttons)]}
+                   for n, line in enumerate(card.lines, 1) if line.buttons]
+    if card.actions:
+        attachments.append({"fallback": "Erase all", "actions": [button(f"memall{k}", b) for k, b in enumerate(card.actions)]})
+    return {"attachments": attachments}
+
+
+_STYLES = {"primary": "primary", "danger": "danger"}

@@ -36,6 +36,7 @@ from adapters.base import BaseAdapter, read_capped, within
 from gateway.adapter_registry import AdapterContext
 from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
+from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.surface import (
     ApprovalCard,
@@ -48,7 +49,7 @@ from gateway.surface import (
 from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
-from .cards import ACTION_PREFIX, card_message, parse_action_value
+from .cards import ACTION_PREFIX, MEMORY_ACTION_PREFIX, card_message, memory_message, parse_action_value
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient
 from .normalize import BotIdentity, chat_kind, normalize_event
@@ -67,6 +68,7 @@ class SlackAdapter(BaseAdapter):
 
     platform = "slack"
     limits = SLACK_LIMITS
+    speaks_as = True  # chat.postMessage's username: a handoff's answer shows under the agent's name
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.slack is None:
@@ -298,6 +300,11 @@ class SlackAdapter(BaseAdapter):
 
     async def _on_action(self, ack: Any, body: dict[str, Any]) -> None:
         """An approval button. Ack after the decision is recorded; tell a refused clicker privately."""
+        actions = body.get("actions") if isinstance(body, dict) else None
+        first = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else {}
+        if str(first.get("action_id", "")).startswith(MEMORY_ACTION_PREFIX):
+            await self._on_memory_action(ack, body, first)
+            return
         try:
             action = body["actions"][0]
             parsed = parse_action_value(str(action.get("value") or "")) if str(action.get("action_id", "")).startswith(ACTION_PREFIX) else None
@@ -324,6 +331,41 @@ class SlackAdapter(BaseAdapter):
             # After the ack (bolt sends it when this returns): the note must not delay it.
             self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
 
+    async def _on_memory_action(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A `/memory` card's button: the core acts (on the store of the channel clicked in and the
+        clicker, never what the button says), then the card is updated in place after the ack."""
+        try:
+            user_id = str(body["user"]["id"])
+            container = body.get("container") or {}
+            channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
+            ts = str(container.get("message_ts") or (body.get("message") or {}).get("ts") or "")
+            thread = container.get("thread_ts") or (body.get("message") or {}).get("thread_ts")
+            team = str((body.get("team") or {}).get("id") or body["user"].get("team_id") or "")
+        except (KeyError, TypeError, AttributeError) as e:
+            self._log.warning("dropping malformed memory action: %s: %s", type(e).__name__, e)
+            await ack()
+            return
+        if not channel:
+            await ack()
+            return
+        kind = ChatKind.DM if channel.startswith("D") else await self._channel_kind(channel)
+        outcome = await self._require_dispatcher().memory_click(MemoryClick(
+            self.binding_id, team, channel, kind,
+            Sender(user_id, await self._require_users().display_name(user_id)), str(action.get("value") or "")))
+        await ack()
+        if outcome.card is not None and ts:
+            text, blocks = memory_message(outcome.card)
+            self._spawn(self._update_quietly(channel, ts, text, blocks))
+        if outcome.message:
+            self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
+
+    async def _update_quietly(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        try:
+            await self._call("chat.update", channel,
+                             self._require_client().chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
+        except PlatformError as e:
+            self._log.warning("could not update a memory card: %s", e)
+
     async def _ephemeral(self, channel: str, user: str, text: str, thread: str | None) -> None:
         try:
             await self._post_ephemeral(channel, user, text, thread)
@@ -336,9 +378,12 @@ class SlackAdapter(BaseAdapter):
         return markdown_to_mrkdwn(markdown)
 
     async def post_message(self, target: ReplyTarget, text: str) -> str:
+        # Another agent's answer (a handoff) is posted under its own name: chat:write.customize.
+        persona = {"username": target.speaker} if target.speaker else {}
         response = await self._call(
             "chat.postMessage", target.channel,
-            self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False),
+            self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False,
+                                                    **persona),
         )
         return str(response["ts"])
 
@@ -382,6 +427,12 @@ class SlackAdapter(BaseAdapter):
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         text, blocks = card_message(card)
+        response = await self._call("chat.postMessage", target.channel,
+                                    self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
+        return str(response["ts"])
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        text, blocks = memory_message(card)
         response = await self._call("chat.postMessage", target.channel,
                                     self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
         return str(response["ts"])

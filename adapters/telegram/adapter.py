@@ -33,6 +33,7 @@ from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
 from gateway.commands import commands_for
+from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
@@ -46,7 +47,7 @@ from gateway.surface import (
 
 from .budget import RULES, TelegramBudget
 from .live import TelegramLiveReply
-from .cards import card_html, card_keyboard
+from .cards import card_html, card_keyboard, memory_html, memory_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
 from .normalize import BotIdentity, ButtonClick, normalize_update
@@ -265,7 +266,9 @@ class TelegramAdapter(BaseAdapter):
         bot = self._require_bot()
         text, alert = "", False
         try:
-            if click.decision is None:
+            if click.memory is not None:
+                text, alert = await self._on_memory_click(click)
+            elif click.decision is None:
                 text, alert = "This button is no longer valid.", True
             else:
                 outcome = await dispatcher.decide(click.target_id, click.decision, click.clicker,
@@ -281,6 +284,36 @@ class TelegramAdapter(BaseAdapter):
                 await bot.answer_callback_query(click.query_id, text=_clip(text, 200) or None, show_alert=alert)
             except TelegramError as e:  # e.g. the query expired while the core decided
                 self._log.warning("answerCallbackQuery failed: %s", e)
+
+    async def _on_memory_click(self, click: ButtonClick) -> tuple[str, bool]:
+        """A `/memory` card's button: the core acts on the store of the chat clicked in (and the
+        clicker), never what the data says; the card is edited in place. (answer text, as alert)."""
+        if click.chat_id is None or click.message_id is None or click.chat_kind is None or click.memory is None:
+            return "This button is no longer valid.", True
+        assert self._me is not None
+        outcome = await self._require_dispatcher().memory_click(MemoryClick(
+            self.binding_id, str(self._me.id), click.chat_id, click.chat_kind, click.clicker, click.memory))
+        if outcome.card is not None:
+            bot = self._require_bot()
+            chat_id = int(click.chat_id)
+            async with self.pacer.paced(self.budget.message(chat_id)):
+                with translated("editMessageText"):
+                    try:
+                        await bot.edit_message_text(memory_html(outcome.card), chat_id, int(click.message_id),
+                                                    parse_mode=ParseMode.HTML, reply_markup=memory_keyboard(outcome.card))
+                    except TelegramError as e:
+                        if not is_not_modified(e):
+                            raise
+        return outcome.message, bool(outcome.message) and outcome.card is None
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        bot = self._require_bot()
+        chat_id, thread = _chat(target)
+        async with self.pacer.paced(self.budget.message(chat_id)):
+            with translated("sendMessage"):
+                sent = await bot.send_message(chat_id, memory_html(card), parse_mode=ParseMode.HTML,
+                                              message_thread_id=thread, reply_markup=memory_keyboard(card))
+        return str(sent.message_id)
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
         """`getFile`, then the file download URL (the Bot API serves at most 20 MB)."""

@@ -77,6 +77,7 @@ class PostedMessage:
     appends: list[str] = field(default_factory=list)  # the markdown each chat.appendStream added
     block_edits: list[list[dict[str, Any]] | None] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
+    username: str | None = None  # chat.postMessage's username (chat:write.customize): the name Slack shows
 
 
 @dataclass
@@ -375,7 +376,8 @@ class FakeSlack:
         if channel not in self.channels:
             return {"ok": False, "error": "channel_not_found"}
         blocks = _maybe_json(args.get("blocks"))
-        msg = PostedMessage(channel, self.next_ts(), args.get("text", ""), self.bot_user_id, args.get("thread_ts") or None, self.bot_id, blocks)
+        msg = PostedMessage(channel, self.next_ts(), args.get("text", ""), self.bot_user_id, args.get("thread_ts") or None, self.bot_id, blocks,
+                            username=args.get("username") or None)
         self.messages.append(msg)
         if self.echo_bot_posts and self._sockets:
             event = self._message_event(msg, kind=self.channels[channel].kind)
