@@ -27,6 +27,7 @@ from .retention import Pruning
 from .commands import Commands
 from .conversations import Scheduler
 from .delivery import Outbound
+from .event_relay import EventRelay
 from .events import EventBus
 from .first_sign import FirstSign
 from .inbound import Inbound
@@ -84,6 +85,7 @@ class Gateway:
         self._site: web.TCPSite | None = None
         self._accepting = False
         self._sweeper: asyncio.Task[None] | None = None
+        self.relay: EventRelay | None = None  # the event stream across replicas (PostgreSQL only)
         self.notifier = Notifier()
         self.routes = http.AdapterRoutes()
         self.port = 0
@@ -107,6 +109,10 @@ class Gateway:
             await engine.dispose()
             raise
         self.store = repo.Store(engine, self.clock, lease_seconds=database.run_lease_seconds)
+        if self.store.shared:  # other replicas may serve the browser watching a run of ours
+            self.relay = EventRelay(engine, self.store, self.events)
+            self.events.relay = self.relay
+            await self.relay.start()
         self.scheduler = Scheduler(self.store, self.runner.execute, self.config.gateway.limits.concurrent_runs,
                                    on_active=self.metrics.queue_depth.set)
         adapter_for = lambda binding_id: self.adapters.get(binding_id)  # noqa: E731 - the dict is replaced at start
@@ -291,6 +297,10 @@ class Gateway:
             if hasattr(ext, "stop"):
                 with contextlib.suppress(Exception):
                     await ext.stop()
+        if self.relay is not None:
+            self.events.relay = None
+            await self.relay.stop()
+            self.relay = None
         await self.models.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -342,6 +352,8 @@ class Gateway:
         database = await self.store.health()  # "degraded" (writes waiting) still serves: ready
         ready = database["status"] != "down" and all(b["connected"] for b in bindings.values())
         state: dict[str, Any] = {"ready": ready, "database": database, "bindings": bindings}
+        if self.relay is not None:
+            state["event_stream"] = self.relay.state()
         for ext in self.extensions:  # informational parts (MCP servers); they do not decide `ready`
             if hasattr(ext, "readiness"):
                 state.update(ext.readiness())

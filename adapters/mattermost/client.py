@@ -20,6 +20,8 @@ import aiohttp
 from adapters.base import CLOSE_TIMEOUT, read_capped
 from gateway.surface import NotVisible, PlatformError, RateLimited
 
+from .budget import ServerLimit
+
 log = logging.getLogger("adapters.mattermost.client")
 
 
@@ -121,6 +123,7 @@ class MattermostClient:
         self._token = token
         self._owns_session = session is None
         self._session = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
+        self.server_limit = ServerLimit()  # every REST call waits here for the server's limit
 
     async def close(self) -> None:
         if self._owns_session:
@@ -149,9 +152,12 @@ class MattermostClient:
             raise MattermostUnavailable(f"{call}: {type(e).__name__}: {e}") from None
 
     async def _request(self, method: str, path: str, body: Any, params: Mapping[str, Any] | None, call: str) -> Any:
-        async with self._session.request(
+        # Paced by the limit the server announced on earlier answers (`budget`), so that the
+        # gateway itself causes no 429; one that comes anyway is raised for the core to wait out.
+        async with self.server_limit.call() as limited, self._session.request(
             method, f"{self.base_url}/api/v4{path}", json=body, params=params, headers=self._headers()
         ) as resp:
+            limited.answered(resp.headers)
             raw = await resp.read()
             if resp.status == 429:
                 raise RateLimited(retry_after(resp.headers), method=call)

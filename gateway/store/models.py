@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     ForeignKey,
@@ -357,3 +358,20 @@ class KnowledgeChunk(Base):
     heading: Mapped[str] = mapped_column(String(500))
     anchor: Mapped[str] = mapped_column(String(200))
     text: Mapped[str] = mapped_column(Text)
+
+
+class StreamEvent(Base):
+    """One event of a web conversation's live stream, kept a few minutes so that the other replicas
+    on a shared PostgreSQL database can show it to their browsers (`gateway/event_relay.py`).
+
+    NOTIFY only says "conversation X has news"; the event itself is read from here, so a payload
+    over NOTIFY's 8,000 bytes and a replica whose LISTEN connection dropped both still get it.
+    """
+
+    __tablename__ = "stream_events"
+    __table_args__ = (Index(None, "conversation_id", "created_at"), Index(None, "created_at"))
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(String(40))
+    origin: Mapped[str] = mapped_column(String(80))  # the replica that published it (`Store.owner`)
+    body: Mapped[str] = mapped_column(Text)  # the event as JSON
+    created_at: Mapped[datetime] = mapped_column(TS)  # the database's clock, so replicas agree

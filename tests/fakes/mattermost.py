@@ -4,7 +4,7 @@ It speaks the wire protocol the real server speaks (shapes from mattermost/matte
 `api/v4/source/*.yaml`, `server/public/model/websocket_message.go`, `app/post.go`,
 `app/integration_action.go`), so the adapter under test talks to it exactly as it would talk to
 a real server. Tests seed users, teams and channels, act as people (`user_post`, `react`,
-`click`), inject trouble (`rate_limit`, `drop_websockets`) and read what a person would see
+`click`), inject trouble (`rate_limit`, `limit_rate`, `drop_websockets`) and read what a person would see
 (`posts_in`, `history`, `ephemerals`).
 
 Facts reproduced on purpose:
@@ -16,7 +16,8 @@ Facts reproduced on purpose:
   (in a DM the other member, in a group DM every member but the poster); `team_id` is empty
   for D and G channels; `integration` is stripped from posts sent to clients.
 - REST errors are `{id, message, detailed_error, request_id, status_code}`; a 429 is
-  `text/plain` with `X-Ratelimit-Reset` and `Retry-After`; a message over 16,383 characters
+  `text/plain` with `X-Ratelimit-Reset` and `Retry-After`; with rate limiting on (`limit_rate`)
+  every answer carries `X-Ratelimit-Limit` / `-Remaining` / `-Reset`, GCRA per token; a message over 16,383 characters
   is a 400; a retried create with the same `pending_post_id` returns the same post.
 - An action click posts `{user_id, user_name, channel_id, ..., context}` to the action's
   `integration.url`; anything but 200 fails the click; `update` without `message` blanks the
@@ -30,6 +31,7 @@ import asyncio
 import base64
 import copy
 import json
+import math
 import re
 import time
 import uuid
@@ -68,6 +70,35 @@ class RateLimitRule:
     path: re.Pattern[str]
     times: int
     reset: int
+
+
+@dataclass
+class ServerRateLimit:
+    """The server's rate limiting (System Console > Rate Limiting), per token as with
+    `VaryByHeader: Authorization`: GCRA as the `throttled` library does it, a burst of
+    `max_burst + 1` calls refilled at `per_sec` a second."""
+
+    per_sec: float
+    max_burst: int
+    tat: dict[str, float] = field(default_factory=dict)  # key -> theoretical arrival time
+
+    def check(self, key: str, now: float) -> tuple[bool, dict[str, str]]:
+        """Whether a call arriving `now` is admitted (and counted), with the headers to answer."""
+        interval = 1 / self.per_sec
+        tolerance = interval * (self.max_burst + 1)
+        tat = max(self.tat.get(key, now), now)
+        new_tat = tat + interval
+        allow_at = new_tat - tolerance
+        limit = self.max_burst + 1
+        if now < allow_at:
+            headers = {"X-Ratelimit-Limit": str(limit), "X-Ratelimit-Remaining": "0",
+                       "X-Ratelimit-Reset": str(math.ceil(tat - now)),
+                       "Retry-After": str(math.ceil(allow_at - now))}
+            return False, headers
+        self.tat[key] = new_tat
+        remaining = int((now - allow_at) / interval + 1e-9)
+        return True, {"X-Ratelimit-Limit": str(limit), "X-Ratelimit-Remaining": str(min(remaining, limit)),
+                      "X-Ratelimit-Reset": str(math.ceil(new_tat - now))}
 
 
 @dataclass
@@ -121,6 +152,8 @@ class FakeMattermost:
         self.request_times: list[float] = []  # time.monotonic() of each entry of `requests`
         self.typing_times: list[float] = []  # time.monotonic() of each entry of `typing`
         self.rate_limits: list[RateLimitRule] = []
+        self.server_limit: ServerRateLimit | None = None  # set by `limit_rate`
+        self.throttled: list[tuple[str, str]] = []  # (method, path) of calls refused by `server_limit`
         self.click_log: list[dict[str, Any]] = []  # what was posted to integrations
         self.websocket_connects = 0
         self.break_after_create = 0  # create the next N posts, then cut the connection unanswered
@@ -319,6 +352,11 @@ class FakeMattermost:
         for conn in list(self._conns.values()):
             if conn.user_id == user_id:
                 await conn.send_event(event, data, {"omit_users": None, "user_id": user_id, "channel_id": "", "team_id": ""})
+
+    def limit_rate(self, per_sec: float, max_burst: int) -> None:
+        """Rate limiting on, as an admin configures it: every REST call counts against its
+        token's budget, every answer says the limit in headers, a call over it gets a 429."""
+        self.server_limit = ServerRateLimit(per_sec, max_burst)
 
     def rate_limit(self, method: str, path_regex: str, *, times: int = 1, reset: int = 1) -> None:
         """The next `times` requests matching answer 429 with `reset` seconds to wait."""
@@ -580,7 +618,16 @@ class FakeMattermost:
                         "Retry-After": str(rule.reset),
                     },
                 )
-        return await handler(request)
+        if self.server_limit is None or request.path == "/api/v4/websocket":
+            return await handler(request)
+        admitted, headers = self.server_limit.check(request.headers.get("Authorization", ""), time.monotonic())
+        if not admitted:
+            self.throttled.append((request.method, request.path))
+            self._record((request.method, request.path, "<429>"))
+            return web.Response(status=429, text="limit exceeded\n", content_type="text/plain", headers=headers)
+        response = await handler(request)
+        response.headers.update(headers)
+        return response
 
     def _record(self, entry: tuple[str, str, Any]) -> None:
         self.requests.append(entry)
