@@ -2,9 +2,9 @@
 """The gateway under a streaming load, on fakes that enforce the platforms' rate budgets.
 
 500 conversations at once across Slack and Telegram (Slack: 200 assistant threads in DMs, which
-stream natively, and 50 channel threads, edited in place; Telegram: 200 private chats and 50
-conversations in 5 groups, all edited in place: message drafts are off by default, the
-`telegram.drafts` binding option).
+stream natively, and 50 channel threads, edited in place; Telegram: 200 private chats, which
+stream as message drafts (`telegram.drafts`, on by default), and 50 conversations in 5 groups,
+edited in place under the group budget).
 The model (an OpenAI-compatible fake in a helper process) streams 300 tokens over 6 s per answer.
 The daemon runs as its own process with real budgets (`limits.platform_budget_scale: 1`) and
 `limits.concurrent_runs: 500`; the fakes (`tests/fakes/`) answer 429 to any call over budget.
@@ -211,7 +211,7 @@ def report(load: Load, landed: int, took: float, cpu: float, rss_growth: float,
     # out; a native stream's final is chat.stopStream, not an append.
     rates: dict[str, list[float]] = {"Slack DM (native stream: appendStream)": [],
                                      "Slack channel thread (chat.update)": [],
-                                     "Telegram private chat (editMessageText)": [],
+                                     "Telegram private chat (sendMessageDraft, editMessageText)": [],
                                      "Telegram group (editMessageText)": []}
     kinds = list(rates)
     by_message: dict[tuple[str, str], list[float]] = {}
@@ -224,11 +224,16 @@ def report(load: Load, landed: int, took: float, cpu: float, rss_growth: float,
         native = channel.startswith("D")
         rates[kinds[0] if native else kinds[1]].append(_rate(times if native else times[:-1]))
     tg_messages: dict[tuple[int, int], list[float]] = {}
+    tg_drafts: dict[tuple[int, int], list[float]] = {}
     for c in tg_ok:
         if c.method == "editMessageText":
             tg_messages.setdefault((tg_chat(c), int(c.params.get("message_id") or 0)), []).append(c.at)
+        elif c.method == "sendMessageDraft":  # every draft is a draft: the final is a sendMessage
+            tg_drafts.setdefault((tg_chat(c), int(c.params.get("draft_id") or 0)), []).append(c.at)
     for (chat, _), times in tg_messages.items():
         rates[kinds[2] if chat > 0 else kinds[3]].append(_rate(times[:-1]))
+    for times in tg_drafts.values():
+        rates[kinds[2]].append(_rate(times))
     # The tightest budgets, in their busiest window: how close the gateway ran to what the platform allows.
     groups = [[c.at for c in tg_ok if c.method in ("sendMessage", "editMessageText") and tg_chat(c) == -100_000 - g]
               for g in range(5)]
