@@ -31,6 +31,7 @@ from pydantic_ai import RunContext, Tool
 from pydantic_ai.capabilities import AbstractCapability
 
 from bindings.models import AgentSpec
+from gateway.delegated import decisions_of
 from gateway.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
@@ -115,6 +116,14 @@ class _Handoffs:
         """
         return "\n".join(self._line(n) for n in self.allowed)
 
+    async def _wait_for(self, ctx: RunContext[Turn], agent: str, text: str) -> str:
+        """wait: true — the target runs as a sync delegate runs (reused, not copied), one hop deeper; a gated
+        call of its parks the whole run, and the decided card resumes it here."""
+        deeper = replace(ctx.deps, handoff_depth=ctx.deps.handoff_depth + 1)
+        delegation = _Delegation(deeper, SubagentsConfig(max_result_chars=self.config.max_result_chars),
+                                 self.board.delegator, _OWN_DEPTH)
+        return await delegation._run(replace(ctx, deps=deeper), agent, "handoff", self.agents[agent], text)
+
     async def send_to_agent(self, ctx: RunContext[Turn], agent: str, message: str, wait: bool = False) -> str:
         """Send work to another agent, for the person you are answering.
 
@@ -132,6 +141,10 @@ class _Handoffs:
             nothing was sent (an agent you may not send to, a chain or a conversation at its limit).
         """
         turn = ctx.deps
+        if wait and ctx.tool_call_approved and decisions_of(ctx.tool_call_metadata) is not None and agent in self.agents:
+            # A card for a gated call of the agent waited for was decided: it goes on where it stopped, in the
+            # slot it took when it was sent (the checks below held then).
+            return await self._wait_for(ctx, agent, "")
         if agent not in self.agents:
             return f"Not sent: there is no agent {agent!r}. You may send to: {', '.join(self.allowed)}."
         if agent not in self.allowed:
@@ -157,11 +170,7 @@ class _Handoffs:
                     "conversation may. Do this part yourself.")
         text = envelope(turn.agent, turn.requester.name, message)
         if wait:
-            # The target runs as a sync delegate runs (reused, not copied), one hop deeper.
-            deeper = replace(turn, handoff_depth=turn.handoff_depth + 1)
-            delegation = _Delegation(deeper, SubagentsConfig(max_result_chars=self.config.max_result_chars),
-                                     self.board.delegator, _OWN_DEPTH)
-            return await delegation._run(replace(ctx, deps=deeper), agent, "handoff", spec, text)
+            return await self._wait_for(ctx, agent, text)
 
         async def origin(conversation_id: str) -> None:
             await turn.state.put(ID, conversation_id, ORIGIN, json.dumps({

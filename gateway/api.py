@@ -349,7 +349,8 @@ def card_json(card: ApprovalCard) -> dict[str, Any]:
         "note": card.note,
         "pending": card.pending,
         "items": [
-            {"approval_id": i.approval_id, "tool": i.tool_name, "capability": i.capability, "arguments": i.arguments,
+            {"approval_id": i.approval_id, "tool": i.tool_name, "delegate": i.delegate, "headline": i.headline,
+             "capability": i.capability, "arguments": i.arguments,
              "state": i.state.value, "decided_by": i.decided_by}
             for i in card.items
         ],

@@ -75,6 +75,13 @@ class ApprovalItem:
     arguments: str  # pretty-printed, secrets redacted, truncated with a visible marker
     state: ItemState = ItemState.PENDING
     decided_by: str | None = None
+    delegate: str | None = None  # the delegate that made the call; None when the agent made it itself
+
+    @property
+    def headline(self) -> str:
+        """What a card says the call is: the tool, or "<delegate> wants to run <tool>" for a delegate's call,
+        so whoever decides knows it was not the agent they talk to that asked."""
+        return f"{self.delegate} wants to run {self.tool_name}" if self.delegate else self.tool_name
 
 
 @dataclass(frozen=True, slots=True)

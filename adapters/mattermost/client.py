@@ -49,6 +49,7 @@ class Channel(TypedDict, total=False):
     display_name: str
     header: str
     purpose: str
+    last_post_at: int  # ms
 
 
 class ChannelStats(TypedDict, total=False):
@@ -219,6 +220,16 @@ class MattermostClient:
             "GET", f"/channels/{channel_id}/posts", params={"page": 0, "per_page": per_page},
             call="GET /channels/{id}/posts"))
 
+    async def my_channels(self, user_id: str, team_id: str) -> list[Channel]:
+        """The user's channels in a team, with its direct and group messages."""
+        return cast(list[Channel], await self.request(
+            "GET", f"/users/{user_id}/teams/{team_id}/channels", call="GET /users/{id}/teams/{id}/channels"))
+
+    async def posts_since(self, channel_id: str, since_ms: int) -> PostList:
+        """Every post of the channel created or changed since `since_ms` (the server does not page these)."""
+        return cast(PostList, await self.request(
+            "GET", f"/channels/{channel_id}/posts", params={"since": since_ms}, call="GET /channels/{id}/posts?since"))
+
     # --- posts -----------------------------------------------------------------------------
 
     async def create_post(self, channel_id: str, message: str, *, root_id: str = "", props: dict[str, Any] | None = None,
@@ -289,6 +300,9 @@ class MattermostSocket:
         self.connection_id = ""
         self.next_seq = 0
         self._action_seq = 0
+        # Set when the server started a new stream where we asked to resume one: events sent
+        # meanwhile are lost to the websocket, and the caller catches up over REST.
+        self.new_stream = False
 
     @property
     def connected(self) -> bool:
@@ -321,7 +335,8 @@ class MattermostSocket:
             if frame["event"] == "hello":
                 new_id = str((frame.get("data") or {}).get("connection_id", ""))
                 if self.connection_id and new_id != self.connection_id:
-                    log.warning("websocket: server started a new stream; events during the gap may be missed")
+                    log.warning("websocket: the server could not resume the stream; catching up over REST")
+                    self.new_stream = True
                 self.connection_id = new_id
                 self.next_seq = 0
             if seq != self.next_seq:

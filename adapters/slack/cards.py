@@ -29,7 +29,7 @@ _STATE_LINE = {
 def card_message(card: ApprovalCard) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks). Decided items show who decided; their buttons are gone."""
     items = card.items[:MAX_ITEMS]
-    names = ", ".join(dict.fromkeys(i.tool_name for i in card.items))
+    names = ", ".join(dict.fromkeys(i.headline for i in card.items))
     pending = card.pending
     title = f"Approval needed: {names}" if pending else f"Approval decided: {names}"
     blocks: list[dict[str, Any]] = [
@@ -81,7 +81,7 @@ def _item_text(item: ApprovalItem) -> str:
     args = item.arguments
     if len(args) > MAX_ARGS_CHARS:
         args = args[: MAX_ARGS_CHARS - len(_TRUNCATED)] + _TRUNCATED
-    text = f"*{escape(item.tool_name)}*  _{escape(item.capability)}_"
+    text = f"*{escape(item.headline)}*  _{escape(item.capability)}_"
     if args.strip():
         text += f"\n```{escape(args)}```"
     if item.state in _STATE_LINE:

@@ -51,12 +51,12 @@ def card_html(card: ApprovalCard) -> str:
     """
     title = "🔐 <b>Approval needed</b>" if card.pending else "🔐 <b>Approval</b>"
     fixed = [title]
-    budget = MAX_TEXT - 200 - sum(len(i.tool_name) + len(i.capability) + 60 for i in card.items)
+    budget = MAX_TEXT - 200 - sum(len(i.headline) + len(i.capability) + 60 for i in card.items)
     budget -= len(card.deciders) + len(card.note)
     per_item = max(40, budget // max(1, len(card.items)))
     for n, item in enumerate(card.items, 1):
         number = f"{n}. " if len(card.items) > 1 else ""
-        fixed.append(f"\n{number}<b>{escape(item.tool_name)}</b> <i>({escape(item.capability)})</i>")
+        fixed.append(f"\n{number}<b>{escape(item.headline)}</b> <i>({escape(item.capability)})</i>")
         if item.arguments.strip():
             fixed.append(f"<pre>{escape(_cut(item.arguments, per_item))}</pre>")
         fixed.append(_state(item))

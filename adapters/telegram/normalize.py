@@ -22,6 +22,7 @@ from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.surface import Decision
 
 from .cards import parse_callback_data, parse_memory_data
+from .stop import parse_stop
 
 PLATFORM = "telegram"
 _CHAT_KINDS = {"private": ChatKind.DM, "group": ChatKind.GROUP, "supergroup": ChatKind.GROUP}
@@ -48,6 +49,7 @@ class ButtonClick:
     message_id: str | None
     memory: str | None = None  # a `/memory` card's button: the core's data, for `Dispatcher.memory_click`
     chat_kind: ChatKind | None = None
+    stop_run: str | None = None  # a Stop press on a streaming reply: the run it names
 
 
 def normalize_update(
@@ -112,6 +114,7 @@ def _click(update: Update) -> ButtonClick:
         message_id=str(message.message_id) if message is not None else None,
         memory=parse_memory_data(query.data),
         chat_kind=_CHAT_KINDS.get(message.chat.type) if message is not None else None,
+        stop_run=parse_stop(query.data),
     )
 
 

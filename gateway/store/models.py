@@ -201,6 +201,10 @@ class ApprovalRow(Base):
     decided_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     surface: Mapped[str | None] = mapped_column(String(40), nullable=True)
     position: Mapped[int] = mapped_column(Integer)
+    # Set when a sync delegate made the call: who asked (shown on the card), and the run's own `task`
+    # call it was made inside (what the run is resumed on, with this decision handed down).
+    delegate: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    parent_call_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TS)
 
 

@@ -157,6 +157,7 @@ class FakeMattermost:
         self.click_log: list[dict[str, Any]] = []  # what was posted to integrations
         self.websocket_connects = 0
         self.break_after_create = 0  # create the next N posts, then cut the connection unanswered
+        self.post_answer_delay = 0.0  # seconds POST /posts holds its answer after creating the post
         self.websocket_resumes = 0  # connections that continued an earlier stream without a hello
         # False: the server never answers a client's websocket close frame (a connection that
         # died without a word); the client must drop the connection itself.
@@ -181,6 +182,7 @@ class FakeMattermost:
         r.add_get("/api/v4/users/me/teams", self._get_my_teams)
         r.add_post("/api/v4/users/ids", self._users_by_ids)
         r.add_get("/api/v4/users/{user_id}", self._get_user)
+        r.add_get("/api/v4/users/{user_id}/teams/{team_id}/channels", self._user_team_channels)
         r.add_post("/api/v4/users/{user_id}/typing", self._rest_typing)
         r.add_get("/api/v4/teams/name/{name}", self._team_by_name)
         r.add_post("/api/v4/teams/{team_id}/channels/search", self._search_channels)
@@ -352,6 +354,18 @@ class FakeMattermost:
         for conn in list(self._conns.values()):
             if conn.user_id == user_id:
                 await conn.send_event(event, data, {"omit_users": None, "user_id": user_id, "channel_id": "", "team_id": ""})
+
+    async def push_raw(self, user_id: str, text: str) -> int:
+        """A frame as is (not JSON, no `seq`, any shape) on the user's live websockets; how many got it."""
+        sent = 0
+        for conn in list(self._conns.values()):
+            if conn.user_id == user_id and conn.ws is not None and not conn.ws.closed:
+                try:
+                    await conn.ws.send_str(text)
+                    sent += 1
+                except (ConnectionError, RuntimeError):
+                    pass
+        return sent
 
     def limit_rate(self, per_sec: float, max_burst: int) -> None:
         """Rate limiting on, as an admin configures it: every REST call counts against its
@@ -781,11 +795,30 @@ class FakeMattermost:
             "has_next": False,
         }
 
+    async def _user_team_channels(self, request: web.Request) -> web.Response:
+        """The user's channels in a team, their direct and group messages included (as the server does)."""
+        uid, _, err = await self._authed(request)
+        if err:
+            return err
+        wanted = request.match_info["user_id"]
+        if wanted == "me":
+            wanted = uid  # type: ignore[assignment]
+        team_id = request.match_info["team_id"]
+        if wanted != uid or team_id not in self.teams or uid not in self.team_members[team_id]:
+            return _app_error(403, "api.context.permissions.app_error", "You do not have the appropriate permissions.")
+        mine = [c for c in self.channels.values() if uid in self.members[c["id"]] and c["delete_at"] == 0
+                and (c["team_id"] == team_id or c["type"] in ("D", "G"))]
+        return web.json_response(mine)
+
     async def _channel_posts(self, request: web.Request) -> web.Response:
         channel, err = await self._channel_or_error(request)
         if err:
             return err
         assert channel is not None
+        if "since" in request.query:  # every post created or changed since (ms), unpaged, as the server does
+            since = int(request.query["since"])
+            changed = [p for p in self.posts_in(channel["id"]) if max(p["create_at"], p["update_at"]) >= since]
+            return web.json_response(self._post_list(changed))
         page, per_page = int(request.query.get("page", 0)), min(int(request.query.get("per_page", 60)), 200)
         newest_first = list(reversed(self.posts_in(channel["id"])))
         return web.json_response(self._post_list(newest_first[page * per_page : (page + 1) * per_page]))
@@ -816,6 +849,9 @@ class FakeMattermost:
         if not isinstance(body, dict):
             return _app_error(400, "api.context.invalid_body_param.app_error", "Invalid or missing post in request body.")
         post, err = await self._create(uid, body)  # type: ignore[arg-type]
+        held = time.monotonic()  # the post is in the channel; its creator hears so only later
+        while err is None and time.monotonic() - held < self.post_answer_delay:  # re-read: 0 releases it
+            await asyncio.sleep(0.05)
         if err is None and self.break_after_create > 0:
             self.break_after_create -= 1
             assert request.transport is not None

@@ -94,7 +94,7 @@
     card.items.forEach((item) => {
       const row = document.createElement("div");
       row.className = "item";
-      row.innerHTML = "<div><strong>" + esc(item.tool) + "</strong> <span class=who>(" + esc(item.capability) + ")</span></div><pre>" + esc(item.arguments) + "</pre>";
+      row.innerHTML = "<div><strong>" + esc(item.headline || item.tool) + "</strong> <span class=who>(" + esc(item.capability) + ")</span></div><pre>" + esc(item.arguments) + "</pre>";
       if (item.state === "pending") {
         [["approve", "Approve"], ["deny", "Deny"]].forEach(([decision, label]) => {
           const b = document.createElement("button");
