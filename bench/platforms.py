@@ -348,6 +348,7 @@ def free_port() -> int:
 class Proc:
     name: str
     popen: subprocess.Popen[bytes]
+    port: int = 0  # the daemon's HTTP port (/metrics, /readyz)
 
     @property
     def pid(self) -> int:
@@ -379,36 +380,44 @@ class Proc:
                 self.popen.wait(5)
 
 
-def write_gateway_config(directory: Path, port: int, platforms: list[Platform], limits: dict[str, Any] | None = None) -> None:
+def write_gateway_config(directory: Path, port: int, platforms: list[Platform], limits: dict[str, Any] | None = None,
+                         database_url: str | None = None, model: str = MODEL) -> None:
+    """`platforms`' bindings (none: the web API alone, a web binding), the bench agent on `model`."""
     (directory / "agents").mkdir(parents=True)
     (directory / "bindings").mkdir()
     # The fakes here do not enforce the platforms' budgets (budget_scale=0), and the daemon does
     # not pace by them: this bench measures the bots, not Slack's one post a second in a channel.
-    gateway = {"database": {"url": f"sqlite+aiosqlite:///{directory / 'gateway.db'}"},
+    gateway = {"database": {"url": database_url or f"sqlite+aiosqlite:///{directory / 'gateway.db'}"},
                "http": {"listen": f"127.0.0.1:{port}"}, "limits": {"platform_budget_scale": 0, **(limits or {})}}
     (directory / "gateway.yaml").write_text(json.dumps(gateway))
     (directory / "agents" / "assistant.yaml").write_text(json.dumps(
-        {"name": "Bench agent", "model": MODEL, "instructions": INSTRUCTIONS}))
+        {"name": "Bench agent", "model": model, "instructions": INSTRUCTIONS}))
     for p in platforms:
         (directory / "bindings" / f"{p.name.lower()}.yaml").write_text(json.dumps(p.binding()))
+    if not platforms:
+        (directory / "bindings" / "web.yaml").write_text(json.dumps({"platform": "web", "agent": "assistant"}))
 
 
 async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Platform],
-                        limits: dict[str, Any] | None = None) -> Proc:
+                        limits: dict[str, Any] | None = None, *, profile: str | None = None,
+                        database_url: str | None = None, model: str = MODEL) -> Proc:
+    """The daemon in its own process, ready (`/readyz`); `profile`: run it under cProfile, the
+    stats written to that file when it exits (SIGTERM)."""
     from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
     port = free_port()
     config = tmp / "config"
-    write_gateway_config(config, port, platforms, limits)
+    write_gateway_config(config, port, platforms, limits, database_url, model)
     pythonpath = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "PYTHONPATH": pythonpath, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed",
            "BENCH_SLACK_BOT_TOKEN": BOT_TOKEN, "BENCH_SLACK_APP_TOKEN": APP_TOKEN,
            "BENCH_SLACK_SIGNING_SECRET": SIGNING_SECRET, "BENCH_MM_TOKEN": Mattermost.TOKEN,
-           "BENCH_TELEGRAM_TOKEN": next(p for p in platforms if isinstance(p, Telegram)).fake.token}
+           "BENCH_TELEGRAM_TOKEN": next((p.fake.token for p in platforms if isinstance(p, Telegram)), "")}
     log = open(tmp / "gateway.log", "wb")  # noqa: SIM115 (closed with the process)
-    popen = subprocess.Popen([sys.executable, "-m", "gateway.cli", "run", "--config", str(config)], cwd=src, env=env,
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    proc = Proc("gateway", popen)
+    profiler = ["-m", "cProfile", "-o", profile] if profile else []
+    popen = subprocess.Popen([sys.executable, *profiler, "-m", "gateway.cli", "run", "--config", str(config)], cwd=src,
+                             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    proc = Proc("gateway", popen, port)
     deadline = time.monotonic() + 60
     async with aiohttp.ClientSession() as http:
         while True:
@@ -562,7 +571,7 @@ async def main(args: argparse.Namespace) -> int:
     ok = True
     try:
         with tempfile.TemporaryDirectory(prefix="gw-platform-bench-") as tmp:
-            gateway = await start_gateway(src, Path(tmp), model_url, gw_side)
+            gateway = await start_gateway(src, Path(tmp), model_url, gw_side, profile=args.profile)
             procs.append(gateway)
             bare = await start_bare({p.name: p for p in bare_side})
             procs.append(bare)
@@ -669,6 +678,7 @@ if __name__ == "__main__":
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
     parser.add_argument("--keep-log", help="copy the daemon's log here")
     parser.add_argument("--latency-only", action="store_true", help="only the latency rounds (to try a change)")
+    parser.add_argument("--profile", help="run the daemon under cProfile, its stats written to this file at the end")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pydantic-ai-alone", nargs=2, type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()

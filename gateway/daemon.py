@@ -154,6 +154,7 @@ class Gateway:
             self._accepting = True
             await self.sweep(at_start=True)
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway:sweep")
+            self.metrics.start()
         except BaseException:
             await self.stop()
             raise
@@ -270,6 +271,7 @@ class Gateway:
         """Finish what is in flight, then close. Messages that arrive meanwhile are still recorded
         (and so acknowledged) and wait in the store for the next start."""
         self.notifier.stopping()
+        await self.metrics.stop()
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):

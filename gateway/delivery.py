@@ -90,6 +90,7 @@ class ReplyStream:
         self._saved: set[int] = set()  # seqs that have a delivery row from this stream
         self._last_flush = float("-inf")
         self._blocked_until = float("-inf")
+        self._row: asyncio.Task[None] | None = None  # a draft's first delivery row, being written
 
     async def _load(self) -> None:
         if not self._loaded:
@@ -133,7 +134,10 @@ class ReplyStream:
             self.text = text
         if not self.text.strip():
             return
-        await self._flush(final=True)
+        try:
+            await self._flush(final=True)
+        finally:
+            await self.rows_written()
         # An adapter that remembers what it showed (the web chat, to send deltas) lets go of a
         # finished reply; otherwise it would keep every reply's text for the life of the process.
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
@@ -157,14 +161,27 @@ class ReplyStream:
             # Recorded when a message is first posted (so a restart edits it rather than posting
             # again) and when its text is final; intermediate edits need no row.
             if not known or piece_final:
-                # Let the adapter's own I/O (the web chat's event stream) go out first: the
-                # person sees the text now, the row follows a moment later.
-                await asyncio.sleep(0)
-                await self.store.save_delivery(
-                    self.run_id, self._base + seq, self._posted[seq].message_id, piece, piece_final,
-                    new=not known and seq not in self._saved,
-                )
+                new = not known and seq not in self._saved
+                await self.rows_written()  # rows are written in order
                 self._saved.add(seq)
+                save = self.store.save_delivery(self.run_id, self._base + seq, self._posted[seq].message_id, piece,
+                                                piece_final, new=new)
+                if new and not piece_final:
+                    # A draft's first row is written while the stream goes on: the next edit (the
+                    # final, for a quick answer) does not wait for it, the next row does. A crash
+                    # meanwhile leaves a post no row names, which `unrecorded_posts` finds.
+                    self._row = asyncio.create_task(save)
+                else:
+                    # Let the adapter's own I/O (the web chat's event stream) go out first: the
+                    # person sees the text now, the row follows a moment later.
+                    await asyncio.sleep(0)
+                    await save
+
+    async def rows_written(self) -> None:
+        """Wait for the draft row being written, if any (its error is raised here)."""
+        row, self._row = self._row, None
+        if row is not None:
+            await row
 
     async def _show(self, seq: int, text: str, *, must: bool) -> bool:
         for attempt in range(FINAL_ATTEMPTS if must else 1):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -28,6 +29,23 @@ class Metrics:
         self.tokens = Counter("gateway_model_tokens", "Model tokens", ["direction"], registry=r)
         # A leak of tasks shows here first (bench/chaos.py's soak samples it).
         Gauge("gateway_asyncio_tasks", "Tasks alive in the daemon's event loop", registry=r).set_function(_tasks)
+        # How late a timer fires: the time every callback waits behind a busy loop (bench/streaming.py
+        # reads its p99). Buckets fine at the low end, where a healthy loop lives.
+        self.loop_lag = Histogram("gateway_event_loop_lag_seconds", "How late the event loop ran a timer",
+                                  buckets=LAG_BUCKETS, registry=r)
+        self._lag_probe: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the loop-lag probe (in the running loop)."""
+        if self._lag_probe is None:
+            self._lag_probe = asyncio.create_task(_probe_lag(self.loop_lag), name="gateway:loop-lag")
+
+    async def stop(self) -> None:
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._lag_probe
+            self._lag_probe = None
 
     def run_ended(self, turn: Turn, outcome: str) -> None:
         self.runs.labels(turn.conversation.platform, outcome).inc()
@@ -36,6 +54,20 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+LAG_EVERY = 0.05  # seconds between probes: 20 cheap wake-ups a second
+LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+async def _probe_lag(histogram: Histogram) -> None:
+    """Sleep LAG_EVERY, observe how much later than asked the loop woke us (the lag every
+    callback queued at that moment saw too)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        asked = loop.time() + LAG_EVERY
+        await asyncio.sleep(LAG_EVERY)
+        histogram.observe(max(0.0, loop.time() - asked))
 
 
 def _tasks() -> float:

@@ -260,9 +260,11 @@ class Runner:
                 if line.role == REPORT:
                     await post_report(prepared.adapter, turn.target, line.text, self.gateway.store, self.gateway.clock)
         prompt: str | list[UserContent] = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
-        files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
-                                          max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
-                                          profile=self._profile(turn), uploads=self.gateway.uploads)
+        files = attachments.Files()
+        if claimed.files:
+            files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
+                                              max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
+                                              profile=self._profile(turn), uploads=self.gateway.uploads)
         if files.parts:
             prompt = [prompt, *files.parts]
             turn.notices.extend(files.notices)

@@ -129,8 +129,39 @@ async def test_a_restarted_run_edits_what_it_already_posted(store: Store) -> Non
     chat, clock = RecordingChat(), ManualClock()
     first = ReplyStream(chat, TARGET, store, "run4", clock)  # type: ignore[arg-type]
     await first.append("partial")
+    await first.rows_written()  # the process dies once the draft's row is in the store
     again = ReplyStream(chat, TARGET, store, "run4", clock)  # type: ignore[arg-type]
     await again.finish("the whole answer")
     assert list(chat.messages) == ["m1"] and chat.final() == ["the whole answer"]
 
 
+
+
+async def test_the_final_edit_does_not_wait_for_the_drafts_row(store: Store) -> None:
+    """A quick answer's final edit goes out while its first draft's row is still being written;
+    the final row waits for it, so the rows end up in order and right."""
+    import asyncio
+
+    chat, clock = RecordingChat(), ManualClock()
+    release = asyncio.Event()
+    save = store.save_delivery
+
+    async def slow_first_row(run_id: str, seq: int, message_id: str | None, text: str, final: bool, *, new: bool) -> None:
+        if new:
+            await release.wait()
+        await save(run_id, seq, message_id, text, final, new=new)
+
+    store.save_delivery = slow_first_row  # type: ignore[method-assign]
+    stream = ReplyStream(chat, TARGET, store, "run9", clock)  # type: ignore[arg-type]
+    await stream.append("Hello")
+    finishing = asyncio.create_task(stream.finish("Hello, world."))
+    for _ in range(100):
+        if chat.final() == ["Hello, world."]:
+            break
+        await asyncio.sleep(0)
+    assert chat.final() == ["Hello, world."], "the final edit went out before the draft's row was written"
+    assert not finishing.done()
+    release.set()
+    await finishing
+    (row,) = await store.deliveries("run9")
+    assert (row.platform_message_id, row.text) == ("m1", "Hello, world.")

@@ -173,3 +173,30 @@ async def test_an_admin_links_and_unlinks_from_the_command_line(tmp_path: Path, 
     assert "telegram:tg:101  Ada" not in out and "unlink telegram:tg:101  by admin:root" in out
     code, out = await asyncio.to_thread(run, "people", "link", "nonsense", "slack:T1:U1")
     assert code == 2 and "platform:workspace:account" in out
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_a_first_contact_seen_by_two_replicas_at_once_is_one_person(engine: str, tmp_path: Path) -> None:
+    """Two replicas meet the same new account at the same moment (each its own Store on one
+    database): both resolve it to the same person, and a later name change is kept."""
+    import asyncio
+
+    from tests.conftest import database_url
+
+    async with database_url(engine, tmp_path) as url:
+        engines = [create_engine(url), create_engine(url)]
+        try:
+            await migrate(engines[0])
+            a, b = Store(engines[0]), Store(engines[1])
+            found = await asyncio.gather(*(s.identify("slack", "T1", f"U{i}", f"Person {i}")
+                                           for i in range(20) for s in (a, b)))
+            assert all(found[2 * i].person_id == found[2 * i + 1].person_id for i in range(20))
+            assert len({f.person_id for f in found}) == 20
+            b.forget_identity("slack", "T1", "U0")
+            again = await b.identify("slack", "T1", "U0", "Person Zero")
+            assert again.person_id == found[0].person_id and again.display_name == "Person Zero"
+            (account,) = await PeopleStore(a).accounts(found[0].person_id)
+            assert (account.account_id, account.display_name) == ("U0", "Person Zero")
+        finally:
+            for e in engines:
+                await e.dispose()

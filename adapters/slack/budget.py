@@ -1,9 +1,14 @@
-"""Slack's published rate limits (api.slack.com/apis/rate-limits), as the adapter paces by them.
+"""Slack's published rate limits (docs.slack.dev/apis/web-api/rate-limits), as the adapter paces by them.
 
 Each Web API method has a tier: calls a minute for the app in one workspace (Tier 2: 20,
-Tier 3: 50, Tier 4: 100). `chat.postMessage` has its own: about one message a second in a
-channel. The streaming methods' tiers are Slack's for `chat.startStream` / `chat.appendStream`
-/ `chat.stopStream` as documented when they shipped (2, 4, 2).
+Tier 3: 50, Tier 4: 100). Checked against each method's reference page: `chat.update` Tier 3,
+`chat.postEphemeral` Tier 4, `chat.startStream` Tier 2, `chat.appendStream` Tier 4,
+`chat.stopStream` Tier 2. Two methods have special limits, counted per channel rather than per
+workspace: `chat.postMessage`, about one message a second in a channel, and
+`assistant.threads.setStatus`, which Slack's reference marks "special" and its own SDKs treat
+like `chat.postMessage`, per channel (the Java SDK's `SpecialTier_assistant_threads_setStatus`:
+60 a minute per DM; a minute's window, so a few threads starting together in one channel each
+get their status).
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ TIERS = (
     Rule("chat.update", 50, 60.0),
     Rule("chat.delete", 50, 60.0),
     Rule("chat.postEphemeral", 100, 60.0),
-    Rule("assistant.threads.setStatus", 50, 60.0),
     Rule("chat.startStream", 20, 60.0),
     Rule("chat.appendStream", 100, 60.0),
     Rule("chat.stopStream", 20, 60.0),
 )
-PER_CHANNEL = Rule("channel", 1, 1.0)
-RULES = (*TIERS, PER_CHANNEL)
+PER_CHANNEL = Rule("channel", 1, 1.0)  # chat.postMessage
+STATUS_PER_CHANNEL = Rule("assistant.threads.setStatus", 60, 60.0)
+RULES = (*TIERS, PER_CHANNEL, STATUS_PER_CHANNEL)
 
 
 class SlackBudget:
@@ -33,8 +38,10 @@ class SlackBudget:
 
     def scopes(self, method: str, channel: str) -> list[Scope]:
         scopes: list[Scope] = []
-        if (tier := self._rules.get(method)) is not None:
-            scopes.append((tier, ""))
         if method == "chat.postMessage":
             scopes.append((self._rules["channel"], channel))
+        elif method == STATUS_PER_CHANNEL.name:
+            scopes.append((self._rules[method], channel))
+        elif (tier := self._rules.get(method)) is not None:
+            scopes.append((tier, ""))
         return scopes

@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from ..clock import Clock, new_id
@@ -25,7 +24,7 @@ from ..surface import ReplyTarget
 from . import driver
 from .availability import DEGRADED_AFTER, StoreUnavailable, guard
 from .capability_state import CapabilityState
-from .models import Account, AdapterState, Conversation, Delivery, Message, Person, Run
+from .models import AdapterState, Conversation, Delivery, Message, Run
 
 log = logging.getLogger("gateway.store")
 
@@ -95,6 +94,7 @@ class Claimed:
     history: list[Line]
     fresh: bool  # never started before: nothing of it was posted yet
     more: bool = False  # other runs of the conversation were already queued behind it
+    files: bool = True  # files were shared with its messages (gateway.attachments): worth reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,17 +320,24 @@ class Store:
         cached = self._conversations.get_fresh(key)
         if cached is not None:
             return cached
-        async with self.sessions() as s:
-            conv = await s.scalar(select(Conversation).where(Conversation.key == key))
-        return self._remember(_ref(conv)) if conv else None
+        return await self._conversation_where("key", key)
 
     async def conversation(self, conversation_id: str) -> ConversationRef | None:
         cached = self._conversations.get_fresh(conversation_id)
         if cached is not None:
             return cached
-        async with self.sessions() as s:
-            conv = await s.get(Conversation, conversation_id)
-        return self._remember(_ref(conv)) if conv else None
+        return await self._conversation_where("id", conversation_id)
+
+    async def _conversation_where(self, column: str, value: str) -> ConversationRef | None:
+        """A conversation not in the cache: every message of a new conversation looks for it
+        first, so this is one driver round trip rather than an ORM session's five."""
+
+        def program(q: driver.Statements) -> driver.Program[ConversationRef | None]:
+            row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE {column} = :v", v=value)
+            return ConversationRef(*row) if row is not None else None
+
+        ref = await driver.transaction(self.engine, program)
+        return self._remember(ref) if ref is not None else None
 
     async def retire_conversation(self, conv: ConversationRef) -> None:
         """Free the conversation's key (`/new`): the next message there starts a new conversation.
@@ -393,39 +400,37 @@ class Store:
         return identity
 
     async def _identify(self, platform: str, workspace: str, account_id: str, display_name: str) -> Identity:
-        async with self.sessions() as s:
-            for _ in range(2):  # a concurrent first contact may win the insert; then read theirs
-                account = await s.scalar(
-                    select(Account).where(
-                        Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id
-                    )
-                )
-                if account is not None:
-                    if display_name and account.display_name != display_name:
-                        account.display_name = display_name
-                        await s.commit()
-                    person = await s.get(Person, account.person_id)
-                    return Identity(account.person_id, display_name or (person.display_name if person else ""))
-                now = self.clock.now()
-                person = Person(id=new_id(), display_name=display_name or account_id, created_at=now)
-                try:
-                    s.add(person)
-                    await s.flush()
-                    s.add(
-                        Account(
-                            platform=platform,
-                            workspace=workspace,
-                            account_id=account_id,
-                            display_name=display_name,
-                            person_id=person.id,
-                            created_at=now,
-                        )
-                    )
-                    await s.commit()
-                    return Identity(person.id, person.display_name)
-                except IntegrityError:
-                    await s.rollback()
-            raise RuntimeError("could not resolve account")  # pragma: no cover - two lost races
+        """One driver transaction (a first contact used to cost an ORM session's dozen round trips,
+        and a burst of new people is a burst of first contacts)."""
+        now = self.clock.now()
+        where = " WHERE a.platform = :pl AND a.workspace = :w AND a.account_id = :acc"
+        known = ("SELECT a.person_id, a.display_name, p.display_name FROM accounts a"
+                 " JOIN people p ON p.id = a.person_id" + where)
+
+        def program(q: driver.Statements) -> driver.Program[Identity]:
+            row = yield q.one(known, pl=platform, w=workspace, acc=account_id)
+            if row is None:
+                person_id, name = new_id(), display_name or account_id
+                yield q.run("INSERT INTO people (id, display_name, created_at) VALUES (:id, :n, :t)",
+                            id=person_id, n=name, t=now)
+                added = yield q.run(
+                    "INSERT INTO accounts (platform, workspace, account_id, display_name, person_id, created_at)"
+                    " VALUES (:pl, :w, :acc, :n, :p, :t) ON CONFLICT (platform, workspace, account_id) DO NOTHING",
+                    pl=platform, w=workspace, acc=account_id, n=display_name, p=person_id, t=now)
+                if added == 1:
+                    return Identity(person_id, name)
+                # A concurrent first contact (another replica) added the account: theirs stands.
+                yield q.run("DELETE FROM people WHERE id = :id", id=person_id)
+                row = yield q.one(known, pl=platform, w=workspace, acc=account_id)
+                if row is None:  # pragma: no cover - the account that conflicted was deleted meanwhile
+                    raise RuntimeError("could not resolve account")
+            person_id, account_name, person_name = row
+            if display_name and account_name != display_name:
+                yield q.run("UPDATE accounts SET display_name = :n WHERE platform = :pl AND workspace = :w"
+                            " AND account_id = :acc", n=display_name, pl=platform, w=workspace, acc=account_id)
+            return Identity(person_id, display_name or person_name)
+
+        return await driver.transaction(self.engine, program)
 
     def forget_identity(self, platform: str, workspace: str, account_id: str) -> None:
         """Drop a cached identity (an account was linked or unlinked here; other replicas see it within IDENTITY_TTL)."""
@@ -438,7 +443,7 @@ class Store:
         (its prompt and the conversation's history), in one transaction; None when nothing waits."""
         now = self.clock.now()
 
-        def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool] | None]:
+        def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool, bool] | None]:
             yield from self._lock(q, conversation_id)
             live = yield q.all(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
@@ -476,19 +481,23 @@ class Store:
                 " ORDER BY created_at DESC, id DESC LIMIT :n",
                 c=conversation_id, n=HISTORY_MESSAGES,
             )
-            return run, runs, rows, fresh
+            # Whether its messages came with files, here where it costs no round trip of its own:
+            # most runs have none, and then the run need not look them up.
+            files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
+                                " AND scope = :s", s=f"run:{run.id}")
+            return run, runs, rows, fresh, bool(files and files[0])
 
         # The message was accepted: a busy database delays its run, never drops it.
         claimed = await self.patiently(lambda: driver.transaction(self.engine, program), "claiming a run")
         if claimed is None:
             return None
-        run, runs, rows, fresh = claimed
+        run, runs, rows, fresh, files = claimed
         rows.reverse()
         run_id = run.id
         prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] in ("user", "report")]
         history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
         more = any(r.status == QUEUED and r.id != run_id for r in runs)
-        return Claimed(run, prompt, history, fresh, more)
+        return Claimed(run, prompt, history, fresh, more, files)
 
     async def run(self, run_id: str) -> Run | None:
         async with self.sessions() as s:
@@ -633,5 +642,3 @@ def _run(q: driver.Statements, row: driver.Row) -> Run:
     return Run(**values)
 
 
-def _ref(conv: Conversation) -> ConversationRef:
-    return ConversationRef(**{f.name: getattr(conv, f.name) for f in fields(ConversationRef)})

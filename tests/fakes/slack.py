@@ -8,10 +8,11 @@ Mode tests).
 
 Everything is recorded (`calls`, `acks`), nothing is asserted here: tests assert.
 
-Slack's rate limits are enforced: each method's tier (calls a minute for the workspace) and
-`chat.postMessage`'s one message a second per channel. A call over either gets HTTP 429 with
-`Retry-After`, as Slack answers it (`budget_scale` shortens every period; `throttled` lists the
-calls refused). A call counts when it succeeds.
+Slack's rate limits are enforced: each method's tier (calls a minute for the workspace), and
+the special limits counted per channel: `chat.postMessage` one a second, and
+`assistant.threads.setStatus` 60 a minute. A call over either gets HTTP 429 with `Retry-After`, as Slack answers it
+(`budget_scale` shortens every period; `throttled` lists the calls refused). A call counts
+when it succeeds.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ TIERS = {
     "chat.update": (50, 60.0),
     "chat.delete": (50, 60.0),
     "chat.postEphemeral": (100, 60.0),
-    "assistant.threads.setStatus": (50, 60.0),
     "chat.startStream": (20, 60.0),
     "chat.appendStream": (100, 60.0),
     "chat.stopStream": (20, 60.0),
 }
-PER_CHANNEL = (1, 1.0)  # chat.postMessage: one a second in a channel (short bursts aside)
+PER_CHANNEL = {  # (limit, seconds) per channel: Slack's special limits
+    "chat.postMessage": (1, 1.0),  # one a second in a channel (short bursts aside)
+    "assistant.threads.setStatus": (60, 60.0),  # as Slack's SDKs count it: 60 a minute per DM
+}
 BOT_TOKEN = "xoxb-fake-bot-token"
 APP_TOKEN = "xapp-fake-app-token"
 SIGNING_SECRET = "fake-signing-secret"
@@ -163,7 +166,7 @@ class FakeSlack:
         budget_scale: float = 1.0,
     ) -> None:
         self.tiers = {m: (limit, per * budget_scale) for m, (limit, per) in TIERS.items()}
-        self.per_channel = (PER_CHANNEL[0], PER_CHANNEL[1] * budget_scale)
+        self.per_channel = {m: (limit, per * budget_scale) for m, (limit, per) in PER_CHANNEL.items()}
         self.throttled: list[ApiCall] = []  # calls refused with 429 for going over a rate limit
         self._counted: dict[tuple[str, str], list[float]] = {}
         self.team_id, self.bot_user_id, self.bot_id, self.app_id = team_id, bot_user_id, bot_id, app_id
@@ -341,14 +344,14 @@ class FakeSlack:
 
     def _scopes(self, method: str, args: dict[str, Any]) -> list[tuple[str, str]]:
         scopes = [(method, "")] if method in self.tiers else []
-        if method == "chat.postMessage":
-            scopes.append((method, str(args.get("channel"))))
+        if method in self.per_channel:
+            scopes.append((method, str(args.get("channel") or args.get("channel_id"))))
         return scopes
 
     def _over_budget(self, scopes: list[tuple[str, str]], now: float) -> int | None:
         """Whole seconds to wait (Slack's Retry-After) when a call would go over a limit."""
         for scope in scopes:
-            limit, per = self.per_channel if scope[1] else self.tiers[scope[0]]
+            limit, per = self.per_channel[scope[0]] if scope[1] else self.tiers[scope[0]]
             recent = [t for t in self._counted.get(scope, []) if t > now - per]
             self._counted[scope] = recent
             if len(recent) >= limit:

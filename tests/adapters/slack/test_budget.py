@@ -56,3 +56,23 @@ async def test_posts_and_edits_in_a_burst_stay_within_the_channel_limit_and_the_
     assert fast_slack.throttled == [], "the gateway itself never causes a 429"
     assert len(fast_slack.bot_messages("C0GEN")) == 10
     assert len(fast_slack.calls_to("chat.update")) == 60, "more than a Tier 3 minute's 50: paced, none lost"
+
+
+async def test_thread_status_is_paced_per_channel_not_per_workspace(fast_slack: FakeSlack, paced: SlackAdapter) -> None:
+    """assistant.threads.setStatus has a special limit, per channel like chat.postMessage: 60
+    assistant threads in 60 DMs all show their status at once (more than a workspace tier's
+    minute allows), and statuses over one channel's minute are skipped, never a 429."""
+    dms = [f"D{i:04d}" for i in range(60)]
+    for dm in dms:
+        fast_slack.add_channel(dm, "", kind="im", members=["U0BOT"])
+
+    def in_dm(dm: str) -> ReplyTarget:
+        return ReplyTarget("slack", "acme", "T0TEAM", dm, "1.1", ChatKind.DM)
+
+    await asyncio.gather(*(paced.show_status(in_dm(dm), "is thinking…") for dm in dms))
+    shown = [c.args["channel_id"] for c in fast_slack.calls_to("assistant.threads.setStatus") if c.status == 200]
+    assert sorted(shown) == dms
+    for _ in range(70):
+        await paced.show_status(in_dm(dms[0]), "using web_fetch…")
+    assert fast_slack.throttled == []
+    assert len([c for c in fast_slack.calls_to("assistant.threads.setStatus") if c.args["channel_id"] == dms[0]]) < 61
