@@ -245,6 +245,7 @@ class Gateway:
             log.info("requeued runs interrupted in %d conversations", len(interrupted))
         for conversation_id in await self.store.conversations_with_queued_runs():
             self.scheduler.wake(conversation_id)
+        await self.approvals.show_unshown(at_start=at_start)  # cards a dead process never posted
 
     async def _sweep_forever(self) -> None:
         pruning = Pruning(self.store, self.config.gateway.retention, self.clock)

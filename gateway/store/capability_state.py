@@ -8,6 +8,7 @@ capability's state never leaks into another's and a process restart loses nothin
 from __future__ import annotations
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from ..clock import Clock
@@ -27,6 +28,17 @@ class CapabilityState:
         async with self._sessions() as s, s.begin():
             await s.merge(CapabilityStateRow(capability=capability, scope=scope, key=key, value=value,
                                              updated_at=self._clock.now()))
+
+    async def add(self, capability: str, scope: str, key: str, value: str) -> bool:
+        """Store a key that must not exist yet; False (nothing changed) if it does. Atomic on any
+        replica: the first caller wins."""
+        try:
+            async with self._sessions() as s, s.begin():
+                s.add(CapabilityStateRow(capability=capability, scope=scope, key=key, value=value,
+                                         updated_at=self._clock.now()))
+        except IntegrityError:
+            return False
+        return True
 
     async def delete(self, capability: str, scope: str, key: str | None = None) -> int:
         """Delete one key, or every key of the scope when `key` is None; returns how many."""
