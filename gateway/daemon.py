@@ -36,6 +36,7 @@ from .models_cache import ModelCache
 from .runner import Runner
 from .stopping import Stops
 from .store import repo
+from .store.availability import StoreUnavailable
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
 from .surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
@@ -254,6 +255,8 @@ class Gateway:
             try:
                 await self.sweep()
                 await pruning.when_due()
+            except StoreUnavailable as e:  # the next sweep does it; one line, not a traceback
+                log.warning("sweep skipped: the database is busy (%s)", e)
             except Exception:
                 log.exception("sweep failed")
 

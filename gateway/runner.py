@@ -53,6 +53,7 @@ from .llm import ModelConfigError
 from .memory import resolve_scope
 from .messages import ChatKind
 from .store import repo
+from .store.availability import StoreUnavailable
 from .store.conversation_log import ConversationLog
 from .store.models import Run
 from .store.notes import NoteStore
@@ -354,8 +355,8 @@ class Runner:
             status = repo.FINISHED
             await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
             gw.metrics.run_ended(turn, repo.FINISHED)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, StoreUnavailable):
+            raise  # a busy database is not the run's failure: the scheduler runs it again
         except Exception as e:
             typing.cancel()
             outcome = explain_failure(e, turn.agent)

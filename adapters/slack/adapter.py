@@ -36,6 +36,7 @@ from adapters.base import BaseAdapter, read_capped, within
 from gateway.adapter_registry import AdapterContext
 from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
+from gateway.store.availability import StoreUnavailable
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.surface import (
     ApprovalCard,
@@ -145,7 +146,17 @@ class SlackAdapter(BaseAdapter):
         app.event(re.compile(".*"))(self._on_event)
         app.action(re.compile(".*"))(self._on_action)
         app.command(re.compile(".*"))(self._on_command)
+        app.error(self._on_error)
         return app
+
+    async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
+        """A listener that raised: no ack goes out (Slack redelivers). A busy database is one
+        line, not a traceback; anything else is logged in full, as Bolt would."""
+        event_id = body.get("event_id", "?") if isinstance(body, dict) else "?"
+        if isinstance(error, StoreUnavailable):
+            self._log.warning("event %s not acknowledged: the database is busy (%s)", event_id, error)
+        else:
+            self._log.error("slack listener failed on %s", event_id, exc_info=error)
 
     async def _whoami(self) -> None:
         client = self._require_client()
@@ -225,8 +236,10 @@ class SlackAdapter(BaseAdapter):
             self._log.warning("dropping malformed slack event %s: %s: %s", event_id, type(e).__name__, e)
             message = None
         if message is not None:
-            # If this raises, no ack goes out and Slack delivers the event again later.
+            # If this raises, no ack goes out and Slack delivers the event again later (Bolt acks
+            # an event listener that returns, so a busy database must raise: `_on_error`).
             result = await self._require_dispatcher().submit(message)
+
             if not result.accepted:
                 self._log.debug("event %s not run: %s", event_id, result.reason or ("duplicate" if result.duplicate else "-"))
         await ack()

@@ -88,6 +88,8 @@ def is_transient(error: BaseException) -> bool:
         state = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
         if isinstance(state, str) and (state in _PG_RETRYABLE or state.startswith("08")):
             return True
+        if state == "55000" and "not currently accepting connections" in str(current):
+            return True  # the database closed to connections for a while (maintenance, a restore)
         if type(current).__module__.startswith("asyncpg") and type(current).__name__ in (
             "ConnectionDoesNotExistError", "InterfaceError", "InternalClientError",
         ):

@@ -575,6 +575,16 @@ class Store:
                 )
             return sorted({r.conversation_id for r in runs})
 
+    async def release_run(self, run_id: str) -> None:
+        """A run this process holds goes back to its queue (the database failed it mid-way): the
+        same as a lapsed lease, without waiting for one."""
+        async with self.sessions() as s, s.begin():
+            moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == RUNNING, Run.lease_owner == self.owner)
+                                    .values(status=QUEUED))
+            if moved.rowcount:
+                await s.execute(update(Message).where(Message.run_id == run_id, Message.status == "processing")
+                                .values(status=QUEUED))
+
     async def renew_leases(self, run_ids: Sequence[str]) -> None:
         if not run_ids:
             return
