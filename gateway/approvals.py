@@ -205,7 +205,7 @@ class Approvals:
                 ref = await adapter.post_card(target, card)
         except Exception as e:
             log.warning("could not post approval card %s: %s", card_id, e)
-            return  # no ref: shown again at the next start
+            return  # no ref: the sweep shows it again (show_unshown)
         await self.db.set_card_ref(card_id, ref)
 
     async def show_unshown(self, *, at_start: bool) -> int:
