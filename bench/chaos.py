@@ -65,12 +65,12 @@ async def kills(store: str, tmp: Path, duration: float) -> Tally:
                                          every=(1.5, 4.0), wait=120, seed=int(time.time()))
 
 
-async def approvals(store: str, tmp: Path, duration: float, row: Row) -> None:
+async def approvals(store: str, tmp: Path, duration: float, min_kills: int, row: Row) -> None:
     """Gated calls parked, the daemon killed meanwhile, every card decided (half at once)."""
     async with world(tmp / "approvals", store, gated=True) as w:
         row.approvals = Tally(store)
         await approvals_under_kills(w, row.approvals, slack_lanes=4, web_lanes=4, duration=duration,
-                                    every=(1.5, 4.0), wait=120, seed=int(time.time()))
+                                    every=(1.5, 4.0), wait=120, seed=int(time.time()), min_kills=min_kills)
 
 
 async def database_faults(store: str, tmp: Path, duration: float, row: Row) -> None:
@@ -224,7 +224,7 @@ async def main() -> int:
                   f"{row.tally.lost} lost, {row.tally.duplicated} duplicated", file=sys.stderr)
             for problem in row.tally.problems[:10]:
                 print(f"  {problem}", file=sys.stderr)
-            await approvals(store, tmp, approvals_s, row)
+            await approvals(store, tmp, approvals_s, 3 if args.quick else 20, row)
             print(f"{store}: approvals: {row.approvals.parked} parked, {row.approvals.resumed} resumed, "
                   f"{row.approvals.kills} kills", file=sys.stderr)
             for problem in row.approvals.problems[:10]:

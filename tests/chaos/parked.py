@@ -19,6 +19,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,11 +76,11 @@ async def _decided(held: Held, tally: Tally, wait: float, what: str) -> None:
             return
 
 
-async def slack_gated(w: World, tally: Tally, parked: Parked, until: float, *, wait: float, tag: str,
+async def slack_gated(w: World, tally: Tally, parked: Parked, going: Callable[[], bool], *, wait: float, tag: str,
                       rng: random.Random) -> None:
-    """New threads, each asking for one gated call, until `until`."""
+    """New threads, each asking for one gated call, while `going()`."""
     n = 0
-    while time.monotonic() < until:
+    while going():
         service = f"{tag}-{n}"
         n += 1
         msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> deploy {service}")
@@ -119,11 +120,11 @@ async def _async(value: Any) -> Any:
     return value
 
 
-async def web_gated(w: World, tally: Tally, parked: Parked, until: float, *, wait: float, tag: str,
+async def web_gated(w: World, tally: Tally, parked: Parked, going: Callable[[], bool], *, wait: float, tag: str,
                     rng: random.Random) -> None:
     async with aiohttp.ClientSession() as http:
         n = 0
-        while time.monotonic() < until:
+        while going():
             service = f"{tag}-{n}"
             n += 1
             status, body = await _request(http, "POST", f"{w.api}/api/v1/conversations",
@@ -247,18 +248,26 @@ async def database_after_drain(w: World) -> dict[str, Any]:
 
 
 async def approvals_under_kills(w: World, tally: Tally, *, slack_lanes: int, web_lanes: int, duration: float,
-                                every: tuple[float, float], wait: float = 60.0, seed: int = 22) -> Parked:
-    """Gated conversations for `duration` s with the killer running, then the held cards decided."""
+                                every: tuple[float, float], wait: float = 60.0, seed: int = 22,
+                                min_kills: int = 0) -> Parked:
+    """Gated conversations for `duration` s (longer, until `min_kills` kills, on a slow machine)
+    with the killer running, then the held cards decided."""
     from .harness import killer
 
     rng = random.Random(seed)
     parked = Parked()
     stop = asyncio.Event()
-    kill = asyncio.create_task(killer(w, tally, stop, every=every, rng=random.Random(seed + 1)))
     until = time.monotonic() + duration
-    asyncio.get_running_loop().call_later(duration, stop.set)
-    lanes = [slack_gated(w, tally, parked, until, wait=wait, tag=f"gs{i}", rng=rng) for i in range(slack_lanes)]
-    lanes += [web_gated(w, tally, parked, until, wait=wait, tag=f"gw{i}", rng=rng) for i in range(web_lanes)]
+
+    def going() -> bool:
+        if time.monotonic() < until or tally.kills < min_kills:
+            return True
+        stop.set()  # kills stop when sending does
+        return False
+
+    kill = asyncio.create_task(killer(w, tally, stop, every=every, rng=random.Random(seed + 1)))
+    lanes = [slack_gated(w, tally, parked, going, wait=wait, tag=f"gs{i}", rng=rng) for i in range(slack_lanes)]
+    lanes += [web_gated(w, tally, parked, going, wait=wait, tag=f"gw{i}", rng=rng) for i in range(web_lanes)]
     try:
         await asyncio.gather(*lanes)
     finally:
