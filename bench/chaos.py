@@ -184,7 +184,7 @@ def table(rows: list[Row], soaked: bool) -> str:
     out.append(line("approvals parked / resumed (kills)",
                     [f"{r.approvals.parked} / {r.approvals.resumed} ({r.approvals.kills})" for r in rows]))
     out.append(line("approvals duplicated / lost", [f"{r.approvals.duplicated} / {r.approvals.lost}" for r in rows]))
-    out.append(line("database faults (terminated|locks, closed)",
+    out.append(line("db faults (terminated or locks, closed)",
                     [f"{r.faults.done}, {r.faults.closed}" for r in rows]))
     out.append(line("  messages answered / admitted", [f"{r.fault_tally.answered} / {r.fault_tally.admitted}"
                                                        for r in rows]))
