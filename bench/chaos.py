@@ -6,7 +6,9 @@ Per store (SQLite, PostgreSQL), the real daemon (`agent-gateway run`) against th
 fake: a stream of messages with SIGKILL at random moments (at least 20 kills in a full run);
 gated tool calls parked and decided while the daemon is killed; database faults (PostgreSQL
 backends terminated and the database closed for seconds, SQLite locked by an admin); a 429
-storm, fuzzed web requests and Socket Mode frames; with --soak, mixed traffic for 30 minutes with
+storm, fuzzed web requests and Socket Mode frames, fuzzed Telegram updates, Mattermost frames and
+button callbacks on all three platforms (tests/chaos/platforms.py), Slack and Mattermost sockets
+dropped and Telegram polls cut under a stream; with --soak, mixed traffic for 30 minutes with
 RSS, open fds, asyncio tasks and database connections sampled every minute.
 
     .venv/bin/python bench/chaos.py             # the full run (no soak), ~10 minutes
@@ -40,6 +42,9 @@ from tests.chaos.faults import BUSY, Faults, stream_under_faults  # noqa: E402
 from tests.chaos.harness import Tally, slack_conversation, stream_under_kills, web_conversation, world  # noqa: E402
 from tests.chaos.parked import approvals_under_kills  # noqa: E402
 from tests.chaos.test_fuzz import fuzz_slack, fuzz_web  # noqa: E402
+from tests.chaos import platforms  # noqa: E402
+from tests.chaos.test_fuzz_platforms import (  # noqa: E402
+    _runner, fuzz_mattermost, fuzz_mattermost_actions, fuzz_slack_buttons, fuzz_telegram, still_answered)
 
 
 @dataclass
@@ -52,6 +57,9 @@ class Row:
     fuzz_tried: int = 0
     fuzz_crashes: int = 0
     fuzz_tracebacks: int = 0
+    drops: platforms.Drops = field(default_factory=platforms.Drops)
+    drops_tally: Tally = field(default_factory=Tally)
+    mm_resumes: int = 0
     slopes: dict[str, float] = field(default_factory=dict)
     samples: list[dict[str, float]] = field(default_factory=list)
     approvals: Tally = field(default_factory=Tally)  # gated conversations under kills
@@ -110,7 +118,38 @@ async def fuzz(store: str, tmp: Path, examples: int, row: Row) -> None:
             print(f"  fuzz: {str(e)[:300]}", file=sys.stderr)
         if w.daemon.proc is None or w.daemon.proc.returncode is not None:
             row.fuzz_crashes += 1
-        row.fuzz_tracebacks = w.daemon.log().count("Traceback")
+        row.fuzz_tracebacks += w.daemon.log().count("Traceback")
+
+
+async def drops(store: str, tmp: Path, duration: float, row: Row) -> None:
+    """Slack and Mattermost websockets dropped at random, Telegram long polls cut, under a stream."""
+    async with platforms.world(tmp / "drops", store) as w:
+        row.drops_tally = Tally(store)
+        row.drops = await platforms.stream_under_drops(w, row.drops_tally, conversations=4, duration=duration,
+                                                      every=(0.8, 2.5), poll_cut_share=0.3, wait=120,
+                                                      seed=int(time.time()))
+        row.mm_resumes = w.mattermost.websocket_resumes
+        row.fuzz_tracebacks += w.daemon.log().count("Traceback")
+
+
+async def platform_fuzz(store: str, tmp: Path, examples: int, row: Row) -> None:
+    """Telegram updates, Mattermost frames and button callbacks on all three platforms."""
+    async with platforms.world(tmp / "pfuzz", store) as w:
+        person = w.mattermost.add_user("fuzzy")
+        dm = w.mattermost.direct_channel(person["id"], w.mm_bot["id"])["id"]
+        run = _runner(asyncio.get_running_loop())
+        try:
+            row.fuzz_tried += await asyncio.to_thread(fuzz_telegram, w, run, examples)
+            row.fuzz_tried += await asyncio.to_thread(fuzz_mattermost, w, run, examples, person, dm)
+            row.fuzz_tried += await asyncio.to_thread(fuzz_mattermost_actions, w, examples, dm)
+            row.fuzz_tried += await asyncio.to_thread(fuzz_slack_buttons, w, run, examples)
+            await still_answered(w)
+        except AssertionError as e:  # a 500, or the next good message not answered once
+            row.fuzz_crashes += 1
+            print(f"  platform fuzz: {str(e)[:300]}", file=sys.stderr)
+        if w.daemon.proc is None or w.daemon.proc.returncode is not None:
+            row.fuzz_crashes += 1
+        row.fuzz_tracebacks += w.daemon.log().count("Traceback")
 
 
 def _sample(pid: int, api: str, store: str, db_files: Path) -> dict[str, float]:
@@ -193,7 +232,14 @@ def table(rows: list[Row], soaked: bool) -> str:
     out.append(line("429s absorbed (answers right / sent)",
                     [f"{r.absorbed_429} ({r.storm_answered - r.storm_wrong}/{r.storm_sent})" for r in rows]))
     out.append(line("malformed inputs tried / crashes", [f"{r.fuzz_tried} / {r.fuzz_crashes}" for r in rows]))
-    out.append(line("tracebacks in the log (fuzz)", [str(r.fuzz_tracebacks) for r in rows]))
+    out.append(line("tracebacks in the log (fuzz, drops)", [str(r.fuzz_tracebacks) for r in rows]))
+    out.append(line("drops: Slack / Mattermost / TG polls cut",
+                    [f"{r.drops.slack} / {r.drops.mattermost} / {r.drops.telegram_polls}" for r in rows]))
+    out.append(line("under drops: answered / sent", [f"{r.drops_tally.answered} / {r.drops_tally.sent}" for r in rows]))
+    out.append(line("under drops: duplicated / lost / wrong",
+                    [f"{r.drops_tally.duplicated} / {r.drops_tally.lost} / {r.drops_tally.wrong}" for r in rows]))
+    out.append(line("Mattermost streams resumed / caught up", [f"{r.mm_resumes} / {r.drops.mattermost_fresh}"
+                                                                for r in rows]))
     if soaked:
         for key, unit in (("rss_mib", "MiB/h"), ("fds", "fds/h"), ("tasks", "tasks/h"), ("db_conns", "conns/h")):
             out.append(line(f"soak slope after warm-up: {key}", [f"{r.slopes.get(key, 0):+.2f} {unit}" for r in rows]))
@@ -213,6 +259,7 @@ async def main() -> int:
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     kill_s, storm_s, examples = (30.0, 15.0, 60) if args.quick else (150.0, 40.0, 400)
     approvals_s, faults_s = (20.0, 20.0) if args.quick else (90.0, 60.0)
+    drop_s = 20.0 if args.quick else 90.0
     soak_min, sample_every = (5.0, 60.0) if args.quick else (30.0, 60.0)
     rows: list[Row] = []
     for store in args.stores.split(","):
@@ -234,6 +281,10 @@ async def main() -> int:
                 print(f"  {problem}", file=sys.stderr)
             await storm(store, tmp, storm_s, row)
             await fuzz(store, tmp, examples, row)
+            await platform_fuzz(store, tmp, examples, row)
+            await drops(store, tmp, drop_s, row)
+            for problem in row.drops_tally.problems[:10]:
+                print(f"  drops: {problem}", file=sys.stderr)
             if args.soak:
                 await soak(store, tmp, soak_min, sample_every, row)
             rows.append(row)
@@ -242,6 +293,7 @@ async def main() -> int:
               or r.storm_answered != r.storm_sent or r.approvals.lost or r.approvals.duplicated or r.approvals.wrong
               or r.approvals.problems or r.approvals.resumed != r.approvals.parked
               or r.fault_tally.lost or r.fault_tally.duplicated or r.fault_tally.wrong or r.faults.unanswered
+              or r.drops_tally.lost or r.drops_tally.duplicated or r.drops_tally.wrong
               for r in rows)
     return 1 if bad else 0
 

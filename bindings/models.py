@@ -297,6 +297,11 @@ class AgentSpec(Strict):
         default_factory=list, description="Other agents of this config (agents/<id>.yaml) this one may delegate to "
         "with the subagents capability",
     )
+    handoffs: bool | Literal["team"] | list[str] = Field(
+        default=True, description="Who this agent may send work to with the handoffs capability's send_to_agent: "
+        "true (any other agent of this config), team (the agents named under subagents:, its roster), a list of "
+        "agent ids, or false (nobody)",
+    )
     # Declared only so that its presence is refused with a pointer to the right file.
     channel_tools: Any = Field(default=None, exclude=True, json_schema_extra={"not": {}})
 
@@ -396,9 +401,8 @@ class TelegramSection(Strict):
         "(1-256 of A-Z a-z 0-9 _ -)"
     )
     drafts: bool = Field(
-        default=False, description="Stream private replies as message drafts (sendMessageDraft), then post the "
-        "final once. Off by default: under a load of dozens of private chats, final answers were seen not to land "
-        "(an open defect); with it off private replies are posted and edited in place under the chat budget")
+        default=True, description="Stream private replies as message drafts (sendMessageDraft), then post the "
+        "final once; false: private replies are posted and edited in place under the chat budget, as in groups")
     api_url: str = Field(
         default="https://api.telegram.org/bot",
         description="Bot API base; the token is appended (a local Bot API server: http://host:8081/bot)",

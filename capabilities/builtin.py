@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     context,
     conversation_search,
     guardrails,
+    handoffs,
     knowledge,
     memory_files,
     planning,

@@ -9,6 +9,12 @@ the ids this agent shares. Sync only: `task` runs the delegate to completion ins
 under the parent's usage limits, stores the delegate run under the conversation (transcript, usage,
 outcome) and returns its answer, clipped at `max_result_chars` with a marker saying so.
 
+A gated tool inside a delegate parks the parent's whole run: `task` stores the delegate's messages
+(outcome `parked`) and raises `ApprovalRequired` carrying the delegate's calls (`gateway.delegated`), so the
+card names the delegate. The run resumes this `task` call approved, with the decisions in its metadata;
+`task` then resumes the delegate from its stored messages with those decisions, and the delegate's answer
+comes back as this call's result — in this process or after a restart.
+
 Fan-out and nesting are ceilings, not errors: past `max_fanout` the model is told so in the tool result;
 at the depth bound the delegate is built without this capability at all.
 """
@@ -23,12 +29,14 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_ai import AgentRunResultEvent, DeferredToolRequests, RunCancelled, RunContext, Tool, UsageLimitExceeded, capture_run_messages
+from pydantic_ai import (AgentRunResultEvent, ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunCancelled,
+                         RunContext, Tool, ToolApproved, ToolDenied, UsageLimitExceeded, capture_run_messages)
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelMessagesTypeAdapter
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import UsageLimits
 
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
+from gateway.delegated import DECISIONS, DELEGATED, DelegatedCall, decisions_of, delegated_calls
 from gateway.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
@@ -139,6 +147,9 @@ class _Delegation:
             this reply, an unknown name) or that the delegate failed.
         """
         found = self.delegates.get(agent)
+        decisions = decisions_of(ctx.tool_call_metadata) if ctx.tool_call_approved else None
+        if decisions is not None:  # the run resumed from a card this delegate's calls were on
+            return await self._resume(ctx, agent, found, decisions)
         if found is None:
             return f"No delegate named {agent!r}. Yours are: {', '.join(self.delegates)}."
         if self.made >= self.config.max_fanout:
@@ -151,15 +162,52 @@ class _Delegation:
         return await self._run(ctx, agent, kind, spec, prompt)
 
     async def _run(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:
+        """Run a delegate inside this tool call (also handoffs' wait: true); when the call is one a decided
+        card resumed, continue the delegate that parked in it instead of starting it again."""
+        decisions = decisions_of(ctx.tool_call_metadata) if ctx.tool_call_approved else None
+        if decisions is not None:
+            return await self._resume(ctx, name, (kind, spec), decisions)
+        record: dict[str, Any] = {"run_id": ctx.deps.run_id, "tool_call_id": ctx.tool_call_id, "agent": name,
+                                  "kind": kind, "prompt": prompt, "levels_left": self.levels_left - 1,
+                                  "started_at": ctx.deps.clock.now().isoformat(), "usage": {}}
+        key = f"{ctx.deps.run_id}/{uuid.uuid4().hex[:12]}"
+        return await self._drive(ctx, spec, key, record, prompt=prompt)
+
+    async def _resume(self, ctx: RunContext[Turn], name: str, found: tuple[str, AgentSpec] | None,
+                      decisions: dict[str, bool | str]) -> str:
+        """Continue the delegate parked inside this very `task` call, from its stored messages, with the
+        card's decisions as its deferred results: the approved call runs there, once; a denied one is
+        answered to the delegate's model as denied."""
         parent = ctx.deps
+        stored = [(k, json.loads(v)) for k, v in (await parent.state.items(ID, parent.conversation.id)).items()]
+        parked = [(k, r) for k, r in stored if r.get("run_id") == parent.run_id
+                  and r.get("tool_call_id") == ctx.tool_call_id and r.get("outcome") == "parked"]
+        if not parked or found is None:
+            return (f"The delegate {name}'s paused work was not found (its agent or its stored run is gone), so "
+                    "nothing it asked for ran. Do this part yourself.")
+        key, record = parked[0]
+        results = DeferredToolResults()
+        for pending in record["pending"]:
+            if pending["nested"]:  # its own delegate's calls: that `task` goes on with the same decisions
+                results.approvals[pending["id"]] = ToolApproved()
+                results.metadata[pending["id"]] = {DECISIONS: decisions}
+            else:
+                decision = decisions.get(pending["id"], "Nobody approved this call in time.")
+                results.approvals[pending["id"]] = True if decision is True else ToolDenied(str(decision))
+        history = ModelMessagesTypeAdapter.validate_python(record["transcript"])
+        return await self._drive(ctx, found[1], key, record, history=history, deferred=results)
+
+    async def _drive(self, ctx: RunContext[Turn], spec: AgentSpec, key: str, record: dict[str, Any], *,
+                   prompt: str | None = None, history: list[ModelMessage] | None = None,
+                   deferred: DeferredToolResults | None = None) -> str:
+        parent = ctx.deps
+        name = record["agent"]
         child = replace(parent, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
-                        levels_left=self.levels_left - 1)
-        key = f"{parent.run_id}/{uuid.uuid4().hex[:12]}"
+                        levels_left=record["levels_left"])
         before = (ctx.usage.requests, ctx.usage.input_tokens or 0, ctx.usage.output_tokens or 0)
-        record: dict[str, Any] = {"run_id": parent.run_id, "agent": name, "kind": kind, "prompt": prompt,
-                                  "levels_left": child.levels_left, "started_at": parent.clock.now().isoformat()}
         answer = ""
         outcome, reason = "failed", ""
+        parked: DeferredToolRequests | None = None
         with capture_run_messages() as messages:
             try:
                 for prepare in self.delegator.preparers:
@@ -168,7 +216,7 @@ class _Delegation:
                 result = None
                 # Streamed, as the runner drives every agent (the models it builds are used streaming).
                 async with agent.run_stream_events(
-                    prompt, deps=child, usage=ctx.usage,
+                    prompt, message_history=history, deferred_tool_results=deferred, deps=child, usage=ctx.usage,
                     usage_limits=UsageLimits(request_limit=parent.agent.limits.model_requests),
                 ) as events:
                     async for event in events:
@@ -176,9 +224,8 @@ class _Delegation:
                             result = event.result
                 assert result is not None
                 if isinstance(result.output, DeferredToolRequests):
-                    outcome, reason = "refused", "a tool needed a person's approval"
-                    answer = (f"The delegate {name} stopped: one of its tools needs a person's approval, which a "
-                              "delegation cannot ask for yet. Do that part yourself.")
+                    parked = result.output
+                    messages[:] = result.all_messages()
                 else:
                     outcome, answer = "finished", str(result.output)
             except (UsageLimitExceeded, RunCancelled) as e:
@@ -189,19 +236,52 @@ class _Delegation:
                 outcome, reason = "failed", f"{type(e).__name__}: {e}"
                 log.warning("delegate %s failed", name, exc_info=e, extra=parent.log_fields)
                 answer = f"The delegate {name} failed ({type(e).__name__}). Do this part yourself or try another."
+        if parked is not None:
+            calls, pending = _gated(child, name, parked)
+            if calls is None:  # a call to run elsewhere, which this gateway never asks for: not something to park on
+                outcome, reason = "refused", "a tool deferred its call"
+                answer = f"The delegate {name} stopped: one of its tools could not run here. Do that part yourself."
+            else:
+                # The whole run parks: this `task` call is the parent's deferred call, carrying the delegate's
+                # calls for the card; the delegate's messages are stored to resume it from, here or after a restart.
+                record["pending"] = pending
+                await self._store(parent, key, record, messages, ctx, before, "parked", "waiting for approval", "")
+                raise ApprovalRequired(metadata={DELEGATED: [c.model_dump(mode="json") for c in calls]})
         await self._store(parent, key, record, messages, ctx, before, outcome, reason, answer)
         return clip(answer, self.config.max_result_chars)
 
     async def _store(self, parent: Turn, key: str, record: dict[str, Any], messages: list[Any], ctx: RunContext[Turn],
                      before: tuple[int, int, int], outcome: str, reason: str, answer: str) -> None:
         u = ctx.usage
+        so_far = record.get("usage") or {}  # a resumed delegate adds to what it used before it parked
         record.update(
             outcome=outcome, reason=reason, answer=answer, ended_at=parent.clock.now().isoformat(),
-            usage={"requests": u.requests - before[0], "input_tokens": (u.input_tokens or 0) - before[1],
-                   "output_tokens": (u.output_tokens or 0) - before[2]},
+            usage={"requests": so_far.get("requests", 0) + u.requests - before[0],
+                   "input_tokens": so_far.get("input_tokens", 0) + (u.input_tokens or 0) - before[1],
+                   "output_tokens": so_far.get("output_tokens", 0) + (u.output_tokens or 0) - before[2]},
             transcript=ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
         )
         await parent.state.put(ID, parent.conversation.id, key, json.dumps(record))
+
+
+def _gated(child: Turn, name: str, requests: DeferredToolRequests) -> tuple[list[DelegatedCall] | None, list[dict[str, Any]]]:
+    """The delegate's pending approvals as the parent's card shows them (its own delegates' calls named
+    through it), and what to resume it with; None when it deferred something other than an approval."""
+    if requests.calls:
+        return None, []
+    calls: list[DelegatedCall] = []
+    pending: list[dict[str, Any]] = []
+    for call in requests.approvals:
+        nested = delegated_calls(requests.metadata.get(call.tool_call_id))
+        if nested is not None:
+            calls.extend(c.model_copy(update={"delegate": f"{name} › {c.delegate}"}) for c in nested)
+        else:
+            info = child.tools.get(call.tool_name)
+            calls.append(DelegatedCall(tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args,
+                                       tool_id=info.stable_id if info else call.tool_name,
+                                       capability=info.capability if info else "unknown", delegate=name))
+        pending.append({"id": call.tool_call_id, "nested": nested is not None})
+    return calls, pending
 
 
 def build(ctx: BuildContext) -> AbstractCapability[Any] | None:

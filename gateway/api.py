@@ -18,6 +18,8 @@ from aiohttp import web
 from bindings.models import BindingSpec
 
 from .clock import new_id
+from .handoff_runs import answers_beside
+from .memory_card import MemoryButton, MemoryCard, MemoryClick
 from .messages import Attachment, ChatKind, InboundMessage, Sender
 from .store import repo
 from .store.notes import Note, NoteStore
@@ -45,6 +47,7 @@ def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
         web.post("/api/v1/runs/{id}/stop", api.stop_run),
         web.get("/api/v1/me/memory", api.my_memory),
         web.post("/api/v1/me/memory", api.change_my_memory),
+        web.post("/api/v1/memory/click", api.memory_click),
     ]
 
 
@@ -200,6 +203,19 @@ class _Api:
             return _bad(404, "not_found", f"no note {agent}/{name} about you")
         return web.json_response(_note_json(note))
 
+    async def memory_click(self, request: web.Request) -> web.Response:
+        """A `/memory` card's button in the page, `{"data": ...}`: the same as a click in a chat, as
+        the local person in a one-to-one conversation (so only their own notes are reachable)."""
+        binding = self._binding()
+        body = await _json_object(request)
+        if not isinstance(body.get("data"), str):
+            return _bad(400, "bad_request", 'send {"data": "<the button\'s data>"}')
+        person = self._person(binding)
+        outcome = await self.gw.memory_click(MemoryClick(binding.id, WORKSPACE, person, ChatKind.DM,
+                                                         Sender(person, person), body["data"]))
+        return web.json_response({"card": memory_card_json(outcome.card) if outcome.card else None,
+                                  "message": outcome.message})
+
     # --- reading a conversation -----------------------------------------------------------
 
     async def list_messages(self, request: web.Request) -> web.Response:
@@ -210,6 +226,13 @@ class _Api:
              "time": m.created_at.isoformat()}
             for m in await store.messages(conv.id)
         ]
+        # Handoffs answered in this conversation under another agent's name, in their own conversations.
+        agents = self.gw.config.agents
+        for m, agent_id in await answers_beside(store, conv.key):
+            name = agents[agent_id].name if agent_id in agents else agent_id
+            turns.append({"id": m.id, "role": m.role, "text": f"**{name}:**\n\n{m.text}", "status": m.status,
+                          "run_id": m.run_id, "time": m.created_at.isoformat(), "agent": agent_id})
+        turns.sort(key=lambda t: t["time"])
         # A reply still streaming is not a message yet; show what has been delivered so far.
         answered = {t["run_id"] for t in turns if t["role"] == "assistant"}
         for run in await store.runs_in([repo.RUNNING]):
@@ -307,6 +330,16 @@ def _note_json(note: Note) -> dict[str, Any]:
     }
 
 
+def memory_card_json(card: MemoryCard) -> dict[str, Any]:
+    """A `/memory` card as the page's event stream and the click's answer show it."""
+    def buttons(row: tuple[MemoryButton, ...]) -> list[dict[str, str]]:
+        return [{"label": b.label, "data": b.data, "style": b.style} for b in row]
+
+    return {"title": card.title, "status": card.status, "footer": card.footer, "actions": buttons(card.actions),
+            "notes": [{"label": n.label, "detail": n.detail, "in_use": n.in_use, "buttons": buttons(n.buttons)}
+                      for n in card.lines]}
+
+
 def card_json(card: ApprovalCard) -> dict[str, Any]:
     """A card as the API and the page's event stream show it."""
     return {
@@ -316,7 +349,8 @@ def card_json(card: ApprovalCard) -> dict[str, Any]:
         "note": card.note,
         "pending": card.pending,
         "items": [
-            {"approval_id": i.approval_id, "tool": i.tool_name, "capability": i.capability, "arguments": i.arguments,
+            {"approval_id": i.approval_id, "tool": i.tool_name, "delegate": i.delegate, "headline": i.headline,
+             "capability": i.capability, "arguments": i.arguments,
              "state": i.state.value, "decided_by": i.decided_by}
             for i in card.items
         ],

@@ -20,11 +20,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.messages import ModelMessage
 
 from bindings.models import BindingSpec
 
+from .delegated import DECISIONS, delegated_calls
 from .delivery import Outbound, ReplyStream
 from .events import EventBus
 from .metrics import Metrics
@@ -144,6 +145,23 @@ class Approvals:
             return None
         return f"Only {', '.join(deciders)} can change approvals here."
 
+    async def may_manage_chat_memory(self, binding_id: str, platform: str, workspace: str,
+                                     sender: Sender) -> str | None:
+        """None when `sender` may change a group chat's notes (`/memory` there); else why not.
+
+        The people who would decide a gated `delete_memory` in that chat: anyone in it when the
+        binding lets the channel or each requester decide (anyone there may ask the agent to change
+        the chat's notes and approve it), only those named when the binding names deciders.
+        """
+        binding = self._bindings().get(binding_id)
+        deciders = binding.approvals.deciders if binding is not None else "requester"
+        if not isinstance(deciders, list):
+            return None
+        person = await self.db.person_of(platform, workspace, sender.account_id)
+        if _names_on(platform, sender, person) & set(deciders):
+            return None
+        return f"Only {', '.join(deciders)} can change this chat's notes."
+
     async def _spoke(self, conv: repo.ConversationRef, sender: Sender, person: str | None) -> bool:
         return any(s.account_id == sender.account_id or (person is not None and s.person_id == person)
                    for s in await self.db.speakers(conv.id))
@@ -185,6 +203,11 @@ class Approvals:
         calls = sorted(requests.approvals, key=lambda p: order.get(p.tool_call_id, len(order)))
         items = []
         for call in calls:
+            delegated = delegated_calls(requests.metadata.get(call.tool_call_id))
+            if delegated is not None:  # a sync delegate's gated calls, made inside this `task` call
+                items.extend(NewItem(d.tool_call_id, d.tool_id, d.tool_name, d.capability, show_arguments(d.args),
+                                     delegate=d.delegate, parent_call_id=call.tool_call_id) for d in delegated)
+                continue
             info = turn.tools.get(call.tool_name)
             items.append(NewItem(call.tool_call_id, info.stable_id if info else call.tool_name, call.tool_name,
                                  info.capability if info else "unknown", show_arguments(call.args)))
@@ -238,7 +261,7 @@ class Approvals:
             run_id=row.run_id,
             items=tuple(
                 ApprovalItem(approval_id=i.id, tool_name=i.tool_name, capability=i.capability, arguments=i.arguments,
-                             state=ItemState(i.state), decided_by=i.decided_by)
+                             state=ItemState(i.state), decided_by=i.decided_by, delegate=i.delegate)
                 for i in items
             ),
             deciders=deciders_text(json.loads(row.deciders), run.requester_name if run else ""),
@@ -323,15 +346,21 @@ class Approvals:
         results = DeferredToolResults()
         for row in await self.db.latest_decisions(run_id):
             if row.state == ItemState.APPROVED.value:
-                results.approvals[row.tool_call_id] = True
-                # The gate starts each approved call at most once (capabilities/approval_gate.py).
-                results.metadata[row.tool_call_id] = {"approval_id": row.id}
+                decision: bool | str = True
             elif row.state == ItemState.DENIED.value:
-                results.approvals[row.tool_call_id] = ToolDenied(
-                    f"{row.decided_by} denied this call. Do not retry it; tell them what you would have done instead."
-                )
+                decision = f"{row.decided_by} denied this call. Do not retry it; tell them what you would have done instead."
             else:
-                results.approvals[row.tool_call_id] = ToolDenied("Nobody approved this call in time.")
+                decision = "Nobody approved this call in time."
+            if row.parent_call_id is not None:
+                # A delegate's call: the run's `task` call goes on, and hands each decision down to the
+                # delegate it resumes (a denial reaches the delegate's model, not the parent's).
+                results.approvals[row.parent_call_id] = ToolApproved()
+                results.metadata.setdefault(row.parent_call_id, {DECISIONS: {}})[DECISIONS][row.tool_call_id] = decision
+            else:
+                results.approvals[row.tool_call_id] = True if decision is True else ToolDenied(str(decision))
+                if decision is True:
+                    # The gate starts each approved call at most once (capabilities/approval_gate.py).
+                    results.metadata[row.tool_call_id] = {"approval_id": row.id}
         return results
 
     async def stop_parked(self, run: Run, conv: repo.ConversationRef, who: Sender) -> bool:
@@ -397,8 +426,12 @@ async def mode_changes(store: repo.Store, conversation_id: str | None = None) ->
 
 
 def _names(conv: repo.ConversationRef, sender: Sender, person: str | None) -> set[str]:
+    return _names_on(conv.platform, sender, person)
+
+
+def _names_on(platform: str, sender: Sender, person: str | None) -> set[str]:
     """The ways a decider list may name `sender`: account, platform:account, person id."""
-    return {sender.account_id, f"{conv.platform}:{sender.account_id}"} | ({person} if person else set())
+    return {sender.account_id, f"{platform}:{sender.account_id}"} | ({person} if person else set())
 
 
 def add_cli(sub: Any, load: Any) -> None:

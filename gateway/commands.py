@@ -20,6 +20,7 @@ from typing import Literal
 from . import memory
 from .approvals import Approvals
 from .delivery import Outbound
+from .memory_card import MemoryCards
 from .messages import ChatKind, InboundMessage
 from .policy import Modes
 from .store import repo
@@ -47,7 +48,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("link", "/link [CODE]", "make your account on another platform you too: `/link` here gives a code, "
                 "`/link CODE` in a direct message there uses it", "dm"),
     CommandSpec("unlink", "/unlink", "make this account a person of its own again", "dm"),
-    CommandSpec("memory", "/memory [stop|use|delete NAME | erase]", "what agents wrote about you, privately"),
+    CommandSpec("memory", "/memory [stop|use|delete NAME | erase]",
+                "what agents wrote down: about you in a direct message, for this chat in a group"),
     CommandSpec("approvals", "/approvals [auto on|off | ask on|off]",
                 "this conversation's approval mode (switching it is for the people who may decide)"),
     CommandSpec("stop", "/stop", "stop the reply being written here (for whoever asked, or who decides approvals)"),
@@ -111,9 +113,11 @@ class Asked:
 
 
 class Commands:
-    def __init__(self, store: repo.Store, approvals: Approvals, outbound: Outbound, stops: Stops | None = None) -> None:
+    def __init__(self, store: repo.Store, approvals: Approvals, outbound: Outbound, stops: Stops,
+                 memory_cards: MemoryCards) -> None:
         self._store, self._approvals, self._outbound = store, approvals, outbound
         self._stops = stops
+        self._memory_cards = memory_cards
         self._people = PeopleStore(store)
 
     async def run(self, asked: Asked) -> str | None:
@@ -176,14 +180,31 @@ class Commands:
         return conv.id
 
     async def _memory_command(self, asked: Asked) -> None:
-        """`/memory`: the sender's own notes, answered privately; nothing enters the conversation."""
-        args = asked.command.raw_args
+        """`/memory`: the conversation's own notes (the sender's in a DM, the chat's in a group).
+
+        Bare, it posts a card with buttons where the platform has them; otherwise, and for
+        `/memory stop|use|delete NAME | erase`, it answers privately in text. Nothing enters the
+        conversation the model sees."""
+        message, args = asked.message, asked.command.raw_args
+        # A person may always see and change their own notes, also where personal memory is off.
+        holder = memory.holder_of(chat_kind=message.chat_kind, platform=message.platform,
+                                  workspace=message.workspace, channel=message.channel,
+                                  person_id=asked.person_id, allow_personal=True)
+        assert not isinstance(holder, memory.NoStore)  # a command always has a person
+        action = args[0].lower() if args else ""
+        if action in ("", "list") and await self._memory_cards.post(target_for(message), holder):
+            return
+        if action in ("stop", "use", "delete"):
+            refusal = await self._memory_cards.may_change(holder, message.binding_id, message.platform,
+                                                          message.workspace, message.sender)
+            if refusal is not None:
+                self._tell(message, refusal)
+                return
         text = await memory.self_service(
-            NoteStore(self._store), asked.person_id, args[0].lower() if args else "",
-            args[1] if len(args) > 1 else None, default_agent=asked.agent_id,
-            one_to_one=asked.message.chat_kind is ChatKind.DM,
+            NoteStore(self._store), holder, action, args[1] if len(args) > 1 else None,
+            default_agent=asked.agent_id,
         )
-        self._tell(asked.message, text)
+        self._tell(message, text)
 
     # --- people -----------------------------------------------------------------------------
 

@@ -27,9 +27,11 @@ from .retention import Pruning
 from .commands import Commands
 from .conversations import Scheduler
 from .delivery import Outbound
+from .event_relay import EventRelay
 from .events import EventBus
 from .first_sign import FirstSign
 from .inbound import Inbound
+from .memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
 from .messages import InboundMessage
 from .metrics import Metrics
 from .models_cache import ModelCache
@@ -75,6 +77,7 @@ class Gateway:
         self.outbound: Outbound
         self.approvals: Approvals
         self.stops: Stops
+        self.memory_cards: MemoryCards
         self.inbound: Inbound
         self.mcp: McpPool | None = None  # the MCP servers' connections, once installed
         self.extensions: list[Any] = []  # capabilities' parts: objects with optional start/stop
@@ -83,6 +86,7 @@ class Gateway:
         self._site: web.TCPSite | None = None
         self._accepting = False
         self._sweeper: asyncio.Task[None] | None = None
+        self.relay: EventRelay | None = None  # the event stream across replicas (PostgreSQL only)
         self.notifier = Notifier()
         self.routes = http.AdapterRoutes()
         self.port = 0
@@ -106,6 +110,10 @@ class Gateway:
             await engine.dispose()
             raise
         self.store = repo.Store(engine, self.clock, lease_seconds=database.run_lease_seconds)
+        if self.store.shared:  # other replicas may serve the browser watching a run of ours
+            self.relay = EventRelay(engine, self.store, self.events)
+            self.events.relay = self.relay
+            await self.relay.start()
         self.scheduler = Scheduler(self.store, self.runner.execute, self.config.gateway.limits.concurrent_runs,
                                    on_active=self.metrics.queue_depth.set)
         adapter_for = lambda binding_id: self.adapters.get(binding_id)  # noqa: E731 - the dict is replaced at start
@@ -117,9 +125,11 @@ class Gateway:
         self.runner.park_handler = self.approvals.park
         self.runner.resume_results = self.approvals.results_for
         self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY)
+        self.memory_cards = MemoryCards(self.store, self.approvals, lambda: self.config.bindings, adapter_for)
         self.inbound = Inbound(config=lambda: self.config, store=self.store,
                                pairing=pairing.through(self.store, self.outbound),
-                               commands=Commands(self.store, self.approvals, self.outbound, self.stops),
+                               commands=Commands(self.store, self.approvals, self.outbound, self.stops,
+                                                 self.memory_cards),
                                outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics,
                                first_sign=lambda conv: self.first_sign.show(adapter_for(conv.binding_id), conv.target(),
                                                                             conv.id))
@@ -289,6 +299,10 @@ class Gateway:
             if hasattr(ext, "stop"):
                 with contextlib.suppress(Exception):
                     await ext.stop()
+        if self.relay is not None:
+            self.events.relay = None
+            await self.relay.stop()
+            self.relay = None
         await self.models.close()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -318,6 +332,9 @@ class Gateway:
     async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
         return await self.stops.stop(run_id, who, binding_id=binding_id)
 
+    async def memory_click(self, click: MemoryClick) -> MemoryClickOutcome:
+        return await self.memory_cards.click(click)
+
     async def get_state(self, binding_id: str, key: str) -> str | None:
         return await self.store.get_state(binding_id, key)
 
@@ -337,6 +354,8 @@ class Gateway:
         database = await self.store.health()  # "degraded" (writes waiting) still serves: ready
         ready = database["status"] != "down" and all(b["connected"] for b in bindings.values())
         state: dict[str, Any] = {"ready": ready, "database": database, "bindings": bindings}
+        if self.relay is not None:
+            state["event_stream"] = self.relay.state()
         for ext in self.extensions:  # informational parts (MCP servers); they do not decide `ready`
             if hasattr(ext, "readiness"):
                 state.update(ext.readiness())

@@ -105,6 +105,8 @@ class ReplyStream:
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars
+        if self.target.speaker and not getattr(self.adapter, "speaks_as", False):
+            text = f"**{self.target.speaker}:**\n\n{text}"  # who is speaking, where the platform cannot say it
         if self._private_to is not None:  # private channels take plain text (an alert, an ephemeral)
             return split_paragraphs(text, limit)
         rendered: list[str] = []

@@ -61,14 +61,21 @@ def install(gateway: Gateway) -> None:
     # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its own.
     from capabilities.subagents import Delegator
 
-    parts["subagents"] = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent,
-                                   gateway.runner.turn_preparers)
+    delegator = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent, gateway.runner.turn_preparers)
+    parts["subagents"] = delegator
+
+    # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
+    from capabilities.handoffs import Switchboard
+
+    from .handoff_runs import HandoffStarter
+
+    parts["handoffs"] = Switchboard(lambda: gateway.config.agents, delegator, HandoffStarter(gateway).start)
 
 
 def register_checks() -> None:
     """Add config checks owned by other packages (the capability registry) to the loader."""
     from bindings.loader import add_check
-    from capabilities import context, knowledge, mcp_servers, sandbox, skills, subagents
+    from capabilities import context, handoffs, knowledge, mcp_servers, sandbox, skills, subagents
     from capabilities.registry import validate_config
 
     add_check(validate_config)
@@ -78,6 +85,7 @@ def register_checks() -> None:
     add_check(skills.validate_config)
     add_check(sandbox.validate_config)
     add_check(subagents.validate_config)
+    add_check(handoffs.validate_config)
 
 
 def online_problems(config: Any) -> list[Any]:

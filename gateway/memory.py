@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .messages import ChatKind
-from .store.notes import CHAT, PERSON, Note, NoteStore, Scope
+from .store.notes import CHAT, PERSON, Holder, Note, NoteStore, Scope
 
 INDEX_INJECT_LIMIT = 6_000  # a longer index is left out whole: half an index is worse than none
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -56,13 +56,22 @@ def resolve_scope(
     allow_personal: bool,
 ) -> Scope | NoStore:
     """The store a run may touch, from who will hear the answer. Pure, so it can be tested alone."""
+    held = holder_of(chat_kind=chat_kind, platform=platform, workspace=workspace, channel=channel,
+                     person_id=person_id, allow_personal=allow_personal)
+    return held if isinstance(held, NoStore) else held.scope(agent_id)
+
+
+def holder_of(
+    *, chat_kind: ChatKind, platform: str, workspace: str, channel: str, person_id: str | None, allow_personal: bool
+) -> Holder | NoStore:
+    """Whose notes a conversation reaches, across agents: the same rule as a run's, for `/memory` and its buttons."""
     if chat_kind is ChatKind.DM:
         if person_id is None:
             return NoStore(NO_STORE_ANONYMOUS)
         if not allow_personal:
             return NoStore(NO_STORE_PERSONAL_OFF)
-        return Scope(agent_id, PERSON, person_id)
-    return Scope(agent_id, CHAT, chat_owner(platform, workspace, channel))
+        return Holder(PERSON, person_id)
+    return Holder(CHAT, chat_owner(platform, workspace, channel))
 
 
 def chat_owner(platform: str, workspace: str, channel: str) -> str:
@@ -76,43 +85,61 @@ MEMORY_HELP = (
     "to look at or restore), `/memory use NAME` restores it, `/memory delete NAME` deletes it, and `/memory erase` "
     "(in a direct message) deletes everything agents keep about you. NAME is `agent/note` or a note of this agent."
 )
+CHAT_MEMORY_HELP = (
+    "These are this chat's notes: everyone here hears what the agent makes of them, and your own notes are never "
+    "used here (see them with `/memory` in a direct message with me). `/memory stop NAME`, `/memory use NAME` and "
+    "`/memory delete NAME` change one, for the people who may decide approvals here."
+)
 
 
-def describe(notes: Sequence[Note], *, empty: str = "No agent has written anything about you.") -> str:
+def describe(notes: Sequence[Note], *, empty: str = "No agent has written anything about you.",
+             heading: str = "What agents wrote about you:") -> str:
     if not notes:
         return empty
-    lines = ["What agents wrote about you:"]
+    lines = [heading]
     for n in notes:
         state = " (stopped)" if n.suppressed else ""
         lines.append(f"- `{n.agent_id}/{n.name}`{state}: {n.chars} characters, last written {n.updated_at:%Y-%m-%d %H:%M} UTC")
     return "\n".join(lines)
 
 
+def about_chat(notes: Sequence[Note]) -> str:
+    return describe(notes, empty="No agent keeps notes for this chat.", heading="What agents keep for this chat:")
+
+
 async def self_service(
-    notes: NoteStore, person_id: str, action: str, target: str | None, *, default_agent: str, one_to_one: bool
+    notes: NoteStore, holder: Holder | str, action: str, target: str | None, *, default_agent: str
 ) -> str:
-    """One self-service action, answered in a sentence for the person (never shown to others)."""
+    """One action on the conversation's own notes (a person's, or a chat's), answered in a sentence.
+
+    Whether the sender may change a chat's notes is checked by the caller (`gateway.memory_card`)."""
+    holder = Holder(PERSON, holder) if isinstance(holder, str) else holder
+    mine = holder.kind == PERSON
+    whose = "about you" if mine else "for this chat"
     if action in ("", "list"):
-        return f"{describe(await notes.about(person_id))}\n\n{MEMORY_HELP}"
+        held = await notes.held(holder)
+        return f"{describe(held)}\n\n{MEMORY_HELP}" if mine else f"{about_chat(held)}\n\n{CHAT_MEMORY_HELP}"
     if action == "erase":
-        if not one_to_one:
-            return "Erasing everything is only done in a direct message with me, so nobody else sees it happen."
-        count = await notes.erase(person_id)
+        if not mine:  # in a group: never the person's own (they are erased in a DM, where nobody else sees it)
+            return ("Here `/memory` is about this chat's notes; they are erased with the “Erase all…” button on its "
+                    "card, which asks first. Yours are erased with `/memory erase` in a direct message with me.")
+        count = await notes.erase_held(holder)
         return f"Erased {count} note{'s' if count != 1 else ''} agents kept about you."
     if action not in ("stop", "use", "delete") or not target:
-        return MEMORY_HELP
+        return MEMORY_HELP if mine else CHAT_MEMORY_HELP
     agent_id, _, name = target.rpartition("/")
     agent_id = agent_id or default_agent
+    scope = holder.scope(agent_id)
     if action == "delete":
-        if await notes.forget(person_id, agent_id, name):
+        if await notes.remove(scope, name):
             return f"Deleted `{agent_id}/{name}`."
     else:
-        note = await notes.set_suppressed(person_id, agent_id, name, action == "stop")
+        note = await notes.suppress(scope, name, action == "stop")
         if note is not None:
             if action == "stop":
                 return f"Stopped using `{agent_id}/{name}`: no agent reads it now. `/memory use {agent_id}/{name}` restores it."
             return f"`{agent_id}/{name}` is in use again."
-    return f"No note `{agent_id}/{name}` about you. `/memory` lists them."
+    return f"No note `{agent_id}/{name}` {whose}. `/memory` lists them."
 
 
 # --- an administrator, from the command line ----------------------------------------------

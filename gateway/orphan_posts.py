@@ -3,7 +3,9 @@
 Without this a run interrupted by a crash (SIGKILL, power loss) between posting its first draft
 and recording it posts a second answer when it runs again, leaving the half-written first one
 in the thread. Platforms whose API can list a conversation's messages implement
-`FindsOwnPosts`; on the others (Telegram's Bot API cannot read history) that window stays open.
+`FindsOwnPosts` (Slack, Mattermost); on the others that window stays open: Telegram's Bot API
+cannot read a chat's history, so a message sent just before a kill and never recorded stays
+beside the answer the restarted run sends.
 The same for an approval card posted just before the kill (`FindsOwnCards`).
 """
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import (
@@ -48,6 +48,7 @@ from bindings.models import AgentSpec
 
 from . import attachments
 from .delivery import ReplyStream
+from .handoff_runs import is_handoff
 from .live_reply import NativeReplyStream
 from .llm import ModelConfigError
 from .memory import resolve_scope
@@ -176,6 +177,15 @@ class Runner:
             await gw.store.end_run(run.id, repo.FAILED, reason="binding no longer configured")
             return None
         agent = gw.config.agents[binding.agent]
+        target = conversation.target()
+        if is_handoff(conversation.key):
+            # A conversation a handoff started is answered by the agent it was handed to, under its own name.
+            handed = gw.config.agents.get(run.agent_id)
+            if handed is None:
+                await gw.store.end_run(run.id, repo.FAILED, reason=f"agent {run.agent_id} no longer configured")
+                return None
+            agent = handed
+            target = replace(target, speaker=agent.name)
         chat_kind = ChatKind(conversation.chat_kind)
         scope = resolve_scope(agent_id=agent.id, chat_kind=chat_kind, platform=conversation.platform,
                               workspace=conversation.workspace, channel=conversation.channel,
@@ -186,7 +196,7 @@ class Runner:
             conversation=conversation,
             binding=binding,
             agent=agent,
-            target=conversation.target(),
+            target=target,
             requester=Requester(run.requester_person_id, run.requester_account, run.requester_name),
             clock=gw.clock,
             memory=Memory(NoteStore(gw.store), scope),
@@ -266,7 +276,8 @@ class Runner:
         gw = self.gateway
         turn = prepared.turn
         on_error = lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()  # noqa: E731
-        live = prepared.adapter.live(turn.target) if fresh and not segment else None  # a run's first reply only
+        # A run's first reply only; a native stream cannot post under another agent's name.
+        live = prepared.adapter.live(turn.target) if fresh and not segment and not turn.target.speaker else None
         if live is not None:
             return NativeReplyStream(live, prepared.adapter, turn.target, gw.store, turn.run_id, gw.clock, fresh=True,
                                      on_platform_error=on_error)

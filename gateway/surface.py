@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .memory_card import MemoryCard, MemoryClick, MemoryClickOutcome
 from .messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
 
 if TYPE_CHECKING:
@@ -30,6 +31,10 @@ class ReplyTarget:
     thread: str | None
     chat_kind: ChatKind
     conversation_id: str = ""
+    # Another agent answering here (a handoff): its name. An adapter whose platform can post under
+    # another name says so with `speaks_as = True` (Slack's username); elsewhere the core puts a
+    # "**<name>:**" header on the reply so nobody mistakes it for the bound agent.
+    speaker: str = ""
 
 
 def target_for(message: InboundMessage) -> ReplyTarget:
@@ -70,6 +75,13 @@ class ApprovalItem:
     arguments: str  # pretty-printed, secrets redacted, truncated with a visible marker
     state: ItemState = ItemState.PENDING
     decided_by: str | None = None
+    delegate: str | None = None  # the delegate that made the call; None when the agent made it itself
+
+    @property
+    def headline(self) -> str:
+        """What a card says the call is: the tool, or "<delegate> wants to run <tool>" for a delegate's call,
+        so whoever decides knows it was not the agent they talk to that asked."""
+        return f"{self.delegate} wants to run {self.tool_name}" if self.delegate else self.tool_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +202,10 @@ class Dispatcher(Protocol):
         """A Stop control pressed: only the run's requester or a decider stops it."""
         ...
 
+    async def memory_click(self, click: MemoryClick) -> MemoryClickOutcome:
+        """A `/memory` card's button: the store is decided from where the click came, never from its data."""
+        ...
+
     async def get_state(self, binding_id: str, key: str) -> str | None:
         """Adapter state kept in the store (a Telegram update offset, a websocket seq)."""
         ...
@@ -270,6 +286,12 @@ class Adapter(Protocol):
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str: ...
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None: ...
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        """`/memory` as a card with buttons (each click goes to `Dispatcher.memory_click`, and the
+        adapter shows the card it answers with in place of the clicked one). None where this
+        platform or binding has no buttons: the core answers in text then."""
+        ...
 
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         """Something only one person should see (an ephemeral message, an alert, a DM)."""

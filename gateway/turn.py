@@ -76,6 +76,9 @@ class Turn:
     # Levels of delegation this run may still start; None for a run a person started (its agent's own
     # subagents max_depth applies). A delegate's run carries what its parent left it.
     levels_left: int | None = None
+    # Handoffs made inside this run's own conversation that led to it (send_to_agent with wait: true);
+    # a conversation a handoff started keeps its own depth in the store (capabilities/handoffs.py).
+    handoff_depth: int = 0
     _modes: Modes | None = None
 
     async def modes(self) -> Modes:

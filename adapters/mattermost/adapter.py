@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import time
 import urllib.parse
 from collections import OrderedDict
@@ -22,6 +23,7 @@ from aiohttp import web
 from adapters.base import BaseAdapter
 from bindings.models import BindingSpec, MattermostSection
 from gateway.adapter_registry import AdapterContext
+from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.reconnect import Backoff
 from gateway.store.availability import StoreUnavailable
@@ -37,6 +39,7 @@ from . import cards, stop
 from .client import Channel, MattermostClient, MattermostSocket, User
 from .directory import MattermostDirectory
 from .normalize import (
+    CHAT_KINDS,
     MalformedEvent,
     NormalizeContext,
     PostedEvent,
@@ -48,6 +51,9 @@ from .normalize import (
 )
 
 MAX_MESSAGE_CHARS = 16_383
+# A catch-up after a lost stream starts this long before the last event handled: clocks differ,
+# and a post fetched twice is a duplicate to the inbound ledger, never a second answer.
+CATCH_UP_MARGIN_MS = 60_000
 _THREAD_CACHE_SIZE = 10_000
 
 
@@ -72,6 +78,8 @@ class MattermostAdapter(BaseAdapter):
         self._channels: dict[str, Channel] = {}
         self._users: dict[str, User] = {}
         self._dm_channels: dict[str, str] = {}
+        self._seen_at_ms = 0  # wall clock (ms) of the last websocket event handled
+        self._catch_up_from: int | None = None  # set while a lost stream's posts are still to fetch
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
 
@@ -98,8 +106,62 @@ class MattermostAdapter(BaseAdapter):
             async for frame in self._socket.events():
                 await self._handle(frame)
                 self._socket.processed(frame)
+                if self._socket.new_stream:  # after the new stream's hello: fetch what it lost
+                    self._socket.new_stream = False
+                    if self._catch_up_from is None:
+                        self._catch_up_from = self._seen_at_ms
+                if self._catch_up_from is not None:
+                    try:
+                        await self._catch_up(self._catch_up_from)
+                        self._catch_up_from = None
+                    except PlatformError as e:
+                        self._log.warning("catching up over REST failed (%s); trying again after the next event", e)
+                self._seen_at_ms = int(time.time() * 1000)
         finally:
             await self._socket.close()
+
+    async def _catch_up(self, seen_at_ms: int) -> None:
+        """Posts made while the websocket was down and the server could not replay them (it
+        restarted, or the gap outran its queue), fetched over REST and handled as `posted`
+        events, oldest first. Anything already taken is a duplicate to the inbound ledger.
+        Channels are listed per team (with their DMs): a bot on no team catches up nothing."""
+        assert self._client is not None and self._ctx is not None
+        if not seen_at_ms:
+            return  # nothing was handled before the break: nothing to catch up from
+        since = max(seen_at_ms - CATCH_UP_MARGIN_MS, 0)
+        channels: dict[str, Channel] = {}
+        for team_id in self._bot_teams:
+            for channel in await self._client.my_channels(self._ctx.bot_user_id, team_id):
+                if int(channel.get("last_post_at") or 0) >= since and channel.get("id"):
+                    channels[str(channel["id"])] = channel
+        missed: list[tuple[int, dict[str, Any]]] = []
+        for channel_id, channel in channels.items():
+            self._channels.setdefault(channel_id, channel)
+            listing = await self._client.posts_since(channel_id, since)
+            for post in (listing.get("posts") or {}).values():
+                if int(post.get("create_at") or 0) < since or post.get("delete_at"):
+                    continue
+                sender = await self._user(str(post.get("user_id", "")))
+                missed.append((int(post.get("create_at") or 0),
+                               self._as_posted(dict(post), channel, sender.get("username", ""))))
+        missed.sort(key=lambda m: m[0])
+        self._log.info("caught up on %d post(s) in %d channel(s) since the stream broke", len(missed), len(channels))
+        for _, frame in missed:
+            await self._handle(frame)
+
+    def _as_posted(self, post: dict[str, Any], channel: Channel, sender_name: str) -> dict[str, Any]:
+        """A `posted` frame for a post read over REST: the server's `mentions` computed as it
+        does for the bot (every DM and group message; elsewhere an @-mention of its name)."""
+        assert self._ctx is not None
+        kind = str(channel.get("type", ""))
+        name = re.escape(self._ctx.bot_username)
+        mentioned = kind in ("D", "G") or bool(
+            name and re.search(rf"(?<![\w@])@{name}(?![\w-])", str(post.get("message", "")), re.IGNORECASE))
+        data: dict[str, Any] = {"post": json.dumps(post), "channel_type": kind, "team_id": channel.get("team_id", ""),
+                                "sender_name": "@" + sender_name}
+        if mentioned and post.get("user_id") != self._ctx.bot_user_id:
+            data["mentions"] = json.dumps([self._ctx.bot_user_id])
+        return {"event": "posted", "data": data}
 
     async def _identify(self) -> None:
         """Who the bot is, and which teams it serves (names in the binding resolved to ids)."""
@@ -273,6 +335,8 @@ class MattermostAdapter(BaseAdapter):
             return web.json_response({"error": "malformed action request"}, status=400)
         if self._key is not None and isinstance(body.get("context"), dict) and "stop_run" in body["context"]:
             return await self._on_stop(body, user_id, channel_id)
+        if self._key is not None and isinstance(body.get("context"), dict) and "memory" in body["context"]:
+            return await self._on_memory(body, user_id, channel_id)
         verified = None
         if self._key is not None:
             verified = cards.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
@@ -304,6 +368,37 @@ class MattermostAdapter(BaseAdapter):
         who = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
         outcome = await self._dispatcher.stop_run(run_id, who, binding_id=self.binding_id)
         return web.json_response({} if outcome.stopped else {"ephemeral_text": outcome.message})
+
+    async def _on_memory(self, body: dict[str, Any], user_id: str, channel_id: str) -> web.Response:
+        """A `/memory` card's button: signed for this channel or 401. The core acts on the store of
+        the channel clicked in (and the clicker); the answer updates the post in place."""
+        assert self._key is not None
+        data = cards.memory_verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
+        if data is None or self._dispatcher is None:
+            return web.json_response({"error": "bad signature"}, status=401 if data is None else 503)
+        kind = CHAT_KINDS.get((await self._channel(channel_id)).get("type", ""), ChatKind.CHANNEL)
+        who = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
+        outcome = await self._dispatcher.memory_click(MemoryClick(
+            self.binding_id, server_name(self._section.url), channel_id, kind, who, data))
+        answer: dict[str, Any] = {"ephemeral_text": outcome.message} if outcome.message else {}
+        if outcome.card is not None:
+            answer["update"] = {"message": cards.memory_message(outcome.card),
+                                "props": self._memory_props(channel_id, outcome.card)}
+        return web.json_response(answer)
+
+    def _memory_props(self, channel_id: str, card: MemoryCard) -> dict[str, Any]:
+        assert self._action_url is not None and self._key is not None
+        return cards.memory_props(card, url=self._action_url, key=self._key, binding_id=self.binding_id,
+                                  channel_id=channel_id)
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        """Buttons only where the server can reach us (`http.public_url`); else the text answer."""
+        if self._action_url is None or self._key is None:
+            return None
+        post = await self._api().create_post(target.channel, cards.memory_message(card), root_id=target.thread or "",
+                                             props=self._memory_props(target.channel, card),
+                                             pending_post_id=self._pending_id())
+        return post.get("id", "")
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """A Stop action on the streaming reply (its props; the text is patched on its own), gone when final."""
@@ -355,6 +450,24 @@ class MattermostAdapter(BaseAdapter):
             state = json.dumps({"approvals": [i.approval_id for i in card.items], "channel_id": target.channel})
             await self._dispatcher.set_state(self.binding_id, _card_key(post_id), state)
         return post_id
+
+    async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
+        """The bot's plain posts (not cards) after `message_id` in the thread or channel, oldest
+        first (gateway.orphan_posts): a killed process may have made one it never recorded."""
+        api = self._api()
+        assert self._ctx is not None
+        if target.thread:
+            listing = await api.thread(target.thread)
+        else:
+            listing = await api.channel_posts(target.channel, per_page=200)
+        posts = listing.get("posts") or {}
+        anchor = posts.get(message_id) or await api.post(message_id)
+        since = int(anchor.get("create_at") or 0)
+        mine = [p for p in posts.values()
+                if p.get("user_id") == self._ctx.bot_user_id and int(p.get("create_at") or 0) > since
+                and not cards.is_card(p)]
+        mine.sort(key=lambda p: int(p.get("create_at") or 0))
+        return [(str(p.get("id", "")), str(p.get("message", ""))) for p in mine]
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         await self._api().patch_post(

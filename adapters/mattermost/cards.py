@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from gateway.memory_card import MemoryButton, MemoryCard
 from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
 
 APPROVE_EMOJI = frozenset({"+1", "thumbsup"})
@@ -37,8 +38,14 @@ def action_key(bot_token: str, binding_id: str) -> bytes:
 
 
 def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision) -> str:
-    msg = f"v1|{binding_id}|{channel_id}|{approval_id}|{decision.value}".encode()
+    msg = f"v1|{binding_id}|{channel_id}|{approval_id}|{decision.value}".encode("utf-8", "surrogatepass")
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def same_signature(expected: str, given: str) -> bool:
+    """Constant-time, and False (not TypeError) for a forged signature that is not ASCII:
+    `hmac.compare_digest` refuses to compare such strings, and a click body is anyone's to write."""
+    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass"))
 
 
 def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision] | None:
@@ -53,7 +60,12 @@ def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tup
     except ValueError:
         return None
     expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice)
-    return (approval_id, choice) if hmac.compare_digest(expected, sig) else None
+    return (approval_id, choice) if same_signature(expected, sig) else None
+
+
+def _who(item: ApprovalItem) -> str:
+    """A delegate's call says who asked (its headline, with the tool name kept as code)."""
+    return f"{item.delegate} wants to run " if item.delegate else ""
 
 
 def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
@@ -62,7 +74,7 @@ def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
     lines = ["#### Approval needed" if card.pending else "#### Approval"]
     for item in card.items:
         lines.append("")
-        lines.append(f"**`{item.tool_name}`** ({item.capability}) · {_state(item)}")
+        lines.append(f"**{_who(item)}`{item.tool_name}`** ({item.capability}) · {_state(item)}")
         if item.arguments:
             fence = "`" * max(3, _longest_backtick_run(item.arguments) + 1)
             lines += [f"{fence}json", item.arguments, fence]
@@ -135,3 +147,58 @@ def _state(item: ApprovalItem) -> str:
 
 def _longest_backtick_run(text: str) -> int:
     return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
+# --- /memory cards ------------------------------------------------------------------------
+
+
+def memory_sign(key: bytes, *, binding_id: str, channel_id: str, data: str) -> str:
+    msg = f"v1|memory|{binding_id}|{channel_id}|{data}".encode("utf-8", "surrogatepass")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def memory_verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> str | None:
+    """The core's data when `context` is a memory button we signed for this channel, else None.
+    (The core checks the note against the store of the channel clicked in all the same.)"""
+    if not isinstance(context, Mapping):
+        return None
+    data, sig = context.get("memory"), context.get("sig")
+    if not (isinstance(data, str) and isinstance(sig, str)):
+        return None
+    return data if same_signature(memory_sign(key, binding_id=binding_id, channel_id=channel_id, data=data), sig) else None
+
+
+def memory_message(card: MemoryCard) -> str:
+    """The card's text; the buttons are in `memory_props`, one attachment a note, in the same order."""
+    lines = [f"#### {card.title}"]
+    lines += [f"{n}. `{line.label}`{'' if line.in_use else ' ⛔'}: {line.detail}" for n, line in enumerate(card.lines, 1)]
+    lines += [f"\n{p}" for p in (card.status, f"_{card.footer}_" if card.footer else "") if p]
+    return "\n".join(lines)
+
+
+def memory_props(card: MemoryCard, *, url: str, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
+    def button(action_id: str, b: MemoryButton) -> dict[str, Any]:
+        context = {"memory": b.data, "sig": memory_sign(key, binding_id=binding_id, channel_id=channel_id, data=b.data)}
+        return {"id": action_id, "type": "button", "name": b.label, "style": _STYLES.get(b.style, "default"),
+                "integration": {"url": url, "context": context}}
+
+    attachments = [{"fallback": line.label, "text": f"{n}. `{line.label}`",
+                    "actions": [button(f"mem{n}x{k}", b) for k, b in enumerate(line.buttons)]}
+                   for n, line in enumerate(card.lines, 1) if line.buttons]
+    if card.actions:
+        attachments.append({"fallback": "Erase all", "actions": [button(f"memall{k}", b) for k, b in enumerate(card.actions)]})
+    return {"attachments": attachments}
+
+
+_STYLES = {"primary": "primary", "danger": "danger"}
+
+
+def is_card(post: Mapping[str, Any]) -> bool:
+    """Whether a post carries approval buttons: any action but a streaming reply's Stop
+    (`integration` is stripped from posts read back, so the action ids tell them apart)."""
+    props = post.get("props")
+    attachments = props.get("attachments") if isinstance(props, Mapping) else None
+    if not isinstance(attachments, list):
+        return False
+    return any(isinstance(a, Mapping) and isinstance(action, Mapping) and action.get("id") != "stop"
+               for a in attachments for action in (a.get("actions") or [] if isinstance(a, Mapping) else []))

@@ -20,6 +20,8 @@ import aiohttp
 from adapters.base import CLOSE_TIMEOUT, read_capped
 from gateway.surface import NotVisible, PlatformError, RateLimited
 
+from .budget import ServerLimit
+
 log = logging.getLogger("adapters.mattermost.client")
 
 
@@ -47,6 +49,7 @@ class Channel(TypedDict, total=False):
     display_name: str
     header: str
     purpose: str
+    last_post_at: int  # ms
 
 
 class ChannelStats(TypedDict, total=False):
@@ -121,6 +124,7 @@ class MattermostClient:
         self._token = token
         self._owns_session = session is None
         self._session = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
+        self.server_limit = ServerLimit()  # every REST call waits here for the server's limit
 
     async def close(self) -> None:
         if self._owns_session:
@@ -149,9 +153,12 @@ class MattermostClient:
             raise MattermostUnavailable(f"{call}: {type(e).__name__}: {e}") from None
 
     async def _request(self, method: str, path: str, body: Any, params: Mapping[str, Any] | None, call: str) -> Any:
-        async with self._session.request(
+        # Paced by the limit the server announced on earlier answers (`budget`), so that the
+        # gateway itself causes no 429; one that comes anyway is raised for the core to wait out.
+        async with self.server_limit.call() as limited, self._session.request(
             method, f"{self.base_url}/api/v4{path}", json=body, params=params, headers=self._headers()
         ) as resp:
+            limited.answered(resp.headers)
             raw = await resp.read()
             if resp.status == 429:
                 raise RateLimited(retry_after(resp.headers), method=call)
@@ -212,6 +219,16 @@ class MattermostClient:
         return cast(PostList, await self.request(
             "GET", f"/channels/{channel_id}/posts", params={"page": 0, "per_page": per_page},
             call="GET /channels/{id}/posts"))
+
+    async def my_channels(self, user_id: str, team_id: str) -> list[Channel]:
+        """The user's channels in a team, with its direct and group messages."""
+        return cast(list[Channel], await self.request(
+            "GET", f"/users/{user_id}/teams/{team_id}/channels", call="GET /users/{id}/teams/{id}/channels"))
+
+    async def posts_since(self, channel_id: str, since_ms: int) -> PostList:
+        """Every post of the channel created or changed since `since_ms` (the server does not page these)."""
+        return cast(PostList, await self.request(
+            "GET", f"/channels/{channel_id}/posts", params={"since": since_ms}, call="GET /channels/{id}/posts?since"))
 
     # --- posts -----------------------------------------------------------------------------
 
@@ -283,6 +300,9 @@ class MattermostSocket:
         self.connection_id = ""
         self.next_seq = 0
         self._action_seq = 0
+        # Set when the server started a new stream where we asked to resume one: events sent
+        # meanwhile are lost to the websocket, and the caller catches up over REST.
+        self.new_stream = False
 
     @property
     def connected(self) -> bool:
@@ -315,7 +335,8 @@ class MattermostSocket:
             if frame["event"] == "hello":
                 new_id = str((frame.get("data") or {}).get("connection_id", ""))
                 if self.connection_id and new_id != self.connection_id:
-                    log.warning("websocket: server started a new stream; events during the gap may be missed")
+                    log.warning("websocket: the server could not resume the stream; catching up over REST")
+                    self.new_stream = True
                 self.connection_id = new_id
                 self.next_seq = 0
             if seq != self.next_seq:

@@ -11,9 +11,12 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
+from .cards import same_signature
+
 
 def sign(key: bytes, *, binding_id: str, channel_id: str, run_id: str) -> str:
-    return hmac.new(key, f"v1|stop|{binding_id}|{channel_id}|{run_id}".encode(), hashlib.sha256).hexdigest()
+    msg = f"v1|stop|{binding_id}|{channel_id}|{run_id}".encode("utf-8", "surrogatepass")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
 def stop_props(*, url: str, key: bytes, binding_id: str, channel_id: str, run_id: str) -> dict[str, Any]:
@@ -32,4 +35,4 @@ def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> str
     if not (isinstance(run_id, str) and isinstance(sig, str)):
         return None
     expected = sign(key, binding_id=binding_id, channel_id=channel_id, run_id=run_id)
-    return run_id if hmac.compare_digest(expected, sig) else None
+    return run_id if same_signature(expected, sig) else None

@@ -13,6 +13,7 @@ sends no ack, and Slack redelivers; the core's ledger turns a redelivery into no
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import re
 import time
@@ -23,12 +24,15 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
-from slack_bolt.adapter.socket_mode.async_internals import run_async_bolt_app, send_async_response
+from slack_bolt.adapter.socket_mode.async_internals import send_async_response
+from slack_bolt.adapter.socket_mode.internals import build_headers
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.async_context import AsyncBoltContext
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
+from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -36,8 +40,9 @@ from adapters.base import BaseAdapter, read_capped, within
 from gateway.adapter_registry import AdapterContext
 from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
-from gateway.store.availability import StoreUnavailable
+from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
+from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     ApprovalCard,
     PlatformError,
@@ -49,9 +54,10 @@ from gateway.surface import (
 from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
-from .cards import ACTION_PREFIX, card_message, parse_action_value
+from .cards import ACTION_PREFIX, MEMORY_ACTION_PREFIX, card_message, memory_message, parse_action_value
+from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .directory import SlackDirectory
-from .frames import CheckedSocketModeClient
+from .frames import CheckedSocketModeClient, payload_problem
 from .normalize import BotIdentity, chat_kind, normalize_event
 from .render import markdown_to_mrkdwn
 
@@ -60,6 +66,7 @@ THINKING_STATUS = "is thinking…"
 
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
 # and leaves room for the mrkdwn escapes `render` adds.
+REMEMBERED_POSTS = 256  # recent replies' texts, for putting a Stop button on one (chat.update needs the text)
 SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True)
 
 
@@ -68,6 +75,7 @@ class SlackAdapter(BaseAdapter):
 
     platform = "slack"
     limits = SLACK_LIMITS
+    speaks_as = True  # chat.postMessage's username: a handoff's answer shows under the agent's name
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.slack is None:
@@ -85,6 +93,11 @@ class SlackAdapter(BaseAdapter):
         self.pacer = Pacer()  # every outbound call waits here for its method's tier and its channel
         self.budget = SlackBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         self.native_streaming = True  # until a method is refused: then post + edit for this binding
+        # Stop controls (adapters/slack/stop.py), keyed (channel, reply ts): the run a reply's own button
+        # stops; the control message beside a natively streamed reply; the last text of recent posts.
+        self._stop_buttons: dict[tuple[str, str], str] = {}
+        self._stop_posts: dict[tuple[str, str], str] = {}
+        self._texts: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
 
@@ -146,17 +159,18 @@ class SlackAdapter(BaseAdapter):
         app.event(re.compile(".*"))(self._on_event)
         app.action(re.compile(".*"))(self._on_action)
         app.command(re.compile(".*"))(self._on_command)
-        app.error(self._on_error)
+        app.error(self._on_listener_error)
         return app
 
-    async def _on_error(self, error: Exception, body: dict[str, Any]) -> None:
-        """A listener that raised: no ack goes out (Slack redelivers). A busy database is one
-        line, not a traceback; anything else is logged in full, as Bolt would."""
+    async def _on_listener_error(self, error: Exception, body: dict[str, Any]) -> None:
+        """A listener raised: no ack goes out (Bolt answers 500), so Slack delivers it again.
+        A busy database is routine (the store has not taken the event): one warning line.
+        Anything else is a bug, logged with its traceback."""
         event_id = body.get("event_id", "?") if isinstance(body, dict) else "?"
         if isinstance(error, StoreUnavailable):
-            self._log.warning("event %s not acknowledged: the database is busy (%s)", event_id, error)
+            self._log.warning("event %s not acked: the database is busy (%s); Slack delivers it again", event_id, error)
         else:
-            self._log.error("slack listener failed on %s", event_id, exc_info=error)
+            self._log.error("a Slack listener failed on %s", event_id, exc_info=error)
 
     async def _whoami(self) -> None:
         client = self._require_client()
@@ -214,8 +228,27 @@ class SlackAdapter(BaseAdapter):
 
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
-        response = await run_async_bolt_app(self._require_app(), req)
-        await send_async_response(socket, req, response, started)
+        try:
+            problem = payload_problem(req.payload)
+            if problem is not None:
+                raise ValueError(problem)
+            bolt_request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            self._log.warning("dropped a malformed Socket Mode %s payload: %s", req.type, _bolt_refusal(e))
+            # Acked: a redelivery would fail the same way, for ever.
+            await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
+            return
+        response = await self._require_app().async_dispatch(bolt_request)
+        await self._ack(send_async_response(socket, req, response, started), req)
+
+    async def _ack(self, sending: Coroutine[Any, Any, None], req: SocketModeRequest) -> None:
+        """An ack, which a connection dropped meanwhile cannot carry: routine, not an error. The
+        event is stored by now; Slack redelivers it on the next connection and the store knows it."""
+        try:
+            await sending
+        except (ConnectionError, aiohttp.ClientError, RuntimeError) as e:
+            self._log.info("the ack of envelope %s was lost with the connection (%s); Slack redelivers it",
+                           req.envelope_id, e)
 
     async def _http_request(self, request: web.Request) -> web.StreamResponse:
         """Events and interactivity in HTTP mode. Bolt checks the signature and the 5-minute
@@ -223,7 +256,15 @@ class SlackAdapter(BaseAdapter):
         app = self._app
         if app is None:
             return web.json_response({"error": "not started"}, status=503)
-        response = await app.async_dispatch(await to_bolt_request(request))
+        try:
+            bolt_request = await to_bolt_request(request)
+            problem = payload_problem(bolt_request.body)
+            if problem is not None:
+                raise ValueError(problem)
+        except (KeyError, TypeError, ValueError, AttributeError, UnicodeDecodeError) as e:
+            self._log.warning("refused a malformed Slack request: %s", _bolt_refusal(e))
+            return web.json_response({"error": "malformed request"}, status=400)
+        response = await app.async_dispatch(bolt_request)
         return await to_aiohttp_response(response)
 
     # --- inbound --------------------------------------------------------------------------
@@ -311,9 +352,16 @@ class SlackAdapter(BaseAdapter):
 
     async def _on_action(self, ack: Any, body: dict[str, Any]) -> None:
         """An approval button. Ack after the decision is recorded; tell a refused clicker privately."""
+        actions = body.get("actions") if isinstance(body, dict) else None
+        first = actions[0] if isinstance(actions, list) and actions and isinstance(actions[0], dict) else {}
+        if str(first.get("action_id", "")).startswith(MEMORY_ACTION_PREFIX):
+            await self._on_memory_action(ack, body, first)
+            return
         try:
             action = body["actions"][0]
-            parsed = parse_action_value(str(action.get("value") or "")) if str(action.get("action_id", "")).startswith(ACTION_PREFIX) else None
+            action_id, value = str(action.get("action_id", "")), str(action.get("value") or "")
+            stop_run = parse_stop(action_id, value)
+            parsed = parse_action_value(value) if action_id.startswith(ACTION_PREFIX) and stop_run is None else None
             user = body["user"]
             user_id = str(user["id"])
             channel = str((body.get("container") or {}).get("channel_id") or (body.get("channel") or {}).get("id") or "")
@@ -322,13 +370,21 @@ class SlackAdapter(BaseAdapter):
             self._log.warning("dropping malformed block action: %s: %s", type(e).__name__, e)
             await ack()
             return
-        if parsed is None:
+        if parsed is None and stop_run is None:
             await ack()
             return
-        decision, approval_id = parsed
         name = await self._require_users().display_name(user_id)
         if name == user_id:
             name = str(user.get("name") or user.get("username") or user_id)
+        if stop_run is not None:
+            # The core asks who may stop (the requester or a decider); anyone else is told alone.
+            stopped = await self._require_dispatcher().stop_run(stop_run, Sender(user_id, name), binding_id=self.binding_id)
+            await ack()
+            if not stopped.stopped and channel:
+                self._spawn(self._ephemeral(channel, user_id, stopped.message, thread))
+            return
+        assert parsed is not None
+        decision, approval_id = parsed
         outcome = await self._require_dispatcher().decide(
             approval_id, decision, Sender(user_id, name), binding_id=self.binding_id, surface="slack"
         )
@@ -336,6 +392,41 @@ class SlackAdapter(BaseAdapter):
         if not outcome.accepted and channel:
             # After the ack (bolt sends it when this returns): the note must not delay it.
             self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
+
+    async def _on_memory_action(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A `/memory` card's button: the core acts (on the store of the channel clicked in and the
+        clicker, never what the button says), then the card is updated in place after the ack."""
+        try:
+            user_id = str(body["user"]["id"])
+            container = body.get("container") or {}
+            channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
+            ts = str(container.get("message_ts") or (body.get("message") or {}).get("ts") or "")
+            thread = container.get("thread_ts") or (body.get("message") or {}).get("thread_ts")
+            team = str((body.get("team") or {}).get("id") or body["user"].get("team_id") or "")
+        except (KeyError, TypeError, AttributeError) as e:
+            self._log.warning("dropping malformed memory action: %s: %s", type(e).__name__, e)
+            await ack()
+            return
+        if not channel:
+            await ack()
+            return
+        kind = ChatKind.DM if channel.startswith("D") else await self._channel_kind(channel)
+        outcome = await self._require_dispatcher().memory_click(MemoryClick(
+            self.binding_id, team, channel, kind,
+            Sender(user_id, await self._require_users().display_name(user_id)), str(action.get("value") or "")))
+        await ack()
+        if outcome.card is not None and ts:
+            text, blocks = memory_message(outcome.card)
+            self._spawn(self._update_quietly(channel, ts, text, blocks))
+        if outcome.message:
+            self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
+
+    async def _update_quietly(self, channel: str, ts: str, text: str, blocks: list[dict[str, Any]]) -> None:
+        try:
+            await self._call("chat.update", channel,
+                             self._require_client().chat_update(channel=channel, ts=ts, text=text, blocks=blocks))
+        except PlatformError as e:
+            self._log.warning("could not update a memory card: %s", e)
 
     async def _ephemeral(self, channel: str, user: str, text: str, thread: str | None) -> None:
         try:
@@ -349,15 +440,57 @@ class SlackAdapter(BaseAdapter):
         return markdown_to_mrkdwn(markdown)
 
     async def post_message(self, target: ReplyTarget, text: str) -> str:
+        # Another agent's answer (a handoff) is posted under its own name: chat:write.customize.
+        persona = {"username": target.speaker} if target.speaker else {}
         response = await self._call(
             "chat.postMessage", target.channel,
-            self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False),
+            self._require_client().chat_postMessage(**_where(target), text=text, unfurl_links=False, unfurl_media=False,
+                                                    **persona),
         )
-        return str(response["ts"])
+        ts = str(response["ts"])
+        self._remember(target.channel, ts, text)
+        return ts
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
+        run_id = self._stop_buttons.get((target.channel, message_id))
+        # A reply with a Stop button is shown by its blocks: the button rides on every edit, or it is gone.
+        blocks = {"blocks": reply_blocks(text, run_id)} if run_id is not None else {}
         await self._call("chat.update", target.channel,
-                         self._require_client().chat_update(channel=target.channel, ts=message_id, text=text))
+                         self._require_client().chat_update(channel=target.channel, ts=message_id, text=text, **blocks))
+        self._remember(target.channel, message_id, text)
+
+    def _remember(self, channel: str, ts: str, text: str) -> None:
+        self._texts[(channel, ts)] = text
+        self._texts.move_to_end((channel, ts))
+        while len(self._texts) > REMEMBERED_POSTS:
+            self._texts.popitem(last=False)
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """A Stop button on the streaming reply (in its blocks), or beside a natively streamed one; gone when final."""
+        key = (target.channel, message_id)
+        client = self._require_client()
+        if present:
+            text = self._texts.get(key)
+            # Shown only if the budget has room now: the runner asks again at its next step (a reply's
+            # edits are worth more than its button), and keeps it only once it is there.
+            with impatient():
+                if text is None:  # not posted by chat.postMessage: a native stream, which takes no blocks
+                    response = await self._call("chat.postMessage", target.channel, client.chat_postMessage(
+                        **_where(target), text="Stop", blocks=control_blocks(run_id)))
+                    self._stop_posts[key] = str(response["ts"])
+                    return
+                await self._call("chat.update", target.channel, client.chat_update(
+                    channel=target.channel, ts=message_id, text=text, blocks=reply_blocks(text, run_id)))
+            self._stop_buttons[key] = run_id
+            return
+        control = self._stop_posts.pop(key, None)
+        if control is not None:
+            await self._call("chat.delete", target.channel, client.chat_delete(channel=target.channel, ts=control))
+        elif self._stop_buttons.pop(key, None) is not None:
+            text = self._texts.get(key)
+            if text is not None:  # `text` alone: Slack shows it as the message again, without the blocks
+                await self._call("chat.update", target.channel, client.chat_update(
+                    channel=target.channel, ts=message_id, text=text))
 
     async def show_typing(self, target: ReplyTarget) -> None:
         """Assistant thread status ("is thinking…") where Slack allows it; else nothing.
@@ -399,6 +532,12 @@ class SlackAdapter(BaseAdapter):
                                     self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
         return str(response["ts"])
 
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        text, blocks = memory_message(card)
+        response = await self._call("chat.postMessage", target.channel,
+                                    self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
+        return str(response["ts"])
+
     async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
         """The app's plain posts after `message_id` in the thread or channel (gateway.orphan_posts)."""
         client = self._require_client()
@@ -411,7 +550,7 @@ class SlackAdapter(BaseAdapter):
         mine = [
             m for m in response.get("messages") or []
             if m.get("bot_id") == self._conn.bot_id and float(m.get("ts") or 0) > float(message_id)
-            and not any(b.get("type") == "actions" for b in m.get("blocks") or [])
+            and is_reply(m.get("blocks"))
         ]
         return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
 
@@ -500,3 +639,9 @@ async def _close_socket(socket: SocketModeClient) -> None:
     if socket.current_session is not None:
         await within(socket.current_session.close())
     await socket.aiohttp_client_session.close()
+
+
+def _bolt_refusal(e: Exception) -> str:
+    """Why Bolt could not read a request: it reads ids (user, channel, team) out of the body
+    before any signature check or listener, and fails on a field of an unexpected type."""
+    return f"{type(e).__name__}: {str(e)[:200]}"

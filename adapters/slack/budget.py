@@ -14,6 +14,7 @@ from gateway.budget import Rule, Scope
 
 TIERS = (
     Rule("chat.update", 50, 60.0),
+    Rule("chat.delete", 50, 60.0),
     Rule("chat.postEphemeral", 100, 60.0),
     Rule("assistant.threads.setStatus", 50, 60.0),
     Rule("chat.startStream", 20, 60.0),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.memory_card import MemoryButton, MemoryCard
 from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
 
 from .render import escape
@@ -28,7 +29,7 @@ _STATE_LINE = {
 def card_message(card: ApprovalCard) -> tuple[str, list[dict[str, Any]]]:
     """(fallback text, blocks). Decided items show who decided; their buttons are gone."""
     items = card.items[:MAX_ITEMS]
-    names = ", ".join(dict.fromkeys(i.tool_name for i in card.items))
+    names = ", ".join(dict.fromkeys(i.headline for i in card.items))
     pending = card.pending
     title = f"Approval needed: {names}" if pending else f"Approval decided: {names}"
     blocks: list[dict[str, Any]] = [
@@ -80,7 +81,7 @@ def _item_text(item: ApprovalItem) -> str:
     args = item.arguments
     if len(args) > MAX_ARGS_CHARS:
         args = args[: MAX_ARGS_CHARS - len(_TRUNCATED)] + _TRUNCATED
-    text = f"*{escape(item.tool_name)}*  _{escape(item.capability)}_"
+    text = f"*{escape(item.headline)}*  _{escape(item.capability)}_"
     if args.strip():
         text += f"\n```{escape(args)}```"
     if item.state in _STATE_LINE:
@@ -98,3 +99,34 @@ def _button(action_id: str, label: str, value: str, style: str | None = None) ->
 
 def _context(text: str) -> dict[str, Any]:
     return {"type": "context", "elements": [{"type": "mrkdwn", "text": escape(text)}]}
+
+
+# --- /memory cards ------------------------------------------------------------------------
+
+MEMORY_ACTION_PREFIX = "gw_mem_"  # before ACTION_PREFIX's approval parsing: a memory button's value is the core's data
+
+
+def memory_message(card: MemoryCard) -> tuple[str, list[dict[str, Any]]]:
+    """(fallback text, blocks): a section and a row of buttons per note, then "erase all" (or its question)."""
+    blocks: list[dict[str, Any]] = [
+        {"type": "section", "block_id": "gw_mem_head", "text": {"type": "mrkdwn", "text": f":memo: *{escape(card.title)}*"}}
+    ]
+    for n, line in enumerate(card.lines):
+        state = "" if line.in_use else "  :no_entry_sign:"
+        blocks.append({"type": "section", "block_id": f"gw_mem_note_{n}",
+                       "text": {"type": "mrkdwn", "text": f"`{escape(line.label)}`{state}\n{escape(line.detail)}"}})
+        if line.buttons:
+            blocks.append({"type": "actions", "block_id": f"gw_mem_buttons_{n}", "elements": [
+                _memory_button(f"{n}_{k}", b) for k, b in enumerate(line.buttons)]})
+    if card.status:
+        blocks.append({"type": "section", "block_id": "gw_mem_status", "text": {"type": "mrkdwn", "text": escape(card.status)}})
+    if card.actions:
+        blocks.append({"type": "actions", "block_id": "gw_mem_all", "elements": [
+            _memory_button(f"all_{k}", b) for k, b in enumerate(card.actions)]})
+    if card.footer:
+        blocks.append(_context(card.footer))
+    return card.title, blocks
+
+
+def _memory_button(suffix: str, button: MemoryButton) -> dict[str, Any]:
+    return _button(f"{MEMORY_ACTION_PREFIX}{suffix}", button.label, button.data, button.style or None)

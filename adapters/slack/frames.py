@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
 # Frames Slack sends: the first two are about the connection, the rest carry a request to ack.
@@ -32,6 +33,59 @@ def frame_problem(raw: str) -> str | None:
         return f"unknown type {str(kind)[:40]!r}"
     if not isinstance(frame.get("envelope_id"), str) or not isinstance(frame.get("payload"), dict):
         return f"{kind} frame without an envelope id and an object payload"
+    return None
+
+
+# Bolt reads ids out of a payload (user, team, channel, enterprise, the first action) and matches
+# listeners on them before any listener of ours runs, and it fails with a TypeError or a
+# KeyError, or inside its own error handler, on a field of another type. Slack always sends
+# these shapes; only the fields Bolt reads are checked, everything else passes through.
+_Ref = dict[str, Any] | str | None
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    action_id: str = ""
+    block_id: str | None = None
+    value: str | None = None
+
+
+class _Readable(BaseModel):
+    """What Bolt reads out of an event or an interactive payload."""
+
+    model_config = ConfigDict(extra="allow")
+    type: str | None = None
+    user: _Ref = None
+    user_id: str | None = None
+    team: _Ref = None
+    team_id: str | None = None
+    channel: _Ref = None
+    channel_id: str | None = None
+    enterprise: _Ref = None
+    enterprise_id: str | None = None
+    callback_id: str | None = None
+    thread_ts: str | None = None
+    actions: list[_Action] | None = Field(default=None, min_length=1)  # Bolt reads actions[0]
+    container: dict[str, Any] | None = None
+    message: dict[str, Any] | None = None
+    view: dict[str, Any] | None = None
+
+
+def payload_problem(payload: Any) -> str | None:
+    """Why Bolt could not read a request's payload (an event callback or an interactive
+    payload), or None when it can."""
+    if not isinstance(payload, dict):
+        return f"a JSON {type(payload).__name__}, not an object"
+    if "event" in payload and not isinstance(payload["event"], dict):
+        return "event is not an object"
+    for where, part in (("", payload), ("event.", payload.get("event"))):
+        if part is None:
+            continue
+        try:
+            _Readable.model_validate(part)
+        except ValidationError as e:
+            first = e.errors()[0]
+            return f"{where}{'.'.join(str(x) for x in first['loc'])}: {first['msg']}"
     return None
 
 

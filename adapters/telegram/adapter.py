@@ -14,7 +14,9 @@ Webhook mode serves `/telegram/webhook/<binding id>` on the daemon's HTTP server
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
+import json
 import logging
 import re
 from collections.abc import Sequence
@@ -23,16 +25,17 @@ from typing import Any
 from aiohttp import web
 from telegram import Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, Update
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import Forbidden, RetryAfter, TelegramError
+from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 from telegram.request import HTTPXRequest
 
 from adapters.base import BaseAdapter, CannotStart
 from gateway.adapter_registry import AdapterContext
-from gateway.budget import Pacer, scaled
+from gateway.budget import Pacer, impatient, scaled
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
 from gateway.commands import commands_for
+from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
@@ -46,13 +49,16 @@ from gateway.surface import (
 
 from .budget import RULES, TelegramBudget
 from .live import TelegramLiveReply
-from .cards import card_html, card_keyboard
+from .stop import stop_keyboard
+from .cards import card_html, card_keyboard, memory_html, memory_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
 from .normalize import BotIdentity, ButtonClick, normalize_update
 from .render import html_to_plain, markdown_to_html
 
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
+POLL_RETRY_CAP = 10.0  # seconds at most between tries of a failing getUpdates
+POLL_FAILURES_DOWN = 3  # failed polls in a row before /readyz reports the binding down
 # Connections for sends and edits. Measured with tests/adapters/telegram/pool_bench.py against
 # the fake on a busy 2-core machine: with 32 or 200 concurrent senders, pools of 8 to 256 were
 # within noise of each other (about 150-450 sends/s), while 1-4 connections starved at 200
@@ -86,6 +92,7 @@ class TelegramAdapter(BaseAdapter):
         self.budget = TelegramBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         # sendMessageDraft in private chats when the binding asks, until Telegram refuses it for this bot
         self.drafts = self._section.drafts
+        self._stop_buttons: dict[tuple[int, str], str] = {}  # (chat, reply message) → the run its Stop button stops
 
     # --- lifecycle: the base's start/stop call these -------------------------------------
 
@@ -104,10 +111,10 @@ class TelegramAdapter(BaseAdapter):
             token.reveal(),
             base_url=self._section.api_url,
             base_file_url=file_url(self._section.api_url),
-            request=HTTPXRequest(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
-                                 connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
-            get_updates_request=HTTPXRequest(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
-                                             connect_timeout=10.0),
+            request=_Request(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
+                             connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
+            get_updates_request=_Request(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
+                                         connect_timeout=10.0),
         )
 
     async def _close(self) -> None:
@@ -182,6 +189,10 @@ class TelegramAdapter(BaseAdapter):
         key = f"update_offset:{self._me.id}"
         stored = await dispatcher.get_state(self.binding_id, key)
         offset = saved = int(stored) if stored else 0
+        # A cut long poll (a 502 from a proxy, a connection closed unanswered) is routine: poll
+        # again here, as PTB's Updater does, rather than tear down the connection (getMe, the
+        # command menu, deleteWebhook) and climb the reconnect backoff towards a minute.
+        cuts = Backoff(base=0.5, cap=POLL_RETRY_CAP)
         try:
             while True:
                 try:
@@ -190,6 +201,15 @@ class TelegramAdapter(BaseAdapter):
                     self._log.warning("getUpdates rate limited: waiting %.0fs", retry_after_seconds(e))
                     await asyncio.sleep(retry_after_seconds(e))
                     continue
+                except NetworkError as e:
+                    if isinstance(e, BadRequest):
+                        raise
+                    self._poll_cut(bot, e, cuts.attempt + 1)
+                    await asyncio.sleep(cuts.next_delay())
+                    continue
+                if cuts.attempt:
+                    cuts.reset()
+                    self._health.up(f"polling as @{bot.username}")
                 for raw in batch:
                     update_id = raw.get("update_id") if isinstance(raw, dict) else None
                     if not isinstance(update_id, int):
@@ -213,6 +233,13 @@ class TelegramAdapter(BaseAdapter):
                     await dispatcher.set_state(self.binding_id, key, str(offset))
                 except Exception as e:
                     self._log.warning("could not save the update offset %s: %s", offset, e)
+
+    def _poll_cut(self, bot: Bot, error: NetworkError, in_a_row: int) -> None:
+        """One warning per cut poll; /readyz says so once polls keep failing."""
+        scrub = self._redactor.scrub if self._redactor else str
+        self._log.warning("getUpdates failed (%s); polling again", scrub(str(error)))
+        if in_a_row >= POLL_FAILURES_DOWN:
+            self._health.down(f"polling as @{bot.username}: {in_a_row} polls in a row failed: {scrub(str(error))}")
 
     async def _handle(self, raw: dict[str, Any]) -> None:
         """One raw update: parse, normalize, hand to the core. Malformed input is dropped."""
@@ -265,7 +292,12 @@ class TelegramAdapter(BaseAdapter):
         bot = self._require_bot()
         text, alert = "", False
         try:
-            if click.decision is None:
+            if click.stop_run is not None:  # the core asks who may stop; anyone else is told, alone
+                stopped = await dispatcher.stop_run(click.stop_run, click.clicker, binding_id=self.binding_id)
+                text, alert = ("" if stopped.stopped else stopped.message), not stopped.stopped
+            elif click.memory is not None:
+                text, alert = await self._on_memory_click(click)
+            elif click.decision is None:
                 text, alert = "This button is no longer valid.", True
             else:
                 outcome = await dispatcher.decide(click.target_id, click.decision, click.clicker,
@@ -281,6 +313,36 @@ class TelegramAdapter(BaseAdapter):
                 await bot.answer_callback_query(click.query_id, text=_clip(text, 200) or None, show_alert=alert)
             except TelegramError as e:  # e.g. the query expired while the core decided
                 self._log.warning("answerCallbackQuery failed: %s", e)
+
+    async def _on_memory_click(self, click: ButtonClick) -> tuple[str, bool]:
+        """A `/memory` card's button: the core acts on the store of the chat clicked in (and the
+        clicker), never what the data says; the card is edited in place. (answer text, as alert)."""
+        if click.chat_id is None or click.message_id is None or click.chat_kind is None or click.memory is None:
+            return "This button is no longer valid.", True
+        assert self._me is not None
+        outcome = await self._require_dispatcher().memory_click(MemoryClick(
+            self.binding_id, str(self._me.id), click.chat_id, click.chat_kind, click.clicker, click.memory))
+        if outcome.card is not None:
+            bot = self._require_bot()
+            chat_id = int(click.chat_id)
+            async with self.pacer.paced(self.budget.message(chat_id)):
+                with translated("editMessageText"):
+                    try:
+                        await bot.edit_message_text(memory_html(outcome.card), chat_id, int(click.message_id),
+                                                    parse_mode=ParseMode.HTML, reply_markup=memory_keyboard(outcome.card))
+                    except TelegramError as e:
+                        if not is_not_modified(e):
+                            raise
+        return outcome.message, bool(outcome.message) and outcome.card is None
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        bot = self._require_bot()
+        chat_id, thread = _chat(target)
+        async with self.pacer.paced(self.budget.message(chat_id)):
+            with translated("sendMessage"):
+                sent = await bot.send_message(chat_id, memory_html(card), parse_mode=ParseMode.HTML,
+                                              message_thread_id=thread, reply_markup=memory_keyboard(card))
+        return str(sent.message_id)
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
         """`getFile`, then the file download URL (the Bot API serves at most 20 MB)."""
@@ -349,19 +411,44 @@ class TelegramAdapter(BaseAdapter):
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
+        run_id = self._stop_buttons.get((chat_id, message_id))
+        # An edit without reply_markup drops the keyboard: a reply with a Stop button passes it every time.
+        markup = stop_keyboard(run_id) if run_id is not None else None
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("editMessageText"):
                 try:
                     try:
-                        await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML)
+                        await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML,
+                                                    reply_markup=markup)
                     except TelegramError as e:
                         if not is_parse_error(e):
                             raise
                         self._log.warning("Telegram refused the HTML of an edit (%s); editing as plain text", e)
-                        await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id))
+                        await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id), reply_markup=markup)
                 except TelegramError as e:
                     if not is_not_modified(e):  # the same text again is not a failure
                         raise
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """A ⏹ Stop button under the streaming reply, kept on every edit; taken away when the reply is final."""
+        bot = self._require_bot()
+        chat_id, _ = _chat(target)
+        key = (chat_id, message_id)
+        if not present and self._stop_buttons.pop(key, None) is None:
+            return
+        # Shown only if the chat's budget has room now (the runner asks again at its next step); taken
+        # away whatever the wait, so no final reply keeps a button.
+        with impatient() if present else contextlib.nullcontext():
+            async with self.pacer.paced(self.budget.message(chat_id)):
+                with translated("editMessageReplyMarkup"):
+                    try:
+                        await bot.edit_message_reply_markup(chat_id, int(message_id),
+                                                            reply_markup=stop_keyboard(run_id) if present else None)
+                    except TelegramError as e:
+                        if not is_not_modified(e):
+                            raise
+        if present:
+            self._stop_buttons[key] = run_id
 
     async def show_typing(self, target: ReplyTarget) -> None:
         bot = self._require_bot()
@@ -451,6 +538,22 @@ class _Bot(Bot):
         data = {"offset": offset, "timeout": POLL_TIMEOUT, "allowed_updates": list(ALLOWED_UPDATES)}
         result = await self._post("getUpdates", data, read_timeout=POLL_TIMEOUT + 10.0)
         return result if isinstance(result, list) else []
+
+
+class _Request(HTTPXRequest):
+    """HTTPXRequest without a logged traceback for an answer that is not JSON.
+
+    A proxy in front of the Bot API answers 502 with an HTML page now and then; python-telegram-bot
+    logs a traceback at error level for it, then raises NetworkError with the status, which the
+    poll loop logs once as a warning and retries. One plain line is what an operator should see.
+    """
+
+    @staticmethod
+    def parse_json_payload(payload: bytes) -> Any:
+        try:
+            return json.loads(payload.decode("utf-8", "replace"))
+        except ValueError:
+            raise TelegramError("Invalid server response") from None
 
 
 class _SubmitFailed(Exception):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
+from gateway.memory_card import MemoryCard
 from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
 
 from .render import escape
@@ -50,12 +51,12 @@ def card_html(card: ApprovalCard) -> str:
     """
     title = "🔐 <b>Approval needed</b>" if card.pending else "🔐 <b>Approval</b>"
     fixed = [title]
-    budget = MAX_TEXT - 200 - sum(len(i.tool_name) + len(i.capability) + 60 for i in card.items)
+    budget = MAX_TEXT - 200 - sum(len(i.headline) + len(i.capability) + 60 for i in card.items)
     budget -= len(card.deciders) + len(card.note)
     per_item = max(40, budget // max(1, len(card.items)))
     for n, item in enumerate(card.items, 1):
         number = f"{n}. " if len(card.items) > 1 else ""
-        fixed.append(f"\n{number}<b>{escape(item.tool_name)}</b> <i>({escape(item.capability)})</i>")
+        fixed.append(f"\n{number}<b>{escape(item.headline)}</b> <i>({escape(item.capability)})</i>")
         if item.arguments.strip():
             fixed.append(f"<pre>{escape(_cut(item.arguments, per_item))}</pre>")
         fixed.append(_state(item))
@@ -103,3 +104,41 @@ def _short(name: str, limit: int = 24) -> str:
 def _sentence(text: str) -> str:
     text = text.strip()
     return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+# --- /memory cards ------------------------------------------------------------------------
+
+MEMORY_PREFIX = "m."  # `m.s:1f.a3b4c5`: the core's data behind a prefix no approval button has
+
+
+def memory_callback(data: str) -> str:
+    out = MEMORY_PREFIX + data
+    if len(out.encode()) > MAX_CALLBACK_BYTES:
+        raise ValueError(f"memory callback data is {len(out.encode())} bytes; Telegram allows 64")
+    return out
+
+
+def parse_memory_data(data: str | None) -> str | None:
+    """The core's data when this is a memory button's callback, else None."""
+    return data[len(MEMORY_PREFIX):] if data and data.startswith(MEMORY_PREFIX) else None
+
+
+def memory_html(card: MemoryCard) -> str:
+    out = [f"🗒 <b>{escape(card.title)}</b>"]
+    for n, line in enumerate(card.lines, 1):
+        state = "" if line.in_use else " ⛔"
+        out.append(f"{n}. <code>{escape(line.label)}</code>{state}\n    <i>{escape(line.detail)}</i>")
+    if card.status:
+        out.append(f"\n{escape(card.status)}")
+    if card.footer:
+        out.append(f"\n<i>{escape(card.footer)}</i>")
+    return _cut("\n".join(out), MAX_TEXT)
+
+
+def memory_keyboard(card: MemoryCard) -> InlineKeyboardMarkup:
+    """One row a note (numbered as in the text), then "erase all" or its confirmation."""
+    rows = [[InlineKeyboardButton(f"{n}. {b.label}", callback_data=memory_callback(b.data)) for b in line.buttons]
+            for n, line in enumerate(card.lines, 1) if line.buttons]
+    if card.actions:
+        rows.append([InlineKeyboardButton(b.label, callback_data=memory_callback(b.data)) for b in card.actions])
+    return InlineKeyboardMarkup(rows)

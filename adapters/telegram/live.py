@@ -37,18 +37,25 @@ class TelegramLiveReply:
         return None  # a draft is not a message
 
     async def append(self, markdown: str) -> None:
-        self._markdown += markdown
+        # The text is ours only once the draft went out: a draft refused before it was sent (over
+        # the budget, a 429) raises, and the stream offers the same text again with the next one.
+        # Adding it here first showed it twice in the final message.
+        text = self._markdown + markdown
         async with self._pacer.paced(self._scopes):
             with translated("sendMessageDraft"):
                 try:
                     await self._bot.send_message_draft(int(self._target.channel), self._draft_id,
-                                                       self._render(self._markdown), parse_mode=ParseMode.HTML)
+                                                       self._render(text), parse_mode=ParseMode.HTML)
                 except BadRequest as e:
                     if "parse entities" in str(e).lower():
-                        return  # half a tag mid-stream: the next draft or the message carries it
+                        self._markdown = text  # half a tag mid-stream: the next draft or the message carries it
+                        return
                     self._off()
                     raise NativeUnavailable(f"telegram sendMessageDraft: {e}") from None
+        self._markdown = text
 
     async def stop(self, markdown: str = "") -> str | None:
-        self._markdown += markdown
-        return await self._post(self._target, self._render(self._markdown))
+        text = self._markdown + markdown  # a post refused with a 429 is retried with the same text, not more
+        message_id = await self._post(self._target, self._render(text))
+        self._markdown = text
+        return message_id

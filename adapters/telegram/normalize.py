@@ -21,7 +21,8 @@ from telegram import Message, MessageEntity, Update, User
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.surface import Decision
 
-from .cards import parse_callback_data
+from .cards import parse_callback_data, parse_memory_data
+from .stop import parse_stop
 
 PLATFORM = "telegram"
 _CHAT_KINDS = {"private": ChatKind.DM, "group": ChatKind.GROUP, "supergroup": ChatKind.GROUP}
@@ -46,6 +47,9 @@ class ButtonClick:
     target_id: str
     chat_id: str | None
     message_id: str | None
+    memory: str | None = None  # a `/memory` card's button: the core's data, for `Dispatcher.memory_click`
+    chat_kind: ChatKind | None = None
+    stop_run: str | None = None  # a Stop press on a streaming reply: the run it names
 
 
 def normalize_update(
@@ -108,6 +112,9 @@ def _click(update: Update) -> ButtonClick:
         target_id=parsed[1] if parsed else "",
         chat_id=str(message.chat.id) if message is not None else None,
         message_id=str(message.message_id) if message is not None else None,
+        memory=parse_memory_data(query.data),
+        chat_kind=_CHAT_KINDS.get(message.chat.type) if message is not None else None,
+        stop_run=parse_stop(query.data),
     )
 
 

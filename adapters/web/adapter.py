@@ -16,7 +16,8 @@ from aiohttp import web
 
 from bindings.models import BindingSpec
 from gateway.adapter_registry import AdapterContext
-from gateway.api import card_json
+from gateway.api import card_json, memory_card_json
+from gateway.memory_card import MemoryCard
 from gateway.clock import new_id
 from gateway.messages import Attachment
 from gateway.surface import (
@@ -93,6 +94,12 @@ class WebAdapter:
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         self._publish(target, {"type": "card", "card": card_json(card)})
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        """The page draws the card with buttons; a click's answer (`POST /api/v1/memory/click`) redraws it."""
+        card_id = new_id()
+        self._publish(target, {"type": "memory_card", "id": card_id, "card": memory_card_json(card)})
+        return card_id
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """The page shows a Stop button under the streaming reply, and removes it when the reply is final."""

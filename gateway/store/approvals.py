@@ -28,6 +28,8 @@ class NewItem:
     tool_name: str
     capability: str
     arguments: str
+    delegate: str | None = None  # the delegate that made the call (None: the run's own agent)
+    parent_call_id: str | None = None  # the run's `task` call it was made inside
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +130,8 @@ class ApprovalStore:
                 s.add(ApprovalRow(id=unguessable_id(), card_id=card_id, run_id=run_id,
                                   conversation_id=conversation_id, tool_call_id=item.tool_call_id,
                                   tool_id=item.tool_id, tool_name=item.tool_name, capability=item.capability,
-                                  arguments=item.arguments, state="pending", position=i, created_at=now))
+                                  arguments=item.arguments, state="pending", position=i, created_at=now,
+                                  delegate=item.delegate, parent_call_id=item.parent_call_id))
         return card_id
 
     async def unshown(self, *, older_than: datetime | None) -> list[str]:

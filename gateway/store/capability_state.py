@@ -30,8 +30,8 @@ class CapabilityState:
                                              updated_at=self._clock.now()))
 
     async def add(self, capability: str, scope: str, key: str, value: str) -> bool:
-        """Store a key that must not exist yet; False (nothing changed) if it does. Atomic on any
-        replica: the first caller wins."""
+        """Store `key` only if it is absent; False when it was already there (another process, another
+        replica took it first). A count kept as one key per item is race-free this way."""
         try:
             async with self._sessions() as s, s.begin():
                 s.add(CapabilityStateRow(capability=capability, scope=scope, key=key, value=value,

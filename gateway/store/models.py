@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     ForeignKey,
@@ -200,6 +201,10 @@ class ApprovalRow(Base):
     decided_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
     surface: Mapped[str | None] = mapped_column(String(40), nullable=True)
     position: Mapped[int] = mapped_column(Integer)
+    # Set when a sync delegate made the call: who asked (shown on the card), and the run's own `task`
+    # call it was made inside (what the run is resumed on, with this decision handed down).
+    delegate: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    parent_call_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
@@ -357,3 +362,20 @@ class KnowledgeChunk(Base):
     heading: Mapped[str] = mapped_column(String(500))
     anchor: Mapped[str] = mapped_column(String(200))
     text: Mapped[str] = mapped_column(Text)
+
+
+class StreamEvent(Base):
+    """One event of a web conversation's live stream, kept a few minutes so that the other replicas
+    on a shared PostgreSQL database can show it to their browsers (`gateway/event_relay.py`).
+
+    NOTIFY only says "conversation X has news"; the event itself is read from here, so a payload
+    over NOTIFY's 8,000 bytes and a replica whose LISTEN connection dropped both still get it.
+    """
+
+    __tablename__ = "stream_events"
+    __table_args__ = (Index(None, "conversation_id", "created_at"), Index(None, "created_at"))
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    conversation_id: Mapped[str] = mapped_column(String(40))
+    origin: Mapped[str] = mapped_column(String(80))  # the replica that published it (`Store.owner`)
+    body: Mapped[str] = mapped_column(Text)  # the event as JSON
+    created_at: Mapped[datetime] = mapped_column(TS)  # the database's clock, so replicas agree

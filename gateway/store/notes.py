@@ -36,6 +36,17 @@ class Scope:
 
 
 @dataclass(frozen=True, slots=True)
+class Holder:
+    """Whose notes, across every agent: one person's, or one chat's. What a person manages."""
+
+    kind: Literal["person", "chat"]
+    owner: str
+
+    def scope(self, agent_id: str) -> Scope:
+        return Scope(agent_id, self.kind, self.owner)
+
+
+@dataclass(frozen=True, slots=True)
 class Note:
     agent_id: str
     name: str
@@ -43,6 +54,7 @@ class Note:
     suppressed: bool
     created_at: datetime
     updated_at: datetime
+    note_id: int = 0  # the row's id: what a button names, always checked against the holder
 
     @property
     def chars(self) -> int:
@@ -50,7 +62,7 @@ class Note:
 
 
 def _note(row: MemoryNote) -> Note:
-    return Note(row.agent_id, row.name, row.content, row.suppressed, row.created_at, row.updated_at)
+    return Note(row.agent_id, row.name, row.content, row.suppressed, row.created_at, row.updated_at, row.id)
 
 
 def names_note(line: str, name: str) -> bool:
@@ -175,21 +187,34 @@ class NoteStore:
         note = await self.read(scope, INDEX)
         return note.content if note is not None else None
 
-    # --- what a person does to their own notes -------------------------------------------
+    # --- what a person does to their own notes, or to a chat's -----------------------------
+
+    @staticmethod
+    def _of(holder: Holder) -> tuple[object, ...]:
+        return (MemoryNote.scope == holder.kind, MemoryNote.owner == holder.owner)
 
     async def about(self, person_id: str) -> list[Note]:
         """Every note agents keep about this person, stopped ones included, by agent then name."""
+        return await self.held(Holder(PERSON, person_id))
+
+    async def held(self, holder: Holder) -> list[Note]:
+        """Every note agents keep for this person or chat, stopped ones included, by agent then name."""
         async with self.store.sessions() as s:
-            rows = await s.scalars(
-                select(MemoryNote)
-                .where(MemoryNote.scope == PERSON, MemoryNote.owner == person_id)
-                .order_by(MemoryNote.agent_id, MemoryNote.name)
-            )
+            rows = await s.scalars(select(MemoryNote).where(*self._of(holder))
+                                   .order_by(MemoryNote.agent_id, MemoryNote.name))
             return [_note(r) for r in rows]
+
+    async def by_id(self, holder: Holder, note_id: int) -> Note | None:
+        """The note with this id, only if it is this holder's (a button names an id; the holder is ours)."""
+        async with self.store.sessions() as s:
+            row = await s.scalar(select(MemoryNote).where(MemoryNote.id == note_id, *self._of(holder)))
+            return _note(row) if row is not None else None
 
     async def set_suppressed(self, person_id: str, agent_id: str, name: str, suppressed: bool) -> Note | None:
         """Stop using a note (pruning the index lines that name it), or use it again."""
-        scope = Scope(agent_id, PERSON, person_id)
+        return await self.suppress(Scope(agent_id, PERSON, person_id), name, suppressed)
+
+    async def suppress(self, scope: Scope, name: str, suppressed: bool) -> Note | None:
         async with self.store.sessions() as s, s.begin():
             row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
             if row is None:
@@ -201,7 +226,9 @@ class NoteStore:
 
     async def forget(self, person_id: str, agent_id: str, name: str) -> bool:
         """Delete one of a person's notes, stopped or not, and prune the index lines naming it."""
-        scope = Scope(agent_id, PERSON, person_id)
+        return await self.remove(Scope(agent_id, PERSON, person_id), name)
+
+    async def remove(self, scope: Scope, name: str) -> bool:
         async with self.store.sessions() as s, s.begin():
             row = await s.scalar(select(MemoryNote).where(*self._in(scope), MemoryNote.name == name))
             if row is None:
@@ -212,10 +239,11 @@ class NoteStore:
 
     async def erase(self, person_id: str) -> int:
         """Everything every agent keeps about this person; returns how many notes went."""
+        return await self.erase_held(Holder(PERSON, person_id))
+
+    async def erase_held(self, holder: Holder) -> int:
         async with self.store.sessions() as s, s.begin():
-            result = await s.execute(
-                delete(MemoryNote).where(MemoryNote.scope == PERSON, MemoryNote.owner == person_id)
-            )
+            result = await s.execute(delete(MemoryNote).where(*self._of(holder)))
             return result.rowcount or 0
 
     # --- administrators -------------------------------------------------------------------

@@ -67,7 +67,8 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
                 seen.instructions.append(str(part.content))  # e.g. a skill's body, once loaded
     prompt, made = _since_prompt(messages)
     if PREFIX in prompt:  # in a group the prompt starts with the speaker's name
-        calls = json.loads(prompt[prompt.index(PREFIX) + len(PREFIX):])
+        # The script may be followed by other text (a handoff's envelope closes after it).
+        calls, _ = json.JSONDecoder().raw_decode(prompt[prompt.index(PREFIX) + len(PREFIX):])
         if made < len(calls):
             name, args = calls[made]
             yield {0: DeltaToolCall(name=name, json_args=json.dumps(args))}

@@ -172,9 +172,14 @@ async def test_stop_use_delete_and_erase_from_the_chat(tmp_path: Path) -> None:
         assert index == "- teapot.md: a blue teapot\nAsks about tea often.\n", "only lines naming the note are pruned"
         assert "prefers green tea" not in (await w.run(ALICE, DM_ALICE, "hello")).instructions[0]
 
-        listing = await w.command(ALICE, CHANNEL, "/memory")
+        listing = await w.command(ALICE, DM_ALICE, "/memory")
         assert "`assistant/tea.md` (stopped)" in listing and "`assistant/teapot.md`:" in listing
         assert "green" not in listing, "the listing says which agent and when, not the text"
+        in_channel = await w.command(ALICE, CHANNEL, "/memory")
+        assert in_channel.startswith("No agent keeps notes for this chat.") and "tea.md" not in in_channel, (
+            "in a channel /memory is about the chat's notes, never a person's")
+        assert "No note `assistant/teapot.md` for this chat" in await w.command(ALICE, CHANNEL, "/memory delete teapot.md")
+        assert "teapot.md" in {n.name for n in await notes.about(scope.owner)}
 
         assert (await w.command(ALICE, DM_ALICE, "/memory use assistant/tea.md")).endswith("is in use again.")
         seen = await w.run(ALICE, DM_ALICE, "read_memory name=tea.md")
@@ -192,7 +197,7 @@ async def test_stop_use_delete_and_erase_from_the_chat(tmp_path: Path) -> None:
         assert (await notes.read(scope, INDEX)).content == "Asks about tea often.\n"
         assert "No note `assistant/teapot.md`" in await w.command(ALICE, DM_ALICE, "/memory delete teapot.md")
 
-        assert "only done in a direct message" in await w.command(ALICE, CHANNEL, "/memory erase")
+        assert "`/memory erase` in a direct message" in await w.command(ALICE, CHANNEL, "/memory erase")
         assert len(await notes.about(scope.owner)) == 2
         assert await w.command(ALICE, DM_ALICE, "/memory erase") == "Erased 2 notes agents kept about you."
         assert await notes.about(scope.owner) == []

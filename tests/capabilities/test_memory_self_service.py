@@ -10,7 +10,9 @@ import pytest
 from sqlalchemy import select
 
 from gateway import cli
-from gateway.store.notes import NoteStore, Scope
+from gateway.clock import ManualClock
+from gateway.memory_card import note_ref
+from gateway.store.notes import Holder, NoteStore, Scope
 from gateway.store.engine import create_engine
 from gateway.store.models import MemoryAudit
 from gateway.store.repo import Store
@@ -52,17 +54,49 @@ async def test_the_web_person_lists_stops_restores_deletes_and_erases(tmp_path: 
         assert (await (await s.get("/api/v1/me/memory")).json()) == {"notes": []}
 
 
-async def test_memory_in_the_web_chat_is_answered_privately(tmp_path: Path) -> None:
+async def test_memory_in_the_web_chat_is_a_card_whose_buttons_act_on_the_persons_own_notes(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
-    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+    clock = ManualClock()
+    async with running_gateway(cfg, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
         conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "write_memory name=tea.md content=green"})
+        run_id = (await r.json())["run_id"]
+        await wait_for(lambda: run_finished(gw, run_id), what="the write")
+        other = (await gw.store.identify("slack", "T1", "U9", "Zed")).person_id
+        await NoteStore(gw.store).write(Scope("assistant", "person", other), "zed.md", "not yours")
+        [zeds] = await NoteStore(gw.store).held(Holder("person", other))
+
         async with gw.events.listen(conv) as events:
             r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "/memory"})
             assert r.status == 200 and await r.json() == {"command": True}
             event = await asyncio.wait_for(events.get(), 10)
-        assert event["type"] == "notice" and event["text"].startswith("No agent has written anything about you.")
+        assert event["type"] == "memory_card"
+        card = event["card"]
+        [tea] = card["notes"]
+        assert tea["label"] == "assistant/tea.md" and [b["label"] for b in tea["buttons"]] == ["Stop using", "Delete"]
         messages = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
-        assert messages == [], "a command is not part of the conversation the model sees"
+        assert [m["role"] for m in messages] == ["user", "assistant"], "a command is not part of the conversation"
+
+        answer = await (await s.post("/api/v1/memory/click", json={"data": tea["buttons"][0]["data"]})).json()
+        assert answer["card"]["notes"][0]["in_use"] is False and "Stopped using" in answer["card"]["status"]
+        person = (await gw.store.identify("web", "local", "local", "local")).person_id
+        assert await NoteStore(gw.store).read(Scope("assistant", "person", person), "tea.md") is None
+
+        forged = await (await s.post("/api/v1/memory/click", json={"data": f"d:{note_ref(zeds)}"})).json()
+        assert forged["card"] is None and "gone or isn't yours" in forged["message"]
+        assert [n.name for n in await NoteStore(gw.store).held(Holder("person", other))] == ["zed.md"]
+
+        asked = await (await s.post("/api/v1/memory/click", json={"data": answer["card"]["actions"][0]["data"]})).json()
+        assert "Erase all 1 note about you?" in asked["card"]["status"]
+        assert len(await NoteStore(gw.store).about(person)) == 1
+        confirm = next(b["data"] for b in asked["card"]["actions"] if b["label"].startswith("Yes"))
+        clock.advance(11 * 60)  # a question left open too long is asked again, not taken as a yes
+        late = await (await s.post("/api/v1/memory/click", json={"data": confirm})).json()
+        assert "too old; nothing was erased" in late["message"] and len(await NoteStore(gw.store).about(person)) == 1
+        asked = await (await s.post("/api/v1/memory/click", json={"data": answer["card"]["actions"][0]["data"]})).json()
+        confirm = next(b["data"] for b in asked["card"]["actions"] if b["label"].startswith("Yes"))
+        done = await (await s.post("/api/v1/memory/click", json={"data": confirm})).json()
+        assert done["card"]["status"] == "Erased 1 note." and await NoteStore(gw.store).about(person) == []
 
 
 def _seed(cfg: Path) -> str:

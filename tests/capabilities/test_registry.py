@@ -115,7 +115,8 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> Non
                "planning": {"enable_subtasks": True}, "context": {"default_mode": "link"},
                "knowledge": {"collections": ["docs"]},
                "subagents": {"inline": [{"name": "helper", "model": "recorder"}]}}
-    agents = {"assistant": agent(*({"id": d.id, "config": configs.get(d.id, {})} for d in with_tools))}
+    agents = {"assistant": agent(*({"id": d.id, "config": configs.get(d.id, {})} for d in with_tools)),
+              "other": agent()}  # someone for handoffs to send to
     bindings = {"slack": slack_binding(channel_tools={"tools": list(CHANNEL_TOOL_IDS)})}
     shutil.copytree(Path(__file__).parents[2] / "config" / "examples" / "skills", tmp_path / "skills")
     (tmp_path / "context" / "assistant").mkdir(parents=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from capabilities.subagents import delegate_runs
 from gateway import extensions
 from gateway.messages import ChatKind
 
-from ..conftest import write_config
+from ..conftest import wait_for, write_config
 from .scripted import say_calls
 from .support import Account, Place, agent, world
 
@@ -135,15 +136,22 @@ def test_bad_delegation_is_refused_at_load_with_file_and_line(tmp_path: Path) ->
         assert line.startswith(str(path)) and line.split(":")[1].isdigit(), line
 
 
-async def test_a_delegate_needing_approval_stops_and_says_so_without_parking_the_parent(tmp_path: Path) -> None:
+async def test_a_delegate_needing_approval_parks_the_parents_run_on_a_card_naming_it(tmp_path: Path) -> None:
     gated = researcher(capabilities=[{"id": "planning", "approval": "required"}])
     agents = {"assistant": delegating({}), "researcher": gated}
     async with world(tmp_path, agents=agents) as w:
         plan = say_calls(("write_plan", {"items": [{"content": "look"}]}))
-        seen = await w.run(ALICE, DM, say_calls(task("researcher", plan)))
-        assert "needs a person's approval, which a delegation cannot ask for yet" in seen.tool_results[-1]
-        [run] = await delegate_runs(await w.turn(ALICE, DM, "later"))
-        assert run["outcome"] == "refused"
+        await w.say(ALICE, DM, say_calls(task("researcher", plan)))  # returns once parked
+        cards = w.adapter("slack").cards
+        await wait_for(lambda: bool(cards), what="the approval card")
+        [card] = cards
+        [item] = card.items
+        assert item.headline == "researcher wants to run write_plan" and item.capability == "planning"
+        parent = await w.gw.store.run(card.run_id)
+        assert parent is not None and parent.status == "parked", "the whole run parks, not just the delegate"
+        [stored] = (await w.gw.store.capability_state.items("subagents", parent.conversation_id)).values()
+        run = json.loads(stored)
+        assert run["outcome"] == "parked"
         parts = [p for m in run["transcript"] for p in m["parts"]]
-        assert any(p.get("tool_name") == "write_plan" for p in parts)
+        assert any(p.get("tool_name") == "write_plan" for p in parts), "its messages are stored to resume from"
         assert not [p for p in parts if p["part_kind"] == "tool-return"], "the gated tool never ran"

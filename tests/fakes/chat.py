@@ -120,6 +120,9 @@ class FakeChatAdapter:
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         self.cards.append(card)
 
+    async def post_memory_card(self, target: ReplyTarget, card: object) -> str | None:
+        return None  # no buttons here: `/memory` answers in text, as on a platform without them
+
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         self.private.append((target, account_id, text))
 

@@ -4,7 +4,7 @@ It speaks the wire protocol the real server speaks (shapes from mattermost/matte
 `api/v4/source/*.yaml`, `server/public/model/websocket_message.go`, `app/post.go`,
 `app/integration_action.go`), so the adapter under test talks to it exactly as it would talk to
 a real server. Tests seed users, teams and channels, act as people (`user_post`, `react`,
-`click`), inject trouble (`rate_limit`, `drop_websockets`) and read what a person would see
+`click`), inject trouble (`rate_limit`, `limit_rate`, `drop_websockets`) and read what a person would see
 (`posts_in`, `history`, `ephemerals`).
 
 Facts reproduced on purpose:
@@ -16,7 +16,8 @@ Facts reproduced on purpose:
   (in a DM the other member, in a group DM every member but the poster); `team_id` is empty
   for D and G channels; `integration` is stripped from posts sent to clients.
 - REST errors are `{id, message, detailed_error, request_id, status_code}`; a 429 is
-  `text/plain` with `X-Ratelimit-Reset` and `Retry-After`; a message over 16,383 characters
+  `text/plain` with `X-Ratelimit-Reset` and `Retry-After`; with rate limiting on (`limit_rate`)
+  every answer carries `X-Ratelimit-Limit` / `-Remaining` / `-Reset`, GCRA per token; a message over 16,383 characters
   is a 400; a retried create with the same `pending_post_id` returns the same post.
 - An action click posts `{user_id, user_name, channel_id, ..., context}` to the action's
   `integration.url`; anything but 200 fails the click; `update` without `message` blanks the
@@ -30,6 +31,7 @@ import asyncio
 import base64
 import copy
 import json
+import math
 import re
 import time
 import uuid
@@ -68,6 +70,35 @@ class RateLimitRule:
     path: re.Pattern[str]
     times: int
     reset: int
+
+
+@dataclass
+class ServerRateLimit:
+    """The server's rate limiting (System Console > Rate Limiting), per token as with
+    `VaryByHeader: Authorization`: GCRA as the `throttled` library does it, a burst of
+    `max_burst + 1` calls refilled at `per_sec` a second."""
+
+    per_sec: float
+    max_burst: int
+    tat: dict[str, float] = field(default_factory=dict)  # key -> theoretical arrival time
+
+    def check(self, key: str, now: float) -> tuple[bool, dict[str, str]]:
+        """Whether a call arriving `now` is admitted (and counted), with the headers to answer."""
+        interval = 1 / self.per_sec
+        tolerance = interval * (self.max_burst + 1)
+        tat = max(self.tat.get(key, now), now)
+        new_tat = tat + interval
+        allow_at = new_tat - tolerance
+        limit = self.max_burst + 1
+        if now < allow_at:
+            headers = {"X-Ratelimit-Limit": str(limit), "X-Ratelimit-Remaining": "0",
+                       "X-Ratelimit-Reset": str(math.ceil(tat - now)),
+                       "Retry-After": str(math.ceil(allow_at - now))}
+            return False, headers
+        self.tat[key] = new_tat
+        remaining = int((now - allow_at) / interval + 1e-9)
+        return True, {"X-Ratelimit-Limit": str(limit), "X-Ratelimit-Remaining": str(min(remaining, limit)),
+                      "X-Ratelimit-Reset": str(math.ceil(new_tat - now))}
 
 
 @dataclass
@@ -121,9 +152,12 @@ class FakeMattermost:
         self.request_times: list[float] = []  # time.monotonic() of each entry of `requests`
         self.typing_times: list[float] = []  # time.monotonic() of each entry of `typing`
         self.rate_limits: list[RateLimitRule] = []
+        self.server_limit: ServerRateLimit | None = None  # set by `limit_rate`
+        self.throttled: list[tuple[str, str]] = []  # (method, path) of calls refused by `server_limit`
         self.click_log: list[dict[str, Any]] = []  # what was posted to integrations
         self.websocket_connects = 0
         self.break_after_create = 0  # create the next N posts, then cut the connection unanswered
+        self.post_answer_delay = 0.0  # seconds POST /posts holds its answer after creating the post
         self.websocket_resumes = 0  # connections that continued an earlier stream without a hello
         # False: the server never answers a client's websocket close frame (a connection that
         # died without a word); the client must drop the connection itself.
@@ -148,6 +182,7 @@ class FakeMattermost:
         r.add_get("/api/v4/users/me/teams", self._get_my_teams)
         r.add_post("/api/v4/users/ids", self._users_by_ids)
         r.add_get("/api/v4/users/{user_id}", self._get_user)
+        r.add_get("/api/v4/users/{user_id}/teams/{team_id}/channels", self._user_team_channels)
         r.add_post("/api/v4/users/{user_id}/typing", self._rest_typing)
         r.add_get("/api/v4/teams/name/{name}", self._team_by_name)
         r.add_post("/api/v4/teams/{team_id}/channels/search", self._search_channels)
@@ -319,6 +354,23 @@ class FakeMattermost:
         for conn in list(self._conns.values()):
             if conn.user_id == user_id:
                 await conn.send_event(event, data, {"omit_users": None, "user_id": user_id, "channel_id": "", "team_id": ""})
+
+    async def push_raw(self, user_id: str, text: str) -> int:
+        """A frame as is (not JSON, no `seq`, any shape) on the user's live websockets; how many got it."""
+        sent = 0
+        for conn in list(self._conns.values()):
+            if conn.user_id == user_id and conn.ws is not None and not conn.ws.closed:
+                try:
+                    await conn.ws.send_str(text)
+                    sent += 1
+                except (ConnectionError, RuntimeError):
+                    pass
+        return sent
+
+    def limit_rate(self, per_sec: float, max_burst: int) -> None:
+        """Rate limiting on, as an admin configures it: every REST call counts against its
+        token's budget, every answer says the limit in headers, a call over it gets a 429."""
+        self.server_limit = ServerRateLimit(per_sec, max_burst)
 
     def rate_limit(self, method: str, path_regex: str, *, times: int = 1, reset: int = 1) -> None:
         """The next `times` requests matching answer 429 with `reset` seconds to wait."""
@@ -580,7 +632,16 @@ class FakeMattermost:
                         "Retry-After": str(rule.reset),
                     },
                 )
-        return await handler(request)
+        if self.server_limit is None or request.path == "/api/v4/websocket":
+            return await handler(request)
+        admitted, headers = self.server_limit.check(request.headers.get("Authorization", ""), time.monotonic())
+        if not admitted:
+            self.throttled.append((request.method, request.path))
+            self._record((request.method, request.path, "<429>"))
+            return web.Response(status=429, text="limit exceeded\n", content_type="text/plain", headers=headers)
+        response = await handler(request)
+        response.headers.update(headers)
+        return response
 
     def _record(self, entry: tuple[str, str, Any]) -> None:
         self.requests.append(entry)
@@ -734,11 +795,30 @@ class FakeMattermost:
             "has_next": False,
         }
 
+    async def _user_team_channels(self, request: web.Request) -> web.Response:
+        """The user's channels in a team, their direct and group messages included (as the server does)."""
+        uid, _, err = await self._authed(request)
+        if err:
+            return err
+        wanted = request.match_info["user_id"]
+        if wanted == "me":
+            wanted = uid  # type: ignore[assignment]
+        team_id = request.match_info["team_id"]
+        if wanted != uid or team_id not in self.teams or uid not in self.team_members[team_id]:
+            return _app_error(403, "api.context.permissions.app_error", "You do not have the appropriate permissions.")
+        mine = [c for c in self.channels.values() if uid in self.members[c["id"]] and c["delete_at"] == 0
+                and (c["team_id"] == team_id or c["type"] in ("D", "G"))]
+        return web.json_response(mine)
+
     async def _channel_posts(self, request: web.Request) -> web.Response:
         channel, err = await self._channel_or_error(request)
         if err:
             return err
         assert channel is not None
+        if "since" in request.query:  # every post created or changed since (ms), unpaged, as the server does
+            since = int(request.query["since"])
+            changed = [p for p in self.posts_in(channel["id"]) if max(p["create_at"], p["update_at"]) >= since]
+            return web.json_response(self._post_list(changed))
         page, per_page = int(request.query.get("page", 0)), min(int(request.query.get("per_page", 60)), 200)
         newest_first = list(reversed(self.posts_in(channel["id"])))
         return web.json_response(self._post_list(newest_first[page * per_page : (page + 1) * per_page]))
@@ -769,6 +849,9 @@ class FakeMattermost:
         if not isinstance(body, dict):
             return _app_error(400, "api.context.invalid_body_param.app_error", "Invalid or missing post in request body.")
         post, err = await self._create(uid, body)  # type: ignore[arg-type]
+        held = time.monotonic()  # the post is in the channel; its creator hears so only later
+        while err is None and time.monotonic() - held < self.post_answer_delay:  # re-read: 0 releases it
+            await asyncio.sleep(0.05)
         if err is None and self.break_after_create > 0:
             self.break_after_create -= 1
             assert request.transport is not None

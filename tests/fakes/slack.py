@@ -35,6 +35,7 @@ from aiohttp import WSMsgType, web
 # (limit, seconds) per method for the workspace, by Slack's tiers (2: 20/min, 3: 50/min, 4: 100/min).
 TIERS = {
     "chat.update": (50, 60.0),
+    "chat.delete": (50, 60.0),
     "chat.postEphemeral": (100, 60.0),
     "assistant.threads.setStatus": (50, 60.0),
     "chat.startStream": (20, 60.0),
@@ -74,6 +75,7 @@ class PostedMessage:
     appends: list[str] = field(default_factory=list)  # the markdown each chat.appendStream added
     block_edits: list[list[dict[str, Any]] | None] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
+    username: str | None = None  # chat.postMessage's username (chat:write.customize): the name Slack shows
 
 
 @dataclass
@@ -171,6 +173,7 @@ class FakeSlack:
         self.acks: list[dict[str, Any]] = []
         self.sent_envelopes: list[dict[str, Any]] = []
         self.messages: list[PostedMessage] = []
+        self.deleted: list[PostedMessage] = []  # removed by chat.delete
         self.ephemerals: list[Ephemeral] = []
         self.channels: dict[str, Channel] = {}
         self.users: dict[str, User] = {bot_user_id: User(bot_user_id, "agent", "Agent", "agent", is_bot=True)}
@@ -379,7 +382,8 @@ class FakeSlack:
         if channel not in self.channels:
             return {"ok": False, "error": "channel_not_found"}
         blocks = _maybe_json(args.get("blocks"))
-        msg = PostedMessage(channel, self.next_ts(), args.get("text", ""), self.bot_user_id, args.get("thread_ts") or None, self.bot_id, blocks)
+        msg = PostedMessage(channel, self.next_ts(), args.get("text", ""), self.bot_user_id, args.get("thread_ts") or None, self.bot_id, blocks,
+                            username=args.get("username") or None)
         self.messages.append(msg)
         if self.echo_bot_posts and self._sockets:
             event = self._message_event(msg, kind=self.channels[channel].kind)
@@ -399,10 +403,20 @@ class FakeSlack:
             return {"ok": False, "error": "cant_update_message"}
         msg.text = args.get("text", msg.text)
         msg.edits.append(msg.text)
-        if "blocks" in args:
-            msg.blocks = _maybe_json(args["blocks"])
+        # As on Slack, an update is the whole message: one without `blocks` leaves it with none.
+        msg.blocks = _maybe_json(args["blocks"]) if "blocks" in args else None
         msg.block_edits.append(msg.blocks)
         return {"ok": True, "channel": msg.channel, "ts": msg.ts, "text": msg.text, "message": self._message_json(msg)}
+
+    async def _m_chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        msg = self.message(args["channel"], args["ts"])
+        if msg is None:
+            return {"ok": False, "error": "message_not_found"}
+        if msg.bot_id != self.bot_id:
+            return {"ok": False, "error": "cant_delete_message"}
+        self.messages.remove(msg)
+        self.deleted.append(msg)
+        return {"ok": True, "channel": msg.channel, "ts": msg.ts}
 
     async def _m_chat_startStream(self, args: dict[str, Any]) -> dict[str, Any]:
         if not self.native_streaming:

@@ -30,6 +30,7 @@ import asyncio
 import html
 import itertools
 import json
+import random
 import re
 import time
 from collections.abc import Callable
@@ -233,6 +234,12 @@ class FakeTelegram:
         self._webhook_kick = asyncio.Event()
         self.files: dict[str, bytes] = {}  # file_id → contents: getFile, then /file/bot<token>/<file_path>
         self.downloads: list[str] = []  # file paths downloaded with the right token
+        # A share of getUpdates long polls cut, as a proxy or a flaky network does: answered 502
+        # (an HTML page, not the Bot API's JSON) or, after the poll took its updates, closed
+        # unanswered. Either way the updates stay queued: only a later `offset` confirms them.
+        self.poll_cut_share = 0.0
+        self.polls_cut = 0
+        self._poll_cuts = random.Random(502)
 
     # --- server lifecycle ------------------------------------------------------------------
 
@@ -465,6 +472,11 @@ class FakeTelegram:
         if wait is not None:
             self.throttled.append(self.calls[-1])
             return _error(ApiError(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait}))
+        cut = method == "getUpdates" and self._poll_cuts.random() < self.poll_cut_share
+        if cut and self._poll_cuts.random() < 0.5:
+            self.polls_cut += 1
+            return web.Response(status=502, text="<html><body><h1>502 Bad Gateway</h1></body></html>",
+                                content_type="text/html")
         try:
             result = await handler(params)
         except ApiError as e:
@@ -473,6 +485,11 @@ class FakeTelegram:
             return _error(ApiError(400, f"Bad Request: {type(e).__name__}: {e}"))
         for scope in scopes:
             self._counted.setdefault(scope, []).append(arrived)
+        if cut:
+            self.polls_cut += 1
+            assert request.transport is not None
+            request.transport.close()  # the poll's answer never reaches the bot
+            return web.Response(status=200)
         return web.json_response({"ok": True, "result": result})
 
     def _scopes(self, method: str, p: JSON) -> list[tuple[str, str]]:

@@ -63,7 +63,8 @@ if "test_ops" not in REGISTRY:
 
 
 async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    """Calls the tools named in the prompt ("deploy api", "deploy+status api"), then reports the results."""
+    """Calls the tools named in the prompt ("deploy api", "deploy+status api"), then reports the results;
+    "count N" streams "1 2 … N" one number at a time (after "1", waiting for the file $OPS_GATE if set)."""
     last = messages[-1]
     returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
     if returns:
@@ -73,6 +74,15 @@ async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterato
     prompt = next(p.content for p in reversed(last.parts) if isinstance(p, UserPromptPart))
     words = str(prompt).split()
     names = {t.name for t in info.function_tools}
+    if len(words) == 2 and words[0] == "count" and words[1].isdigit():  # a reply streamed in many deltas
+        _record("count", words[1])
+        gate = os.environ.get("OPS_GATE")
+        for i in range(1, int(words[1]) + 1):
+            await asyncio.sleep(0.05)
+            yield f"{i} "
+            while i == 1 and gate and not os.path.exists(gate):  # the test lets the rest come when it has seen "1"
+                await asyncio.sleep(0.05)
+        return
     calls = [w for w in words[0].split("+") if w in names] if words else []
     if not calls:
         await asyncio.sleep(float(os.environ.get("OPS_ANSWER_DELAY", "0")))

@@ -94,7 +94,7 @@
     card.items.forEach((item) => {
       const row = document.createElement("div");
       row.className = "item";
-      row.innerHTML = "<div><strong>" + esc(item.tool) + "</strong> <span class=who>(" + esc(item.capability) + ")</span></div><pre>" + esc(item.arguments) + "</pre>";
+      row.innerHTML = "<div><strong>" + esc(item.headline || item.tool) + "</strong> <span class=who>(" + esc(item.capability) + ")</span></div><pre>" + esc(item.arguments) + "</pre>";
       if (item.state === "pending") {
         [["approve", "Approve"], ["deny", "Deny"]].forEach(([decision, label]) => {
           const b = document.createElement("button");
@@ -123,6 +123,50 @@
     const foot = document.createElement("div");
     foot.className = "who";
     foot.textContent = [card.pending ? card.deciders : "", card.note].filter(Boolean).join(" · ");
+    el.appendChild(foot);
+    scroll();
+  }
+
+  // `/memory`: the notes with their buttons; a click's answer is the card as it is now, drawn in place.
+  function renderMemory(id, card, el) {
+    if (!el) {
+      el = document.createElement("div");
+      el.className = "card memory";
+      el.dataset.memory = id;
+      log.appendChild(el);
+    }
+    el.innerHTML = "";
+    const h = document.createElement("h4");
+    h.textContent = card.title;
+    el.appendChild(h);
+    const button = (b) => {
+      const x = document.createElement("button");
+      x.type = "button";
+      x.textContent = b.label;
+      if (b.style) x.className = b.style;
+      x.onclick = async () => {
+        x.disabled = true;
+        try {
+          const r = await api("POST", "/api/v1/memory/click", { data: b.data });
+          if (r.card) renderMemory(id, r.card, el);
+          if (r.message) notice(r.message);
+        } catch (err) { notice(err.message); }
+        x.disabled = false;
+      };
+      return x;
+    };
+    card.notes.forEach((n) => {
+      const row = document.createElement("div");
+      row.className = "item";
+      row.innerHTML = "<div><code>" + esc(n.label) + "</code> <span class=who>" + esc(n.detail) + "</span></div>";
+      n.buttons.forEach((b) => row.appendChild(button(b)));
+      el.appendChild(row);
+    });
+    [card.status].filter(Boolean).forEach((t) => { const p = document.createElement("div"); p.textContent = t; el.appendChild(p); });
+    card.actions.forEach((b) => el.appendChild(button(b)));
+    const foot = document.createElement("div");
+    foot.className = "who";
+    foot.textContent = card.footer;
     el.appendChild(foot);
     scroll();
   }
@@ -180,6 +224,7 @@
     source.addEventListener("stop_control", (e) => stopControl(JSON.parse(e.data)));
     source.addEventListener("card", (e) => renderCard(JSON.parse(e.data).card));
     source.addEventListener("notice", (e) => notice(JSON.parse(e.data).text));
+    source.addEventListener("memory_card", (e) => { const d = JSON.parse(e.data); renderMemory(d.id, d.card); });
     source.addEventListener("run_end", () => { load().catch((err) => notice(err.message)); });
   }
 

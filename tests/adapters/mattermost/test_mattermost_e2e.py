@@ -173,6 +173,26 @@ async def test_a_429_is_waited_out_and_the_reply_still_lands_once(tmp_path: Path
         await wait_for(lambda: any(p["message"] == "Turn 1. You said: busy server" for p in _bot_posts(world, world.dm)))
         assert len(_bot_posts(world, world.dm)) == 1
         assert [body for _, _, body in world.fake.calls("POST", r"^/api/v4/posts$")][0] == "<429>"
+        async with aiohttp.ClientSession(gw.url) as http:
+            metrics = await (await http.get("/metrics")).text()
+        assert 'gateway_platform_errors_total{kind="rate_limited",platform="mattermost"} 1.0' in metrics or \
+            'gateway_platform_errors_total{platform="mattermost",kind="rate_limited"} 1.0' in metrics
+
+
+async def test_a_burst_of_mentions_is_answered_within_the_servers_limit(tmp_path: Path, world: World,
+                                                                        script: Script) -> None:
+    world.fake.limit_rate(per_sec=10, max_burst=4)  # a strict server: a burst of 5, then 10 calls a second
+    async with running_gateway(_config(tmp_path, world)) as gw:
+        await _connected(gw)
+        roots = [await world.fake.user_post(world.alice["id"], world.town["id"], f"@agentbot question {i}")
+                 for i in range(12)]
+
+        def answered() -> bool:
+            return all(any(p["message"].endswith(f"question {i}") for p in _bot_posts(world, world.town, root["id"]))
+                       for i, root in enumerate(roots))
+        await wait_for(answered, timeout=60, what="every answer")
+        assert world.fake.throttled == [], "the gateway itself never causes a 429"
+        assert all(len(_bot_posts(world, world.town, root["id"])) == 1 for root in roots)
 
 
 async def test_a_forged_action_callback_is_refused_by_the_daemon(tmp_path: Path, world: World, script: Script) -> None:

@@ -79,7 +79,10 @@ async def test_an_assistant_thread_streams_natively(tmp_path: Path, fake_slack: 
     (reply,) = await _dm_thread_turns(tmp_path, fake_slack, scripted, 1)
     assert reply.text == "**Hello** there, turn 1."  # Markdown, which Slack renders as it streams
     assert reply.appends[0] == "**Hello**" and "".join(reply.appends) == reply.text and len(reply.appends) >= 2
-    assert not fake_slack.calls_to("chat.update") and not fake_slack.calls_to("chat.postMessage")
+    assert not fake_slack.calls_to("chat.update")
+    # The one post is the Stop control beside the stream (a stream takes no blocks), deleted once it ended.
+    [control] = fake_slack.deleted
+    assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == ["Stop"] and control.text == "Stop"
     assert [c.method for c in fake_slack.calls if c.method.endswith("Stream")][-1] == "chat.stopStream"
     assert fake_slack.throttled == []
 

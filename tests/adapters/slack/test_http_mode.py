@@ -145,3 +145,33 @@ async def test_malformed_signed_body_is_dropped(served: Served, dispatcher: Reco
 
     status, _ = await served.post(body, {"Content-Type": "application/json", **sign(body)})
     assert status == 200 and dispatcher.submitted == []
+
+
+@pytest.mark.parametrize("body", [
+    "payload=" + json.dumps({"type": "block_actions", "user": True}),  # Bolt reads `user` before any check
+    "payload=" + json.dumps({"type": "block_actions", "user": {"id": "U0ADA"}, "channel": 7}),
+    "payload=not%20json",
+])
+async def test_a_payload_bolt_cannot_read_is_a_400_not_a_500(served: Served, dispatcher: RecordingDispatcher,
+                                                             body: str, caplog: pytest.LogCaptureFixture) -> None:
+    from tests.fakes.slack import sign
+
+    status, _ = await served.post(body, {"Content-Type": "application/x-www-form-urlencoded", **sign(body)})
+    assert status in (400, 401)
+    assert dispatcher.clicks == [] and dispatcher.submitted == []
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_a_busy_database_is_not_acked_and_logs_one_line_not_a_traceback(
+        served: Served, fake_slack: FakeSlack, dispatcher: RecordingDispatcher, caplog: pytest.LogCaptureFixture) -> None:
+    from gateway.store.availability import StoreUnavailable
+
+    async def busy_submit(message: object) -> object:
+        raise StoreUnavailable("no database connection free in time", 5.0)
+
+    dispatcher.submit = busy_submit  # type: ignore[method-assign]
+    _, events = fake_slack.user_posts("D0ADA", "U0ADA", "hello")
+    status, _ = await served.post(*signed_event_request(fake_slack.event_callback(events[0])))
+    assert status >= 500  # not acked: Slack delivers it again
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    assert [r.getMessage() for r in caplog.records if "database is busy" in r.getMessage()]

@@ -107,9 +107,10 @@ async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
 
 
 def config(tmp_path: Path, fake: FakeTelegram, *, dm: str | None = "open", model: str = MODEL,
-           mode: str = "polling", listen: str | None = None, drafts: bool = False, **binding_extra: Any) -> Path:
-    telegram: dict[str, Any] = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": mode,
-                                "drafts": drafts}
+           mode: str = "polling", listen: str | None = None, drafts: bool | None = None, **binding_extra: Any) -> Path:
+    telegram: dict[str, Any] = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": mode}
+    if drafts is not None:
+        telegram["drafts"] = drafts
     gateway: dict[str, Any] = {}
     if mode == "webhook":
         telegram["webhook_secret"] = "env:TEST_TELEGRAM_WEBHOOK_SECRET"
@@ -138,9 +139,9 @@ async def answers(fake: FakeTelegram, chat_id: int, count: int, last: str) -> li
                                what=f"{count} bot message(s) ending with {last!r} in {chat_id}")
 
 
-async def test_private_message_gets_one_streamed_html_reply(tmp_path: Path, fake: FakeTelegram,
-                                                             scripted: Scripted) -> None:
-    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
+async def test_private_message_gets_one_streamed_html_reply_edited_when_drafts_are_off(
+        tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake, drafts=False), clock=scripted.clock) as gw:
         await connected(gw)
         fake.push_message(ADA["id"], ADA, "hi there")
         (reply,) = await answers(fake, ADA["id"], 1, final(1))
@@ -151,9 +152,8 @@ async def test_private_message_gets_one_streamed_html_reply(tmp_path: Path, fake
         assert scripted.prompts == ["hi there"]
 
 
-async def test_private_message_streams_as_a_draft_when_the_binding_asks(tmp_path: Path, fake: FakeTelegram,
-                                                                        scripted: Scripted) -> None:
-    async with running_gateway(config(tmp_path, fake, drafts=True), clock=scripted.clock) as gw:
+async def test_private_message_streams_as_a_draft(tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
+    async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
         await connected(gw)
         fake.push_message(ADA["id"], ADA, "hi there")
         (reply,) = await answers(fake, ADA["id"], 1, final(1))

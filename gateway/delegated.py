@@ -1,0 +1,44 @@
+"""A gated call made inside a sync delegate, as its parent's `task` call carries it to the card and back.
+
+A delegate runs inside its parent's `task` tool call, so when one of its tools needs approval the
+parent's run is what parks: `task` raises pydantic-ai's `ApprovalRequired` with the delegate's pending
+calls in its metadata (`DELEGATED`), the card lists those calls (naming the delegate), and on resume the
+parent's `task` call is approved with the people's decisions in `DeferredToolResults.metadata`
+(`DECISIONS`), which `task` hands on to the delegate it resumes. Shared by `capabilities.subagents`
+(which makes and reads them) and `gateway.approvals` (which shows and answers them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+DELEGATED = "delegated"  # ApprovalRequired.metadata key: the delegate's pending calls
+DECISIONS = "decisions"  # DeferredToolResults.metadata key: {tool_call_id: True | denial message}
+
+
+class DelegatedCall(BaseModel):
+    """One pending call of a delegate (or of a delegate's delegate), as the card shows it."""
+
+    model_config = ConfigDict(extra="forbid")
+    tool_call_id: str  # the call's id inside the delegate's own run
+    tool_id: str  # the stable id the policy is keyed on
+    tool_name: str
+    capability: str
+    args: str | dict[str, Any] | None = None  # as the model wrote them; redacted when shown
+    delegate: str  # who asked: "researcher", or "researcher › checker" when nested
+
+
+def delegated_calls(metadata: dict[str, Any] | None) -> list[DelegatedCall] | None:
+    """The delegate's pending calls a deferred `task` call carries; None for an ordinary gated call."""
+    if not metadata or DELEGATED not in metadata:
+        return None
+    return [DelegatedCall.model_validate(c) for c in metadata[DELEGATED]]
+
+
+def decisions_of(metadata: Any) -> dict[str, bool | str] | None:
+    """The decisions an approved `task` call was resumed with; None when it was not resumed from a card."""
+    if not isinstance(metadata, dict) or DECISIONS not in metadata:
+        return None
+    return dict(metadata[DECISIONS])

@@ -1,0 +1,138 @@
+"""The Stop button on Slack, end to end on the real daemon against the fake Slack.
+
+A posted-and-edited reply carries the button in its own blocks (kept on every edit, since an update
+with text alone drops blocks) until the reply is final; a natively streamed reply, which takes no
+blocks, gets the button in a small message beside it, deleted when the reply is final. Only the
+requester (or a decider) may press it; anyone else is told so privately and nothing happens."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from gateway.llm import register_model
+from gateway.store import repo
+from tests.conftest import running_gateway, wait_for, write_config
+from tests.fakes.slack import FakeSlack, PostedMessage
+from tests.test_stop import SLOW, slow_model
+
+from .conftest import eventually
+
+BRIEF = "stop-button-brief"
+STOP = "Stop"
+
+
+def brief_model() -> FunctionModel:
+    """Twelve words over about 2.4 s: a reply that is posted, edited at least once, and finishes."""
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        for i in range(12):
+            yield f"word{i} "
+            await asyncio.sleep(0.2)
+
+    return FunctionModel(stream_function=stream)
+
+
+def _config(tmp_path: Path, fake: FakeSlack, model: str) -> Path:
+    register_model(SLOW, slow_model)
+    register_model(BRIEF, brief_model)
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
+             "api_url": fake.api_url}
+    return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
+                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+
+
+def stop_in(blocks: list[dict[str, Any]] | None) -> str | None:
+    """The value of the Stop button among `blocks`, if there is one."""
+    return next((e["value"] for b in blocks or [] if b.get("type") == "actions" for e in b["elements"]
+                 if e.get("text", {}).get("text") == STOP), None)
+
+
+def stop_value(msg: PostedMessage) -> str | None:
+    return stop_in(msg.blocks)
+
+
+def shown(msg: PostedMessage) -> str:
+    """What Slack shows: the section blocks' text when the message has blocks, else its text."""
+    sections = [b["text"]["text"] for b in msg.blocks or [] if b.get("type") == "section"]
+    return "".join(sections) if msg.blocks else msg.text
+
+
+async def _stopped(gw: Any, run_id: str, who: str) -> bool:
+    row = await gw.store.run(run_id)
+    return row is not None and row.status == repo.STOPPED and row.reason == f"stopped by {who}"
+
+
+async def test_the_button_rides_every_edit_only_the_requester_stops_and_it_is_gone_at_the_end(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    async with running_gateway(_config(tmp_path, fake_slack, SLOW)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> write a long essay")
+        reply = await fake_slack.wait_for(
+            lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text.startswith("word0")), None))
+        [run] = await gw.store.runs_in([repo.RUNNING])
+        value = await fake_slack.wait_for(lambda: stop_value(reply))
+        assert value == f"stop:{run.id}"
+        first = shown(reply)
+        # Edits keep coming while the model writes; each one still carries the button.
+        await fake_slack.wait_for(lambda: len(shown(reply)) > len(first) + 10 and stop_value(reply))
+        assert shown(reply).startswith("word0 word1 ")
+        assert len(reply.block_edits) >= 2 and all(stop_in(b) == value for b in reply.block_edits)
+
+        await fake_slack.click("U0BOB", reply, value)
+        refusal = await fake_slack.wait_for(lambda: [e for e in fake_slack.ephemerals if e.user == "U0BOB"])
+        assert refusal[0].text == "Only Ada or someone who may decide approvals here can stop this."
+        assert (await gw.store.run(run.id)).status == repo.RUNNING  # type: ignore[union-attr]
+        assert stop_value(reply) == value, "a refused press leaves the button where it was"
+
+        await fake_slack.click("U0ADA", reply, value)
+        await wait_for(lambda: _stopped(gw, run.id, "Ada"), what="the run to end stopped")
+        await fake_slack.wait_for(lambda: reply.blocks is None and "Stopped by Ada" in reply.text)
+        # Every edit while it ran carried the button; only the last one, once final, took it away.
+        assert reply.block_edits[-1] is None and all(stop_in(b) == value for b in reply.block_edits[:-1])
+        assert "⏹ Stopped by Ada; before that I wrote what is above." in reply.text
+        assert "word99" not in reply.text, "stopped well before the model's end"
+        assert not [e for e in fake_slack.ephemerals if e.user == "U0ADA"]
+
+
+async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    async with running_gateway(_config(tmp_path, fake_slack, BRIEF)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> say a few words")
+        reply = await fake_slack.wait_for(
+            lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text.startswith("word0")), None))
+        await fake_slack.wait_for(lambda: stop_value(reply))
+        [run] = await gw.store.runs_in([repo.RUNNING])
+
+        async def finished() -> bool:
+            row = await gw.store.run(run.id)
+            return row is not None and row.status == repo.FINISHED
+
+        await wait_for(finished, what="the run to finish")
+        await fake_slack.wait_for(lambda: reply.blocks is None)
+        assert reply.text.strip().endswith("word11")
+        assert reply.block_edits[-1] is None and all(stop_in(b) == f"stop:{run.id}" for b in reply.block_edits[:-1])
+
+
+async def test_a_natively_streamed_reply_gets_the_button_beside_it(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    async with running_gateway(_config(tmp_path, fake_slack, SLOW)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        root, _ = fake_slack.user_posts("D0ADA", "U0ADA", "New assistant thread")
+        await fake_slack.say("D0ADA", "U0ADA", "write a long essay", thread_ts=root.ts)
+        reply = await fake_slack.wait_for(
+            lambda: next((m for m in fake_slack.bot_messages("D0ADA") if m.streaming), None))
+        control = await fake_slack.wait_for(
+            lambda: next((m for m in fake_slack.bot_messages("D0ADA") if stop_value(m)), None))
+        [run] = await gw.store.runs_in([repo.RUNNING])
+        assert control.thread_ts == root.ts and control is not reply
+        assert stop_value(control) == f"stop:{run.id}"
+
+        await fake_slack.click("U0ADA", control, f"stop:{run.id}")
+        await wait_for(lambda: _stopped(gw, run.id, "Ada"), what="the run to end stopped")
+        await fake_slack.wait_for(lambda: control in fake_slack.deleted)
+        await fake_slack.wait_for(lambda: "Stopped by Ada" in reply.text and not reply.streaming)
+        assert [m for m in fake_slack.bot_messages("D0ADA") if stop_value(m)] == []

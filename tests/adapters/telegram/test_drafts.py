@@ -1,0 +1,98 @@
+"""A private reply streamed as message drafts lands as exactly the answer, whatever happened to the drafts.
+
+The defect this guards against: a draft refused before it went out (over the bot's budget, or a
+429) still added its text to the reply, so the next draft carried that text again and the final
+message showed it twice; under dozens of private chats (the bot's budget busy) final answers
+came out garbled and were counted as not landed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.budget import RULES, TelegramBudget
+from gateway.budget import Rule, scaled
+from gateway.clock import Clock
+from gateway.live_reply import NativeReplyStream
+from gateway.messages import ChatKind
+from gateway.store.engine import create_engine, migrate
+from gateway.store.repo import Store
+from tests.adapters.telegram.test_adapter import ADA, RecordingDispatcher, make_adapter, target
+from tests.fakes.telegram import FakeTelegram
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
+
+SCALE = 0.05
+WORDS = [f"word{i} " for i in range(40)]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram(budget_scale=SCALE) as server:
+        server.private_chat(ADA)
+        yield server
+
+
+@pytest.fixture
+async def adapter(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[TelegramAdapter]:
+    adapter = make_adapter(fake, monkeypatch)
+    adapter.budget = TelegramBudget(scaled(RULES, SCALE))
+    adapter.drafts = True
+    await adapter.start(RecordingDispatcher())
+    await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
+    yield adapter
+    await adapter.stop()
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[Store]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
+    await migrate(engine)
+    try:
+        yield Store(engine)
+    finally:
+        await engine.dispose()
+
+
+async def _stream_words(adapter: TelegramAdapter, store: Store) -> None:
+    dm = target(ADA["id"], ChatKind.DM)
+    live = adapter.live(dm)
+    assert live is not None, "a private chat streams as a draft"
+    stream = NativeReplyStream(live, adapter, dm, store, "run1", Clock(), fresh=True)
+    for word in WORDS:
+        await stream.append(word)
+        await asyncio.sleep(0.06)
+    await stream.finish("".join(WORDS).strip())
+
+
+async def test_drafts_refused_by_the_bots_busy_budget_are_not_repeated_in_the_answer(
+        fake: FakeTelegram, adapter: TelegramAdapter, store: Store) -> None:
+    # The bot's budget is what dozens of private chats share: here it is nearly all taken.
+    adapter.budget = TelegramBudget([Rule("chat", 1, 1.0 * SCALE), Rule("group", 20, 60.0 * SCALE), Rule("bot", 2, 1.0)])
+    await _stream_words(adapter, store)
+    assert adapter.pacer.skipped > 0, "some drafts were refused by the budget"
+    (answer,) = fake.sent(ADA["id"])
+    assert answer.text == "".join(WORDS).strip()
+    assert fake.throttled == []
+
+
+async def test_a_draft_answered_429_is_not_repeated_in_the_answer(fake: FakeTelegram, adapter: TelegramAdapter,
+                                                                  store: Store) -> None:
+    fake.fail_next("sendMessageDraft", error_code=429, retry_after=1, times=2)
+    await _stream_words(adapter, store)
+    (answer,) = fake.sent(ADA["id"])
+    assert answer.text == "".join(WORDS).strip()
+    assert len(fake.drafts) == 1 and all(answer.text.startswith(d.strip()) for d in next(iter(fake.drafts.values())))
+
+
+async def test_a_final_message_answered_429_is_posted_once_as_the_answer(fake: FakeTelegram, adapter: TelegramAdapter,
+                                                                         store: Store) -> None:
+    fake.fail_next("sendMessage", error_code=429, retry_after=1)
+    await _stream_words(adapter, store)
+    (answer,) = fake.sent(ADA["id"])
+    assert answer.text == "".join(WORDS).strip()

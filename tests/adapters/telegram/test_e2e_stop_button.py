@@ -1,0 +1,123 @@
+"""The ⏹ Stop button on Telegram, end to end on the real daemon against the fake Bot API.
+
+The button sits under the streaming reply and is passed again on every edit (editMessageText without
+reply_markup drops the keyboard), and is taken away when the reply is final. Only the requester (or a
+decider) may press it: anyone else gets an alert from answerCallbackQuery and nothing happens."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from gateway.llm import register_model
+from gateway.store import repo
+from tests.conftest import running_gateway, wait_for, write_config
+from tests.fakes.telegram import ChatMessage, FakeTelegram
+from tests.test_stop import SLOW, slow_model
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
+
+ADA = FakeTelegram.user(42, "Ada", "ada")
+BOB = FakeTelegram.user(43, "Bob", "bob")
+GROUP_ID = -100200
+BRIEF = "telegram-stop-brief"
+
+
+def brief_model() -> FunctionModel:
+    """Eight words over about 1.6 s: a reply that is posted and finishes."""
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        for i in range(8):
+            yield f"word{i} "
+            await asyncio.sleep(0.2)
+
+    return FunctionModel(stream_function=stream)
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
+        server.private_chat(ADA)
+        server.private_chat(BOB)
+        server.add_chat(GROUP_ID, "group", title="Team")
+        yield server
+
+
+def _config(tmp_path: Path, fake: FakeTelegram, model: str) -> Path:
+    register_model(SLOW, slow_model)
+    register_model(BRIEF, brief_model)
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
+    return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
+                        bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram}})
+
+
+def stop_data(markup: dict[str, Any] | None) -> str | None:
+    rows = (markup or {}).get("inline_keyboard") or []
+    return next((b.get("callback_data") for row in rows for b in row if "Stop" in b.get("text", "")), None)
+
+
+def _edits_of(fake: FakeTelegram, msg: ChatMessage) -> list[dict[str, Any]]:
+    return [c.params for c in fake.calls_to("editMessageText") if int(c.params["message_id"]) == msg.message_id]
+
+
+async def _ask(fake: FakeTelegram, gw: Any, text: str) -> tuple[ChatMessage, repo.Run]:
+    await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+    ask = f"@{fake.bot_username} {text}"
+    fake.push_message(GROUP_ID, ADA, ask, entities=fake.mention(ask))
+    reply = await fake.wait_for(lambda: next((m for m in fake.sent(GROUP_ID) if m.text.startswith("word0")), None),
+                                what="the reply")
+    [run] = await gw.store.runs_in([repo.RUNNING])
+    return reply, run
+
+
+async def test_the_button_rides_every_edit_only_the_requester_stops_and_it_is_gone_at_the_end(
+        tmp_path: Path, fake: FakeTelegram) -> None:
+    async with running_gateway(_config(tmp_path, fake, SLOW)) as gw:
+        reply, run = await _ask(fake, gw, "write a long essay")
+        data = await fake.wait_for(lambda: stop_data(reply.reply_markup), what="the Stop button")
+        assert data == f"stop:{run.id}"
+        seen = len(reply.text)
+        await fake.wait_for(lambda: len(reply.text) > seen, what="an edit after the button", timeout=15)
+        assert stop_data(reply.reply_markup) == data, "the edit kept the button"
+
+        query = fake.push_callback(BOB, reply, data)
+        answer = await fake.wait_for(lambda: fake.answers.get(query), what="Bob's answer")
+        assert answer["text"] == "Only Ada or someone who may decide approvals here can stop this."
+        assert answer.get("show_alert") in (True, "true")
+        assert (await gw.store.run(run.id)).status == repo.RUNNING  # type: ignore[union-attr]
+        assert stop_data(reply.reply_markup) == data
+
+        query = fake.push_callback(ADA, reply, data)
+        await fake.wait_for(lambda: fake.answers.get(query), what="Ada's answer")
+
+        async def stopped() -> bool:
+            row = await gw.store.run(run.id)
+            return row is not None and row.status == repo.STOPPED and row.reason == "stopped by Ada"
+
+        await wait_for(stopped, what="the run to end stopped")
+        await fake.wait_for(lambda: "Stopped by Ada" in reply.text and reply.reply_markup is None,
+                            what="the stopped line, without the button")
+        assert "⏹ Stopped by Ada; before that I wrote what is above." in reply.text and "word99" not in reply.text
+        # Every edit while it ran passed the button along (the final one too, before it was taken away).
+        edits = _edits_of(fake, reply)
+        assert len(edits) >= 2 and all(stop_data(e.get("reply_markup")) == data for e in edits)
+
+
+async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake: FakeTelegram) -> None:
+    async with running_gateway(_config(tmp_path, fake, BRIEF)) as gw:
+        reply, run = await _ask(fake, gw, "say a few words")
+        await fake.wait_for(lambda: stop_data(reply.reply_markup), what="the Stop button")
+
+        async def finished() -> bool:
+            row = await gw.store.run(run.id)
+            return row is not None and row.status == repo.FINISHED
+
+        await wait_for(finished, what="the run to finish")
+        await fake.wait_for(lambda: reply.reply_markup is None, what="the button taken away")
+        assert reply.text.strip().endswith("word7")
