@@ -3,7 +3,9 @@
 
 Per store (SQLite, PostgreSQL), the real daemon (`agent-gateway run`) against the fake Slack
 (Socket Mode, redelivering unacked envelopes) and web API clients, the model an OpenAI-compatible
-fake: a stream of messages with SIGKILL at random moments (at least 20 kills in a full run), a 429
+fake: a stream of messages with SIGKILL at random moments (at least 20 kills in a full run);
+gated tool calls parked and decided while the daemon is killed; database faults (PostgreSQL
+backends terminated and the database closed for seconds, SQLite locked by an admin); a 429
 storm, fuzzed web requests and Socket Mode frames, fuzzed Telegram updates, Mattermost frames and
 button callbacks on all three platforms (tests/chaos/platforms.py), Slack and Mattermost sockets
 dropped and Telegram polls cut under a stream; with --soak, mixed traffic for 30 minutes with
@@ -36,7 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.chaos.faults import BUSY, Faults, stream_under_faults  # noqa: E402
 from tests.chaos.harness import Tally, slack_conversation, stream_under_kills, web_conversation, world  # noqa: E402
+from tests.chaos.parked import approvals_under_kills  # noqa: E402
 from tests.chaos.test_fuzz import fuzz_slack, fuzz_web  # noqa: E402
 from tests.chaos import platforms  # noqa: E402
 from tests.chaos.test_fuzz_platforms import (  # noqa: E402
@@ -58,12 +62,30 @@ class Row:
     mm_resumes: int = 0
     slopes: dict[str, float] = field(default_factory=dict)
     samples: list[dict[str, float]] = field(default_factory=list)
+    approvals: Tally = field(default_factory=Tally)  # gated conversations under kills
+    faults: Faults = field(default_factory=Faults)
+    fault_tally: Tally = field(default_factory=Tally)  # the stream under database faults
 
 
 async def kills(store: str, tmp: Path, duration: float) -> Tally:
     async with world(tmp / "kills", store) as w:
         return await stream_under_kills(w, Tally(store), slack_threads=8, web_conversations=6, duration=duration,
                                          every=(1.5, 4.0), wait=120, seed=int(time.time()))
+
+
+async def approvals(store: str, tmp: Path, duration: float, min_kills: int, row: Row) -> None:
+    """Gated calls parked, the daemon killed meanwhile, every card decided (half at once)."""
+    async with world(tmp / "approvals", store, gated=True) as w:
+        row.approvals = Tally(store)
+        await approvals_under_kills(w, row.approvals, slack_lanes=4, web_lanes=4, duration=duration,
+                                    every=(1.5, 4.0), wait=120, seed=int(time.time()), min_kills=min_kills)
+
+
+async def database_faults(store: str, tmp: Path, duration: float, row: Row) -> None:
+    """PostgreSQL: backends terminated and the database closed for seconds; SQLite: locked by an admin."""
+    async with world(tmp / "faults", store, busy_timeout=BUSY) as w:
+        row.fault_tally = Tally(store)
+        await stream_under_faults(w, row.fault_tally, row.faults, store, duration, wait=120)
 
 
 async def storm(store: str, tmp: Path, duration: float, row: Row) -> None:
@@ -198,7 +220,15 @@ def table(rows: list[Row], soaked: bool) -> str:
     out.append(line("messages admitted / answered", [f"{x.admitted} / {x.answered}" for x in t]))
     out.append(line("answers duplicated / lost / wrong", [f"{x.duplicated} / {x.lost} / {x.wrong}" for x in t]))
     out.append(line("Slack envelopes redelivered", [str(x.redelivered) for x in t]))
-    out.append(line("approvals parked / resumed", ["not measured" for _ in t]))
+    out.append(line("approvals parked / resumed (kills)",
+                    [f"{r.approvals.parked} / {r.approvals.resumed} ({r.approvals.kills})" for r in rows]))
+    out.append(line("approvals duplicated / lost", [f"{r.approvals.duplicated} / {r.approvals.lost}" for r in rows]))
+    out.append(line("db faults (terminated or locks, closed)",
+                    [f"{r.faults.done}, {r.faults.closed}" for r in rows]))
+    out.append(line("  messages answered / admitted", [f"{r.fault_tally.answered} / {r.fault_tally.admitted}"
+                                                       for r in rows]))
+    out.append(line("  duplicated / lost; /readyz unanswered",
+                    [f"{r.fault_tally.duplicated} / {r.fault_tally.lost}; {r.faults.unanswered}" for r in rows]))
     out.append(line("429s absorbed (answers right / sent)",
                     [f"{r.absorbed_429} ({r.storm_answered - r.storm_wrong}/{r.storm_sent})" for r in rows]))
     out.append(line("malformed inputs tried / crashes", [f"{r.fuzz_tried} / {r.fuzz_crashes}" for r in rows]))
@@ -228,6 +258,7 @@ async def main() -> int:
     # The fake model's streams are cut by every kill; aiohttp logs each cut with a traceback.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     kill_s, storm_s, examples = (30.0, 15.0, 60) if args.quick else (150.0, 40.0, 400)
+    approvals_s, faults_s = (20.0, 20.0) if args.quick else (90.0, 60.0)
     drop_s = 20.0 if args.quick else 90.0
     soak_min, sample_every = (5.0, 60.0) if args.quick else (30.0, 60.0)
     rows: list[Row] = []
@@ -240,6 +271,14 @@ async def main() -> int:
                   f"{row.tally.lost} lost, {row.tally.duplicated} duplicated", file=sys.stderr)
             for problem in row.tally.problems[:10]:
                 print(f"  {problem}", file=sys.stderr)
+            await approvals(store, tmp, approvals_s, 3 if args.quick else 20, row)
+            print(f"{store}: approvals: {row.approvals.parked} parked, {row.approvals.resumed} resumed, "
+                  f"{row.approvals.kills} kills", file=sys.stderr)
+            for problem in row.approvals.problems[:10]:
+                print(f"  {problem}", file=sys.stderr)
+            await database_faults(store, tmp, faults_s, row)
+            for problem in row.fault_tally.problems[:10]:
+                print(f"  {problem}", file=sys.stderr)
             await storm(store, tmp, storm_s, row)
             await fuzz(store, tmp, examples, row)
             await platform_fuzz(store, tmp, examples, row)
@@ -251,8 +290,11 @@ async def main() -> int:
             rows.append(row)
     print(table(rows, args.soak))
     bad = any(r.tally.lost or r.tally.duplicated or r.tally.wrong or r.fuzz_crashes or r.storm_wrong
+              or r.storm_answered != r.storm_sent or r.approvals.lost or r.approvals.duplicated or r.approvals.wrong
+              or r.approvals.problems or r.approvals.resumed != r.approvals.parked
+              or r.fault_tally.lost or r.fault_tally.duplicated or r.fault_tally.wrong or r.faults.unanswered
               or r.drops_tally.lost or r.drops_tally.duplicated or r.drops_tally.wrong
-              or r.storm_answered != r.storm_sent for r in rows)
+              for r in rows)
     return 1 if bad else 0
 
 

@@ -21,6 +21,11 @@ from gateway.policy import needs_approval
 from gateway.turn import Turn
 
 
+ALREADY_STARTED = ("This approved call was already started once, before the gateway restarted, and was not "
+                   "started again: it may or may not have completed. Tell the person so; do not call it again "
+                   "unless they ask.")
+
+
 @dataclass
 class _GateToolset(WrapperToolset[Turn]):
     turn: Turn | None = None
@@ -28,7 +33,15 @@ class _GateToolset(WrapperToolset[Turn]):
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Turn], tool: ToolsetTool[Turn]) -> Any:
         turn = self.turn
         assert turn is not None
-        if not ctx.tool_call_approved and needs_approval(turn.tools.get(name), await turn.modes()):
+        if ctx.tool_call_approved:
+            approval = ctx.tool_call_metadata.get("approval_id") if isinstance(ctx.tool_call_metadata, dict) else None
+            # An approved call starts at most once: a process killed after starting it resumes
+            # the run again from the same decision, and a side effect a person allowed once must
+            # not happen twice. The marker is written before the call, so a crash in between
+            # leaves it not run rather than run twice.
+            if approval and not await turn.state.add("approvals", "started", str(approval), turn.run_id):
+                return ALREADY_STARTED
+        elif needs_approval(turn.tools.get(name), await turn.modes()):
             raise ApprovalRequired
         return await super().call_tool(name, tool_args, ctx, tool)
 

@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,11 +29,12 @@ from .delegated import DECISIONS, delegated_calls
 from .delivery import Outbound, ReplyStream
 from .events import EventBus
 from .metrics import Metrics
+from .orphan_posts import unrecorded_card
 from .policy import Modes
 from .store import repo
 from .store.approvals import ApprovalStore, NewItem
 from .store.models import Run
-from .surface import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, Sender
+from .surface import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from .turn import Turn
 
 log = logging.getLogger("gateway.approvals")
@@ -187,8 +188,13 @@ class Approvals:
     # --- parking ------------------------------------------------------------------------
 
     async def park(self, turn: Turn, messages: list[ModelMessage], requests: DeferredToolRequests,
-                   stream: ReplyStream) -> None:
-        """Record the pending calls, show one card, and leave the run parked."""
+                   stream: ReplyStream, parked: Callable[[], Awaitable[None]]) -> None:
+        """Record the pending calls, leave the run parked (`parked` records it), and show one card.
+
+        In that order, so a process that dies between two steps leaves something whole: a card
+        with its run still running (the run runs again and asks again; its new card replaces the
+        old one), or a parked run whose card no message shows yet (`show_unshown` posts it).
+        """
         if requests.calls:
             # External (non-approval) deferred calls are not something this gateway produces.
             log.warning("run %s deferred %d external calls; they will be denied", turn.run_id, len(requests.calls))
@@ -209,14 +215,42 @@ class Approvals:
             run_id=turn.run_id, conversation_id=turn.conversation.id, binding_id=turn.binding.id,
             deciders=turn.binding.approvals.deciders,
             expires_at=self.store.clock.now() + timedelta(seconds=turn.binding.approvals.timeout), items=items)
+        await parked()
         self._metrics.approvals_pending.inc(len(items))
+        await self._show(card_id, stream.adapter, turn.target)
+
+    async def _show(self, card_id: str, adapter: Adapter, target: ReplyTarget, *, recovering: bool = False) -> None:
         card = await self.card(card_id)
         try:
-            ref = await stream.adapter.post_card(turn.target, card)
+            # A dead process may have posted it and died before recording where: look first.
+            ref = await unrecorded_card(adapter, target, card) if recovering else None
+            if ref is None:
+                ref = await adapter.post_card(target, card)
         except Exception as e:
             log.warning("could not post approval card %s: %s", card_id, e)
-            ref = None
+            return  # no ref: the sweep shows it again (show_unshown)
         await self.db.set_card_ref(card_id, ref)
+
+    async def show_unshown(self, *, at_start: bool) -> int:
+        """Post the cards of parked runs that no message shows (their process died first, or the
+        post failed). At start-up on SQLite every such card is the last process's; on a shared
+        database only cards older than a run lease, so a live replica's card about to be posted
+        is left alone."""
+        older_than = None
+        if self.store.shared or not at_start:
+            older_than = self.store.clock.now() - timedelta(seconds=self.store.lease_seconds)
+        shown = 0
+        for card_id in await self.db.unshown(older_than=older_than):
+            found = await self.db.card(card_id)
+            conv = await self.store.conversation(found[0].conversation_id) if found else None
+            adapter = self._adapter_for(found[0].binding_id) if found else None
+            if conv is None or adapter is None:
+                continue
+            await self._show(card_id, adapter, conv.target(), recovering=True)
+            shown += 1
+        if shown:
+            log.info("posted %d approval cards no message showed", shown)
+        return shown
 
     async def card(self, card_id: str) -> ApprovalCard:
         found = await self.db.card(card_id)
@@ -232,7 +266,8 @@ class Approvals:
             ),
             deciders=deciders_text(json.loads(row.deciders), run.requester_name if run else ""),
             note="Expired: nobody decided in time." if row.state == "expired"
-            else "Closed: the run was stopped." if row.state == "stopped" else "",
+            else "Closed: the run was stopped." if row.state == "stopped"
+            else "Replaced: the run was interrupted and asked again." if row.state == "replaced" else "",
         )
 
     # --- deciding -----------------------------------------------------------------------
@@ -250,9 +285,9 @@ class Approvals:
         if not await self._may_decide(deciders, decider, run, conv):
             return DecisionOutcome(False, deciders_text(deciders, run.requester_name).replace("can decide", "can decide this"))
         state = ItemState.DENIED if decision is Decision.DENY else ItemState.APPROVED
-        won = await self.db.decide(card_id=card_row.id, approval_id=approval_id if item is not None else None,
-                                   state=state.value, who=decider.display_name or decider.account_id,
-                                   account_id=decider.account_id, surface=surface)
+        won, requeued = await self.db.decide(card_id=card_row.id, approval_id=approval_id if item is not None else None,
+                                             state=state.value, who=decider.display_name or decider.account_id,
+                                             account_id=decider.account_id, surface=surface)
         if won == 0:
             return DecisionOutcome(False, await self._already(approval_id if item else None, card_row.id))
         self._metrics.approvals_pending.dec(won)
@@ -262,9 +297,9 @@ class Approvals:
                                          approve_all=True)
             if isinstance(switched, str):
                 said = f"Approved these calls only. {switched}"
-        await self._refresh_card(card_row.id)
-        if await self.db.requeue_if_decided(card_row.id, run.id):
+        if requeued:
             self._wake(conv.id)
+        await self._refresh_card(card_row.id)
         return DecisionOutcome(True, said, private=True)
 
     async def _already(self, approval_id: str | None, card_id: str) -> str:
@@ -323,6 +358,9 @@ class Approvals:
                 results.metadata.setdefault(row.parent_call_id, {DECISIONS: {}})[DECISIONS][row.tool_call_id] = decision
             else:
                 results.approvals[row.tool_call_id] = True if decision is True else ToolDenied(str(decision))
+                if decision is True:
+                    # The gate starts each approved call at most once (capabilities/approval_gate.py).
+                    results.metadata[row.tool_call_id] = {"approval_id": row.id}
         return results
 
     async def stop_parked(self, run: Run, conv: repo.ConversationRef, who: Sender) -> bool:

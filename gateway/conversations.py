@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from .store.availability import StoreUnavailable
 from .store.repo import Claimed, Store
 
 log = logging.getLogger("gateway.conversations")
@@ -42,9 +43,12 @@ class Scheduler:
         self._on_active(len(self._workers))
 
     async def _work(self, conversation_id: str) -> None:
+        backoff = 0.0
         try:
             while not self._closed:
                 self._again.discard(conversation_id)
+                if backoff:
+                    await asyncio.sleep(backoff)  # outside the limit: other conversations go on
                 async with self.limit:
                     claimed = await self.store.claim_next_run(conversation_id)
                     if claimed is None:
@@ -53,8 +57,19 @@ class Scheduler:
                         return
                     try:
                         await self.execute(claimed)
+                        backoff = 0.0
                     except asyncio.CancelledError:
                         raise
+                    except StoreUnavailable as e:
+                        # The database failed the run before it could record an end: it goes back
+                        # to the queue and runs again once the database answers (what it had
+                        # posted is continued then, gateway.orphan_posts), not after a lease.
+                        log.warning("run %s interrupted, it runs again: the database is busy (%s)", claimed.run.id, e)
+                        await self.store.patiently(lambda: self.store.release_run(claimed.run.id),
+                                                   f"requeueing run {claimed.run.id}")
+                        backoff = min(max(backoff * 2, 0.2), max(self.store.busy_timeout, 1.0))
+                        self._again.add(conversation_id)
+                        continue
                     except Exception:  # the runner records outcomes; this is a bug guard
                         log.exception("run %s crashed", claimed.run.id)
                 # With one process on the database every message queued since the claim woke

@@ -38,6 +38,7 @@ from .models_cache import ModelCache
 from .runner import Runner
 from .stopping import Stops
 from .store import repo
+from .store.availability import StoreUnavailable
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
 from .surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
@@ -256,6 +257,7 @@ class Gateway:
             log.info("requeued runs interrupted in %d conversations", len(interrupted))
         for conversation_id in await self.store.conversations_with_queued_runs():
             self.scheduler.wake(conversation_id)
+        await self.approvals.show_unshown(at_start=at_start)  # cards a dead process never posted
 
     async def _sweep_forever(self) -> None:
         pruning = Pruning(self.store, self.config.gateway.retention, self.clock)
@@ -264,6 +266,8 @@ class Gateway:
             try:
                 await self.sweep()
                 await pruning.when_due()
+            except StoreUnavailable as e:  # the next sweep does it; one line, not a traceback
+                log.warning("sweep skipped: the database is busy (%s)", e)
             except Exception:
                 log.exception("sweep failed")
 

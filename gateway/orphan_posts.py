@@ -6,6 +6,7 @@ in the thread. Platforms whose API can list a conversation's messages implement
 `FindsOwnPosts` (Slack, Mattermost); on the others that window stays open: Telegram's Bot API
 cannot read a chat's history, so a message sent just before a kill and never recorded stays
 beside the answer the restarted run sends.
+The same for an approval card posted just before the kill (`FindsOwnCards`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from .store.orphans import recovery_marks
 from .store.repo import Store
-from .surface import PlatformError, ReplyTarget
+from .surface import ApprovalCard, PlatformError, ReplyTarget
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,25 @@ class FindsOwnPosts(Protocol):
         """The bot's own plain-text posts (not cards) in `target` after the message `message_id`,
         oldest first, as (message id, text)."""
         ...
+
+
+@runtime_checkable
+class FindsOwnCards(Protocol):
+    async def own_card(self, target: ReplyTarget, card: ApprovalCard) -> str | None:
+        """The message id of the bot's post in `target` showing `card` (its buttons name the
+        card's items), if there is one."""
+        ...
+
+
+async def unrecorded_card(adapter: object, target: ReplyTarget, card: ApprovalCard) -> str | None:
+    """A card a killed process posted and never recorded: found again, so it is not posted twice."""
+    if not isinstance(adapter, FindsOwnCards):
+        return None
+    try:
+        return await adapter.own_card(target, card)
+    except PlatformError as e:  # at worst the card is posted again
+        log.warning("could not look for an interrupted process's approval card: %s", e)
+        return None
 
 
 async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> list[tuple[str, str]]:

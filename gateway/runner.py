@@ -55,6 +55,7 @@ from .llm import ModelConfigError
 from .memory import resolve_scope
 from .messages import ChatKind
 from .store import repo
+from .store.availability import StoreUnavailable
 from .store.background import REPORT
 from .store.conversation_log import ConversationLog
 from .store.models import Run
@@ -83,7 +84,9 @@ class Prepared:
 CapabilityBuilder = Callable[[Turn], Sequence[Any]]
 # Awaited before the agent is built (e.g. MCP connections made ready); may add `turn.notices`.
 TurnPreparer = Callable[[Turn], Awaitable[None]]
-ParkHandler = Callable[[Turn, list[ModelMessage], DeferredToolRequests, ReplyStream], Awaitable[None]]
+# (turn, messages, requests, stream, parked): `parked()` records the run as parked, once its card exists.
+ParkHandler = Callable[[Turn, list[ModelMessage], DeferredToolRequests, ReplyStream, Callable[[], Awaitable[None]]],
+                      Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -361,17 +364,20 @@ class Runner:
                 status = repo.PARKED
                 # The files' contents stay in this run's memory, never in its stored state.
                 state = _dump(attachments.without_contents(result.all_messages()))
-                await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=state,
-                                       reply=stream.text.strip() or None)
-                await self.park_handler(turn, result.all_messages(), result.output, stream)
+                reply_so_far = stream.text.strip() or None
+
+                async def parked() -> None:
+                    await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=state, reply=reply_so_far)
+
+                await self.park_handler(turn, result.all_messages(), result.output, stream, parked)
                 return
             reply = (stream.text or str(result.output)).strip()
             await stream.finish(reply)
             status = repo.FINISHED
             await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
             gw.metrics.run_ended(turn, repo.FINISHED)
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, StoreUnavailable):
+            raise  # a busy database is not the run's failure: the scheduler runs it again
         except Exception as e:
             typing.cancel()
             outcome = explain_failure(e, turn.agent)

@@ -63,7 +63,8 @@ async def test_web_message_during_a_lock_is_answered_and_the_loop_never_stalls(t
         degraded = [r["database"] for r in readiness if r["database"]["status"] == "degraded"]
         assert degraded and all(d["waiting_seconds"] > 0 for d in degraded), readiness
         assert all(r["ready"] for r in readiness), "a waiting write delays work; the daemon stays ready"
-        assert (await (await s.get("/readyz")).json())["database"] == {"status": "ok"}
+        after = (await (await s.get("/readyz")).json())["database"]
+        assert after["status"] == "ok" and "unavailable_since" not in after, after
         turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
         assert [(t["role"], t["text"]) for t in turns][2] == ("user", "hi")
         assert [t["role"] for t in turns] == ["user", "assistant"] * 2, "answered exactly once"
@@ -185,7 +186,12 @@ async def test_no_connection_within_the_bound_is_store_unavailable(tmp_path: Pat
             with pytest.raises(StoreUnavailable):
                 await store.record("web", ["e1"])
             assert (await store.health())["status"] == "degraded"
+            during = await store.health()
+            assert during["last_error"] and during["unavailable_since"], during
         assert await store.record("web", ["e1"]) is True
-        assert await store.health() == {"status": "ok"}
+        after = await store.health()
+        # Ready again, saying what happened meanwhile: the error, and when it recovered.
+        assert after["status"] == "ok" and "unavailable_since" not in after, after
+        assert after["outages"] == 1 and after["last_error"] and after["recovered_at"] >= after["last_error_at"], after
     finally:
         await engine.dispose()

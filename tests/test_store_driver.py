@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gateway.clock import ManualClock
-from gateway.store.approvals import ApprovalStore
+from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import (
     Duplicate,
@@ -83,12 +83,18 @@ async def test_a_parked_run_resumes_and_its_answer_is_dated_from_the_resume(stor
     conv = await _conversation(store)
     asked = await _say(store, conv, "e1", "deploy api")
     assert await store.claim_next_run(conv.id) is not None
+    approvals = ApprovalStore(store.sessions, store.clock)
+    card = await approvals.create_card(run_id=asked.run_id, conversation_id=conv.id, binding_id="web",
+                                       deciders="requester", expires_at=START + timedelta(days=1),
+                                       items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}")])
     await store.end_run(asked.run_id, "parked", state="[]", reply="Let me do that.")
     run = await store.run(asked.run_id)
     assert run is not None and run.status == "parked" and run.state == "[]" and run.finished_at is None
     _clock(store).advance(60)
-    # What a decided card does: the parked run goes back to its conversation's queue.
-    assert await ApprovalStore(store.sessions, store.clock).requeue_if_decided("no-card", asked.run_id)
+    # The card's last decision puts the parked run back in its conversation's queue, in the
+    # same transaction (no crash can leave a decided card with its run parked).
+    assert await approvals.decide(card_id=card, approval_id=None, state="approved", who="Ada", account_id="ada",
+                                  surface="api") == (1, True)
     resumed = await store.claim_next_run(conv.id)
     assert resumed is not None and resumed.run.id == asked.run_id and not resumed.fresh
     _clock(store).advance(1)

@@ -277,8 +277,10 @@ class SlackAdapter(BaseAdapter):
             self._log.warning("dropping malformed slack event %s: %s: %s", event_id, type(e).__name__, e)
             message = None
         if message is not None:
-            # If this raises, no ack goes out and Slack delivers the event again later.
+            # If this raises, no ack goes out and Slack delivers the event again later (Bolt acks
+            # an event listener that returns, so a busy database must raise: `_on_error`).
             result = await self._require_dispatcher().submit(message)
+
             if not result.accepted:
                 self._log.debug("event %s not run: %s", event_id, result.reason or ("duplicate" if result.duplicate else "-"))
         await ack()
@@ -551,6 +553,25 @@ class SlackAdapter(BaseAdapter):
             and is_reply(m.get("blocks"))
         ]
         return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
+
+    async def own_card(self, target: ReplyTarget, card: ApprovalCard) -> str | None:
+        """The app's post showing `card` in the thread or channel (gateway.orphan_posts)."""
+        client = self._require_client()
+        if target.thread:
+            response = await call("conversations.replies",
+                                  client.conversations_replies(channel=target.channel, ts=target.thread, limit=200))
+        else:
+            response = await call("conversations.history", client.conversations_history(channel=target.channel,
+                                                                                         limit=200))
+        ids = {item.approval_id for item in card.items} | {card.card_id}
+        for m in response.get("messages") or []:
+            if m.get("bot_id") != self._conn.bot_id:
+                continue
+            values = {str(e.get("value") or "") for b in m.get("blocks") or [] if b.get("type") == "actions"
+                      for e in b.get("elements") or []}
+            if any(v.partition(":")[2] in ids for v in values):
+                return str(m["ts"])
+        return None
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         text, blocks = card_message(card)

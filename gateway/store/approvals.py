@@ -109,9 +109,19 @@ class ApprovalStore:
 
     async def create_card(self, *, run_id: str, conversation_id: str, binding_id: str, deciders: Any,
                           expires_at: datetime, items: list[NewItem]) -> str:
+        """A pending card for the run's calls. A pending card the run made before (a process died
+        between making it and parking the run, so the run ran again and asked again) is closed
+        as replaced, in the same transaction: only the newest card can be decided."""
         card_id = unguessable_id()
         now = self._clock.now()
         async with self._sessions() as s, s.begin():
+            older = list(await s.scalars(select(ApprovalCardRow.id).where(ApprovalCardRow.run_id == run_id,
+                                                                         ApprovalCardRow.state == "pending")))
+            if older:
+                await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id.in_(older))
+                                .values(state="replaced"))
+                await s.execute(update(ApprovalRow).where(ApprovalRow.card_id.in_(older), ApprovalRow.state == "pending")
+                                .values(state="expired", decided_at=now))
             s.add(ApprovalCardRow(id=card_id, run_id=run_id, conversation_id=conversation_id, binding_id=binding_id,
                                   card_ref=None, deciders=json.dumps(deciders), state="pending", created_at=now,
                                   expires_at=expires_at))
@@ -123,6 +133,17 @@ class ApprovalStore:
                                   arguments=item.arguments, state="pending", position=i, created_at=now,
                                   delegate=item.delegate, parent_call_id=item.parent_call_id))
         return card_id
+
+    async def unshown(self, *, older_than: datetime | None) -> list[str]:
+        """Pending cards of parked runs that no platform message shows (their process died before
+        the card was posted, or posting failed): shown again so they can be decided."""
+        query = (select(ApprovalCardRow.id).join(Run, Run.id == ApprovalCardRow.run_id)
+                 .where(ApprovalCardRow.state == "pending", ApprovalCardRow.card_ref.is_(None), Run.status == PARKED)
+                 .order_by(ApprovalCardRow.created_at))
+        if older_than is not None:
+            query = query.where(ApprovalCardRow.created_at <= older_than)
+        async with self._sessions() as s:
+            return list(await s.scalars(query))
 
     async def set_card_ref(self, card_id: str, ref: str | None) -> None:
         async with self._sessions() as s, s.begin():
@@ -156,15 +177,33 @@ class ApprovalStore:
     # --- deciding -----------------------------------------------------------------------
 
     async def decide(self, *, card_id: str, approval_id: str | None, state: str, who: str, account_id: str,
-                     surface: str) -> int:
-        """Decide one pending item (or every pending item of the card); how many this call won."""
+                     surface: str) -> tuple[int, bool]:
+        """Decide one pending item (or every pending item of the card): how many this call won, and
+        whether it put the parked run back in its queue (the card's last pending item). One
+        transaction, so no crash can leave a card fully decided with its run still parked."""
         where = [ApprovalRow.state == "pending"]
         where.append(ApprovalRow.id == approval_id if approval_id is not None else ApprovalRow.card_id == card_id)
         async with self._sessions() as s, s.begin():
             result = await s.execute(update(ApprovalRow).where(*where).values(
                 state=state, decided_by=who, decided_by_account=account_id, decided_at=self._clock.now(),
                 surface=surface))
-            return result.rowcount or 0
+            won = result.rowcount or 0
+            return won, await self._requeue_if_decided(s, card_id)
+
+    @staticmethod
+    async def _requeue_if_decided(s: AsyncSession, card_id: str) -> bool:
+        pending = (await s.scalars(select(ApprovalRow.id).where(ApprovalRow.card_id == card_id,
+                                                                ApprovalRow.state == "pending"))).first()
+        if pending is not None:
+            return False
+        card = await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card_id,
+                                                             ApprovalCardRow.state == "pending")
+                               .values(state="decided").returning(ApprovalCardRow.run_id))
+        run_id = card.scalar()
+        if run_id is None:
+            return False
+        moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=QUEUED))
+        return bool(moved.rowcount)
 
     async def decided_item(self, approval_id: str | None, card_id: str) -> ApprovalRow | None:
         """What someone else decided first (for "Already approved by …")."""
@@ -178,18 +217,6 @@ class ApprovalStore:
         async with self._sessions() as s:
             return await s.scalar(select(Account.person_id).where(
                 Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id))
-
-    async def requeue_if_decided(self, card_id: str, run_id: str) -> bool:
-        """When nothing on the card is pending, put the parked run back in its queue (exactly once)."""
-        async with self._sessions() as s, s.begin():
-            pending = (await s.scalars(select(ApprovalRow.id).where(ApprovalRow.card_id == card_id,
-                                                                    ApprovalRow.state == "pending"))).first()
-            if pending is not None:
-                return False
-            await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card_id,
-                                                          ApprovalCardRow.state == "pending").values(state="decided"))
-            moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=QUEUED))
-            return bool(moved.rowcount)
 
     async def latest_decisions(self, run_id: str) -> list[ApprovalRow]:
         """The items of a run's latest card, as decided."""

@@ -15,7 +15,8 @@ per surface: 503 with `Retry-After` on HTTP (`gateway.http`), no acknowledgement
 accepted (`conversations.Scheduler`, `Store.patiently`).
 
 `Waits` keeps what is waiting on the database right now, for `/readyz`: a write that has waited
-longer than a moment is what "degraded" means.
+longer than a moment is what "degraded" means. `Outages` keeps what happened meanwhile: since
+when it has not answered, the last error, when it answered again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 from weakref import WeakKeyDictionary
 
@@ -86,6 +88,8 @@ def is_transient(error: BaseException) -> bool:
         state = getattr(current, "sqlstate", None) or getattr(current, "pgcode", None)
         if isinstance(state, str) and (state in _PG_RETRYABLE or state.startswith("08")):
             return True
+        if state == "55000" and "not currently accepting connections" in str(current):
+            return True  # the database closed to connections for a while (maintenance, a restore)
         if type(current).__module__.startswith("asyncpg") and type(current).__name__ in (
             "ConnectionDoesNotExistError", "InterfaceError", "InternalClientError",
         ):
@@ -130,12 +134,50 @@ class Waits:
         return {"status": "ok"}
 
 
+class Outages:
+    """What happened to the database lately, for /readyz: since when it has not answered (while it
+    does not), the last error and when, and when it answered again. Kept in memory: an operator
+    reading /readyz after a lock or a restart of the database sees that it happened and when it
+    ended, not only how things stand this second."""
+
+    def __init__(self) -> None:
+        self.since: datetime | None = None  # the first failure of the outage in progress
+        self.last_error: str = ""
+        self.last_error_at: datetime | None = None
+        self.recovered_at: datetime | None = None
+        self.count = 0  # outages since start
+
+    def failed(self, error: BaseException) -> None:
+        now = datetime.now(timezone.utc)
+        if self.since is None:
+            self.since = now
+            self.count += 1
+        self.last_error, self.last_error_at = str(error)[:200], now
+
+    def answered(self) -> None:
+        """The database answered: an outage in progress is over. Cheap when there is none."""
+        if self.since is not None:
+            self.since, self.recovered_at = None, datetime.now(timezone.utc)
+
+    def state(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.since is not None:
+            out["unavailable_since"] = self.since.isoformat()
+        if self.last_error_at is not None:
+            out.update(last_error=self.last_error, last_error_at=self.last_error_at.isoformat(), outages=self.count)
+        if self.recovered_at is not None:
+            out["recovered_at"] = self.recovered_at.isoformat()
+        return out
+
+
 @dataclass
 class Guard:
-    """One engine's bound (seconds a statement may wait for a lock or a connection) and its waits."""
+    """One engine's bound (seconds a statement may wait for a lock or a connection), its waits
+    and its outages."""
 
     bound: float = 5.0
     waits: Waits = field(default_factory=Waits)
+    outages: Outages = field(default_factory=Outages)
 
 
 _guards: WeakKeyDictionary[Any, Guard] = WeakKeyDictionary()

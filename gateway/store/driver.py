@@ -184,7 +184,17 @@ async def transaction(engine: AsyncEngine, program: Callable[[Statements], Progr
     """Run a program as one write transaction: committed when it returns, rolled back if it
     raises (its exception propagates). StoreUnavailable if the database does not answer in time."""
     limits = guard(engine)
-    bound = limits.bound
+    try:
+        result = await _transaction(engine, program, limits.bound)
+    except StoreUnavailable as e:
+        limits.outages.failed(e)
+        raise
+    limits.outages.answered()
+    return result
+
+
+async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]], bound: float) -> T:
+    limits = guard(engine)
     with limits.waits.waiting():
         if engine.dialect.name == "sqlite":
             conn = sqlite.idle_connection(engine.sync_engine)

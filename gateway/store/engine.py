@@ -98,6 +98,7 @@ def _watch(engine: AsyncEngine) -> None:
         token = started.pop(id(context), None)
         if token is not None:
             limits.waits.end(token)
+        limits.outages.answered()
 
     def on_error(context: Any) -> BaseException | None:
         token = started.pop(id(context.execution_context), None)
@@ -107,8 +108,10 @@ def _watch(engine: AsyncEngine) -> None:
         if context.is_pre_ping or not isinstance(error, Exception):
             return None  # the pool reconnects on its own; a cancellation stays a cancellation
         if context.is_disconnect or is_transient(error):
-            raise StoreUnavailable(f"the database did not answer in time ({error})", limits.bound,
-                                   unreachable=context.is_disconnect or not is_lock_wait(error))
+            unavailable = StoreUnavailable(f"the database did not answer in time ({error})", limits.bound,
+                                           unreachable=context.is_disconnect or not is_lock_wait(error))
+            limits.outages.failed(unavailable)
+            raise unavailable
         return None
 
     event.listen(engine.sync_engine, "before_cursor_execute", before)

@@ -159,8 +159,14 @@ class Store:
 
     async def health(self) -> dict[str, Any]:
         """For /readyz: "ok"; "degraded" with how long writes have waited (a lock held
-        elsewhere); or "down" when a probe gets no answer within the bound."""
-        waits = guard(self.engine).waits
+        elsewhere); or "down" when a probe gets no answer within the bound. With what happened
+        meanwhile (`Outages`): since when it has not answered, the last error, when it recovered."""
+        limits = guard(self.engine)
+        return {**await self._probe(), **limits.outages.state()}
+
+    async def _probe(self) -> dict[str, Any]:
+        limits = guard(self.engine)
+        waits = limits.waits
         if waits.longest():
             return waits.state()  # something is in flight: a probe would only queue behind it
         patience = 4 * DEGRADED_AFTER
@@ -174,8 +180,10 @@ class Store:
             if isinstance(e, TimeoutError) or not e.unreachable:
                 waited = round(time.monotonic() - started, 2)
                 return {"status": "degraded", "waiting_seconds": waited, "waiting": 1}
+            limits.outages.failed(e)
             return {"status": "down", "error": str(e)[:200]}
         except Exception as e:
+            limits.outages.failed(e)
             return {"status": "down", "error": f"{type(e).__name__}: {e}"[:200]}
         return {"status": "ok"}
 
@@ -517,9 +525,13 @@ class Store:
         now = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[None]:
-            row = yield q.one("SELECT conversation_id, started_at, state IS NOT NULL FROM runs WHERE id = :id",
+            row = yield q.one("SELECT conversation_id, started_at, state IS NOT NULL, status FROM runs WHERE id = :id",
                                id=run_id)
             if row is None:
+                return
+            if row[3] == status and status in ENDED | {PARKED}:
+                # Recorded already: a try whose commit reached the database but whose answer was
+                # lost with its connection (`patiently` tries again). Its reply is not added twice.
                 return
             conversation_id, started_at, had_state = row[0], q.time(row[1]), bool(row[2])
             resumed = had_state and status != PARKED
@@ -572,6 +584,16 @@ class Store:
                     update(Message).where(Message.run_id == run.id, Message.status == "processing").values(status=QUEUED)
                 )
             return sorted({r.conversation_id for r in runs})
+
+    async def release_run(self, run_id: str) -> None:
+        """A run this process holds goes back to its queue (the database failed it mid-way): the
+        same as a lapsed lease, without waiting for one."""
+        async with self.sessions() as s, s.begin():
+            moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == RUNNING, Run.lease_owner == self.owner)
+                                    .values(status=QUEUED))
+            if moved.rowcount:
+                await s.execute(update(Message).where(Message.run_id == run_id, Message.status == "processing")
+                                .values(status=QUEUED))
 
     async def renew_leases(self, run_ids: Sequence[str]) -> None:
         if not run_ids:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -50,6 +51,8 @@ class Tally:
     lost: int = 0
     wrong: int = 0  # an answer whose final text is not the model's
     redelivered: int = 0
+    parked: int = 0  # gated calls whose card showed (tests/chaos/parked.py)
+    resumed: int = 0  # of those, decided and answered
     problems: list[str] = field(default_factory=list)
     threads: list[tuple[str, int]] = field(default_factory=list, repr=False)  # Slack thread, messages sent
     webs: list[tuple[str, int]] = field(default_factory=list, repr=False)  # web conversation, messages sent
@@ -62,6 +65,8 @@ class World:
     slack: FakeSlack
     model: FakeOpenAI
     daemon: Daemon
+    url: str = ""  # the database's
+    ops_log: Path | None = None  # with `gated`: one line per call of the gated `deploy` tool
 
     @property
     def api(self) -> str:
@@ -69,22 +74,38 @@ class World:
 
 
 @contextlib.asynccontextmanager
-async def world(directory: Path, store: str, *, model_delay: float = 0.08) -> AsyncIterator[World]:
+async def world(directory: Path, store: str, *, model_delay: float = 0.08, gated: bool = False,
+                busy_timeout: float | None = None) -> AsyncIterator[World]:
+    """`gated`: the agent also has the gated `deploy` tool (tests/support/plugin_ops.py), which
+    the model calls for a message "deploy NAME" (tests/chaos/parked.py drives those).
+    `busy_timeout`: the database's `busy_timeout_seconds` (its default when None)."""
     from tests.adapters.stopping import ENV  # the Slack tokens the daemon's env names
 
     directory.mkdir(parents=True, exist_ok=True)
     model = await FakeOpenAI(delay=model_delay).start()
+    ops_log = directory / "ops.log" if gated else None
+    env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "not-needed"}
+    agent: dict[str, Any] = {"name": "Chaos agent", "model": "openai-chat:chaos-model",
+                             "instructions": "You are a test agent."}
+    extra: dict[str, Any] = {}
+    if gated:
+        model.tool_call = deploy_call
+        env["OPS_LOG"] = str(ops_log)
+        agent["capabilities"] = [{"id": "test_ops"}]
+        extra["plugins"] = ["tests.support.plugin_ops"]
+    database: dict[str, Any] = {"run_lease_seconds": LEASE_S}
+    if busy_timeout is not None:
+        database["busy_timeout_seconds"] = busy_timeout
     try:
         async with FakeSlack() as slack, database_url(store, directory) as url:
             slack.redeliver = True
             slack.add_user(PERSON, "ada", real_name="Ada")
             slack.add_channel(CHANNEL, "chaos", members=[PERSON, slack.bot_user_id])
-            daemon = Daemon(directory, env={"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "not-needed"})
+            daemon = Daemon(directory, env=env)
             assert ENV["STOP_SLACK_BOT_TOKEN"]
             write_config(
                 directory,
-                agents={"assistant": {"name": "Chaos agent", "model": "openai-chat:chaos-model",
-                                      "instructions": "You are a test agent."}},
+                agents={"assistant": agent},
                 bindings={
                     "slack": {"platform": "slack", "agent": "assistant", "slack": {
                         "bot_token": "env:STOP_SLACK_BOT_TOKEN", "app_token": "env:STOP_SLACK_APP_TOKEN",
@@ -94,17 +115,29 @@ async def world(directory: Path, store: str, *, model_delay: float = 0.08) -> As
                 },
                 # A killed process's runs wait out their lease on PostgreSQL: short here, so the
                 # drain is seconds (the default is 60 s).
-                gateway={"database": {"url": url, "run_lease_seconds": LEASE_S},
-                         "http": {"listen": f"127.0.0.1:{daemon.port}"}},
+                gateway={"database": {"url": url, **database},
+                         "http": {"listen": f"127.0.0.1:{daemon.port}"}, **extra},
             )
             await daemon.start()
             try:
                 await daemon.wait_ready()
-                yield World(slack, model, daemon)
+                yield World(slack, model, daemon, url, ops_log)
             finally:
                 await daemon.close()
     finally:
         await model.stop()
+
+
+_DEPLOY = re.compile(r"\bdeploy (\S+)")
+
+
+def deploy_call(request: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The fake model's script with `gated`: "deploy NAME" in the person's last message calls `deploy`."""
+    content = request["messages"][-1].get("content")
+    text = content if isinstance(content, str) else " ".join(
+        str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    found = _DEPLOY.search(text)
+    return ("deploy", {"service": found.group(1)}) if found else None
 
 
 async def kill_and_restart(w: World) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -22,6 +24,10 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.peers: list[tuple[str, int]] = []  # per request: the client's end of its connection
         self.status: int = 200
+        # Optional: given a request whose last message is the user's, a tool to call instead of
+        # answering, as (name, arguments); None answers with `chunks`. After the tool's result
+        # (a last message from the tool) the answer is `chunks` as usual.
+        self.tool_call: Callable[[dict[str, Any]], tuple[str, dict[str, Any]] | None] | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -64,6 +70,16 @@ class FakeOpenAI:
         async def send(payload: dict[str, Any]) -> None:
             await response.write(f"data: {json.dumps(payload)}\n\n".encode())
 
+        call = self.tool_call(body) if self.tool_call and body["messages"][-1].get("role") == "user" else None
+        if call is not None:
+            name, arguments = call
+            await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [
+                {"index": 0, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                 "function": {"name": name, "arguments": json.dumps(arguments)}}]}, "finish_reason": None}]})
+            await send({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}],
+                        "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
+            await response.write(b"data: [DONE]\n\n")
+            return response
         await send({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]})
         for chunk in self.chunks:
             if self.delay:

@@ -190,6 +190,10 @@ class FakeSlack:
         # sent again (`retry_attempt` + 1, a new envelope id) on the next connection opened, and
         # one sent while no connection is open waits for the next.
         self.redeliver = False
+        # With `redeliver`: also, as real Slack retries an event nobody acked (after 1 and 5
+        # minutes there), send it again on the live connection after this many seconds, up to 3
+        # times. None: only on the next connection.
+        self.redeliver_after: float | None = None
         # A 429 storm: this share of calls to `storm_methods` answered 429 with `Retry-After`.
         self.storm_share = 0.0
         self.storm_methods: set[str] = {"chat.postMessage", "chat.update"}
@@ -199,6 +203,7 @@ class FakeSlack:
         self.post_answer_delay = 0.0  # seconds chat.postMessage holds its answer after posting
         self.redelivered = 0
         self._unacked: dict[str, dict[str, Any]] = {}
+        self._retries: set[asyncio.Task[None]] = set()  # redeliver_after's timers
         self._released = asyncio.Event()  # set on exit: silent sockets may end now
         self._failures: dict[str, list[Failure]] = {}
         self._echoes: set[asyncio.Task[str]] = set()
@@ -227,6 +232,8 @@ class FakeSlack:
 
     async def __aexit__(self, *exc: object) -> None:
         self._released.set()
+        for retry in list(self._retries):
+            retry.cancel()
         for echo in list(self._echoes):
             echo.cancel()
         await asyncio.gather(*self._echoes, return_exceptions=True)
@@ -558,7 +565,7 @@ class FakeSlack:
         await self.wait_for(lambda: any(not s.closed for s in self._sockets))
         return next(s for s in reversed(self._sockets) if not s.closed)
 
-    async def _resend(self, ws: web.WebSocketResponse, envelope: dict[str, Any]) -> None:
+    async def _resend(self, ws: web.WebSocketResponse, envelope: dict[str, Any]) -> dict[str, Any]:
         self._unacked.pop(envelope["envelope_id"], None)
         attempt = int(envelope.get("retry_attempt") or 0) + 1
         again = {**envelope, "envelope_id": str(uuid.uuid4()), "retry_attempt": attempt, "retry_reason": "timeout"}
@@ -567,6 +574,7 @@ class FakeSlack:
         self.sent_envelopes.append(again)
         with contextlib.suppress(ConnectionError, RuntimeError):
             await ws.send_str(json.dumps(again))
+        return again
 
     async def send_envelope(self, envelope: dict[str, Any]) -> str:
         if self.redeliver and envelope.get("type") == "events_api":
@@ -577,11 +585,25 @@ class FakeSlack:
             self.sent_envelopes.append(envelope)
             with contextlib.suppress(ConnectionError, RuntimeError):
                 await live[-1].send_str(json.dumps(envelope))
+            if self.redeliver_after is not None:
+                self._retries.add(asyncio.create_task(self._retry_unacked(envelope)))
             return str(envelope["envelope_id"])
         ws = await self._live_socket()
         self.sent_envelopes.append(envelope)
         await ws.send_str(json.dumps(envelope))
         return envelope["envelope_id"]
+
+    async def _retry_unacked(self, envelope: dict[str, Any]) -> None:
+        """Slack's timed retries of one event: the same event, a new envelope, while unacked."""
+        for _ in range(3):
+            assert self.redeliver_after is not None
+            await asyncio.sleep(self.redeliver_after)
+            if envelope["envelope_id"] not in self._unacked:  # acked, or resent on a new connection
+                return
+            live = [ws for ws in self._sockets if not ws.closed]
+            if not live:
+                return  # the next connection gets it
+            envelope = await self._resend(live[-1], envelope)
 
     async def send_raw(self, text: str) -> None:
         """A frame as is (e.g. malformed JSON) on the live socket."""

@@ -15,7 +15,7 @@ HOLD_THE_LOCK = """
 import sqlite3, sys, time
 conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 conn.execute("BEGIN IMMEDIATE")
-conn.execute("INSERT INTO adapter_state (binding_id, key, value) VALUES ('admin', 'touched', 'yes')")
+conn.execute("INSERT OR REPLACE INTO adapter_state (binding_id, key, value) VALUES ('admin', 'touched', 'yes')")
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
 conn.execute("COMMIT")

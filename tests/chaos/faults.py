@@ -1,0 +1,99 @@
+"""Database faults for tests/chaos/test_database_faults.py and bench/chaos.py, run alongside a stream.
+
+PostgreSQL: the daemon's own backends (its database only, never another session on the shared
+server) terminated with `pg_terminate_backend` again and again, and once the database closed to
+new connections for a few seconds (what a restart looks like from the daemon). SQLite: the
+file's write lock held by another process (an admin's `sqlite3` shell) for a few seconds, again
+and again. Each reads /readyz while the fault lasts; `Faults` keeps what it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import PG_ADMIN_DSN
+from tests.support.locking import another_process_holds_the_lock
+
+from .harness import Tally, World, count_after_drain, slack_conversation, web_conversation
+
+BUSY = 1.0  # database.busy_timeout_seconds for these runs: past it a write is refused and tried again
+
+
+@dataclass
+class Faults:
+    done: int = 0  # backends terminated (PostgreSQL) or locks held (SQLite)
+    closed: int = 0  # times the PostgreSQL database was closed to connections
+    seen: list[dict[str, Any]] = field(default_factory=list)  # /readyz's database part during faults
+    unanswered: int = 0  # /readyz reads that got no answer (the loop stalled or the daemon died)
+
+
+async def _watch(w: World, faults: Faults, seconds: float | None = None, until: asyncio.Event | None = None) -> None:
+    """Read /readyz every 0.2-0.3 s while a fault lasts."""
+    end = time.monotonic() + (seconds or 0)
+    while (until is not None and not until.is_set()) or (until is None and time.monotonic() < end):
+        state = await w.daemon.readiness()
+        if state is None:
+            faults.unanswered += 1
+        else:
+            faults.seen.append(state["database"])
+        await asyncio.sleep(0.25)
+
+
+async def postgres_faults(w: World, faults: Faults, until: float, *, closed_for: float = 4.0, seed: int = 22) -> None:
+    import asyncpg
+
+    name = w.url.rsplit("/", 1)[1]
+    rng = random.Random(seed)
+    admin = await asyncpg.connect(PG_ADMIN_DSN)  # on another database: this one gets closed
+
+    async def terminate() -> int:
+        rows = await admin.fetch("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                 " WHERE datname = $1 AND pid <> pg_backend_pid()", name)
+        return sum(1 for r in rows if r[0])
+
+    try:
+        await asyncio.sleep(2)
+        first = True
+        while time.monotonic() < until:
+            for _ in range(4):  # connections dropped under the daemon's feet
+                faults.done += await terminate()
+                await asyncio.sleep(rng.uniform(0.5, 1.5))
+            if first or time.monotonic() < until - closed_for - 2:
+                first = False
+                await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+                try:
+                    faults.closed += 1
+                    faults.done += await terminate()
+                    await _watch(w, faults, closed_for)
+                finally:
+                    await admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    finally:
+        await admin.close()
+
+
+async def sqlite_faults(w: World, faults: Faults, until: float, *, hold: float = 3.0) -> None:
+    await asyncio.sleep(2)
+    while time.monotonic() < until - hold:
+        async with another_process_holds_the_lock(Path(w.url.split("///", 1)[1]), hold) as released:
+            faults.done += 1
+            await _watch(w, faults, until=released)
+        await asyncio.sleep(2)
+
+
+async def stream_under_faults(w: World, tally: Tally, faults: Faults, store: str, duration: float, *,
+                              slack_threads: int = 4, web_conversations: int = 3, wait: float = 60) -> None:
+    """Slack threads and web conversations for `duration` s with the store's faults alongside."""
+    w.slack.redeliver_after = 3.0  # what Slack does (after minutes) with an event nobody acked
+    until = time.monotonic() + duration
+    senders = [slack_conversation(w, tally, until, wait=wait, tag=f"s{i}") for i in range(slack_threads)]
+    senders += [web_conversation(w, tally, until, wait=wait, tag=f"w{i}") for i in range(web_conversations)]
+    fault = postgres_faults if store == "postgresql" else sqlite_faults
+    running = asyncio.create_task(fault(w, faults, until))
+    await asyncio.gather(*senders)
+    await running
+    await count_after_drain(w, tally)

@@ -1,0 +1,103 @@
+"""The windows kill -9 found in approvals, each hit on purpose (tests/chaos/test_approvals_kill9.py
+finds them at random): an approved call killed after it started is not started again; a card
+posted just before a kill is not posted twice; a card whose post failed is posted later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from capabilities.approval_gate import ALREADY_STARTED
+
+from .harness import ANSWER, CHANNEL, PERSON, _request, _until, kill_and_restart, world
+from .parked import _answers, _card, _cards, tool_runs
+
+
+async def _web_page(api: str, conv: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http:
+        status, body = await _request(http, "GET", f"{api}/api/v1/conversations/{conv}/messages",
+                                      deadline=time.monotonic() + 30)
+    assert status == 200, (status, body)
+    return body  # type: ignore[no-any-return]
+
+
+async def test_an_approved_call_killed_after_it_started_is_not_started_again(tmp_path: Path) -> None:
+    # The answer after the tool streams slowly, so the kill lands after the call ran, before the run ended.
+    async with world(tmp_path / "config", "sqlite", gated=True, model_delay=1.0) as w:
+        async with aiohttp.ClientSession() as http:
+            _, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + 30)
+            conv = body["id"]
+            status, _ = await _request(http, "POST", f"{w.api}/api/v1/conversations/{conv}/messages",
+                                       json={"text": "deploy api"}, deadline=time.monotonic() + 30)
+            assert status == 202
+
+            async def pending() -> list[str]:
+                return [i["approval_id"] for c in (await _web_page(w.api, conv))["cards"] for i in c["items"]
+                        if i["state"] == "pending"]
+            assert await _until(pending, 30)
+            (approval,) = await pending()
+            status, _ = await _request(http, "POST", f"{w.api}/api/v1/approvals/{approval}",
+                                       json={"decision": "approve"}, deadline=time.monotonic() + 30)
+            assert status == 200
+
+        async def ran() -> bool:
+            return tool_runs(w)["api"] >= 1
+        assert await _until(ran, 30)
+        await kill_and_restart(w)
+
+        async def answered() -> bool:
+            turns = (await _web_page(w.api, conv))["messages"]
+            return any(t["role"] == "assistant" and t["status"] == "final" for t in turns)
+        assert await _until(answered, 60)
+        turns = (await _web_page(w.api, conv))["messages"]
+    assert tool_runs(w) == {"api": 1}  # the deploy a person allowed once happened once
+    assert [t["text"].strip() for t in turns if t["role"] == "assistant"] == [ANSWER]
+    # The model, resumed again, was told the call had already been started and not why it has no result.
+    told = [m.get("content") for m in w.model.requests[-1]["messages"] if m.get("role") == "tool"]
+    assert told == [ALREADY_STARTED], told
+
+
+async def test_a_card_posted_just_before_sigkill_is_not_posted_again(tmp_path: Path) -> None:
+    async with world(tmp_path / "config", "sqlite", gated=True) as w:
+        w.slack.post_answer_delay = 30.0  # the card lands in the thread; its answer never reaches the process
+        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> deploy web")
+        for event in events:
+            await w.slack.send_event(event)
+        await w.slack.wait_for(lambda: _card(w, msg.ts), timeout=30)
+        w.slack.post_answer_delay = 0.0
+        await kill_and_restart(w)
+        await asyncio.sleep(1.0)  # a second card would be posted by now (the start-up sweep)
+        assert _cards(w, msg.ts) == 1
+        card = _card(w, msg.ts)
+        approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
+                       if e["value"].startswith("approve:"))
+        await w.slack.click(PERSON, card, approve)
+        await w.slack.wait_for(lambda: _answers(w, msg.ts), timeout=30)
+        await asyncio.sleep(1.0)
+        assert (_cards(w, msg.ts), _answers(w, msg.ts), tool_runs(w)) == (1, [ANSWER], {"web": 1})
+        # The card found again is the one updated with the decision: no buttons left on it.
+        assert "approve:" not in json.dumps(_card(w, msg.ts).blocks)
+
+
+async def test_a_card_whose_post_failed_is_posted_by_the_sweep(tmp_path: Path) -> None:
+    async with world(tmp_path / "config", "sqlite", gated=True) as w:
+        w.slack.fail_next("chat.postMessage", status=200, error="internal_error", retry_after=None)
+        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> deploy db")
+        for event in events:
+            await w.slack.send_event(event)
+        # Without the sweep the run would stay parked with nothing anyone could click.
+        await w.slack.wait_for(lambda: _card(w, msg.ts), timeout=40)
+        assert _cards(w, msg.ts) == 1
+        card = _card(w, msg.ts)
+        approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
+                       if e["value"].startswith("approve:"))
+        await w.slack.click(PERSON, card, approve)
+        await w.slack.wait_for(lambda: _answers(w, msg.ts), timeout=30)
+        assert (_answers(w, msg.ts), tool_runs(w)) == ([ANSWER], {"db": 1})
+    assert "could not post approval card" in w.daemon.log()
