@@ -67,10 +67,10 @@ class Row:
     fault_tally: Tally = field(default_factory=Tally)  # the stream under database faults
 
 
-async def kills(store: str, tmp: Path, duration: float) -> Tally:
+async def kills(store: str, tmp: Path, duration: float, min_kills: int) -> Tally:
     async with world(tmp / "kills", store) as w:
         return await stream_under_kills(w, Tally(store), slack_threads=8, web_conversations=6, duration=duration,
-                                         every=(1.5, 4.0), wait=120, seed=int(time.time()))
+                                         every=(1.5, 4.0), wait=120, seed=int(time.time()), min_kills=min_kills)
 
 
 async def approvals(store: str, tmp: Path, duration: float, min_kills: int, row: Row) -> None:
@@ -266,7 +266,7 @@ async def main() -> int:
         with tempfile.TemporaryDirectory(prefix=f"chaos-{store}-") as d:
             tmp = Path(d)
             started = time.monotonic()
-            row = Row(await kills(store, tmp, kill_s))
+            row = Row(await kills(store, tmp, kill_s, 3 if args.quick else 20))
             print(f"{store}: kills done in {time.monotonic() - started:.0f}s: {row.tally.kills} kills, "
                   f"{row.tally.lost} lost, {row.tally.duplicated} duplicated", file=sys.stderr)
             for problem in row.tally.problems[:10]:

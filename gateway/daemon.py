@@ -354,8 +354,11 @@ class Gateway:
             h = adapter.health()
             bindings[binding_id] = {"platform": adapter.platform, "connected": h.connected, "detail": h.detail}
         database = await self.store.health()  # "degraded" (writes waiting) still serves: ready
-        ready = database["status"] != "down" and all(b["connected"] for b in bindings.values())
-        state: dict[str, Any] = {"ready": ready, "database": database, "bindings": bindings}
+        # Not ready until messages are taken: the HTTP server answers while extensions and adapters
+        # are still starting (and while stopping), when a message would be refused.
+        ready = self._accepting and database["status"] != "down" and all(b["connected"] for b in bindings.values())
+        state: dict[str, Any] = {"ready": ready, "accepting": self._accepting, "database": database,
+                                 "bindings": bindings}
         if self.relay is not None:
             state["event_stream"] = self.relay.state()
         for ext in self.extensions:  # informational parts (MCP servers); they do not decide `ready`

@@ -38,7 +38,7 @@ async def test_a_crash_during_a_background_run_yields_a_partial_report_after_the
 
             r = await http.post(f"/api/v1/conversations/{conv}/messages",
                                 json={"text": 'task agent=researcher prompt="compare the three vendors"'})
-            assert r.status == 202
+            assert r.status == 202, await r.text()
             turns = await wait_for(lambda: _final(messages(), 2), timeout=30, what="the first turn to end")
             assert "Started in the background as run" in turns[1]["text"]
             await wait_for(lambda: len(slow.requests) >= 1, what="the delegate to call its model")

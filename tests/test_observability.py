@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
 import aiohttp
 import pytest
+
+from bindings.loader import load_config
+from gateway import extensions
+from gateway.daemon import Gateway
 
 from .conftest import run_finished, running_gateway, wait_for, write_config
 
@@ -75,3 +80,41 @@ def _lag(rendered: bytes) -> tuple[float, float]:
             counts[le] = float(line.rsplit(" ", 1)[1])
     total = counts.get("+Inf", 0.0)
     return total - counts.get("0.2", total), total
+
+
+class _SlowStart:
+    """A part whose start takes a while, as a knowledge index or MCP connections can."""
+
+    def __init__(self) -> None:
+        self.started, self.release = asyncio.Event(), asyncio.Event()
+
+    async def start(self) -> None:
+        self.started.set()
+        await self.release.wait()
+
+
+async def test_readyz_is_not_ready_until_messages_are_taken(config_dir: Path) -> None:
+    """The HTTP server answers while the daemon is still starting; a message then would be refused,
+    so a supervisor or a load balancer must not be told it is ready yet."""
+    extensions.register_checks()
+    gw = Gateway(load_config(config_dir))
+    slow = _SlowStart()
+    gw.extensions.append(slow)
+    starting = asyncio.create_task(gw.start())
+    try:
+        await wait_for(slow.started.is_set)
+        async with aiohttp.ClientSession(gw.url) as s:
+            r = await s.get("/readyz")
+            assert r.status == 503 and (await r.json())["accepting"] is False
+            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            refused = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})
+            assert refused.status == 403  # what a client told "ready" here would have got
+            slow.release.set()
+            await starting
+            r = await s.get("/readyz")
+            assert r.status == 200 and (await r.json())["ready"]
+            assert (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).status == 202
+    finally:
+        slow.release.set()
+        await starting
+        await gw.stop()

@@ -20,7 +20,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,11 +176,18 @@ async def _until(check: Any, wait: float) -> bool:
     return True
 
 
-async def slack_conversation(w: World, tally: Tally, until: float, *, wait: float, tag: str) -> None:
+Until = float | Callable[[], bool]  # a monotonic deadline, or whether to go on sending
+
+
+def _going(until: Until) -> bool:
+    return until() if callable(until) else time.monotonic() < until
+
+
+async def slack_conversation(w: World, tally: Tally, until: Until, *, wait: float, tag: str) -> None:
     """A thread: a mention starts it, follow-ups in it, each after the previous one's answer."""
     thread: str | None = None
     sent = 0
-    while time.monotonic() < until:
+    while _going(until):
         msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> {tag} message {sent}",
                                          thread_ts=thread)
         thread = thread or msg.ts
@@ -215,7 +222,7 @@ async def _request(http: aiohttp.ClientSession, method: str, url: str, *, deadli
         await asyncio.sleep(0.2)
 
 
-async def web_conversation(w: World, tally: Tally, until: float, *, wait: float, tag: str) -> None:
+async def web_conversation(w: World, tally: Tally, until: Until, *, wait: float, tag: str) -> None:
     async with aiohttp.ClientSession() as http:
         status, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + wait)
         if status != 201:
@@ -224,7 +231,7 @@ async def web_conversation(w: World, tally: Tally, until: float, *, wait: float,
         conv = body["id"]
         url = f"{w.api}/api/v1/conversations/{conv}/messages"
         sent = 0
-        while time.monotonic() < until:
+        while _going(until):
             tally.sent += 1
             status, body = await _request(http, "POST", url, json={"text": f"{tag} message {sent}"},
                                           headers={"Idempotency-Key": uuid.uuid4().hex},
@@ -275,9 +282,10 @@ async def count_after_drain(w: World, tally: Tally, *, settle: float = 3.0) -> N
 
 async def stream_under_kills(
     w: World, tally: Tally, *, slack_threads: int, web_conversations: int, duration: float,
-    every: tuple[float, float], wait: float = 60.0, seed: int = 22,
+    every: tuple[float, float], wait: float = 60.0, seed: int = 22, min_kills: int = 0,
 ) -> Tally:
-    """The stream (conversations started a little apart) with the killer running until it ends."""
+    """The stream (conversations started a little apart) with the killer running until it ends:
+    after `duration` s, or later, once `min_kills` kills happened (a slow machine restarts slowly)."""
     rng = random.Random(seed)
     stop = asyncio.Event()
     kill = asyncio.create_task(killer(w, tally, stop, every=every, rng=rng))
@@ -287,11 +295,16 @@ async def stream_under_kills(
         await coro
 
     until = time.monotonic() + duration
-    senders = [later(i * 0.3, slack_conversation(w, tally, until, wait=wait, tag=f"s{i}")) for i in range(slack_threads)]
-    senders += [later(i * 0.3 + 0.15, web_conversation(w, tally, until, wait=wait, tag=f"w{i}"))
+
+    def going() -> bool:
+        if time.monotonic() < until or tally.kills < min_kills:
+            return True
+        stop.set()  # kills stop when sending does; the conversations then drain
+        return False
+
+    senders = [later(i * 0.3, slack_conversation(w, tally, going, wait=wait, tag=f"s{i}")) for i in range(slack_threads)]
+    senders += [later(i * 0.3 + 0.15, web_conversation(w, tally, going, wait=wait, tag=f"w{i}"))
                 for i in range(web_conversations)]
-    # Kills stop when sending does; the conversations then drain (their last answers arrive).
-    asyncio.get_running_loop().call_later(duration, stop.set)
     try:
         await asyncio.gather(*senders)
     finally:
