@@ -336,12 +336,16 @@ class TelegramAdapter(BaseAdapter):
         return outcome.message, bool(outcome.message) and outcome.card is None
 
     async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        return await self._post_with_buttons(target, memory_html(card), memory_keyboard(card))
+
+    async def _post_with_buttons(self, target: ReplyTarget, html: str, keyboard: Any) -> str:
+        """A card: HTML with its inline keyboard, paced as any message to that chat."""
         bot = self._require_bot()
         chat_id, thread = _chat(target)
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("sendMessage"):
-                sent = await bot.send_message(chat_id, memory_html(card), parse_mode=ParseMode.HTML,
-                                              message_thread_id=thread, reply_markup=memory_keyboard(card))
+                sent = await bot.send_message(chat_id, html, parse_mode=ParseMode.HTML,
+                                              message_thread_id=thread, reply_markup=keyboard)
         return str(sent.message_id)
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
@@ -471,13 +475,7 @@ class TelegramAdapter(BaseAdapter):
             self._log.info("Telegram refused a message draft: private replies are posted and edited")
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
-        bot = self._require_bot()
-        chat_id, thread = _chat(target)
-        async with self.pacer.paced(self.budget.message(chat_id)):
-            with translated("sendMessage"):
-                sent = await bot.send_message(chat_id, card_html(card), parse_mode=ParseMode.HTML,
-                                              message_thread_id=thread, reply_markup=card_keyboard(card))
-        return str(sent.message_id)
+        return await self._post_with_buttons(target, card_html(card), card_keyboard(card))
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         bot = self._require_bot()
