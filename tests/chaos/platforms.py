@@ -171,8 +171,10 @@ async def dropper(w: World, drops: Drops, stop: asyncio.Event, *, every: tuple[f
             if rng.random() < 0.75:
                 await w.slack.drop_connections()
             else:
-                with contextlib.suppress(AssertionError):  # no live socket right now: nothing to ask
+                try:
                     await asyncio.wait_for(w.slack.request_reconnect(), 1)
+                except (AssertionError, TimeoutError):  # no live socket right now: nothing to ask
+                    continue
             drops.slack += 1
         else:
             # Now and then the server "restarts": its resume queue is gone, a catch-up over REST must do.

@@ -16,7 +16,7 @@ import aiohttp
 from capabilities.approval_gate import ALREADY_STARTED
 
 from .harness import ANSWER, CHANNEL, PERSON, _request, _until, kill_and_restart, world
-from .parked import _answers, _card, _cards, tool_runs
+from .parked import _answers, _async, _card, _cards, tool_runs
 
 
 async def _web_page(api: str, conv: str) -> dict[str, Any]:
@@ -101,3 +101,28 @@ async def test_a_card_whose_post_failed_is_posted_by_the_sweep(tmp_path: Path) -
         await w.slack.wait_for(lambda: _answers(w, msg.ts), timeout=30)
         assert (_answers(w, msg.ts), tool_runs(w)) == ([ANSWER], {"db": 1})
     assert "could not post approval card" in w.daemon.log()
+
+
+async def test_an_answer_posted_below_a_card_just_before_sigkill_is_continued_not_posted_again(tmp_path: Path) -> None:
+    """The approved run posts its answer below the card, the process dies before it records that
+    post: the run, resumed again after the restart, finishes that post instead of a second answer."""
+    async with world(tmp_path / "config", "sqlite", gated=True, model_delay=0.2) as w:
+        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> deploy api")
+        for event in events:
+            await w.slack.send_event(event)
+        assert await _until(lambda: _async(_card(w, msg.ts)), 30)
+        card = _card(w, msg.ts)
+        approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
+                       if str(e.get("value", "")).startswith("approve:"))
+        w.slack.post_answer_delay = 30.0  # the answer's post lands; its answer never reaches the process
+        await w.slack.click(PERSON, card, approve)
+        assert await _until(lambda: _async(bool(_answers(w, msg.ts))), 30)
+        w.slack.post_answer_delay = 0.0
+        await kill_and_restart(w)
+
+        async def final() -> bool:
+            return any(a.strip() == ANSWER for a in _answers(w, msg.ts))
+        assert await _until(final, 60)
+        await asyncio.sleep(1.0)  # a second answer would show by now
+        assert [a.strip() for a in _answers(w, msg.ts)] == [ANSWER]
+    assert tool_runs(w) == {"api": 1}
