@@ -42,6 +42,7 @@ from .store.background import (
     NewBackground,
     Usage,
 )
+from .store.availability import StoreUnavailable
 from .store.models import BackgroundRun
 from .surface import ReplyTarget
 
@@ -153,6 +154,8 @@ class BackgroundRuns:
             await asyncio.sleep(self._sweep_every)
             try:
                 await self.sweep()
+            except StoreUnavailable as e:  # the next sweep does it; one line, not a traceback
+                log.warning("background sweep skipped: the database is unavailable (%s)", e)
             except Exception:
                 log.exception("background sweep failed")
 
