@@ -93,43 +93,30 @@ class Pacer:
 
     async def take(self, scopes: Sequence[Scope]) -> float:
         """Wait until a call counting against every scope in `scopes` fits all their budgets;
-        returns the moment reserved for it.
-
-        A caller that wakes later than its slot (the event loop was busy) does not go on the old
-        reservation: calls reserved after it counted on it going at that moment and may wake just as
-        late, landing together inside one window. It gives the slot back and reserves again from now.
-        """
+        returns the moment reserved for it."""
         scopes = [(rule, key) for rule, key in scopes if rule.per > 0]
         if not scopes:
             return 0.0
+        now = self._clock()
         patience = _patience.get()
-        share = DRAFT_SHARE if patience is not None else 1.0
-        while True:
-            now = self._clock()
-            at = self._earliest(scopes, now, share)
-            if patience is not None and at - now > patience:
-                self.skipped += 1
-                raise OverBudget(at - now, "budget")
-            entries = [self._times.setdefault((rule.name, key), []) for rule, key in scopes]
-            for times in entries:
-                bisect.insort(times, at)
-            if at <= now:
-                return at
-            self.waited += at - now
-            try:
-                await asyncio.sleep(at - now)
-            except asyncio.CancelledError:  # a call that never went out gives its place back
-                self._release(entries, at)
-                raise
-            if self._clock() - at <= self._slack:
-                return at
-            self._release(entries, at)
-
-    @staticmethod
-    def _release(entries: list[list[float]], at: float) -> None:
+        at = self._earliest(scopes, now, DRAFT_SHARE if patience is not None else 1.0)
+        if patience is not None and at - now > patience:
+            self.skipped += 1
+            raise OverBudget(at - now, "budget")
+        entries = [self._times.setdefault((rule.name, key), []) for rule, key in scopes]
         for times in entries:
-            with contextlib.suppress(ValueError):
-                times.remove(at)
+            bisect.insort(times, at)
+        if at <= now:
+            return at
+        self.waited += at - now
+        try:
+            await asyncio.sleep(at - now)
+        except asyncio.CancelledError:  # a call that never went out gives its place back
+            for times in entries:
+                with contextlib.suppress(ValueError):
+                    times.remove(at)
+            raise
+        return at
 
     def _move(self, scopes: Sequence[Scope], at: float, done: float) -> None:
         if done <= at or not at:
