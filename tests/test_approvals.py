@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from gateway.clock import ManualClock
+from gateway.daemon import Gateway
 from gateway.surface import Decision, Sender
 
 from .conftest import run_finished, running_gateway, wait_for, write_config
@@ -63,6 +66,22 @@ class Chat:
         return [m["text"] for m in (await self.state())["messages"] if m["role"] == "assistant" and m["status"] == "final"]
 
 
+@contextlib.asynccontextmanager
+async def approved_after_restart(cfg: Path, text: str) -> AsyncIterator[tuple[Gateway, Chat]]:
+    """`text` parks on a card in one gateway; the card is approved in a new one on the same
+    database, and its run has finished: (that gateway, the chat) for what the test checks."""
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        sent = await chat.say(text)
+        card = await chat.card()
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat.s = s
+        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
+        assert status == 200
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        yield gw, chat
+
+
 async def test_gated_call_parks_then_runs_once_after_approval(tmp_path: Path) -> None:
     RAN.clear()
     async with running_gateway(_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
@@ -110,15 +129,7 @@ async def test_a_message_sent_while_parked_is_answered_after_the_decision(tmp_pa
 async def test_restart_between_card_and_click_loses_nothing(tmp_path: Path) -> None:
     RAN.clear()
     cfg = _config(tmp_path / "c")
-    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        chat = await Chat(s).open()
-        sent = await chat.say("deploy api")
-        card = await chat.card()
-    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        chat.s = s
-        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
-        assert status == 200
-        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+    async with approved_after_restart(cfg, "deploy api") as (_, chat):
         assert RAN == [("deploy", "api")]
         assert (await chat.replies())[-1] == "[deploy: deployed api]"
 

@@ -12,7 +12,7 @@ import aiohttp
 from .conftest import run_finished, running_gateway, wait_for, write_config
 from .support.plugin_delegation import LEAD_REQUESTS
 from .support.plugin_ops import RAN
-from .test_approvals import Chat
+from .test_approvals import Chat, approved_after_restart
 
 
 def _config(tmp: Path, *, nested: bool = False) -> Path:
@@ -58,15 +58,7 @@ async def test_a_restart_between_park_and_approval_still_resumes_the_delegate_on
     RAN.clear()
     LEAD_REQUESTS.clear()
     cfg = _config(tmp_path / "c")
-    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        chat = await Chat(s).open()
-        sent = await chat.say("delegate ops deploy web")
-        card = await chat.card()
-    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        chat.s = s
-        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
-        assert status == 200
-        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+    async with approved_after_restart(cfg, "delegate ops deploy web") as (gw, chat):
         assert RAN == [("deploy", "web")]
         assert [r for r in await chat.replies() if "task said" in r] == ["task said: [deploy: deployed web]"]
         assert [r["outcome"] for r in await _runs(gw, chat)] == ["finished"]

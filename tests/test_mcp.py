@@ -17,7 +17,7 @@ import pytest
 from .conftest import run_finished, running_gateway, wait_for, write_config
 from .support import plugin_mcp  # noqa: F401  (registers the test:mcp model)
 from .support.mcp_server import serve_http
-from .test_approvals import Chat
+from .test_approvals import Chat, approved_after_restart
 
 SERVER = Path(__file__).resolve().parent / "support" / "mcp_server.py"
 
@@ -202,15 +202,7 @@ async def test_approval_survives_a_restart_and_the_tool_runs_once(tmp_path: Path
     monkeypatch.setenv("MCP_LOG", str(log))
     async with serve_http() as url:
         cfg = config(tmp_path / "c", [{"name": "tracker", "url": url}])
-        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-            chat = await Chat(s).open()
-            sent = await chat.say("tracker_deploy api")
-            card = await chat.card()
-        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-            chat.s = s
-            status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
-            assert status == 200
-            await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        async with approved_after_restart(cfg, "tracker_deploy api") as (_, chat):
             assert (await chat.replies())[-1] == "[tracker_deploy success: deployed api]"
     assert ran(log) == [("deploy", {"service": "api"})]
 
