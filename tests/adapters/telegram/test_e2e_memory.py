@@ -4,7 +4,6 @@ API and the real daemon, the card edited in place, and what the next run's model
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,19 +18,7 @@ from tests.support.memory_cards import GIVEN, note_names, seed
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
 
-ADA = FakeTelegram.user(42, "Ada", "ada")
-BOB = FakeTelegram.user(43, "Bob", "bob")
-GROUP_ID = -100200
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
-        server.private_chat(ADA)
-        server.private_chat(BOB)
-        server.add_chat(GROUP_ID, "group", title="Team")
-        yield server
+from .team import ADA, BOB, GROUP_ID, fake  # noqa: F401  (fake: the fixture)
 
 
 def _config(tmp_path: Path, fake: FakeTelegram, **binding: object) -> Path:

@@ -23,9 +23,7 @@ from tests.test_stop import SLOW, slow_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
 
-ADA = FakeTelegram.user(42, "Ada", "ada")
-BOB = FakeTelegram.user(43, "Bob", "bob")
-GROUP_ID = -100200
+from .team import ADA, BOB, GROUP_ID, fake  # noqa: F401  (fake: the fixture)
 BRIEF = "telegram-stop-brief"
 
 
@@ -37,16 +35,6 @@ def brief_model() -> FunctionModel:
             await asyncio.sleep(0.2)
 
     return FunctionModel(stream_function=stream)
-
-
-@pytest.fixture
-async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
-        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
-        server.private_chat(ADA)
-        server.private_chat(BOB)
-        server.add_chat(GROUP_ID, "group", title="Team")
-        yield server
 
 
 def _config(tmp_path: Path, fake: FakeTelegram, model: str) -> Path:
