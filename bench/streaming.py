@@ -3,8 +3,9 @@
 
 500 conversations at once across Slack and Telegram (Slack: 200 assistant threads in DMs, which
 stream natively, and 50 channel threads, edited in place; Telegram: 200 private chats, which
-stream as message drafts (`telegram.drafts`, on by default), and 50 conversations in 5 groups,
-edited in place under the group budget).
+stream as message drafts (`telegram.drafts`, on by default), and 50 conversations in 5 forum
+groups, a topic each, edited in place under the group budget: a group without topics is one
+conversation, where later messages join one queued turn).
 The model (an OpenAI-compatible fake in a helper process) streams 300 tokens over 6 s per answer.
 The daemon runs as its own process with real budgets (`limits.platform_budget_scale: 1`) and
 `limits.concurrent_runs: 500`; the fakes (`tests/fakes/`) answer 429 to any call over budget.
@@ -73,6 +74,7 @@ class Load:
         self.dm_threads = int(quarter * 1.6)  # per platform: 80% DMs, 20% channels / groups
         self.channel_threads = quarter * 2 - self.dm_threads
         self.total = 2 * (self.dm_threads + self.channel_threads)
+        self.topics: list[int] = []  # per Telegram group conversation: its forum topic
 
     def prepare(self) -> None:
         from tests.fakes.telegram import FakeTelegram
@@ -83,7 +85,9 @@ class Load:
             self.telegram.private_chat(FakeTelegram.user(20_000 + i, f"Person{i}"))
         for g in range(5):
             self.slack.add_channel(f"C{g:04d}", f"team{g}", members=["U0000", self.slack.bot_user_id])
-            self.telegram.add_chat(-100_000 - g, "group", title=f"Team {g}")
+            self.telegram.add_chat(-100_000 - g, "supergroup", title=f"Team {g}", is_forum=True)
+        self.topics = [self.telegram.add_topic(-100_000 - i % 5, f"topic {i}", FakeTelegram.user(20_000 + i, f"Person{i}"))
+                       for i in range(self.channel_threads)]
 
     async def send_all(self) -> None:
         from tests.fakes.telegram import FakeTelegram
@@ -101,7 +105,7 @@ class Load:
                 await self.slack.send_event(event)
             text = f"@gateway_bot tell me {i}"
             self.telegram.push_message(-100_000 - g, FakeTelegram.user(20_000 + i, f"Person{i}"), text,
-                                       entities=self.telegram.mention(text))
+                                       entities=self.telegram.mention(text), thread_id=self.topics[i])
 
     def by_kind(self) -> dict[str, int]:
         done = [m for m in self.slack.messages if m.bot_id and m.text == FINAL and not m.streaming]

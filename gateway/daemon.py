@@ -38,7 +38,7 @@ from .models_cache import ModelCache
 from .runner import Runner
 from .stopping import Stops
 from .store import repo
-from .store.availability import StoreUnavailable
+from .store.availability import NotAccepting, StoreUnavailable
 from .store.engine import create_engine, migrate
 from .systemd import Notifier
 from .surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway")
 
 SWEEP_EVERY = 20.0  # well inside the run lease, so a live replica never loses its runs
+OPENING_WAIT = 10.0  # how long a message arriving during start waits for the gate, then "deliver again"
 
 
 class StartupError(Exception):
@@ -85,6 +86,7 @@ class Gateway:
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._accepting = False
+        self._settled = asyncio.Event()  # opened or stopping: a message arriving at start waits for it
         self._sweeper: asyncio.Task[None] | None = None
         self.relay: EventRelay | None = None  # the event stream across replicas (PostgreSQL only)
         self.notifier = Notifier()
@@ -153,6 +155,7 @@ class Gateway:
             for adapter in self.adapters.values():
                 await adapter.start(self)
             self._accepting = True
+            self._settled.set()
             await self.sweep(at_start=True)
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway:sweep")
             self.metrics.start()
@@ -289,6 +292,7 @@ class Gateway:
             await self.scheduler.cancel()
         # Adapters stop after the runs, so a run finishing in the grace period can still post.
         self._accepting = False
+        self._settled.set()
         await self.first_sign.close()
         if hasattr(self, "outbound"):
             await self.outbound.drain(2.0)
@@ -321,9 +325,16 @@ class Gateway:
     # --- the dispatcher -----------------------------------------------------------------
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
-        """Hand a message to the one inbound path (`gateway.inbound`)."""
+        """Hand a message to the one inbound path (`gateway.inbound`).
+
+        Before the gate opens (a platform connected while later ones still start, or the web API
+        answering first) a message waits a little for it; while stopping, or if it stays shut,
+        `NotAccepting` tells the adapter that nothing was stored, so it is delivered again."""
         if not self._accepting:
-            return SubmitResult(False, reason="not accepting messages")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), OPENING_WAIT)
+            if not self._accepting:
+                raise NotAccepting()
         return await self.inbound.submit(message)
 
     async def decide(

@@ -5,6 +5,10 @@ agent built. The dispatcher calls `show` right after the message is stored; the 
 from a task of its own, concurrently with the run starting (and with the adapter's ack or offset
 write). The runner's typing loop then skips its first call when a sign went out moments before
 (`taken`), so the platform sees one call, not two.
+
+An indicator never queues for the platform's budget (`show_typing`): one that cannot go out now
+is skipped, as it would be stale by the time it went. Queued, hundreds of runs' indicators stood
+in front of every final answer sharing the bot's budget (Telegram's 30 a second).
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ import contextlib
 import logging
 import time
 
+from .budget import impatient
 from .surface import Adapter, ReplyTarget
 
 log = logging.getLogger("gateway.runner")
 
 KEEP = 60.0  # seconds a sign is remembered for a run that has not started yet
+TYPING_PATIENCE = 0.25  # seconds an indicator may wait for the budget before it is skipped
 HEAD_START = 0.005  # seconds a run may wait for its sign's answer (on loopback: all of it; far away: a sliver)
 
 
@@ -56,10 +62,7 @@ class FirstSign:
             await asyncio.wait({task}, timeout=at_most)
 
     async def _show(self, adapter: Adapter, target: ReplyTarget) -> None:
-        try:
-            await adapter.show_typing(target)
-        except Exception as e:  # an indicator is a nicety; never fail anything over it
-            log.debug("typing indicator failed: %s", e)
+        await show_typing(adapter, target)
 
     def taken(self, conversation_id: str, within: float) -> bool:
         """Whether a sign went out in this conversation less than `within` seconds ago (once)."""
@@ -75,3 +78,12 @@ class FirstSign:
                 await task
         self._shown.clear()
         self._pending.clear()
+
+
+async def show_typing(adapter: Adapter, target: ReplyTarget) -> None:
+    """The platform's typing indicator, if the budget has room for it now; never raises."""
+    try:
+        with impatient(TYPING_PATIENCE):
+            await adapter.show_typing(target)
+    except Exception as e:  # an indicator is a nicety (over budget included); never fail anything over it
+        log.debug("typing indicator not shown: %s", e)

@@ -105,9 +105,9 @@ async def _busy_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except StoreUnavailable as e:
-        log.warning("%s %s: 503, the database is busy: %s", request.method, request.path, e)
+        log.warning("%s %s: 503, %s: %s", request.method, request.path, e.what, e)
         return web.json_response(
-            {"error": "unavailable", "message": "the database is busy; try again shortly",
+            {"error": "unavailable", "message": f"{e.what}; try again shortly",
              "retry_after": e.retry_after},
             status=503,
             headers={"Retry-After": e.retry_after_header},

@@ -49,6 +49,7 @@ from bindings.models import AgentSpec
 from . import attachments
 from .background import post_report, report_prompt
 from .delivery import ReplyStream
+from .first_sign import show_typing
 from .handoff_runs import is_handoff
 from .live_reply import NativeReplyStream
 from .llm import ModelConfigError
@@ -412,11 +413,8 @@ class Runner:
         """Show the platform's working indicator until the first text is posted."""
         shown = self.gateway.first_sign.taken(turn.conversation.id, TYPING_EVERY)  # on the message's arrival
         while not stream.posted:
-            try:
-                if not shown:
-                    await stream.adapter.show_typing(turn.target)
-            except Exception as e:  # an indicator is a nicety; never fail the run over it
-                log.debug("typing indicator failed: %s", e)
+            if not shown:
+                await show_typing(stream.adapter, turn.target)
             shown = False
             await asyncio.sleep(TYPING_EVERY)
 

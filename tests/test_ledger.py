@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+
+import pytest
 
 from gateway.messages import ChatKind, InboundMessage, Sender
 
@@ -39,3 +42,35 @@ async def test_two_events_of_one_message_run_once(config_dir: Path) -> None:
         a = await gw.submit(_dm("message-event", dedupe="ts-1"))
         b = await gw.submit(_dm("app-mention-event", dedupe="ts-1"))
         assert a.accepted and b.duplicate
+
+
+async def test_a_message_in_a_restarts_window_is_taken_or_handed_back_never_dropped(config_dir: Path) -> None:
+    """A platform may deliver before the daemon has finished starting (one adapter connected while
+    the next still starts) or while it stops. At start the message waits for the gate and runs;
+    while stopping, the adapter is told nothing was stored (it does not ack, so it comes again)."""
+    from bindings.loader import load_config
+    from gateway import extensions
+    from gateway.daemon import Gateway
+    from gateway.store.availability import NotAccepting
+
+    extensions.register_checks()
+    gw = Gateway(load_config(config_dir))
+    early = asyncio.create_task(gw.submit(_dm("ev-early", "early bird")))
+    await asyncio.sleep(0.05)
+    assert not early.done()  # waiting at the gate, not refused
+    await gw.start()
+    try:
+        result = await early
+        assert result.accepted
+        assert result.conversation_id is not None
+        conversation_id = result.conversation_id
+        await wait_for(lambda: _assistant_count(gw, conversation_id), what="the early message's answer")
+    finally:
+        await gw.stop()
+    with pytest.raises(NotAccepting):
+        await gw.submit(_dm("ev-late", "too late"))
+    async with running_gateway(config_dir) as gw:
+        texts = [m.text for m in await gw.store.messages(conversation_id) if m.role == "user"]
+        assert texts == ["early bird"]  # the refused one was not stored: its sender delivers it again
+        again = await gw.submit(_dm("ev-late", "too late"))
+        assert again.accepted and not again.duplicate

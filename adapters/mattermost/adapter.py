@@ -225,7 +225,7 @@ class MattermostAdapter(BaseAdapter):
             except StoreUnavailable as e:
                 # The websocket has no ack: retry here, with the frame not yet counted as
                 # processed (if the connection drops meanwhile, the server replays it).
-                self._log.warning("post %s waits: the database is busy (%s)", msg.message_id, e)
+                self._log.warning("post %s waits: %s (%s)", msg.message_id, e.what, e)
                 await asyncio.sleep(backoff.next_delay())
         if result.duplicate:
             self._log.debug("post %s already recorded", msg.message_id)

@@ -168,7 +168,7 @@ class SlackAdapter(BaseAdapter):
         Anything else is a bug, logged with its traceback."""
         event_id = body.get("event_id", "?") if isinstance(body, dict) else "?"
         if isinstance(error, StoreUnavailable):
-            self._log.warning("event %s not acked: the database is busy (%s); Slack delivers it again", event_id, error)
+            self._log.warning("event %s not acked: %s (%s); Slack delivers it again", event_id, error.what, error)
         else:
             self._log.error("a Slack listener failed on %s", event_id, exc_info=error)
 

@@ -272,8 +272,8 @@ class TelegramAdapter(BaseAdapter):
                 # Nothing was stored. A webhook answers non-2xx (Telegram sends it again); a
                 # poller waits here, its offset not past this update, until the store takes it.
                 if self._section.mode == "webhook":
-                    raise _SubmitFailed(f"the database is busy: {e}") from e
-                self._log.warning("update %s waits: the database is busy (%s)", msg.event_id, e)
+                    raise _SubmitFailed(f"{e.what}: {e}") from e
+                self._log.warning("update %s waits: %s (%s)", msg.event_id, e.what, e)
                 attempt -= 1
                 await asyncio.sleep(backoff.next_delay())
             except Exception as e:  # the core's trouble: retry a little, then give up on this one

@@ -42,7 +42,11 @@ DEGRADED_AFTER = 0.25  # seconds a write may wait before /readyz calls the datab
 
 
 class StoreUnavailable(Exception):
-    """The database did not answer within the configured bound; try again after `retry_after` s."""
+    """The database did not answer within the configured bound; try again after `retry_after` s.
+    Whoever catches it knows nothing was stored: a platform is not acked (it delivers again), a
+    poller stays on the update, an HTTP client gets 503 + Retry-After."""
+
+    what = "the database is busy"  # for log lines and the 503's message
 
     def __init__(self, message: str, retry_after: float, *, unreachable: bool = False) -> None:
         super().__init__(message)
@@ -53,6 +57,17 @@ class StoreUnavailable(Exception):
     def retry_after_header(self) -> str:
         """Whole seconds, at least 1, as HTTP's Retry-After wants them."""
         return str(max(1, math.ceil(self.retry_after)))
+
+
+class NotAccepting(StoreUnavailable):
+    """The gateway is starting or stopping and takes no message now. The same contract as a busy
+    database (nothing stored, delivered again later), so every adapter's existing retry path
+    serves it; acking and dropping it instead would lose a message sent in a restart's window."""
+
+    what = "the gateway is starting or stopping"
+
+    def __init__(self) -> None:
+        super().__init__("not accepting messages yet", retry_after=1.0)
 
 
 def is_sqlite_busy(error: BaseException) -> bool:
