@@ -54,6 +54,13 @@ MAX_MESSAGE_CHARS = 16_383
 # A catch-up after a lost stream starts this long before the last event handled: clocks differ,
 # and a post fetched twice is a duplicate to the inbound ledger, never a second answer.
 CATCH_UP_MARGIN_MS = 60_000
+# Across a restart the last event handled is kept in the store (at most this often), and posts
+# made while the daemon was down are caught up when it starts, as far back as this (Telegram
+# keeps a bot's updates for 24 hours; a longer outage is not answered message by message).
+SEEN_SAVE_EVERY_MS = 5_000
+CATCH_UP_LIMIT_MS = 24 * 3600 * 1000
+SEEN_KEY = "seen_at_ms"
+SINCE_KEY = "reading_since_ms"  # the binding's first start: nothing older is answered, margin or not
 _THREAD_CACHE_SIZE = 10_000
 
 
@@ -80,6 +87,9 @@ class MattermostAdapter(BaseAdapter):
         self._dm_channels: dict[str, str] = {}
         self._seen_at_ms = 0  # wall clock (ms) of the last websocket event handled
         self._catch_up_from: int | None = None  # set while a lost stream's posts are still to fetch
+        self._seen_saved_ms = 0  # `_seen_at_ms` as last written to the store
+        self._seen_loaded = False
+        self._reading_since_ms = 0
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
 
@@ -90,6 +100,7 @@ class MattermostAdapter(BaseAdapter):
         self._socket = MattermostSocket(self._client)
 
     async def _close(self) -> None:
+        await self._save_seen()
         if self._socket is not None:
             await self._socket.close()
         if self._client is not None:
@@ -99,6 +110,8 @@ class MattermostAdapter(BaseAdapter):
         assert self._client is not None and self._socket is not None
         if self._ctx is None:
             await self._identify()
+        if not self._seen_loaded:
+            await self._load_seen()
         await self._socket.connect()
         assert self._ctx is not None
         self._health.up(f"connected as @{self._ctx.bot_username}")
@@ -117,8 +130,40 @@ class MattermostAdapter(BaseAdapter):
                     except PlatformError as e:
                         self._log.warning("catching up over REST failed (%s); trying again after the next event", e)
                 self._seen_at_ms = int(time.time() * 1000)
+                if self._seen_at_ms - self._seen_saved_ms >= SEEN_SAVE_EVERY_MS:
+                    await self._save_seen()
         finally:
             await self._socket.close()
+
+    async def _load_seen(self) -> None:
+        """Where the last process stopped reading: the first stream catches up from there, so a post
+        made while the daemon was down (or refused while it stopped) is answered, not lost."""
+        dispatcher = self._require_dispatcher()
+        stored, since = await dispatcher.get_state(self.binding_id, SEEN_KEY), await dispatcher.get_state(
+            self.binding_id, SINCE_KEY)
+        now = int(time.time() * 1000)
+        if since is None or not since.isdigit():  # a binding's first start: history is not answered
+            await dispatcher.set_state(self.binding_id, SINCE_KEY, str(now))
+            since = str(now)
+        self._reading_since_ms = int(since)
+        self._seen_loaded = True
+        if not stored or not stored.isdigit():
+            return
+        floor = now - CATCH_UP_LIMIT_MS
+        if int(stored) < floor:
+            self._log.warning("the last post read is older than %d hours: posts before then are not answered",
+                              CATCH_UP_LIMIT_MS // 3_600_000)
+        self._seen_at_ms = self._seen_saved_ms = max(int(stored), floor)
+        self._catch_up_from = self._seen_at_ms
+
+    async def _save_seen(self) -> None:
+        if not self._seen_at_ms or self._seen_at_ms == self._seen_saved_ms or self._dispatcher is None:
+            return
+        try:
+            await self._dispatcher.set_state(self.binding_id, SEEN_KEY, str(self._seen_at_ms))
+            self._seen_saved_ms = self._seen_at_ms
+        except Exception as e:  # the next save (or the 60 s margin of a catch-up) covers it
+            self._log.warning("could not save where the stream was read to: %s", e)
 
     async def _catch_up(self, seen_at_ms: int) -> None:
         """Posts made while the websocket was down and the server could not replay them (it
@@ -128,7 +173,7 @@ class MattermostAdapter(BaseAdapter):
         assert self._client is not None and self._ctx is not None
         if not seen_at_ms:
             return  # nothing was handled before the break: nothing to catch up from
-        since = max(seen_at_ms - CATCH_UP_MARGIN_MS, 0)
+        since = max(seen_at_ms - CATCH_UP_MARGIN_MS, self._reading_since_ms, 0)
         channels: dict[str, Channel] = {}
         for team_id in self._bot_teams:
             for channel in await self._client.my_channels(self._ctx.bot_user_id, team_id):

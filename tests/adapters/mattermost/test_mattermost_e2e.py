@@ -153,6 +153,32 @@ async def test_a_redelivered_post_runs_nothing(tmp_path: Path, world: World, scr
         assert len(_bot_posts(world, world.dm)) == 2
 
 
+async def test_posts_made_while_the_daemon_was_down_are_answered_once_when_it_starts(
+    tmp_path: Path, world: World, script: Script
+) -> None:
+    """Mattermost keeps no queue for a bot that is not connected: where the stream was read to is
+    kept in the store, and the next process catches up from there over REST. A first start
+    answers no history."""
+    await world.fake.user_post(world.alice["id"], world.dm["id"], "said before the bot ever ran")
+    config = _config(tmp_path, world)
+    async with running_gateway(config) as gw:
+        await _connected(gw)
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "first")
+        await wait_for(lambda: any(p["message"].endswith("first") for p in _bot_posts(world, world.dm)))
+    await world.fake.user_post(world.alice["id"], world.dm["id"], "said while it was down")
+    await world.fake.user_post(world.bob["id"], world.town["id"], "@agentbot and in town")
+    async with running_gateway(config) as gw:
+        await _connected(gw)
+        await wait_for(lambda: any(p["message"].endswith("said while it was down") for p in _bot_posts(world, world.dm)),
+                       what="the DM made while the daemon was down")
+        await wait_for(lambda: _bot_posts(world, world.town), what="the mention made while the daemon was down")
+        await world.fake.user_post(world.alice["id"], world.dm["id"], "after")
+        await wait_for(lambda: any(p["message"].endswith("after") for p in _bot_posts(world, world.dm)))
+    # The catch-up fetched "first" again (within its margin): the ledger took it once.
+    assert sorted(script.prompts) == sorted(["first", "said while it was down", "bob: and in town", "after"])
+    assert len(_bot_posts(world, world.dm)) == 3
+
+
 async def test_the_websocket_drops_and_reconnects(tmp_path: Path, world: World, script: Script) -> None:
     async with running_gateway(_config(tmp_path, world)) as gw, aiohttp.ClientSession(gw.url) as http:
         await _connected(gw)
