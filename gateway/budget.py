@@ -106,17 +106,41 @@ class Pacer:
         entries = [self._times.setdefault((rule.name, key), []) for rule, key in scopes]
         for times in entries:
             bisect.insort(times, at)
-        if at <= now:
-            return at
-        self.waited += at - now
+        wait = at - now
         try:
-            await asyncio.sleep(at - now)
+            # Woken, a call checks the calls that went before it, not the ones reserved after: a
+            # loop that woke it late may have let earlier calls go late too, or calls took long
+            # enough to be counted later than reserved. It waits for room there, keeping its entry
+            # (its place: later calls see it as gone); re-reserving from now instead sent it behind
+            # every later reservation, again and again under a lagging loop.
+            while wait > 0:
+                self.waited += wait
+                await asyncio.sleep(wait)
+                now = self._clock()
+                wait = max(self._behind(rule, times, at, now) for (rule, _), times in zip(scopes, entries, strict=True))
         except asyncio.CancelledError:  # a call that never went out gives its place back
             for times in entries:
                 with contextlib.suppress(ValueError):
                     times.remove(at)
             raise
+        if now > at:  # it goes now: counted from now
+            for times in entries:
+                with contextlib.suppress(ValueError):
+                    times.remove(at)
+                bisect.insort(times, now)
+            at = now
         return at
+
+    def _behind(self, rule: Rule, times: list[float], at: float, now: float) -> float:
+        """Seconds until a call going at `now` (entered at `at`) has room among the calls at or
+        before `now` in its window; 0 when it has."""
+        w = self.window(rule)
+        lo, hi = bisect.bisect_right(times, now - w), bisect.bisect_right(times, now)
+        before = times[lo:hi]
+        with contextlib.suppress(ValueError):
+            before.remove(at)  # its own entry
+        over = len(before) - rule.limit + 1
+        return before[over - 1] + w - now if over > 0 else 0.0
 
     def _move(self, scopes: Sequence[Scope], at: float, done: float) -> None:
         if done <= at or not at:

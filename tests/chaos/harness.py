@@ -53,6 +53,7 @@ class Tally:
     redelivered: int = 0
     parked: int = 0  # gated calls whose card showed (tests/chaos/parked.py)
     resumed: int = 0  # of those, decided and answered
+    unrun: int = 0  # approved calls a kill caught between the gate's at-most-once marker and the call
     problems: list[str] = field(default_factory=list)
     threads: list[tuple[str, int]] = field(default_factory=list, repr=False)  # Slack thread, messages sent
     webs: list[tuple[str, int]] = field(default_factory=list, repr=False)  # web conversation, messages sent
