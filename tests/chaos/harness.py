@@ -98,7 +98,8 @@ async def world(directory: Path, store: str, *, model_delay: float = 0.08, gated
         extra["plugins"] = ["tests.support.plugin_ops"]
         holder = agent
         for level, name in enumerate(["middle", "ops"][2 - delegated:]):  # the chain down to the tool's holder
-            holder.update(subagents=[name], capabilities=[{"id": "subagents", "config": {"max_depth": delegated - level}}])
+            holder.update(subagents=[name],
+                          capabilities=[{"id": "subagents", "config": {"max_depth": delegated - level}}])
             holder = agents[name] = {"name": name.title(), "description": f"The {name} delegate",
                                      "model": "openai-chat:chaos-model"}
         holder["capabilities"] = [{"id": "test_ops"}]
