@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,11 @@ async def _web_page(api: str, conv: str) -> dict[str, Any]:
     return body  # type: ignore[no-any-return]
 
 
-async def _approved_then_killed_after_the_call(w: World, text: str) -> list[dict[str, Any]]:
+async def _approved_then_killed_after_the_call(w: World, text: str, *,
+                                               kill_when: Callable[[], bool] | None = None) -> list[dict[str, Any]]:
     """Sends `text` on the web, approves the one card it parks on, SIGKILLs the daemon as soon as
-    `deploy` ran (the model's answer after it streams slowly, so the run has not ended), restarts
-    it, and returns the conversation's turns once an answer is final."""
+    `deploy` ran (or, later, once `kill_when()`; the model's answers after it stream slowly, so the
+    run has not ended), restarts it, and returns the conversation's turns once an answer is final."""
     async with aiohttp.ClientSession() as http:
         _, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + 30)
         conv = body["id"]
@@ -49,7 +51,7 @@ async def _approved_then_killed_after_the_call(w: World, text: str) -> list[dict
         assert status == 200
 
     async def ran() -> bool:
-        return tool_runs(w)["api"] >= 1
+        return tool_runs(w)["api"] >= 1 and (kill_when is None or kill_when())
     assert await _until(ran, 30)
     await kill_and_restart(w)
 
@@ -89,6 +91,23 @@ async def test_a_delegates_approved_call_killed_after_it_started_is_not_started_
     asked = [r for r in w.model.requests if any(t["function"]["name"] == "deploy" for t in r.get("tools") or [])]
     assert _told(asked[-1]) == [ALREADY_STARTED]
     assert _told(w.model.requests[-1]) == [ANSWER]
+
+
+async def test_a_delegate_that_answered_before_the_kill_is_not_asked_again(tmp_path: Path) -> None:
+    """Killed later: the delegate ended (its answer stored) while its parent's model was answering. The
+    parent's run resumes its `task` call again, which gives the stored answer back; it is not told that
+    nothing ran (the deploy did), and the delegate is not run again."""
+    async with world(tmp_path / "config", "sqlite", gated=True, delegated=1, model_delay=1.0) as w:
+        def answering() -> bool:  # the parent's model was asked with the delegate's answer
+            return any(_told(r) and any(t["function"]["name"] == "task" for t in r.get("tools") or [])
+                       for r in w.model.requests)
+        turns = await _approved_then_killed_after_the_call(w, "delegate ops deploy api", kill_when=answering)
+        delegate_asked = [r for r in w.model.requests
+                          if any(t["function"]["name"] == "deploy" for t in r.get("tools") or [])]
+    assert tool_runs(w) == {"api": 1}
+    assert [t["text"].strip() for t in turns if t["role"] == "assistant"] == [ANSWER]
+    assert _told(w.model.requests[-1]) == [ANSWER], "the parent was told its delegate's answer again"
+    assert len(delegate_asked) == 2, "the delegate's model: asked once to call deploy, once with its result"
 
 
 async def test_a_card_posted_just_before_sigkill_is_not_posted_again(tmp_path: Path) -> None:
