@@ -184,8 +184,14 @@ class _Delegation:
         answered to the delegate's model as denied."""
         parent = ctx.deps
         stored = [(k, json.loads(v)) for k, v in (await parent.state.items(ID, parent.conversation.id)).items()]
-        parked = [(k, r) for k, r in stored if r.get("run_id") == parent.run_id
-                  and r.get("tool_call_id") == ctx.tool_call_id and r.get("outcome") == "parked"]
+        mine = [(k, r) for k, r in stored
+                if r.get("run_id") == parent.run_id and r.get("tool_call_id") == ctx.tool_call_id]
+        answered = [r["answer"] for _, r in mine if r.get("outcome") != "parked" and r.get("answer")]
+        if answered:
+            # It already ended, and its parent was stopped (a kill) before its own run did: the parent,
+            # resumed again, gets the same answer back rather than the delegate run again or "nothing ran".
+            return clip(answered[0], self.config.max_result_chars)
+        parked = [(k, r) for k, r in mine if r.get("outcome") == "parked"]
         if not parked or found is None:
             return (f"The delegate {name}'s paused work was not found (its agent or its stored run is gone), so "
                     "nothing it asked for ran. Do this part yourself.")
