@@ -43,7 +43,8 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import UsageLimits
 
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
-from gateway.delegated import DECISIONS, DELEGATED, DelegatedCall, decisions_of, delegated_calls
+from gateway.delegated import (APPROVAL_IDS, DECISIONS, DELEGATED, DelegatedCall, approval_ids_of, decisions_of,
+                              delegated_calls)
 from gateway.background import BackgroundRuns, clip
 from gateway.turn import Turn
 
@@ -183,20 +184,31 @@ class _Delegation:
         answered to the delegate's model as denied."""
         parent = ctx.deps
         stored = [(k, json.loads(v)) for k, v in (await parent.state.items(ID, parent.conversation.id)).items()]
-        parked = [(k, r) for k, r in stored if r.get("run_id") == parent.run_id
-                  and r.get("tool_call_id") == ctx.tool_call_id and r.get("outcome") == "parked"]
+        mine = [(k, r) for k, r in stored
+                if r.get("run_id") == parent.run_id and r.get("tool_call_id") == ctx.tool_call_id]
+        answered = [r["answer"] for _, r in mine if r.get("outcome") != "parked" and r.get("answer")]
+        if answered:
+            # It already ended, and its parent was stopped (a kill) before its own run did: the parent,
+            # resumed again, gets the same answer back rather than the delegate run again or "nothing ran".
+            return clip(answered[0], self.config.max_result_chars)
+        parked = [(k, r) for k, r in mine if r.get("outcome") == "parked"]
         if not parked or found is None:
             return (f"The delegate {name}'s paused work was not found (its agent or its stored run is gone), so "
                     "nothing it asked for ran. Do this part yourself.")
         key, record = parked[0]
+        approval_ids = approval_ids_of(ctx.tool_call_metadata)
         results = DeferredToolResults()
         for pending in record["pending"]:
             if pending["nested"]:  # its own delegate's calls: that `task` goes on with the same decisions
                 results.approvals[pending["id"]] = ToolApproved()
-                results.metadata[pending["id"]] = {DECISIONS: decisions}
+                results.metadata[pending["id"]] = {DECISIONS: decisions, APPROVAL_IDS: approval_ids}
             else:
                 decision = decisions.get(pending["id"], "Nobody approved this call in time.")
                 results.approvals[pending["id"]] = True if decision is True else ToolDenied(str(decision))
+                if decision is True and pending["id"] in approval_ids:
+                    # The delegate's gate starts it at most once, as it does a call of the run itself
+                    # (capabilities/approval_gate.py): this resume may be the second, after a kill.
+                    results.metadata[pending["id"]] = {"approval_id": approval_ids[pending["id"]]}
         history = ModelMessagesTypeAdapter.validate_python(record["transcript"])
         return await self._drive(ctx, found[1], key, record, history=history, deferred=results)
 

@@ -25,7 +25,7 @@ from pydantic_ai.messages import ModelMessage
 
 from bindings.models import BindingSpec
 
-from .delegated import DECISIONS, delegated_calls
+from .delegated import APPROVAL_IDS, DECISIONS, delegated_calls
 from .delivery import Outbound, ReplyStream
 from .events import EventBus
 from .metrics import Metrics
@@ -355,7 +355,10 @@ class Approvals:
                 # A delegate's call: the run's `task` call goes on, and hands each decision down to the
                 # delegate it resumes (a denial reaches the delegate's model, not the parent's).
                 results.approvals[row.parent_call_id] = ToolApproved()
-                results.metadata.setdefault(row.parent_call_id, {DECISIONS: {}})[DECISIONS][row.tool_call_id] = decision
+                handed = results.metadata.setdefault(row.parent_call_id, {DECISIONS: {}, APPROVAL_IDS: {}})
+                handed[DECISIONS][row.tool_call_id] = decision
+                if decision is True:  # the delegate's gate starts it at most once, keyed as below
+                    handed[APPROVAL_IDS][row.tool_call_id] = row.id
             else:
                 results.approvals[row.tool_call_id] = True if decision is True else ToolDenied(str(decision))
                 if decision is True:

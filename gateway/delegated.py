@@ -4,8 +4,11 @@ A delegate runs inside its parent's `task` tool call, so when one of its tools n
 parent's run is what parks: `task` raises pydantic-ai's `ApprovalRequired` with the delegate's pending
 calls in its metadata (`DELEGATED`), the card lists those calls (naming the delegate), and on resume the
 parent's `task` call is approved with the people's decisions in `DeferredToolResults.metadata`
-(`DECISIONS`), which `task` hands on to the delegate it resumes. Shared by `capabilities.subagents`
-(which makes and reads them) and `gateway.approvals` (which shows and answers them).
+(`DECISIONS`), which `task` hands on to the delegate it resumes. Each approved call also carries its
+card item's approval id (`APPROVAL_IDS`), which the delegate's approval gate keys its at-most-once
+marker on, as it does for a call of the run itself: a process killed after the delegate started the
+call resumes it from the same decision again, and the call must not start twice. Shared by
+`capabilities.subagents` (which makes and reads them) and `gateway.approvals` (which shows and answers them).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 DELEGATED = "delegated"  # ApprovalRequired.metadata key: the delegate's pending calls
 DECISIONS = "decisions"  # DeferredToolResults.metadata key: {tool_call_id: True | denial message}
+APPROVAL_IDS = "approval_ids"  # DeferredToolResults.metadata key: {tool_call_id: approval id}, approved calls
 
 
 class DelegatedCall(BaseModel):
@@ -42,3 +46,10 @@ def decisions_of(metadata: Any) -> dict[str, bool | str] | None:
     if not isinstance(metadata, dict) or DECISIONS not in metadata:
         return None
     return dict(metadata[DECISIONS])
+
+
+def approval_ids_of(metadata: Any) -> dict[str, str]:
+    """The card item each approved call of a resumed `task` call was decided on, by the call's id."""
+    if not isinstance(metadata, dict):
+        return {}
+    return dict(metadata.get(APPROVAL_IDS) or {})

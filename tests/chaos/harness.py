@@ -76,9 +76,12 @@ class World:
 
 @contextlib.asynccontextmanager
 async def world(directory: Path, store: str, *, model_delay: float = 0.08, gated: bool = False,
-                busy_timeout: float | None = None) -> AsyncIterator[World]:
+                delegated: int = 0, busy_timeout: float | None = None) -> AsyncIterator[World]:
     """`gated`: the agent also has the gated `deploy` tool (tests/support/plugin_ops.py), which
     the model calls for a message "deploy NAME" (tests/chaos/parked.py drives those).
+    `delegated` (with `gated`): the tool is a sync delegate's instead, `delegated` levels down
+    (1: the agent's delegate "ops" holds it; 2: through "middle" to "ops"), and the model calls
+    `task(AGENT, REST)` for a message "delegate AGENT REST".
     `busy_timeout`: the database's `busy_timeout_seconds` (its default when None)."""
     from tests.adapters.stopping import ENV  # the Slack tokens the daemon's env names
 
@@ -88,12 +91,19 @@ async def world(directory: Path, store: str, *, model_delay: float = 0.08, gated
     env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "not-needed"}
     agent: dict[str, Any] = {"name": "Chaos agent", "model": "openai-chat:chaos-model",
                              "instructions": "You are a test agent."}
+    agents = {"assistant": agent}
     extra: dict[str, Any] = {}
     if gated:
         model.tool_call = deploy_call
         env["OPS_LOG"] = str(ops_log)
-        agent["capabilities"] = [{"id": "test_ops"}]
         extra["plugins"] = ["tests.support.plugin_ops"]
+        holder = agent
+        for level, name in enumerate(["middle", "ops"][2 - delegated:]):  # the chain down to the tool's holder
+            holder.update(subagents=[name],
+                          capabilities=[{"id": "subagents", "config": {"max_depth": delegated - level}}])
+            holder = agents[name] = {"name": name.title(), "description": f"The {name} delegate",
+                                     "model": "openai-chat:chaos-model"}
+        holder["capabilities"] = [{"id": "test_ops"}]
     database: dict[str, Any] = {"run_lease_seconds": LEASE_S}
     if busy_timeout is not None:
         database["busy_timeout_seconds"] = busy_timeout
@@ -106,7 +116,7 @@ async def world(directory: Path, store: str, *, model_delay: float = 0.08, gated
             assert ENV["STOP_SLACK_BOT_TOKEN"]
             write_config(
                 directory,
-                agents={"assistant": agent},
+                agents=agents,
                 bindings={
                     "slack": {"platform": "slack", "agent": "assistant", "slack": {
                         "bot_token": "env:STOP_SLACK_BOT_TOKEN", "app_token": "env:STOP_SLACK_APP_TOKEN",
@@ -130,13 +140,19 @@ async def world(directory: Path, store: str, *, model_delay: float = 0.08, gated
 
 
 _DEPLOY = re.compile(r"\bdeploy (\S+)")
+_DELEGATE = re.compile(r"\bdelegate (\S+) (.+)", re.S)
 
 
 def deploy_call(request: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
-    """The fake model's script with `gated`: "deploy NAME" in the person's last message calls `deploy`."""
+    """The fake model's script with `gated`: "deploy NAME" in the person's last message calls `deploy`;
+    "delegate AGENT REST", to an agent offered `task`, hands REST to AGENT."""
     content = request["messages"][-1].get("content")
     text = content if isinstance(content, str) else " ".join(
         str(p.get("text", "")) for p in content or [] if isinstance(p, dict))
+    offered = {t.get("function", {}).get("name") for t in request.get("tools") or []}
+    found = _DELEGATE.search(text)
+    if found and "task" in offered:
+        return "task", {"agent": found.group(1), "prompt": found.group(2)}
     found = _DEPLOY.search(text)
     return ("deploy", {"service": found.group(1)}) if found else None
 

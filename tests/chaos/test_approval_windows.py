@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from capabilities.approval_gate import ALREADY_STARTED
 
-from .harness import ANSWER, CHANNEL, PERSON, _request, _until, kill_and_restart, world
+from .harness import ANSWER, CHANNEL, PERSON, World, _request, _until, kill_and_restart, world
 from .parked import _answers, _async, _card, _cards, tool_runs
 
 
@@ -27,40 +29,85 @@ async def _web_page(api: str, conv: str) -> dict[str, Any]:
     return body  # type: ignore[no-any-return]
 
 
-async def test_an_approved_call_killed_after_it_started_is_not_started_again(tmp_path: Path) -> None:
-    # The answer after the tool streams slowly, so the kill lands after the call ran, before the run ended.
-    async with world(tmp_path / "config", "sqlite", gated=True, model_delay=1.0) as w:
-        async with aiohttp.ClientSession() as http:
-            _, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + 30)
-            conv = body["id"]
-            status, _ = await _request(http, "POST", f"{w.api}/api/v1/conversations/{conv}/messages",
-                                       json={"text": "deploy api"}, deadline=time.monotonic() + 30)
-            assert status == 202
+async def _approved_then_killed_after_the_call(w: World, text: str, *,
+                                               kill_when: Callable[[], bool] | None = None) -> list[dict[str, Any]]:
+    """Sends `text` on the web, approves the one card it parks on, SIGKILLs the daemon as soon as
+    `deploy` ran (or, later, once `kill_when()`; the model's answers after it stream slowly, so the
+    run has not ended), restarts it, and returns the conversation's turns once an answer is final."""
+    async with aiohttp.ClientSession() as http:
+        _, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + 30)
+        conv = body["id"]
+        status, _ = await _request(http, "POST", f"{w.api}/api/v1/conversations/{conv}/messages",
+                                   json={"text": text}, deadline=time.monotonic() + 30)
+        assert status == 202
 
-            async def pending() -> list[str]:
-                return [i["approval_id"] for c in (await _web_page(w.api, conv))["cards"] for i in c["items"]
-                        if i["state"] == "pending"]
-            assert await _until(pending, 30)
-            (approval,) = await pending()
-            status, _ = await _request(http, "POST", f"{w.api}/api/v1/approvals/{approval}",
-                                       json={"decision": "approve"}, deadline=time.monotonic() + 30)
-            assert status == 200
+        async def pending() -> list[str]:
+            return [i["approval_id"] for c in (await _web_page(w.api, conv))["cards"] for i in c["items"]
+                    if i["state"] == "pending"]
+        assert await _until(pending, 30)
+        (approval,) = await pending()
+        status, _ = await _request(http, "POST", f"{w.api}/api/v1/approvals/{approval}",
+                                   json={"decision": "approve"}, deadline=time.monotonic() + 30)
+        assert status == 200
 
-        async def ran() -> bool:
-            return tool_runs(w)["api"] >= 1
-        assert await _until(ran, 30)
-        await kill_and_restart(w)
+    async def ran() -> bool:
+        return tool_runs(w)["api"] >= 1 and (kill_when is None or kill_when())
+    assert await _until(ran, 30)
+    await kill_and_restart(w)
 
-        async def answered() -> bool:
-            turns = (await _web_page(w.api, conv))["messages"]
-            return any(t["role"] == "assistant" and t["status"] == "final" for t in turns)
-        assert await _until(answered, 60)
+    async def answered() -> bool:
         turns = (await _web_page(w.api, conv))["messages"]
+        return any(t["role"] == "assistant" and t["status"] == "final" for t in turns)
+    assert await _until(answered, 60)
+    return (await _web_page(w.api, conv))["messages"]  # type: ignore[no-any-return]
+
+
+def _told(request: dict[str, Any]) -> list[Any]:
+    """The tool results a model request carried."""
+    return [m.get("content") for m in request["messages"] if m.get("role") == "tool"]
+
+
+async def test_an_approved_call_killed_after_it_started_is_not_started_again(tmp_path: Path) -> None:
+    async with world(tmp_path / "config", "sqlite", gated=True, model_delay=1.0) as w:
+        turns = await _approved_then_killed_after_the_call(w, "deploy api")
     assert tool_runs(w) == {"api": 1}  # the deploy a person allowed once happened once
     assert [t["text"].strip() for t in turns if t["role"] == "assistant"] == [ANSWER]
     # The model, resumed again, was told the call had already been started and not why it has no result.
-    told = [m.get("content") for m in w.model.requests[-1]["messages"] if m.get("role") == "tool"]
-    assert told == [ALREADY_STARTED], told
+    assert _told(w.model.requests[-1]) == [ALREADY_STARTED]
+
+
+@pytest.mark.parametrize("levels", [1, 2], ids=["delegate", "nested-delegate"])
+async def test_a_delegates_approved_call_killed_after_it_started_is_not_started_again(tmp_path: Path,
+                                                                                        levels: int) -> None:
+    """The same window inside a sync delegate (one or two levels down): the parent's run resumes its
+    `task` call, which resumes the delegate from its stored messages with the same decision again."""
+    text = " ".join(["delegate middle"] * (levels == 2) + ["delegate ops deploy api"])
+    async with world(tmp_path / "config", "sqlite", gated=True, delegated=levels, model_delay=1.0) as w:
+        turns = await _approved_then_killed_after_the_call(w, text)
+    assert tool_runs(w) == {"api": 1}  # the deploy a person allowed once happened once
+    assert [t["text"].strip() for t in turns if t["role"] == "assistant"] == [ANSWER]
+    # The delegate holding the tool (the one offered `deploy`), resumed again, was told the call had
+    # already been started; each agent above it was told its delegate's answer.
+    asked = [r for r in w.model.requests if any(t["function"]["name"] == "deploy" for t in r.get("tools") or [])]
+    assert _told(asked[-1]) == [ALREADY_STARTED]
+    assert _told(w.model.requests[-1]) == [ANSWER]
+
+
+async def test_a_delegate_that_answered_before_the_kill_is_not_asked_again(tmp_path: Path) -> None:
+    """Killed later: the delegate ended (its answer stored) while its parent's model was answering. The
+    parent's run resumes its `task` call again, which gives the stored answer back; it is not told that
+    nothing ran (the deploy did), and the delegate is not run again."""
+    async with world(tmp_path / "config", "sqlite", gated=True, delegated=1, model_delay=1.0) as w:
+        def answering() -> bool:  # the parent's model was asked with the delegate's answer
+            return any(_told(r) and any(t["function"]["name"] == "task" for t in r.get("tools") or [])
+                       for r in w.model.requests)
+        turns = await _approved_then_killed_after_the_call(w, "delegate ops deploy api", kill_when=answering)
+        delegate_asked = [r for r in w.model.requests
+                          if any(t["function"]["name"] == "deploy" for t in r.get("tools") or [])]
+    assert tool_runs(w) == {"api": 1}
+    assert [t["text"].strip() for t in turns if t["role"] == "assistant"] == [ANSWER]
+    assert _told(w.model.requests[-1]) == [ANSWER], "the parent was told its delegate's answer again"
+    assert len(delegate_asked) == 2, "the delegate's model: asked once to call deploy, once with its result"
 
 
 async def test_a_card_posted_just_before_sigkill_is_not_posted_again(tmp_path: Path) -> None:
