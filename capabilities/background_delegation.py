@@ -151,7 +151,7 @@ class _Detaching(_Delegation):
         kind, spec = found
         self.made += 1
         if mode == "sync":
-            return await self._run(ctx, agent, kind, spec, prompt)
+            return await self.run_delegate(ctx, agent, kind, spec, prompt)
         return await self._launch(ctx, agent, kind, spec, prompt)
 
     async def _launch(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:

@@ -122,7 +122,7 @@ class _Handoffs:
         deeper = replace(ctx.deps, handoff_depth=ctx.deps.handoff_depth + 1)
         delegation = _Delegation(deeper, SubagentsConfig(max_result_chars=self.config.max_result_chars),
                                  self.board.delegator, _OWN_DEPTH)
-        return await delegation._run(replace(ctx, deps=deeper), agent, "handoff", self.agents[agent], text)
+        return await delegation.run_delegate(replace(ctx, deps=deeper), agent, "handoff", self.agents[agent], text)
 
     async def send_to_agent(self, ctx: RunContext[Turn], agent: str, message: str, wait: bool = False) -> str:
         """Send work to another agent, for the person you are answering.

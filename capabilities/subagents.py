@@ -163,9 +163,9 @@ class _Delegation:
             return "Not delegated: delegation is not available at this depth (max_depth). Do this part yourself."
         self.made += 1
         kind, spec = found
-        return await self._run(ctx, agent, kind, spec, prompt)
+        return await self.run_delegate(ctx, agent, kind, spec, prompt)
 
-    async def _run(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:
+    async def run_delegate(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:
         """Run a delegate inside this tool call (also handoffs' wait: true); when the call is one a decided
         card resumed, continue the delegate that parked in it instead of starting it again."""
         decisions = decisions_of(ctx.tool_call_metadata) if ctx.tool_call_approved else None

@@ -94,8 +94,9 @@ class _SlowStart:
 
 
 async def test_readyz_is_not_ready_until_messages_are_taken(config_dir: Path) -> None:
-    """The HTTP server answers while the daemon is still starting; a message then would be refused,
-    so a supervisor or a load balancer must not be told it is ready yet."""
+    """The HTTP server answers while the daemon is still starting; a message then waits for the
+    start to finish (up to a bound), so a supervisor or a load balancer must not be told it is
+    ready yet."""
     extensions.register_checks()
     gw = Gateway(load_config(config_dir))
     slow = _SlowStart()
@@ -107,10 +108,12 @@ async def test_readyz_is_not_ready_until_messages_are_taken(config_dir: Path) ->
             r = await s.get("/readyz")
             assert r.status == 503 and (await r.json())["accepting"] is False
             conv = (await (await s.post("/api/v1/conversations")).json())["id"]
-            refused = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})
-            assert refused.status == 403  # what a client told "ready" here would have got
+            early = asyncio.create_task(s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "early"}))
+            await asyncio.sleep(0.3)
+            assert not early.done()  # waiting for the start, neither refused nor taken yet
             slow.release.set()
             await starting
+            assert (await early).status == 202  # taken once the daemon is ready
             r = await s.get("/readyz")
             assert r.status == 200 and (await r.json())["ready"]
             assert (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).status == 202

@@ -635,16 +635,21 @@ def _plain(text: str) -> str:
 
 def _conversation_of(raw: dict[str, Any]) -> tuple[Any, Any]:
     """The chat (and forum topic) an update belongs to, as far as its raw shape tells; updates
-    of one key are handed over in order. An unreadable shape shares one key."""
+    of one key are handed over in order. Anything unreadable (it is not parsed yet) shares one key."""
+    item: Any = None
     for field_name in ("message", "edited_message", "channel_post", "edited_channel_post", "message_reaction"):
-        item = raw.get(field_name)
-        if isinstance(item, dict) and isinstance(item.get("chat"), dict):
-            return item["chat"].get("id"), item.get("message_thread_id") if item.get("is_topic_message") else None
-    query = raw.get("callback_query")
-    message = query.get("message") if isinstance(query, dict) else None
-    if isinstance(message, dict) and isinstance(message.get("chat"), dict):
-        return message["chat"].get("id"), message.get("message_thread_id") if message.get("is_topic_message") else None
-    return None, None
+        if isinstance(raw.get(field_name), dict):
+            item = raw[field_name]
+            break
+    else:
+        query = raw.get("callback_query")
+        item = query.get("message") if isinstance(query, dict) else None
+    chat = item.get("chat") if isinstance(item, dict) else None
+    chat_id = chat.get("id") if isinstance(chat, dict) else None
+    if not isinstance(chat_id, int):
+        return None, None
+    topic = item.get("message_thread_id") if item.get("is_topic_message") is True else None
+    return chat_id, topic if isinstance(topic, int) else None
 
 
 def _advance(offset: int, updates: list[tuple[int, dict[str, Any]]], taken: set[int]) -> int:

@@ -181,9 +181,11 @@ async def test_edits_are_flagged_and_malformed_updates_dropped(fake: FakeTelegra
     await fake.wait_for(lambda: dispatcher.taken)
     fake.push_raw({"message": {"message_id": "not a number", "chat": "?"}})
     fake.push_raw({"message": {"message_id": 9, "date": 0}})
+    fake.push_raw({"message": {"message_id": 10, "chat": {"id": [1]}, "is_topic_message": True,
+                               "message_thread_id": {}}})  # unhashable where ids belong
     fake.push_raw({"no_update_id": True}, numbered=False)
     fake.push_edit(original, "first")
-    await fake.wait_for(lambda: len(dispatcher.taken) == 2, what="the edit after two malformed updates")
+    await fake.wait_for(lambda: len(dispatcher.taken) == 2, what="the edit after three malformed updates")
     assert [(m.text, m.is_edit) for m in dispatcher.taken] == [("frist", False), ("first", True)]
     assert adapter.health().connected
 
