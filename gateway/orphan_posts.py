@@ -48,11 +48,13 @@ async def unrecorded_card(adapter: object, target: ReplyTarget, card: ApprovalCa
         return None
 
 
-async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> list[tuple[str, str]]:
-    """Posts of an interrupted run that no delivery row names: the reply continues in them."""
+async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str, *,
+                           below_card: bool = False) -> list[tuple[str, str]]:
+    """Posts of an interrupted run that no delivery row names: the reply continues in them.
+    `below_card`: the part of the reply a decided approval card resumed, posted below that card."""
     if not isinstance(adapter, FindsOwnPosts):
         return []
-    after, known = await recovery_marks(store, run_id)
+    after, known = await recovery_marks(store, run_id, below_card=below_card)
     if after is None:
         return []
     try:
