@@ -373,9 +373,10 @@ class Runner:
                 await self.park_handler(turn, result.all_messages(), result.output, stream, parked)
                 return
             reply = (stream.text or str(result.output)).strip()
-            await stream.finish(reply)
+            rows: list[repo.FinalRow] = []  # the reply's final rows go with the run's end: one transaction
+            await stream.finish(reply, rows=rows)
             status = repo.FINISHED
-            await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
+            await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply, deliveries=rows)
             gw.metrics.run_ended(turn, repo.FINISHED)
         except (asyncio.CancelledError, StoreUnavailable):
             raise  # a busy database is not the run's failure: the scheduler runs it again
