@@ -70,7 +70,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.runner")
 
-TYPING_EVERY = 4.0
+TYPING_EVERY = 4.0  # renewed this often: within the shortest indicator (Telegram's 5 s)
+TYPING_MARGIN = 5.0  # seconds before a longer-lived indicator would lapse that the first renewal comes
 
 
 @dataclass(frozen=True)
@@ -412,7 +413,10 @@ class Runner:
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
         """Show the platform's working indicator until the first text is posted."""
-        shown = self.gateway.first_sign.taken(turn.conversation.id, TYPING_EVERY)  # on the message's arrival
+        # The sign shown on the message's arrival is not sent again while the platform still shows it:
+        # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
+        lasts = stream.adapter.limits.typing_lasts
+        shown = self.gateway.first_sign.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         while not stream.posted:
             if not shown:
                 await show_typing(stream.adapter, turn.target)

@@ -67,7 +67,8 @@ THINKING_STATUS = "is thinking…"
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
 # and leaves room for the mrkdwn escapes `render` adds.
 REMEMBERED_POSTS = 256  # recent replies' texts, for putting a Stop button on one (chat.update needs the text)
-SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True)
+# An assistant thread's status lasts two minutes unless a message is sent (assistant.threads.setStatus).
+SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True, typing_lasts=120.0)
 
 
 class SlackAdapter(BaseAdapter):
