@@ -72,8 +72,14 @@ class Inbound:
 
     async def _submit(self, binding: BindingSpec, message: InboundMessage, ref: repo.ConversationRef) -> SubmitResult:
         platform, ids, store = message.platform, ledger_ids(message), self._store
-        # 1. Admission and pairing.
-        existing = await store.conversation_by_key(ref.key)
+        command = parse_command(message.text)
+        # 1. Admission and pairing. Outside a thread the conversation decides nothing here: the
+        # message is stored in it, and `ingest` finds or creates it in its own transaction, so
+        # only what is at hand is used (a message starting a conversation: one round trip fewer).
+        if message.thread is not None or command is not None:
+            existing = await store.conversation_by_key(ref.key)
+        else:
+            existing = store.known_conversation(ref.key)
         # Only a thread counts as "the bot is part of it"; a whole group chat does not.
         in_conversation = existing is not None and message.thread is not None
         decision = admit(binding, message, in_conversation=in_conversation)
@@ -93,7 +99,6 @@ class Inbound:
         identity = await store.identify(platform, message.workspace, message.sender.account_id,
                                         message.sender.display_name)
         # 3. A command, or the message into its conversation's queue (the ledger is written with it).
-        command = parse_command(message.text)
         if command is not None:
             if not await store.record(binding.id, ids):
                 return self._duplicate(platform)

@@ -339,6 +339,11 @@ class Store:
             return cached
         return await self._conversation_where("key", key)
 
+    def known_conversation(self, key: str) -> ConversationRef | None:
+        """The conversation under `key` if this process has it at hand (no store round trip);
+        None says nothing about the store (`ingest` finds or creates it in its own transaction)."""
+        return self._conversations.get_fresh(key)
+
     async def conversation(self, conversation_id: str) -> ConversationRef | None:
         cached = self._conversations.get_fresh(conversation_id)
         if cached is not None:
