@@ -61,7 +61,7 @@ from .store.background import REPORT
 from .store.conversation_log import ConversationLog
 from .store.models import Run
 from .store.notes import NoteStore
-from .stopping import set_stop_control, stopped_notice
+from .stopping import set_stop_control, stop_control_ends_with_final, stopped_notice
 from .surface import Adapter, ReplyTarget
 from .turn import Memory, Requester, Turn
 
@@ -375,6 +375,8 @@ class Runner:
                 return
             reply = (stream.text or str(result.output)).strip()
             rows: list[repo.FinalRow] = []  # the reply's final rows go with the run's end: one transaction
+            if control:  # the final edit takes the Stop control away where the adapter can (one call, not two)
+                stop_control_ends_with_final(stream.adapter, turn.target, stream.first_message_id)
             await stream.finish(reply, rows=rows)
             status = repo.FINISHED
             await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply, deliveries=rows)
