@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from .budget import OverBudget, impatient
 from .clock import Clock, new_id
 from .orphan_posts import unrecorded_posts
-from .store.repo import Store
+from .store.repo import FinalRow, Store
 from .surface import Adapter, PlatformError, RateLimited, ReplyTarget
 
 log = logging.getLogger("gateway.delivery")
@@ -91,6 +91,7 @@ class ReplyStream:
         self._last_flush = float("-inf")
         self._blocked_until = float("-inf")
         self._row: asyncio.Task[None] | None = None  # a draft's first delivery row, being written
+        self._final_rows: list[FinalRow] | None = None  # during `finish(rows=...)`: final rows the caller writes
 
     async def _load(self) -> None:
         if not self._loaded:
@@ -131,15 +132,20 @@ class ReplyStream:
         if now - self._last_flush >= self.adapter.limits.min_edit_interval and now >= self._blocked_until:
             await self._flush(final=False)
 
-    async def finish(self, text: str | None = None) -> None:
-        """Show the final text (this is an edit of the draft, never a second post)."""
+    async def finish(self, text: str | None = None, *, rows: list[FinalRow] | None = None) -> None:
+        """Show the final text (this is an edit of the draft, never a second post).
+
+        `rows`: the final delivery rows are added to it, not written, for the caller to write
+        with the run's end in one transaction (`Store.end_run`); rows still go in order."""
         if text is not None:
             self.text = text
         if not self.text.strip():
             return
+        self._final_rows = rows
         try:
             await self._flush(final=True)
         finally:
+            self._final_rows = None
             await self.rows_written()
         # An adapter that remembers what it showed (the web chat, to send deltas) lets go of a
         # finished reply; otherwise it would keep every reply's text for the life of the process.
@@ -167,6 +173,9 @@ class ReplyStream:
                 new = not known and seq not in self._saved
                 await self.rows_written()  # rows are written in order
                 self._saved.add(seq)
+                if piece_final and self._final_rows is not None:
+                    self._final_rows.append(FinalRow(self._base + seq, self._posted[seq].message_id, piece))
+                    continue
                 save = self.store.save_delivery(self.run_id, self._base + seq, self._posted[seq].message_id, piece,
                                                 piece_final, new=new)
                 if new and not piece_final:

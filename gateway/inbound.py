@@ -18,6 +18,11 @@ since admission and identity have no effect a redelivery could repeat.
 
 Messages of one conversation pass one at a time (a thread reply that arrives while its root
 mention is being recorded must see the conversation the mention creates).
+
+The ids this process stored a message under are also kept in memory for a while (`_Stored`):
+the second event of a pair (Slack's `message` and `app_mention` of one mention) comes moments
+later, and is dropped there without a store round trip; the ledger stays the authority (a
+redelivery to another replica, or after a restart, is dropped by it as before).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from bindings.loader import LoadedConfig
 from bindings.models import BindingSpec
@@ -53,6 +59,23 @@ def ledger_ids(message: InboundMessage) -> list[str]:
     return ids
 
 
+class _Stored:
+    """The ledger ids of messages this process stored lately (a bounded memory, newest kept)."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self._ids: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._size = size
+
+    def any_of(self, binding_id: str, ids: Sequence[str]) -> bool:
+        return any((binding_id, i) in self._ids for i in ids)
+
+    def add(self, binding_id: str, ids: Sequence[str]) -> None:
+        for i in ids:
+            self._ids[(binding_id, i)] = None
+        while len(self._ids) > self._size:
+            self._ids.popitem(last=False)
+
+
 class Inbound:
     def __init__(self, *, config: Callable[[], LoadedConfig], store: repo.Store, pairing: Pairing,
                  commands: Commands, outbound: Outbound, wake: Callable[[str], None], metrics: Metrics,
@@ -61,6 +84,7 @@ class Inbound:
         self._commands, self._outbound, self._wake, self._metrics = commands, outbound, wake, metrics
         self._first_sign = first_sign  # the typing indicator, out before the run is even woken
         self._locks = KeyedLocks()
+        self._stored = _Stored()
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
         binding = self._config().bindings.get(message.binding_id)
@@ -72,8 +96,14 @@ class Inbound:
 
     async def _submit(self, binding: BindingSpec, message: InboundMessage, ref: repo.ConversationRef) -> SubmitResult:
         platform, ids, store = message.platform, ledger_ids(message), self._store
-        # 1. Admission and pairing.
-        existing = await store.conversation_by_key(ref.key)
+        command = parse_command(message.text)
+        # 1. Admission and pairing. Outside a thread the conversation decides nothing here: the
+        # message is stored in it, and `ingest` finds or creates it in its own transaction, so
+        # only what is at hand is used (a message starting a conversation: one round trip fewer).
+        if message.thread is not None or command is not None:
+            existing = await store.conversation_by_key(ref.key)
+        else:
+            existing = store.known_conversation(ref.key)
         # Only a thread counts as "the bot is part of it"; a whole group chat does not.
         in_conversation = existing is not None and message.thread is not None
         decision = admit(binding, message, in_conversation=in_conversation)
@@ -93,7 +123,6 @@ class Inbound:
         identity = await store.identify(platform, message.workspace, message.sender.account_id,
                                         message.sender.display_name)
         # 3. A command, or the message into its conversation's queue (the ledger is written with it).
-        command = parse_command(message.text)
         if command is not None:
             if not await store.record(binding.id, ids):
                 return self._duplicate(platform)
@@ -105,6 +134,8 @@ class Inbound:
             touched = await self._commands.run(Asked(command, message, identity.person_id, binding.agent, conversation,
                                                      existing, self_linking=binding.self_linking))
             return SubmitResult(False, reason="command", conversation_id=touched)
+        if self._stored.any_of(binding.id, ids):  # what ingest would say, without asking the store
+            return self._duplicate(platform)
         try:
             ingested = await store.ingest(
                 binding_id=binding.id,
@@ -124,6 +155,7 @@ class Inbound:
             self._metrics.messages_in.labels(platform, "busy").inc()
             self._outbound.send(target_for(message), BUSY, private_to=message.sender.account_id)
             return SubmitResult(False, reason="busy")
+        self._stored.add(binding.id, ids)
         self._metrics.messages_in.labels(platform, "accepted").inc()
         await self._first_sign(ingested.conversation)
         self._wake(ingested.conversation.id)

@@ -17,6 +17,7 @@ from typing import Any
 
 from .budget import OverBudget, impatient
 from .delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream, _Posted
+from .store.repo import FinalRow
 from .surface import LiveReply, NativeUnavailable, PlatformError, RateLimited
 
 log = logging.getLogger("gateway.delivery")
@@ -77,7 +78,7 @@ class NativeReplyStream(ReplyStream):
             self._on_platform_error("error")
             log.debug("a streamed draft was not sent: %s", e)
 
-    async def finish(self, text: str | None = None) -> None:
+    async def finish(self, text: str | None = None, *, rows: list[FinalRow] | None = None) -> None:
         if text is not None:
             self.text = text
         if self._live is not None and self._started and self.text.strip():
@@ -89,15 +90,18 @@ class NativeReplyStream(ReplyStream):
                     self._live = None  # ended: anything after this (text below a card) edits or posts
                     shown = self.adapter.render(final)
                     self._posted = [_Posted(self._message_id, shown)]
-                    await self.store.save_delivery(self.run_id, self._base, self._message_id, shown, True,
-                                                   new=0 not in self._saved)
+                    if rows is not None:  # written with the run's end
+                        rows.append(FinalRow(self._base, self._message_id, shown))
+                    else:
+                        await self.store.save_delivery(self.run_id, self._base, self._message_id, shown, True,
+                                                       new=0 not in self._saved)
                     self._saved.add(0)
                     if self._message_id:
                         self.adapter.forget([self._message_id])
                     return
             await self._leave_native()
         self._live = None
-        await super().finish(text)
+        await super().finish(text, rows=rows)
 
     async def _stop(self, markdown: str) -> bool:
         """End the live message with the rest of the text; False when the base stream must edit it instead."""

@@ -61,7 +61,7 @@ from .store.background import REPORT
 from .store.conversation_log import ConversationLog
 from .store.models import Run
 from .store.notes import NoteStore
-from .stopping import set_stop_control, stopped_notice
+from .stopping import set_stop_control, stop_control_ends_with_final, stopped_notice
 from .surface import Adapter, ReplyTarget
 from .turn import Memory, Requester, Turn
 
@@ -70,7 +70,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.runner")
 
-TYPING_EVERY = 4.0
+TYPING_EVERY = 4.0  # renewed this often: within the shortest indicator (Telegram's 5 s)
+TYPING_MARGIN = 5.0  # seconds before a longer-lived indicator would lapse that the first renewal comes
 
 
 @dataclass(frozen=True)
@@ -373,9 +374,12 @@ class Runner:
                 await self.park_handler(turn, result.all_messages(), result.output, stream, parked)
                 return
             reply = (stream.text or str(result.output)).strip()
-            await stream.finish(reply)
+            rows: list[repo.FinalRow] = []  # the reply's final rows go with the run's end: one transaction
+            if control:  # the final edit takes the Stop control away where the adapter can (one call, not two)
+                stop_control_ends_with_final(stream.adapter, turn.target, stream.first_message_id)
+            await stream.finish(reply, rows=rows)
             status = repo.FINISHED
-            await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply)
+            await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply, deliveries=rows)
             gw.metrics.run_ended(turn, repo.FINISHED)
         except (asyncio.CancelledError, StoreUnavailable):
             raise  # a busy database is not the run's failure: the scheduler runs it again
@@ -411,7 +415,10 @@ class Runner:
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
         """Show the platform's working indicator until the first text is posted."""
-        shown = self.gateway.first_sign.taken(turn.conversation.id, TYPING_EVERY)  # on the message's arrival
+        # The sign shown on the message's arrival is not sent again while the platform still shows it:
+        # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
+        lasts = stream.adapter.limits.typing_lasts
+        shown = self.gateway.first_sign.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         while not stream.posted:
             if not shown:
                 await show_typing(stream.adapter, turn.target)

@@ -39,6 +39,16 @@ class StopControl(Protocol):
         ...
 
 
+@runtime_checkable
+class FinalEditTakesStop(Protocol):
+    """An adapter whose Stop control can go with a reply's final edit (one call instead of two)."""
+
+    def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
+        """The next edit of `message_id` is its final: show it without the control, which is then
+        gone (`stop_control(..., False)` after it finds nothing left to remove)."""
+        ...
+
+
 class Stops:
     """Who may stop a run, and the stop itself."""
 
@@ -167,6 +177,13 @@ async def set_stop_control(adapter: object, target: ReplyTarget, message_id: str
         log.debug("stop control not %s: %s", "shown" if present else "removed", e)
         return False
     return True
+
+
+def stop_control_ends_with_final(adapter: object, target: ReplyTarget, message_id: str | None) -> None:
+    """Before a finished reply's final edit: where the adapter can, that edit takes the Stop control
+    away. Where it cannot (or no edit is needed), `set_stop_control(..., False)` after it still does."""
+    if message_id is not None and isinstance(adapter, FinalEditTakesStop):
+        adapter.stop_control_ends_with_edit(target, message_id)
 
 
 def stopped_notice(who: str, tools_done: list[str], wrote: bool) -> str:

@@ -50,6 +50,7 @@ class PlatformLimits:
     max_message_chars: int = 4000
     min_edit_interval: float = 1.0  # seconds between edits of one message
     supports_edit: bool = True
+    typing_lasts: float = 5.0  # seconds the platform shows a typing indicator unless it is sent again
 
 
 class Decision(StrEnum):

@@ -165,3 +165,37 @@ async def test_the_final_edit_does_not_wait_for_the_drafts_row(store: Store) -> 
     await finishing
     (row,) = await store.deliveries("run9")
     assert (row.platform_message_id, row.text) == ("m1", "Hello, world.")
+
+
+async def test_a_finished_replys_final_row_goes_with_the_runs_end(store: Store, monkeypatch: Any) -> None:
+    """The final edit's row is not a transaction of its own: the runner writes it with the run's
+    end, so a reply costs one store round trip fewer (gateway/store/driver.py)."""
+    from gateway.store import driver
+    from gateway.store.repo import FinalRow, Identity
+    from gateway.store.repo import ConversationRef
+
+    conv = await store.create_conversation(ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm"))
+    said = await store.ingest(binding_id="web", event_ids=["e1"], conversation=conv, identity=Identity("p-ann", "Ann"),
+                              account_id="ann", text="hi", agent_id="assistant", platform_message_id="e1",
+                              queue_limit=10)
+    await store.claim_next_run(conv.id)
+    transactions: list[str] = []
+    real = driver.transaction
+
+    async def counted(engine: Any, program: Any) -> Any:
+        transactions.append(getattr(program, "__qualname__", "?"))
+        return await real(engine, program)
+
+    monkeypatch.setattr(driver, "transaction", counted)
+    chat = RecordingChat()
+    stream = ReplyStream(chat, TARGET, store, said.run_id, ManualClock(), fresh=True)  # type: ignore[arg-type]
+    await stream.append("Hello")
+    await stream.rows_written()
+    assert len(transactions) == 1, "the draft's row, once posted"
+    rows: list[FinalRow] = []
+    await stream.finish("Hello, world.", rows=rows)
+    await store.end_run(said.run_id, "finished", reply="Hello, world.", deliveries=rows)
+    assert len(transactions) == 2, "the final row and the run's end: one transaction"
+    assert chat.final() == ["Hello, world."] and list(chat.messages) == ["m1"]
+    (row,) = await store.deliveries(said.run_id)
+    assert (row.platform_message_id, row.text, row.final) == ("m1", "Hello, world.", True)

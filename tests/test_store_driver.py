@@ -18,6 +18,7 @@ from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import (
     Duplicate,
+    FinalRow,
     Identity,
     Line,
     QueueFull,
@@ -174,6 +175,23 @@ async def test_delivery_rows_keep_the_posted_message(store: Store) -> None:
         (1, "m-2", "More.", True),
     ]
     assert rows[0].updated_at == START + timedelta(seconds=1)
+
+
+async def test_a_runs_end_writes_its_replys_final_rows_in_the_same_transaction(store: Store) -> None:
+    conv = await _conversation(store)
+    said = await _say(store, conv, "e1", "tell me two things")
+    await store.claim_next_run(conv.id)
+    await store.save_delivery(said.run_id, 0, "m-1", "One", False, new=True)  # the draft, posted earlier
+    _clock(store).advance(1)
+    rows = [FinalRow(0, None, "One."), FinalRow(1, "m-2", "Two.")]  # the draft edited, a second message posted
+    await store.end_run(said.run_id, "finished", reply="One.\n\nTwo.", deliveries=rows)
+    await store.end_run(said.run_id, "finished", reply="One.\n\nTwo.", deliveries=rows)  # a retried end: no twin rows
+    assert [(r.seq, r.platform_message_id, r.text, r.final) for r in await store.deliveries(said.run_id)] == [
+        (0, "m-1", "One.", True),
+        (1, "m-2", "Two.", True),
+    ]
+    run = await store.run(said.run_id)
+    assert run is not None and run.status == "finished"
 
 
 async def test_sqlite_driver_transactions_wait_for_a_session(tmp_path: Path) -> None:

@@ -67,7 +67,8 @@ THINKING_STATUS = "is thinking…"
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
 # and leaves room for the mrkdwn escapes `render` adds.
 REMEMBERED_POSTS = 256  # recent replies' texts, for putting a Stop button on one (chat.update needs the text)
-SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True)
+# An assistant thread's status lasts two minutes unless a message is sent (assistant.threads.setStatus).
+SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True, typing_lasts=120.0)
 
 
 class SlackAdapter(BaseAdapter):
@@ -97,6 +98,7 @@ class SlackAdapter(BaseAdapter):
         # stops; the control message beside a natively streamed reply; the last text of recent posts.
         self._stop_buttons: dict[tuple[str, str], str] = {}
         self._stop_posts: dict[tuple[str, str], str] = {}
+        self._final_edits: set[tuple[str, str]] = set()  # replies whose next edit is final: it drops the button
         self._texts: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
@@ -452,12 +454,23 @@ class SlackAdapter(BaseAdapter):
         return ts
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
-        run_id = self._stop_buttons.get((target.channel, message_id))
+        key = (target.channel, message_id)
+        final = key in self._final_edits  # the reply's final edit: `text` alone, which drops the button
+        run_id = None if final else self._stop_buttons.get(key)
         # A reply with a Stop button is shown by its blocks: the button rides on every edit, or it is gone.
         blocks = {"blocks": reply_blocks(text, run_id)} if run_id is not None else {}
         await self._call("chat.update", target.channel,
                          self._require_client().chat_update(channel=target.channel, ts=message_id, text=text, **blocks))
         self._remember(target.channel, message_id, text)
+        if final:  # gone with this edit: the removal after it has nothing left to do
+            self._final_edits.discard(key)
+            self._stop_buttons.pop(key, None)
+
+    def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
+        """The reply's final edit goes without the Stop button (`text` alone): one chat.update, not two."""
+        key = (target.channel, message_id)
+        if key in self._stop_buttons:  # a button in the reply's blocks (not a control posted beside a stream)
+            self._final_edits.add(key)
 
     def _remember(self, channel: str, ts: str, text: str) -> None:
         self._texts[(channel, ts)] = text
@@ -483,6 +496,7 @@ class SlackAdapter(BaseAdapter):
                     channel=target.channel, ts=message_id, text=text, blocks=reply_blocks(text, run_id)))
             self._stop_buttons[key] = run_id
             return
+        self._final_edits.discard(key)
         control = self._stop_posts.pop(key, None)
         if control is not None:
             await self._call("chat.delete", target.channel, client.chat_delete(channel=target.channel, ts=control))

@@ -98,6 +98,15 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class FinalRow:
+    """A reply's posted message in its final state, written with the run's end (`Store.end_run`)."""
+
+    seq: int
+    platform_message_id: str | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class Ingested:
     conversation: ConversationRef
     message_id: int
@@ -330,6 +339,11 @@ class Store:
             return cached
         return await self._conversation_where("key", key)
 
+    def known_conversation(self, key: str) -> ConversationRef | None:
+        """The conversation under `key` if this process has it at hand (no store round trip);
+        None says nothing about the store (`ingest` finds or creates it in its own transaction)."""
+        return self._conversations.get_fresh(key)
+
     async def conversation(self, conversation_id: str) -> ConversationRef | None:
         cached = self._conversations.get_fresh(conversation_id)
         if cached is not None:
@@ -520,11 +534,17 @@ class Store:
         usage: tuple[int, int, int] | None = None,
         state: str | None = None,
         reply: str | None = None,
+        deliveries: Sequence[FinalRow] = (),
     ) -> None:
-        """Record a run's outcome, its reply text and usage; the user's messages become history."""
+        """Record a run's outcome, its reply text and usage; the user's messages become history.
+
+        `deliveries`: the reply's final delivery rows, written in the same transaction (one
+        round trip fewer per reply than `save_delivery` before it; the same order)."""
         now = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[None]:
+            for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
+                yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now, new=False)
             row = yield q.one("SELECT conversation_id, started_at, state IS NOT NULL, status FROM runs WHERE id = :id",
                                id=run_id)
             if row is None:
@@ -614,19 +634,7 @@ class Store:
         now = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[None]:
-            if not new:
-                changed = yield q.run(
-                    "UPDATE deliveries SET text = :text, final = :final, updated_at = :t,"
-                    " platform_message_id = COALESCE(:pm, platform_message_id) WHERE run_id = :r AND seq = :seq",
-                    text=text, final=final, t=now, pm=platform_message_id or None, r=run_id, seq=seq,
-                )
-                if changed:
-                    return
-            yield q.run(
-                "INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
-                " VALUES (:r, :seq, :pm, :text, :final, :t)",
-                r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now,
-            )
+            yield from _save_delivery(q, run_id, seq, platform_message_id, text, final, now, new=new)
 
         await self.patiently(lambda: driver.transaction(self.engine, program), f"recording a reply of run {run_id}")
 
@@ -648,6 +656,24 @@ class Store:
                 s.add(AdapterState(binding_id=binding_id, key=key, value=value))
             else:
                 row.value = value
+
+
+def _save_delivery(q: driver.Statements, run_id: str, seq: int, platform_message_id: str | None, text: str,
+                   final: bool, now: datetime, *, new: bool) -> driver.Program[None]:
+    """One delivery row, written or updated: a step of a transaction (`save_delivery`, `end_run`)."""
+    if not new:
+        changed = yield q.run(
+            "UPDATE deliveries SET text = :text, final = :final, updated_at = :t,"
+            " platform_message_id = COALESCE(:pm, platform_message_id) WHERE run_id = :r AND seq = :seq",
+            text=text, final=final, t=now, pm=platform_message_id or None, r=run_id, seq=seq,
+        )
+        if changed:
+            return
+    yield q.run(
+        "INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
+        " VALUES (:r, :seq, :pm, :text, :final, :t)",
+        r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now,
+    )
 
 
 _CONVERSATION_COLUMNS = ", ".join(f.name for f in fields(ConversationRef))

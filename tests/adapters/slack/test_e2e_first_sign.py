@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -55,5 +57,50 @@ async def test_status_shows_before_the_run_can_start_and_once(tmp_path: Path, fa
             await eventually(lambda: len(fake_slack.bot_messages()) == 2 and asked == 2)
             # One status call per message: the run's own typing loop did not repeat the first sign.
             assert len(status_for(first.ts)) == 1 and len(status_for(second.ts)) == 1
+    finally:
+        REGISTERED.pop(MODEL, None)
+
+
+async def test_a_message_that_waited_long_in_the_queue_gets_no_second_status(
+        tmp_path: Path, fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slack keeps a thread's status for two minutes: a run that starts long after its message
+    arrived (a backlog) does not send the status again (Telegram's typing, 5 s, is renewed)."""
+    import time
+
+    from gateway import first_sign
+
+    later = 0.0  # seconds first_sign's clock is ahead: the wait in the queue, without waiting it out
+    monkeypatch.setattr(first_sign, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + later))
+    release = asyncio.Event()
+    asked = 0
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        nonlocal asked
+        asked += 1
+        await release.wait()
+        yield "Done."
+
+    register_model(MODEL, lambda: FunctionModel(stream_function=stream, model_name=MODEL))
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "mode": "socket", "api_url": fake_slack.api_url}
+    cfg = write_config(
+        tmp_path / "config",
+        agents={"assistant": {"name": "A", "model": MODEL}},
+        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}},
+        gateway={"limits": {"concurrent_runs": 1}},
+    )
+    try:
+        async with running_gateway(cfg) as gw:
+            await eventually(lambda: gw.adapters["acme"].health().connected)
+            await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> first")
+            await eventually(lambda: asked == 1)
+            second, _ = await fake_slack.say("C0GEN", "U0BOB", "<@U0BOT> second")
+            calls = lambda: [c for c in fake_slack.calls_to("assistant.threads.setStatus")  # noqa: E731
+                             if c.args["thread_ts"] == second.ts]
+            await eventually(calls)
+            later = 30.0  # the second message has waited 30 s behind the first when its run starts
+            release.set()
+            await eventually(lambda: len(fake_slack.bot_messages()) == 2 and asked == 2)
+            assert len(calls()) == 1, "the status shown on arrival still showed: not sent again"
     finally:
         REGISTERED.pop(MODEL, None)

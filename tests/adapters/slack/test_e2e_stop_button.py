@@ -136,3 +136,30 @@ async def test_a_natively_streamed_reply_gets_the_button_beside_it(tmp_path: Pat
         await fake_slack.wait_for(lambda: control in fake_slack.deleted)
         await fake_slack.wait_for(lambda: "Stopped by Ada" in reply.text and not reply.streaming)
         assert [m for m in fake_slack.bot_messages("D0ADA") if stop_value(m)] == []
+
+
+async def test_the_final_edit_takes_the_button_away_in_the_same_call(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    """A reply whose final text is new since its last draft: that edit goes without the button, and no
+    chat.update follows only to take it away (one call, not two)."""
+    from gateway.clock import ManualClock
+
+    clock = ManualClock()
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        yield "Hello"
+        clock.advance(2.0)  # past the edit interval: the next piece is a draft edit
+        yield " world"
+        yield "."  # within the interval: only the final shows it
+
+    register_model("stop-button-final", lambda: FunctionModel(stream_function=stream))
+    async with running_gateway(_config(tmp_path, fake_slack, "stop-button-final"), clock=clock) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi")
+        reply = await fake_slack.wait_for(
+            lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text == "Hello world."), None))
+        # A second message in the thread runs only once the first run is all done (its Stop control too).
+        await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> again", thread_ts=root.ts)
+        await fake_slack.wait_for(lambda: len([m for m in fake_slack.bot_messages("C0GEN") if m.text == "Hello world."]) == 2)
+        assert reply.blocks is None
+        assert reply.edits[-2:] == ["Hello world", "Hello world."], "the final text was set once"
+        assert (stop_in(reply.block_edits[-2]) or "").startswith("stop:") and reply.block_edits[-1] is None
