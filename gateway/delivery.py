@@ -101,12 +101,9 @@ class ReplyStream:
                 self._base = len(rows)
             else:
                 self._posted = [_Posted(row.platform_message_id, row.text) for row in rows]
-            if self._private_to is None:  # a run that started before: posts its process never recorded
-                # (below the card, for a resumed part: a process killed after posting it and before
-                # recording it resumed the same decisions again)
-                orphans = await unrecorded_posts(self.adapter, self.target, self.store, self.run_id,
-                                                 below_card=self._segment)
-                self._posted += [_Posted(mid, text) for mid, text in orphans]
+                if self._private_to is None:  # a run that started before: posts its process never recorded
+                    orphans = await unrecorded_posts(self.adapter, self.target, self.store, self.run_id)
+                    self._posted += [_Posted(mid, text) for mid, text in orphans]
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars

@@ -48,13 +48,11 @@ async def unrecorded_card(adapter: object, target: ReplyTarget, card: ApprovalCa
         return None
 
 
-async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str, *,
-                           below_card: bool = False) -> list[tuple[str, str]]:
-    """Posts of an interrupted run that no delivery row names: the reply continues in them.
-    `below_card`: the part of the reply a decided approval card resumed, posted below that card."""
+async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> list[tuple[str, str]]:
+    """Posts of an interrupted run that no delivery row names: the reply continues in them."""
     if not isinstance(adapter, FindsOwnPosts):
         return []
-    after, known = await recovery_marks(store, run_id, below_card=below_card)
+    after, known = await recovery_marks(store, run_id)
     if after is None:
         return []
     try:

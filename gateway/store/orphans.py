@@ -9,27 +9,19 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from .models import ApprovalCardRow, Delivery, Message, Run
+from .models import Delivery, Message, Run
 from .repo import Store
 
 
-async def recovery_marks(store: Store, run_id: str, *, below_card: bool = False) -> tuple[str | None, set[str]]:
-    """The platform id of the run's newest user message (`below_card`: of its newest approval
-    card, for the part of a reply a decided card resumed), and every platform message id the
+async def recovery_marks(store: Store, run_id: str) -> tuple[str | None, set[str]]:
+    """The platform id of the run's newest user message, and every platform message id the
     conversation's replies recorded."""
     async with store.sessions() as s:
-        if below_card:
-            after = await s.scalar(
-                select(ApprovalCardRow.card_ref)
-                .where(ApprovalCardRow.run_id == run_id, ApprovalCardRow.card_ref.is_not(None))
-                .order_by(ApprovalCardRow.created_at.desc()).limit(1)
-            )
-        else:
-            after = await s.scalar(
-                select(Message.platform_message_id)
-                .where(Message.run_id == run_id, Message.role == "user")
-                .order_by(Message.id.desc()).limit(1)
-            )
+        after = await s.scalar(
+            select(Message.platform_message_id)
+            .where(Message.run_id == run_id, Message.role == "user")
+            .order_by(Message.id.desc()).limit(1)
+        )
         conversation = select(Run.conversation_id).where(Run.id == run_id).scalar_subquery()
         known = await s.scalars(
             select(Delivery.platform_message_id)
