@@ -51,10 +51,9 @@ from tests.chaos.harness import (  # noqa: E402
     Tally, count_after_drain, slack_conversation, stream_under_kills, web_conversation, world)
 from tests.chaos.parked import approvals_under_kills  # noqa: E402
 from tests.chaos.test_fuzz import fuzz_slack, fuzz_web  # noqa: E402
-from tests.chaos import platforms  # noqa: E402
+from tests.chaos import harness, platforms  # noqa: E402
 from tests.chaos.test_fuzz_platforms import (  # noqa: E402
     _runner, fuzz_mattermost, fuzz_mattermost_actions, fuzz_slack_buttons, fuzz_telegram, still_answered)
-from tests.fakes.slack import FakeSlack  # noqa: E402
 
 
 @dataclass
@@ -85,10 +84,11 @@ class Keep:
     root: Path
     kept: list[Path] = field(default_factory=list)
 
-    async def lane(self, store: str, lane: str, directory: Path, url: str, problems: list[str],
-                   slack: FakeSlack | None = None) -> None:
+    async def lane(self, store: str, lane: str, directory: Path, w: harness.World | platforms.World,
+                   problems: list[str]) -> None:
         if not problems:
             return
+        url, slack = w.url, w.slack
         dest = self.root / f"{store}-{lane}"
         dest.mkdir(parents=True, exist_ok=True)
         (dest / "problems.txt").write_text("\n".join(problems) + "\n")
@@ -96,18 +96,26 @@ class Keep:
             if (directory / name).exists():
                 shutil.copy(directory / name, dest / name)
         await asyncio.to_thread(_dump_database, url, dest)
-        if slack is not None:  # what a person saw, and every Web API call the daemon made
-            with open(dest / "slack_messages.jsonl", "w") as f:
-                for m in slack.messages:
-                    f.write(json.dumps(dataclasses.asdict(m), default=str) + "\n")
-            wall = time.time() - time.monotonic()  # calls carry monotonic times; the daemon's log wall-clock UTC
-            with open(dest / "slack_calls.jsonl", "w") as f:
-                for c in slack.calls:
-                    f.write(json.dumps({**dataclasses.asdict(c), "utc": time.strftime(
-                        "%H:%M:%S", time.gmtime(c.at + wall)) + f".{int((c.at + wall) % 1 * 1000):03d}"},
-                        default=str) + "\n")
+        # What a person saw, every Web API call the daemon made, when each kill landed (UTC, to line
+        # up with the daemon's log), and what the model was asked (the tool results it was given).
+        with open(dest / "slack_messages.jsonl", "w") as f:
+            for m in slack.messages:
+                f.write(json.dumps(dataclasses.asdict(m), default=str) + "\n")
+        with open(dest / "slack_calls.jsonl", "w") as f:
+            for c in slack.calls:
+                f.write(json.dumps({**dataclasses.asdict(c), "utc": _utc(c.at)}, default=str) + "\n")
+        (dest / "kills.txt").write_text("".join(f"{_utc(at)}\n" for at in w.daemon.killed_at))
+        with open(dest / "model_requests.jsonl", "w") as f:
+            for r in w.model.requests:
+                f.write(json.dumps(r["messages"][-3:], default=str) + "\n")
         self.kept.append(dest)
         print(f"{store} {lane}: {len(problems)} problem(s); evidence kept in {dest}", file=sys.stderr)
+
+
+def _utc(monotonic: float) -> str:
+    """A monotonic time as the daemon's log shows wall-clock time (UTC, milliseconds)."""
+    at = monotonic + time.time() - time.monotonic()
+    return time.strftime("%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}"
 
 
 def _dump_database(url: str, dest: Path) -> None:
@@ -131,7 +139,7 @@ async def kills(store: str, tmp: Path, duration: float, min_kills: int, keep: Ke
     async with world(tmp / "kills", store) as w:
         tally = await stream_under_kills(w, Tally(store), slack_threads=8, web_conversations=6, duration=duration,
                                          every=(1.5, 4.0), wait=120, seed=int(time.time()), min_kills=min_kills)
-        await keep.lane(store, "kills", tmp / "kills", w.url, _problems(tally), w.slack)
+        await keep.lane(store, "kills", tmp / "kills", w, _problems(tally))
         return tally
 
 
@@ -141,7 +149,7 @@ async def approvals(store: str, tmp: Path, duration: float, min_kills: int, row:
         row.approvals = Tally(store)
         await approvals_under_kills(w, row.approvals, slack_lanes=4, web_lanes=4, duration=duration,
                                     every=(1.5, 4.0), wait=120, seed=int(time.time()), min_kills=min_kills)
-        await keep.lane(store, "approvals", tmp / "approvals", w.url, _problems(row.approvals), w.slack)
+        await keep.lane(store, "approvals", tmp / "approvals", w, _problems(row.approvals))
 
 
 async def database_faults(store: str, tmp: Path, duration: float, row: Row, keep: Keep) -> None:
@@ -152,7 +160,7 @@ async def database_faults(store: str, tmp: Path, duration: float, row: Row, keep
         problems = _problems(row.fault_tally)
         if row.faults.unanswered:
             problems.append(f"/readyz unanswered {row.faults.unanswered} times during faults")
-        await keep.lane(store, "faults", tmp / "faults", w.url, problems, w.slack)
+        await keep.lane(store, "faults", tmp / "faults", w, problems)
 
 
 async def storm(store: str, tmp: Path, duration: float, row: Row, keep: Keep) -> None:
@@ -172,7 +180,7 @@ async def storm(store: str, tmp: Path, duration: float, row: Row, keep: Keep) ->
         problems = _problems(tally)
         if row.storm_wrong or row.storm_answered != row.storm_sent:
             problems.append(f"storm: {row.storm_answered}/{row.storm_sent} answered, {row.storm_wrong} threads wrong")
-        await keep.lane(store, "storm", tmp / "storm", w.url, problems, w.slack)
+        await keep.lane(store, "storm", tmp / "storm", w, problems)
 
 
 async def fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Keep) -> None:
@@ -196,7 +204,7 @@ async def fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Keep) -> No
         row.fuzz_tracebacks += tracebacks
         if tracebacks:
             problems.append(f"fuzz: {tracebacks} traceback(s) in the daemon's log")
-        await keep.lane(store, "fuzz", tmp / "fuzz", w.url, problems, w.slack)
+        await keep.lane(store, "fuzz", tmp / "fuzz", w, problems)
 
 
 async def drops(store: str, tmp: Path, duration: float, row: Row, keep: Keep) -> None:
@@ -212,7 +220,7 @@ async def drops(store: str, tmp: Path, duration: float, row: Row, keep: Keep) ->
         problems = _problems(row.drops_tally)
         if tracebacks:
             problems.append(f"drops: {tracebacks} traceback(s) in the daemon's log")
-        await keep.lane(store, "drops", tmp / "drops", w.url, problems, w.slack)
+        await keep.lane(store, "drops", tmp / "drops", w, problems)
 
 
 async def platform_fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Keep) -> None:
@@ -239,7 +247,7 @@ async def platform_fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Ke
         row.fuzz_tracebacks += tracebacks
         if tracebacks:
             problems.append(f"platform fuzz: {tracebacks} traceback(s) in the daemon's log")
-        await keep.lane(store, "pfuzz", tmp / "pfuzz", w.url, problems, w.slack)
+        await keep.lane(store, "pfuzz", tmp / "pfuzz", w, problems)
 
 
 def _sample(pid: int, api: str, store: str, db_files: Path) -> dict[str, float]:
@@ -307,7 +315,7 @@ async def soak(store: str, tmp: Path, minutes: float, every: float, row: Row, ke
         problems = _problems(tally)
         if any(row.slopes[k] > 0 for k in ("fds", "tasks", "db_conns")):  # RSS: judged by a person from the slope
             problems.append(f"soak: slopes {row.slopes}")
-        await keep.lane(store, "soak", tmp / "soak", w.url, problems, w.slack)
+        await keep.lane(store, "soak", tmp / "soak", w, problems)
 
 
 def table(rows: list[Row], soaked: bool) -> str:

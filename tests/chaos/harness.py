@@ -143,6 +143,7 @@ def deploy_call(request: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 async def kill_and_restart(w: World) -> None:
     """SIGKILL (no shutdown of any kind), then start again on the same config and port."""
     assert w.daemon.proc is not None
+    w.daemon.killed_at.append(time.monotonic())
     w.daemon.proc.kill()
     await w.daemon.proc.wait()
     await w.daemon.start()
