@@ -331,6 +331,7 @@ def table(rows: list[Row], soaked: bool) -> str:
     out.append(line("approvals parked / resumed (kills)",
                     [f"{r.approvals.parked} / {r.approvals.resumed} ({r.approvals.kills})" for r in rows]))
     out.append(line("approvals duplicated / lost", [f"{r.approvals.duplicated} / {r.approvals.lost}" for r in rows]))
+    out.append(line("  approved, killed before its call", [str(r.approvals.unstarted) for r in rows]))
     out.append(line("db faults (terminated or locks, closed)",
                     [f"{r.faults.done}, {r.faults.closed}" for r in rows]))
     out.append(line("  messages answered / admitted", [f"{r.fault_tally.answered} / {r.fault_tally.admitted}"
@@ -399,7 +400,8 @@ async def main() -> int:
             if "approvals" in lanes:
                 await approvals(store, tmp, approvals_s, 3 if args.quick else 20, row, keep)
                 print(f"{store}: approvals: {row.approvals.parked} parked, {row.approvals.resumed} resumed, "
-                      f"{row.approvals.kills} kills", file=sys.stderr)
+                      f"{row.approvals.kills} kills, {row.approvals.unstarted} approved calls killed before "
+                      "they ran (not run again, the model told)", file=sys.stderr)
                 for problem in row.approvals.problems[:10]:
                     print(f"  {problem}", file=sys.stderr)
             if "faults" in lanes:

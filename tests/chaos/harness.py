@@ -53,6 +53,9 @@ class Tally:
     redelivered: int = 0
     parked: int = 0  # gated calls whose card showed (tests/chaos/parked.py)
     resumed: int = 0  # of those, decided and answered
+    # Approved calls a kill stopped between their start mark and the call: not run, and not run
+    # again, the model told so (docs/approvals.md: an approved call starts at most once).
+    unstarted: int = 0
     problems: list[str] = field(default_factory=list)
     threads: list[tuple[str, int]] = field(default_factory=list, repr=False)  # Slack thread, messages sent
     webs: list[tuple[str, int]] = field(default_factory=list, repr=False)  # web conversation, messages sent
