@@ -14,19 +14,27 @@ RSS, open fds, asyncio tasks and database connections sampled every minute.
     .venv/bin/python bench/chaos.py             # the full run (no soak), ~10 minutes
     .venv/bin/python bench/chaos.py --quick     # smaller: a few kills, fewer inputs
     .venv/bin/python bench/chaos.py --soak      # plus the 30-minute soak per store (5 with --quick)
+    .venv/bin/python bench/chaos.py --stores sqlite --lanes approvals --keep-logs /tmp/logs
 
 Exit status 0 when nothing was lost, doubled or crashed. The harness is tests/chaos/harness.py.
+A lane that reports a problem keeps its evidence (the daemon's log across every restart, the
+tool's ops log, the database, what the fake Slack saw) in a folder the run prints, so a duplicate
+or a loss can be explained afterwards rather than guessed at.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
 import random
 import re
+import shutil
+import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -39,10 +47,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.chaos.faults import BUSY, Faults, stream_under_faults  # noqa: E402
-from tests.chaos.harness import Tally, slack_conversation, stream_under_kills, web_conversation, world  # noqa: E402
+from tests.chaos.harness import (  # noqa: E402
+    Tally, count_after_drain, slack_conversation, stream_under_kills, web_conversation, world)
 from tests.chaos.parked import approvals_under_kills  # noqa: E402
 from tests.chaos.test_fuzz import fuzz_slack, fuzz_web  # noqa: E402
-from tests.chaos import platforms  # noqa: E402
+from tests.chaos import harness, platforms  # noqa: E402
 from tests.chaos.test_fuzz_platforms import (  # noqa: E402
     _runner, fuzz_mattermost, fuzz_mattermost_actions, fuzz_slack_buttons, fuzz_telegram, still_answered)
 
@@ -67,28 +76,94 @@ class Row:
     fault_tally: Tally = field(default_factory=Tally)  # the stream under database faults
 
 
-async def kills(store: str, tmp: Path, duration: float, min_kills: int) -> Tally:
+@dataclass
+class Keep:
+    """Where lanes that reported a problem leave their evidence; taken while the lane's world is
+    still up (a PostgreSQL database is dropped, the temporary directory removed, right after)."""
+
+    root: Path
+    kept: list[Path] = field(default_factory=list)
+
+    async def lane(self, store: str, lane: str, directory: Path, w: harness.World | platforms.World,
+                   problems: list[str]) -> None:
+        if not problems:
+            return
+        url, slack = w.url, w.slack
+        dest = self.root / f"{store}-{lane}"
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "problems.txt").write_text("\n".join(problems) + "\n")
+        for name in ("daemon.log", "ops.log", "samples.jsonl"):  # the daemon's log holds every restart (it appends)
+            if (directory / name).exists():
+                shutil.copy(directory / name, dest / name)
+        await asyncio.to_thread(_dump_database, url, dest)
+        # What a person saw, every Web API call the daemon made, when each kill landed (UTC, to line
+        # up with the daemon's log), and what the model was asked (the tool results it was given).
+        with open(dest / "slack_messages.jsonl", "w") as f:
+            for m in slack.messages:
+                f.write(json.dumps(dataclasses.asdict(m), default=str) + "\n")
+        with open(dest / "slack_calls.jsonl", "w") as f:
+            for c in slack.calls:
+                f.write(json.dumps({**dataclasses.asdict(c), "utc": _utc(c.at)}, default=str) + "\n")
+        (dest / "kills.txt").write_text("".join(f"{_utc(at)}\n" for at in w.daemon.killed_at))
+        with open(dest / "model_requests.jsonl", "w") as f:
+            for r in w.model.requests:
+                f.write(json.dumps(r["messages"][-3:], default=str) + "\n")
+        self.kept.append(dest)
+        print(f"{store} {lane}: {len(problems)} problem(s); evidence kept in {dest}", file=sys.stderr)
+
+
+def _utc(monotonic: float) -> str:
+    """A monotonic time as the daemon's log shows wall-clock time (UTC, milliseconds)."""
+    at = monotonic + time.time() - time.monotonic()
+    return time.strftime("%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}"
+
+
+def _dump_database(url: str, dest: Path) -> None:
+    """SQLite: an online backup (consistent while the daemon writes); PostgreSQL: pg_dump."""
+    if url.startswith("sqlite"):
+        with sqlite3.connect(url.split("///", 1)[1]) as src, sqlite3.connect(dest / "gateway.db") as out:
+            src.backup(out)
+    else:
+        result = subprocess.run(["pg_dump", "--no-owner", "-f", str(dest / "database.sql"),
+                                 url.replace("postgresql+asyncpg", "postgresql")],
+                                capture_output=True, text=True, timeout=120)
+        if result.returncode:
+            print(f"  pg_dump failed: {result.stderr.strip()[:300]}", file=sys.stderr)
+
+
+def _problems(*tallies: Tally) -> list[str]:
+    return [p for t in tallies for p in t.problems]
+
+
+async def kills(store: str, tmp: Path, duration: float, min_kills: int, keep: Keep) -> Tally:
     async with world(tmp / "kills", store) as w:
-        return await stream_under_kills(w, Tally(store), slack_threads=8, web_conversations=6, duration=duration,
+        tally = await stream_under_kills(w, Tally(store), slack_threads=8, web_conversations=6, duration=duration,
                                          every=(1.5, 4.0), wait=120, seed=int(time.time()), min_kills=min_kills)
+        await keep.lane(store, "kills", tmp / "kills", w, _problems(tally))
+        return tally
 
 
-async def approvals(store: str, tmp: Path, duration: float, min_kills: int, row: Row) -> None:
+async def approvals(store: str, tmp: Path, duration: float, min_kills: int, row: Row, keep: Keep) -> None:
     """Gated calls parked, the daemon killed meanwhile, every card decided (half at once)."""
     async with world(tmp / "approvals", store, gated=True) as w:
         row.approvals = Tally(store)
         await approvals_under_kills(w, row.approvals, slack_lanes=4, web_lanes=4, duration=duration,
                                     every=(1.5, 4.0), wait=120, seed=int(time.time()), min_kills=min_kills)
+        await keep.lane(store, "approvals", tmp / "approvals", w, _problems(row.approvals))
 
 
-async def database_faults(store: str, tmp: Path, duration: float, row: Row) -> None:
+async def database_faults(store: str, tmp: Path, duration: float, row: Row, keep: Keep) -> None:
     """PostgreSQL: backends terminated and the database closed for seconds; SQLite: locked by an admin."""
     async with world(tmp / "faults", store, busy_timeout=BUSY) as w:
         row.fault_tally = Tally(store)
         await stream_under_faults(w, row.fault_tally, row.faults, store, duration, wait=120)
+        problems = _problems(row.fault_tally)
+        if row.faults.unanswered:
+            problems.append(f"/readyz unanswered {row.faults.unanswered} times during faults")
+        await keep.lane(store, "faults", tmp / "faults", w, problems)
 
 
-async def storm(store: str, tmp: Path, duration: float, row: Row) -> None:
+async def storm(store: str, tmp: Path, duration: float, row: Row, keep: Keep) -> None:
     async with world(tmp / "storm", store) as w:
         w.slack.storm_share = 0.3
         tally = Tally(store)
@@ -102,26 +177,37 @@ async def storm(store: str, tmp: Path, duration: float, row: Row) -> None:
         row.storm_wrong = sum(
             [x.strip() for x in thread_answers(w.slack, t)] != [ANSWER] * n for t, n in tally.threads)
         row.absorbed_429 = w.slack.storm_429s
+        problems = _problems(tally)
+        if row.storm_wrong or row.storm_answered != row.storm_sent:
+            problems.append(f"storm: {row.storm_answered}/{row.storm_sent} answered, {row.storm_wrong} threads wrong")
+        await keep.lane(store, "storm", tmp / "storm", w, problems)
 
 
-async def fuzz(store: str, tmp: Path, examples: int, row: Row) -> None:
+async def fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Keep) -> None:
     async with world(tmp / "fuzz", store) as w:
         request = urllib.request.Request(f"{w.api}/api/v1/conversations", data=b"{}", method="POST",
                                          headers={"Content-Type": "application/json"})
         conv = json.loads(await asyncio.to_thread(lambda: urllib.request.urlopen(request, timeout=10).read()))["id"]
         loop = asyncio.get_running_loop()
+        problems: list[str] = []
         try:
             row.fuzz_tried += await asyncio.to_thread(fuzz_web, w, conv, examples)
             row.fuzz_tried += await asyncio.to_thread(fuzz_slack, w, loop, examples)
         except AssertionError as e:  # a 500: counted as a failure of the daemon to hold
             row.fuzz_crashes += 1
+            problems.append(f"fuzz: {e}")
             print(f"  fuzz: {str(e)[:300]}", file=sys.stderr)
         if w.daemon.proc is None or w.daemon.proc.returncode is not None:
             row.fuzz_crashes += 1
-        row.fuzz_tracebacks += w.daemon.log().count("Traceback")
+            problems.append("fuzz: the daemon exited")
+        tracebacks = w.daemon.log().count("Traceback")
+        row.fuzz_tracebacks += tracebacks
+        if tracebacks:
+            problems.append(f"fuzz: {tracebacks} traceback(s) in the daemon's log")
+        await keep.lane(store, "fuzz", tmp / "fuzz", w, problems)
 
 
-async def drops(store: str, tmp: Path, duration: float, row: Row) -> None:
+async def drops(store: str, tmp: Path, duration: float, row: Row, keep: Keep) -> None:
     """Slack and Mattermost websockets dropped at random, Telegram long polls cut, under a stream."""
     async with platforms.world(tmp / "drops", store) as w:
         row.drops_tally = Tally(store)
@@ -129,15 +215,21 @@ async def drops(store: str, tmp: Path, duration: float, row: Row) -> None:
                                                       every=(0.8, 2.5), poll_cut_share=0.3, wait=120,
                                                       seed=int(time.time()))
         row.mm_resumes = w.mattermost.websocket_resumes
-        row.fuzz_tracebacks += w.daemon.log().count("Traceback")
+        tracebacks = w.daemon.log().count("Traceback")
+        row.fuzz_tracebacks += tracebacks
+        problems = _problems(row.drops_tally)
+        if tracebacks:
+            problems.append(f"drops: {tracebacks} traceback(s) in the daemon's log")
+        await keep.lane(store, "drops", tmp / "drops", w, problems)
 
 
-async def platform_fuzz(store: str, tmp: Path, examples: int, row: Row) -> None:
+async def platform_fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Keep) -> None:
     """Telegram updates, Mattermost frames and button callbacks on all three platforms."""
     async with platforms.world(tmp / "pfuzz", store) as w:
         person = w.mattermost.add_user("fuzzy")
         dm = w.mattermost.direct_channel(person["id"], w.mm_bot["id"])["id"]
         run = _runner(asyncio.get_running_loop())
+        problems: list[str] = []
         try:
             row.fuzz_tried += await asyncio.to_thread(fuzz_telegram, w, run, examples)
             row.fuzz_tried += await asyncio.to_thread(fuzz_mattermost, w, run, examples, person, dm)
@@ -146,10 +238,16 @@ async def platform_fuzz(store: str, tmp: Path, examples: int, row: Row) -> None:
             await still_answered(w)
         except AssertionError as e:  # a 500, or the next good message not answered once
             row.fuzz_crashes += 1
+            problems.append(f"platform fuzz: {e}")
             print(f"  platform fuzz: {str(e)[:300]}", file=sys.stderr)
         if w.daemon.proc is None or w.daemon.proc.returncode is not None:
             row.fuzz_crashes += 1
-        row.fuzz_tracebacks += w.daemon.log().count("Traceback")
+            problems.append("platform fuzz: the daemon exited")
+        tracebacks = w.daemon.log().count("Traceback")
+        row.fuzz_tracebacks += tracebacks
+        if tracebacks:
+            problems.append(f"platform fuzz: {tracebacks} traceback(s) in the daemon's log")
+        await keep.lane(store, "pfuzz", tmp / "pfuzz", w, problems)
 
 
 def _sample(pid: int, api: str, store: str, db_files: Path) -> dict[str, float]:
@@ -177,7 +275,7 @@ def _slope_per_hour(samples: list[dict[str, float]], key: str, minutes: float) -
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
 
 
-async def soak(store: str, tmp: Path, minutes: float, every: float, row: Row) -> None:
+async def soak(store: str, tmp: Path, minutes: float, every: float, row: Row, keep: Keep) -> None:
     async with world(tmp / "soak", store) as w:
         assert w.daemon.proc is not None
         tally = Tally(store)
@@ -202,12 +300,22 @@ async def soak(store: str, tmp: Path, minutes: float, every: float, row: Row) ->
             row.samples.append(await asyncio.to_thread(_sample, w.daemon.proc.pid, w.api, store, tmp / "soak"))
             await asyncio.sleep(every)
         await load
+        await count_after_drain(w, tally)  # the soak's duplicates count too, not only its losses
         after_warmup = row.samples[1:] if len(row.samples) > 2 else row.samples
         row.slopes = {k: _slope_per_hour(after_warmup, k, every / 60) for k in ("rss_mib", "fds", "tasks", "db_conns")}
         row.tally.sent += tally.sent
         row.tally.admitted += tally.admitted
         row.tally.answered += tally.answered
         row.tally.lost += tally.lost
+        row.tally.duplicated += tally.duplicated
+        row.tally.wrong += tally.wrong
+        row.tally.problems += [f"soak: {p}" for p in tally.problems]
+        with open(tmp / "soak" / "samples.jsonl", "w") as f:
+            f.writelines(json.dumps(s) + "\n" for s in row.samples)
+        problems = _problems(tally)
+        if any(row.slopes[k] > 0 for k in ("fds", "tasks", "db_conns")):  # RSS: judged by a person from the slope
+            problems.append(f"soak: slopes {row.slopes}")
+        await keep.lane(store, "soak", tmp / "soak", w, problems)
 
 
 def table(rows: list[Row], soaked: bool) -> str:
@@ -223,6 +331,7 @@ def table(rows: list[Row], soaked: bool) -> str:
     out.append(line("approvals parked / resumed (kills)",
                     [f"{r.approvals.parked} / {r.approvals.resumed} ({r.approvals.kills})" for r in rows]))
     out.append(line("approvals duplicated / lost", [f"{r.approvals.duplicated} / {r.approvals.lost}" for r in rows]))
+    out.append(line("  approved, killed before its call", [str(r.approvals.unstarted) for r in rows]))
     out.append(line("db faults (terminated or locks, closed)",
                     [f"{r.faults.done}, {r.faults.closed}" for r in rows]))
     out.append(line("  messages answered / admitted", [f"{r.fault_tally.answered} / {r.fault_tally.admitted}"
@@ -249,12 +358,27 @@ def table(rows: list[Row], soaked: bool) -> str:
     return "\n".join(out)
 
 
+LANES = ("kills", "approvals", "faults", "storm", "fuzz", "pfuzz", "drops")
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few kills and fewer inputs; a 5-minute soak")
     parser.add_argument("--soak", action="store_true", help="also soak each store (30 minutes; 5 with --quick)")
     parser.add_argument("--stores", default="sqlite,postgresql")
+    parser.add_argument("--lanes", default=",".join(LANES),
+                        help=f"which lanes to run, comma-separated (default all: {','.join(LANES)}); "
+                             "--soak adds the soak")
+    parser.add_argument("--keep-logs", type=Path, default=None, metavar="DIR",
+                        help="where lanes that report a problem keep their evidence "
+                             "(default: a new temporary folder, removed when nothing was kept)")
     args = parser.parse_args()
+    lanes = set(args.lanes.split(","))
+    if unknown := lanes - set(LANES):
+        parser.error(f"unknown lanes: {', '.join(sorted(unknown))}")
+    keep = Keep(args.keep_logs or Path(tempfile.mkdtemp(prefix="chaos-logs-")))
+    keep.root.mkdir(parents=True, exist_ok=True)
+    print(f"evidence of any lane that reports a problem goes to {keep.root}", file=sys.stderr)
     # The fake model's streams are cut by every kill; aiohttp logs each cut with a traceback.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     kill_s, storm_s, examples = (30.0, 15.0, 60) if args.quick else (150.0, 40.0, 400)
@@ -266,28 +390,43 @@ async def main() -> int:
         with tempfile.TemporaryDirectory(prefix=f"chaos-{store}-") as d:
             tmp = Path(d)
             started = time.monotonic()
-            row = Row(await kills(store, tmp, kill_s, 3 if args.quick else 20))
-            print(f"{store}: kills done in {time.monotonic() - started:.0f}s: {row.tally.kills} kills, "
-                  f"{row.tally.lost} lost, {row.tally.duplicated} duplicated", file=sys.stderr)
-            for problem in row.tally.problems[:10]:
-                print(f"  {problem}", file=sys.stderr)
-            await approvals(store, tmp, approvals_s, 3 if args.quick else 20, row)
-            print(f"{store}: approvals: {row.approvals.parked} parked, {row.approvals.resumed} resumed, "
-                  f"{row.approvals.kills} kills", file=sys.stderr)
-            for problem in row.approvals.problems[:10]:
-                print(f"  {problem}", file=sys.stderr)
-            await database_faults(store, tmp, faults_s, row)
-            for problem in row.fault_tally.problems[:10]:
-                print(f"  {problem}", file=sys.stderr)
-            await storm(store, tmp, storm_s, row)
-            await fuzz(store, tmp, examples, row)
-            await platform_fuzz(store, tmp, examples, row)
-            await drops(store, tmp, drop_s, row)
-            for problem in row.drops_tally.problems[:10]:
-                print(f"  drops: {problem}", file=sys.stderr)
+            row = Row(Tally(store))
+            if "kills" in lanes:
+                row.tally = await kills(store, tmp, kill_s, 3 if args.quick else 20, keep)
+                print(f"{store}: kills done in {time.monotonic() - started:.0f}s: {row.tally.kills} kills, "
+                      f"{row.tally.lost} lost, {row.tally.duplicated} duplicated", file=sys.stderr)
+                for problem in row.tally.problems[:10]:
+                    print(f"  {problem}", file=sys.stderr)
+            if "approvals" in lanes:
+                await approvals(store, tmp, approvals_s, 3 if args.quick else 20, row, keep)
+                print(f"{store}: approvals: {row.approvals.parked} parked, {row.approvals.resumed} resumed, "
+                      f"{row.approvals.kills} kills, {row.approvals.unstarted} approved calls killed before "
+                      "they ran (not run again, the model told)", file=sys.stderr)
+                for problem in row.approvals.problems[:10]:
+                    print(f"  {problem}", file=sys.stderr)
+            if "faults" in lanes:
+                await database_faults(store, tmp, faults_s, row, keep)
+                for problem in row.fault_tally.problems[:10]:
+                    print(f"  {problem}", file=sys.stderr)
+            if "storm" in lanes:
+                await storm(store, tmp, storm_s, row, keep)
+            if "fuzz" in lanes:
+                await fuzz(store, tmp, examples, row, keep)
+            if "pfuzz" in lanes:
+                await platform_fuzz(store, tmp, examples, row, keep)
+            if "drops" in lanes:
+                await drops(store, tmp, drop_s, row, keep)
+                for problem in row.drops_tally.problems[:10]:
+                    print(f"  drops: {problem}", file=sys.stderr)
             if args.soak:
-                await soak(store, tmp, soak_min, sample_every, row)
+                await soak(store, tmp, soak_min, sample_every, row, keep)
+                print(f"{store}: soak done: {len(row.samples)} samples, slopes {row.slopes}", file=sys.stderr)
             rows.append(row)
+    if keep.kept:
+        print(f"evidence kept for {len(keep.kept)} lane(s) in {keep.root}: "
+              f"{', '.join(p.name for p in keep.kept)}", file=sys.stderr)
+    elif args.keep_logs is None:
+        shutil.rmtree(keep.root, ignore_errors=True)
     print(table(rows, args.soak))
     bad = any(r.tally.lost or r.tally.duplicated or r.tally.wrong or r.fuzz_crashes or r.storm_wrong
               or r.storm_answered != r.storm_sent or r.approvals.lost or r.approvals.duplicated or r.approvals.wrong

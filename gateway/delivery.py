@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from .budget import OverBudget, impatient
 from .clock import Clock, new_id
 from .orphan_posts import unrecorded_posts
+from .store.orphans import rows_above_card
 from .store.repo import FinalRow, Store
 from .surface import Adapter, PlatformError, RateLimited, ReplyTarget
 
@@ -98,12 +99,15 @@ class ReplyStream:
             self._loaded = True
             rows = await self.store.deliveries(self.run_id)
             if self._segment:
-                self._base = len(rows)
-            else:
-                self._posted = [_Posted(row.platform_message_id, row.text) for row in rows]
-                if self._private_to is None:  # a run that started before: posts its process never recorded
-                    orphans = await unrecorded_posts(self.adapter, self.target, self.store, self.run_id)
-                    self._posted += [_Posted(mid, text) for mid, text in orphans]
+                # Below the card: the posts above it stay as they are; what an interrupted try of
+                # this resume posted below it is continued, not posted a second time.
+                above = await rows_above_card(self.store, self.run_id)
+                self._base = len(rows) if above is None else above
+                rows = rows[self._base:]
+            self._posted = [_Posted(row.platform_message_id, row.text) for row in rows]
+            if self._private_to is None:  # a run that started before: posts its process never recorded
+                orphans = await unrecorded_posts(self.adapter, self.target, self.store, self.run_id)
+                self._posted += [_Posted(mid, text) for mid, text in orphans]
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars

@@ -95,11 +95,13 @@ class SlackAdapter(BaseAdapter):
         self.budget = SlackBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         self.native_streaming = True  # until a method is refused: then post + edit for this binding
         # Stop controls (adapters/slack/stop.py), keyed (channel, reply ts): the run a reply's own button
-        # stops; the control message beside a natively streamed reply; the last text of recent posts.
+        # stops; the control message beside a natively streamed reply; the last text of recent posts;
+        # recent natively streamed replies (None: the value is unused).
         self._stop_buttons: dict[tuple[str, str], str] = {}
         self._stop_posts: dict[tuple[str, str], str] = {}
         self._final_edits: set[tuple[str, str]] = set()  # replies whose next edit is final: it drops the button
         self._texts: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
+        self._native: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
 
@@ -473,10 +475,7 @@ class SlackAdapter(BaseAdapter):
             self._final_edits.add(key)
 
     def _remember(self, channel: str, ts: str, text: str) -> None:
-        self._texts[(channel, ts)] = text
-        self._texts.move_to_end((channel, ts))
-        while len(self._texts) > REMEMBERED_POSTS:
-            self._texts.popitem(last=False)
+        _keep_recent(self._texts, (channel, ts), text)
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """A Stop button on the streaming reply (in its blocks), or beside a natively streamed one; gone when final."""
@@ -484,10 +483,16 @@ class SlackAdapter(BaseAdapter):
         client = self._require_client()
         if present:
             text = self._texts.get(key)
+            if key not in self._native and text is None:
+                # A post this process did not make (a run continuing the reply a killed process
+                # posted): its blocks need its text, which its next edit tells us; the runner asks
+                # again then. A control message of its own here would outlive a second kill, since
+                # no later process knows of it.
+                raise PlatformError("the reply's text is not known yet: its Stop button waits for its next edit")
             # Shown only if the budget has room now: the runner asks again at its next step (a reply's
             # edits are worth more than its button), and keeps it only once it is there.
             with impatient():
-                if text is None:  # not posted by chat.postMessage: a native stream, which takes no blocks
+                if text is None:  # a native stream, which takes no blocks: the control is a message beside it
                     response = await self._call("chat.postMessage", target.channel, client.chat_postMessage(
                         **_where(target), text="Stop", blocks=control_blocks(run_id)))
                     self._stop_posts[key] = str(response["ts"])
@@ -517,7 +522,8 @@ class SlackAdapter(BaseAdapter):
         """Native streaming in an assistant thread (a thread in a DM), while this binding has it."""
         if not (self.native_streaming and target.thread and target.chat_kind is ChatKind.DM):
             return None
-        return SlackLiveReply(self._require_client(), self._call, target, self._native_unavailable)
+        return SlackLiveReply(self._require_client(), self._call, target, self._native_unavailable,
+                              started=lambda ts: _keep_recent(self._native, (target.channel, ts), None))
 
     def _native_unavailable(self) -> None:
         if self.native_streaming:
@@ -624,6 +630,14 @@ class SlackAdapter(BaseAdapter):
         if self._app is None:
             raise PlatformError(f"slack binding {self.binding_id} is not started")
         return self._app
+
+
+def _keep_recent(recent: collections.OrderedDict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
+    """`recent[key] = value`, the oldest entries dropped past REMEMBERED_POSTS (a process lives long)."""
+    recent[key] = value
+    recent.move_to_end(key)
+    while len(recent) > REMEMBERED_POSTS:
+        recent.popitem(last=False)
 
 
 def _where(target: ReplyTarget) -> dict[str, str]:

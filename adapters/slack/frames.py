@@ -45,7 +45,7 @@ _Ref = dict[str, Any] | str | None
 
 class _Action(BaseModel):
     model_config = ConfigDict(extra="allow")
-    action_id: str = ""
+    action_id: str  # required: Bolt's matchers read action["action_id"] (a KeyError when absent)
     block_id: str | None = None
     value: str | None = None
 

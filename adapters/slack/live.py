@@ -23,14 +23,18 @@ UNAVAILABLE = ("unknown_method", "not_allowed_token_type", "method_deprecated", 
 class SlackLiveReply:
     """One natively streamed reply in one thread."""
 
-    def __init__(self, client: AsyncWebClient, call: Caller, target: ReplyTarget, on_unavailable: Callable[[], None]) -> None:
+    def __init__(self, client: AsyncWebClient, call: Caller, target: ReplyTarget, on_unavailable: Callable[[], None],
+                 started: Callable[[str], None] = lambda ts: None) -> None:
+        """`started(ts)`: told the stream's message once it exists (its Stop control is a message beside it)."""
         self._client, self._call, self._target, self._off = client, call, target, on_unavailable
+        self._started = started
         self._ts = ""
 
     async def start(self, markdown: str) -> str:
         response = await self._guarded("chat.startStream", self._client.chat_startStream(
             channel=self._target.channel, thread_ts=self._target.thread or "", markdown_text=markdown))
         self._ts = str(response["ts"])
+        self._started(self._ts)
         return self._ts
 
     async def append(self, markdown: str) -> None:

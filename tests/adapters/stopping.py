@@ -84,6 +84,7 @@ class Daemon:
         self.port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
         self.log_path = config / "daemon.log"
+        self.killed_at: list[float] = []  # monotonic times of each SIGKILL (tests/chaos/harness.py)
 
     async def start(self) -> Daemon:
         # `agent-gateway run`, as `python -m` from this checkout: the console script would run

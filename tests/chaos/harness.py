@@ -53,7 +53,9 @@ class Tally:
     redelivered: int = 0
     parked: int = 0  # gated calls whose card showed (tests/chaos/parked.py)
     resumed: int = 0  # of those, decided and answered
-    unrun: int = 0  # approved calls a kill caught between the gate's at-most-once marker and the call
+    # Approved calls a kill stopped between their start mark and the call: not run, and not run
+    # again, the model told so (docs/approvals.md: an approved call starts at most once).
+    unstarted: int = 0
     problems: list[str] = field(default_factory=list)
     threads: list[tuple[str, int]] = field(default_factory=list, repr=False)  # Slack thread, messages sent
     webs: list[tuple[str, int]] = field(default_factory=list, repr=False)  # web conversation, messages sent
@@ -160,6 +162,7 @@ def deploy_call(request: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 async def kill_and_restart(w: World) -> None:
     """SIGKILL (no shutdown of any kind), then start again on the same config and port."""
     assert w.daemon.proc is not None
+    w.daemon.killed_at.append(time.monotonic())
     w.daemon.proc.kill()
     await w.daemon.proc.wait()
     await w.daemon.start()

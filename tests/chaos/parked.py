@@ -193,34 +193,30 @@ def tool_runs(w: World) -> Counter[str]:
     return Counter(json.loads(line)[1] for line in w.ops_log.read_text().splitlines() if line.strip())
 
 
-def told_already_started(w: World) -> set[str]:
-    """Services whose approved call the model was told had been started once already (ALREADY_STARTED)."""
-    told: set[str] = set()
-    for body in w.model.requests:
-        messages = body.get("messages") or []
-        if any(m.get("role") == "tool" and m.get("content") == ALREADY_STARTED for m in messages):
-            told.update(re.findall(r"deploy ([\w-]+)", json.dumps([m for m in messages if m.get("role") == "user"])))
-    return told
+def told_not_started(w: World, service: str) -> bool:
+    """Whether the model, resuming `service`'s run, was told its approved call had been started
+    once already and would not be started again (capabilities/approval_gate.py)."""
+    asked = re.compile(rf"\bdeploy {re.escape(service)}\b")
+    return any(any(m.get("role") == "user" and asked.search(str(m.get("content"))) for m in r["messages"])
+               and any(m.get("role") == "tool" and m.get("content") == ALREADY_STARTED for m in r["messages"])
+               for r in w.model.requests)
+
+
+def _unstarted(w: World, service: str, answers: list[str], cards: int, ran: int) -> bool:
+    """One card, one answer, the tool not run and the model told why: a kill landed between the
+    call's start mark and the call (at most once, by design), neither lost nor doubled."""
+    return answers == [ANSWER] and cards == 1 and ran == 0 and told_not_started(w, service)
 
 
 async def count_parked(w: World, tally: Tally, parked: Parked, *, settle: float = 3.0) -> None:
-    """Once every card was decided: one card, one answer (the model's) and one run of the tool each.
-
-    At most once, not exactly once: a kill that lands after the gate wrote its marker and before the
-    call started leaves the call not run, and the resumed model is told so (ALREADY_STARTED). That
-    is counted (`unrun`), not a problem; a call run twice, or not run with the model not told, is."""
+    """Once every card was decided: one card, one answer (the model's) and one run of the tool each."""
     await asyncio.sleep(settle)
     runs = tool_runs(w)
-    told = told_already_started(w)
-
-    def ran_once(service: str) -> bool:
-        if runs[service] == 0 and service in told:
-            tally.unrun += 1
-            return True
-        return runs[service] == 1
     for thread, service in parked.slack:
         answers, cards = _answers(w, thread), _cards(w, thread)
-        if answers != [ANSWER] or cards != 1 or not ran_once(service):
+        if _unstarted(w, service, answers, cards, runs[service]):
+            tally.unstarted += 1
+        elif answers != [ANSWER] or cards != 1 or runs[service] != 1:
             tally.duplicated += max(0, len(answers) - 1) + max(0, cards - 1) + max(0, runs[service] - 1)
             tally.wrong += sum(a != ANSWER for a in answers)
             tally.problems.append(f"slack {service}: {cards} cards, answers {answers}, ran {runs[service]}x")
@@ -231,7 +227,9 @@ async def count_parked(w: World, tally: Tally, parked: Parked, *, settle: float 
             turns = body["messages"] if status == 200 else []
             answers = [t["text"].strip() for t in turns if t["role"] == "assistant"]
             users = [t for t in turns if t["role"] == "user"]
-            if answers != [ANSWER] or len(users) != 1 or not ran_once(service):
+            if len(users) == 1 and _unstarted(w, service, answers, 1, runs[service]):
+                tally.unstarted += 1
+            elif answers != [ANSWER] or len(users) != 1 or runs[service] != 1:
                 tally.duplicated += max(0, len(answers) - 1) + max(0, len(users) - 1) + max(0, runs[service] - 1)
                 tally.wrong += sum(a != ANSWER for a in answers)
                 tally.problems.append(f"web {service}: answers {answers}, {len(users)} user turns, "

@@ -38,6 +38,7 @@ class World:
     model: FakeOpenAI
     daemon: Daemon
     mm_bot: dict[str, Any]
+    url: str = ""  # the database's
 
     @property
     def api(self) -> str:
@@ -75,7 +76,7 @@ async def world(directory: Path, store: str = "sqlite", *, model_delay: float = 
             await daemon.start()
             try:
                 await daemon.wait_ready()
-                yield World(slack, telegram, mattermost, model, daemon, mm_bot)
+                yield World(slack, telegram, mattermost, model, daemon, mm_bot, url)
             finally:
                 await daemon.close()
     finally:

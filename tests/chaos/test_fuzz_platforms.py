@@ -246,6 +246,9 @@ async def test_known_malformed_items_are_each_logged_once_and_dropped(tmp_path: 
         await w.slack.send_interactive({"type": "block_actions", "user": {"id": PERSON}, "actions": {"0": {}}})
         await w.slack.send_interactive({"type": "block_actions", "user": {"id": PERSON},
                                         "actions": [{"action_id": {"gw": 1}, "value": "x"}]})
+        # ... and expect it there (a KeyError and a 500 from Bolt; found on PostgreSQL's full run).
+        await w.slack.send_interactive({"type": "block_actions", "user": {"id": PERSON},
+                                        "actions": [{"type": "button", "value": "x"}]})
         await w.slack.send_interactive({"type": "block_actions", "user": {"id": PERSON}, "actions": []})
         # A forged click whose signature is not ASCII: hmac.compare_digest raised TypeError (a 500).
         for sig in ("é" * 64, "\ud800"):
@@ -265,7 +268,7 @@ async def test_known_malformed_items_are_each_logged_once_and_dropped(tmp_path: 
         log = w.daemon.log()
     assert "Traceback" not in log, log[-8000:]
     expected = {"dropped a malformed Socket Mode events_api payload": 1,
-                "dropped a malformed Socket Mode interactive payload": 4,
+                "dropped a malformed Socket Mode interactive payload": 5,
                 "action callback with a bad signature refused": 2,
                 "dropping malformed update": 1,
                 "websocket: undecodable frame dropped": 1,

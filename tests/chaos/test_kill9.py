@@ -8,9 +8,13 @@ bench/chaos.py runs the same stream longer, with more kills, and prints the figu
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
+
+from adapters.slack.stop import STOP_BLOCK
+from tests.fakes.slack import FakeSlack
 
 from .harness import ANSWER, CHANNEL, PERSON, Tally, thread_answers, kill_and_restart, stream_under_kills, world
 
@@ -37,6 +41,33 @@ async def test_a_post_made_just_before_sigkill_is_continued_not_posted_again(tmp
             await w.slack.send_event(event)
         await w.slack.wait_for(lambda: thread_answers(w.slack, msg.ts), timeout=30)
         w.slack.post_answer_delay = 0.0
+        await kill_and_restart(w)
+        await w.slack.wait_for(lambda: ANSWER in [t.strip() for t in thread_answers(w.slack, msg.ts)], timeout=30)
+        await asyncio.sleep(1.0)  # anything more would show by now
+        assert [t.strip() for t in thread_answers(w.slack, msg.ts)] == [ANSWER]
+
+
+def _stop_buttons(slack: FakeSlack, thread: str) -> list[str]:
+    """Texts of the thread's bot posts that carry a Stop button (in the reply's blocks, or a post of its own)."""
+    return [m.text for m in slack.bot_messages(CHANNEL)
+            if m.thread_ts == thread and m.blocks and STOP_BLOCK in json.dumps(m.blocks)]
+
+
+async def test_a_continued_post_killed_again_leaves_no_stop_message_behind(tmp_path: Path) -> None:
+    """A restarted run continuing a post its killed process made gets its Stop button on that post;
+    killed again while the button shows, the thread keeps nothing but the answer. (It used to post
+    the button as a message of its own, as beside a native stream, which the next process never
+    knew of: a "Stop" left in the thread for good, found by bench/chaos.py on PostgreSQL.)"""
+    async with world(tmp_path / "config", "sqlite", model_delay=1.0) as w:
+        w.slack.post_answer_delay = 30.0  # the first draft lands; its answer never reaches the process
+        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> hello")
+        for event in events:
+            await w.slack.send_event(event)
+        await w.slack.wait_for(lambda: thread_answers(w.slack, msg.ts), timeout=30)
+        w.slack.post_answer_delay = 0.0
+        await kill_and_restart(w)
+        # The run, again, streams into that post; once its Stop button shows, the process dies again.
+        await w.slack.wait_for(lambda: _stop_buttons(w.slack, msg.ts), timeout=30)
         await kill_and_restart(w)
         await w.slack.wait_for(lambda: ANSWER in [t.strip() for t in thread_answers(w.slack, msg.ts)], timeout=30)
         await asyncio.sleep(1.0)  # anything more would show by now
