@@ -26,6 +26,9 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 DEFAULT_BUSY_TIMEOUT = 5.0
 
 
+SQLITE_QUEUE_WAIT = 60.0  # seconds a transaction may queue behind our own for SQLite's one connection
+
+
 class GuardedPool(AsyncAdaptedQueuePool):
     """The pool, with "no connection in time" (every one busy past the bound, or the server
     refusing or not answering) raised as StoreUnavailable."""
@@ -54,12 +57,16 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         # One connection (see `sqlite`): our transactions queue for it in asyncio. A store
         # method must not open a second session while its first still holds the connection.
+        # Waiting for it is waiting behind our own work, which moves (a lock held by another
+        # process is bounded where it is waited for: the busy handler, `sqlite.run`): a burst of
+        # hundreds of messages at once queued past `busy_timeout` here, and each was refused
+        # (Slack: not acked, answered only at its retry a minute later) while the queue drained.
         engine = create_async_engine(
             url,
             poolclass=GuardedPool,
             pool_size=1,
             max_overflow=0,
-            pool_timeout=busy_timeout,
+            pool_timeout=max(busy_timeout, SQLITE_QUEUE_WAIT),
             # Sessions end their own transactions; a reset would cost a thread round trip.
             pool_reset_on_return=None,
             connect_args={"timeout": busy_timeout},
