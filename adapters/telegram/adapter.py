@@ -93,6 +93,7 @@ class TelegramAdapter(BaseAdapter):
         # sendMessageDraft in private chats when the binding asks, until Telegram refuses it for this bot
         self.drafts = self._section.drafts
         self._stop_buttons: dict[tuple[int, str], str] = {}  # (chat, reply message) → the run its Stop button stops
+        self._final_edits: set[tuple[int, str]] = set()  # replies whose next edit is final: it drops the button
 
     # --- lifecycle: the base's start/stop call these -------------------------------------
 
@@ -438,7 +439,9 @@ class TelegramAdapter(BaseAdapter):
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
-        run_id = self._stop_buttons.get((chat_id, message_id))
+        key = (chat_id, message_id)
+        final = key in self._final_edits  # the reply's final edit: without the keyboard, which it removes
+        run_id = None if final else self._stop_buttons.get(key)
         # An edit without reply_markup drops the keyboard: a reply with a Stop button passes it every time.
         markup = stop_keyboard(run_id) if run_id is not None else None
         async with self.pacer.paced(self.budget.message(chat_id)):
@@ -455,12 +458,23 @@ class TelegramAdapter(BaseAdapter):
                 except TelegramError as e:
                     if not is_not_modified(e):  # the same text again is not a failure
                         raise
+        if final:  # the button went with this edit: the removal after it has nothing left to do
+            self._final_edits.discard(key)
+            self._stop_buttons.pop(key, None)
+
+    def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
+        """The reply's final edit goes without the ⏹ keyboard: one call against the chat's budget, not
+        two (in a group, 20 a minute, that is a quarter of what a short answer costs)."""
+        key = (_chat(target)[0], message_id)
+        if key in self._stop_buttons:
+            self._final_edits.add(key)
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """A ⏹ Stop button under the streaming reply, kept on every edit; taken away when the reply is final."""
         bot = self._require_bot()
         chat_id, _ = _chat(target)
         key = (chat_id, message_id)
+        self._final_edits.discard(key)
         if not present and self._stop_buttons.pop(key, None) is None:
             return
         # Shown only if the chat's budget has room now (the runner asks again at its next step); taken

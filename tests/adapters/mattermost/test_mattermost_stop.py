@@ -4,10 +4,14 @@ a second, and the action is gone from the stopped reply."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gateway.llm import register_model
 from gateway.store import repo
@@ -55,3 +59,45 @@ async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, 
         post = world.fake.posts[reply["id"]]
         await wait_for(lambda: not world.fake.buttons(reply["id"]), what="the Stop action to go")
         assert post["message"].startswith("word0 ") and "Stopped by alice" in post["message"]
+
+
+BRIEF = "mattermost-stop-brief"
+
+
+def brief_model() -> FunctionModel:
+    """Eight words over about 1.6 s: a reply that shows its Stop action, then finishes."""
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        for i in range(8):
+            yield f"word{i} "
+            await asyncio.sleep(0.2)
+
+    return FunctionModel(stream_function=stream)
+
+
+async def test_a_reply_that_finishes_loses_its_stop_action_with_its_final_patch(
+    tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
+    register_model(BRIEF, brief_model)
+    port = free_port()
+    config = write_config(
+        tmp_path / "config", agents={"assistant": {"name": "Brief", "model": BRIEF}},
+        bindings={"mm": {"platform": "mattermost", "agent": "assistant",
+                         "mattermost": {"url": world.url, "token": "env:MM_E2E_TOKEN"}}},
+        gateway={"http": {"listen": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}"}},
+    )
+    async with running_gateway(config) as gw:
+        await _connected(gw)
+        root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot say a few words")
+        (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.town, root["id"])
+                                           if world.fake.buttons(p["id"])], what="the Stop action")
+
+        async def finished() -> bool:
+            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
+
+        await wait_for(finished, what="the run to finish")
+        post = world.fake.posts[reply["id"]]
+        assert not world.fake.buttons(reply["id"]) and post["message"].strip().endswith("word7")
+        patches = [body for _, _, body in world.fake.calls("PUT", rf"/posts/{reply['id']}/patch")]
+        assert patches[-1].get("props") == {} and "message" in patches[-1]  # the final text took the action away
+        assert not [b for b in patches if "message" not in b and b.get("props") == {}]  # no removal on its own

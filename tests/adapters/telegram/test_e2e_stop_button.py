@@ -109,3 +109,8 @@ async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake: Fake
         await wait_for(finished, what="the run to finish")
         await fake.wait_for(lambda: reply.reply_markup is None, what="the button taken away")
         assert reply.text.strip().endswith("word7")
+        # The final edit took it away itself: no second call against the group's 20 a minute.
+        assert _edits_of(fake, reply)[-1].get("reply_markup") is None
+        removals = [c for c in fake.calls_to("editMessageReplyMarkup")
+                    if int(c.params["message_id"]) == reply.message_id and c.params.get("reply_markup") is None]
+        assert removals == []
