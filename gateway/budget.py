@@ -117,6 +117,9 @@ class Pacer:
                 self.waited += wait
                 await asyncio.sleep(wait)
                 now = self._clock()
+                # Looked up again: a caller that came meanwhile may have pruned a list this one had
+                # overslept in (its entry older than any window) and started a new one.
+                entries = self._entries(scopes, at)
                 wait = max(self._behind(rule, times, at, now) for (rule, _), times in zip(scopes, entries, strict=True))
         except asyncio.CancelledError:  # a call that never went out gives its place back
             for times in entries:
@@ -130,6 +133,17 @@ class Pacer:
                 bisect.insort(times, now)
             at = now
         return at
+
+    def _entries(self, scopes: Sequence[Scope], at: float) -> list[list[float]]:
+        """Each scope's list as it is now, holding this caller's entry `at`."""
+        entries = []
+        for rule, key in scopes:
+            times = self._times.setdefault((rule.name, key), [])
+            i = bisect.bisect_left(times, at)
+            if i == len(times) or times[i] != at:
+                times.insert(i, at)
+            entries.append(times)
+        return entries
 
     def _behind(self, rule: Rule, times: list[float], at: float, now: float) -> float:
         """Seconds until a call going at `now` (entered at `at`) has room among the calls at or

@@ -154,9 +154,11 @@ class Gateway:
                     await ext.start()
             for adapter in self.adapters.values():
                 await adapter.start(self)
+            # The start-up sweep first: on SQLite it requeues every run still marked running (the last
+            # process's), which would include a run a message let in meanwhile had just claimed.
+            await self.sweep(at_start=True)
             self._accepting = True
             self._settled.set()
-            await self.sweep(at_start=True)
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway:sweep")
             self.metrics.start()
         except BaseException:

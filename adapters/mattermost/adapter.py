@@ -135,7 +135,7 @@ class MattermostAdapter(BaseAdapter):
                     except PlatformError as e:
                         self._log.warning("catching up over REST failed (%s); trying again after the next event", e)
                 self._seen_at_ms = int(time.time() * 1000)
-                if self._seen_at_ms - self._seen_saved_ms >= SEEN_SAVE_EVERY_MS:
+                if self._seen_at_ms - self._seen_saved_ms >= SEEN_SAVE_EVERY_MS and self._catch_up_from is None:
                     await self._save_seen()
         finally:
             await self._socket.close()
@@ -162,11 +162,14 @@ class MattermostAdapter(BaseAdapter):
         self._catch_up_from = self._seen_at_ms
 
     async def _save_seen(self) -> None:
-        if not self._seen_at_ms or self._seen_at_ms == self._seen_saved_ms or self._dispatcher is None:
+        # While a catch-up is still owed (its REST calls failed), where it must start is what is
+        # kept: saving "now" would let the next process skip the posts it has not fetched yet.
+        seen = min(self._seen_at_ms, self._catch_up_from) if self._catch_up_from else self._seen_at_ms
+        if not seen or seen == self._seen_saved_ms or self._dispatcher is None:
             return
         try:
-            await self._dispatcher.set_state(self.binding_id, SEEN_KEY, str(self._seen_at_ms))
-            self._seen_saved_ms = self._seen_at_ms
+            await self._dispatcher.set_state(self.binding_id, SEEN_KEY, str(seen))
+            self._seen_saved_ms = seen
         except Exception as e:  # the next save (or the 60 s margin of a catch-up) covers it
             self._log.warning("could not save where the stream was read to: %s", e)
 

@@ -255,8 +255,13 @@ class TelegramAdapter(BaseAdapter):
 
         if len(by_chat) == 1:
             await in_order(updates)
-        else:
-            await asyncio.gather(*(in_order(items) for items in by_chat.values()))
+            return
+        # Every chat's task ends before the poll goes on (none left running unowned while the same
+        # updates are fetched again: a button click is not in the ledger); then the first error.
+        results = await asyncio.gather(*(in_order(items) for items in by_chat.values()), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     def _poll_cut(self, bot: Bot, error: NetworkError, in_a_row: int) -> None:
         """One warning per cut poll; /readyz says so once polls keep failing."""

@@ -27,6 +27,7 @@ DEFAULT_BUSY_TIMEOUT = 5.0
 
 
 SQLITE_QUEUE_WAIT = 60.0  # seconds a transaction may queue behind our own for SQLite's one connection
+RETRY_AFTER_QUEUE = 2.0  # what a client is told to wait after a queue wait ran out (not the wait itself)
 
 
 class GuardedPool(AsyncAdaptedQueuePool):
@@ -40,15 +41,16 @@ class GuardedPool(AsyncAdaptedQueuePool):
             raise
         except Exception as e:
             if isinstance(e, sa_exc.TimeoutError):  # every connection busy: a wait, not an outage
-                raise StoreUnavailable(f"no database connection free in time ({e})", self._timeout) from e
+                raise StoreUnavailable(f"no database connection free in time ({e})", RETRY_AFTER_QUEUE) from e
             if is_transient(e):
                 raise StoreUnavailable(f"no database connection ({e})", self._timeout, unreachable=True) from e
             raise
 
 
 def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> AsyncEngine:
-    """An async engine whose waits are bounded by `busy_timeout` seconds (a lock held by another
-    process or replica, a connection). For SQLite the file's directory is created, WAL is on,
+    """An async engine whose waits for a lock held by another process or replica, and for a
+    PostgreSQL connection, are bounded by `busy_timeout` seconds; on SQLite a wait for the one
+    connection behind our own work by `SQLITE_QUEUE_WAIT`. For SQLite the file's directory is created, WAL is on,
     and every call runs in the connection's thread (see `sqlite`)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":

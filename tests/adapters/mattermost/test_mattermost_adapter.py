@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import logging
 from collections.abc import AsyncIterator
 
@@ -427,3 +428,20 @@ async def test_a_stream_the_server_cannot_resume_is_caught_up_over_rest(
     await wait_until(lambda: "after a drop the server resumed" in core.texts())
     assert world.fake.websocket_resumes == 1
     assert core.texts().count("said while the server restarted") == before
+
+
+async def test_a_catch_up_still_owed_at_stop_is_owed_by_the_next_start(world: World, core: RecordingDispatcher) -> None:
+    """The daemon was down, and the catch-up at its start fails (the server keeps refusing the channel
+    list) while live posts go on: where it stopped reading stays where the catch-up must start, so
+    the posts of the outage are not skipped by the next start."""
+    earlier = str(int(time.time() * 1000) - 600_000)  # ten minutes ago, as the last process left it
+    core.state[("mm", "seen_at_ms")] = core.state[("mm", "reading_since_ms")] = earlier
+    world.fake.rate_limit("GET", r"/users/[^/]+/teams/[^/]+/channels$", times=1000)
+    a = make_adapter(world.url)
+    await a.start(core)
+    try:
+        await wait_until(lambda: a.health().connected)
+        await _sentinel(world, core)  # live posts are handled meanwhile
+    finally:
+        await a.stop()
+    assert core.state[("mm", "seen_at_ms")] == earlier
