@@ -32,6 +32,16 @@ def slow_model() -> FunctionModel:
     return FunctionModel(stream_function=stream)
 
 
+def brief_model(words: int = 8) -> FunctionModel:
+    """`words` words, one every 0.2 s: a reply that shows its Stop control, then finishes."""
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        for i in range(words):
+            yield f"word{i} "
+            await asyncio.sleep(0.2)
+
+    return FunctionModel(stream_function=stream)
+
+
 def slow_config(path: Path, **kw: Any) -> Path:
     register_model(SLOW, slow_model)
     return write_config(path, agents={"assistant": {"name": "Slow", "model": SLOW}}, **kw)

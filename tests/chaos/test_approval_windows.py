@@ -151,17 +151,23 @@ async def test_a_card_whose_post_failed_is_posted_by_the_sweep(tmp_path: Path) -
     assert "could not post approval card" in w.daemon.log()
 
 
+async def _asked_for_deploy(w: World) -> tuple[Any, Any, str]:
+    """A Slack thread asking for the gated deploy: its message, its card, the card's Approve value."""
+    msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> deploy api")
+    for event in events:
+        await w.slack.send_event(event)
+    assert await _until(lambda: _async(_card(w, msg.ts)), 30)
+    card = _card(w, msg.ts)
+    approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
+                   if str(e.get("value", "")).startswith("approve:"))
+    return msg, card, approve
+
+
 async def test_an_answer_posted_below_a_card_just_before_sigkill_is_continued_not_posted_again(tmp_path: Path) -> None:
     """The approved run posts its answer below the card, the process dies before it records that
     post: the run, resumed again after the restart, finishes that post instead of a second answer."""
     async with world(tmp_path / "config", "sqlite", gated=True, model_delay=0.2) as w:
-        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> deploy api")
-        for event in events:
-            await w.slack.send_event(event)
-        assert await _until(lambda: _async(_card(w, msg.ts)), 30)
-        card = _card(w, msg.ts)
-        approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
-                       if str(e.get("value", "")).startswith("approve:"))
+        msg, card, approve = await _asked_for_deploy(w)
         w.slack.post_answer_delay = 30.0  # the answer's post lands; its answer never reaches the process
         await w.slack.click(PERSON, card, approve)
         assert await _until(lambda: _async(bool(_answers(w, msg.ts))), 30)
@@ -178,13 +184,7 @@ async def test_an_answer_recorded_below_a_card_before_sigkill_is_continued_not_p
     streams: the run, resumed again, edits that post to the end instead of posting a second answer
     below it. (Found by bench/chaos.py on SQLite: 1 approval in about 40 answered twice.)"""
     async with world(tmp_path / "config", "sqlite", gated=True, model_delay=1.0) as w:
-        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> deploy api")
-        for event in events:
-            await w.slack.send_event(event)
-        assert await _until(lambda: _async(_card(w, msg.ts)), 30)
-        card = _card(w, msg.ts)
-        approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
-                       if str(e.get("value", "")).startswith("approve:"))
+        msg, card, approve = await _asked_for_deploy(w)
         await w.slack.click(PERSON, card, approve)
 
         async def draft_recorded() -> bool:  # the answer's first draft is in the thread and in its delivery row

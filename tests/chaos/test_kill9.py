@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from adapters.slack.stop import STOP_BLOCK
 from tests.fakes.slack import FakeSlack
 
-from .harness import ANSWER, CHANNEL, PERSON, Tally, thread_answers, kill_and_restart, stream_under_kills, world
+from .harness import ANSWER, CHANNEL, PERSON, Tally, World, kill_and_restart, stream_under_kills, thread_answers, world
 
 
 @pytest.mark.parametrize("store", ["sqlite", "postgresql"])
@@ -31,17 +32,24 @@ async def test_sigkill_under_load_loses_and_doubles_nothing(tmp_path: Path, stor
     assert "Traceback" not in log, log[-6000:]
 
 
+
+async def _draft_posted_then_killed(w: World) -> Any:
+    """A mention whose first draft lands in the thread, its answer never reaching the process,
+    which is then killed and restarted; returns the person's message."""
+    w.slack.post_answer_delay = 30.0
+    msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> hello")
+    for event in events:
+        await w.slack.send_event(event)
+    await w.slack.wait_for(lambda: thread_answers(w.slack, msg.ts), timeout=30)
+    w.slack.post_answer_delay = 0.0
+    await kill_and_restart(w)
+    return msg
+
 async def test_a_post_made_just_before_sigkill_is_continued_not_posted_again(tmp_path: Path) -> None:
     """The first draft is in the thread, the process dies before it records it: the run, run
     again after the restart, finishes that post instead of leaving it half-written beside a new one."""
     async with world(tmp_path / "config", "sqlite", model_delay=0.2) as w:
-        w.slack.post_answer_delay = 30.0  # the post lands; its answer never reaches the process
-        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> hello")
-        for event in events:
-            await w.slack.send_event(event)
-        await w.slack.wait_for(lambda: thread_answers(w.slack, msg.ts), timeout=30)
-        w.slack.post_answer_delay = 0.0
-        await kill_and_restart(w)
+        msg = await _draft_posted_then_killed(w)
         await w.slack.wait_for(lambda: ANSWER in [t.strip() for t in thread_answers(w.slack, msg.ts)], timeout=30)
         await asyncio.sleep(1.0)  # anything more would show by now
         assert [t.strip() for t in thread_answers(w.slack, msg.ts)] == [ANSWER]
@@ -59,13 +67,7 @@ async def test_a_continued_post_killed_again_leaves_no_stop_message_behind(tmp_p
     the button as a message of its own, as beside a native stream, which the next process never
     knew of: a "Stop" left in the thread for good, found by bench/chaos.py on PostgreSQL.)"""
     async with world(tmp_path / "config", "sqlite", model_delay=1.0) as w:
-        w.slack.post_answer_delay = 30.0  # the first draft lands; its answer never reaches the process
-        msg, events = w.slack.user_posts(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> hello")
-        for event in events:
-            await w.slack.send_event(event)
-        await w.slack.wait_for(lambda: thread_answers(w.slack, msg.ts), timeout=30)
-        w.slack.post_answer_delay = 0.0
-        await kill_and_restart(w)
+        msg = await _draft_posted_then_killed(w)
         # The run, again, streams into that post; once its Stop button shows, the process dies again.
         await w.slack.wait_for(lambda: _stop_buttons(w.slack, msg.ts), timeout=30)
         await kill_and_restart(w)

@@ -4,19 +4,15 @@ a second, and the action is gone from the stopped reply."""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
-from tests.test_stop import SLOW, slow_model
+from tests.test_stop import SLOW, brief_model, slow_model
 
 from .conftest import BOT_TOKEN, World
 from tests.conftest import free_port
@@ -24,16 +20,25 @@ from tests.conftest import free_port
 from .test_mattermost_e2e import _bot_posts, _connected
 
 
-async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+BRIEF = "mattermost-stop-brief"
+
+
+def _config(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch, model: str) -> Path:
+    """A Mattermost binding with a public URL (so replies carry a Stop action) on `model`."""
     monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
     register_model(SLOW, slow_model)
+    register_model(BRIEF, brief_model)
     port = free_port()
-    config = write_config(
-        tmp_path / "config", agents={"assistant": {"name": "Slow", "model": SLOW}},
+    return write_config(
+        tmp_path / "config", agents={"assistant": {"name": "Stoppable", "model": model}},
         bindings={"mm": {"platform": "mattermost", "agent": "assistant",
                          "mattermost": {"url": world.url, "token": "env:MM_E2E_TOKEN"}}},
         gateway={"http": {"listen": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}"}},
     )
+
+
+async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(tmp_path, world, monkeypatch, SLOW)
     async with running_gateway(config) as gw:
         await _connected(gw)
         root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot write a long essay")
@@ -61,31 +66,12 @@ async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, 
         assert post["message"].startswith("word0 ") and "Stopped by alice" in post["message"]
 
 
-BRIEF = "mattermost-stop-brief"
-
-
-def brief_model() -> FunctionModel:
-    """Eight words over about 1.6 s: a reply that shows its Stop action, then finishes."""
-    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-        for i in range(8):
-            yield f"word{i} "
-            await asyncio.sleep(0.2)
-
-    return FunctionModel(stream_function=stream)
 
 
 async def test_a_reply_that_finishes_loses_its_stop_action_with_its_final_patch(
     tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
-    register_model(BRIEF, brief_model)
-    port = free_port()
-    config = write_config(
-        tmp_path / "config", agents={"assistant": {"name": "Brief", "model": BRIEF}},
-        bindings={"mm": {"platform": "mattermost", "agent": "assistant",
-                         "mattermost": {"url": world.url, "token": "env:MM_E2E_TOKEN"}}},
-        gateway={"http": {"listen": f"127.0.0.1:{port}", "public_url": f"http://127.0.0.1:{port}"}},
-    )
+    config = _config(tmp_path, world, monkeypatch, BRIEF)
     async with running_gateway(config) as gw:
         await _connected(gw)
         root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot say a few words")

@@ -7,7 +7,6 @@ requester (or a decider) may press it; anyone else is told so privately and noth
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
-from tests.test_stop import SLOW, slow_model
+from tests.test_stop import SLOW, brief_model, slow_model
 
 from .conftest import eventually
 
@@ -27,19 +26,9 @@ BRIEF = "stop-button-brief"
 STOP = "Stop"
 
 
-def brief_model() -> FunctionModel:
-    """Twelve words over about 2.4 s: a reply that is posted, edited at least once, and finishes."""
-    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-        for i in range(12):
-            yield f"word{i} "
-            await asyncio.sleep(0.2)
-
-    return FunctionModel(stream_function=stream)
-
-
 def _config(tmp_path: Path, fake: FakeSlack, model: str) -> Path:
     register_model(SLOW, slow_model)
-    register_model(BRIEF, brief_model)
+    register_model(BRIEF, lambda: brief_model(12))  # posted, edited at least once, and finished
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
              "api_url": fake.api_url}
     return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},

@@ -6,35 +6,21 @@ decider) may press it: anyone else gets an alert from answerCallbackQuery and no
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
-from tests.test_stop import SLOW, slow_model
+from tests.test_stop import SLOW, brief_model, slow_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
 
 from .team import ADA, BOB, GROUP_ID, fake  # noqa: F401  (fake: the fixture)
 BRIEF = "telegram-stop-brief"
-
-
-def brief_model() -> FunctionModel:
-    """Eight words over about 1.6 s: a reply that is posted and finishes."""
-    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-        for i in range(8):
-            yield f"word{i} "
-            await asyncio.sleep(0.2)
-
-    return FunctionModel(stream_function=stream)
 
 
 def _config(tmp_path: Path, fake: FakeTelegram, model: str) -> Path:
