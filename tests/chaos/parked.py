@@ -55,6 +55,12 @@ def _card(w: World, thread: str) -> Any:
                  if m.thread_ts == thread and m.blocks and "deploy" in json.dumps(m.blocks)), None)
 
 
+def approve_value(card: Any) -> str | None:
+    """The Approve button's value on a Slack card, while it still has one."""
+    return next((e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
+                 if str(e.get("value", "")).startswith("approve:")), None)
+
+
 def _cards(w: World, thread: str) -> int:
     return sum(1 for m in w.slack.bot_messages(CHANNEL)
                if m.thread_ts == thread and m.blocks and "deploy" in json.dumps(m.blocks))
@@ -100,8 +106,7 @@ async def slack_gated(w: World, tally: Tally, parked: Parked, going: Callable[[]
 
         async def click(thread: str = msg.ts) -> None:
             card = _card(w, thread)
-            approve = next((e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
-                            if str(e.get("value", "")).startswith("approve:")), None)
+            approve = approve_value(card)
             if approve is not None:  # none left: the card shows the decision already
                 try:
                     await w.slack.click(PERSON, card, approve)

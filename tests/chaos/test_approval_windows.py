@@ -19,7 +19,7 @@ import pytest
 from capabilities.approval_gate import ALREADY_STARTED
 
 from .harness import ANSWER, CHANNEL, PERSON, World, _request, _until, kill_and_restart, world
-from .parked import _answers, _async, _card, _cards, database_after_drain, tool_runs
+from .parked import _answers, _async, _card, _cards, approve_value, database_after_drain, tool_runs
 
 
 async def _web_page(api: str, conv: str) -> dict[str, Any]:
@@ -123,8 +123,7 @@ async def test_a_card_posted_just_before_sigkill_is_not_posted_again(tmp_path: P
         await asyncio.sleep(1.0)  # a second card would be posted by now (the start-up sweep)
         assert _cards(w, msg.ts) == 1
         card = _card(w, msg.ts)
-        approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
-                       if e["value"].startswith("approve:"))
+        approve = approve_value(card)
         await w.slack.click(PERSON, card, approve)
         await w.slack.wait_for(lambda: _answers(w, msg.ts), timeout=30)
         await asyncio.sleep(1.0)
@@ -143,8 +142,7 @@ async def test_a_card_whose_post_failed_is_posted_by_the_sweep(tmp_path: Path) -
         await w.slack.wait_for(lambda: _card(w, msg.ts), timeout=40)
         assert _cards(w, msg.ts) == 1
         card = _card(w, msg.ts)
-        approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
-                       if e["value"].startswith("approve:"))
+        approve = approve_value(card)
         await w.slack.click(PERSON, card, approve)
         await w.slack.wait_for(lambda: _answers(w, msg.ts), timeout=30)
         assert (_answers(w, msg.ts), tool_runs(w)) == ([ANSWER], {"db": 1})
@@ -158,8 +156,8 @@ async def _asked_for_deploy(w: World) -> tuple[Any, Any, str]:
         await w.slack.send_event(event)
     assert await _until(lambda: _async(_card(w, msg.ts)), 30)
     card = _card(w, msg.ts)
-    approve = next(e["value"] for b in card.blocks if b["type"] == "actions" for e in b["elements"]
-                   if str(e.get("value", "")).startswith("approve:"))
+    approve = approve_value(card)
+    assert approve is not None
     return msg, card, approve
 
 
