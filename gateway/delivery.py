@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from .budget import OverBudget, impatient
@@ -93,6 +93,12 @@ class ReplyStream:
         self._blocked_until = float("-inf")
         self._row: asyncio.Task[None] | None = None  # a draft's first delivery row, being written
         self._final_rows: list[FinalRow] | None = None  # during `finish(rows=...)`: final rows the caller writes
+        self._hold_until = clock.monotonic() + adapter.limits.first_draft_after
+        self._due: asyncio.TimerHandle | None = None  # a draft waiting for its time
+        self._drafting: asyncio.Task[None] | None = None  # a draft its timer started, being shown
+        self._settled = False  # the final is under way: no more drafts
+        # Called once the reply's first message is posted as a draft (where the runner puts Stop).
+        self.on_first_post: Callable[[], Awaitable[None]] | None = None
 
     async def _load(self) -> None:
         if not self._loaded:
@@ -123,21 +129,78 @@ class ReplyStream:
         return rendered
 
     async def append(self, delta: str) -> None:
-        """Add streamed text; flush if the pacing interval has passed."""
+        """Add streamed text; it is shown as a draft now if its time has come, else when it does."""
         if not delta:
             return
         self.text += delta
-        now = self.clock.monotonic()
-        if not self.adapter.limits.supports_edit:
+        if self._settled or not self._drafts():
             return
-        if now - self._last_flush >= self.adapter.limits.min_edit_interval and now >= self._blocked_until:
-            await self._flush(final=False)
+        now = self.clock.monotonic()
+        due = self._draft_due()
+        if now >= due and self._drafting is None:
+            self._cancel_due()
+            await self._draft()
+        elif self._due is None:
+            # Text that came before its time is shown when the time comes, not only when the model
+            # says more: a model that pauses (a tool call, a slow step) does not hide what it said.
+            self._due = asyncio.get_running_loop().call_later(max(due - now, 0.0), self._draft_in_time)
+
+    def _drafts(self) -> bool:
+        """Whether this stream shows drafts at all (a platform that cannot edit gets the final only)."""
+        return self.adapter.limits.supports_edit
+
+    def _draft_due(self) -> float:
+        """When the next draft may go: after the hold, the edit interval, and a budget's wait."""
+        return max(self._hold_until, self._last_flush + self.adapter.limits.min_edit_interval, self._blocked_until)
+
+    def _draft_in_time(self) -> None:
+        self._due = None
+        # A test's manual clock may not have moved: the next piece of text tries again.
+        if self._settled or self._drafting is not None or self.clock.monotonic() < self._draft_due():
+            return
+        self._drafting = asyncio.create_task(self._draft(), name=f"draft:{self.run_id}")
+        self._drafting.add_done_callback(self._drafted)
+
+    def _drafted(self, task: asyncio.Task[None]) -> None:
+        self._drafting = None
+        if not task.cancelled() and task.exception() is not None:  # the final still carries the text
+            log.warning("a reply's draft was not shown: %s", task.exception())
+
+    async def _draft(self) -> None:
+        posted = self.posted
+        await self._show_draft()
+        if not posted and self.posted and self.on_first_post is not None:
+            await self.on_first_post()
+
+    async def _show_draft(self) -> None:
+        await self._flush(final=False)
+
+    def _cancel_due(self) -> None:
+        if self._due is not None:
+            self._due.cancel()
+            self._due = None
+
+    async def settle(self) -> None:
+        """No more drafts: a draft being shown is let finish (its post is recorded), none starts."""
+        self._settled = True
+        self._cancel_due()
+        if self._drafting is not None:
+            with contextlib.suppress(Exception):  # logged by `_drafted`; the final carries the text
+                await asyncio.shield(self._drafting)
+
+    def close(self) -> None:
+        """The run is over however it ended: nothing of this stream may go out later."""
+        self._settled = True
+        self._cancel_due()
+        if self._drafting is not None:
+            self._drafting.cancel()
 
     async def finish(self, text: str | None = None, *, rows: list[FinalRow] | None = None) -> None:
         """Show the final text (this is an edit of the draft, never a second post).
 
         `rows`: the final delivery rows are added to it, not written, for the caller to write
         with the run's end in one transaction (`Store.end_run`); rows still go in order."""
+        await self.settle()
         if text is not None:
             self.text = text
         if not self.text.strip():
@@ -153,8 +216,8 @@ class ReplyStream:
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
 
     async def _flush(self, *, final: bool) -> None:
-        await self._load()
         self._last_flush = self.clock.monotonic()
+        await self._load()
         pieces = self._render_pieces(self.text)
         for seq, piece in enumerate(pieces):
             is_last = seq == len(pieces) - 1

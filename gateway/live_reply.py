@@ -33,15 +33,13 @@ class NativeReplyStream(ReplyStream):
         self._message_id: str | None = None
         self._started = False
 
-    async def append(self, delta: str) -> None:
+    def _drafts(self) -> bool:
+        return self._live is not None or super()._drafts()
+
+    async def _show_draft(self) -> None:
         if self._live is None:
-            await super().append(delta)
-            return
-        if not delta:
-            return
-        self.text += delta
-        now = self.clock.monotonic()
-        if now - self._last_flush >= self.adapter.limits.min_edit_interval and now >= self._blocked_until:
+            await super()._show_draft()
+        else:
             await self._stream()
 
     async def _stream(self) -> None:
@@ -79,6 +77,7 @@ class NativeReplyStream(ReplyStream):
             log.debug("a streamed draft was not sent: %s", e)
 
     async def finish(self, text: str | None = None, *, rows: list[FinalRow] | None = None) -> None:
+        await self.settle()
         if text is not None:
             self.text = text
         if self._live is not None and self._started and self.text.strip():

@@ -316,6 +316,14 @@ class Runner:
         status = repo.RUNNING
         tools_done: list[str] = []
         control = False  # the Stop control is on the reply
+
+        async def put_stop_control() -> None:  # once the reply's first draft is posted, whenever that is
+            nonlocal control
+            if not control:
+                control = await set_stop_control(stream.adapter, turn.target, stream.first_message_id,
+                                                 turn.run_id, True)
+
+        stream.on_first_post = put_stop_control
         try:
             await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
@@ -348,9 +356,9 @@ class Runner:
                         tools_done.append(event.part.tool_name)
                     elif isinstance(event, AgentRunResultEvent):
                         result = event.result
-                    if not control and stream.posted:
-                        control = await set_stop_control(stream.adapter, turn.target, stream.first_message_id,
-                                                         turn.run_id, True)
+                    if not control and stream.posted:  # a budget with no room for it then: again now
+                        await put_stop_control()
+            await stream.settle()  # a draft being shown lands before anything looks at what is posted
             assert result is not None
             u = result.usage
             usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
@@ -401,6 +409,7 @@ class Runner:
             await gw.store.end_run(turn.run_id, outcome.status, reason=outcome.reason, usage=usage, reply=shown)
             gw.metrics.run_ended(turn, outcome.status)
         finally:
+            stream.close()
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await typing

@@ -43,6 +43,14 @@ def target_for(message: InboundMessage) -> ReplyTarget:
                        reply_thread(message), message.chat_kind)
 
 
+# A chat platform's hold before a reply's first draft. An answer ready within a second (a short
+# one from a fast model) lands as one message: a person sees it once, with no "edited" mark
+# (Mattermost) and no Stop control flickering on and off, and it costs one call of the platform's
+# budget instead of three or four (a Telegram group allows 20 a minute). The typing indicator is
+# out meanwhile, and a slow model's first token usually comes later than this anyway.
+CHAT_FIRST_DRAFT_AFTER = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class PlatformLimits:
     """How the core paces and splits replies for one platform."""
@@ -51,6 +59,9 @@ class PlatformLimits:
     min_edit_interval: float = 1.0  # seconds between edits of one message
     supports_edit: bool = True
     typing_lasts: float = 5.0  # seconds the platform shows a typing indicator unless it is sent again
+    # Seconds from a run's start before its first draft is shown (the typing indicator shows meanwhile):
+    # an answer complete by then is posted once, as final; no draft, no edit, no Stop control on and off.
+    first_draft_after: float = 0.0
 
 
 class Decision(StrEnum):

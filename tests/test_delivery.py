@@ -22,8 +22,8 @@ class RecordingChat:
 
     platform = "fake"
 
-    def __init__(self, limit: int = 100, interval: float = 1.0) -> None:
-        self.limits = PlatformLimits(max_message_chars=limit, min_edit_interval=interval)
+    def __init__(self, limit: int = 100, interval: float = 1.0, hold: float = 0.0) -> None:
+        self.limits = PlatformLimits(max_message_chars=limit, min_edit_interval=interval, first_draft_after=hold)
         self.messages: dict[str, list[str]] = {}  # id -> every version shown
         self.rate_limit_next: list[float] = []
 
@@ -135,6 +135,72 @@ async def test_a_restarted_run_edits_what_it_already_posted(store: Store) -> Non
     assert list(chat.messages) == ["m1"] and chat.final() == ["the whole answer"]
 
 
+
+async def test_an_answer_complete_within_the_hold_is_posted_once_as_final(store: Store) -> None:
+    """A chat platform holds a reply's first draft for a moment: a quick answer is one post, no edits."""
+    chat, clock = RecordingChat(hold=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run5", clock)  # type: ignore[arg-type]
+    posted: list[str | None] = []
+
+    async def stop_control() -> None:
+        posted.append(stream.first_message_id)
+
+    stream.on_first_post = stop_control
+    for word in ["Quick ", "answer", "."]:
+        await stream.append(word)
+        clock.advance(0.3)
+    assert chat.messages == {}, "a draft went out within the hold"
+    await stream.finish()
+    assert chat.messages == {"m1": ["Quick answer."]}, "posted once, never edited"
+    assert posted == [], "no Stop control for an answer that was final when first shown"
+    [row] = await store.deliveries("run5")
+    assert row.final and row.text == "Quick answer."
+
+
+async def test_held_text_is_shown_when_its_time_comes_though_the_model_says_nothing_more(store: Store) -> None:
+    """Text that came before its time is not kept back until the model's next piece (a tool call
+    or a slow step can take minutes): it is shown as a draft when the hold or interval ends, and
+    the Stop control goes on then."""
+    import asyncio
+
+    from gateway.clock import Clock
+
+    chat = RecordingChat(hold=0.05, interval=0.05)
+    stream = ReplyStream(chat, TARGET, store, "run6", Clock())  # type: ignore[arg-type]
+    posted: list[str | None] = []
+
+    async def stop_control() -> None:
+        posted.append(stream.first_message_id)
+
+    stream.on_first_post = stop_control
+    await stream.append("Let me look that up…")
+    assert chat.messages == {}
+    for _ in range(200):
+        if posted:
+            break
+        await asyncio.sleep(0.01)
+    assert chat.messages == {"m1": ["Let me look that up…"]} and posted == ["m1"]
+    await stream.append(" Found it.")  # within the interval of that draft: waits for its time again
+    for _ in range(200):
+        if chat.messages["m1"][-1].endswith("Found it."):
+            break
+        await asyncio.sleep(0.01)
+    assert chat.messages["m1"] == ["Let me look that up…", "Let me look that up… Found it."]
+    await stream.finish()
+    assert list(chat.messages) == ["m1"] and posted == ["m1"]
+
+
+async def test_a_draft_waiting_for_its_time_never_goes_out_after_the_run_ended(store: Store) -> None:
+    import asyncio
+
+    from gateway.clock import Clock
+
+    chat = RecordingChat(hold=0.05, interval=0.05)
+    stream = ReplyStream(chat, TARGET, store, "run7", Clock())  # type: ignore[arg-type]
+    await stream.append("half a thought")
+    stream.close()  # the run was cancelled (a stop, a shutdown) before the draft's time came
+    await asyncio.sleep(0.2)
+    assert chat.messages == {}
 
 
 async def test_the_final_edit_does_not_wait_for_the_drafts_row(store: Store) -> None:

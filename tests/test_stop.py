@@ -32,8 +32,22 @@ def slow_model() -> FunctionModel:
     return FunctionModel(stream_function=stream)
 
 
-def brief_model(words: int = 8) -> FunctionModel:
-    """`words` words, one every 0.2 s: a reply that shows its Stop control, then finishes."""
+BRIEF_WORDS = 14
+QUICK = "stop-quick"
+
+
+def quick_model() -> FunctionModel:
+    """Answers at once, in two pieces: done well within a chat platform's first-draft hold."""
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        yield "Quick "
+        yield "answer."
+
+    return FunctionModel(stream_function=stream)
+
+
+def brief_model(words: int = BRIEF_WORDS) -> FunctionModel:
+    """`words` words, one every 0.2 s: a reply that shows its Stop control, then finishes (long enough
+    for the first draft's hold, a second, and a Telegram group's next free moment after that draft)."""
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         for i in range(words):
             yield f"word{i} "

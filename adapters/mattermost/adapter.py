@@ -31,6 +31,7 @@ from gateway.surface import (
     ApprovalCard,
     ChannelDirectory,
     PlatformError,
+    CHAT_FIRST_DRAFT_AFTER,
     PlatformLimits,
     ReplyTarget,
 )
@@ -66,7 +67,8 @@ _THREAD_CACHE_SIZE = 10_000
 
 class MattermostAdapter(BaseAdapter):
     platform = "mattermost"
-    limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True)
+    limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True,
+                            first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.mattermost is None:

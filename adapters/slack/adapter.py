@@ -46,6 +46,7 @@ from gateway.store.availability import StoreUnavailable
 from gateway.surface import (
     ApprovalCard,
     PlatformError,
+    CHAT_FIRST_DRAFT_AFTER,
     PlatformLimits,
     RateLimited,
     ReplyTarget,
@@ -68,7 +69,8 @@ THINKING_STATUS = "is thinking…"
 # and leaves room for the mrkdwn escapes `render` adds.
 REMEMBERED_POSTS = 256  # recent replies' texts, for putting a Stop button on one (chat.update needs the text)
 # An assistant thread's status lasts two minutes unless a message is sent (assistant.threads.setStatus).
-SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True, typing_lasts=120.0)
+SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True, typing_lasts=120.0,
+                              first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
 
 class SlackAdapter(BaseAdapter):

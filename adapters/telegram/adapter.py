@@ -43,6 +43,7 @@ from gateway.surface import (
     ApprovalCard,
     AttachmentTooLarge,
     PlatformError,
+    CHAT_FIRST_DRAFT_AFTER,
     PlatformLimits,
     ReplyTarget,
 )
@@ -76,7 +77,8 @@ class TelegramAdapter(BaseAdapter):
     """One bot token, one binding."""
 
     platform = "telegram"
-    limits = PlatformLimits(max_message_chars=4096, min_edit_interval=1.0, supports_edit=True)
+    limits = PlatformLimits(max_message_chars=4096, min_edit_interval=1.0, supports_edit=True,
+                            first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.telegram is None:

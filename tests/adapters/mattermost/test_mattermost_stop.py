@@ -12,7 +12,7 @@ import pytest
 from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
-from tests.test_stop import SLOW, brief_model, slow_model
+from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, quick_model, slow_model
 
 from .conftest import BOT_TOKEN, World
 from tests.conftest import free_port
@@ -28,6 +28,7 @@ def _config(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch, model
     monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
     register_model(SLOW, slow_model)
     register_model(BRIEF, brief_model)
+    register_model(QUICK, quick_model)
     port = free_port()
     return write_config(
         tmp_path / "config", agents={"assistant": {"name": "Stoppable", "model": model}},
@@ -83,7 +84,26 @@ async def test_a_reply_that_finishes_loses_its_stop_action_with_its_final_patch(
 
         await wait_for(finished, what="the run to finish")
         post = world.fake.posts[reply["id"]]
-        assert not world.fake.buttons(reply["id"]) and post["message"].strip().endswith("word7")
+        assert not world.fake.buttons(reply["id"]) and post["message"].strip().endswith(f"word{BRIEF_WORDS - 1}")
         patches = [body for _, _, body in world.fake.calls("PUT", rf"/posts/{reply['id']}/patch")]
         assert patches[-1].get("props") == {} and "message" in patches[-1]  # the final text took the action away
         assert not [b for b in patches if "message" not in b and b.get("props") == {}]  # no removal on its own
+
+
+async def test_a_quick_answer_is_one_post_never_patched_so_never_marked_edited(
+    tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path, world, monkeypatch, QUICK)
+    async with running_gateway(config) as gw:
+        await _connected(gw)
+        adapter = gw.adapters["mm"]
+        adapter.limits = type(adapter).limits  # type: ignore[misc]  # the platform's own, with its first-draft hold
+        root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot quick one")
+
+        async def finished() -> bool:
+            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
+
+        await wait_for(finished, what="the run to finish")
+        (reply,) = _bot_posts(world, world.town, root["id"])
+        assert reply["message"] == "Quick answer." and not world.fake.buttons(reply["id"])
+        assert world.fake.calls("PUT", r"/posts/.*/patch") == [], "the reply was edited (Mattermost marks it Edited)"

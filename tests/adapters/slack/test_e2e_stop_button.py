@@ -18,7 +18,7 @@ from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
-from tests.test_stop import SLOW, brief_model, slow_model
+from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, quick_model, slow_model
 
 from .conftest import eventually
 
@@ -28,7 +28,8 @@ STOP = "Stop"
 
 def _config(tmp_path: Path, fake: FakeSlack, model: str) -> Path:
     register_model(SLOW, slow_model)
-    register_model(BRIEF, lambda: brief_model(12))  # posted, edited at least once, and finished
+    register_model(BRIEF, brief_model)  # posted, edited at least once, and finished
+    register_model(QUICK, quick_model)
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
              "api_url": fake.api_url}
     return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
@@ -103,8 +104,24 @@ async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake_slack
 
         await wait_for(finished, what="the run to finish")
         await fake_slack.wait_for(lambda: reply.blocks is None)
-        assert reply.text.strip().endswith("word11")
+        assert reply.text.strip().endswith(f"word{BRIEF_WORDS - 1}")
         assert reply.block_edits[-1] is None and all(stop_in(b) == f"stop:{run.id}" for b in reply.block_edits[:-1])
+
+
+async def test_a_quick_answer_is_posted_once_never_edited_and_gets_no_button(tmp_path: Path,
+                                                                           fake_slack: FakeSlack) -> None:
+    async with running_gateway(_config(tmp_path, fake_slack, QUICK)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> quick one")
+
+        async def finished() -> bool:
+            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
+
+        await wait_for(finished, what="the run to finish")
+        (reply,) = fake_slack.bot_messages("C0GEN")
+        assert reply.text == "Quick answer." and reply.blocks is None
+        assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == ["Quick answer."]
+        assert fake_slack.calls_to("chat.update") == [], "a draft was shown and edited, or a Stop button put on"
 
 
 async def test_a_natively_streamed_reply_gets_the_button_beside_it(tmp_path: Path, fake_slack: FakeSlack) -> None:

@@ -15,7 +15,7 @@ from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
-from tests.test_stop import SLOW, brief_model, slow_model
+from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, quick_model, slow_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
 
@@ -26,6 +26,7 @@ BRIEF = "telegram-stop-brief"
 def _config(tmp_path: Path, fake: FakeTelegram, model: str) -> Path:
     register_model(SLOW, slow_model)
     register_model(BRIEF, brief_model)
+    register_model(QUICK, quick_model)
     telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
     return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
                         bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram}})
@@ -94,9 +95,26 @@ async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake: Fake
 
         await wait_for(finished, what="the run to finish")
         await fake.wait_for(lambda: reply.reply_markup is None, what="the button taken away")
-        assert reply.text.strip().endswith("word7")
+        assert reply.text.strip().endswith(f"word{BRIEF_WORDS - 1}")
         # The final edit took it away itself: no second call against the group's 20 a minute.
         assert _edits_of(fake, reply)[-1].get("reply_markup") is None
         removals = [c for c in fake.calls_to("editMessageReplyMarkup")
                     if int(c.params["message_id"]) == reply.message_id and c.params.get("reply_markup") is None]
         assert removals == []
+
+
+async def test_a_quick_answer_is_one_message_never_edited_and_gets_no_button(tmp_path: Path, fake: FakeTelegram) -> None:
+    """In a group every call counts against its 20 a minute: a quick answer costs one."""
+    async with running_gateway(_config(tmp_path, fake, QUICK)) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        ask = f"@{fake.bot_username} quick one"
+        fake.push_message(GROUP_ID, ADA, ask, entities=fake.mention(ask))
+
+        async def finished() -> bool:
+            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
+
+        await wait_for(finished, what="the run to finish")
+        (reply,) = fake.sent(GROUP_ID)
+        assert reply.text == "Quick answer." and reply.reply_markup is None
+        assert len(fake.calls_to("sendMessage")) == 1
+        assert fake.calls_to("editMessageText") == [] and fake.calls_to("editMessageReplyMarkup") == []
