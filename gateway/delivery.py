@@ -97,6 +97,7 @@ class ReplyStream:
         self._due: asyncio.TimerHandle | None = None  # a draft waiting for its time
         self._drafting: asyncio.Task[None] | None = None  # a draft its timer started, being shown
         self._settled = False  # the final is under way: no more drafts
+        self._showing = False  # a draft is being shown (inline or by its timer): one at a time
         # Called once the reply's first message is posted as a draft (where the runner puts Stop).
         self.on_first_post: Callable[[], Awaitable[None]] | None = None
 
@@ -137,12 +138,13 @@ class ReplyStream:
             return
         now = self.clock.monotonic()
         due = self._draft_due()
-        if now >= due and self._drafting is None:
+        if now >= due and not self._showing:
             self._cancel_due()
             await self._draft()
-        elif self._due is None:
+        elif self._due is None and not self._showing:
             # Text that came before its time is shown when the time comes, not only when the model
             # says more: a model that pauses (a tool call, a slow step) does not hide what it said.
+            # (Text that comes during a draft is seen to when that draft is done.)
             self._due = asyncio.get_running_loop().call_later(max(due - now, 0.0), self._draft_in_time)
 
     def _drafts(self) -> bool:
@@ -156,7 +158,7 @@ class ReplyStream:
     def _draft_in_time(self) -> None:
         self._due = None
         # A test's manual clock may not have moved: the next piece of text tries again.
-        if self._settled or self._drafting is not None or self.clock.monotonic() < self._draft_due():
+        if self._settled or self._showing or self.clock.monotonic() < self._draft_due():
             return
         self._drafting = asyncio.create_task(self._draft(), name=f"draft:{self.run_id}")
         self._drafting.add_done_callback(self._drafted)
@@ -167,8 +169,14 @@ class ReplyStream:
             log.warning("a reply's draft was not shown: %s", task.exception())
 
     async def _draft(self) -> None:
-        posted = self.posted
-        await self._show_draft()
+        posted, drafted, self._showing = self.posted, self.text, True
+        try:
+            await self._show_draft()
+        finally:
+            self._showing = False
+        if self.text != drafted and not self._settled and self._due is None:  # more came meanwhile: its time
+            self._due = asyncio.get_running_loop().call_later(
+                max(self._draft_due() - self.clock.monotonic(), 0.0), self._draft_in_time)
         if not posted and self.posted and self.on_first_post is not None:
             await self.on_first_post()
 

@@ -49,7 +49,10 @@ class NativeReplyStream(ReplyStream):
             await self._leave_native()
             await self._flush(final=False)
             return
-        pending = self.text[len(self._sent):]
+        # What this draft sends: the model may go on while it is sent (a draft its timer started),
+        # and what it adds meanwhile is for the next draft or the final, not taken as sent.
+        text = self.text
+        pending = text[len(self._sent):]
         if not pending.strip():
             return
         try:
@@ -57,14 +60,14 @@ class NativeReplyStream(ReplyStream):
                 if not self._started:
                     self._message_id = await self._live.start(pending)
                     self._started = True
-                    self._posted = [_Posted(self._message_id, self.adapter.render(self.text))]  # the typing loop ends
+                    self._posted = [_Posted(self._message_id, self.adapter.render(text))]  # the typing loop ends
                     if self._message_id is not None:  # a message exists: a restart edits it rather than post again
                         await self.store.save_delivery(self.run_id, self._base, self._message_id,
                                                        self._posted[0].shown, False, new=True)
                         self._saved.add(0)
                 else:
                     await self._live.append(pending)
-            self._sent = self.text
+            self._sent = text
         except OverBudget as e:
             self._blocked_until = self.clock.monotonic() + min(e.retry_after, MAX_WAIT)
         except NativeUnavailable:

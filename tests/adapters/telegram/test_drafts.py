@@ -100,3 +100,22 @@ async def test_a_final_message_answered_429_is_posted_once_as_the_answer(fake: F
     await _stream_words(adapter, store)
     (answer,) = fake.sent(ADA["id"])
     assert answer.text == "".join(WORDS).strip()
+
+
+async def test_words_written_while_a_timed_draft_is_in_flight_all_reach_the_answer(
+        fake: FakeTelegram, adapter: TelegramAdapter, store: Store) -> None:
+    """A draft whose time came while the model paused goes out on its own, and the model may go on
+    meanwhile: what it adds during the draft's call is not in that draft, so it must still be sent
+    (it was once taken as sent, and the final message lost those words)."""
+    adapter.limits = dataclasses.replace(adapter.limits, first_draft_after=0.02, min_edit_interval=0.02)  # type: ignore[misc]
+    dm = target(ADA["id"], ChatKind.DM)
+    live = adapter.live(dm)
+    assert live is not None
+    stream = NativeReplyStream(live, adapter, dm, store, "run1", Clock(), fresh=True)
+    for word in WORDS:
+        await stream.append(word)
+        await asyncio.sleep(0.003)  # shorter than a draft's round trip: some words come during one
+    await stream.finish("".join(WORDS).strip())
+    assert fake.drafts, "no draft was shown by its timer"
+    (answer,) = fake.sent(ADA["id"])
+    assert answer.text == "".join(WORDS).strip()
