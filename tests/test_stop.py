@@ -45,6 +45,14 @@ def quick_model() -> FunctionModel:
     return FunctionModel(stream_function=stream)
 
 
+async def one_run_finished(gw: Any) -> None:
+    """Wait until the gateway's one run has finished (and none other has)."""
+    async def finished() -> bool:
+        return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
+
+    await wait_for(finished, what="the run to finish")
+
+
 def brief_model(words: int = BRIEF_WORDS) -> FunctionModel:
     """`words` words, one every 0.2 s: a reply that shows its Stop control, then finishes (long enough
     for the first draft's hold, a second, and a Telegram group's next free moment after that draft)."""

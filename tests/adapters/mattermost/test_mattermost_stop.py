@@ -12,7 +12,7 @@ import pytest
 from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
-from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, quick_model, slow_model
+from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, one_run_finished, quick_model, slow_model
 
 from .conftest import BOT_TOKEN, World
 from tests.conftest import free_port
@@ -79,10 +79,7 @@ async def test_a_reply_that_finishes_loses_its_stop_action_with_its_final_patch(
         (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.town, root["id"])
                                            if world.fake.buttons(p["id"])], what="the Stop action")
 
-        async def finished() -> bool:
-            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
-
-        await wait_for(finished, what="the run to finish")
+        await one_run_finished(gw)
         post = world.fake.posts[reply["id"]]
         assert not world.fake.buttons(reply["id"]) and post["message"].strip().endswith(f"word{BRIEF_WORDS - 1}")
         patches = [body for _, _, body in world.fake.calls("PUT", rf"/posts/{reply['id']}/patch")]
@@ -100,10 +97,7 @@ async def test_a_quick_answer_is_one_post_never_patched_so_never_marked_edited(
         adapter.limits = type(adapter).limits  # type: ignore[misc]  # the platform's own, with its first-draft hold
         root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot quick one")
 
-        async def finished() -> bool:
-            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
-
-        await wait_for(finished, what="the run to finish")
+        await one_run_finished(gw)
         (reply,) = _bot_posts(world, world.town, root["id"])
         assert reply["message"] == "Quick answer." and not world.fake.buttons(reply["id"])
         assert world.fake.calls("PUT", r"/posts/.*/patch") == [], "the reply was edited (Mattermost marks it Edited)"

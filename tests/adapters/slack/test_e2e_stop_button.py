@@ -18,7 +18,7 @@ from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
-from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, quick_model, slow_model
+from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, one_run_finished, quick_model, slow_model
 
 from .conftest import eventually
 
@@ -98,11 +98,7 @@ async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake_slack
         await fake_slack.wait_for(lambda: stop_value(reply))
         [run] = await gw.store.runs_in([repo.RUNNING])
 
-        async def finished() -> bool:
-            row = await gw.store.run(run.id)
-            return row is not None and row.status == repo.FINISHED
-
-        await wait_for(finished, what="the run to finish")
+        await one_run_finished(gw)
         await fake_slack.wait_for(lambda: reply.blocks is None)
         assert reply.text.strip().endswith(f"word{BRIEF_WORDS - 1}")
         assert reply.block_edits[-1] is None and all(stop_in(b) == f"stop:{run.id}" for b in reply.block_edits[:-1])
@@ -114,10 +110,7 @@ async def test_a_quick_answer_is_posted_once_never_edited_and_gets_no_button(tmp
         await eventually(lambda: gw.adapters["acme"].health().connected)
         await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> quick one")
 
-        async def finished() -> bool:
-            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
-
-        await wait_for(finished, what="the run to finish")
+        await one_run_finished(gw)
         (reply,) = fake_slack.bot_messages("C0GEN")
         assert reply.text == "Quick answer." and reply.blocks is None
         assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == ["Quick answer."]

@@ -15,7 +15,7 @@ from gateway.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
-from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, quick_model, slow_model
+from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, one_run_finished, quick_model, slow_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
 
@@ -89,11 +89,7 @@ async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake: Fake
         reply, run = await _ask(fake, gw, "say a few words")
         await fake.wait_for(lambda: stop_data(reply.reply_markup), what="the Stop button")
 
-        async def finished() -> bool:
-            row = await gw.store.run(run.id)
-            return row is not None and row.status == repo.FINISHED
-
-        await wait_for(finished, what="the run to finish")
+        await one_run_finished(gw)
         await fake.wait_for(lambda: reply.reply_markup is None, what="the button taken away")
         assert reply.text.strip().endswith(f"word{BRIEF_WORDS - 1}")
         # The final edit took it away itself: no second call against the group's 20 a minute.
@@ -110,10 +106,7 @@ async def test_a_quick_answer_is_one_message_never_edited_and_gets_no_button(tmp
         ask = f"@{fake.bot_username} quick one"
         fake.push_message(GROUP_ID, ADA, ask, entities=fake.mention(ask))
 
-        async def finished() -> bool:
-            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
-
-        await wait_for(finished, what="the run to finish")
+        await one_run_finished(gw)
         (reply,) = fake.sent(GROUP_ID)
         assert reply.text == "Quick answer." and reply.reply_markup is None
         assert len(fake.calls_to("sendMessage")) == 1
