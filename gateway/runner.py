@@ -316,12 +316,18 @@ class Runner:
         status = repo.RUNNING
         tools_done: list[str] = []
         control = False  # the Stop control is on the reply
+        putting = False  # it is being put on (by a draft its timer sent, or after an event)
 
         async def put_stop_control() -> None:  # once the reply's first draft is posted, whenever that is
-            nonlocal control
-            if not control:
+            nonlocal control, putting
+            if control or putting:
+                return
+            putting = True
+            try:
                 control = await set_stop_control(stream.adapter, turn.target, stream.first_message_id,
                                                  turn.run_id, True)
+            finally:
+                putting = False
 
         stream.on_first_post = put_stop_control
         try:
