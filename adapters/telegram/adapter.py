@@ -113,7 +113,7 @@ class TelegramAdapter(BaseAdapter):
             base_url=self._section.api_url,
             base_file_url=file_url(self._section.api_url),
             request=AiohttpRequest(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
-                                   connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
+                                   connect_timeout=10.0, read_timeout=20.0),
             get_updates_request=AiohttpRequest(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
                                                connect_timeout=10.0),
         )

@@ -38,15 +38,15 @@ class AiohttpRequest(BaseRequest):
     Timeouts as HTTPXRequest reads them: `connect_timeout` for the socket's connect,
     `read_timeout` between reads of the answer, `pool_timeout` for waiting for a free
     connection (aiohttp bounds that wait and the connect together, so its `connect` is their
-    sum). aiohttp has no write timeout: a request's body here is a few hundred bytes of form
-    (the adapter uploads no files), so `write_timeout` is accepted and not enforced.
+    sum). aiohttp has no write timeout: a request's body here is a few hundred bytes of form (the
+    adapter uploads no files), which the kernel takes at once; a `write_timeout` a call passes is
+    not enforced.
     """
 
     def __init__(self, *, connection_pool_size: int, read_timeout: float | None, connect_timeout: float | None,
-                 pool_timeout: float | None = 1.0, write_timeout: float | None = None) -> None:
+                 pool_timeout: float | None = 1.0) -> None:
         self._pool_size = connection_pool_size
         self._read, self._connect, self._pool = read_timeout, connect_timeout, pool_timeout
-        self._write = write_timeout  # kept for callers that read it back; see the class docstring
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[tuple[str, str | None, int | None], str | None] = {}  # by origin
 
