@@ -93,10 +93,12 @@ class AiohttpRequest(BaseRequest):
             async with session.request(method, target, data=body, headers=headers, proxy=self._proxy(target),
                                        timeout=timeout, allow_redirects=False) as response:
                 return response.status, await response.read()
+        # Not chained, and the URL taken out: it holds the bot's token, and aiohttp names it in some
+        # errors ("Connection timeout to host <url>"), where no log filter would see it in a traceback.
         except asyncio.TimeoutError as e:  # aiohttp's own timeouts are TimeoutErrors too
-            raise TimedOut from e
+            raise TimedOut(f"Timed out (aiohttp.{type(e).__name__})") from None
         except aiohttp.ClientError as e:
-            raise NetworkError(f"aiohttp.{type(e).__name__}: {e}") from e
+            raise NetworkError(f"aiohttp.{type(e).__name__}: {_without_url(str(e), url, target)}") from None
 
     def _proxy(self, url: URL) -> str | None:
         """The proxy the environment names for this origin, read once (as httpx read it at start)."""
@@ -118,6 +120,12 @@ class AiohttpRequest(BaseRequest):
             return json.loads(payload.decode("utf-8", "replace"))
         except ValueError:
             raise TelegramError("Invalid server response") from None
+
+
+def _without_url(text: str, url: str, target: URL) -> str:
+    """The text with the call's URL (the token is in its path) shown as its method alone."""
+    method = target.name or "?"
+    return text.replace(url, method).replace(str(target), method)
 
 
 def _body(request_data: RequestData | None) -> tuple[bytes | aiohttp.FormData | None, str | None]:

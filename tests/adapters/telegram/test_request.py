@@ -1,12 +1,13 @@
 """The adapter's HTTP transport for python-telegram-bot (`AiohttpRequest`): what HTTPXRequest did,
 kept. The everyday calls (forms, answers, errors, cut polls) run through it in every other test of
 this folder against the fake Bot API; here, what those do not reach: a file sent as multipart, a
-silent server, and the proxy the environment names.
+silent server, a full pool, and the proxy the environment names.
 """
 
 from __future__ import annotations
 
 import asyncio
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -21,9 +22,9 @@ TOKEN = "123:secret-token"
 ME = {"id": 123, "is_bot": True, "first_name": "Bot", "username": "direct_bot"}
 
 
-def transport(**timeouts: float) -> AiohttpRequest:
-    return AiohttpRequest(connection_pool_size=2, connect_timeout=timeouts.get("connect", 5.0),
-                          read_timeout=timeouts.get("read", 5.0), pool_timeout=1.0)
+def transport(connections: int = 2, **timeouts: float) -> AiohttpRequest:
+    return AiohttpRequest(connection_pool_size=connections, connect_timeout=timeouts.get("connect", 5.0),
+                          read_timeout=timeouts.get("read", 5.0), pool_timeout=timeouts.get("pool", 1.0))
 
 
 @pytest.fixture
@@ -93,6 +94,36 @@ async def test_a_server_that_never_answers_is_a_timeout(serve: Any) -> None:
     try:
         with pytest.raises(TimedOut):
             await bot.initialize()  # getMe
+    finally:
+        release.set()
+        await bot.shutdown()
+
+
+async def test_a_call_that_waits_too_long_for_the_pool_is_a_timeout_that_does_not_carry_the_token(
+        serve: Any) -> None:
+    release = asyncio.Event()
+    calls: list[str] = []
+
+    async def slow(request: web.Request) -> web.Response:
+        calls.append(request.path)
+        await release.wait()
+        return web.json_response({"ok": True, "result": True})
+
+    app = answering("direct_bot")
+    app.router.add_post(f"/bot{TOKEN}/sendChatAction", slow)
+    url = await serve(app)
+    bot = Bot(TOKEN, base_url=f"{url}/bot", request=transport(connections=1, connect=0.1, pool=0.1))
+    await bot.initialize()
+    try:
+        first = asyncio.create_task(bot.send_chat_action(42, "typing"))  # holds the one connection
+        while not calls:
+            await asyncio.sleep(0.01)
+        with pytest.raises(TimedOut) as caught:
+            await bot.send_chat_action(42, "typing")
+        # aiohttp's own error says "Connection timeout to host <the URL>": a logged traceback would show it
+        assert TOKEN not in "".join(traceback.format_exception(caught.value))
+        release.set()
+        assert await first is True
     finally:
         release.set()
         await bot.shutdown()
