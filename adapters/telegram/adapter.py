@@ -5,7 +5,8 @@ a batch of updates (by asking for the next offset) before the application has ha
 keeps the offset in memory. Here an update is confirmed only after `dispatcher.submit`
 returned, and the offset lives in the store (`dispatcher.get_state` / `set_state`), so a
 restart neither replays nor drops. Concurrency comes from the gateway's own queue (no
-`concurrent_updates`), and the HTTP pool is small on purpose (see POOL_SIZE).
+`concurrent_updates`), and the HTTP pool is small on purpose (see POOL_SIZE). The `Bot`'s HTTP
+transport is aiohttp (`request.AiohttpRequest`), a third of httpx's CPU per call.
 
 Webhook mode serves `/telegram/webhook/<binding id>` on the daemon's HTTP server, calls
 `setWebhook` with a secret token on start, and answers 401 to a request without it.
@@ -16,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import re
 from collections.abc import Sequence
@@ -26,7 +26,6 @@ from aiohttp import web
 from telegram import Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
-from telegram.request import HTTPXRequest
 
 from adapters.base import BaseAdapter, CannotStart
 from gateway.adapter_registry import AdapterContext
@@ -50,6 +49,7 @@ from gateway.surface import (
 
 from .budget import RULES, TelegramBudget
 from .live import TelegramLiveReply
+from .request import AiohttpRequest
 from .stop import stop_keyboard
 from .cards import card_html, card_keyboard, memory_html, memory_keyboard
 from .directory import TelegramDirectory
@@ -61,10 +61,10 @@ POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
 POLL_RETRY_CAP = 10.0  # seconds at most between tries of a failing getUpdates
 POLL_FAILURES_DOWN = 3  # failed polls in a row before /readyz reports the binding down
 # Connections for sends and edits. Measured with tests/adapters/telegram/pool_bench.py against
-# the fake on a busy 2-core machine: with 32 or 200 concurrent senders, pools of 8 to 256 were
-# within noise of each other (about 150-450 sends/s), while 1-4 connections starved at 200
-# (20-170/s). 8 is as fast as any, bounds what one binding opens, and keeps httpcore's
-# per-request scan of pooled connections short.
+# the fake (its budgets off) on the 2-core machine: with 32 or 200 concurrent senders, 8
+# connections made about 4,300 sends/s, 16 about 4,500, 4 about 3,900 and 1 about 1,900. 8 is
+# within noise of more and bounds what one binding opens. (On httpx, the transport before, in
+# the same minutes: 920 / 560 sends/s with 8 at 32 / 200 senders, 64 with 1 at 200.)
 POOL_SIZE = 8
 POOL_TIMEOUT = 30.0  # a small pool means waiting for a connection is normal, not an error
 ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
@@ -107,17 +107,17 @@ class TelegramAdapter(BaseAdapter):
                 raise CannotStart(f"webhook_secret ({self._section.webhook_secret.describe()}) must be 1-256 "
                                   "characters of A-Z a-z 0-9 _ - (Telegram's rule)")
         # Installed before the Bot exists: PTB logs its API URL (which holds the token) on init,
-        # httpx logs every request URL, and setWebhook's parameters hold the webhook secret.
+        # and setWebhook's parameters hold the webhook secret.
         self._redactor = _Redact([token.reveal()] + ([self._webhook_secret.reveal()] if self._webhook_secret else []))
         self._redactor.install(self._log)
         self._bot = _Bot(
             token.reveal(),
             base_url=self._section.api_url,
             base_file_url=file_url(self._section.api_url),
-            request=_Request(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
-                             connect_timeout=10.0, read_timeout=20.0, write_timeout=20.0),
-            get_updates_request=_Request(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
-                                         connect_timeout=10.0),
+            request=AiohttpRequest(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
+                                   connect_timeout=10.0, read_timeout=20.0),
+            get_updates_request=AiohttpRequest(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
+                                               connect_timeout=10.0),
         )
 
     async def _close(self) -> None:
@@ -582,22 +582,6 @@ class _Bot(Bot):
         return result if isinstance(result, list) else []
 
 
-class _Request(HTTPXRequest):
-    """HTTPXRequest without a logged traceback for an answer that is not JSON.
-
-    A proxy in front of the Bot API answers 502 with an HTML page now and then; python-telegram-bot
-    logs a traceback at error level for it, then raises NetworkError with the status, which the
-    poll loop logs once as a warning and retries. One plain line is what an operator should see.
-    """
-
-    @staticmethod
-    def parse_json_payload(payload: bytes) -> Any:
-        try:
-            return json.loads(payload.decode("utf-8", "replace"))
-        except ValueError:
-            raise TelegramError("Invalid server response") from None
-
-
 class _SubmitFailed(Exception):
     """The core raised on every attempt to take an update."""
 
@@ -614,7 +598,7 @@ def _clip(text: str, limit: int) -> str:
 class _Redact(logging.Filter):
     """Replaces secrets in log records of the loggers that see request URLs and parameters."""
 
-    LOGGERS = ("httpx", "telegram.Bot", "telegram.request.HTTPXRequest", "telegram.request.BaseRequest")
+    LOGGERS = ("aiohttp.client", "telegram.Bot", "telegram.request.BaseRequest")
 
     def __init__(self, secrets: list[str]) -> None:
         super().__init__()
@@ -638,9 +622,6 @@ class _Redact(logging.Filter):
             logging.getLogger(name).addFilter(self)
         for logger in extra:
             logger.addFilter(self)
-        httpx_log = logging.getLogger("httpx")
-        if httpx_log.level == logging.NOTSET:  # nobody chose: one INFO line per request is noise
-            httpx_log.setLevel(logging.WARNING)
 
     def uninstall(self) -> None:
         for name in self.LOGGERS:

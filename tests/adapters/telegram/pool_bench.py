@@ -13,8 +13,8 @@ import sys
 import time
 
 from telegram import Bot
-from telegram.request import HTTPXRequest
 
+from adapters.telegram.request import AiohttpRequest
 from tests.fakes.telegram import FakeTelegram
 
 SENDS = 2000
@@ -22,7 +22,8 @@ SENDS = 2000
 
 async def measure(api_url: str, token: str, pool: int, concurrency: int) -> float:
     bot = Bot(token, base_url=api_url,
-              request=HTTPXRequest(connection_pool_size=pool, pool_timeout=30.0))
+              request=AiohttpRequest(connection_pool_size=pool, pool_timeout=30.0, connect_timeout=10.0,
+                                     read_timeout=20.0))
     async with bot:
         queue: asyncio.Queue[int] = asyncio.Queue()
         for n in range(SENDS):
@@ -40,7 +41,7 @@ async def measure(api_url: str, token: str, pool: int, concurrency: int) -> floa
 
 def _serve(port_out: multiprocessing.Queue[tuple[str, str]]) -> None:
     async def serve() -> None:
-        fake = await FakeTelegram().start()
+        fake = await FakeTelegram(budget_scale=0).start()  # no 429s: this measures the client
         fake.private_chat(fake.user(42, "Ada"))
         port_out.put((fake.api_url, fake.token))
         while True:  # keep the fake's memory flat across thousands of sends

@@ -422,7 +422,7 @@ async def test_directory_answers_info_and_administrators_only(fake: FakeTelegram
 async def test_secrets_never_reach_a_log_line(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch,
                                               caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    for name in ("httpx", "telegram", "adapters"):
+    for name in ("aiohttp", "telegram", "adapters"):
         monkeypatch.setattr(logging.getLogger(name), "level", logging.DEBUG)
     dispatcher = RecordingDispatcher()
     polling_adapter = make_adapter(fake, monkeypatch)
