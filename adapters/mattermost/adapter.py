@@ -22,6 +22,7 @@ from aiohttp import web
 
 from adapters.base import BaseAdapter
 from bindings.models import BindingSpec, MattermostSection
+from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
 from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
@@ -91,11 +92,7 @@ class MattermostAdapter(BaseAdapter):
         self._catch_up_from: int | None = None  # set while a lost stream's posts are still to fetch
         self._seen_saved_ms = 0  # `_seen_at_ms` as last written to the store
         self._seen_loaded = False
-        # Replies showing a Stop action; of those, the ones whose next patch is final (it clears the
-        # props), and the ones that patch cleared (the removal after it has nothing to do).
-        self._stop_shown: set[str] = set()
-        self._final_edits: set[str] = set()
-        self._stop_gone: set[str] = set()
+        self._stops: StopButtons[str] = StopButtons()  # replies showing a Stop action, by post id
         self._reading_since_ms = 0
 
     # --- lifecycle: the base's start/stop call these ---------------------------------------
@@ -459,22 +456,17 @@ class MattermostAdapter(BaseAdapter):
         """A Stop action on the streaming reply (its props; the text is patched on its own), gone when final."""
         if self._action_url is None or self._key is None:
             return  # no action URL: nowhere for a click to arrive (`/stop` still works)
-        self._final_edits.discard(message_id)
-        if not present and message_id in self._stop_gone:  # the final edit took it away already
-            self._stop_gone.discard(message_id)
-            return
+        if not present and not self._stops.take_off(message_id):
+            return  # none of ours on it (the final edit took it away)
         props = stop.stop_props(url=self._action_url, key=self._key, binding_id=self.binding_id,
                                 channel_id=target.channel, run_id=run_id) if present else {}
         await self._api().patch_post(message_id, props=props)
         if present:
-            self._stop_shown.add(message_id)
-        else:
-            self._stop_shown.discard(message_id)
+            self._stops.shown(message_id, run_id)
 
     def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
         """The reply's final patch carries empty props, which takes the Stop action away: one call, not two."""
-        if message_id in self._stop_shown:
-            self._final_edits.add(message_id)
+        self._stops.ends_with_edit(message_id)
 
     # --- replies out -----------------------------------------------------------------------
 
@@ -489,13 +481,12 @@ class MattermostAdapter(BaseAdapter):
         return post.get("id", "")
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
-        if message_id not in self._final_edits:
+        _, final = self._stops.for_edit(message_id)  # the action rides in props, which a text patch leaves
+        if final:
+            await self._api().patch_post(message_id, message=text, props={})
+        else:
             await self._api().patch_post(message_id, message=text)
-            return
-        await self._api().patch_post(message_id, message=text, props={})
-        self._final_edits.discard(message_id)
-        self._stop_shown.discard(message_id)
-        self._stop_gone.add(message_id)
+        self._stops.edited(message_id, final=final)
 
     async def show_typing(self, target: ReplyTarget) -> None:
         """The websocket's `user_typing` action; REST when the socket is down. Cosmetic: never raises."""

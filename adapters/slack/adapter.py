@@ -37,6 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.base import BaseAdapter, read_capped, within
+from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
 from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
@@ -99,9 +100,8 @@ class SlackAdapter(BaseAdapter):
         # Stop controls (adapters/slack/stop.py), keyed (channel, reply ts): the run a reply's own button
         # stops; the control message beside a natively streamed reply; the last text of recent posts;
         # recent natively streamed replies (None: the value is unused).
-        self._stop_buttons: dict[tuple[str, str], str] = {}
+        self._stops: StopButtons[tuple[str, str]] = StopButtons()
         self._stop_posts: dict[tuple[str, str], str] = {}
-        self._final_edits: set[tuple[str, str]] = set()  # replies whose next edit is final: it drops the button
         self._texts: collections.OrderedDict[tuple[str, str], str] = collections.OrderedDict()
         self._native: collections.OrderedDict[tuple[str, str], None] = collections.OrderedDict()
 
@@ -459,22 +459,17 @@ class SlackAdapter(BaseAdapter):
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         key = (target.channel, message_id)
-        final = key in self._final_edits  # the reply's final edit: `text` alone, which drops the button
-        run_id = None if final else self._stop_buttons.get(key)
+        run_id, final = self._stops.for_edit(key)  # the reply's final edit: `text` alone, which drops the button
         # A reply with a Stop button is shown by its blocks: the button rides on every edit, or it is gone.
         blocks = {"blocks": reply_blocks(text, run_id)} if run_id is not None else {}
         await self._call("chat.update", target.channel,
                          self._require_client().chat_update(channel=target.channel, ts=message_id, text=text, **blocks))
         self._remember(target.channel, message_id, text)
-        if final:  # gone with this edit: the removal after it has nothing left to do
-            self._final_edits.discard(key)
-            self._stop_buttons.pop(key, None)
+        self._stops.edited(key, final=final)
 
     def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
         """The reply's final edit goes without the Stop button (`text` alone): one chat.update, not two."""
-        key = (target.channel, message_id)
-        if key in self._stop_buttons:  # a button in the reply's blocks (not a control posted beside a stream)
-            self._final_edits.add(key)
+        self._stops.ends_with_edit((target.channel, message_id))  # a button in the reply's blocks, if any
 
     def _remember(self, channel: str, ts: str, text: str) -> None:
         _keep_recent(self._texts, (channel, ts), text)
@@ -501,13 +496,13 @@ class SlackAdapter(BaseAdapter):
                     return
                 await self._call("chat.update", target.channel, client.chat_update(
                     channel=target.channel, ts=message_id, text=text, blocks=reply_blocks(text, run_id)))
-            self._stop_buttons[key] = run_id
+            self._stops.shown(key, run_id)
             return
-        self._final_edits.discard(key)
+        on_reply = self._stops.take_off(key)
         control = self._stop_posts.pop(key, None)
         if control is not None:
             await self._call("chat.delete", target.channel, client.chat_delete(channel=target.channel, ts=control))
-        elif self._stop_buttons.pop(key, None) is not None:
+        elif on_reply:
             text = self._texts.get(key)
             if text is not None:  # `text` alone: Slack shows it as the message again, without the blocks
                 await self._call("chat.update", target.channel, client.chat_update(

@@ -28,6 +28,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 
 from adapters.base import BaseAdapter, CannotStart
+from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
 from gateway.budget import Pacer, impatient, scaled
 from gateway.reconnect import Backoff
@@ -94,8 +95,7 @@ class TelegramAdapter(BaseAdapter):
         self.budget = TelegramBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         # sendMessageDraft in private chats when the binding asks, until Telegram refuses it for this bot
         self.drafts = self._section.drafts
-        self._stop_buttons: dict[tuple[int, str], str] = {}  # (chat, reply message) → the run its Stop button stops
-        self._final_edits: set[tuple[int, str]] = set()  # replies whose next edit is final: it drops the button
+        self._stops: StopButtons[tuple[int, str]] = StopButtons()  # by (chat, reply message)
 
     # --- lifecycle: the base's start/stop call these -------------------------------------
 
@@ -447,8 +447,7 @@ class TelegramAdapter(BaseAdapter):
         bot = self._require_bot()
         chat_id, _ = _chat(target)
         key = (chat_id, message_id)
-        final = key in self._final_edits  # the reply's final edit: without the keyboard, which it removes
-        run_id = None if final else self._stop_buttons.get(key)
+        run_id, final = self._stops.for_edit(key)  # the reply's final edit: without the keyboard, which it removes
         # An edit without reply_markup drops the keyboard: a reply with a Stop button passes it every time.
         markup = stop_keyboard(run_id) if run_id is not None else None
         async with self.pacer.paced(self.budget.message(chat_id)):
@@ -465,25 +464,20 @@ class TelegramAdapter(BaseAdapter):
                 except TelegramError as e:
                     if not is_not_modified(e):  # the same text again is not a failure
                         raise
-        if final:  # the button went with this edit: the removal after it has nothing left to do
-            self._final_edits.discard(key)
-            self._stop_buttons.pop(key, None)
+        self._stops.edited(key, final=final)
 
     def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
         """The reply's final edit goes without the ⏹ keyboard: one call against the chat's budget, not
         two (in a group, 20 a minute, that is a quarter of what a short answer costs)."""
-        key = (_chat(target)[0], message_id)
-        if key in self._stop_buttons:
-            self._final_edits.add(key)
+        self._stops.ends_with_edit((_chat(target)[0], message_id))
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """A ⏹ Stop button under the streaming reply, kept on every edit; taken away when the reply is final."""
         bot = self._require_bot()
         chat_id, _ = _chat(target)
         key = (chat_id, message_id)
-        self._final_edits.discard(key)
-        if not present and self._stop_buttons.pop(key, None) is None:
-            return
+        if not present and not self._stops.take_off(key):
+            return  # none of ours on it (the final edit took it away)
         # Shown only if the chat's budget has room now (the runner asks again at its next step); taken
         # away whatever the wait, so no final reply keeps a button.
         with impatient() if present else contextlib.nullcontext():
@@ -496,7 +490,7 @@ class TelegramAdapter(BaseAdapter):
                         if not is_not_modified(e):
                             raise
         if present:
-            self._stop_buttons[key] = run_id
+            self._stops.shown(key, run_id)
 
     async def show_typing(self, target: ReplyTarget) -> None:
         bot = self._require_bot()
