@@ -21,8 +21,8 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import BaseAdapter
-from bindings.models import BindingSpec, MattermostSection
 from adapters.stop_buttons import StopButtons
+from bindings.models import BindingSpec, MattermostSection
 from gateway.adapter_registry import AdapterContext
 from gateway.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
