@@ -138,10 +138,10 @@ class ReplyStream:
             return
         now = self.clock.monotonic()
         due = self._draft_due()
-        if now >= due and not self._showing:
+        if now >= due and not self._busy():
             self._cancel_due()
             await self._draft()
-        elif self._due is None and not self._showing:
+        elif self._due is None and not self._busy():
             # Text that came before its time is shown when the time comes, not only when the model
             # says more: a model that pauses (a tool call, a slow step) does not hide what it said.
             # (Text that comes during a draft is seen to when that draft is done.)
@@ -151,6 +151,10 @@ class ReplyStream:
         """Whether this stream shows drafts at all (a platform that cannot edit gets the final only)."""
         return self.adapter.limits.supports_edit
 
+    def _busy(self) -> bool:
+        """A draft is being shown, or its timer has started one that has not begun yet."""
+        return self._showing or self._drafting is not None
+
     def _draft_due(self) -> float:
         """When the next draft may go: after the hold, the edit interval, and a budget's wait."""
         return max(self._hold_until, self._last_flush + self.adapter.limits.min_edit_interval, self._blocked_until)
@@ -158,13 +162,14 @@ class ReplyStream:
     def _draft_in_time(self) -> None:
         self._due = None
         # A test's manual clock may not have moved: the next piece of text tries again.
-        if self._settled or self._showing or self.clock.monotonic() < self._draft_due():
+        if self._settled or self._busy() or self.clock.monotonic() < self._draft_due():
             return
         self._drafting = asyncio.create_task(self._draft(), name=f"draft:{self.run_id}")
         self._drafting.add_done_callback(self._drafted)
 
     def _drafted(self, task: asyncio.Task[None]) -> None:
-        self._drafting = None
+        if self._drafting is task:
+            self._drafting = None
         if not task.cancelled() and task.exception() is not None:  # the final still carries the text
             log.warning("a reply's draft was not shown: %s", task.exception())
 
@@ -174,11 +179,13 @@ class ReplyStream:
             await self._show_draft()
         finally:
             self._showing = False
+        if not posted and self.posted and self.on_first_post is not None:
+            await self.on_first_post()
+        if self._drafting is asyncio.current_task():
+            self._drafting = None  # done but for this: a draft may be due again
         if self.text != drafted and not self._settled and self._due is None:  # more came meanwhile: its time
             self._due = asyncio.get_running_loop().call_later(
                 max(self._draft_due() - self.clock.monotonic(), 0.0), self._draft_in_time)
-        if not posted and self.posted and self.on_first_post is not None:
-            await self.on_first_post()
 
     async def _show_draft(self) -> None:
         await self._flush(final=False)
