@@ -199,6 +199,8 @@ async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Prog
         if engine.dialect.name == "sqlite":
             conn = sqlite.idle_connection(engine.sync_engine)
             if conn is not None:
+                with contextlib.suppress(sqlite.Busy):  # on the loop when nothing waits for it
+                    return sqlite.inline(conn, partial(_run_on_sqlite, program), bound)
                 return await sqlite.run(conn, partial(_run_on_sqlite, program), bound)
             async with engine.connect() as c:
                 raw = (await c.get_raw_connection()).driver_connection
