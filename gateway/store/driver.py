@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Generator
 from datetime import datetime, timezone
 from functools import partial
@@ -197,14 +198,19 @@ async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Prog
     limits = guard(engine)
     with limits.waits.waiting():
         if engine.dialect.name == "sqlite":
+            function = partial(_run_on_sqlite, program)
             conn = sqlite.idle_connection(engine.sync_engine)
             if conn is not None:
-                with contextlib.suppress(sqlite.Busy):  # on the loop when nothing waits for it
-                    return sqlite.inline(conn, partial(_run_on_sqlite, program), bound)
-                return await sqlite.run(conn, partial(_run_on_sqlite, program), bound)
+                deadline = time.monotonic() + bound
+                await sqlite.thread_idle(conn, deadline, bound)
+                # Checked again: a session may have taken the connection meanwhile.
+                if sqlite.idle_connection(engine.sync_engine) is conn:
+                    with contextlib.suppress(sqlite.Busy):  # on the loop, never waiting there
+                        return sqlite.inline(conn, function, bound)
+                    return await sqlite.run(conn, function, bound, deadline)
             async with engine.connect() as c:
                 raw = (await c.get_raw_connection()).driver_connection
-                return await sqlite.run(raw, partial(_run_on_sqlite, program), bound)
+                return await sqlite.run(raw, function, bound)
         try:
             async with engine.connect() as c:
                 raw = (await c.get_raw_connection()).driver_connection

@@ -35,6 +35,7 @@ the bound (`database.busy_timeout_seconds`); past it `StoreUnavailable` is raise
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sqlite3
 import time
@@ -96,12 +97,15 @@ def idle_connection(engine: Engine) -> Any | None:
 
 
 class _Thread:
-    """What the driver knows about a connection's thread: calls of ours in it, transactions since its last checkpoint."""
+    """What the driver knows about a connection's thread: calls of ours in it (`idle` is set when
+    there are none), transactions since its last checkpoint."""
 
-    __slots__ = ("calls", "since_checkpoint")
+    __slots__ = ("calls", "idle", "since_checkpoint")
 
     def __init__(self) -> None:
         self.calls = 0
+        self.idle = asyncio.Event()
+        self.idle.set()
         self.since_checkpoint = 0
 
 
@@ -116,13 +120,27 @@ def _thread(conn: Any) -> _Thread:
 
 
 class Busy(Exception):
-    """Another process holds the write lock: the inline try gave way (the thread waits for it instead)."""
+    """Not now on the loop: the thread has work of ours, another process holds the write lock, or
+    a checkpoint is due (the thread takes the transaction, `run`)."""
+
+
+async def thread_idle(conn: Any, deadline: float, bound: float) -> None:
+    """Wait, on the loop, until the thread has none of our work: a transaction then runs inline,
+    instead of queueing in the thread behind it (under a burst every transaction would, and
+    the thread would never be idle again). Returns at once when a checkpoint is due."""
+    state = _thread(conn)
+    while state.calls and state.since_checkpoint < CHECKPOINT_EVERY:
+        try:
+            async with asyncio.timeout(deadline - time.monotonic()):
+                await state.idle.wait()
+        except TimeoutError:
+            raise StoreUnavailable("the database is busy (waited for earlier work past the bound)", bound) from None
 
 
 def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
     """Call `function(sqlite3_connection)` on the loop, never waiting: Busy if another process holds
-    the lock, or if the thread has work of ours (it would run inside or beside it), or when a
-    checkpoint is due (the thread does those: `run`)."""
+    the lock, if the thread has work of ours (it would run inside or beside it), or when a
+    checkpoint is due."""
     state = _thread(conn)
     if state.calls or state.since_checkpoint >= CHECKPOINT_EVERY:
         raise Busy
@@ -142,11 +160,11 @@ def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
     return result
 
 
-async def run(conn: Any, function: Callable[[Any], T], bound: float) -> T:
+async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: float | None = None) -> T:
     """Call `function(sqlite3_connection)` in the connection's thread; past `bound` seconds of
     waiting (for the thread's queue, then for another process's lock) raise StoreUnavailable.
     Then a passive checkpoint of what inline transactions left in the WAL, if they left much."""
-    deadline = time.monotonic() + bound
+    deadline = deadline or time.monotonic() + bound
     state = _thread(conn)
     checkpoint = state.since_checkpoint >= CHECKPOINT_EVERY
     if checkpoint:
@@ -176,7 +194,10 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float) -> T:
         return result
 
     state.calls += 1
+    state.idle.clear()
     try:
         return await conn._execute(call)  # type: ignore[no-any-return]
     finally:
         state.calls -= 1
+        if not state.calls:
+            state.idle.set()
