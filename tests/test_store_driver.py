@@ -306,3 +306,27 @@ async def test_after_a_restart_every_queued_run_of_a_conversation_runs(tmp_path:
     finally:
         await scheduler.cancel()
         await engine.dispose()
+
+
+async def test_transactions_on_the_loop_still_get_the_wal_checkpointed(tmp_path: Path) -> None:
+    """A transaction run on the loop never checkpoints there (a checkpoint syncs the disk); the
+    thread does it every so often, so the WAL stays within what SQLite's own auto-checkpoint keeps."""
+    import asyncio
+    import sqlite3
+
+    from gateway.store import sqlite as on_sqlite
+
+    database = tmp_path / "w.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{database}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    try:
+        conv = await _conversation(store)
+        for burst in range(6):  # bursts, as platforms deliver them: concurrent transactions
+            await asyncio.gather(*(_say(store, conv, f"e{burst}-{i}", "x" * 2000, limit=10_000) for i in range(100)))
+        with sqlite3.connect(database) as other:  # the frames in the WAL (a checkpoint lets it start over)
+            _busy, frames, _copied = other.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+        assert frames < on_sqlite.AUTOCHECKPOINT, frames  # about 10,000 with no checkpoint
+        assert len(await store.messages(conv.id)) == 600
+    finally:
+        await engine.dispose()
