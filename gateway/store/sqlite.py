@@ -108,6 +108,13 @@ class _Thread:
         self.idle.set()
         self.since_checkpoint = 0
 
+    def finished(self, call: asyncio.Future[Any]) -> None:
+        self.calls -= 1
+        if not self.calls:
+            self.idle.set()
+        if not call.cancelled():
+            call.exception()  # retrieved: a caller that was cancelled no longer wants it
+
 
 _threads: WeakKeyDictionary[Any, _Thread] = WeakKeyDictionary()
 
@@ -142,9 +149,11 @@ def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
     the lock, if the thread has work of ours (it would run inside or beside it), or when a
     checkpoint is due."""
     state = _thread(conn)
-    if state.calls or state.since_checkpoint >= CHECKPOINT_EVERY:
-        raise Busy
     sqlite = conn._conn
+    # In a transaction: someone else's, still open in the thread (a session's, say, whose caller
+    # was cancelled): never run inside it.
+    if state.calls or state.since_checkpoint >= CHECKPOINT_EVERY or sqlite.in_transaction:
+        raise Busy
     sqlite.execute("PRAGMA busy_timeout=0")
     sqlite.execute("PRAGMA wal_autocheckpoint=0")
     try:
@@ -193,11 +202,10 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: f
                 sqlite.execute("PRAGMA wal_checkpoint(PASSIVE)").close()
         return result
 
+    # Counted until the thread has finished the call, not until this caller stops waiting: a
+    # caller cancelled meanwhile must not let an inline transaction run beside it.
     state.calls += 1
     state.idle.clear()
-    try:
-        return await conn._execute(call)  # type: ignore[no-any-return]
-    finally:
-        state.calls -= 1
-        if not state.calls:
-            state.idle.set()
+    done = asyncio.ensure_future(conn._execute(call))
+    done.add_done_callback(state.finished)
+    return await asyncio.shield(done)  # type: ignore[no-any-return]
