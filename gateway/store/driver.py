@@ -13,9 +13,10 @@ Such a transaction is a *program*: a generator that yields statements (`q.one(..
         row = yield q.one("SELECT count(*) FROM messages WHERE conversation_id = :c", c=c)
         return row[0]
 
-On SQLite the whole program runs in the connection's thread in one call (see `sqlite`): the
-loop never waits on SQLite, and a transaction costs one thread round trip, not one per
-statement. On PostgreSQL each statement is awaited on a raw asyncpg connection from the pool.
+On SQLite the whole program runs in one call: on the loop when SQLite can give the write lock
+at once and the connection's thread has nothing of ours, else in that thread (see `sqlite`):
+the loop never waits on SQLite, and a transaction costs at most one thread round trip, not one
+per statement. On PostgreSQL each statement is awaited on a raw asyncpg connection from the pool.
 A program therefore never awaits anything: it cannot, which is what makes the one-call form
 safe (nothing can run inside someone else's transaction).
 
