@@ -21,8 +21,8 @@ A transaction is first tried on the loop itself (`inline`) when the connection's
 nothing queued, with SQLite's busy timeout at 0: an immediate write lock, or an immediate
 SQLITE_BUSY when another process holds it, never a wait. Only then is it handed to the thread,
 with the bound. Inline it costs the statements alone: no thread round trip, no cross-thread wake
-of the loop, no contention for the GIL with the thread (a burst measured about 1 ms of CPU per
-message less, of the 4 transactions a message runs). The loop still never waits for another
+of the loop, no contention for the GIL with the thread (bench/platforms.py's bursts: 1-4 ms of
+the daemon's CPU per message less, for the 4 transactions a message runs). The loop still never waits for another
 process. Nor for the disk's syncs: an inline commit never checkpoints (the WAL's auto-checkpoint
 is off for it; `synchronous=NORMAL` syncs only at a checkpoint), and every CHECKPOINT_EVERY-th
 transaction goes to the thread, which checkpoints after it.
