@@ -115,6 +115,8 @@ async def test_sqlite_store_refuses_past_the_bound_and_stores_nothing(tmp_path: 
                 await _ingest(store, conv, "e1")
             assert refused.value.retry_after_header == "1"
             with pytest.raises(StoreUnavailable):  # the ORM's writes too
+                await store.add_message(conv.id, "assistant", "an ORM write")
+            with pytest.raises(StoreUnavailable):
                 await store.set_state("web", "k", "v")
             assert await store.get_state("admin", "touched") is None, "reads go on (WAL); the admin's row is not committed yet"
             # A task cancelled while its write waits is cancelled, not "unavailable".
@@ -150,8 +152,11 @@ async def test_postgres_lock_timeout_is_store_unavailable() -> None:
                     with pytest.raises(StoreUnavailable):
                         await _ingest(store, conv, "e1")
                     await other.execute("LOCK TABLE adapter_state IN ACCESS EXCLUSIVE MODE")
-                    with pytest.raises(StoreUnavailable):  # the ORM's statements too
+                    with pytest.raises(StoreUnavailable):
                         await store.set_state("web", "k", "v")
+                    await other.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
+                    with pytest.raises(StoreUnavailable):  # the ORM's statements too
+                        await store.add_message(conv.id, "assistant", "an ORM write")
             finally:
                 await other.close()
             await _ingest(store, conv, "e1")  # nothing was stored by the refused attempt

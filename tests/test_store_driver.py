@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -305,4 +306,66 @@ async def test_after_a_restart_every_queued_run_of_a_conversation_runs(tmp_path:
         assert ran == [first.run_id, second.run_id]
     finally:
         await scheduler.cancel()
+        await engine.dispose()
+
+
+async def test_transactions_on_the_loop_still_get_the_wal_checkpointed(tmp_path: Path) -> None:
+    """A transaction run on the loop never checkpoints there (a checkpoint syncs the disk); the
+    thread does it every so often, so the WAL stays within what SQLite's own auto-checkpoint keeps."""
+    import asyncio
+    import sqlite3
+
+    from gateway.store import sqlite as on_sqlite
+
+    database = tmp_path / "w.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{database}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    try:
+        conv = await _conversation(store)
+        for burst in range(6):  # bursts, as platforms deliver them: concurrent transactions
+            await asyncio.gather(*(_say(store, conv, f"e{burst}-{i}", "x" * 2000, limit=10_000) for i in range(100)))
+        with sqlite3.connect(database) as other:  # the frames in the WAL (a checkpoint lets it start over)
+            _busy, frames, _copied = other.execute("PRAGMA wal_checkpoint(NOOP)").fetchone()
+        assert frames < on_sqlite.AUTOCHECKPOINT, frames  # about 10,000 with no checkpoint
+        assert len(await store.messages(conv.id)) == 600
+    finally:
+        await engine.dispose()
+
+
+async def test_a_transaction_left_running_in_the_thread_by_a_cancelled_caller_is_not_joined(tmp_path: Path) -> None:
+    """Transactions run on the loop only when the connection's thread has nothing of ours: a caller
+    cancelled while its transaction still runs there must not let the next one start beside it,
+    on the same connection, inside that transaction."""
+    import asyncio
+    import time
+
+    from gateway.store import sqlite as on_sqlite
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'c.db'}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    try:
+        conv = await _conversation(store)
+        started = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def slow(conn: Any) -> None:  # a transaction that takes a while in the thread
+            conn.execute("BEGIN IMMEDIATE")
+            loop.call_soon_threadsafe(started.set)
+            time.sleep(0.3)
+            conn.execute("INSERT INTO adapter_state (binding_id, key, value) VALUES ('web', 'slow', 'done')")
+            conn.commit()
+
+        connection = on_sqlite.idle_connection(engine.sync_engine)
+        assert connection is not None
+        caller = asyncio.create_task(on_sqlite.run(connection, slow, 5.0))
+        await started.wait()
+        caller.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        await _say(store, conv, "e1", "after the cancelled caller")
+        assert await store.get_state("web", "slow") == "done"
+        assert [m.text for m in await store.messages(conv.id)] == ["after the cancelled caller"]
+    finally:
         await engine.dispose()

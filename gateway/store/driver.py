@@ -13,9 +13,10 @@ Such a transaction is a *program*: a generator that yields statements (`q.one(..
         row = yield q.one("SELECT count(*) FROM messages WHERE conversation_id = :c", c=c)
         return row[0]
 
-On SQLite the whole program runs in the connection's thread in one call (see `sqlite`): the
-loop never waits on SQLite, and a transaction costs one thread round trip, not one per
-statement. On PostgreSQL each statement is awaited on a raw asyncpg connection from the pool.
+On SQLite the whole program runs in one call: on the loop when SQLite can give the write lock
+at once and the connection's thread has nothing of ours, else in that thread (see `sqlite`):
+the loop never waits on SQLite, and a transaction costs at most one thread round trip, not one
+per statement. On PostgreSQL each statement is awaited on a raw asyncpg connection from the pool.
 A program therefore never awaits anything: it cannot, which is what makes the one-call form
 safe (nothing can run inside someone else's transaction).
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Generator
 from datetime import datetime, timezone
 from functools import partial
@@ -197,12 +199,19 @@ async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Prog
     limits = guard(engine)
     with limits.waits.waiting():
         if engine.dialect.name == "sqlite":
+            function = partial(_run_on_sqlite, program)
             conn = sqlite.idle_connection(engine.sync_engine)
             if conn is not None:
-                return await sqlite.run(conn, partial(_run_on_sqlite, program), bound)
+                deadline = time.monotonic() + bound
+                await sqlite.thread_idle(conn, deadline, bound)
+                # Checked again: a session may have taken the connection meanwhile.
+                if sqlite.idle_connection(engine.sync_engine) is conn:
+                    with contextlib.suppress(sqlite.Busy):  # on the loop, never waiting there
+                        return sqlite.inline(conn, function, bound)
+                    return await sqlite.run(conn, function, bound, deadline)
             async with engine.connect() as c:
                 raw = (await c.get_raw_connection()).driver_connection
-                return await sqlite.run(raw, partial(_run_on_sqlite, program), bound)
+                return await sqlite.run(raw, function, bound)
         try:
             async with engine.connect() as c:
                 raw = (await c.get_raw_connection()).driver_connection

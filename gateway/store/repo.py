@@ -645,17 +645,20 @@ class Store:
     # --- adapter state ------------------------------------------------------------------
 
     async def get_state(self, binding_id: str, key: str) -> str | None:
-        async with self.sessions() as s:
+        async with self.sessions() as s:  # a read: never behind another process's write lock (WAL)
             row = await s.get(AdapterState, (binding_id, key))
             return row.value if row else None
 
     async def set_state(self, binding_id: str, key: str, value: str) -> None:
-        async with self.sessions() as s, s.begin():
-            row = await s.get(AdapterState, (binding_id, key))
-            if row is None:
-                s.add(AdapterState(binding_id=binding_id, key=key, value=value))
-            else:
-                row.value = value
+        """A driver transaction, not an ORM session: Telegram saves its offset after every poll, and
+        on SQLite a session holds the one connection across its round trips, sending the messages'
+        transactions of that moment to the thread's queue behind it."""
+
+        def program(q: driver.Statements) -> driver.Program[None]:
+            yield q.run("INSERT INTO adapter_state (binding_id, key, value) VALUES (:b, :k, :v)"
+                        " ON CONFLICT (binding_id, key) DO UPDATE SET value = excluded.value", b=binding_id, k=key, v=value)
+
+        await driver.transaction(self.engine, program)
 
 
 def _save_delivery(q: driver.Statements, run_id: str, seq: int, platform_message_id: str | None, text: str,
