@@ -56,6 +56,8 @@ class TelegramLiveReply:
 
     async def stop(self, markdown: str = "") -> str | None:
         text = self._markdown + markdown  # a post refused with a 429 is retried with the same text, not more
-        message_id = await self._post(self._target, self._render(text))
+        # The last draft may have carried the whole answer and the space after its last word: the
+        # message is the answer, as the runner trimmed it.
+        message_id = await self._post(self._target, self._render(text.rstrip()))
         self._markdown = text
         return message_id
