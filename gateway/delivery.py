@@ -98,12 +98,12 @@ class ReplyStream:
         self._drafting: asyncio.Task[None] | None = None  # a draft its timer started, being shown
         self._settled = False  # the final is under way: no more drafts
         self._showing = False  # a draft is being shown (inline or by its timer): one at a time
+        self._failed: BaseException | None = None  # what a draft its timer sent raised (the store's trouble)
         # Called once the reply's first message is posted as a draft (where the runner puts Stop).
         self.on_first_post: Callable[[], Awaitable[None]] | None = None
 
     async def _load(self) -> None:
         if not self._loaded:
-            self._loaded = True
             rows = await self.store.deliveries(self.run_id)
             if self._segment:
                 # Below the card: the posts above it stay as they are; what an interrupted try of
@@ -115,6 +115,7 @@ class ReplyStream:
             if self._private_to is None:  # a run that started before: posts its process never recorded
                 orphans = await unrecorded_posts(self.adapter, self.target, self.store, self.run_id)
                 self._posted += [_Posted(mid, text) for mid, text in orphans]
+            self._loaded = True  # only once all of it was read: a read that failed is tried again
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars
@@ -133,6 +134,7 @@ class ReplyStream:
         """Add streamed text; it is shown as a draft now if its time has come, else when it does."""
         if not delta:
             return
+        self._raise_failed()
         self.text += delta
         if self._settled or not self._drafts():
             return
@@ -170,10 +172,19 @@ class ReplyStream:
     def _drafted(self, task: asyncio.Task[None]) -> None:
         if self._drafting is task:
             self._drafting = None
-        if not task.cancelled() and task.exception() is not None:  # the final still carries the text
-            log.warning("a reply's draft was not shown: %s", task.exception())
+        if not task.cancelled() and task.exception() is not None:
+            # A platform's refusal never gets here (a draft is skipped); the store's trouble does, and
+            # is the run's, as it would be from an inline draft: raised at its next step.
+            self._failed = self._failed or task.exception()
+
+    def _raise_failed(self) -> None:
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
 
     async def _draft(self) -> None:
+        if self._settled:  # the final is under way: a timer that fired just before it shows nothing
+            return
         posted, drafted, self._showing = self.posted, self.text, True
         try:
             await self._show_draft()
@@ -183,9 +194,24 @@ class ReplyStream:
             await self.on_first_post()
         if self._drafting is asyncio.current_task():
             self._drafting = None  # done but for this: a draft may be due again
+        self._after_draft(drafted)
+
+    def _after_draft(self, drafted: str) -> None:
         if self.text != drafted and not self._settled and self._due is None:  # more came meanwhile: its time
             self._due = asyncio.get_running_loop().call_later(
                 max(self._draft_due() - self.clock.monotonic(), 0.0), self._draft_in_time)
+
+    async def between_drafts(self, action: Callable[[], Awaitable[None]]) -> None:
+        """Run `action` (the Stop control put on again, which shows the reply's text on Slack) with no
+        draft going out meanwhile; nothing while one is (the caller asks again at its next step)."""
+        if self._busy() or self._settled:
+            return
+        drafted, self._showing = self.text, True
+        try:
+            await action()
+        finally:
+            self._showing = False
+        self._after_draft(drafted)
 
     async def _show_draft(self) -> None:
         await self._flush(final=False)
@@ -200,8 +226,9 @@ class ReplyStream:
         self._settled = True
         self._cancel_due()
         if self._drafting is not None:
-            with contextlib.suppress(Exception):  # logged by `_drafted`; the final carries the text
+            with contextlib.suppress(Exception):  # kept by `_drafted`, raised below
                 await asyncio.shield(self._drafting)
+        self._raise_failed()
 
     def close(self) -> None:
         """The run is over however it ended: nothing of this stream may go out later."""

@@ -59,7 +59,7 @@ class NativeReplyStream(ReplyStream):
             with impatient():  # a draft never waits for the budget
                 if not self._started:
                     self._message_id = await self._live.start(pending)
-                    self._started = True
+                    self._started, self._sent = True, text  # sent, whatever befalls its row
                     self._posted = [_Posted(self._message_id, self.adapter.render(text))]  # the typing loop ends
                     if self._message_id is not None:  # a message exists: a restart edits it rather than post again
                         await self.store.save_delivery(self.run_id, self._base, self._message_id,

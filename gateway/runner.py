@@ -363,7 +363,7 @@ class Runner:
                     elif isinstance(event, AgentRunResultEvent):
                         result = event.result
                     if not control and stream.posted:  # a budget with no room for it then: again now
-                        await put_stop_control()
+                        await stream.between_drafts(put_stop_control)
             await stream.settle()  # a draft being shown lands before anything looks at what is posted
             assert result is not None
             u = result.usage

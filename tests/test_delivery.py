@@ -265,3 +265,34 @@ async def test_a_finished_replys_final_row_goes_with_the_runs_end(store: Store, 
     assert chat.final() == ["Hello, world."] and list(chat.messages) == ["m1"]
     (row,) = await store.deliveries(said.run_id)
     assert (row.platform_message_id, row.text, row.final) == ("m1", "Hello, world.", True)
+
+
+async def test_the_stores_trouble_in_a_draft_its_timer_sent_is_the_runs(store: Store) -> None:
+    """A draft sent by its timer that could not read what the run posted before (a restarted run)
+    fails the run's next step, as an inline draft's would, and the scheduler runs it again; it is
+    never a warning the run goes on past (its final would post a second message beside the first)."""
+    import asyncio
+
+    from gateway.clock import Clock
+    from gateway.store.availability import StoreUnavailable
+
+    read, failures = store.deliveries, [StoreUnavailable("the database is busy", 5.0)]
+
+    async def unavailable_once(run_id: str) -> Any:
+        if failures:
+            raise failures.pop()
+        return await read(run_id)
+
+    store.deliveries = unavailable_once  # type: ignore[method-assign]
+    chat = RecordingChat(hold=0.05, interval=0.05)
+    stream = ReplyStream(chat, TARGET, store, "run8", Clock())  # type: ignore[arg-type]
+    await stream.append("Let me look…")
+    for _ in range(100):
+        if not failures:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)
+    assert not failures and chat.messages == {}, "the timer's draft ran into the store's trouble"
+    with pytest.raises(StoreUnavailable):
+        await stream.finish("Let me look… found it.")
+    assert chat.messages == {}

@@ -68,9 +68,9 @@ THINKING_STATUS = "is thinking…"
 
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
 # and leaves room for the mrkdwn escapes `render` adds.
-# Connections to the Web API, per binding. Slack's tiers allow tens of calls a minute per method:
-# 16 at once carry any burst they allow; aiohttp's default (100) kept as many idle sockets after a
-# burst of replies as there had been calls in flight at its peak.
+# Connections to one host (the Web API; file downloads go to another), per binding. Slack's tiers
+# allow tens of calls a minute per method: 16 at once carry any burst they allow; aiohttp's default
+# (100 in all) kept as many idle sockets after a burst of replies as calls in flight at its peak.
 WEB_API_CONNECTIONS = 16
 REMEMBERED_POSTS = 256  # recent replies' texts, for putting a Stop button on one (chat.update needs the text)
 # An assistant thread's status lasts two minutes unless a message is sent (assistant.threads.setStatus).
@@ -118,7 +118,7 @@ class SlackAdapter(BaseAdapter):
         self._app_token = self._secret("app_token", section.app_token).reveal() if section.app_token else ""
         # One session for every Web API call of this binding: a new connection per call
         # would double the latency of each reply edit.
-        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=WEB_API_CONNECTIONS))
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit_per_host=WEB_API_CONNECTIONS))
         base_url = section.api_url if section.api_url.endswith("/") else section.api_url + "/"
         client = AsyncWebClient(token=bot_token, base_url=base_url, session=self._session, logger=self._log)
         self._conn.client = client

@@ -24,8 +24,9 @@ with the bound. Inline it costs the statements alone: no thread round trip, no c
 of the loop, no contention for the GIL with the thread (bench/platforms.py's bursts: 1-4 ms of
 the daemon's CPU per message less, for the 4 transactions a message runs). The loop still never waits for another
 process. Nor for the disk's syncs: an inline commit never checkpoints (the WAL's auto-checkpoint
-is off for it; `synchronous=NORMAL` syncs only at a checkpoint), and every CHECKPOINT_EVERY-th
-transaction goes to the thread, which checkpoints after it.
+is off for it; `synchronous=NORMAL` syncs at a checkpoint, and the first commit after one syncs the
+WAL's header as it starts the log again), and every CHECKPOINT_EVERY-th transaction goes to the
+thread, which checkpoints before it: that transaction's commit then pays the header's sync there.
 
 One connection: our own transactions queue for it in asyncio (the pool, or the thread's queue)
 rather than in SQLite's busy handler, which polls with sleeps and would make them wait for each
@@ -186,6 +187,12 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: f
             raise StoreUnavailable("the database is busy (waited for earlier work past the bound)", bound)
         # What is left of the bound, if queueing took a noticeable part of it; reset after.
         short = bound - left > 0.01
+        if checkpoint:
+            # Passive: it copies what no reader needs and waits for no one. Before the program, so
+            # that the program's commit restarts the log and pays its sync here, in the thread
+            # (after a checkpoint the next writer syncs the WAL header: that must not be on the loop).
+            with contextlib.suppress(sqlite3.Error):
+                sqlite.execute("PRAGMA wal_checkpoint(PASSIVE)").close()
         if short:
             sqlite.execute(f"PRAGMA busy_timeout={int(left * 1000)}")
         try:
@@ -197,9 +204,6 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: f
         finally:
             if short:
                 sqlite.execute(f"PRAGMA busy_timeout={int(bound * 1000)}")
-        if checkpoint:  # passive: it copies what no reader needs and waits for no one
-            with contextlib.suppress(sqlite3.Error):
-                sqlite.execute("PRAGMA wal_checkpoint(PASSIVE)").close()
         return result
 
     # Counted until the thread has finished the call, not until this caller stops waiting: a
