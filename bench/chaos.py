@@ -197,14 +197,24 @@ async def fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Keep) -> No
             row.fuzz_crashes += 1
             problems.append(f"fuzz: {e}")
             print(f"  fuzz: {str(e)[:300]}", file=sys.stderr)
-        if w.daemon.proc is None or w.daemon.proc.returncode is not None:
-            row.fuzz_crashes += 1
-            problems.append("fuzz: the daemon exited")
-        tracebacks = w.daemon.log().count("Traceback")
-        row.fuzz_tracebacks += tracebacks
-        if tracebacks:
-            problems.append(f"fuzz: {tracebacks} traceback(s) in the daemon's log")
+        _daemon_held(w, row, "fuzz", problems)
         await keep.lane(store, "fuzz", tmp / "fuzz", w, problems)
+
+
+def _tracebacks(w: platforms.World, row: Row, lane: str, problems: list[str]) -> None:
+    """Tracebacks in the daemon's log after a lane: counted, and each lane's a problem of its own."""
+    tracebacks = w.daemon.log().count("Traceback")
+    row.fuzz_tracebacks += tracebacks
+    if tracebacks:
+        problems.append(f"{lane}: {tracebacks} traceback(s) in the daemon's log")
+
+
+def _daemon_held(w: platforms.World, row: Row, lane: str, problems: list[str]) -> None:
+    """After a fuzz lane: a daemon that exited is a crash; a traceback in its log a problem."""
+    if w.daemon.proc is None or w.daemon.proc.returncode is not None:
+        row.fuzz_crashes += 1
+        problems.append(f"{lane}: the daemon exited")
+    _tracebacks(w, row, lane, problems)
 
 
 async def drops(store: str, tmp: Path, duration: float, row: Row, keep: Keep) -> None:
@@ -215,11 +225,8 @@ async def drops(store: str, tmp: Path, duration: float, row: Row, keep: Keep) ->
                                                       every=(0.8, 2.5), poll_cut_share=0.3, wait=120,
                                                       seed=int(time.time()))
         row.mm_resumes = w.mattermost.websocket_resumes
-        tracebacks = w.daemon.log().count("Traceback")
-        row.fuzz_tracebacks += tracebacks
         problems = _problems(row.drops_tally)
-        if tracebacks:
-            problems.append(f"drops: {tracebacks} traceback(s) in the daemon's log")
+        _tracebacks(w, row, "drops", problems)
         await keep.lane(store, "drops", tmp / "drops", w, problems)
 
 
@@ -240,13 +247,7 @@ async def platform_fuzz(store: str, tmp: Path, examples: int, row: Row, keep: Ke
             row.fuzz_crashes += 1
             problems.append(f"platform fuzz: {e}")
             print(f"  platform fuzz: {str(e)[:300]}", file=sys.stderr)
-        if w.daemon.proc is None or w.daemon.proc.returncode is not None:
-            row.fuzz_crashes += 1
-            problems.append("platform fuzz: the daemon exited")
-        tracebacks = w.daemon.log().count("Traceback")
-        row.fuzz_tracebacks += tracebacks
-        if tracebacks:
-            problems.append(f"platform fuzz: {tracebacks} traceback(s) in the daemon's log")
+        _daemon_held(w, row, "platform fuzz", problems)
         await keep.lane(store, "pfuzz", tmp / "pfuzz", w, problems)
 
 

@@ -188,10 +188,10 @@ class ReplyStream:
         posted, drafted, self._showing = self.posted, self.text, True
         try:
             await self._show_draft()
+            if not posted and self.posted and self.on_first_post is not None:
+                await self.on_first_post()  # part of the draft: no other goes out meanwhile
         finally:
             self._showing = False
-        if not posted and self.posted and self.on_first_post is not None:
-            await self.on_first_post()
         if self._drafting is asyncio.current_task():
             self._drafting = None  # done but for this: a draft may be due again
         self._after_draft(drafted)

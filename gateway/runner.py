@@ -316,18 +316,14 @@ class Runner:
         status = repo.RUNNING
         tools_done: list[str] = []
         control = False  # the Stop control is on the reply
-        putting = False  # it is being put on (by a draft its timer sent, or after an event)
 
         async def put_stop_control() -> None:  # once the reply's first draft is posted, whenever that is
-            nonlocal control, putting
-            if control or putting:
-                return
-            putting = True
-            try:
+            # The stream runs this with no draft going out meanwhile, one at a time: on a draft, or
+            # `between_drafts` after an event when a budget had no room for it at the first try.
+            nonlocal control
+            if not control:
                 control = await set_stop_control(stream.adapter, turn.target, stream.first_message_id,
                                                  turn.run_id, True)
-            finally:
-                putting = False
 
         stream.on_first_post = put_stop_control
         try:

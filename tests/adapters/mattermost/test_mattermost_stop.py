@@ -4,8 +4,11 @@ a second, and the action is gone from the stopped reply."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,11 +41,22 @@ def _config(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch, model
     )
 
 
-async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    config = _config(tmp_path, world, monkeypatch, SLOW)
-    async with running_gateway(config) as gw:
+@contextlib.asynccontextmanager
+async def _running(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch, model: str) -> AsyncIterator[Any]:
+    """The daemon on `_config`, its Mattermost binding connected."""
+    async with running_gateway(_config(tmp_path, world, monkeypatch, model)) as gw:
         await _connected(gw)
-        root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot write a long essay")
+        yield gw
+
+
+async def _alice_asks(world: World, text: str) -> dict[str, Any]:
+    """Alice mentions the bot in town-square with `text`: the root post."""
+    return await world.fake.user_post(world.alice["id"], world.town["id"], f"@agentbot {text}")
+
+
+async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with _running(tmp_path, world, monkeypatch, SLOW) as gw:
+        root = await _alice_asks(world, "write a long essay")
         (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.town, root["id"])
                                            if world.fake.buttons(p["id"])], what="the Stop action")
         assert [b["id"] for b in world.fake.buttons(reply["id"])] == ["stop"]
@@ -72,10 +86,8 @@ async def test_stop_action_only_for_the_requester(tmp_path: Path, world: World, 
 async def test_a_reply_that_finishes_loses_its_stop_action_with_its_final_patch(
     tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = _config(tmp_path, world, monkeypatch, BRIEF)
-    async with running_gateway(config) as gw:
-        await _connected(gw)
-        root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot say a few words")
+    async with _running(tmp_path, world, monkeypatch, BRIEF) as gw:
+        root = await _alice_asks(world, "say a few words")
         (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.town, root["id"])
                                            if world.fake.buttons(p["id"])], what="the Stop action")
 
@@ -90,12 +102,10 @@ async def test_a_reply_that_finishes_loses_its_stop_action_with_its_final_patch(
 async def test_a_quick_answer_is_one_post_never_patched_so_never_marked_edited(
     tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    config = _config(tmp_path, world, monkeypatch, QUICK)
-    async with running_gateway(config) as gw:
-        await _connected(gw)
+    async with _running(tmp_path, world, monkeypatch, QUICK) as gw:
         adapter = gw.adapters["mm"]
         adapter.limits = type(adapter).limits  # type: ignore[misc]  # the platform's own, with its first-draft hold
-        root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot quick one")
+        root = await _alice_asks(world, "quick one")
 
         await one_run_finished(gw)
         (reply,) = _bot_posts(world, world.town, root["id"])
