@@ -185,33 +185,33 @@ class ReplyStream:
     async def _draft(self) -> None:
         if self._settled:  # the final is under way: a timer that fired just before it shows nothing
             return
-        posted, drafted, self._showing = self.posted, self.text, True
-        try:
+        posted = self.posted
+
+        async def show() -> None:
             await self._show_draft()
             if not posted and self.posted and self.on_first_post is not None:
                 await self.on_first_post()  # part of the draft: no other goes out meanwhile
-        finally:
-            self._showing = False
-        if self._drafting is asyncio.current_task():
-            self._drafting = None  # done but for this: a draft may be due again
-        self._after_draft(drafted)
 
-    def _after_draft(self, drafted: str) -> None:
-        if self.text != drafted and not self._settled and self._due is None:  # more came meanwhile: its time
-            self._due = asyncio.get_running_loop().call_later(
-                max(self._draft_due() - self.clock.monotonic(), 0.0), self._draft_in_time)
+        await self._alone(show)
 
     async def between_drafts(self, action: Callable[[], Awaitable[None]]) -> None:
         """Run `action` (the Stop control put on again, which shows the reply's text on Slack) with no
         draft going out meanwhile; nothing while one is (the caller asks again at its next step)."""
-        if self._busy() or self._settled:
-            return
+        if not (self._busy() or self._settled):
+            await self._alone(action)
+
+    async def _alone(self, action: Callable[[], Awaitable[None]]) -> None:
+        """`action` with no draft going out meanwhile; then what came meanwhile is due in its time."""
         drafted, self._showing = self.text, True
         try:
             await action()
         finally:
             self._showing = False
-        self._after_draft(drafted)
+        if self._drafting is asyncio.current_task():
+            self._drafting = None  # done but for this: a draft may be due again
+        if self.text != drafted and not self._settled and self._due is None:
+            self._due = asyncio.get_running_loop().call_later(
+                max(self._draft_due() - self.clock.monotonic(), 0.0), self._draft_in_time)
 
     async def _show_draft(self) -> None:
         await self._flush(final=False)
