@@ -14,6 +14,9 @@ per model name and provider.
   flight at the reload have ended (at most the shutdown grace later); runs after the reload get
   the new one.
 - `close()` (the gateway's stop) closes every provider's HTTP client.
+- `warm()` builds every agent's model at start and after a reload, not in the first run that
+  needs it: the first build imports the provider's SDK (the OpenAI SDK: 0.1-0.9 s), on the event
+  loop, in front of every conversation's events.
 
 The demo model and models registered in code (`gateway.llm.register_model`) hold no connection
 and are built per run, as before.
@@ -25,7 +28,7 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +94,15 @@ class ModelCache:
         if model is None:
             model = self._models[key] = llm.resolve_model(name, providers, provider_for=self._provider)
         return model
+
+    def warm(self, models: Iterable[str], providers: dict[str, ProviderConfig]) -> None:
+        """Build `models` now. One that cannot be built is left to its runs, which tell the
+        person and the log why (a missing key may be fixed by the next reload)."""
+        for name in sorted(set(models)):
+            try:
+                self.get(name, providers)
+            except Exception as e:
+                log.warning("model %s is not ready: %s", name, e)
 
     def _provider(self, provider_name: str, cfg: ProviderConfig | None) -> Provider[Any]:
         key = _config_key(provider_name, cfg)

@@ -148,3 +148,45 @@ async def test_runs_make_no_ssl_context(tmp_path: Path) -> None:
     finally:
         ssl.SSLContext.__new__ = original  # type: ignore[method-assign]
         await fake.stop()
+
+
+async def test_the_model_is_built_at_start_not_by_the_first_message(tmp_path: Path) -> None:
+    """The first build imports the provider's SDK on the event loop (most of a second for the
+    OpenAI SDK): the first message after a start or a reload must not wait behind it."""
+    served = await FakeOpenAI().start()
+    cfg = _config(tmp_path / "c", served.base_url)
+    try:
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            [provider] = gw.models.providers()  # built before any message came
+            assert not served.requests
+            await _ask(gw, s, await _conversation(s), "one")
+            assert gw.models.providers() == [provider]
+
+            # A reload adding an agent on another provider builds that one at once too.
+            write_config(tmp_path / "c", agents={
+                "assistant": {"name": "A", "model": "local:llama-test", "instructions": "Be brief."},
+                "other": {"name": "B", "model": "elsewhere:llama-test", "instructions": "Be brief."}},
+                gateway={"providers": {"local": {"kind": "openai-chat", "base_url": served.base_url},
+                                       "elsewhere": {"kind": "openai-chat", "base_url": served.base_url + "/"}}})
+            assert (await gw.reload_from_disk())[0]
+            assert len(gw.models.providers()) == 2 and provider in gw.models.providers()
+    finally:
+        await served.stop()
+
+
+async def test_a_model_that_cannot_be_built_does_not_stop_the_start(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    cfg = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "openai-chat:gpt-test",
+                                                             "instructions": "Be brief."}})
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        assert gw.models.providers() == []
+        conv = await _conversation(s)
+        run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
+
+        async def ended() -> bool:
+            stored = await gw.store.run(run)
+            return stored is not None and stored.status not in ("queued", "running")
+
+        await wait_for(ended, what=f"run {run}")
+        stored = await gw.store.run(run)
+        assert stored.status == "failed" and "OPENAI_API_KEY" in stored.reason
