@@ -223,6 +223,36 @@ async def test_sqlite_driver_transactions_wait_for_a_session(tmp_path: Path) -> 
         await engine.dispose()
 
 
+async def test_transactions_that_waited_for_a_session_do_not_queue_in_the_pool(tmp_path: Path) -> None:
+    """Transactions that arrive while a session holds the connection wait for it to be given back,
+    then take the idle path. Queued in the pool instead, each checked the connection out in its
+    turn, every later transaction queued behind it, and under a burst the store stayed that way:
+    a checkout, the pool's reset and a thread round trip per transaction, half again the daemon's
+    CPU per message."""
+    import asyncio
+
+    from sqlalchemy import event, text
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'p.db'}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    checkouts: list[int] = []
+    event.listen(engine.sync_engine, "checkout", lambda *_: checkouts.append(1))
+    try:
+        conv = await _conversation(store)
+        async with store.sessions() as s:
+            await s.execute(text("SELECT 1"))
+            checkouts.clear()
+            waiting = [asyncio.create_task(_say(store, conv, f"e{i}", f"message {i}")) for i in range(3)]
+            await asyncio.sleep(0.05)
+            assert not any(t.done() for t in waiting)
+        await asyncio.gather(*waiting)
+        assert checkouts == []
+        assert sorted(m.text for m in await store.messages(conv.id)) == [f"message {i}" for i in range(3)]
+    finally:
+        await engine.dispose()
+
+
 @pytest.mark.postgres
 async def test_a_message_arriving_while_its_run_is_claimed_is_not_lost() -> None:
     """On PostgreSQL, ingest and claim serialize on the conversation: a message either joins
