@@ -86,8 +86,11 @@ def track(engine: Engine) -> None:
 
     def returned(_dbapi_connection: Any, _record: object) -> None:
         for waiter in _waiting.pop(engine, []):
+            if waiter.done():  # its wait timed out
+                continue
             # Thread-safe: the pool may take a connection back from a garbage collector's finalizer.
-            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+            with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits any more
+                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     event.listen(engine, "connect", remember)
     event.listen(engine, "checkin", returned)
