@@ -497,8 +497,12 @@ class AloneRounds:
         popen = subprocess.Popen([sys.executable, __file__, "--pydantic-ai-rounds"], env=env,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         alone = cls(popen)
-        if await alone._line() != "ready":
-            raise RuntimeError("pydantic-ai alone did not start")
+        try:
+            if await alone._line() != "ready":
+                raise RuntimeError("pydantic-ai alone did not start")
+        except BaseException:
+            alone.proc.stop()
+            raise
         return alone
 
     async def _line(self) -> str:

@@ -139,7 +139,7 @@ class Gateway:
             from . import extensions
 
             extensions.install(self)
-            self.models.warm((a.model for a in self.config.agents.values()), self.config.gateway.providers)
+            self.models.warm(self.config)
             self.adapters = {b.id: self._adapter_for(b) for b in self.config.bindings.values() if b.enabled}
             app = http.build_app(self)
             self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
@@ -244,7 +244,7 @@ class Gateway:
                     log.exception("stopping adapter %s", binding_id)
         self.config = config
         await self.models.apply(config.gateway.providers)
-        self.models.warm((a.model for a in config.agents.values()), config.gateway.providers)
+        self.models.warm(config)
         for binding_id, adapter in replacements.items():
             self.adapters[binding_id] = adapter
             await adapter.start(self)

@@ -63,11 +63,13 @@ def concrete_name(name: str) -> str:
 
 def in_process(name: str) -> Model | None:
     """The demo or a registered model: built per run (no connection to share; a test's may keep state)."""
-    if name == "demo":
-        return demo_model()
-    if name in REGISTERED:
-        return REGISTERED[name]()
-    return None
+    if not built_per_run(name):
+        return None
+    return demo_model() if name == "demo" else REGISTERED[name]()
+
+
+def built_per_run(name: str) -> bool:
+    return name == "demo" or name in REGISTERED
 
 
 def resolve_model(

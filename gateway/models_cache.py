@@ -28,13 +28,14 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai.models import Model
 from pydantic_ai.providers import Provider, infer_provider
 
+from bindings.loader import LoadedConfig
 from bindings.models import ProviderConfig
 from bindings.secrets import SecretError
 
@@ -95,12 +96,14 @@ class ModelCache:
             model = self._models[key] = llm.resolve_model(name, providers, provider_for=self._provider)
         return model
 
-    def warm(self, models: Iterable[str], providers: dict[str, ProviderConfig]) -> None:
-        """Build `models` now. One that cannot be built is left to its runs, which tell the
-        person and the log why (a missing key may be fixed by the next reload)."""
-        for name in sorted(set(models)):
+    def warm(self, config: LoadedConfig) -> None:
+        """Build every agent's model now. One that cannot be built is left to its runs, which tell
+        the person and the log why (a missing key may be fixed by the next reload)."""
+        for name in sorted({llm.concrete_name(agent.model) for agent in config.agents.values()}):
+            if llm.built_per_run(name):
+                continue  # built per run (`get`): nothing to build ahead
             try:
-                self.get(name, providers)
+                self.get(name, config.gateway.providers)
             except Exception as e:
                 log.warning("model %s is not ready: %s", name, e)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from gateway.daemon import Gateway
 
@@ -174,12 +175,15 @@ async def test_the_model_is_built_at_start_not_by_the_first_message(tmp_path: Pa
         await served.stop()
 
 
-async def test_a_model_that_cannot_be_built_does_not_stop_the_start(tmp_path: Path, monkeypatch: Any) -> None:
+async def test_a_model_that_cannot_be_built_does_not_stop_the_start(tmp_path: Path, monkeypatch: Any,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "openai-chat:gpt-test",
                                                              "instructions": "Be brief."}})
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         assert gw.models.providers() == []
+        # The operator hears of it at start, not only when someone writes.
+        assert any(r.getMessage().startswith("model openai-chat:gpt-test is not ready") for r in caplog.records)
         conv = await _conversation(s)
         run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
 

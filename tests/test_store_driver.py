@@ -227,7 +227,7 @@ async def test_transactions_that_waited_for_a_session_do_not_queue_in_the_pool(t
     """Transactions that arrive while a session holds the connection wait for it to be given back,
     then take the idle path. Queued in the pool instead, each checked the connection out in its
     turn, every later transaction queued behind it, and under a burst the store stayed that way:
-    a checkout, the pool's reset and a thread round trip per transaction, half again the daemon's
+    a checkout and a thread round trip per transaction, half again the daemon's
     CPU per message."""
     import asyncio
 
@@ -250,6 +250,39 @@ async def test_transactions_that_waited_for_a_session_do_not_queue_in_the_pool(t
         assert checkouts == []
         assert sorted(m.text for m in await store.messages(conv.id)) == [f"message {i}" for i in range(3)]
     finally:
+        await engine.dispose()
+
+
+async def test_a_transaction_is_not_starved_by_sessions_queueing_for_the_connection(tmp_path: Path) -> None:
+    """Sessions that keep queueing for the connection must not keep a transaction waiting for it
+    past its bound: woken when one gives the connection back, the transaction runs before the
+    next session in the pool's queue takes it."""
+    import asyncio
+
+    from sqlalchemy import text
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 's.db'}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    stop = asyncio.Event()
+
+    async def sessions() -> None:
+        while not stop.is_set():
+            async with store.sessions() as s:
+                await s.execute(text("SELECT 1"))
+
+    try:
+        conv = await _conversation(store)
+        readers = [asyncio.create_task(sessions()) for _ in range(3)]
+        await asyncio.sleep(0.05)
+        for i in range(5):
+            # Milliseconds each; starved, each would wait out the queue's bound (a minute).
+            await asyncio.wait_for(_say(store, conv, f"e{i}", f"message {i}"), 5)
+        stop.set()
+        await asyncio.gather(*readers)
+        assert len(await store.messages(conv.id)) == 5
+    finally:
+        stop.set()
         await engine.dispose()
 
 

@@ -200,13 +200,14 @@ async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Prog
     with limits.waits.waiting():
         if engine.dialect.name == "sqlite":
             function = partial(_run_on_sqlite, program)
-            deadline = time.monotonic() + bound
+            started = time.monotonic()
+            deadline = started + bound
             while True:
                 conn = sqlite.idle_connection(engine.sync_engine)
                 if conn is None:
                     if not sqlite.held(engine.sync_engine):
                         break  # not connected yet: the pool opens the connection
-                    await sqlite.given_back(engine.sync_engine, deadline, bound)
+                    await sqlite.given_back(engine.sync_engine, started + max(bound, sqlite.QUEUE_WAIT))
                     continue
                 await sqlite.thread_idle(conn, deadline, bound)
                 # Checked again: a session may have taken the connection meanwhile.

@@ -26,8 +26,6 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 DEFAULT_BUSY_TIMEOUT = 5.0
 
 
-SQLITE_QUEUE_WAIT = 60.0  # seconds a transaction may queue behind our own for SQLite's one connection
-RETRY_AFTER_QUEUE = 2.0  # what a client is told to wait after a queue wait ran out (not the wait itself)
 
 
 class GuardedPool(AsyncAdaptedQueuePool):
@@ -41,7 +39,7 @@ class GuardedPool(AsyncAdaptedQueuePool):
             raise
         except Exception as e:
             if isinstance(e, sa_exc.TimeoutError):  # every connection busy: a wait, not an outage
-                raise StoreUnavailable(f"no database connection free in time ({e})", RETRY_AFTER_QUEUE) from e
+                raise StoreUnavailable(f"no database connection free in time ({e})", sqlite.RETRY_AFTER_QUEUE) from e
             if is_transient(e):
                 raise StoreUnavailable(f"no database connection ({e})", self._timeout, unreachable=True) from e
             raise
@@ -50,7 +48,7 @@ class GuardedPool(AsyncAdaptedQueuePool):
 def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> AsyncEngine:
     """An async engine whose waits for a lock held by another process or replica, and for a
     PostgreSQL connection, are bounded by `busy_timeout` seconds; on SQLite a wait for the one
-    connection behind our own work by `SQLITE_QUEUE_WAIT`. For SQLite the file's directory is created, WAL is on,
+    connection behind our own work by `sqlite.QUEUE_WAIT`. For SQLite the file's directory is created, WAL is on,
     and every call runs in the connection's thread (see `sqlite`)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -68,7 +66,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
             poolclass=GuardedPool,
             pool_size=1,
             max_overflow=0,
-            pool_timeout=max(busy_timeout, SQLITE_QUEUE_WAIT),
+            pool_timeout=max(busy_timeout, sqlite.QUEUE_WAIT),
             # Sessions end their own transactions; a reset would cost a thread round trip.
             pool_reset_on_return=None,
             connect_args={"timeout": busy_timeout},

@@ -52,6 +52,8 @@ from .availability import StoreUnavailable, is_sqlite_busy
 T = TypeVar("T")
 
 
+QUEUE_WAIT = 60.0  # seconds a transaction may queue behind our own work for the one connection
+RETRY_AFTER_QUEUE = 2.0  # what a client is told to wait after a queue wait ran out (not the wait itself)
 AUTOCHECKPOINT = 1000  # pages: SQLite's default, kept for everything but an inline transaction
 CHECKPOINT_EVERY = 50  # inline transactions (about 10 pages each) between checkpoints on the thread
 
@@ -72,7 +74,7 @@ def pragmas(busy_timeout: float) -> Callable[[Any, Any], None]:
 
 
 # Each engine's one aiosqlite connection, so driver.transaction can hand it a whole transaction
-# while the pool holds it idle (a checkout and the pool's reset cost more than the transaction).
+# while the pool holds it idle (a checkout costs more than the transaction).
 _connections: WeakKeyDictionary[Engine, Any] = WeakKeyDictionary()
 
 
@@ -85,10 +87,20 @@ def track(engine: Engine) -> None:
         _connections[engine] = dbapi_connection.driver_connection  # the aiosqlite.Connection
 
     def returned(_dbapi_connection: Any, _record: object) -> None:
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
         for waiter in _waiting.pop(engine, []):
             if waiter.done():  # its wait timed out
                 continue
-            # Thread-safe: the pool may take a connection back from a garbage collector's finalizer.
+            if waiter.get_loop() is here:
+                # At once, not a loop pass later: the pool wakes a session queued for the connection
+                # after this, and a transaction woken later than it would find the connection taken
+                # again, every time, while sessions keep queueing.
+                _wake(waiter)
+                continue
+            # From another thread (a garbage collector's finalizer giving the connection back).
             with contextlib.suppress(RuntimeError):  # its loop closed: nobody waits any more
                 waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
@@ -107,28 +119,31 @@ def idle_connection(engine: Engine) -> Any | None:
     Safe without a lock: a session that checks it out after this returns queues its calls in
     the same thread behind the transaction handed over, which runs as one call.
     """
-    conn = _connections.get(engine)
-    if conn is None or not getattr(conn, "_running", False) or conn._connection is None:
-        return None
-    if engine.pool.checkedout():
-        return None
-    return conn
+    conn = _open(engine)
+    return conn if conn is not None and not engine.pool.checkedout() else None
 
 
 def held(engine: Engine) -> bool:
     """Whether a session holds the engine's (open) connection now."""
+    return _open(engine) is not None and bool(engine.pool.checkedout())
+
+
+def _open(engine: Engine) -> Any | None:
     conn = _connections.get(engine)
-    return conn is not None and getattr(conn, "_running", False) and bool(engine.pool.checkedout())
+    if conn is None or not getattr(conn, "_running", False) or conn._connection is None:
+        return None
+    return conn
 
 
-async def given_back(engine: Engine, deadline: float, bound: float) -> None:
+async def given_back(engine: Engine, deadline: float) -> None:
     """Wait, on the loop, until a session gives the engine's connection back to the pool.
 
     A transaction then takes the idle path (`inline`, or the thread as one call) rather than
     queueing in the pool: one queued there checks the connection out in its turn, so every
     transaction arriving meanwhile queued behind it, and under a burst the store stayed in that
-    mode, each transaction paying a checkout, the pool's reset and the thread (bench/platforms.py's
-    Slack bursts: 11 ms of the daemon's CPU per message in the one mode, 17-22 ms in the other).
+    mode, each transaction paying a checkout and a thread round trip (bench/platforms.py's Slack
+    bursts: 11 ms of the daemon's CPU per message in the one mode, 17-22 ms in the other).
+    Waiting behind our own work: bounded by QUEUE_WAIT (`engine.create_engine`), not busy_timeout.
     """
     waiter = asyncio.get_running_loop().create_future()
     _waiting.setdefault(engine, []).append(waiter)
@@ -136,7 +151,7 @@ async def given_back(engine: Engine, deadline: float, bound: float) -> None:
         async with asyncio.timeout(deadline - time.monotonic()):
             await waiter
     except TimeoutError:
-        raise StoreUnavailable("the database is busy (waited for earlier work past the bound)", bound) from None
+        raise StoreUnavailable("no database connection free in time (a session held it)", RETRY_AFTER_QUEUE) from None
 
 
 class _Thread:
