@@ -217,6 +217,9 @@ class Approvals:
             expires_at=self.store.clock.now() + timedelta(seconds=turn.binding.approvals.timeout), items=items)
         await parked()
         self._metrics.approvals_pending.inc(len(items))
+        # The card is decidable once stored (the web API lists it), before the run is parked.
+        if await self.db.requeue_decided(card_id):
+            self._wake(turn.conversation.id)
         await self._show(card_id, stream.adapter, turn.target)
 
     async def _show(self, card_id: str, adapter: Adapter, target: ReplyTarget, *, recovering: bool = False) -> None:

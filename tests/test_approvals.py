@@ -111,6 +111,30 @@ async def test_gated_call_parks_then_runs_once_after_approval(tmp_path: Path) ->
         assert RAN == [("deploy", "api")]
 
 
+async def test_a_card_decided_before_its_run_is_parked_still_resumes_the_run(tmp_path: Path) -> None:
+    """The web API lists a card as soon as it is stored, a moment before its run is recorded as
+    parked. A decision in that moment found no parked run to requeue, and the run stayed parked
+    with every call decided, for good (bench/chaos.py's approvals lane found it)."""
+    RAN.clear()
+    async with running_gateway(_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        store_card = gw.approvals.db.create_card
+        decided: list[int] = []
+
+        async def stored_then_decided(**kwargs: Any) -> str:
+            card_id = await store_card(**kwargs)
+            card = (await chat.state())["cards"][-1]
+            decided.append((await chat.decide(card["items"][0]["approval_id"], "approve"))[0])
+            return card_id
+
+        gw.approvals.db.create_card = stored_then_decided  # type: ignore[method-assign]
+        sent = await chat.say("deploy api")
+        await wait_for(lambda: run_finished(gw, sent["run_id"]), what="the run resumed", timeout=10.0)
+        assert decided == [200]
+        assert RAN == [("deploy", "api")]
+        assert (await chat.replies())[-1] == "[deploy: deployed api]"
+
+
 async def test_a_message_sent_while_parked_is_answered_after_the_decision(tmp_path: Path) -> None:
     async with running_gateway(_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()

@@ -205,6 +205,17 @@ class ApprovalStore:
         moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=QUEUED))
         return bool(moved.rowcount)
 
+    async def requeue_decided(self, card_id: str) -> bool:
+        """Put a just-parked run back in its queue if its card was decided before it was parked:
+        that decision found no parked run to requeue (`_requeue_if_decided`), and nothing else
+        would ever requeue it. Whoever finds the run parked moves it, once."""
+        async with self._sessions() as s, s.begin():
+            card = await s.get(ApprovalCardRow, card_id)
+            if card is None or card.state != "decided":
+                return False
+            moved = await s.execute(update(Run).where(Run.id == card.run_id, Run.status == PARKED).values(status=QUEUED))
+            return bool(moved.rowcount)
+
     async def decided_item(self, approval_id: str | None, card_id: str) -> ApprovalRow | None:
         """What someone else decided first (for "Already approved by …")."""
         query = select(ApprovalRow).where(ApprovalRow.card_id == card_id, ApprovalRow.state != "pending")
