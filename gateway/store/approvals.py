@@ -200,10 +200,7 @@ class ApprovalStore:
                                                              ApprovalCardRow.state == "pending")
                                .values(state="decided").returning(ApprovalCardRow.run_id))
         run_id = card.scalar()
-        if run_id is None:
-            return False
-        moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=QUEUED))
-        return bool(moved.rowcount)
+        return run_id is not None and await _requeue_parked(s, run_id)
 
     async def requeue_decided(self, card_id: str) -> bool:
         """Put a just-parked run back in its queue if its card was decided before it was parked:
@@ -211,10 +208,7 @@ class ApprovalStore:
         would ever requeue it. Whoever finds the run parked moves it, once."""
         async with self._sessions() as s, s.begin():
             card = await s.get(ApprovalCardRow, card_id)
-            if card is None or card.state != "decided":
-                return False
-            moved = await s.execute(update(Run).where(Run.id == card.run_id, Run.status == PARKED).values(status=QUEUED))
-            return bool(moved.rowcount)
+            return card is not None and card.state == "decided" and await _requeue_parked(s, card.run_id)
 
     async def decided_item(self, approval_id: str | None, card_id: str) -> ApprovalRow | None:
         """What someone else decided first (for "Already approved by …")."""
@@ -288,3 +282,9 @@ class ApprovalStore:
             query = query.where(ApprovalRow.conversation_id == conversation_id)
         async with self._sessions() as s:
             return list(await s.scalars(query))
+
+
+async def _requeue_parked(s: AsyncSession, run_id: str) -> bool:
+    """The run back in its queue if it is parked (whoever finds it parked moves it, once)."""
+    moved = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED).values(status=QUEUED))
+    return bool(moved.rowcount)
