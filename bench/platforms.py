@@ -76,12 +76,23 @@ async def serve_model() -> None:
     await fake.stop()
 
 
+def _bench_agent() -> Any:
+    """The agent as the gateway builds it (its output may be a request for approval), built once."""
+    from pydantic_ai import Agent, DeferredToolRequests
+
+    return Agent(MODEL, instructions=INSTRUCTIONS, output_type=[str, DeferredToolRequests])
+
+
+def _model_env(model_url: str) -> dict[str, str]:
+    """pydantic-ai's own OpenAI provider, pointed at the fake model server."""
+    return {**os.environ, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed"}
+
+
 async def pydantic_ai_alone(messages: int, concurrency: int) -> None:
     """The same agent (model, instructions) against the same model server: runs at `concurrency`."""
-    from pydantic_ai import Agent, AgentRunResultEvent, DeferredToolRequests
+    from pydantic_ai import AgentRunResultEvent
 
-    # The agent as the gateway builds it (its output may be a request for approval), built once.
-    agent = Agent(MODEL, instructions=INSTRUCTIONS, output_type=[str, DeferredToolRequests])
+    agent = _bench_agent()
     queue = list(range(messages))
     ends: list[float] = []
 
@@ -122,10 +133,9 @@ async def pydantic_ai_rounds() -> None:
     its time to the result in ms. The gateway's run sends its conversation's history, and the
     OpenAI SDK's request costs grow with it: compared at the same length, the difference is the
     gateway's own."""
-    from pydantic_ai import Agent, DeferredToolRequests
     from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-    agent = Agent(MODEL, instructions=INSTRUCTIONS, output_type=[str, DeferredToolRequests])
+    agent = _bench_agent()
     loop = asyncio.get_running_loop()
     async with agent:
         await agent.run("warm-up")
@@ -437,7 +447,7 @@ async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Pl
     config = tmp / "config"
     write_gateway_config(config, port, platforms, limits, database_url, model)
     pythonpath = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": pythonpath, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed",
+    env = {**_model_env(model_url), "PYTHONPATH": pythonpath,
            "BENCH_SLACK_BOT_TOKEN": BOT_TOKEN, "BENCH_SLACK_APP_TOKEN": APP_TOKEN,
            "BENCH_SLACK_SIGNING_SECRET": SIGNING_SECRET, "BENCH_MM_TOKEN": Mattermost.TOKEN,
            "BENCH_TELEGRAM_TOKEN": next((p.fake.token for p in platforms if isinstance(p, Telegram)), "")}
@@ -493,8 +503,7 @@ class AloneRounds:
 
     @classmethod
     async def start(cls, model_url: str) -> AloneRounds:
-        env = {**os.environ, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed"}
-        popen = subprocess.Popen([sys.executable, __file__, "--pydantic-ai-rounds"], env=env,
+        popen = subprocess.Popen([sys.executable, __file__, "--pydantic-ai-rounds"], env=_model_env(model_url),
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         alone = cls(popen)
         try:
@@ -520,9 +529,8 @@ class AloneRounds:
 
 
 async def run_pydantic_ai_alone(model_url: str, messages: int, concurrency: int) -> dict[str, float]:
-    env = {**os.environ, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed"}
     proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--pydantic-ai-alone", str(messages),
-                                                str(concurrency), env=env, stdout=asyncio.subprocess.PIPE)
+                                                str(concurrency), env=_model_env(model_url), stdout=asyncio.subprocess.PIPE)
     out, _ = await asyncio.wait_for(proc.communicate(), 300)
     return json.loads(out.decode().strip().splitlines()[-1])
 

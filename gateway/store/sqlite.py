@@ -40,7 +40,7 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
@@ -147,11 +147,16 @@ async def given_back(engine: Engine, deadline: float) -> None:
     """
     waiter = asyncio.get_running_loop().create_future()
     _waiting.setdefault(engine, []).append(waiter)
+    await _until(deadline, waiter, "no database connection free in time (a session held it)", RETRY_AFTER_QUEUE)
+
+
+async def _until(deadline: float, wait: Awaitable[Any], refusal: str, retry_after: float) -> None:
+    """`wait`, but StoreUnavailable(`refusal`) at `deadline` (a wait behind our own work)."""
     try:
         async with asyncio.timeout(deadline - time.monotonic()):
-            await waiter
+            await wait
     except TimeoutError:
-        raise StoreUnavailable("no database connection free in time (a session held it)", RETRY_AFTER_QUEUE) from None
+        raise StoreUnavailable(refusal, retry_after) from None
 
 
 class _Thread:
@@ -195,11 +200,7 @@ async def thread_idle(conn: Any, deadline: float, bound: float) -> None:
     the thread would never be idle again). Returns at once when a checkpoint is due."""
     state = _thread(conn)
     while state.calls and state.since_checkpoint < CHECKPOINT_EVERY:
-        try:
-            async with asyncio.timeout(deadline - time.monotonic()):
-                await state.idle.wait()
-        except TimeoutError:
-            raise StoreUnavailable("the database is busy (waited for earlier work past the bound)", bound) from None
+        await _until(deadline, state.idle.wait(), "the database is busy (waited for earlier work past the bound)", bound)
 
 
 def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
