@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from bindings.models import BindingSpec
 
-from .messages import ChatKind, InboundMessage
+from gateway.messages import ChatKind, InboundMessage
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,17 +17,17 @@ from aiohttp import web
 
 from bindings.models import BindingSpec
 
-from .clock import new_id
-from .handoff_runs import answers_beside
-from .memory_card import MemoryButton, MemoryCard, MemoryClick
-from .messages import Attachment, ChatKind, InboundMessage, Sender
-from .store import repo
-from .store.notes import Note, NoteStore
-from .surface import ApprovalCard, Decision
-from .uploads import UploadRefused, read_form
+from gateway.clock import new_id
+from gateway.handoff_runs import answers_beside
+from gateway.memory_card import MemoryButton, MemoryCard, MemoryClick
+from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
+from gateway.store import repo
+from gateway.store.notes import Note, NoteStore
+from gateway.surface import ApprovalCard, Decision
+from gateway.uploads import UploadRefused, read_form
 
 if TYPE_CHECKING:
-    from .daemon import Gateway
+    from gateway.daemon import Gateway
 
 MAX_TEXT = 32_000
 WORKSPACE = "local"

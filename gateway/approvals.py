@@ -25,17 +25,17 @@ from pydantic_ai.messages import ModelMessage
 
 from bindings.models import BindingSpec
 
-from .delegated import APPROVAL_IDS, DECISIONS, delegated_calls
-from .delivery import Outbound, ReplyStream
-from .events import EventBus
-from .metrics import Metrics
-from .orphan_posts import unrecorded_card
-from .policy import Modes
-from .store import repo
-from .store.approvals import ApprovalStore, NewItem
-from .store.models import Run
-from .surface import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
-from .turn import Turn
+from gateway.delegated import APPROVAL_IDS, DECISIONS, delegated_calls
+from gateway.delivery import Outbound, ReplyStream
+from gateway.events import EventBus
+from gateway.metrics import Metrics
+from gateway.orphan_posts import unrecorded_card
+from gateway.policy import Modes
+from gateway.store import repo
+from gateway.store.approvals import ApprovalStore, NewItem
+from gateway.store.models import Run
+from gateway.surface import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
+from gateway.turn import Turn
 
 log = logging.getLogger("gateway.approvals")
 
@@ -452,7 +452,7 @@ def add_cli(sub: Any, load: Any) -> None:
         config = load(args)
         if config is None:
             return 1
-        from .store.engine import open_store
+        from gateway.store.engine import open_store
 
         async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             async with open_store(config.gateway.database.url) as store:

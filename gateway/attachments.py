@@ -30,10 +30,10 @@ from typing import Any
 
 from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, UserContent, UserPromptPart
 
-from .messages import Attachment, InboundMessage
-from .store.capability_state import CapabilityState
-from .surface import Adapter, AttachmentTooLarge, PlatformError
-from .uploads import Uploads
+from gateway.messages import Attachment, InboundMessage
+from gateway.store.capability_state import CapabilityState
+from gateway.surface import Adapter, AttachmentTooLarge, PlatformError
+from gateway.uploads import Uploads
 
 log = logging.getLogger("gateway.attachments")
 

@@ -28,11 +28,11 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic_ai import CancellationToken
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
 
-from .clock import Clock, new_id
-from .delivery import ReplyStream
-from .events import EventBus
-from .store import repo
-from .store.background import (
+from gateway.clock import Clock, new_id
+from gateway.delivery import ReplyStream
+from gateway.events import EventBus
+from gateway.store import repo
+from gateway.store.background import (
     FAILED,
     FINISHED,
     PARTIAL,
@@ -42,9 +42,9 @@ from .store.background import (
     NewBackground,
     Usage,
 )
-from .store.availability import StoreUnavailable
-from .store.models import BackgroundRun
-from .surface import ReplyTarget
+from gateway.store.availability import StoreUnavailable
+from gateway.store.models import BackgroundRun
+from gateway.surface import ReplyTarget
 
 log = logging.getLogger("gateway.background")
 

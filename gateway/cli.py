@@ -15,7 +15,7 @@ from pathlib import Path
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import AgentSpec, BindingSpec, GatewayConfig
 
-from .logs import configure_logging
+from gateway.logs import configure_logging
 
 log = logging.getLogger("gateway")
 
@@ -27,7 +27,7 @@ def _config_dir(args: argparse.Namespace) -> Path:
 
 
 def _load(args: argparse.Namespace) -> LoadedConfig | None:
-    from . import extensions
+    from gateway import extensions
 
     extensions.register_checks()
     try:
@@ -48,7 +48,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     if getattr(args, "online", False):
-        from . import extensions
+        from gateway import extensions
 
         for problem in extensions.online_problems(config):
             print(problem, file=sys.stderr)
@@ -75,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if config is None:
         return 1
     configure_logging(config.gateway.logging)
-    from .daemon import Gateway, StartupError, freeze_startup_objects
+    from gateway.daemon import Gateway, StartupError, freeze_startup_objects
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -155,14 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("schema", cmd_schema, "print the JSON Schema of config files").add_argument(
         "kind", nargs="?", default="all", choices=["all", "gateway", "agent", "binding"]
     )
-    from . import extensions
+    from gateway import extensions
 
     extensions.add_commands(sub, _load)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from .store.availability import StoreUnavailable
+    from gateway.store.availability import StoreUnavailable
 
     args = build_parser().parse_args(argv)
     try:

@@ -17,17 +17,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from . import memory
-from .approvals import Approvals
-from .delivery import Outbound
-from .memory_card import MemoryCards
-from .messages import ChatKind, InboundMessage
-from .policy import Modes
-from .store import repo
-from .store.notes import NoteStore
-from .store.people import LINK_TTL, AccountRef, PeopleStore
-from .stopping import Stops
-from .surface import target_for
+from gateway import memory
+from gateway.approvals import Approvals
+from gateway.delivery import Outbound
+from gateway.memory_card import MemoryCards
+from gateway.messages import ChatKind, InboundMessage
+from gateway.policy import Modes
+from gateway.store import repo
+from gateway.store.notes import NoteStore
+from gateway.store.people import LINK_TTL, AccountRef, PeopleStore
+from gateway.stopping import Stops
+from gateway.surface import target_for
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from .store.availability import StoreUnavailable
-from .store.repo import Claimed, Store
+from gateway.store.availability import StoreUnavailable
+from gateway.store.repo import Claimed, Store
 
 log = logging.getLogger("gateway.conversations")
 

@@ -19,33 +19,33 @@ from aiohttp import web
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from . import http, pairing
-from .adapter_registry import AdapterContext, create_adapter
-from .approvals import Approvals
-from .clock import Clock
-from .retention import Pruning
-from .commands import Commands
-from .conversations import Scheduler
-from .delivery import Outbound
-from .event_relay import EventRelay
-from .events import EventBus
-from .first_sign import FirstSign
-from .inbound import Inbound
-from .memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
-from .messages import InboundMessage
-from .metrics import Metrics
-from .models_cache import ModelCache
-from .runner import Runner
-from .stopping import Stops
-from .store import repo
-from .store.availability import NotAccepting, StoreUnavailable
-from .store.engine import create_engine, migrate
-from .systemd import Notifier
-from .surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
-from .uploads import Uploads
+from gateway import http, pairing
+from gateway.adapter_registry import AdapterContext, create_adapter
+from gateway.approvals import Approvals
+from gateway.clock import Clock
+from gateway.retention import Pruning
+from gateway.commands import Commands
+from gateway.conversations import Scheduler
+from gateway.delivery import Outbound
+from gateway.event_relay import EventRelay
+from gateway.events import EventBus
+from gateway.first_sign import FirstSign
+from gateway.inbound import Inbound
+from gateway.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
+from gateway.messages import InboundMessage
+from gateway.metrics import Metrics
+from gateway.models_cache import ModelCache
+from gateway.runner import Runner
+from gateway.stopping import Stops
+from gateway.store import repo
+from gateway.store.availability import NotAccepting, StoreUnavailable
+from gateway.store.engine import create_engine, migrate
+from gateway.systemd import Notifier
+from gateway.surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
+from gateway.uploads import Uploads
 
 if TYPE_CHECKING:
-    from .mcp import McpPool
+    from gateway.mcp import McpPool
 
 log = logging.getLogger("gateway")
 
@@ -136,7 +136,7 @@ class Gateway:
                                first_sign=lambda conv: self.first_sign.show(adapter_for(conv.binding_id), conv.target(),
                                                                             conv.id))
         try:
-            from . import extensions
+            from gateway import extensions
 
             extensions.install(self)
             self.models.warm(self.config)
@@ -199,7 +199,7 @@ class Gateway:
 
     async def reload_from_disk(self) -> tuple[bool, list[str]]:
         """Re-read the config directory; on problems keep the last good config and log each one."""
-        from . import extensions
+        from gateway import extensions
 
         extensions.register_checks()
         self.notifier.reloading()

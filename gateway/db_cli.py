@@ -16,10 +16,10 @@ def add_cli(sub: Any, load: Any) -> None:
         config = load(args)
         if config is None:
             return 1
-        from .clock import Clock
-        from .retention import retention_of
-        from .store.engine import open_store
-        from .store.retention import prune, table_sizes
+        from gateway.clock import Clock
+        from gateway.retention import retention_of
+        from gateway.store.engine import open_store
+        from gateway.store.retention import prune, table_sizes
 
         async def main() -> list[str]:
             async with open_store(config.gateway.database.url) as store:

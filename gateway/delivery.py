@@ -18,12 +18,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from .budget import OverBudget, impatient
-from .clock import Clock, new_id
-from .orphan_posts import unrecorded_posts
-from .store.orphans import rows_above_card
-from .store.repo import FinalRow, Store
-from .surface import Adapter, PlatformError, RateLimited, ReplyTarget
+from gateway.budget import OverBudget, impatient
+from gateway.clock import Clock, new_id
+from gateway.orphan_posts import unrecorded_posts
+from gateway.store.orphans import rows_above_card
+from gateway.store.repo import FinalRow, Store
+from gateway.surface import Adapter, PlatformError, RateLimited, ReplyTarget
 
 log = logging.getLogger("gateway.delivery")
 

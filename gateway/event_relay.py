@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .store.stream_events import CHANNEL, StreamEvents
+from gateway.store.stream_events import CHANNEL, StreamEvents
 
 if TYPE_CHECKING:
-    from .events import EventBus
-    from .store.repo import Store
+    from gateway.events import EventBus
+    from gateway.store.repo import Store
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .daemon import Gateway
+    from gateway.daemon import Gateway
 
 
 def install(gateway: Gateway) -> None:
@@ -26,8 +26,8 @@ def install(gateway: Gateway) -> None:
     from capabilities.context import ContextLibrary
     from capabilities.knowledge_index import KnowledgeIndexer
 
-    from .store.conversation_search import ConversationSearch
-    from .store.knowledge import KnowledgeStore
+    from gateway.store.conversation_search import ConversationSearch
+    from gateway.store.knowledge import KnowledgeStore
 
     load_builtin()
     # Collaborators built once per daemon, handed to the capabilities that use them.
@@ -50,7 +50,7 @@ def install(gateway: Gateway) -> None:
     # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
     from capabilities import mcp_servers
 
-    from .mcp import McpPool
+    from gateway.mcp import McpPool
 
     pool = McpPool(gateway)
     gateway.mcp = pool
@@ -62,7 +62,7 @@ def install(gateway: Gateway) -> None:
     # Background delegations (mode async) run here, in this process, and report back through the queue.
     from capabilities.subagents import Delegator
 
-    from .background import BackgroundRuns
+    from gateway.background import BackgroundRuns
 
     background = BackgroundRuns(gateway.store, lambda: gateway.config.gateway.limits, gateway.scheduler.wake,
                                 gateway.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
@@ -75,7 +75,7 @@ def install(gateway: Gateway) -> None:
     # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
     from capabilities.handoffs import Switchboard
 
-    from .handoff_runs import HandoffStarter
+    from gateway.handoff_runs import HandoffStarter
 
     parts["handoffs"] = Switchboard(lambda: gateway.config.agents, delegator, HandoffStarter(gateway).start)
 
@@ -98,25 +98,25 @@ def register_checks() -> None:
 
 def online_problems(config: Any) -> list[Any]:
     """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
-    from .mcp_cli import online_problems as mcp_problems
+    from gateway.mcp_cli import online_problems as mcp_problems
 
     return asyncio.run(mcp_problems(config))
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
-    from . import mcp_cli, people
-    from .approvals import add_cli
-    from .pairing import add_cli as add_pairing_cli
+    from gateway import mcp_cli, people
+    from gateway.approvals import add_cli
+    from gateway.pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)
     add_pairing_cli(sub, load)
     mcp_cli.add_cli(sub, load)
     people.add_cli(sub, load)
-    from .store import run_outcomes
+    from gateway.store import run_outcomes
 
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
-    from . import db_cli
+    from gateway import db_cli
 
     db_cli.add_cli(sub, load)  # `db stats`, `db prune`
 
@@ -134,7 +134,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     p.set_defaults(fn=capabilities)
 
     def memory_command(args: argparse.Namespace) -> int:
-        from .memory import admin
+        from gateway.memory import admin
 
         config = load(args)
         if config is None:

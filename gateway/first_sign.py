@@ -18,8 +18,8 @@ import contextlib
 import logging
 import time
 
-from .budget import impatient
-from .surface import Adapter, ReplyTarget
+from gateway.budget import impatient
+from gateway.surface import Adapter, ReplyTarget
 
 log = logging.getLogger("gateway.runner")
 

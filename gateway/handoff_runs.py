@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from .clock import new_id
-from .store.models import Conversation, Message, Run
-from .store.repo import ConversationRef, Identity, Store
-from .turn import Turn
+from gateway.clock import new_id
+from gateway.store.models import Conversation, Message, Run
+from gateway.store.repo import ConversationRef, Identity, Store
+from gateway.turn import Turn
 
 if TYPE_CHECKING:
-    from .daemon import Gateway
+    from gateway.daemon import Gateway
 
 MARK = "#handoff:"
 

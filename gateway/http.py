@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from . import api
-from .store.availability import StoreUnavailable
+from gateway import api
+from gateway.store.availability import StoreUnavailable
 
 if TYPE_CHECKING:
-    from .daemon import Gateway
-    from .surface import Adapter
+    from gateway.daemon import Gateway
+    from gateway.surface import Adapter
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

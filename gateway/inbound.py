@@ -36,15 +36,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from bindings.loader import LoadedConfig
 from bindings.models import BindingSpec
 
-from . import attachments
-from .admission import admit
-from .commands import Asked, Commands, parse_command
-from .delivery import Outbound
-from .messages import ChatKind, InboundMessage
-from .metrics import Metrics
-from .pairing import Pairing
-from .store import repo
-from .surface import SubmitResult, target_for
+from gateway import attachments
+from gateway.admission import admit
+from gateway.commands import Asked, Commands, parse_command
+from gateway.delivery import Outbound
+from gateway.messages import ChatKind, InboundMessage
+from gateway.metrics import Metrics
+from gateway.pairing import Pairing
+from gateway.store import repo
+from gateway.surface import SubmitResult, target_for
 
 log = logging.getLogger("gateway.inbound")
 

@@ -15,10 +15,10 @@ import asyncio
 import logging
 from typing import Any
 
-from .budget import OverBudget, impatient
-from .delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream, _Posted
-from .store.repo import FinalRow
-from .surface import LiveReply, NativeUnavailable, PlatformError, RateLimited
+from gateway.budget import OverBudget, impatient
+from gateway.delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream, _Posted
+from gateway.store.repo import FinalRow
+from gateway.surface import LiveReply, NativeUnavailable, PlatformError, RateLimited
 
 log = logging.getLogger("gateway.delivery")
 

@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING, Any
 from bindings.models import McpServerSpec
 from bindings.secrets import SecretRef
 
-from .reconnect import Backoff
+from gateway.reconnect import Backoff
 
 if TYPE_CHECKING:
-    from .daemon import Gateway
-    from .turn import Turn
+    from gateway.daemon import Gateway
+    from gateway.turn import Turn
 
 log = logging.getLogger("gateway.mcp")
 
@@ -261,7 +261,7 @@ class McpConnection:
         toolset.pooled_tools = self.tools
 
     def _build_toolset(self) -> Any:
-        from .mcp_toolset import pooled_toolset
+        from gateway.mcp_toolset import pooled_toolset
 
         spec = self.spec
         if spec.url is not None:

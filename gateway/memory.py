@@ -21,8 +21,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .messages import ChatKind
-from .store.notes import CHAT, PERSON, Holder, Note, NoteStore, Scope
+from gateway.messages import ChatKind
+from gateway.store.notes import CHAT, PERSON, Holder, Note, NoteStore, Scope
 
 INDEX_INJECT_LIMIT = 6_000  # a longer index is left out whole: half an index is worse than none
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -147,8 +147,8 @@ async def self_service(
 
 async def admin(url: str, action: str, person_ref: str, *, actor: str, reason: str) -> tuple[int, str]:
     """`agent-gateway memory show|erase`: (exit code, text). Every access is audited before it happens."""
-    from .store.engine import create_engine, migrate
-    from .store.repo import Store
+    from gateway.store.engine import create_engine, migrate
+    from gateway.store.repo import Store
 
     if action == "show" and not reason.strip():
         return 2, "memory show needs --reason: it is recorded in the audit log with your name (no content)."

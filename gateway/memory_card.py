@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
-from .memory import NoStore, holder_of
-from .messages import ChatKind, Sender
-from .store.notes import CHAT, Holder, Note, NoteStore
+from gateway.memory import NoStore, holder_of
+from gateway.messages import ChatKind, Sender
+from gateway.store.notes import CHAT, Holder, Note, NoteStore
 
 if TYPE_CHECKING:
     from bindings.models import BindingSpec
 
-    from .approvals import Approvals
-    from .store.repo import Store
-    from .surface import Adapter, ReplyTarget
+    from gateway.approvals import Approvals
+    from gateway.store.repo import Store
+    from gateway.surface import Adapter, ReplyTarget
 
 log = logging.getLogger("gateway.memory_card")
 

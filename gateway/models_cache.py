@@ -39,7 +39,7 @@ from bindings.loader import LoadedConfig
 from bindings.models import ProviderConfig
 from bindings.secrets import SecretError
 
-from . import llm
+from gateway import llm
 
 log = logging.getLogger("gateway.models")
 

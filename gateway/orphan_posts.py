@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Protocol, runtime_checkable
 
-from .store.orphans import recovery_marks
-from .store.repo import Store
-from .surface import ApprovalCard, PlatformError, ReplyTarget
+from gateway.store.orphans import recovery_marks
+from gateway.store.repo import Store
+from gateway.surface import ApprovalCard, PlatformError, ReplyTarget
 
 log = logging.getLogger(__name__)
 

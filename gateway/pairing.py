@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from .clock import Clock
-from .messages import ChatKind, InboundMessage
-from .store.pairing import (  # the limits live with the queries that enforce them
+from gateway.clock import Clock
+from gateway.messages import ChatKind, InboundMessage
+from gateway.store.pairing import (  # the limits live with the queries that enforce them
     CODE_ALPHABET,
     CODE_TTL,
     LOCKOUT,
@@ -41,11 +41,11 @@ from .store.pairing import (  # the limits live with the queries that enforce th
     PairingStore,
     PendingPairing,
 )
-from .surface import target_for
+from gateway.surface import target_for
 
 if TYPE_CHECKING:
-    from .delivery import Outbound
-    from .store.repo import Store
+    from gateway.delivery import Outbound
+    from gateway.store.repo import Store
 
 log = logging.getLogger("gateway.pairing")
 
@@ -123,7 +123,7 @@ def add_cli(sub: Any, load: Any) -> None:
         config = load(args)
         if config is None:
             return 1
-        from .store.engine import open_store
+        from gateway.store.engine import open_store
 
         async def main() -> int:
             async with open_store(config.gateway.database.url) as store:

@@ -14,12 +14,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .store.people import AccountRef, PeopleStore
+from gateway.store.people import AccountRef, PeopleStore
 
 
 async def admin(url: str, action: str, refs: list[str], *, actor: str) -> tuple[int, str]:
     """(exit code, text) for one `people` action."""
-    from .store.engine import open_store
+    from gateway.store.engine import open_store
 
     async with open_store(url) as store:
         people = PeopleStore(store)
@@ -28,7 +28,7 @@ async def admin(url: str, action: str, refs: list[str], *, actor: str) -> tuple[
             account = AccountRef.parse(ref)
             if account is not None:
                 return await people.person_of(account)
-            from .store.notes import NoteStore
+            from gateway.store.notes import NoteStore
 
             return await NoteStore(store).person(ref)  # a person id as it stands
 

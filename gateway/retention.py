@@ -6,9 +6,9 @@ import logging
 
 from bindings.models import RetentionConfig
 
-from .clock import Clock
-from .store.repo import Store
-from .store.retention import Retention, prune
+from gateway.clock import Clock
+from gateway.store.repo import Store
+from gateway.store.retention import Retention, prune
 
 log = logging.getLogger(__name__)
 

@@ -46,27 +46,27 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 
 from bindings.models import AgentSpec
 
-from . import attachments
-from .background import post_report, report_prompt
-from .delivery import ReplyStream
-from .first_sign import show_typing
-from .handoff_runs import is_handoff
-from .live_reply import NativeReplyStream
-from .llm import ModelConfigError
-from .memory import resolve_scope
-from .messages import ChatKind
-from .store import repo
-from .store.availability import StoreUnavailable
-from .store.background import REPORT
-from .store.conversation_log import ConversationLog
-from .store.models import Run
-from .store.notes import NoteStore
-from .stopping import set_stop_control, stop_control_ends_with_final, stopped_notice
-from .surface import Adapter, ReplyTarget
-from .turn import Memory, Requester, Turn
+from gateway import attachments
+from gateway.background import post_report, report_prompt
+from gateway.delivery import ReplyStream
+from gateway.first_sign import show_typing
+from gateway.handoff_runs import is_handoff
+from gateway.live_reply import NativeReplyStream
+from gateway.llm import ModelConfigError
+from gateway.memory import resolve_scope
+from gateway.messages import ChatKind
+from gateway.store import repo
+from gateway.store.availability import StoreUnavailable
+from gateway.store.background import REPORT
+from gateway.store.conversation_log import ConversationLog
+from gateway.store.models import Run
+from gateway.store.notes import NoteStore
+from gateway.stopping import set_stop_control, stop_control_ends_with_final, stopped_notice
+from gateway.surface import Adapter, ReplyTarget
+from gateway.turn import Memory, Requester, Turn
 
 if TYPE_CHECKING:
-    from .daemon import Gateway
+    from gateway.daemon import Gateway
 
 log = logging.getLogger("gateway.runner")
 

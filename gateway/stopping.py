@@ -21,9 +21,9 @@ import logging
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from .approvals import Approvals
-from .store import repo
-from .surface import ReplyTarget, Sender, StopOutcome
+from gateway.approvals import Approvals
+from gateway.store import repo
+from gateway.surface import ReplyTarget, Sender, StopOutcome
 
 log = logging.getLogger("gateway.stopping")
 

@@ -13,8 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .memory_card import MemoryCard, MemoryClick, MemoryClickOutcome
-from .messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
+from gateway.memory_card import MemoryCard, MemoryClick, MemoryClickOutcome
+from gateway.messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
 
 if TYPE_CHECKING:
     from aiohttp import web

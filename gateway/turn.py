@@ -18,15 +18,15 @@ from dataclasses import dataclass, field
 from bindings.models import AgentSpec, BindingSpec
 from bindings.skills import SkillBundle
 
-from .clock import Clock
-from .memory import NoStore
-from .messages import ChatKind
-from .policy import Modes, ToolInfo
-from .store.capability_state import CapabilityState
-from .store.conversation_log import ConversationLog
-from .store.notes import NoteStore, Scope
-from .store.repo import ConversationRef
-from .surface import ChannelDirectory, ReplyTarget
+from gateway.clock import Clock
+from gateway.memory import NoStore
+from gateway.messages import ChatKind
+from gateway.policy import Modes, ToolInfo
+from gateway.store.capability_state import CapabilityState
+from gateway.store.conversation_log import ConversationLog
+from gateway.store.notes import NoteStore, Scope
+from gateway.store.repo import ConversationRef
+from gateway.surface import ChannelDirectory, ReplyTarget
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import BodyPartReader, web
 
-from .clock import new_id
+from gateway.clock import new_id
 
 PREFIX = "upload:"
 

@@ -15,10 +15,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from ..clock import Clock, unguessable_id
-from ..policy import Modes
-from .models import Account, ApprovalCardRow, ApprovalRow, ConversationMode, Message, ModeChange, Run
-from .repo import EXPIRED, PARKED, QUEUED, STOPPED
+from gateway.clock import Clock, unguessable_id
+from gateway.policy import Modes
+from gateway.store.models import Account, ApprovalCardRow, ApprovalRow, ConversationMode, Message, ModeChange, Run
+from gateway.store.repo import EXPIRED, PARKED, QUEUED, STOPPED
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ from datetime import timedelta
 
 from sqlalchemy import func, or_, select, text, update
 
-from ..clock import new_id
-from .models import BackgroundRun, Message, Run
-from .repo import QUEUED, Store
+from gateway.clock import new_id
+from gateway.store.models import BackgroundRun, Message, Run
+from gateway.store.repo import QUEUED, Store
 
 RUNNING = "running"
 FINISHED, FAILED, STOPPED, PARTIAL = "finished", "failed", "stopped", "partial"

@@ -11,8 +11,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from ..clock import Clock
-from .models import CapabilityStateRow
+from gateway.clock import Clock
+from gateway.store.models import CapabilityStateRow
 
 
 class CapabilityState:

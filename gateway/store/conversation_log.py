@@ -7,7 +7,7 @@ from collections.abc import Collection
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from .models import Message
+from gateway.store.models import Message
 
 
 class ConversationLog:

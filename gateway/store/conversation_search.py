@@ -15,8 +15,8 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from .fulltext import MESSAGES_PG_CONFIG, fts5_query, parse
-from .models import UTCDateTime
+from gateway.store.fulltext import MESSAGES_PG_CONFIG, fts5_query, parse
+from gateway.store.models import UTCDateTime
 
 MAX_HITS = 300  # matching messages read before grouping by conversation
 MAX_MESSAGE_CHARS = 4_000  # one message in read_conversation

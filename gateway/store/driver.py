@@ -36,9 +36,9 @@ from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from . import sqlite
-from .storable import storable
-from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
+from gateway.store import sqlite
+from gateway.store.storable import storable
+from gateway.store.availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 Row = tuple[Any, ...]
 T = TypeVar("T")

@@ -15,12 +15,12 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
-from . import sqlite
-from .storable import clean_statement
-from .availability import StoreUnavailable, guard, is_lock_wait, is_transient
+from gateway.store import sqlite
+from gateway.store.storable import clean_statement
+from gateway.store.availability import StoreUnavailable, guard, is_lock_wait, is_transient
 
 if TYPE_CHECKING:
-    from .repo import Store
+    from gateway.store.repo import Store
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 DEFAULT_BUSY_TIMEOUT = 5.0
@@ -151,7 +151,7 @@ async def migrate(engine: AsyncEngine) -> None:
 @contextlib.asynccontextmanager
 async def open_store(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> AsyncIterator["Store"]:
     """A migrated store for the CLI's one-off reads and writes."""
-    from .repo import Store
+    from gateway.store.repo import Store
 
     engine = create_engine(url, busy_timeout=busy_timeout)
     try:

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, delete, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from ..clock import Clock
-from .fulltext import KNOWLEDGE_PG_CONFIG, Term, fts5_query, parse
-from .models import KnowledgeChunk, KnowledgeDocument
+from gateway.clock import Clock
+from gateway.store.fulltext import KNOWLEDGE_PG_CONFIG, Term, fts5_query, parse
+from gateway.store.models import KnowledgeChunk, KnowledgeDocument
 
 PASSAGE_CHARS = 1_500
 # The configuration the stored vectors were made with (migration 0008), for the query.

@@ -15,10 +15,10 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from .models import Account, MemoryAudit, MemoryNote, Person
+from gateway.store.models import Account, MemoryAudit, MemoryNote, Person
 
 if TYPE_CHECKING:
-    from .repo import Store
+    from gateway.store.repo import Store
 
 PERSON, CHAT = "person", "chat"
 INDEX = "MEMORY.md"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from .models import ApprovalCardRow, Delivery, Message, Run
-from .repo import Store
+from gateway.store.models import ApprovalCardRow, Delivery, Message, Run
+from gateway.store.repo import Store
 
 
 async def recovery_marks(store: Store, run_id: str) -> tuple[str | None, set[str]]:

@@ -16,8 +16,8 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from ..clock import Clock
-from .models import PairedAccount, PairingFailure, PairingRequest
+from gateway.clock import Clock
+from gateway.store.models import PairedAccount, PairingFailure, PairingRequest
 
 log = logging.getLogger("gateway.pairing")
 

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from ..clock import new_id
-from .models import Account, LinkCode, MemoryNote, PeopleAudit, Person
+from gateway.clock import new_id
+from gateway.store.models import Account, LinkCode, MemoryNote, PeopleAudit, Person
 
 if TYPE_CHECKING:
-    from .repo import Store
+    from gateway.store.repo import Store
 
 LINK_TTL = timedelta(minutes=10)
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: people read and type these

@@ -20,8 +20,8 @@ import json
 
 from pydantic_ai_harness.planning import PlanItem, TaskStatus
 
-from ..clock import Clock
-from .capability_state import CapabilityState
+from gateway.clock import Clock
+from gateway.store.capability_state import CapabilityState
 
 CAPABILITY = "planning"
 CURRENT = "current"

@@ -18,13 +18,13 @@ from typing import Any, TypeVar
 from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from ..clock import Clock, new_id
-from ..messages import ChatKind, InboundMessage, conversation_key, reply_thread
-from ..surface import ReplyTarget
-from . import driver
-from .availability import DEGRADED_AFTER, StoreUnavailable, guard
-from .capability_state import CapabilityState
-from .models import AdapterState, Conversation, Delivery, Message, Run
+from gateway.clock import Clock, new_id
+from gateway.messages import ChatKind, InboundMessage, conversation_key, reply_thread
+from gateway.surface import ReplyTarget
+from gateway.store import driver
+from gateway.store.availability import DEGRADED_AFTER, StoreUnavailable, guard
+from gateway.store.capability_state import CapabilityState
+from gateway.store.models import AdapterState, Conversation, Delivery, Message, Run
 
 log = logging.getLogger("gateway.store")
 

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import text
 
-from .repo import Store
+from gateway.store.repo import Store
 
 LIVE = ("queued", "running", "parked")
 

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from .models import Run
+from gateway.store.models import Run
 
 
 async def ended_runs(sessions: async_sessionmaker[AsyncSession], *, status: str | None = None,
@@ -47,7 +47,7 @@ def add_cli(sub: Any, load: Any) -> None:
         config = load(args)
         if config is None:
             return 1
-        from .engine import open_store
+        from gateway.store.engine import open_store
 
         async def main() -> list[dict[str, Any]]:
             async with open_store(config.gateway.database.url) as store:

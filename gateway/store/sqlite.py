@@ -47,7 +47,7 @@ from weakref import WeakKeyDictionary
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from .availability import StoreUnavailable, is_sqlite_busy
+from gateway.store.availability import StoreUnavailable, is_sqlite_busy
 
 T = TypeVar("T")
 

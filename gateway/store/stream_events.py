@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .models import StreamEvent
+from gateway.store.models import StreamEvent
 
 CHANNEL = "gateway_stream"  # the NOTIFY channel every replica LISTENs on
 
