@@ -19,12 +19,12 @@ from bindings.models import BindingSpec
 
 from gateway.clock import new_id
 from gateway.handoff_runs import answers_beside
-from gateway.memory_card import MemoryButton, MemoryCard, MemoryClick
+from gateway.inbound.memory_card import MemoryButton, MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store import repo
 from gateway.store.notes import Note, NoteStore
 from gateway.surface import ApprovalCard, Decision
-from gateway.uploads import UploadRefused, read_form
+from gateway.inbound.uploads import UploadRefused, read_form
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -87,7 +87,7 @@ class _Api:
 
     async def post_message(self, request: web.Request) -> web.Response:
         """JSON `{"text": ...}`, or multipart/form-data with a `text` field and `file` fields (held
-        in memory for the run only: `gateway.uploads`)."""
+        in memory for the run only: `gateway.inbound.uploads`)."""
         binding = self._binding()
         files: list[tuple[str, str, bytes]] = []
         if request.content_type == "multipart/form-data":

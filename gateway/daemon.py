@@ -19,19 +19,21 @@ from aiohttp import web
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from gateway import http, pairing
+from gateway import http
+
+from gateway.inbound.pipeline import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
 from gateway.approvals import Approvals
 from gateway.clock import Clock
 from gateway.retention import Pruning
-from gateway.commands import Commands
+from gateway.inbound.commands import Commands
 from gateway.conversations import Scheduler
 from gateway.delivery import Outbound
 from gateway.event_relay import EventRelay
 from gateway.events import EventBus
 from gateway.first_sign import FirstSign
-from gateway.inbound import Inbound
-from gateway.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
+from gateway.inbound.pipeline import Inbound
+from gateway.inbound.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
 from gateway.messages import InboundMessage
 from gateway.metrics import Metrics
 from gateway.models_cache import ModelCache
@@ -42,7 +44,7 @@ from gateway.store.availability import NotAccepting, StoreUnavailable
 from gateway.store.engine import create_engine, migrate
 from gateway.systemd import Notifier
 from gateway.surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
-from gateway.uploads import Uploads
+from gateway.inbound.uploads import Uploads
 
 if TYPE_CHECKING:
     from gateway.mcp import McpPool
@@ -329,7 +331,7 @@ class Gateway:
     # --- the dispatcher -----------------------------------------------------------------
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
-        """Hand a message to the one inbound path (`gateway.inbound`).
+        """Hand a message to the one inbound path (`gateway.inbound.pipeline`).
 
         Before the gate opens (a platform connected while later ones still start, or the web API
         answering first) a message waits a little for it; while stopping, or if it stays shut,

@@ -107,7 +107,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
     from gateway import mcp_cli, people
     from gateway.approvals import add_cli
-    from gateway.pairing import add_cli as add_pairing_cli
+    from gateway.inbound.pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)
     add_pairing_cli(sub, load)

@@ -112,7 +112,7 @@ async def self_service(
 ) -> str:
     """One action on the conversation's own notes (a person's, or a chat's), answered in a sentence.
 
-    Whether the sender may change a chat's notes is checked by the caller (`gateway.memory_card`)."""
+    Whether the sender may change a chat's notes is checked by the caller (`gateway.inbound.memory_card`)."""
     holder = Holder(PERSON, holder) if isinstance(holder, str) else holder
     mine = holder.kind == PERSON
     whose = "about you" if mine else "for this chat"

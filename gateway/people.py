@@ -1,6 +1,6 @@
 """`agent-gateway people show | link | unlink`: an admin's view of who is whom, audited.
 
-People link their own accounts with `/link` in a DM (gateway.commands); an admin can do the
+People link their own accounts with `/link` in a DM (gateway.inbound.commands); an admin can do the
 same here, for instance for someone who cannot reach the bot on one platform yet. Every link
 and unlink is recorded with the admin's name (`people show` lists the record).
 """

@@ -46,7 +46,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 
 from bindings.models import AgentSpec
 
-from gateway import attachments
+from gateway.inbound.pipeline import attachments
 from gateway.background import post_report, report_prompt
 from gateway.delivery import ReplyStream
 from gateway.first_sign import show_typing
@@ -269,7 +269,7 @@ class Runner:
         if claimed.files:
             files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
                                               max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
-                                              profile=self._profile(turn), uploads=self.gateway.uploads)
+                                              profile=self._profile(turn), uploads=self.gateway.inbound.uploads)
         if files.parts:
             prompt = [prompt, *files.parts]
             turn.notices.extend(files.notices)

@@ -13,7 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from gateway.memory_card import MemoryCard, MemoryClick, MemoryClickOutcome
+from gateway.inbound.memory_card import MemoryCard, MemoryClick, MemoryClickOutcome
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bindings.models import BindingSpec
-from gateway.admission import admit
+from gateway.inbound.admission import admit
 from gateway.messages import ChatKind, InboundMessage, Sender
 
 

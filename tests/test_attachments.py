@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic_ai.messages import BinaryContent, ModelMessagesTypeAdapter, ModelRequest, UserPromptPart
 
-from gateway.attachments import FILE_TAG, kind, without_contents
+from gateway.inbound.attachments import FILE_TAG, kind, without_contents
 
 
 def test_each_file_is_sorted_by_what_the_model_can_take() -> None:

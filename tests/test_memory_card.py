@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from adapters.mattermost import cards as mattermost
 from adapters.slack.cards import memory_message
 from adapters.telegram.cards import MAX_CALLBACK_BYTES, memory_keyboard, parse_callback_data, parse_memory_data
-from gateway.memory_card import MAX_SHOWN, MemoryAction, build_card, note_ref, parse_data
+from gateway.inbound.memory_card import MAX_SHOWN, MemoryAction, build_card, note_ref, parse_data
 from gateway.store.notes import CHAT, PERSON, Holder, Note
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)

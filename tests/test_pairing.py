@@ -10,7 +10,7 @@ import pytest
 from gateway import cli
 from gateway.clock import ManualClock
 from gateway.messages import ChatKind, InboundMessage, Sender
-from gateway.pairing import (
+from gateway.inbound.pairing import (
     CODE_ALPHABET,
     CODE_TTL,
     LOCKOUT,

@@ -11,7 +11,7 @@ import pytest
 
 from gateway import cli
 from gateway.clock import ManualClock
-from gateway.commands import COMMANDS, help_text, parse_command
+from gateway.inbound.commands import COMMANDS, help_text, parse_command
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.models import LinkCode

@@ -24,7 +24,7 @@ from adapters.base import BaseAdapter
 from adapters.stop_buttons import StopButtons
 from bindings.models import BindingSpec, MattermostSection
 from gateway.adapter_registry import AdapterContext
-from gateway.memory_card import MemoryCard, MemoryClick
+from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.reconnect import Backoff
 from gateway.store.availability import StoreUnavailable

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gateway.memory_card import MemoryButton, MemoryCard
+from gateway.inbound.memory_card import MemoryButton, MemoryCard
 from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
 
 APPROVE_EMOJI = frozenset({"+1", "thumbsup"})

@@ -41,7 +41,7 @@ from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
 from gateway.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
-from gateway.memory_card import MemoryCard, MemoryClick
+from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store.availability import StoreUnavailable
 from gateway.surface import (

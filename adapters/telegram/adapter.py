@@ -34,8 +34,8 @@ from gateway.budget import Pacer, impatient, scaled
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
-from gateway.commands import commands_for
-from gateway.memory_card import MemoryCard, MemoryClick
+from gateway.inbound.commands import commands_for
+from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
 from gateway.surface import (

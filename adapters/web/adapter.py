@@ -17,7 +17,7 @@ from aiohttp import web
 from bindings.models import BindingSpec
 from gateway.adapter_registry import AdapterContext
 from gateway.api import card_json, memory_card_json
-from gateway.memory_card import MemoryCard
+from gateway.inbound.memory_card import MemoryCard
 from gateway.clock import new_id
 from gateway.messages import Attachment
 from gateway.surface import (

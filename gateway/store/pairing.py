@@ -1,7 +1,7 @@
 """Pairing persistence: pending codes, paired accounts and wrong attempts, with their limits.
 
 The limits are enforced inside the transactions, so the CLI (another process), every replica
-and a restarted daemon agree; `gateway.pairing` adds what the core does with a stranger's
+and a restarted daemon agree; `gateway.inbound.pairing` adds what the core does with a stranger's
 message (see its docstring for the rules).
 """
 
@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gateway.clock import Clock
 from gateway.store.models import PairedAccount, PairingFailure, PairingRequest
 
-log = logging.getLogger("gateway.pairing")
+log = logging.getLogger("gateway.inbound.pairing")
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I: people read and type these
 CODE_LENGTH = 8

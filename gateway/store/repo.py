@@ -94,7 +94,7 @@ class Claimed:
     history: list[Line]
     fresh: bool  # never started before: nothing of it was posted yet
     more: bool = False  # other runs of the conversation were already queued behind it
-    files: bool = True  # files were shared with its messages (gateway.attachments): worth reading
+    files: bool = True  # files were shared with its messages (gateway.inbound.attachments): worth reading
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,7 +254,7 @@ class Store:
     ) -> Ingested:
         """Ledger, conversation, queued run and the user's message, in one transaction.
 
-        `files` (JSON, `gateway.attachments`) names the files shared with the message: kept with
+        `files` (JSON, `gateway.inbound.attachments`) names the files shared with the message: kept with
         it as capability state ("attachments", "run:<run id>", message id), in the same transaction.
 
         Raises Duplicate for a redelivery and QueueFull when the conversation's queue is full

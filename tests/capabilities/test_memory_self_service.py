@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from gateway import cli
 from gateway.clock import ManualClock
-from gateway.memory_card import note_ref
+from gateway.inbound.memory_card import note_ref
 from gateway.store.notes import Holder, NoteStore, Scope
 from gateway.store.engine import create_engine
 from gateway.store.models import MemoryAudit

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gateway.daemon import Gateway
-from gateway.memory_card import note_ref
+from gateway.inbound.memory_card import note_ref
 from gateway.store.notes import CHAT, PERSON, Holder, NoteStore
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage

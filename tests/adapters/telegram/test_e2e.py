@@ -346,7 +346,7 @@ async def test_channel_tools_answer_info_and_administrators_only(tmp_path: Path,
 
 async def test_the_command_menu_is_registered_per_chat_type_and_help_answers(tmp_path: Path, fake: FakeTelegram,
                                                                             scripted: Scripted) -> None:
-    from gateway.commands import COMMANDS
+    from gateway.inbound.commands import COMMANDS
 
     async with running_gateway(config(tmp_path, fake), clock=scripted.clock) as gw:
         await connected(gw)

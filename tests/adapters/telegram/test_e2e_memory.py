@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gateway.daemon import Gateway
-from gateway.memory_card import note_ref
+from gateway.inbound.memory_card import note_ref
 from gateway.store.notes import CHAT, PERSON, Holder, NoteStore
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram

@@ -36,17 +36,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from bindings.loader import LoadedConfig
 from bindings.models import BindingSpec
 
-from gateway import attachments
-from gateway.admission import admit
-from gateway.commands import Asked, Commands, parse_command
+from gateway.inbound.pipeline import attachments
+from gateway.inbound.admission import admit
+from gateway.inbound.commands import Asked, Commands, parse_command
 from gateway.delivery import Outbound
 from gateway.messages import ChatKind, InboundMessage
 from gateway.metrics import Metrics
-from gateway.pairing import Pairing
+from gateway.inbound.pairing import Pairing
 from gateway.store import repo
 from gateway.surface import SubmitResult, target_for
 
-log = logging.getLogger("gateway.inbound")
+log = logging.getLogger("gateway.inbound.pipeline")
 
 BUSY = "I'm still working on earlier messages in this conversation; please send that again in a moment."
 

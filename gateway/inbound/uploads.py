@@ -2,7 +2,7 @@
 
 The web chat has no platform to fetch a file from later, so the API keeps the bytes here,
 named by an unguessable ref that the message's attachment carries ("upload:<id>"). The run that
-answers the message takes them (`gateway.attachments`); nothing reaches the database. Bounded:
+answers the message takes them (`gateway.inbound.attachments`); nothing reaches the database. Bounded:
 past `max_total_bytes` the oldest uploads are dropped. A restart loses what was waiting: the
 message is kept with its "[Files shared…]" note, and the run says the file could not be read.
 """

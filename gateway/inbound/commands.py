@@ -5,7 +5,7 @@ adapters register what their platform supports natively from it (Telegram `setMy
 `!` works as well as `/` for platforms that swallow unknown slash commands (Slack,
 Mattermost); an unknown `/word` gets a short "try /help" instead of a model run.
 
-Commands reach this module only through `gateway.inbound`, after admission, identity and the
+Commands reach this module only through `gateway.inbound.pipeline`, after admission, identity and the
 ledger; every answer goes out through `gateway.delivery.Outbound`. Who may switch approval
 modes is asked of `gateway.approvals`, on every door.
 """
@@ -20,7 +20,7 @@ from typing import Literal
 from gateway import memory
 from gateway.approvals import Approvals
 from gateway.delivery import Outbound
-from gateway.memory_card import MemoryCards
+from gateway.inbound.memory_card import MemoryCards
 from gateway.messages import ChatKind, InboundMessage
 from gateway.policy import Modes
 from gateway.store import repo

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gateway.store.repo import Store
     from gateway.surface import Adapter, ReplyTarget
 
-log = logging.getLogger("gateway.memory_card")
+log = logging.getLogger("gateway.inbound.memory_card")
 
 MAX_SHOWN = 20  # notes with buttons on one card (Slack takes 50 blocks: two a note); the rest by text
 CONFIRM_MINUTES = 10  # an "erase all" question older than this is asked again

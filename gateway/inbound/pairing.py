@@ -13,7 +13,7 @@ Limits, so a stranger can neither make the bot a noise machine nor guess their w
   until the oldest of them is LOCKOUT old. Codes have 40 random bits; the lockout keeps it so.
 
 Everything lives in the store, so the CLI (another process), every replica and a restarted
-daemon agree. The inbound path (`gateway.inbound`) calls `is_paired` (admission's
+daemon agree. The inbound path (`gateway.inbound.pipeline`) calls `is_paired` (admission's
 `sender_allowed`) and `challenge` (when admission answers `needs_pairing`).
 """
 
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from gateway.delivery import Outbound
     from gateway.store.repo import Store
 
-log = logging.getLogger("gateway.pairing")
+log = logging.getLogger("gateway.inbound.pairing")
 
 __all__ = ["CODE_ALPHABET", "CODE_TTL", "LOCKOUT", "MAX_FAILURES", "MAX_PENDING", "RESEND_AFTER", "Challenge",
            "Pairing", "PairingError", "PendingPairing", "challenge_text", "through"]

@@ -2,7 +2,7 @@
 
 Where things are kept, and why there:
 - The message's stored text carries "[Files shared with this message: name (type, size)]"
-  (`gateway/inbound.py`): that is what history shows on later turns. Files are never fetched
+  (`gateway/inbound/pipeline.py`): that is what history shows on later turns. Files are never fetched
   again for history.
 - What the adapter needs to fetch a file (its `ref`, a URL or a file id the model must not see)
   and, once the run has read it, its sha256 and what became of it, are kept as capability state
@@ -33,9 +33,9 @@ from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, User
 from gateway.messages import Attachment, InboundMessage
 from gateway.store.capability_state import CapabilityState
 from gateway.surface import Adapter, AttachmentTooLarge, PlatformError
-from gateway.uploads import Uploads
+from gateway.inbound.uploads import Uploads
 
-log = logging.getLogger("gateway.attachments")
+log = logging.getLogger("gateway.inbound.attachments")
 
 CAPABILITY = "attachments"
 FETCH_SECONDS = 60.0  # one file's download; the run's own time limit starts only after

@@ -1,0 +1,1 @@
+"""The one path every inbound message takes: the pipeline, admission, pairing, commands, attachments, uploads."""
