@@ -150,7 +150,7 @@ class BaseAdapter(abc.ABC):
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
         """Show (`present`) or take away a Stop control on a streaming reply; platforms with one override
-        this (`gateway.stopping.StopControl`). Nothing by default: `/stop` works everywhere."""
+        this (`gateway.runs.stop.StopControl`). Nothing by default: `/stop` works everywhere."""
 
     def forget(self, message_ids: Sequence[str]) -> None:
         """Nothing is kept about a sent message on these platforms: the platform holds it."""

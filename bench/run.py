@@ -354,7 +354,7 @@ def register_instant_model() -> None:
     from pydantic_ai.messages import ModelMessage
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from gateway.llm import register_model
+    from gateway.runs.llm import register_model
 
     async def instant(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         for chunk in ANSWER:
@@ -467,7 +467,7 @@ async def bare_run() -> float:
     streamed events): seconds to its first event. The floor under (a) and (b)."""
     from pydantic_ai import Agent, DeferredToolRequests
 
-    from gateway.llm import resolve_model
+    from gateway.runs.llm import resolve_model
 
     t0 = time.perf_counter()
     agent = Agent(resolve_model("bench-instant", {}), output_type=[str, DeferredToolRequests], instructions="x")
@@ -644,7 +644,7 @@ def register_counting_model(count: TokenCount) -> None:
     from pydantic_ai.models.function import AgentInfo, FunctionModel
     from pydantic_ai.usage import RequestUsage
 
-    from gateway.llm import register_model
+    from gateway.runs.llm import register_model
 
     def sent(messages: list[ModelMessage], info: AgentInfo) -> int:
         chars = len(info.instructions or "")

@@ -18,7 +18,7 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from gateway.policy import needs_approval
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 
 ALREADY_STARTED = ("This approved call was already started once, before the gateway restarted, and was not "

@@ -38,9 +38,9 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from bindings.models import AgentSpec
-from gateway.background import BackgroundRuns, Ended, NewBackground, Progress, Usage, as_json, clip, last_text
+from gateway.runs.background import BackgroundRuns, Ended, NewBackground, Progress, Usage, as_json, clip, last_text
 from gateway.store.background import FAILED, FINISHED, PARTIAL, STOPPED
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .registry import simple
 from .subagents import Delegator, SubagentsConfig, _Delegation, _quiet

@@ -20,7 +20,7 @@ from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
 from bindings.models import ChannelToolsConfig
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 from gateway.surface import ChannelDirectory, ChannelInfo, NotVisible, PlatformError, ReplyTarget
 
 from .failures import trouble

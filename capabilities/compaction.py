@@ -52,7 +52,7 @@ from pydantic_ai_harness.compaction import (
 )
 
 from gateway.messages import ChatKind
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, register, template_fields
 

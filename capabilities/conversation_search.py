@@ -23,7 +23,7 @@ from sqlalchemy.exc import OperationalError
 
 from gateway.store.conversation_search import ConversationSearch
 from gateway.store.fulltext import QueryError
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple

@@ -52,7 +52,7 @@ from pydantic_ai_harness.guardrails import (
     detectors,
 )
 
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, register
 

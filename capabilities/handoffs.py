@@ -8,7 +8,7 @@ has two modes and `wait` chooses:
   capability's machinery, reused: same conversation, requester and memory scope, stored with the
   conversation's delegate runs) and returns its answer as the tool's result; a target answering so
   may hand work on with wait: false but not wait for another agent itself (one level, as the seed says);
-- wait: false starts a new conversation on the target in the same thread or DM (gateway/handoff_runs.py):
+- wait: false starts a new conversation on the target in the same thread or DM (gateway/runs/handoffs.py):
   a queued run of its own, for the same person, whose answer the target posts under its own name.
 
 Either way the message reaches the target inside an untrusted-content envelope: it is data another
@@ -31,8 +31,8 @@ from pydantic_ai import RunContext, Tool
 from pydantic_ai.capabilities import AbstractCapability
 
 from bindings.models import AgentSpec
-from gateway.delegated import decisions_of
-from gateway.turn import Turn
+from gateway.runs.delegated import decisions_of
+from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 from .subagents import Delegator, SubagentsConfig, _Delegation

@@ -25,7 +25,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
 from gateway.store.fulltext import QueryError
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .knowledge_index import KnowledgeIndexer, collection_root

@@ -28,7 +28,7 @@ from .registry import TOOL_NAME, simple
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
     from gateway.mcp import McpPool
-    from gateway.turn import Turn
+    from gateway.runs.turn import Turn
 
 log = logging.getLogger("gateway.mcp")
 

@@ -1,7 +1,7 @@
 """memory_files: notes an agent keeps across conversations, indexed by MEMORY.md, which it maintains.
 
 Every tool works on the one store this run may touch, resolved per call from the run's deps
-(gateway.memory.scope_for_turn): the model never passes a scope. The index is injected into
+(gateway.runs.memory.scope_for_turn): the model never passes a scope. The index is injected into
 the instructions only in one-to-one conversations, fenced as reference material; in a group
 chat it is read with read_memory. An index over 6,000 characters is left out whole.
 
@@ -20,9 +20,9 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
-from gateway.memory import INDEX_INJECT_LIMIT, NAME, NAME_RULE, NoStore
+from gateway.runs.memory import INDEX_INJECT_LIMIT, NAME, NAME_RULE, NoStore
 from gateway.store.notes import INDEX, MAX_NOTE_CHARS, MAX_NOTES, NoteStore, Scope, StoreFull
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple

@@ -27,7 +27,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai_harness.planning import Planning
 
 from gateway.store.plans import ConversationPlanStore
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register
 from .tool_text import tool_text

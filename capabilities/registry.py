@@ -30,7 +30,7 @@ from gateway.policy import ToolInfo
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
-    from gateway.turn import Turn
+    from gateway.runs.turn import Turn
 
 P = TypeVar("P")
 

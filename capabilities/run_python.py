@@ -34,7 +34,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_monty import AsyncMonty, MontyCrashedError, MontyRuntimeError, MontySyntaxError, MontyTypingError
 
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple

@@ -47,7 +47,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
 from gateway.store.capability_state import CapabilityState
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple

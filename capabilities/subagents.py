@@ -10,13 +10,13 @@ under the parent's usage limits, stores the delegate run under the conversation 
 outcome) and returns its answer, clipped at `max_result_chars` with a marker saying so.
 
 A gated tool inside a delegate parks the parent's whole run: `task` stores the delegate's messages
-(outcome `parked`) and raises `ApprovalRequired` carrying the delegate's calls (`gateway.delegated`), so the
+(outcome `parked`) and raises `ApprovalRequired` carrying the delegate's calls (`gateway.runs.delegated`), so the
 card names the delegate. The run resumes this `task` call approved, with the decisions in its metadata;
 `task` then resumes the delegate from its stored messages with those decisions, and the delegate's answer
 comes back as this call's result — in this process or after a restart.
 
 Async (`mode: async`, or `auto` and the model asks for it): `task` hands the delegate to the gateway's
-background runs (`gateway.background`) and returns a run id at once; the parent answers and its turn
+background runs (`gateway.runs.background`) and returns a run id at once; the parent answers and its turn
 ends; when the delegate ends, its report comes back into the conversation by itself. The mode is the
 author's: a delegate may override it for itself (`mode:` on a specialist, `modes:` for pinned ones),
 and its line in the instructions says so. Only a top-level run detaches: a delegate's own delegations
@@ -43,10 +43,10 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import UsageLimits
 
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
-from gateway.delegated import (APPROVAL_IDS, DECISIONS, DELEGATED, DelegatedCall, approval_ids_of, decisions_of,
+from gateway.runs.delegated import (APPROVAL_IDS, DECISIONS, DELEGATED, DelegatedCall, approval_ids_of, decisions_of,
                               delegated_calls)
-from gateway.background import BackgroundRuns, clip
-from gateway.turn import Turn
+from gateway.runs.background import BackgroundRuns, clip
+from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 

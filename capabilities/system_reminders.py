@@ -34,7 +34,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.tools import RunContext
 from pydantic_ai_harness.system_reminders import LLMReminder, Reminder, SystemReminders
 
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, register
 

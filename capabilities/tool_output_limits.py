@@ -39,7 +39,7 @@ from pydantic_ai_harness.tool_output_limits import (
 )
 
 from gateway.store.capability_state import CapabilityState
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .tool_text import tool_text
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, template_fields

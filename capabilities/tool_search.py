@@ -23,7 +23,7 @@ from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
 from gateway.policy import ToolInfo
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, register
 

@@ -39,7 +39,7 @@ from pydantic_ai.native_tools import WebSearchTool
 from pydantic_ai.tools import RunContext, Tool
 
 from bindings.models import CapabilityEntry
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple

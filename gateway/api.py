@@ -18,7 +18,7 @@ from aiohttp import web
 from bindings.models import BindingSpec
 
 from gateway.clock import new_id
-from gateway.handoff_runs import answers_beside
+from gateway.runs.handoffs import answers_beside
 from gateway.inbound.memory_card import MemoryButton, MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store import repo

@@ -25,7 +25,7 @@ from pydantic_ai.messages import ModelMessage
 
 from bindings.models import BindingSpec
 
-from gateway.delegated import APPROVAL_IDS, DECISIONS, delegated_calls
+from gateway.runs.delegated import APPROVAL_IDS, DECISIONS, delegated_calls
 from gateway.delivery import Outbound, ReplyStream
 from gateway.events import EventBus
 from gateway.metrics import Metrics
@@ -35,7 +35,7 @@ from gateway.store import repo
 from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.models import Run
 from gateway.surface import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 log = logging.getLogger("gateway.approvals")
 

@@ -27,7 +27,7 @@ from gateway.approvals import Approvals
 from gateway.clock import Clock
 from gateway.retention import Pruning
 from gateway.inbound.commands import Commands
-from gateway.conversations import Scheduler
+from gateway.runs.queue import Scheduler
 from gateway.delivery import Outbound
 from gateway.event_relay import EventRelay
 from gateway.events import EventBus
@@ -36,9 +36,9 @@ from gateway.inbound.pipeline import Inbound
 from gateway.inbound.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
 from gateway.messages import InboundMessage
 from gateway.metrics import Metrics
-from gateway.models_cache import ModelCache
-from gateway.runner import Runner
-from gateway.stopping import Stops
+from gateway.runs.models_cache import ModelCache
+from gateway.runs.runner import Runner
+from gateway.runs.stop import Stops
 from gateway.store import repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
 from gateway.store.engine import create_engine, migrate

@@ -39,8 +39,8 @@ def install(gateway: Gateway) -> None:
         "knowledge": indexer,
     }
     # The gate first: its wrapper is outermost, so it sees the names the model calls.
-    gateway.runner.capability_builders.append(approval_gate.build_for_turn)
-    gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
+    gateway.runs.runner.capability_builders.append(approval_gate.build_for_turn)
+    gateway.runs.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
     gateway.extra_routes.extend(catalog.http_routes())
     # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
     from capabilities import web_search
@@ -55,27 +55,27 @@ def install(gateway: Gateway) -> None:
     pool = McpPool(gateway)
     gateway.mcp = pool
     gateway.extensions.append(pool)
-    gateway.runner.turn_preparers.append(pool.prepare)
-    gateway.runner.capability_builders.append(mcp_servers.builder(pool))
+    gateway.runs.runner.turn_preparers.append(pool.prepare)
+    gateway.runs.runner.capability_builders.append(mcp_servers.builder(pool))
 
     # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its own.
     # Background delegations (mode async) run here, in this process, and report back through the queue.
     from capabilities.subagents import Delegator
 
-    from gateway.background import BackgroundRuns
+    from gateway.runs.background import BackgroundRuns
 
     background = BackgroundRuns(gateway.store, lambda: gateway.config.gateway.limits, gateway.scheduler.wake,
                                 gateway.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
     gateway.extensions.append(background)  # started after the MCP pool, so stopped before it
     gateway.stops.background = background
-    delegator = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent, gateway.runner.turn_preparers,
+    delegator = Delegator(lambda: gateway.config.agents, gateway.runs.runner.build_agent, gateway.runs.runner.turn_preparers,
                           background)
     parts["subagents"] = delegator
 
     # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
     from capabilities.handoffs import Switchboard
 
-    from gateway.handoff_runs import HandoffStarter
+    from gateway.runs.handoffs import HandoffStarter
 
     parts["handoffs"] = Switchboard(lambda: gateway.config.agents, delegator, HandoffStarter(gateway).start)
 
@@ -134,7 +134,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     p.set_defaults(fn=capabilities)
 
     def memory_command(args: argparse.Namespace) -> int:
-        from gateway.memory import admin
+        from gateway.runs.memory import admin
 
         config = load(args)
         if config is None:

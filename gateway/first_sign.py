@@ -21,7 +21,7 @@ import time
 from gateway.budget import impatient
 from gateway.surface import Adapter, ReplyTarget
 
-log = logging.getLogger("gateway.runner")
+log = logging.getLogger("gateway.runs.runner")
 
 KEEP = 60.0  # seconds a sign is remembered for a run that has not started yet
 TYPING_PATIENCE = 0.25  # seconds an indicator may wait for the budget before it is skipped

@@ -30,7 +30,7 @@ from gateway.reconnect import Backoff
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
-    from gateway.turn import Turn
+    from gateway.runs.turn import Turn
 
 log = logging.getLogger("gateway.mcp")
 

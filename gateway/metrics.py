@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 if TYPE_CHECKING:
-    from gateway.runner import Turn
+    from gateway.runs.runner import Turn
 
 
 class Metrics:

@@ -1,7 +1,7 @@
 """Shared test helpers: a config directory on disk, a gateway started in-process, polling.
 
 Tests talk to a real daemon (real SQLite file, real HTTP on an ephemeral loopback port);
-models are pydantic-ai FunctionModels registered by name (`gateway.llm.register_model`).
+models are pydantic-ai FunctionModels registered by name (`gateway.runs.llm.register_model`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import aiohttp
 from pydantic_ai.messages import ModelMessage, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 
 from .conftest import running_gateway, wait_for, write_config
 

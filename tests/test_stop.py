@@ -13,7 +13,7 @@ import aiohttp
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from gateway.store import repo
 
 from .conftest import running_gateway, wait_for, write_config

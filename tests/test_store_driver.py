@@ -335,7 +335,7 @@ async def test_after_a_restart_every_queued_run_of_a_conversation_runs(tmp_path:
     """A run interrupted by a stop and one queued behind it both run, in order, after the start."""
     import asyncio
 
-    from gateway.conversations import Scheduler
+    from gateway.runs.queue import Scheduler
     from gateway.store.repo import Claimed
 
     url = f"sqlite+aiosqlite:///{tmp_path / 'r.db'}"

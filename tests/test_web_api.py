@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from gateway.llm import DEMO_INTRO
+from gateway.runs.llm import DEMO_INTRO
 
 from .conftest import running_gateway, wait_for, write_config
 

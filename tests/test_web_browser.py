@@ -17,7 +17,7 @@ from playwright.async_api import BrowserContext, Page, async_playwright, expect
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 
 from .conftest import running_gateway, write_config
 

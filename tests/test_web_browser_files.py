@@ -8,7 +8,7 @@ import pytest
 from playwright.async_api import async_playwright, expect
 from pydantic_ai.messages import BinaryContent
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from tests.support.files_model import CSV, Recorder
 
 from .conftest import running_gateway, wait_for, write_config

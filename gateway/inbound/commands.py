@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway import memory
+from gateway.runs import memory
 from gateway.approvals import Approvals
 from gateway.delivery import Outbound
 from gateway.inbound.memory_card import MemoryCards
@@ -26,7 +26,7 @@ from gateway.policy import Modes
 from gateway.store import repo
 from gateway.store.notes import NoteStore
 from gateway.store.people import LINK_TTL, AccountRef, PeopleStore
-from gateway.stopping import Stops
+from gateway.runs.stop import Stops
 from gateway.surface import target_for
 
 

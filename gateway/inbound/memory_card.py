@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
-from gateway.memory import NoStore, holder_of
+from gateway.runs.memory import NoStore, holder_of
 from gateway.messages import ChatKind, Sender
 from gateway.store.notes import CHAT, Holder, Note, NoteStore
 

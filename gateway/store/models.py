@@ -92,7 +92,7 @@ class Conversation(Base):
 
 
 class Message(Base):
-    """A turn's text as the person or the agent said it. `role`: user, assistant, notice, or report (a background run's, `gateway.background`)."""
+    """A turn's text as the person or the agent said it. `role`: user, assistant, notice, or report (a background run's, `gateway.runs.background`)."""
 
     __tablename__ = "messages"
     __table_args__ = (Index(None, "conversation_id", "id"),)

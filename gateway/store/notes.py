@@ -1,6 +1,6 @@
 """The note store (memory files): every query on notes, audits and the accounts they name.
 
-Which store a run may touch is decided in `gateway.memory` (`resolve_scope`); this module only
+Which store a run may touch is decided in `gateway.runs.memory` (`resolve_scope`); this module only
 keeps notes durable, one short transaction a method.
 """
 

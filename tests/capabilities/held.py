@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 
-from gateway import llm
+from gateway.runs import llm
 
 from . import scripted
 

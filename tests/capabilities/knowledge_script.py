@@ -20,7 +20,7 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from gateway import llm
+from gateway.runs import llm
 
 from ..conftest import running_gateway, write_config
 from ..fakes.chat import fake_platforms

@@ -29,7 +29,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import RequestUsage
 
-from gateway import llm
+from gateway.runs import llm
 
 MCP_SERVER = Path(__file__).resolve().parent / "shaping_mcp_server.py"
 

@@ -20,10 +20,10 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, To
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
-from gateway import llm
+from gateway.runs import llm
 from gateway.daemon import Gateway
 from gateway.messages import ChatKind, InboundMessage, Sender
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 from gateway.store import repo
 
 from ..conftest import running_gateway, wait_for, write_config

@@ -10,12 +10,12 @@ from pathlib import Path
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from gateway import llm
-from gateway.memory import NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, resolve_scope
+from gateway.runs import llm
+from gateway.runs.memory import NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, resolve_scope
 from gateway.messages import ChatKind
 from gateway.store.notes import INDEX, NoteStore, Scope
 from gateway.store.people import AccountRef, PeopleStore
-from gateway.turn import Memory
+from gateway.runs.turn import Memory
 
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
 

@@ -27,7 +27,7 @@ from gateway.store.notes import INDEX, NoteStore
 from gateway.store.people import AccountRef, PeopleStore
 
 from capabilities.conversation_search import GROUP_REFUSAL
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from .support import Account, Place, World, agent, world
 

@@ -19,7 +19,7 @@ from capabilities.tool_text import describes_return
 from gateway import extensions
 from gateway.messages import ChatKind
 from gateway.policy import Modes
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 from ..conftest import wait_for, write_config
 from .support import Account, Place, Seen, World, agent, slack_binding, telegram_binding, world

@@ -19,7 +19,7 @@ from pydantic_ai import _ssrf
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from gateway import llm
+from gateway.runs import llm
 
 ARTICLE = """<!doctype html><html><head><title>Tea &amp; Biscuits</title></head><body>
 <nav>menu</nav><h1>Green tea</h1><p>Steep it at <b>80 degrees</b> for two minutes.</p>

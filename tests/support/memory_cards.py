@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from gateway.store.notes import INDEX, Holder, NoteStore
 from gateway.store.repo import Store
 

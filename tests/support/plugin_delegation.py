@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 
 from . import plugin_ops  # noqa: F401  (registers test_ops and test:ops)
 

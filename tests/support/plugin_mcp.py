@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 
 
 def _show(content: object) -> str:

@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.toolsets import FunctionToolset
 
 from capabilities.registry import REGISTRY, BuildContext, CapabilityDecl, ToolDecl, register, simple
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 
 # Tool calls are appended here (and to $OPS_LOG when set, for daemons in other processes).
 RAN: list[tuple[str, str]] = []

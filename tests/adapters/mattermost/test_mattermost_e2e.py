@@ -16,7 +16,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from capabilities.registry import REGISTRY, CapabilityDecl, ToolDecl, register, simple
 
 from gateway.daemon import Gateway
-from gateway.llm import REGISTERED, register_model
+from gateway.runs.llm import REGISTERED, register_model
 from gateway.surface import PlatformLimits
 from tests.conftest import free_port, running_gateway, wait_for, write_config
 

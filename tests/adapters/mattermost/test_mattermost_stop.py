@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, one_run_finished, quick_model, slow_model

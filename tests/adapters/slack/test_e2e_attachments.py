@@ -12,7 +12,7 @@ from pydantic_ai.messages import BinaryContent, ModelRequest, UserPromptPart
 from pydantic_ai.profiles import ModelProfile
 
 from adapters.slack.adapter import SlackAdapter
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from gateway.messages import Attachment
 from gateway.surface import PlatformError
 from tests.conftest import running_gateway, write_config

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gateway.daemon import Gateway
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from gateway.policy import Modes
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage

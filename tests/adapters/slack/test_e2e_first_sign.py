@@ -12,7 +12,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from gateway.llm import REGISTERED, register_model
+from gateway.runs.llm import REGISTERED, register_model
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack
 

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack

@@ -15,7 +15,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway.clock import ManualClock
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
 from tests.support.gated_git import CAPABILITY, RAN

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack
 from tests.support.files_model import Recorder

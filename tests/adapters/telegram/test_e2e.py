@@ -22,7 +22,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from gateway import cli
 from gateway.clock import ManualClock
 from gateway.daemon import Gateway
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from tests.support.gated_git import CAPABILITY, RAN
 from tests.conftest import free_port, running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram

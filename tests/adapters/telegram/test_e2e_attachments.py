@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic_ai.messages import BinaryContent
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import FakeTelegram
 from tests.support.files_model import CSV, PNG, Recorder

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gateway.llm import register_model
+from gateway.runs.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram

@@ -46,7 +46,7 @@ from gateway.store.availability import StoreUnavailable
 from gateway.store.models import BackgroundRun
 from gateway.surface import ReplyTarget
 
-log = logging.getLogger("gateway.background")
+log = logging.getLogger("gateway.runs.background")
 
 __all__ = ["BackgroundRuns", "Ended", "Launched", "NewBackground", "Progress", "Usage", "clip", "last_text"]
 

@@ -3,7 +3,7 @@
 The binding that admitted the message decides what the run gets: the agent, the binding's
 prompt appended to the instructions, the capabilities (built by the registry from the agent
 spec, bound server-side to this conversation), and who will hear the answer. What tools may
-use of that is the narrow `gateway.turn.Turn`, their run context's deps; the adapter and the
+use of that is the narrow `gateway.runs.turn.Turn`, their run context's deps; the adapter and the
 config stay here.
 """
 
@@ -47,13 +47,13 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 from bindings.models import AgentSpec
 
 from gateway.inbound.pipeline import attachments
-from gateway.background import post_report, report_prompt
+from gateway.runs.background import post_report, report_prompt
 from gateway.delivery import ReplyStream
 from gateway.first_sign import show_typing
-from gateway.handoff_runs import is_handoff
+from gateway.runs.handoffs import is_handoff
 from gateway.live_reply import NativeReplyStream
-from gateway.llm import ModelConfigError
-from gateway.memory import resolve_scope
+from gateway.runs.llm import ModelConfigError
+from gateway.runs.memory import resolve_scope
 from gateway.messages import ChatKind
 from gateway.store import repo
 from gateway.store.availability import StoreUnavailable
@@ -61,14 +61,14 @@ from gateway.store.background import REPORT
 from gateway.store.conversation_log import ConversationLog
 from gateway.store.models import Run
 from gateway.store.notes import NoteStore
-from gateway.stopping import set_stop_control, stop_control_ends_with_final, stopped_notice
+from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, stopped_notice
 from gateway.surface import Adapter, ReplyTarget
-from gateway.turn import Memory, Requester, Turn
+from gateway.runs.turn import Memory, Requester, Turn
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
 
-log = logging.getLogger("gateway.runner")
+log = logging.getLogger("gateway.runs.runner")
 
 TYPING_EVERY = 4.0  # renewed this often: within the shortest indicator (Telegram's 5 s)
 TYPING_MARGIN = 5.0  # seconds before a longer-lived indicator would lapse that the first renewal comes

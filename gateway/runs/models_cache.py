@@ -18,7 +18,7 @@ per model name and provider.
   needs it: the first build imports the provider's SDK (the OpenAI SDK: 0.1-0.9 s), on the event
   loop, in front of every conversation's events.
 
-The demo model and models registered in code (`gateway.llm.register_model`) hold no connection
+The demo model and models registered in code (`gateway.runs.llm.register_model`) hold no connection
 and are built per run, as before.
 """
 
@@ -39,7 +39,7 @@ from bindings.loader import LoadedConfig
 from bindings.models import ProviderConfig
 from bindings.secrets import SecretError
 
-from gateway import llm
+from gateway.runs import llm
 
 log = logging.getLogger("gateway.models")
 
@@ -83,7 +83,7 @@ class ModelCache:
     def get(self, name: str, providers: dict[str, ProviderConfig]) -> Model:
         """The model `name` (an agent's `model:`) with `providers` (gateway.yaml's), built on first use.
 
-        Raises `ModelConfigError` as `gateway.llm.resolve_model` does; a failure is not remembered.
+        Raises `ModelConfigError` as `gateway.runs.llm.resolve_model` does; a failure is not remembered.
         """
         name = llm.concrete_name(name)
         model = llm.in_process(name)

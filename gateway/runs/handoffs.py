@@ -18,7 +18,7 @@ from sqlalchemy import select
 from gateway.clock import new_id
 from gateway.store.models import Conversation, Message, Run
 from gateway.store.repo import ConversationRef, Identity, Store
-from gateway.turn import Turn
+from gateway.runs.turn import Turn
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway

@@ -7,7 +7,7 @@ the resolved memory scope, the channel directory, the approval modes, and a hand
 capability state, and what was said in the conversation. Never the daemon, the adapter, the whole store or the config: a capability
 that needs more gets it passed in explicitly when it is registered.
 
-Capabilities import this module (and `gateway.store`), never `gateway.runner` or `gateway.daemon`.
+Capabilities import this module (and `gateway.store`), never `gateway.runs.runner` or `gateway.daemon`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from bindings.models import AgentSpec, BindingSpec
 from bindings.skills import SkillBundle
 
 from gateway.clock import Clock
-from gateway.memory import NoStore
+from gateway.runs.memory import NoStore
 from gateway.messages import ChatKind
 from gateway.policy import Modes, ToolInfo
 from gateway.store.capability_state import CapabilityState

@@ -80,7 +80,7 @@ def resolve_model(
     """Build the model an agent's `model:` names. Raises ModelConfigError with a readable reason.
 
     `provider_for(provider name, its config or None)` supplies the provider (and so the HTTP client)
-    the model talks through; `gateway.models_cache.ModelCache` passes one that shares them. Without
+    the model talks through; `gateway.runs.models_cache.ModelCache` passes one that shares them. Without
     it every call builds a new provider, with a new HTTP client.
     """
     name = concrete_name(name)

@@ -8,7 +8,7 @@ cancellation token (pydantic-ai keeps the messages so far); the runner then ends
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
 replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
 id); the replica holding its lease picks the request up at its next sweep and stops it there.
-Stop on a turn also stops the background runs it started (`gateway.background`), and `/stop` with
+Stop on a turn also stops the background runs it started (`gateway.runs.background`), and `/stop` with
 no turn in flight stops the conversation's background runs, for the same people.
 
 The Stop control itself is an optional adapter method (`StopControl`): the runner shows it
@@ -25,7 +25,7 @@ from gateway.approvals import Approvals
 from gateway.store import repo
 from gateway.surface import ReplyTarget, Sender, StopOutcome
 
-log = logging.getLogger("gateway.stopping")
+log = logging.getLogger("gateway.runs.stop")
 
 STOP, REQUESTS = "stop", "requests"  # where a stop for a run on another replica waits (capability state)
 
@@ -58,7 +58,7 @@ class Stops:
         `sweep_every`: how often each replica looks for stop requests other replicas stored."""
         self._store, self._approvals, self._cancel = store, approvals, cancel
         self._sweep_every = sweep_every
-        # Background runs (`gateway.background`), once installed: Stop on a turn stops the ones it started.
+        # Background runs (`gateway.runs.background`), once installed: Stop on a turn stops the ones it started.
         self.background: BackgroundStops | None = None
 
     async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None) -> StopOutcome:
@@ -149,7 +149,7 @@ class Stops:
 
 
 class BackgroundStops(Protocol):
-    """What Stop asks of the background runs (`gateway.background.BackgroundRuns`)."""
+    """What Stop asks of the background runs (`gateway.runs.background.BackgroundRuns`)."""
 
     async def stop_children(self, parent_run_id: str, who: str) -> int: ...
 

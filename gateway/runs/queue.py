@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from gateway.store.availability import StoreUnavailable
 from gateway.store.repo import Claimed, Store
 
-log = logging.getLogger("gateway.conversations")
+log = logging.getLogger("gateway.runs.queue")
 
 
 class Scheduler:
