@@ -1,6 +1,6 @@
 """The lifecycle every connected platform adapter shares: secrets → connect with backoff → health → stop.
 
-The protocol lives in `gateway.surface`, the registry in `gateway.adapter_registry` and the
+The protocol lives in `gateway.outbound.adapter`, the registry in `gateway.adapter_registry` and the
 reconnect helpers in `gateway.reconnect` (the core owns the interface it talks to); this is the
 adapters' side of it, written once. As in python-telegram-bot's `BaseUpdateProcessor`, the
 invariants live in methods subclasses do not override (`start`, `stop`; overriding them is a
@@ -35,7 +35,7 @@ from bindings.secrets import Secret, SecretError, SecretRef
 from gateway.adapter_registry import AdapterContext
 from gateway.reconnect import Backoff, HealthState, reconnect_forever
 from gateway.messages import Attachment
-from gateway.surface import (
+from gateway.outbound.adapter import (
     AdapterHealth,
     AttachmentTooLarge,
     Dispatcher,

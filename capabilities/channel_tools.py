@@ -21,7 +21,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from bindings.models import ChannelToolsConfig
 from gateway.runs.turn import Turn
-from gateway.surface import ChannelDirectory, ChannelInfo, NotVisible, PlatformError, ReplyTarget
+from gateway.outbound.adapter import ChannelDirectory, ChannelInfo, NotVisible, PlatformError, ReplyTarget
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple

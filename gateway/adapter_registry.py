@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from bindings.models import BindingSpec, GatewayConfig
 
-from gateway.surface import Adapter
+from gateway.outbound.adapter import Adapter
 
 _REGISTRY: dict[str, str] = {
     "web": "adapters.web.adapter:WebAdapter",

@@ -23,7 +23,7 @@ from gateway.inbound.memory_card import MemoryButton, MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store import repo
 from gateway.store.notes import Note, NoteStore
-from gateway.surface import ApprovalCard, Decision
+from gateway.outbound.adapter import ApprovalCard, Decision
 from gateway.inbound.uploads import UploadRefused, read_form
 
 if TYPE_CHECKING:

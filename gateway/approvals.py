@@ -26,15 +26,15 @@ from pydantic_ai.messages import ModelMessage
 from bindings.models import BindingSpec
 
 from gateway.runs.delegated import APPROVAL_IDS, DECISIONS, delegated_calls
-from gateway.delivery import Outbound, ReplyStream
+from gateway.outbound.delivery import Outbound, ReplyStream
 from gateway.events import EventBus
 from gateway.metrics import Metrics
-from gateway.orphan_posts import unrecorded_card
+from gateway.outbound.orphans import unrecorded_card
 from gateway.policy import Modes
 from gateway.store import repo
 from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.models import Run
-from gateway.surface import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
+from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
 
 log = logging.getLogger("gateway.approvals")

@@ -28,10 +28,10 @@ from gateway.clock import Clock
 from gateway.retention import Pruning
 from gateway.inbound.commands import Commands
 from gateway.runs.queue import Scheduler
-from gateway.delivery import Outbound
+from gateway.outbound.delivery import Outbound
 from gateway.event_relay import EventRelay
 from gateway.events import EventBus
-from gateway.first_sign import FirstSign
+from gateway.outbound.typing_indicator import FirstSign
 from gateway.inbound.pipeline import Inbound
 from gateway.inbound.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
 from gateway.messages import InboundMessage
@@ -43,7 +43,7 @@ from gateway.store import repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
 from gateway.store.engine import create_engine, migrate
 from gateway.systemd import Notifier
-from gateway.surface import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
+from gateway.outbound.adapter import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
 from gateway.inbound.uploads import Uploads
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class StartupError(Exception):
 
 
 class Gateway:
-    """Implements `gateway.surface.Dispatcher` for the adapters it starts."""
+    """Implements `gateway.outbound.adapter.Dispatcher` for the adapters it starts."""
 
     def __init__(self, config: LoadedConfig, *, clock: Clock | None = None, listen: str | None = None) -> None:
         self.config = config

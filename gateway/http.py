@@ -22,7 +22,7 @@ from gateway.store.availability import StoreUnavailable
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
-    from gateway.surface import Adapter
+    from gateway.outbound.adapter import Adapter
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

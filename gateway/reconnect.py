@@ -12,7 +12,7 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
-from gateway.surface import AdapterHealth
+from gateway.outbound.adapter import AdapterHealth
 
 
 class Backoff:

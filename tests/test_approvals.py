@@ -13,7 +13,7 @@ import aiohttp
 
 from gateway.clock import ManualClock
 from gateway.daemon import Gateway
-from gateway.surface import Decision, Sender
+from gateway.outbound.adapter import Decision, Sender
 
 from .conftest import run_finished, running_gateway, wait_for, write_config
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.budget import Pacer, Rule
+from gateway.outbound.budget import Pacer, Rule
 
 RULE = Rule("chat", 1, 0.2)  # one call per 0.2 s, per key
 

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from gateway.clock import ManualClock
-from gateway.delivery import ReplyStream, split_paragraphs
+from gateway.outbound.delivery import ReplyStream, split_paragraphs
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
-from gateway.surface import PlatformLimits, RateLimited, ReplyTarget
+from gateway.outbound.adapter import PlatformLimits, RateLimited, ReplyTarget
 
 TARGET = ReplyTarget("fake", "b", "w", "C1", "T1", ChatKind.CHANNEL)
 
@@ -108,7 +108,7 @@ async def test_rate_limited_draft_is_skipped_and_the_final_waits(store: Store, m
         if seconds:  # a zero sleep only yields to the loop (before a delivery row is written)
             slept.append(seconds)
 
-    monkeypatch.setattr("gateway.delivery.asyncio.sleep", fake_sleep)
+    monkeypatch.setattr("gateway.outbound.delivery.asyncio.sleep", fake_sleep)
     chat, clock = RecordingChat(), ManualClock()
     stream = ReplyStream(chat, TARGET, store, "run3", clock)  # type: ignore[arg-type]
     await stream.append("one ")

@@ -28,7 +28,7 @@ from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.reconnect import Backoff
 from gateway.store.availability import StoreUnavailable
-from gateway.surface import (
+from gateway.outbound.adapter import (
     ApprovalCard,
     ChannelDirectory,
     PlatformError,
@@ -518,7 +518,7 @@ class MattermostAdapter(BaseAdapter):
 
     async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
         """The bot's plain posts (not cards) after `message_id` in the thread or channel, oldest
-        first (gateway.orphan_posts): a killed process may have made one it never recorded."""
+        first (gateway.outbound.orphans): a killed process may have made one it never recorded."""
         api = self._api()
         assert self._ctx is not None
         if target.thread:

@@ -6,7 +6,7 @@ at `PerSec` a second. Every answer carries `X-Ratelimit-Limit` (the burst), `X-R
 (calls left in it once this one is counted) and `X-Ratelimit-Reset` (whole seconds, rounded up,
 until the burst is full again).
 
-So unlike Slack's and Telegram's published budgets (`gateway.budget.Pacer` paces by fixed rules),
+So unlike Slack's and Telegram's published budgets (`gateway.outbound.budget.Pacer` paces by fixed rules),
 this follows the server's own count: the calls believed left are spent one per call; each answer
 can only lower them (to what it says is left, minus the calls still in flight, which it may not
 have counted yet: so another client of the same limit is accounted for too); when none are left,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gateway.inbound.memory_card import MemoryButton, MemoryCard
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState
 
 APPROVE_EMOJI = frozenset({"+1", "thumbsup"})
 DENY_EMOJI = frozenset({"-1", "thumbsdown"})

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 
 from adapters.base import CLOSE_TIMEOUT, read_capped
-from gateway.surface import NotVisible, PlatformError, RateLimited
+from gateway.outbound.adapter import NotVisible, PlatformError, RateLimited
 
 from .budget import ServerLimit
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from types import MappingProxyType
 
-from gateway.surface import (
+from gateway.outbound.adapter import (
     CHANNEL_TOOL_IDS,
     ChannelInfo,
     ChannelMember,

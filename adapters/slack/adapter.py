@@ -39,12 +39,12 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from adapters.base import BaseAdapter, read_capped, within
 from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
-from gateway.budget import Pacer, impatient, scaled
+from gateway.outbound.budget import Pacer, impatient, scaled
 from bindings.models import BindingSpec, SlackSection
 from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store.availability import StoreUnavailable
-from gateway.surface import (
+from gateway.outbound.adapter import (
     ApprovalCard,
     PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
@@ -560,7 +560,7 @@ class SlackAdapter(BaseAdapter):
         return str(response["ts"])
 
     async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
-        """The app's plain posts after `message_id` in the thread or channel (gateway.orphan_posts)."""
+        """The app's plain posts after `message_id` in the thread or channel (gateway.outbound.orphans)."""
         client = self._require_client()
         if target.thread:
             response = await call("conversations.replies",
@@ -576,7 +576,7 @@ class SlackAdapter(BaseAdapter):
         return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
 
     async def own_card(self, target: ReplyTarget, card: ApprovalCard) -> str | None:
-        """The app's post showing `card` in the thread or channel (gateway.orphan_posts)."""
+        """The app's post showing `card` in the thread or channel (gateway.outbound.orphans)."""
         client = self._require_client()
         if target.thread:
             response = await call("conversations.replies",

@@ -18,7 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from gateway.surface import NotVisible, PlatformError, RateLimited
+from gateway.outbound.adapter import NotVisible, PlatformError, RateLimited
 
 DEFAULT_RETRY_AFTER = 1.0
 NOT_VISIBLE = frozenset({"channel_not_found", "not_in_channel", "is_archived", "thread_not_found"})

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.budget import Rule, Scope
+from gateway.outbound.budget import Rule, Scope
 
 TIERS = (
     Rule("chat.update", 50, 60.0),

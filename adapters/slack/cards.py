@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.inbound.memory_card import MemoryButton, MemoryCard
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState
 
 from .render import escape
 

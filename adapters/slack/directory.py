@@ -13,7 +13,7 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway.surface import CHANNEL_TOOL_IDS, ChannelInfo, ChannelMember, HistoryMessage, ReplyTarget
+from gateway.outbound.adapter import CHANNEL_TOOL_IDS, ChannelInfo, ChannelMember, HistoryMessage, ReplyTarget
 
 from .api import SlackConnection, UserNames, call, display_name
 from .normalize import plain_text

@@ -14,7 +14,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from gateway.surface import NativeUnavailable, PlatformError, ReplyTarget
+from gateway.outbound.adapter import NativeUnavailable, PlatformError, ReplyTarget
 
 Caller = Callable[[str, str, Coroutine[Any, Any, AsyncSlackResponse]], Awaitable[AsyncSlackResponse]]
 UNAVAILABLE = ("unknown_method", "not_allowed_token_type", "method_deprecated", "missing_scope")

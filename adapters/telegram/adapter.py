@@ -30,7 +30,7 @@ from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, Tele
 from adapters.base import BaseAdapter, CannotStart
 from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
-from gateway.budget import Pacer, impatient, scaled
+from gateway.outbound.budget import Pacer, impatient, scaled
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
@@ -38,7 +38,7 @@ from gateway.inbound.commands import commands_for
 from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
-from gateway.surface import (
+from gateway.outbound.adapter import (
     AdapterHealth,
     ApprovalCard,
     AttachmentTooLarge,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gateway.budget import Rule, Scope
+from gateway.outbound.budget import Rule, Scope
 
 PER_CHAT = Rule("chat", 1, 1.0)
 PER_GROUP = Rule("group", 20, 60.0)

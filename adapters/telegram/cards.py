@@ -10,7 +10,7 @@ from __future__ import annotations
 from telegram import InlineKeyboardButton, InlineKeyboardMarkup
 
 from gateway.inbound.memory_card import MemoryCard
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState
 
 from .render import escape
 

@@ -16,7 +16,7 @@ from types import MappingProxyType
 from telegram import Bot, ChatMemberOwner
 from telegram.error import BadRequest, Forbidden
 
-from gateway.surface import ChannelInfo, ChannelMember, HistoryMessage, NotVisible, PlatformError, ReplyTarget
+from gateway.outbound.adapter import ChannelInfo, ChannelMember, HistoryMessage, NotVisible, PlatformError, ReplyTarget
 
 from .errors import translated
 

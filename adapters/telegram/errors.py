@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from telegram.error import BadRequest, RetryAfter, TelegramError
 
-from gateway.surface import PlatformError, RateLimited
+from gateway.outbound.adapter import PlatformError, RateLimited
 
 
 def is_not_modified(e: TelegramError) -> bool:

@@ -15,8 +15,8 @@ from telegram import Bot
 from telegram.constants import ParseMode
 from telegram.error import BadRequest
 
-from gateway.budget import Pacer, Scope
-from gateway.surface import NativeUnavailable, ReplyTarget
+from gateway.outbound.budget import Pacer, Scope
+from gateway.outbound.adapter import NativeUnavailable, ReplyTarget
 
 from .errors import translated
 

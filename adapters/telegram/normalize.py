@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from telegram import Message, MessageEntity, Update, User
 
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
-from gateway.surface import Decision
+from gateway.outbound.adapter import Decision
 
 from .cards import parse_callback_data, parse_memory_data
 from .stop import parse_stop

@@ -20,7 +20,7 @@ from gateway.api import card_json, memory_card_json
 from gateway.inbound.memory_card import MemoryCard
 from gateway.clock import new_id
 from gateway.messages import Attachment
-from gateway.surface import (
+from gateway.outbound.adapter import (
     AdapterHealth,
     ApprovalCard,
     ChannelDirectory,

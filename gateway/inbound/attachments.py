@@ -32,7 +32,7 @@ from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, User
 
 from gateway.messages import Attachment, InboundMessage
 from gateway.store.capability_state import CapabilityState
-from gateway.surface import Adapter, AttachmentTooLarge, PlatformError
+from gateway.outbound.adapter import Adapter, AttachmentTooLarge, PlatformError
 from gateway.inbound.uploads import Uploads
 
 log = logging.getLogger("gateway.inbound.attachments")

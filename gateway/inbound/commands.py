@@ -6,7 +6,7 @@ adapters register what their platform supports natively from it (Telegram `setMy
 Mattermost); an unknown `/word` gets a short "try /help" instead of a model run.
 
 Commands reach this module only through `gateway.inbound.pipeline`, after admission, identity and the
-ledger; every answer goes out through `gateway.delivery.Outbound`. Who may switch approval
+ledger; every answer goes out through `gateway.outbound.delivery.Outbound`. Who may switch approval
 modes is asked of `gateway.approvals`, on every door.
 """
 
@@ -19,7 +19,7 @@ from typing import Literal
 
 from gateway.runs import memory
 from gateway.approvals import Approvals
-from gateway.delivery import Outbound
+from gateway.outbound.delivery import Outbound
 from gateway.inbound.memory_card import MemoryCards
 from gateway.messages import ChatKind, InboundMessage
 from gateway.policy import Modes
@@ -27,7 +27,7 @@ from gateway.store import repo
 from gateway.store.notes import NoteStore
 from gateway.store.people import LINK_TTL, AccountRef, PeopleStore
 from gateway.runs.stop import Stops
-from gateway.surface import target_for
+from gateway.outbound.adapter import target_for
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from gateway.approvals import Approvals
     from gateway.store.repo import Store
-    from gateway.surface import Adapter, ReplyTarget
+    from gateway.outbound.adapter import Adapter, ReplyTarget
 
 log = logging.getLogger("gateway.inbound.memory_card")
 

@@ -41,10 +41,10 @@ from gateway.store.pairing import (  # the limits live with the queries that enf
     PairingStore,
     PendingPairing,
 )
-from gateway.surface import target_for
+from gateway.outbound.adapter import target_for
 
 if TYPE_CHECKING:
-    from gateway.delivery import Outbound
+    from gateway.outbound.delivery import Outbound
     from gateway.store.repo import Store
 
 log = logging.getLogger("gateway.inbound.pairing")

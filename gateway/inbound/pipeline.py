@@ -3,7 +3,7 @@
 1. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
 2. Identity: the platform account resolves to a person.
 3. A chat command (answered by the gateway), or ingest (message, queued run), the first sign of
-   work (`gateway/first_sign.py`: the typing indicator) and wake the queue.
+   work (`gateway/outbound/typing_indicator.py`: the typing indicator) and wake the queue.
 
 Every path's first write is the ledger, under every id the message has (the platform's event
 id and, where a platform delivers one message as two events, its dedupe key): a redelivery, or
@@ -39,12 +39,12 @@ from bindings.models import BindingSpec
 from gateway.inbound.pipeline import attachments
 from gateway.inbound.admission import admit
 from gateway.inbound.commands import Asked, Commands, parse_command
-from gateway.delivery import Outbound
+from gateway.outbound.delivery import Outbound
 from gateway.messages import ChatKind, InboundMessage
 from gateway.metrics import Metrics
 from gateway.inbound.pairing import Pairing
 from gateway.store import repo
-from gateway.surface import SubmitResult, target_for
+from gateway.outbound.adapter import SubmitResult, target_for
 
 log = logging.getLogger("gateway.inbound.pipeline")
 

@@ -29,7 +29,7 @@ from pydantic_ai import CancellationToken
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
 
 from gateway.clock import Clock, new_id
-from gateway.delivery import ReplyStream
+from gateway.outbound.delivery import ReplyStream
 from gateway.events import EventBus
 from gateway.store import repo
 from gateway.store.background import (
@@ -44,7 +44,7 @@ from gateway.store.background import (
 )
 from gateway.store.availability import StoreUnavailable
 from gateway.store.models import BackgroundRun
-from gateway.surface import ReplyTarget
+from gateway.outbound.adapter import ReplyTarget
 
 log = logging.getLogger("gateway.runs.background")
 

@@ -63,7 +63,7 @@ class Scheduler:
                     except StoreUnavailable as e:
                         # The database failed the run before it could record an end: it goes back
                         # to the queue and runs again once the database answers (what it had
-                        # posted is continued then, gateway.orphan_posts), not after a lease.
+                        # posted is continued then, gateway.outbound.orphans), not after a lease.
                         log.warning("run %s interrupted, it runs again: the database is busy (%s)", claimed.run.id, e)
                         await self.store.patiently(lambda: self.store.release_run(claimed.run.id),
                                                    f"requeueing run {claimed.run.id}")

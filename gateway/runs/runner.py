@@ -48,10 +48,10 @@ from bindings.models import AgentSpec
 
 from gateway.inbound.pipeline import attachments
 from gateway.runs.background import post_report, report_prompt
-from gateway.delivery import ReplyStream
-from gateway.first_sign import show_typing
+from gateway.outbound.delivery import ReplyStream
+from gateway.outbound.typing_indicator import show_typing
 from gateway.runs.handoffs import is_handoff
-from gateway.live_reply import NativeReplyStream
+from gateway.outbound.native_stream import NativeReplyStream
 from gateway.runs.llm import ModelConfigError
 from gateway.runs.memory import resolve_scope
 from gateway.messages import ChatKind
@@ -62,7 +62,7 @@ from gateway.store.conversation_log import ConversationLog
 from gateway.store.models import Run
 from gateway.store.notes import NoteStore
 from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, stopped_notice
-from gateway.surface import Adapter, ReplyTarget
+from gateway.outbound.adapter import Adapter, ReplyTarget
 from gateway.runs.turn import Memory, Requester, Turn
 
 if TYPE_CHECKING:
@@ -327,7 +327,7 @@ class Runner:
 
         stream.on_first_post = put_stop_control
         try:
-            await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
+            await self.gateway.outbound.typing_indicator.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)
@@ -429,7 +429,7 @@ class Runner:
         # The sign shown on the message's arrival is not sent again while the platform still shows it:
         # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
         lasts = stream.adapter.limits.typing_lasts
-        shown = self.gateway.first_sign.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
+        shown = self.gateway.outbound.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         while not stream.posted:
             if not shown:
                 await show_typing(stream.adapter, turn.target)

@@ -23,7 +23,7 @@ from typing import Protocol, runtime_checkable
 
 from gateway.approvals import Approvals
 from gateway.store import repo
-from gateway.surface import ReplyTarget, Sender, StopOutcome
+from gateway.outbound.adapter import ReplyTarget, Sender, StopOutcome
 
 log = logging.getLogger("gateway.runs.stop")
 

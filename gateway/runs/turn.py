@@ -26,7 +26,7 @@ from gateway.store.capability_state import CapabilityState
 from gateway.store.conversation_log import ConversationLog
 from gateway.store.notes import NoteStore, Scope
 from gateway.store.repo import ConversationRef
-from gateway.surface import ChannelDirectory, ReplyTarget
+from gateway.outbound.adapter import ChannelDirectory, ReplyTarget
 
 
 @dataclass(frozen=True, slots=True)

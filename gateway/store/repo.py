@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
 from gateway.clock import Clock, new_id
 from gateway.messages import ChatKind, InboundMessage, conversation_key, reply_thread
-from gateway.surface import ReplyTarget
+from gateway.outbound.adapter import ReplyTarget
 from gateway.store import driver
 from gateway.store.availability import DEGRADED_AFTER, StoreUnavailable, guard
 from gateway.store.capability_state import CapabilityState

@@ -9,7 +9,7 @@ import pytest
 from adapters.base import BaseAdapter
 from bindings.models import BindingSpec, GatewayConfig
 from gateway.adapter_registry import AdapterContext, create_adapter
-from gateway.surface import Adapter
+from gateway.outbound.adapter import Adapter
 
 BINDINGS: dict[str, dict[str, Any]] = {  # each with a secret that is not set
     "slack": {"slack": {"bot_token": "env:X_SLACK_BOT", "app_token": "env:X_SLACK_APP"}},

@@ -9,7 +9,7 @@ from adapters.mattermost.cards import card_message as mattermost_card
 from adapters.slack.cards import card_message as slack_card
 from adapters.telegram.cards import card_html as telegram_card
 from gateway.api import card_json
-from gateway.surface import ApprovalCard, ApprovalItem
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem
 
 CARD = ApprovalCard("card1", "run1", (ApprovalItem("a1", "deploy", "test_ops", '{"service": "api"}', delegate="ops"),
                                       ApprovalItem("a2", "status", "test_ops", "{}")), "Only Ada can decide.")

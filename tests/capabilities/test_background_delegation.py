@@ -18,7 +18,7 @@ from gateway import extensions
 from gateway.messages import ChatKind, Sender
 from gateway.store import repo
 from gateway.store.models import BackgroundRun, Run
-from gateway.surface import Decision
+from gateway.outbound.adapter import Decision
 
 from ..conftest import running_gateway, wait_for, write_config
 from .scripted import database, say_calls  # noqa: F401 - `database` is a fixture used here

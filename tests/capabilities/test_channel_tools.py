@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.messages import ChatKind
-from gateway.surface import CHANNEL_TOOL_IDS, ChannelInfo, ChannelMember, HistoryMessage
+from gateway.outbound.adapter import CHANNEL_TOOL_IDS, ChannelInfo, ChannelMember, HistoryMessage
 
 from ..fakes.chat import DIRECTORIES, FakeDirectory
 from ..conftest import wait_for

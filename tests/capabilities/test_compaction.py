@@ -13,7 +13,7 @@ from bindings.loader import ConfigError, load_config
 from gateway import extensions
 from gateway.messages import ChatKind, Sender
 from gateway.store import repo
-from gateway.surface import Decision
+from gateway.outbound.adapter import Decision
 
 from ..conftest import wait_for, write_config
 from .shaping_script import SCRIPT, call, chat_text, mcp_server, say

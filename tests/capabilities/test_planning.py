@@ -9,7 +9,7 @@ from sqlalchemy import select
 
 from gateway.messages import ChatKind, Sender
 from gateway.store.models import Conversation
-from gateway.surface import Decision
+from gateway.outbound.adapter import Decision
 from gateway.store import repo
 from gateway.store.plans import ConversationPlanStore
 

@@ -15,7 +15,7 @@ from capabilities.registry import load_builtin
 from capabilities.tool_text import describes_return, tool_text
 from gateway import cli, extensions
 from gateway.messages import ChatKind
-from gateway.surface import CHANNEL_TOOL_IDS
+from gateway.outbound.adapter import CHANNEL_TOOL_IDS
 
 from ..conftest import write_config
 from ..fakes.chat import DIRECTORIES, FakeDirectory

@@ -10,7 +10,7 @@ import pytest
 from bindings.loader import ConfigError, load_config
 from gateway import extensions
 from gateway.messages import ChatKind, Sender
-from gateway.surface import Decision
+from gateway.outbound.adapter import Decision
 from gateway.store import repo
 
 from ..conftest import wait_for, write_config

@@ -16,7 +16,7 @@ from gateway import adapter_registry as base
 from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec
 from gateway.messages import Attachment
-from gateway.surface import (
+from gateway.outbound.adapter import (
     CHANNEL_TOOL_IDS,
     AdapterHealth,
     ApprovalCard,

@@ -19,7 +19,7 @@ from gateway.reconnect import Backoff
 from adapters.mattermost.adapter import MattermostAdapter
 from bindings.models import BindingSpec, GatewayConfig, HttpConfig
 from gateway.messages import InboundMessage, Sender, reply_thread
-from gateway.surface import Decision, DecisionOutcome, ReplyTarget, SubmitResult
+from gateway.outbound.adapter import Decision, DecisionOutcome, ReplyTarget, SubmitResult
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ import pytest
 
 from adapters.mattermost.adapter import MattermostAdapter
 from gateway.messages import ChatKind
-from gateway.surface import (
+from gateway.outbound.adapter import (
     ApprovalCard,
     ApprovalItem,
     Decision,

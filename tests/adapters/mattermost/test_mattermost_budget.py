@@ -14,7 +14,7 @@ import pytest
 
 from adapters.mattermost.adapter import MattermostAdapter
 from gateway.messages import ChatKind
-from gateway.surface import ReplyTarget
+from gateway.outbound.adapter import ReplyTarget
 from tests.fakes.mattermost import wait_until
 
 from .conftest import BOT_TOKEN, World

@@ -17,7 +17,7 @@ from capabilities.registry import REGISTRY, CapabilityDecl, ToolDecl, register, 
 
 from gateway.daemon import Gateway
 from gateway.runs.llm import REGISTERED, register_model
-from gateway.surface import PlatformLimits
+from gateway.outbound.adapter import PlatformLimits
 from tests.conftest import free_port, running_gateway, wait_for, write_config
 
 from .conftest import BOT_TOKEN, World

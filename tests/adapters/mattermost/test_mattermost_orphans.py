@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from adapters.mattermost import cards, stop
-from gateway.surface import ApprovalCard, ApprovalItem
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem
 
 
 def _as_read_back(props: dict[str, Any]) -> dict[str, Any]:

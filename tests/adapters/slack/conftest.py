@@ -19,7 +19,7 @@ from gateway.adapter_registry import AdapterContext
 from adapters.slack.adapter import SlackAdapter
 from bindings.models import BindingSpec, GatewayConfig
 from gateway.messages import InboundMessage, Sender
-from gateway.surface import Decision, DecisionOutcome, SubmitResult
+from gateway.outbound.adapter import Decision, DecisionOutcome, SubmitResult
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.budget import RULES, SlackBudget
-from gateway.budget import Rule, scaled
+from gateway.outbound.budget import Rule, scaled
 from gateway.messages import ChatKind
-from gateway.surface import RateLimited, ReplyTarget
+from gateway.outbound.adapter import RateLimited, ReplyTarget
 from tests.fakes.slack import FakeSlack
 
 from .conftest import RecordingDispatcher, start_adapter

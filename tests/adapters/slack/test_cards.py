@@ -7,7 +7,7 @@ import json
 import pytest
 
 from adapters.slack.cards import MAX_ITEMS, card_message, parse_action_value
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState
 
 
 def card(*items: ApprovalItem, deciders: str = "only Ada can decide", note: str = "") -> ApprovalCard:

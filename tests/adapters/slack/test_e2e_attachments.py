@@ -14,7 +14,7 @@ from pydantic_ai.profiles import ModelProfile
 from adapters.slack.adapter import SlackAdapter
 from gateway.runs.llm import register_model
 from gateway.messages import Attachment
-from gateway.surface import PlatformError
+from gateway.outbound.adapter import PlatformError
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
 from tests.support.files_model import CSV, PNG, Recorder

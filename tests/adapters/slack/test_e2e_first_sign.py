@@ -76,7 +76,7 @@ async def test_a_message_that_waited_long_in_the_queue_gets_no_second_status(
     arrived (a backlog) does not send the status again (Telegram's typing, 5 s, is renewed)."""
     import time
 
-    from gateway import first_sign
+    from gateway.outbound import typing_indicator as first_sign
 
     later = 0.0  # seconds first_sign's clock is ahead: the wait in the queue, without waiting it out
     monkeypatch.setattr(first_sign, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + later))

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from adapters.slack.adapter import SlackAdapter
 from gateway.messages import ChatKind
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ReplyTarget
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ReplyTarget
 from tests.fakes.slack import FakeSlack, signed_event_request, signed_interactive_request
 
 from .conftest import RecordingDispatcher, start_adapter

@@ -7,7 +7,7 @@ import pytest
 
 from adapters.slack.adapter import SlackAdapter
 from gateway.messages import ChatKind
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState, NotVisible, PlatformError, RateLimited, ReplyTarget
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState, NotVisible, PlatformError, RateLimited, ReplyTarget
 from tests.fakes.slack import FakeSlack
 
 from .conftest import RecordingDispatcher, eventually

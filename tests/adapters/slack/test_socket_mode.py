@@ -10,7 +10,7 @@ import asyncio
 
 from adapters.slack.adapter import SlackAdapter
 from gateway.messages import ChatKind
-from gateway.surface import ReplyTarget
+from gateway.outbound.adapter import ReplyTarget
 from tests.fakes.slack import FakeSlack
 
 from .conftest import RecordingDispatcher, eventually, start_adapter

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from adapters.slack.cards import card_message
 from adapters.slack.stop import SECTION_CHARS, control_blocks, is_reply, parse_stop, reply_blocks
-from gateway.surface import ApprovalCard, ApprovalItem
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem
 
 
 def test_a_long_reply_is_split_into_sections_within_the_cap_and_ends_with_the_button() -> None:

@@ -20,7 +20,7 @@ from gateway.adapter_registry import AdapterContext
 from adapters.telegram.adapter import TelegramAdapter
 from bindings.models import BindingSpec, GatewayConfig
 from gateway.messages import ChatKind, InboundMessage
-from gateway.surface import (
+from gateway.outbound.adapter import (
     ApprovalCard,
     ApprovalItem,
     Decision,

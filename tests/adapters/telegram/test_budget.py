@@ -16,13 +16,13 @@ import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.budget import RULES, TelegramBudget
-from gateway.budget import Rule, scaled
+from gateway.outbound.budget import Rule, scaled
 from gateway.clock import Clock
-from gateway.delivery import ReplyStream
+from gateway.outbound.delivery import ReplyStream
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
-from gateway.surface import RateLimited
+from gateway.outbound.adapter import RateLimited
 from tests.adapters.telegram.test_adapter import ADA, GROUP_ID, RecordingDispatcher, make_adapter, target
 from tests.fakes.telegram import FakeTelegram
 

@@ -7,7 +7,7 @@ import secrets
 import pytest
 
 from adapters.telegram.cards import callback_data, card_html, card_keyboard, parse_callback_data
-from gateway.surface import ApprovalCard, ApprovalItem, Decision, ItemState
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState
 from tests.fakes.telegram import parse_html
 
 

@@ -17,9 +17,9 @@ import pytest
 
 from adapters.telegram.adapter import TelegramAdapter
 from adapters.telegram.budget import RULES, TelegramBudget
-from gateway.budget import Rule, scaled
+from gateway.outbound.budget import Rule, scaled
 from gateway.clock import Clock
-from gateway.live_reply import NativeReplyStream
+from gateway.outbound.native_stream import NativeReplyStream
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store

@@ -9,7 +9,7 @@ from telegram import Update
 
 from adapters.telegram.normalize import BotIdentity, ButtonClick, normalize_update
 from gateway.messages import ChatKind, InboundMessage, conversation_key, reply_thread
-from gateway.surface import Decision
+from gateway.outbound.adapter import Decision
 
 BOT = BotIdentity(id=777, username="gateway_bot")
 BOT_USER = {"id": 777, "is_bot": True, "first_name": "Gateway", "username": "gateway_bot"}

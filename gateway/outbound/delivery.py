@@ -18,14 +18,14 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.budget import OverBudget, impatient
+from gateway.outbound.budget import OverBudget, impatient
 from gateway.clock import Clock, new_id
-from gateway.orphan_posts import unrecorded_posts
+from gateway.outbound.orphans import unrecorded_posts
 from gateway.store.orphans import rows_above_card
 from gateway.store.repo import FinalRow, Store
-from gateway.surface import Adapter, PlatformError, RateLimited, ReplyTarget
+from gateway.outbound.adapter import Adapter, PlatformError, RateLimited, ReplyTarget
 
-log = logging.getLogger("gateway.delivery")
+log = logging.getLogger("gateway.outbound.delivery")
 
 FINAL_ATTEMPTS = 5
 MAX_WAIT = 120.0

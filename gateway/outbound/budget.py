@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
-from gateway.surface import RateLimited
+from gateway.outbound.adapter import RateLimited
 
 HEADROOM = 0.1  # the window kept is this much longer than the platform's...
 SLACK = 0.05  # ...plus this many seconds, for calls that arrive closer together than they were sent

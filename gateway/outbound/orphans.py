@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 
 from gateway.store.orphans import recovery_marks
 from gateway.store.repo import Store
-from gateway.surface import ApprovalCard, PlatformError, ReplyTarget
+from gateway.outbound.adapter import ApprovalCard, PlatformError, ReplyTarget
 
 log = logging.getLogger(__name__)
 

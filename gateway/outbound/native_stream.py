@@ -15,12 +15,12 @@ import asyncio
 import logging
 from typing import Any
 
-from gateway.budget import OverBudget, impatient
-from gateway.delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream, _Posted
+from gateway.outbound.budget import OverBudget, impatient
+from gateway.outbound.delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream, _Posted
 from gateway.store.repo import FinalRow
-from gateway.surface import LiveReply, NativeUnavailable, PlatformError, RateLimited
+from gateway.outbound.adapter import LiveReply, NativeUnavailable, PlatformError, RateLimited
 
-log = logging.getLogger("gateway.delivery")
+log = logging.getLogger("gateway.outbound.delivery")
 
 
 class NativeReplyStream(ReplyStream):

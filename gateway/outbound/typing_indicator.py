@@ -18,8 +18,8 @@ import contextlib
 import logging
 import time
 
-from gateway.budget import impatient
-from gateway.surface import Adapter, ReplyTarget
+from gateway.outbound.budget import impatient
+from gateway.outbound.adapter import Adapter, ReplyTarget
 
 log = logging.getLogger("gateway.runs.runner")
 
