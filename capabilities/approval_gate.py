@@ -1,9 +1,9 @@
 """The approval gate: a call the policy gates raises `ApprovalRequired`, so the run parks.
 
 Always the first capability of a run, so its wrapper toolset is outermost and sees the names
-the model called; the policy itself (`gateway.policy.needs_approval`) is keyed on the stable
+the model called; the policy itself (`gateway.approvals.policy.needs_approval`) is keyed on the stable
 ids in `Turn.tools`, so a renamed tool is still gated. The service that shows cards and takes
-decisions is `gateway.approvals`.
+decisions is `gateway.approvals.service`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from gateway.policy import needs_approval
+from gateway.approvals.policy import needs_approval
 from gateway.runs.turn import Turn
 
 

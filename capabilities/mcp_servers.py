@@ -20,7 +20,7 @@ from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from bindings.models import McpPermission, McpServerSpec
-from gateway.policy import ToolInfo
+from gateway.approvals.policy import ToolInfo
 
 from .failures import trouble
 from .registry import TOOL_NAME, simple

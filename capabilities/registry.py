@@ -26,7 +26,7 @@ from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
 from bindings.models import CapabilityEntry
 from bindings.secrets import Secret, SecretError
-from gateway.policy import ToolInfo
+from gateway.approvals.policy import ToolInfo
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig

@@ -22,7 +22,7 @@ from pydantic_ai.capabilities import AbstractCapability, ToolSearch
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
-from gateway.policy import ToolInfo
+from gateway.approvals.policy import ToolInfo
 from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, register

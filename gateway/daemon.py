@@ -23,7 +23,7 @@ from gateway import http
 
 from gateway.inbound.pipeline import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
-from gateway.approvals import Approvals
+from gateway.approvals.service import Approvals
 from gateway.clock import Clock
 from gateway.retention import Pruning
 from gateway.inbound.commands import Commands

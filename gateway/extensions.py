@@ -106,7 +106,7 @@ def online_problems(config: Any) -> list[Any]:
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
     from gateway import mcp_cli, people
-    from gateway.approvals import add_cli
+    from gateway.approvals.service import add_cli
     from gateway.inbound.pairing import add_cli as add_pairing_cli
 
     add_cli(sub, load)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.policy import Modes, ToolInfo, needs_approval
+from gateway.approvals.policy import Modes, ToolInfo, needs_approval
 
 READ = ToolInfo("status", "ops", side_effecting=False)
 WRITE = ToolInfo("deploy", "ops", side_effecting=True)

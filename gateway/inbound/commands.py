@@ -7,7 +7,7 @@ Mattermost); an unknown `/word` gets a short "try /help" instead of a model run.
 
 Commands reach this module only through `gateway.inbound.pipeline`, after admission, identity and the
 ledger; every answer goes out through `gateway.outbound.delivery.Outbound`. Who may switch approval
-modes is asked of `gateway.approvals`, on every door.
+modes is asked of `gateway.approvals.service`, on every door.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gateway.runs import memory
-from gateway.approvals import Approvals
+from gateway.approvals.service import Approvals
 from gateway.outbound.delivery import Outbound
 from gateway.inbound.memory_card import MemoryCards
 from gateway.messages import ChatKind, InboundMessage
-from gateway.policy import Modes
+from gateway.approvals.policy import Modes
 from gateway.store import repo
 from gateway.store.notes import NoteStore
 from gateway.store.people import LINK_TTL, AccountRef, PeopleStore

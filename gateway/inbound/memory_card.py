@@ -28,7 +28,7 @@ from gateway.store.notes import CHAT, Holder, Note, NoteStore
 if TYPE_CHECKING:
     from bindings.models import BindingSpec
 
-    from gateway.approvals import Approvals
+    from gateway.approvals.service import Approvals
     from gateway.store.repo import Store
     from gateway.outbound.adapter import Adapter, ReplyTarget
 

@@ -8,7 +8,7 @@ parent's `task` call is approved with the people's decisions in `DeferredToolRes
 card item's approval id (`APPROVAL_IDS`), which the delegate's approval gate keys its at-most-once
 marker on, as it does for a call of the run itself: a process killed after the delegate started the
 call resumes it from the same decision again, and the call must not start twice. Shared by
-`capabilities.subagents` (which makes and reads them) and `gateway.approvals` (which shows and answers them).
+`capabilities.subagents` (which makes and reads them) and `gateway.approvals.service` (which shows and answers them).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Stop: a person ends a run in flight — from a Stop control on the streaming reply, `/stop`, or the API.
 
 Every door asks here, so the rule is one: the run's requester or one of the binding's
-deciders may stop it (asked of `gateway.approvals`, the same deciders as a card), anyone
+deciders may stop it (asked of `gateway.approvals.service`, the same deciders as a card), anyone
 else changes nothing and alone is told why. A stop cancels the run through its
 cancellation token (pydantic-ai keeps the messages so far); the runner then ends it as
 `stopped` with a line saying who stopped it and what it had done. A run parked on an
@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-from gateway.approvals import Approvals
+from gateway.approvals.service import Approvals
 from gateway.store import repo
 from gateway.outbound.adapter import ReplyTarget, Sender, StopOutcome
 

@@ -21,7 +21,7 @@ from bindings.skills import SkillBundle
 from gateway.clock import Clock
 from gateway.runs.memory import NoStore
 from gateway.messages import ChatKind
-from gateway.policy import Modes, ToolInfo
+from gateway.approvals.policy import Modes, ToolInfo
 from gateway.store.capability_state import CapabilityState
 from gateway.store.conversation_log import ConversationLog
 from gateway.store.notes import NoteStore, Scope

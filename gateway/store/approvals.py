@@ -1,6 +1,6 @@
 """Approval persistence: cards, their items, decisions, expiry, and a conversation's modes.
 
-The service (`gateway.approvals`) decides what may happen; these queries make it durable and
+The service (`gateway.approvals.service`) decides what may happen; these queries make it durable and
 atomic: a decision is a conditional update, so the first click wins on any replica, and a
 parked run goes back to its queue from exactly one decider's transaction.
 """
@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.clock import Clock, unguessable_id
-from gateway.policy import Modes
+from gateway.approvals.policy import Modes
 from gateway.store.models import Account, ApprovalCardRow, ApprovalRow, ConversationMode, Message, ModeChange, Run
 from gateway.store.repo import EXPIRED, PARKED, QUEUED, STOPPED
 

@@ -18,7 +18,7 @@ from capabilities import web_fetch
 from capabilities.tool_text import describes_return
 from gateway import extensions
 from gateway.messages import ChatKind
-from gateway.policy import Modes
+from gateway.approvals.policy import Modes
 from gateway.runs.turn import Turn
 
 from ..conftest import wait_for, write_config

@@ -18,7 +18,7 @@ from capabilities import web_search
 from capabilities.tool_text import describes_return
 from gateway import extensions
 from gateway.messages import ChatKind
-from gateway.policy import Modes
+from gateway.approvals.policy import Modes
 
 from ..conftest import write_config
 from ..fakes.search import FakeSearch, fake_search

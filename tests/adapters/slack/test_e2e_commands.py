@@ -13,7 +13,7 @@ import pytest
 
 from gateway.daemon import Gateway
 from gateway.runs.llm import register_model
-from gateway.policy import Modes
+from gateway.approvals.policy import Modes
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
 from tests.support.gated_git import CAPABILITY, RAN
@@ -105,7 +105,7 @@ async def test_a_deciders_switch_works_and_is_audited(tmp_path: Path, fake_slack
         assert cards(fake_slack) == [] and RAN == ["old-feature"]
 
         # The audit reaches the operator's command too.
-        from gateway.approvals import mode_changes
+        from gateway.approvals.service import mode_changes
 
         [row] = await mode_changes(gw.store, conversation_id)
         assert row["changed_by"] == "Ada" and row["surface"] == "command" and row["approve_all"] is True

@@ -30,14 +30,14 @@ from gateway.outbound.delivery import Outbound, ReplyStream
 from gateway.events import EventBus
 from gateway.metrics import Metrics
 from gateway.outbound.orphans import unrecorded_card
-from gateway.policy import Modes
+from gateway.approvals.policy import Modes
 from gateway.store import repo
 from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
 
-log = logging.getLogger("gateway.approvals")
+log = logging.getLogger("gateway.approvals.service")
 
 ARGS_LIMIT = 1500
 EXPIRY_CHECK_EVERY = 60.0
