@@ -27,10 +27,10 @@ from .registry import TOOL_NAME, simple
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
-    from gateway.mcp import McpPool
+    from gateway.mcp.pool import McpPool
     from gateway.runs.turn import Turn
 
-log = logging.getLogger("gateway.mcp")
+log = logging.getLogger("gateway.mcp.pool")
 
 
 @dataclass(frozen=True)

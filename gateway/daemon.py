@@ -47,7 +47,7 @@ from gateway.outbound.adapter import Adapter, Decision, DecisionOutcome, Sender,
 from gateway.inbound.uploads import Uploads
 
 if TYPE_CHECKING:
-    from gateway.mcp import McpPool
+    from gateway.mcp.pool import McpPool
 
 log = logging.getLogger("gateway")
 

@@ -50,10 +50,10 @@ def install(gateway: Gateway) -> None:
     # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
     from capabilities import mcp_servers
 
-    from gateway.mcp import McpPool
+    from gateway.mcp.pool import McpPool
 
     pool = McpPool(gateway)
-    gateway.mcp = pool
+    gateway.mcp.pool = pool
     gateway.extensions.append(pool)
     gateway.runs.runner.turn_preparers.append(pool.prepare)
     gateway.runs.runner.capability_builders.append(mcp_servers.builder(pool))
@@ -98,14 +98,15 @@ def register_checks() -> None:
 
 def online_problems(config: Any) -> list[Any]:
     """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
-    from gateway.mcp_cli import online_problems as mcp_problems
+    from gateway.mcp.cli import online_problems as mcp_problems
 
     return asyncio.run(mcp_problems(config))
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
-    from gateway import mcp_cli, people
+    from gateway.mcp.pool import cli as mcp_cli
+    from gateway import people
     from gateway.approvals.service import add_cli
     from gateway.inbound.pairing import add_cli as add_pairing_cli
 

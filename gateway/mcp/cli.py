@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gateway.mcp import CONNECT_TIMEOUT, McpConnection
+from gateway.mcp.pool import CONNECT_TIMEOUT, McpConnection
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig, Problem

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from gateway.daemon import Gateway
     from gateway.runs.turn import Turn
 
-log = logging.getLogger("gateway.mcp")
+log = logging.getLogger("gateway.mcp.pool")
 
 CONNECT_TIMEOUT = 20.0  # starting a program and the handshake
 PREPARE_WAIT = 10.0  # how long a run waits for a server that is still connecting
@@ -261,7 +261,7 @@ class McpConnection:
         toolset.pooled_tools = self.tools
 
     def _build_toolset(self) -> Any:
-        from gateway.mcp_toolset import pooled_toolset
+        from gateway.mcp.toolset import pooled_toolset
 
         spec = self.spec
         if spec.url is not None:
