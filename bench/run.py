@@ -278,7 +278,7 @@ def echo_app() -> web.Application:
     (typing, the first chunk, the whole text, run_end), straight from the POST handler
     through the same in-process EventBus the gateway uses.
     """
-    from gateway.events import EventBus
+    from gateway.http.events import EventBus
 
     bus = EventBus()
     conversations: set[str] = set()

@@ -19,7 +19,7 @@ from aiohttp import web
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from gateway import http
+from gateway.http.server import server as http
 
 from gateway.inbound.pipeline import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
@@ -29,8 +29,8 @@ from gateway.retention import Pruning
 from gateway.inbound.commands import Commands
 from gateway.runs.queue import Scheduler
 from gateway.outbound.delivery import Outbound
-from gateway.event_relay import EventRelay
-from gateway.events import EventBus
+from gateway.http.event_relay import EventRelay
+from gateway.http.events import EventBus
 from gateway.outbound.typing_indicator import FirstSign
 from gateway.inbound.pipeline import Inbound
 from gateway.inbound.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
@@ -65,7 +65,7 @@ class Gateway:
     def __init__(self, config: LoadedConfig, *, clock: Clock | None = None, listen: str | None = None) -> None:
         self.config = config
         self.clock = clock or Clock()
-        self.listen = listen or config.gateway.http.listen
+        self.listen = listen or config.gateway.http.server.listen
         self.metrics = Metrics()
         self.events = EventBus()
         self.runner = Runner(self)
@@ -393,7 +393,7 @@ def _check_listen(listen: str, config: LoadedConfig) -> None:
             loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:
             loopback = False
-    if not loopback and config.gateway.http.api_token is None:
+    if not loopback and config.gateway.http.server.api_token is None:
         raise StartupError(
             f"http.listen is {listen}, beyond loopback, but http.api_token is not set: "
             "set http.api_token (e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1"

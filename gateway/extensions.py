@@ -65,7 +65,7 @@ def install(gateway: Gateway) -> None:
     from gateway.runs.background import BackgroundRuns
 
     background = BackgroundRuns(gateway.store, lambda: gateway.config.gateway.limits, gateway.scheduler.wake,
-                                gateway.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
+                                gateway.http.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
     gateway.extensions.append(background)  # started after the MCP pool, so stopped before it
     gateway.stops.background = background
     delegator = Delegator(lambda: gateway.config.agents, gateway.runs.runner.build_agent, gateway.runs.runner.turn_preparers,

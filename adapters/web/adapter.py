@@ -3,7 +3,7 @@
 It is a one-to-one surface (one local person by default), so it behaves like a DM. This
 adapter serves the page and publishes what the core posts onto the conversation's event
 stream; the HTTP API the page talks to (`/api/v1`, the stream itself) is the core's
-(`gateway/api.py`). The page and its script are static files with no build step.
+(`gateway/http/api.py`). The page and its script are static files with no build step.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from aiohttp import web
 
 from bindings.models import BindingSpec
 from gateway.adapter_registry import AdapterContext
-from gateway.api import card_json, memory_card_json
+from gateway.http.api import card_json, memory_card_json
 from gateway.inbound.memory_card import MemoryCard
 from gateway.clock import new_id
 from gateway.messages import Attachment

@@ -27,7 +27,7 @@ from bindings.models import BindingSpec
 
 from gateway.runs.delegated import APPROVAL_IDS, DECISIONS, delegated_calls
 from gateway.outbound.delivery import Outbound, ReplyStream
-from gateway.events import EventBus
+from gateway.http.events import EventBus
 from gateway.metrics import Metrics
 from gateway.outbound.orphans import unrecorded_card
 from gateway.approvals.policy import Modes

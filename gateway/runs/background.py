@@ -30,7 +30,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 
 from gateway.clock import Clock, new_id
 from gateway.outbound.delivery import ReplyStream
-from gateway.events import EventBus
+from gateway.http.events import EventBus
 from gateway.store import repo
 from gateway.store.background import (
     FAILED,

@@ -10,7 +10,7 @@
 
 It is raised where the store meets its driver (`driver` for the per-message transactions,
 `engine` for everything that goes through SQLAlchemy) and turned into an answer in one place
-per surface: 503 with `Retry-After` on HTTP (`gateway.http`), no acknowledgement on a platform
+per surface: 503 with `Retry-After` on HTTP (`gateway.http.server`), no acknowledgement on a platform
 (the adapter's `submit` raises, so the platform redelivers), a later retry for work already
 accepted (`conversations.Scheduler`, `Store.patiently`).
 

@@ -401,7 +401,7 @@ class KnowledgeChunk(Base):
 
 class StreamEvent(Base):
     """One event of a web conversation's live stream, kept a few minutes so that the other replicas
-    on a shared PostgreSQL database can show it to their browsers (`gateway/event_relay.py`).
+    on a shared PostgreSQL database can show it to their browsers (`gateway/http/event_relay.py`).
 
     NOTIFY only says "conversation X has news"; the event itself is read from here, so a payload
     over NOTIFY's 8,000 bytes and a replica whose LISTEN connection dropped both still get it.

@@ -8,7 +8,7 @@ import json
 from adapters.mattermost.cards import card_message as mattermost_card
 from adapters.slack.cards import card_message as slack_card
 from adapters.telegram.cards import card_html as telegram_card
-from gateway.api import card_json
+from gateway.http.api import card_json
 from gateway.outbound.adapter import ApprovalCard, ApprovalItem
 
 CARD = ApprovalCard("card1", "run1", (ApprovalItem("a1", "deploy", "test_ops", '{"service": "api"}', delegate="ops"),

@@ -2,7 +2,7 @@
 
 Listeners are bounded queues; a listener that falls behind loses events rather than holding
 memory forever, and can re-read the conversation from the API. With several replicas on
-PostgreSQL a relay (`gateway.event_relay`) carries each event to the other replicas' listeners.
+PostgreSQL a relay (`gateway.http.event_relay`) carries each event to the other replicas' listeners.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ QUEUE_SIZE = 1000
 
 
 class Relay(Protocol):
-    """Carries events between replicas (see `gateway.event_relay.EventRelay`)."""
+    """Carries events between replicas (see `gateway.http.event_relay.EventRelay`)."""
 
     def send(self, conversation_id: str, event: dict[str, Any]) -> None: ...
 

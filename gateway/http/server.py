@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway import api
+from gateway.http.server import api
 from gateway.store.availability import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROTECTED_PREFIXES = ("/api/",)
-log = logging.getLogger("gateway.http")
+log = logging.getLogger("gateway.http.server")
 
 
 class AdapterRoutes:
@@ -80,7 +80,7 @@ async def _reload(request: web.Request) -> web.Response:
 
 
 def _auth_middleware(gateway: Gateway) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    token_ref = gateway.config.gateway.http.api_token
+    token_ref = gateway.config.gateway.http.server.api_token
     token = token_ref.resolve().reveal() if token_ref is not None else None
 
     @web.middleware

@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.store.stream_events import CHANNEL, StreamEvents
 
 if TYPE_CHECKING:
-    from gateway.events import EventBus
+    from gateway.http.events import EventBus
     from gateway.store.repo import Store
 
 log = logging.getLogger(__name__)
