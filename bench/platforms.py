@@ -453,7 +453,7 @@ async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Pl
            "BENCH_TELEGRAM_TOKEN": next((p.fake.token for p in platforms if isinstance(p, Telegram)), "")}
     log = open(tmp / "gateway.log", "wb")  # noqa: SIM115 (closed with the process)
     profiler = ["-m", "cProfile", "-o", profile] if profile else []
-    popen = subprocess.Popen([sys.executable, *profiler, "-m", "gateway.cli", "run", "--config", str(config)], cwd=src,
+    popen = subprocess.Popen([sys.executable, *profiler, "-m", "gateway.ops.cli", "run", "--config", str(config)], cwd=src,
                              env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     proc = Proc("gateway", popen, port)
     deadline = time.monotonic() + 60

@@ -25,7 +25,7 @@ from gateway.inbound.pipeline import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
 from gateway.approvals.service import Approvals
 from gateway.clock import Clock
-from gateway.retention import Pruning
+from gateway.ops.retention import Pruning
 from gateway.inbound.commands import Commands
 from gateway.runs.queue import Scheduler
 from gateway.outbound.delivery import Outbound
@@ -35,14 +35,14 @@ from gateway.outbound.typing_indicator import FirstSign
 from gateway.inbound.pipeline import Inbound
 from gateway.inbound.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
 from gateway.messages import InboundMessage
-from gateway.metrics import Metrics
+from gateway.ops.metrics import Metrics
 from gateway.runs.models_cache import ModelCache
 from gateway.runs.runner import Runner
 from gateway.runs.stop import Stops
 from gateway.store import repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
 from gateway.store.engine import create_engine, migrate
-from gateway.systemd import Notifier
+from gateway.ops.systemd import Notifier
 from gateway.outbound.adapter import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
 from gateway.inbound.uploads import Uploads
 
@@ -269,7 +269,7 @@ class Gateway:
         await self.approvals.show_unshown(at_start=at_start)  # cards a dead process never posted
 
     async def _sweep_forever(self) -> None:
-        pruning = Pruning(self.store, self.config.gateway.retention, self.clock)
+        pruning = Pruning(self.store, self.config.gateway.ops.retention, self.clock)
         while True:
             await asyncio.sleep(min(SWEEP_EVERY, self.store.lease_seconds / 3))
             try:

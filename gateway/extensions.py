@@ -106,7 +106,7 @@ def online_problems(config: Any) -> list[Any]:
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
     from gateway.mcp.pool import cli as mcp_cli
-    from gateway import people
+    from gateway.ops import people
     from gateway.approvals.service import add_cli
     from gateway.inbound.pairing import add_cli as add_pairing_cli
 
@@ -117,7 +117,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     from gateway.store import run_outcomes
 
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
-    from gateway import db_cli
+    from gateway.ops import db_cli
 
     db_cli.add_cli(sub, load)  # `db stats`, `db prune`
 

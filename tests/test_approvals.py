@@ -313,7 +313,7 @@ async def test_approvals_list_command(tmp_path: Path) -> None:
         card = await chat.card()
         await chat.decide(card["items"][0]["approval_id"], "approve")
         await wait_for(lambda: run_finished(gw, sent["run_id"]))
-    out = subprocess.run([sys.executable, "-m", "gateway.cli", "approvals", "list", "--config", str(cfg), "--json"],
+    out = subprocess.run([sys.executable, "-m", "gateway.ops.cli", "approvals", "list", "--config", str(cfg), "--json"],
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     [row] = [json.loads(line) for line in out.stdout.splitlines()]

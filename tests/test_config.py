@@ -78,7 +78,7 @@ def test_id_must_match_file_name(tmp_path: Path) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gateway.ops.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
 
 

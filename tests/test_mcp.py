@@ -223,7 +223,7 @@ async def test_a_rejected_token_leaves_the_server_down_and_the_secret_out_of_sig
             assert tracker["state"] in ("down", "connecting") and tracker["connects"] == 0
             shown = json.dumps(tracker) + reply
     # Ours at every level, and libraries' at the levels the daemon lets through (their request logs are
-    # kept at WARNING by gateway.logs, as they print URLs).
+    # kept at WARNING by gateway.ops.logs, as they print URLs).
     logged = "\n".join(r.getMessage() for r in caplog.records if r.name.startswith("gateway") or r.levelno >= 30)
     assert "MCP server ops/tracker (http://127.0.0.1:" in logged and "cannot be reached" in logged
     for secret in ("wrong-secret-value", "right-secret-value", "query-secret-value"):

@@ -142,7 +142,7 @@ mcp_servers:
 
 
 def test_mcp_list_and_check_online(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from gateway.cli import main
+    from gateway.ops.cli import main
 
     cfg = _online_config(tmp_path)
     assert main(["mcp", "list", "--config", str(cfg), "--agent", "ops"]) == 1  # wiki cannot be reached

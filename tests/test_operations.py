@@ -46,7 +46,7 @@ class Daemon:
         self.log_path = self.config / "daemon.log"
         with open(self.log_path, "wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway.cli", "run", "--config", str(self.config), cwd=ROOT, env=self.env,
+                sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(self.config), cwd=ROOT, env=self.env,
                 stdout=asyncio.subprocess.DEVNULL, stderr=log,
             )
         await wait_for(lambda: "READY=1" in self.read_notes(), timeout=60, what="READY=1")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import cli
+from gateway.ops import cli
 from gateway.clock import ManualClock
 from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.inbound.pairing import (

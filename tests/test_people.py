@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import cli
+from gateway.ops import cli
 from gateway.clock import ManualClock
 from gateway.inbound.commands import COMMANDS, help_text, parse_command
 from gateway.messages import ChatKind

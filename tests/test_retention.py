@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway import cli
+from gateway.ops import cli
 from gateway.clock import ManualClock
 from gateway.store.retention import Retention, prune, table_sizes
 

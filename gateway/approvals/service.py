@@ -28,7 +28,7 @@ from bindings.models import BindingSpec
 from gateway.runs.delegated import APPROVAL_IDS, DECISIONS, delegated_calls
 from gateway.outbound.delivery import Outbound, ReplyStream
 from gateway.http.events import EventBus
-from gateway.metrics import Metrics
+from gateway.ops.metrics import Metrics
 from gateway.outbound.orphans import unrecorded_card
 from gateway.approvals.policy import Modes
 from gateway.store import repo

@@ -41,7 +41,7 @@ from gateway.inbound.admission import admit
 from gateway.inbound.commands import Asked, Commands, parse_command
 from gateway.outbound.delivery import Outbound
 from gateway.messages import ChatKind, InboundMessage
-from gateway.metrics import Metrics
+from gateway.ops.metrics import Metrics
 from gateway.inbound.pairing import Pairing
 from gateway.store import repo
 from gateway.outbound.adapter import SubmitResult, target_for

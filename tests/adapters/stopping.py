@@ -89,7 +89,7 @@ class Daemon:
     async def start(self) -> Daemon:
         # `agent-gateway run`, as `python -m` from this checkout: the console script would run
         # whichever checkout the virtualenv was installed from.
-        command = [sys.executable, "-m", "gateway.cli"]
+        command = [sys.executable, "-m", "gateway.ops.cli"]
         env = {**os.environ, **ENV, **self.env}
         env.pop("NOTIFY_SOCKET", None)
         with open(self.log_path, "ab") as log:  # a file, not a pipe nobody reads; a restart appends

@@ -11,7 +11,8 @@ import pytest
 
 from bindings.loader import ConfigError, load_config
 from capabilities.registry import BuildContext, REGISTRY, load_builtin
-from gateway import cli, extensions
+from gateway.ops import cli
+from gateway import extensions
 from gateway.messages import ChatKind
 from gateway.store import repo
 

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from sqlalchemy import select
 
-from gateway import cli
+from gateway.ops import cli
 from gateway.clock import ManualClock
 from gateway.inbound.memory_card import note_ref
 from gateway.store.notes import Holder, NoteStore, Scope

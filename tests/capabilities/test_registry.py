@@ -13,7 +13,8 @@ from pydantic_ai.toolsets import FunctionToolset
 from bindings.loader import ConfigError, load_config
 from capabilities.registry import load_builtin
 from capabilities.tool_text import describes_return, tool_text
-from gateway import cli, extensions
+from gateway.ops import cli
+from gateway import extensions
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import CHANNEL_TOOL_IDS
 

@@ -19,7 +19,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from gateway import cli
+from gateway.ops import cli
 from gateway.clock import ManualClock
 from gateway.daemon import Gateway
 from gateway.runs.llm import register_model

@@ -14,7 +14,7 @@ import os
 import socket
 import time
 
-log = logging.getLogger("gateway.systemd")
+log = logging.getLogger("gateway.ops.systemd")
 
 
 class Notifier:

@@ -17,14 +17,14 @@ def add_cli(sub: Any, load: Any) -> None:
         if config is None:
             return 1
         from gateway.clock import Clock
-        from gateway.retention import retention_of
+        from gateway.ops.retention import retention_of
         from gateway.store.engine import open_store
         from gateway.store.retention import prune, table_sizes
 
         async def main() -> list[str]:
             async with open_store(config.gateway.database.url) as store:
                 if args.action == "prune":
-                    deleted = await prune(store, retention_of(config.gateway.retention), Clock().now())
+                    deleted = await prune(store, retention_of(config.gateway.ops.retention), Clock().now())
                     return [f"{table:16} {n:>10} rows deleted" for table, n in deleted.items()]
                 lines = [f"{'table':16} {'rows':>10} {'size':>10}"]
                 for table, rows, size in await table_sizes(store):

@@ -15,7 +15,7 @@ from pathlib import Path
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import AgentSpec, BindingSpec, GatewayConfig
 
-from gateway.logs import configure_logging
+from gateway.ops.logs import configure_logging
 
 log = logging.getLogger("gateway")
 
