@@ -19,9 +19,9 @@ from aiohttp import web
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from gateway.http.server import server as http
+from gateway.http import server as http
 
-from gateway.inbound.pipeline import pairing
+from gateway.inbound import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
 from gateway.approvals.service import Approvals
 from gateway.clock import Clock

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.http.server import api
+from gateway.http import api
 from gateway.store.availability import StoreUnavailable
 
 if TYPE_CHECKING:

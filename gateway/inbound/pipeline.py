@@ -36,7 +36,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from bindings.loader import LoadedConfig
 from bindings.models import BindingSpec
 
-from gateway.inbound.pipeline import attachments
+from gateway.inbound import attachments
 from gateway.inbound.admission import admit
 from gateway.inbound.commands import Asked, Commands, parse_command
 from gateway.outbound.delivery import Outbound

@@ -46,7 +46,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 
 from bindings.models import AgentSpec
 
-from gateway.inbound.pipeline import attachments
+from gateway.inbound import attachments
 from gateway.runs.background import post_report, report_prompt
 from gateway.outbound.delivery import ReplyStream
 from gateway.outbound.typing_indicator import show_typing
