@@ -65,7 +65,7 @@ class Gateway:
     def __init__(self, config: LoadedConfig, *, clock: Clock | None = None, listen: str | None = None) -> None:
         self.config = config
         self.clock = clock or Clock()
-        self.listen = listen or config.gateway.http.server.listen
+        self.listen = listen or config.gateway.http.listen
         self.metrics = Metrics()
         self.events = EventBus()
         self.runner = Runner(self)
@@ -269,7 +269,7 @@ class Gateway:
         await self.approvals.show_unshown(at_start=at_start)  # cards a dead process never posted
 
     async def _sweep_forever(self) -> None:
-        pruning = Pruning(self.store, self.config.gateway.ops.retention, self.clock)
+        pruning = Pruning(self.store, self.config.gateway.retention, self.clock)
         while True:
             await asyncio.sleep(min(SWEEP_EVERY, self.store.lease_seconds / 3))
             try:
@@ -393,7 +393,7 @@ def _check_listen(listen: str, config: LoadedConfig) -> None:
             loopback = ipaddress.ip_address(host).is_loopback
         except ValueError:
             loopback = False
-    if not loopback and config.gateway.http.server.api_token is None:
+    if not loopback and config.gateway.http.api_token is None:
         raise StartupError(
             f"http.listen is {listen}, beyond loopback, but http.api_token is not set: "
             "set http.api_token (e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1"

@@ -39,8 +39,8 @@ def install(gateway: Gateway) -> None:
         "knowledge": indexer,
     }
     # The gate first: its wrapper is outermost, so it sees the names the model calls.
-    gateway.runs.runner.capability_builders.append(approval_gate.build_for_turn)
-    gateway.runs.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
+    gateway.runner.capability_builders.append(approval_gate.build_for_turn)
+    gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
     gateway.extra_routes.extend(catalog.http_routes())
     # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
     from capabilities import web_search
@@ -53,10 +53,10 @@ def install(gateway: Gateway) -> None:
     from gateway.mcp.pool import McpPool
 
     pool = McpPool(gateway)
-    gateway.mcp.pool = pool
+    gateway.mcp = pool
     gateway.extensions.append(pool)
-    gateway.runs.runner.turn_preparers.append(pool.prepare)
-    gateway.runs.runner.capability_builders.append(mcp_servers.builder(pool))
+    gateway.runner.turn_preparers.append(pool.prepare)
+    gateway.runner.capability_builders.append(mcp_servers.builder(pool))
 
     # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its own.
     # Background delegations (mode async) run here, in this process, and report back through the queue.
@@ -65,10 +65,10 @@ def install(gateway: Gateway) -> None:
     from gateway.runs.background import BackgroundRuns
 
     background = BackgroundRuns(gateway.store, lambda: gateway.config.gateway.limits, gateway.scheduler.wake,
-                                gateway.http.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
+                                gateway.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
     gateway.extensions.append(background)  # started after the MCP pool, so stopped before it
     gateway.stops.background = background
-    delegator = Delegator(lambda: gateway.config.agents, gateway.runs.runner.build_agent, gateway.runs.runner.turn_preparers,
+    delegator = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent, gateway.runner.turn_preparers,
                           background)
     parts["subagents"] = delegator
 

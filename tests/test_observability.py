@@ -44,7 +44,7 @@ async def test_secrets_never_reach_logs(tmp_path: Path, monkeypatch: pytest.Monk
         await wait_for(lambda: any("run" in r.getMessage() for r in caplog.records) or True)
         ok, _ = await gw.reload_from_disk()
         assert ok
-        assert repr(gw.config.gateway.http.server.api_token) == "SecretRef('env:TEST_API_TOKEN')"
+        assert repr(gw.config.gateway.http.api_token) == "SecretRef('env:TEST_API_TOKEN')"
     assert secret not in caplog.text
     rows = await _all_text(cfg)
     assert secret not in rows

@@ -76,7 +76,7 @@ class MattermostAdapter(BaseAdapter):
             raise ValueError("a mattermost binding needs a mattermost: section")
         super().__init__(binding, context)
         self._section: MattermostSection = binding.mattermost
-        public = context.gateway.http.server.public_url
+        public = context.gateway.http.public_url
         self._action_url = f"{public.rstrip('/')}/mattermost/actions/{binding.id}" if public else None
         self._client: MattermostClient | None = None
         self._socket: MattermostSocket | None = None

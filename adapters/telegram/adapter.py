@@ -86,7 +86,7 @@ class TelegramAdapter(BaseAdapter):
             raise ValueError(f"binding {binding.id!r} has no telegram: section")
         super().__init__(binding, context)
         self._section: TelegramSection = binding.telegram
-        self._public_url = context.gateway.http.server.public_url
+        self._public_url = context.gateway.http.public_url
         self._bot: _Bot | None = None
         self._me: BotIdentity | None = None
         self._webhook_secret: Secret | None = None

@@ -80,7 +80,7 @@ async def _reload(request: web.Request) -> web.Response:
 
 
 def _auth_middleware(gateway: Gateway) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    token_ref = gateway.config.gateway.http.server.api_token
+    token_ref = gateway.config.gateway.http.api_token
     token = token_ref.resolve().reveal() if token_ref is not None else None
 
     @web.middleware

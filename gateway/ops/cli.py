@@ -114,7 +114,7 @@ def cmd_reload(args: argparse.Namespace) -> int:
     import urllib.error
     import urllib.request
 
-    http_cfg = config.gateway.http.server
+    http_cfg = config.gateway.http
     host = "127.0.0.1" if http_cfg.host in ("0.0.0.0", "::", "") else http_cfg.host
     request = urllib.request.Request(f"http://{host}:{http_cfg.port}/api/v1/admin/reload", method="POST")
     if http_cfg.api_token is not None:

@@ -24,7 +24,7 @@ def add_cli(sub: Any, load: Any) -> None:
         async def main() -> list[str]:
             async with open_store(config.gateway.database.url) as store:
                 if args.action == "prune":
-                    deleted = await prune(store, retention_of(config.gateway.ops.retention), Clock().now())
+                    deleted = await prune(store, retention_of(config.gateway.retention), Clock().now())
                     return [f"{table:16} {n:>10} rows deleted" for table, n in deleted.items()]
                 lines = [f"{'table':16} {'rows':>10} {'size':>10}"]
                 for table, rows, size in await table_sizes(store):

@@ -269,7 +269,7 @@ class Runner:
         if claimed.files:
             files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
                                               max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
-                                              profile=self._profile(turn), uploads=self.gateway.inbound.uploads)
+                                              profile=self._profile(turn), uploads=self.gateway.uploads)
         if files.parts:
             prompt = [prompt, *files.parts]
             turn.notices.extend(files.notices)
@@ -327,7 +327,7 @@ class Runner:
 
         stream.on_first_post = put_stop_control
         try:
-            await self.gateway.outbound.typing_indicator.head_start(turn.conversation.id)  # the first sign of work goes out first
+            await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)
@@ -429,7 +429,7 @@ class Runner:
         # The sign shown on the message's arrival is not sent again while the platform still shows it:
         # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
         lasts = stream.adapter.limits.typing_lasts
-        shown = self.gateway.outbound.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
+        shown = self.gateway.first_sign.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         while not stream.posted:
             if not shown:
                 await show_typing(stream.adapter, turn.target)
