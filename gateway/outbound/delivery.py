@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -31,28 +32,63 @@ FINAL_ATTEMPTS = 5
 MAX_WAIT = 120.0
 
 
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
 def split_paragraphs(text: str, limit: int) -> list[str]:
     """Split `text` into pieces of at most `limit` characters, preferring paragraph breaks,
-    then line breaks, then spaces; a single unbroken run is cut hard."""
+    then line breaks, then spaces; a single unbroken run is cut hard.
+
+    Markdown's fenced code survives the cut: a piece that ends inside a fence is closed there
+    and the next piece reopens it with the same fence and language, so every part of a long
+    block shows as code and the text after the block never does."""
     pieces: list[str] = []
     rest = text
+    fence: tuple[str, str] | None = None  # (marker, info) open at the start of `rest`
     while len(rest) > limit:
-        window = rest[:limit]
-        cut = -1
-        for sep in ("\n\n", "\n", " "):
-            cut = window.rfind(sep)
-            if cut > limit // 4:
-                break
-        if cut <= 0:
-            cut = limit
-            pieces.append(rest[:cut])
-            rest = rest[cut:]
-        else:
-            pieces.append(rest[:cut].rstrip())
-            rest = rest[cut:].lstrip("\n ")
+        piece, after = _cut(rest, limit)
+        still_open = _open_fence(piece, fence)
+        if still_open is not None:
+            closer = "\n" + still_open[0]
+            opener = still_open[0] + still_open[1] + "\n"
+            if len(closer) + len(opener) < limit // 2:  # else too small a limit to carry a fence
+                piece, after = _cut(rest, limit - len(closer))
+                still_open = _open_fence(piece, fence)
+                if still_open is not None:  # the next piece's opener line opens it again
+                    piece, after, still_open = piece + closer, opener + after, None
+        pieces.append(piece)
+        rest, fence = after, still_open
     if rest or not pieces:
         pieces.append(rest)
     return pieces
+
+
+def _cut(text: str, limit: int) -> tuple[str, str]:
+    """The first piece of `text` within `limit` and what follows it."""
+    window = text[:limit]
+    cut = -1
+    for sep in ("\n\n", "\n", " "):
+        cut = window.rfind(sep)
+        if cut > limit // 4:
+            break
+    if cut <= 0:
+        return text[:limit], text[limit:]
+    return text[:cut].rstrip(), text[cut:].lstrip("\n ")
+
+
+def _open_fence(text: str, fence: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The code fence still open at the end of `text`, given the one open at its start."""
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if m is None:
+            continue
+        marker, info = m.group(1), m.group(2).strip()
+        if fence is None:
+            if not (marker[0] == "`" and "`" in info):  # a backtick fence's info has no backtick
+                fence = (marker, info)
+        elif marker[0] == fence[0][0] and len(marker) >= len(fence[0]) and not info:
+            fence = None
+    return fence
 
 
 @dataclass
