@@ -8,6 +8,7 @@ pointed at the line to fix rather than at a traceback.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -157,6 +158,25 @@ def _walk_secrets(value: Any, loc: tuple[str | int, ...]) -> Iterable[tuple[str 
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
             yield from _walk_secrets(v, (*loc, i))
+
+
+def config_directory(given: str | Path | None) -> Path:
+    """The config directory: the one given, else $AGENT_GATEWAY_CONFIG, else ./config."""
+    return Path(given or os.environ.get("AGENT_GATEWAY_CONFIG") or "config")
+
+
+def load_gateway_config(directory: Path | str) -> GatewayConfig:
+    """gateway.yaml alone (the defaults where there is none), for commands that need no agents;
+    raise ConfigError naming its problems."""
+    path = Path(directory) / "gateway.yaml"
+    if not path.exists():
+        return GatewayConfig()
+    problems: list[Problem] = []
+    src = _parse(path, problems)
+    gateway = _validate(GatewayConfig, src, problems) if src else None
+    if problems or gateway is None:
+        raise ConfigError(problems)
+    return gateway
 
 
 def load_config(directory: Path | str) -> LoadedConfig:

@@ -144,6 +144,31 @@ class RetentionConfig(Strict):
     every_minutes: float = Field(default=60.0, ge=1, description="How often the daemon prunes")
 
 
+# The scopes a capability may need (seed "Scopes"): the organization's levers, one edit each.
+# The seed's eight, and `agents:handoff` for our handoffs (an agent passing a conversation on).
+KNOWN_SCOPES: tuple[str, ...] = (
+    "knowledge:read", "conversations:read", "web:read", "web:fetch", "web:browse",
+    "code:execute", "sandbox:execute", "agents:delegate", "agents:handoff",
+)
+
+
+class ScopesConfig(Strict):
+    granted: list[str] = Field(
+        default_factory=lambda: list(KNOWN_SCOPES),
+        description="Scopes this deployment grants (default: all). An agent whose capabilities need a scope not "
+        "listed is refused at load, naming the scope: e.g. drop conversations:read to stop every agent searching "
+        "past conversations, agents:delegate to turn delegation off everywhere.",
+    )
+
+    @field_validator("granted")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        unknown = [s for s in v if s not in KNOWN_SCOPES]
+        if unknown:
+            raise ValueError(f"unknown scope {unknown[0]!r}; known: {', '.join(KNOWN_SCOPES)}")
+        return v
+
+
 class GatewayConfig(Strict):
     database: DatabaseConfig = DatabaseConfig()
     retention: RetentionConfig = RetentionConfig()
@@ -156,6 +181,7 @@ class GatewayConfig(Strict):
         description="Python modules imported at start-up; they register capabilities or models of your own",
     )
     knowledge: KnowledgeConfig = KnowledgeConfig()
+    scopes: ScopesConfig = ScopesConfig()
 
 
 # --- agents/<id>.yaml ---------------------------------------------------------------------

@@ -6,10 +6,12 @@ Both read the running registry, so what they show is what an agent file can name
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from aiohttp import web
+
+from bindings.models import KNOWN_SCOPES
 
 from .registry import load_builtin
 
@@ -19,9 +21,22 @@ def catalog() -> list[dict[str, Any]]:
     return [decl.catalog_entry() for _, decl in sorted(load_builtin().items())]
 
 
-def render_text() -> str:
+def scope_set(granted: Collection[str]) -> dict[str, list[str]]:
+    """The deployment's scopes: every one a capability may need, and those gateway.yaml grants."""
+    return {"known": list(KNOWN_SCOPES), "granted": [s for s in KNOWN_SCOPES if s in granted]}
+
+
+def as_json(granted: Collection[str]) -> dict[str, Any]:
+    return {"capabilities": catalog(), "scopes": scope_set(granted)}
+
+
+def render_text(granted: Collection[str] = KNOWN_SCOPES) -> str:
     """The catalog for an admin's terminal: tools (marked when side-effecting) and config defaults."""
-    out: list[str] = []
+    withheld = [s for s in KNOWN_SCOPES if s not in granted]
+    out: list[str] = [f"scopes granted: {', '.join(s for s in KNOWN_SCOPES if s in granted) or 'none'}"]
+    if withheld:
+        out.append(f"scopes withheld (gateway.yaml scopes.granted): {', '.join(withheld)}")
+    out.append("")
     decls = load_builtin()
     for entry in catalog():
         fields = decls[entry["id"]].config_model.model_fields
@@ -48,16 +63,18 @@ def render_text() -> str:
             note = f" — {schema['description']}" if schema.get("description") else ""
             out.append(f"  config {name}: default {default}{limits}{note}")
         if entry["scopes"]:
-            out.append(f"  scopes: {', '.join(entry['scopes'])}")
+            marks = [s if s in granted else f"{s} (not granted: agents cannot use {entry['id']})" for s in entry["scopes"]]
+            out.append(f"  scopes: {', '.join(marks)}")
         if entry["key"] != "no":
             out.append(f"  key: {entry['key']} (set secret_id)")
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
-async def _capabilities(request: web.Request) -> web.Response:
-    return web.json_response({"capabilities": catalog()})
+def http_routes(granted: Callable[[], Collection[str]]) -> Sequence[web.AbstractRouteDef]:
+    """`granted` reads the running config's scopes, so a reload shows at once."""
 
+    async def capabilities(request: web.Request) -> web.Response:
+        return web.json_response(as_json(granted()))
 
-def http_routes() -> Sequence[web.AbstractRouteDef]:
-    return [web.get("/api/v1/agents/capabilities", _capabilities)]
+    return [web.get("/api/v1/agents/capabilities", capabilities)]

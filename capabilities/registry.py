@@ -222,6 +222,7 @@ def simple(instructions: Any = None, toolsets: list[Any] | None = None, tools: l
 def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int, ...], str], None]) -> None:
     """Refuse what would silently misbehave at run time, with a sentence saying how to fix it."""
     load_builtin()
+    granted = set(config.gateway.scopes.granted)
     for agent_id, agent in config.agents.items():
         key = f"agent:{agent_id}"
         seen_names: dict[str, str] = {}
@@ -232,6 +233,10 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
                 known = ", ".join(sorted(k for k, d in REGISTRY.items() if not d.binding_only))
                 report(key, (*loc, "id"), f"unknown capability {entry.id!r}; available: {known}")
                 continue
+            missing = [scope for scope in decl.scopes if scope not in granted]
+            if missing and entry.enabled:
+                report(key, (*loc, "id"), f"{entry.id} needs the scope {missing[0]} and gateway.yaml's "
+                       f"scopes.granted does not grant it: grant it there, or remove {entry.id} from this agent")
             if decl.binding_only and entry.config:
                 report(key, (*loc, "config"), f"{entry.id} is granted per binding: move its config to the binding's "
                        f"`{entry.id}:` section (the agent entry may only set approval and tool overrides)")

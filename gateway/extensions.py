@@ -41,7 +41,7 @@ def install(gateway: Gateway) -> None:
     # The gate first: its wrapper is outermost, so it sees the names the model calls.
     gateway.runner.capability_builders.append(approval_gate.build_for_turn)
     gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
-    gateway.extra_routes.extend(catalog.http_routes())
+    gateway.extra_routes.extend(catalog.http_routes(lambda: gateway.config.gateway.scopes.granted))
     # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
     from capabilities import web_search
 
@@ -122,16 +122,23 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     db_cli.add_cli(sub, load)  # `db stats`, `db prune`
 
     def capabilities(args: argparse.Namespace) -> int:
+        from bindings.loader import ConfigError, config_directory, load_gateway_config
         from capabilities import catalog
 
+        try:  # the scopes gateway.yaml grants, even when an agent file is refused for one
+            granted = load_gateway_config(config_directory(args.config)).scopes.granted
+        except ConfigError as e:
+            print(e, file=sys.stderr)
+            return 1
         if args.json:
-            print(json.dumps({"capabilities": catalog.catalog()}, indent=2))
+            print(json.dumps(catalog.as_json(granted), indent=2))
         else:
-            print(catalog.render_text(), end="")
+            print(catalog.render_text(granted), end="")
         return 0
 
     p = sub.add_parser("capabilities", help="print the capability catalog (what an agent file can name)")
     p.add_argument("--json", action="store_true", help="as JSON, config schemas included")
+    p.add_argument("--config", help="config directory whose gateway.yaml grants the scopes (default ./config)")
     p.set_defaults(fn=capabilities)
 
     def memory_command(args: argparse.Namespace) -> int:

@@ -6,13 +6,12 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bindings.loader import ConfigError, LoadedConfig, load_config
+from bindings.loader import ConfigError, LoadedConfig, config_directory, load_config
 from bindings.models import AgentSpec, BindingSpec, GatewayConfig
 
 from gateway.ops.logs import configure_logging
@@ -23,7 +22,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _config_dir(args: argparse.Namespace) -> Path:
-    return Path(args.config or os.environ.get("AGENT_GATEWAY_CONFIG") or "config")
+    return config_directory(args.config)
 
 
 def _load(args: argparse.Namespace) -> LoadedConfig | None:

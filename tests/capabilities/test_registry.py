@@ -11,6 +11,7 @@ import pytest
 from pydantic_ai.toolsets import FunctionToolset
 
 from bindings.loader import ConfigError, load_config
+from bindings.models import KNOWN_SCOPES, GatewayConfig
 from capabilities.registry import load_builtin
 from capabilities.tool_text import describes_return, tool_text
 from gateway.ops import cli
@@ -96,8 +97,10 @@ async def test_the_catalog_over_http_comes_from_the_running_registry(tmp_path: P
     async with world(tmp_path) as w, aiohttp.ClientSession(w.gw.url) as s:
         r = await s.get("/api/v1/agents/capabilities")
         assert r.status == 200
-        served = {c["id"]: c for c in (await r.json())["capabilities"]}
+        body = await r.json()
+        served = {c["id"]: c for c in body["capabilities"]}
     assert set(served) == set(load_builtin())
+    assert body["scopes"] == {"known": list(KNOWN_SCOPES), "granted": list(KNOWN_SCOPES)}
     assert served["channel_tools"]["binding_only"] is True
     assert served["channel_tools"]["config_schema"]["properties"]["default_limit"]["maximum"] == 200
     assert [t["id"] for t in served["memory_files"]["tools"]] == [
@@ -175,3 +178,36 @@ def test_two_tools_under_one_visible_name_are_refused(tmp_path) -> None:  # type
         [problem] = [str(p) for p in e.problems if not p.warning]
         assert problem.startswith(f"{cfg}/agents/assistant.yaml:")
         assert "two tools named 'list_memory'" in problem
+
+
+def test_a_scope_not_granted_refuses_the_agent_naming_the_scope_and_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Seed "Scopes": withholding conversations:read stops every agent that searches conversations."""
+    granted = [s for s in KNOWN_SCOPES if s != "conversations:read"]
+    cfg = write_config(tmp_path, agents={"assistant": {"name": "A", "model": "demo", "capabilities": [
+        {"id": "clock"}, {"id": "conversation_search"}]}}, gateway={"scopes": {"granted": granted}})
+    spec = cfg / "agents" / "assistant.yaml"
+    line = next(n for n, text in enumerate(spec.read_text().splitlines(), 1) if "conversation_search" in text)
+    for command in ("check", "run"):
+        assert cli.main([command, "--config", str(cfg)]) == 1
+        err = capsys.readouterr().err
+        assert f"{spec}:{line}:" in err and "capabilities.1.id: conversation_search needs the scope " \
+               "conversations:read and gateway.yaml's scopes.granted does not grant it" in err
+    # the catalog still prints (the config's problems on stderr), with the deployment's scope set
+    assert cli.main(["capabilities", "--config", str(cfg)]) == 0
+    text = capsys.readouterr().out
+    assert "scopes withheld (gateway.yaml scopes.granted): conversations:read" in text
+    assert "conversations:read (not granted: agents cannot use conversation_search)" in text
+
+
+def test_an_unknown_scope_is_refused_with_the_known_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = write_config(tmp_path, gateway={"scopes": {"granted": ["web:read", "root"]}})
+    assert cli.main(["check", "--config", str(cfg)]) == 1
+    err = capsys.readouterr().err
+    assert "scopes.granted: unknown scope 'root'; known: knowledge:read," in err
+
+
+def test_every_declared_scope_is_known_and_granted_by_default() -> None:
+    declared = {scope for decl in load_builtin().values() for scope in decl.scopes}
+    assert declared <= set(KNOWN_SCOPES)
+    assert set(GatewayConfig().scopes.granted) == set(KNOWN_SCOPES)
