@@ -488,6 +488,11 @@ class BindingSpec(Strict):
     channel_tools: ChannelToolsConfig | None = None
     memory: MemoryConfig = MemoryConfig()
     approvals: ApprovalsConfig = ApprovalsConfig()
+    deny_tools: list[str] = Field(
+        default_factory=list,
+        description="Capability tools (by stable id, e.g. write_file, web_fetch) never offered to runs this binding "
+        "admits, whatever the agent file grants: the model does not see them and a call to one runs nothing",
+    )
     self_linking: bool = Field(default=True, description="People may link their accounts on other platforms "
                                "themselves (`/link`); when false only an admin can (`agent-gateway people link`)")
     channels: dict[str, ChannelOverride] = Field(default_factory=dict, description="Per-channel overrides by id")

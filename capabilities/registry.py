@@ -145,11 +145,15 @@ class _Bound(WrapperCapability[Any]):
 
     renames: dict[str, str] = field(default_factory=dict)
     descriptions: dict[str, str] = field(default_factory=dict)
+    hidden: frozenset[str] = frozenset()  # stable ids the binding denies: never offered
 
     def get_toolset(self) -> Any:
         toolset = self.wrapped.get_toolset()
         if toolset is None or not isinstance(toolset, AbstractToolset):
             return toolset
+        if self.hidden:  # before renames, so the filter reads the stable ids
+            hidden = self.hidden
+            toolset = toolset.filtered(lambda ctx, tool_def: tool_def.name not in hidden)
         if self.renames:
             toolset = toolset.renamed(self.renames)  # {new visible name: stable id}
         if self.descriptions:
@@ -174,6 +178,7 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[A
     """The runner's capability builder: registry entries → pydantic-ai capabilities + the gate's map."""
     built: list[AbstractCapability[Any]] = []
     overrides = {e.id: e for e in turn.agent.capabilities}
+    denied = frozenset(turn.binding.deny_tools)
     for entry in entries_for(turn):
         decl = REGISTRY.get(entry.id)
         if decl is None:
@@ -192,7 +197,10 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[A
             continue
         renames: dict[str, str] = {}
         descriptions: dict[str, str] = {}
+        hidden = frozenset(t.id for t in decl.tools if t.id in denied)
         for tool in decl.tools:
+            if tool.id in hidden:
+                continue  # not in the gate's map either: a call to it is an unknown tool
             override = policy_entry.tool_overrides.get(tool.id)
             visible = override.name if override and override.name else tool.id
             if visible != tool.id:
@@ -206,8 +214,8 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[A
                 approval=policy_entry.approval,
                 tool_approval=policy_entry.tool_approval.get(tool.id, "default"),
             )
-        built.append(_Bound(capability, renames=renames, descriptions=descriptions) if (renames or descriptions)
-                     else capability)
+        built.append(_Bound(capability, renames=renames, descriptions=descriptions, hidden=hidden)
+                     if (renames or descriptions or hidden) else capability)
     return built
 
 
@@ -276,6 +284,12 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
         for i, entry_id in enumerate(ids):
             if entry_id in ids[:i]:
                 report(key, ("capabilities", i, "id"), f"{entry_id} is listed twice; keep one entry")
+    tool_ids = {t.id for decl in REGISTRY.values() for t in decl.tools}
+    for binding_id, binding in config.bindings.items():
+        for i, tool_id in enumerate(binding.deny_tools):
+            if tool_id not in tool_ids:
+                report(f"binding:{binding_id}", ("deny_tools", i), f"no capability offers a tool {tool_id!r}; "
+                       "name a tool by its stable id, as `agent-gateway capabilities` lists them")
 
 
 def template_fields(value: str, name: str) -> set[str]:

@@ -186,3 +186,23 @@ def test_what_cannot_work_is_refused_at_load_with_file_and_line(tmp_path: Path, 
     [problem] = problems_of(cfg)
     assert problem.startswith(f"{cfg / 'agents' / 'assistant.yaml'}:")
     assert f"capabilities.0.config.{message}" in problem
+
+
+async def test_a_binding_denies_a_tool_the_agent_grants(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tools-config "Permission policies": deny means not offered. The Slack binding withholds
+    write_file; the Telegram binding of the same agent still offers it."""
+    bindings = {"slack": slack_binding(deny_tools=["write_file"]), "telegram": telegram_binding()}
+    async with world(tmp_path, agents=sandbox_agent(), bindings=bindings) as w:
+        seen = await w.say(ALICE, CHANNEL, say_calls(WRITE), thread="100.1")
+        assert "write_file" not in seen.tools and "read_file" in seen.tools
+        assert any("write_file" in r and "Unknown tool" in r for r in seen.retries), seen.retries
+        assert (await say(w, ALICE, CHANNEL, ("ls", {}), thread="100.1")) == "The workspace is empty."
+        telegram = await w.say(ALICE_TG, DM_ALICE_TG, say_calls(WRITE))
+        assert "write_file" in telegram.tools and telegram.tool_results[-1].startswith("Created")
+
+    cfg = write_config(tmp_path / "bad", agents=sandbox_agent(), bindings={"slack": slack_binding(deny_tools=["rm_rf"])})
+    extensions.register_checks()
+    with pytest.raises(ConfigError) as refused:
+        load_config(cfg)
+    assert "deny_tools.0: no capability offers a tool 'rm_rf'" in str(refused.value)
+    assert str(cfg / "bindings" / "slack.yaml") in str(refused.value)
