@@ -100,6 +100,10 @@ class LimitsConfig(Strict):
         default=3, ge=0, le=100, description="Background delegations (subagents mode async) in flight in one "
         "conversation; past it the delegation tool answers that the limit is reached"
     )
+    slow_tool_seconds: float = Field(
+        default=30, gt=0, le=3600, description="A tool call taking at least this long is logged (tool id, duration, "
+        "whether it failed; never its arguments or output) and counted in /metrics"
+    )
     background_runs_per_gateway: int = Field(
         default=50, ge=0, le=10_000, description="Background delegations in flight across every conversation "
         "and replica sharing the database"

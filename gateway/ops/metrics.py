@@ -26,6 +26,8 @@ class Metrics:
         self.platform_errors = Counter(
             "gateway_platform_errors", "Platform API errors", ["platform", "kind"], registry=r
         )
+        self.slow_tool_calls = Counter("gateway_slow_tool_calls", "Tool calls that took at least "
+                                       "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"], registry=r)
         self.tokens = Counter("gateway_model_tokens", "Model tokens", ["direction"], registry=r)
         # A leak of tasks shows here first (bench/chaos.py's soak samples it).
         Gauge("gateway_asyncio_tasks", "Tasks alive in the daemon's event loop", registry=r).set_function(_tasks)

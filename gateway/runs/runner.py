@@ -54,6 +54,7 @@ from gateway.runs.handoffs import is_handoff
 from gateway.outbound.native_stream import NativeReplyStream
 from gateway.runs.llm import ModelConfigError
 from gateway.runs.memory import resolve_scope
+from gateway.runs.slow_calls import SlowCalls
 from gateway.messages import ChatKind
 from gateway.store import repo
 from gateway.store.availability import StoreUnavailable
@@ -234,6 +235,8 @@ class Runner:
         capabilities: list[Any] = []
         for build in self.capability_builders:
             capabilities.extend(build(turn))
+        capabilities.append(SlowCalls(self.gateway.config.gateway.limits.slow_tool_seconds, self.gateway.clock,
+                                      self._slow_call))
         return Agent(
             model,
             deps_type=Turn,
@@ -243,6 +246,12 @@ class Runner:
             capabilities=capabilities,
             name=turn.agent.id,
         )
+
+    def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
+        log.warning("slow tool call: %s took %.1f s%s", tool, seconds, " and failed" if failed else "",
+                    extra={**turn.log_fields, "agent": turn.agent.id, "tool": tool, "seconds": round(seconds, 1),
+                           "failed": failed})
+        self.gateway.metrics.slow_tool_calls.labels(tool=tool, failed=str(failed).lower()).inc()
 
     # --- running ------------------------------------------------------------------------
 
