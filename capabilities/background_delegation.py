@@ -43,7 +43,7 @@ from gateway.store.background import FAILED, FINISHED, PARTIAL, STOPPED
 from gateway.runs.turn import Turn
 
 from .registry import simple
-from .subagents import Delegator, SubagentsConfig, _Delegation, _quiet
+from .subagents import Delegator, SubagentsConfig, _Delegation
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -157,15 +157,16 @@ class _Detaching(_Delegation):
     async def _launch(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:
         parent = ctx.deps
         # Its own delegations run in the foreground (levels_left is set): one report per detached run.
-        child = replace(parent, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
-                        levels_left=self.levels_left - 1, tell=_silent)
+        # Its run id is its background run's (given to the work below), so its state is its own.
+        child = replace(self.child(parent, name, spec, parent.run_id, self.levels_left - 1), tell=_silent)
         new = NewBackground(
             conversation_id=parent.conversation.id, parent_run_id=parent.run_id, binding_id=parent.binding.id,
             agent_id=parent.agent.id, delegate=name, kind=kind, prompt=prompt,
             requester_person_id=parent.requester.person_id, requester_account=parent.requester.account_id,
             requester_name=parent.requester.name,
         )
-        launched = await self.background.launch(new, lambda token, progress: self._work(child, prompt, token, progress))
+        launched = await self.background.launch(
+            new, lambda token, progress: self._work(replace(child, run_id=progress.run_id), prompt, token, progress))
         if launched.refusal:
             self.made -= 1  # nothing started: the slot is not spent
             return launched.refusal

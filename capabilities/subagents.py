@@ -48,7 +48,7 @@ from gateway.runs.delegated import (APPROVAL_IDS, DECISIONS, DELEGATED, Delegate
 from gateway.runs.background import BackgroundRuns, clip
 from gateway.runs.turn import Turn
 
-from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+from .registry import REGISTRY, BuildContext, CapabilityDecl, ToolDecl, register, simple
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -106,6 +106,11 @@ def _shared(parent: AgentSpec, ids: Sequence[str], own: Sequence[CapabilityEntry
     return [e for e in parent.capabilities if e.id in ids and e.id != ID and e.enabled and e.id not in have]
 
 
+def _lent(shared: Sequence[CapabilityEntry]) -> frozenset[str]:
+    """The shared capabilities whose state comes with them (a capability the delegate binds itself is its own)."""
+    return frozenset(e.id for e in shared if (decl := REGISTRY.get(e.id)) is None or decl.lends_state)
+
+
 class _Delegation:
     """One run's `task` tool: its delegates, its fan-out count, its depth."""
 
@@ -116,19 +121,29 @@ class _Delegation:
         self.made = 0
         agents = delegator.agents()
         self.delegates: dict[str, tuple[str, AgentSpec]] = {}
+        self.lent: dict[str, frozenset[str]] = {}  # per delegate: the lent ids whose state is the parent's
         for name in turn.agent.subagents:
             spec = agents.get(name)
             if spec is not None:
                 own = list(spec.capabilities)
-                spec = spec.model_copy(update={"capabilities": own + _shared(turn.agent, config.share_with_delegates, own)})
-                self.delegates[name] = ("pinned", spec)
+                shared = _shared(turn.agent, config.share_with_delegates, own)
+                self.delegates[name] = ("pinned", spec.model_copy(update={"capabilities": own + shared}))
+                self.lent[name] = _lent(shared)
         for sp in config.inline:
             if sp.model is None:
                 continue  # refused at load
+            shared = _shared(turn.agent, config.share_with_delegates, [])
             spec = AgentSpec(id=f"{turn.agent.id}.{sp.name}", name=sp.name, description=sp.description,
                              model=sp.model, instructions=sp.instructions, limits=turn.agent.limits,
-                             capabilities=_shared(turn.agent, config.share_with_delegates, []))
+                             capabilities=shared)
             self.delegates[sp.name] = ("specialist", spec)
+            self.lent[sp.name] = _lent(shared)
+
+    def child(self, parent: Turn, name: str, spec: AgentSpec, run_id: str, levels_left: int) -> Turn:
+        """The delegate's Turn: the parent's conversation, requester and memory scope; its own run id, so its
+        state (spills, snapshots, counters, plans) is its own except what the parent lent it."""
+        return replace(parent, run_id=run_id, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
+                       levels_left=levels_left, parent=parent, borrowed=self.lent.get(name, frozenset()))
 
     def instructions(self) -> str:
         lines = [f"- {name}: {spec.description or spec.name}" for name, (_, spec) in self.delegates.items()]
@@ -217,8 +232,8 @@ class _Delegation:
                    deferred: DeferredToolResults | None = None) -> str:
         parent = ctx.deps
         name = record["agent"]
-        child = replace(parent, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
-                        levels_left=record["levels_left"])
+        # Its run id is its record's key: the same when a decided card resumes it, so it finds its own state.
+        child = self.child(parent, name, spec, key, record["levels_left"])
         before = (ctx.usage.requests, ctx.usage.input_tokens or 0, ctx.usage.output_tokens or 0)
         answer = ""
         outcome, reason = "failed", ""
