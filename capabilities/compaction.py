@@ -22,10 +22,13 @@ What is ours, because the seed (and issue 17) asks for more than the harness doe
   the conversation, or a delegate's own run, never shared with one; key `history`)
   with the id of the run's last stored message; the next turn starts from it (plus whatever was said
   after it, from the transcript) instead of from the transcript's plain text. A restart loses nothing.
+  Files shared with a message are stored as references (`attachments.without_contents`), never bytes
+  (the seed's "Media offload": a compacted conversation does not replay them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from copy import copy
@@ -52,6 +55,7 @@ from pydantic_ai_harness.compaction import (
     resolve_context_window,
 )
 
+from gateway.inbound.attachments import without_contents
 from gateway.messages import ChatKind
 from gateway.runs.turn import Turn
 
@@ -229,8 +233,11 @@ class ConversationCompaction(AbstractCapability[Turn]):
         if self._compacted or self._continued:
             try:
                 through = await self.turn.history.last_id_of_run(self.turn.run_id) or 0
-                snapshot = _Snapshot(list(result.all_messages()), through, self.turn.run_id)
-                await self.turn.state.put(CAPABILITY, self.scope, HISTORY_KEY, snapshot.dump())
+                # Stored, the files shared this turn are references, not bytes: the next turn does not
+                # replay them (they reached the model on their turn), and the database never holds them.
+                messages = await asyncio.to_thread(without_contents, result.all_messages())
+                snapshot = _Snapshot(messages, through, self.turn.run_id)
+                await self.turn.state.put(CAPABILITY, self.scope, HISTORY_KEY, await asyncio.to_thread(snapshot.dump))
             except Exception as e:  # the answer stands; the next turn starts from the transcript instead
                 log.warning("could not store the compacted history of %s: %s", self.turn.conversation.id, e)
         return result

@@ -375,7 +375,7 @@ class Runner:
                     await stream.finish()
                 status = repo.PARKED
                 # The files' contents stay in this run's memory, never in its stored state.
-                state = _dump(attachments.without_contents(result.all_messages()))
+                state = await asyncio.to_thread(lambda: _dump(attachments.without_contents(result.all_messages())))
                 reply_so_far = stream.text.strip() or None
 
                 async def parked() -> None:
