@@ -20,7 +20,6 @@ from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic_ai import (
-    AgentRunResultEvent,
     CancellationToken,
     DeferredToolRequests,
     DeferredToolResults,
@@ -38,6 +37,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from bindings.models import AgentSpec
+from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, Ended, NewBackground, Progress, Usage, as_json, clip, last_text
 from gateway.store.background import FAILED, FINISHED, PARTIAL, STOPPED
 from gateway.runs.turn import Turn
@@ -188,20 +188,18 @@ class _Detaching(_Delegation):
             for prepare in self.delegator.preparers:
                 await prepare(child)
             agent = self.delegator.build_agent(child)
+
+            async def saved(event: Any) -> None:  # after each tool, what it did so far (for a crash)
+                if isinstance(event, FunctionToolResultEvent):
+                    await progress.save(_dump(messages), _usage(usage))
+
             while True:
-                result = None
                 with capture_run_messages() as messages:
-                    async with agent.run_stream_events(
-                        next_prompt, message_history=history, deferred_tool_results=deferred, deps=child, usage=usage,
-                        usage_limits=UsageLimits(request_limit=spec.limits.model_requests),
-                        cancellation_token=token, timeout=spec.limits.wall_clock_seconds,
-                    ) as events:
-                        async for event in events:
-                            if isinstance(event, FunctionToolResultEvent):
-                                await progress.save(_dump(messages), _usage(usage))
-                            elif isinstance(event, AgentRunResultEvent):
-                                result = event.result
-                assert result is not None
+                    result = await run_agent(agent, next_prompt, deps=child, history=history, deferred=deferred,
+                                             usage=usage,
+                                             usage_limits=UsageLimits(request_limit=spec.limits.model_requests),
+                                             cancellation_token=token, timeout=spec.limits.wall_clock_seconds,
+                                             on_event=saved)
                 if not isinstance(result.output, DeferredToolRequests):
                     answer = str(result.output)
                     return Ended(FINISHED, answer, clip(answer, limit), transcript=_dump(result.all_messages()),

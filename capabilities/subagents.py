@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_ai import (AgentRunResultEvent, ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunCancelled,
+from pydantic_ai import (ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunCancelled,
                          RunContext, Tool, ToolApproved, ToolDenied, UsageLimitExceeded, capture_run_messages)
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
@@ -45,6 +45,7 @@ from pydantic_ai.usage import UsageLimits
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
 from gateway.runs.delegated import (APPROVAL_IDS, DECISIONS, DELEGATED, DelegatedCall, approval_ids_of, decisions_of,
                               delegated_calls)
+from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, clip
 from gateway.runs.turn import Turn
 
@@ -243,16 +244,10 @@ class _Delegation:
                 for prepare in self.delegator.preparers:
                     await prepare(child)
                 agent = self.delegator.build_agent(child)
-                result = None
-                # Streamed, as the runner drives every agent (the models it builds are used streaming).
-                async with agent.run_stream_events(
-                    prompt, message_history=history, deferred_tool_results=deferred, deps=child, usage=ctx.usage,
-                    usage_limits=UsageLimits(request_limit=parent.agent.limits.model_requests),
-                ) as events:
-                    async for event in events:
-                        if isinstance(event, AgentRunResultEvent):
-                            result = event.result
-                assert result is not None
+                # The runner's loop; under the parent's usage and request limit, inside its tool call.
+                result = await run_agent(agent, prompt, deps=child, history=history, deferred=deferred,
+                                         usage=ctx.usage,
+                                         usage_limits=UsageLimits(request_limit=parent.agent.limits.model_requests))
                 if isinstance(result.output, DeferredToolRequests):
                     parked = result.output
                     messages[:] = result.all_messages()
