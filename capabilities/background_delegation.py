@@ -15,6 +15,7 @@ result and the delegate goes on without it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
 from typing import Any, Literal
@@ -43,7 +44,7 @@ from gateway.store.background import FAILED, FINISHED, PARTIAL, STOPPED
 from gateway.runs.turn import Turn
 
 from .registry import simple
-from .subagents import Delegator, SubagentsConfig, _Delegation
+from .subagents import Delegator, SubagentsConfig, _Delegation, forget
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -176,7 +177,14 @@ class _Detaching(_Delegation):
                 "how it is going meanwhile.")
 
     async def _work(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress) -> Ended:
-        """The delegate's agent loop, in the background; how it ended, for the report."""
+        """The delegate's agent loop, in the background; how it ended, for the report. Its own state goes
+        with it when it ends."""
+        try:
+            return await self._loop(child, prompt, token, progress)
+        finally:
+            await asyncio.shield(forget(child))
+
+    async def _loop(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress) -> Ended:
         spec = child.agent
         usage = RunUsage()
         limit = self.config.max_result_chars

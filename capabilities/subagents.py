@@ -256,6 +256,7 @@ class _Delegation:
             except (UsageLimitExceeded, RunCancelled) as e:
                 outcome, reason = ("budget_exceeded" if isinstance(e, UsageLimitExceeded) else "stopped"), str(e)
                 await self._store(parent, key, record, messages, ctx, before, outcome, reason, "")
+                await forget(child)
                 raise  # the parent's limit or Stop ends the parent too
             except Exception as e:  # the parent's model decides what to do about a failed delegate
                 outcome, reason = "failed", f"{type(e).__name__}: {e}"
@@ -273,6 +274,7 @@ class _Delegation:
                 await self._store(parent, key, record, messages, ctx, before, "parked", "waiting for approval", "")
                 raise ApprovalRequired(metadata={DELEGATED: [c.model_dump(mode="json") for c in calls]})
         await self._store(parent, key, record, messages, ctx, before, outcome, reason, answer)
+        await forget(child)
         return clip(answer, self.config.max_result_chars)
 
     async def _store(self, parent: Turn, key: str, record: dict[str, Any], messages: list[Any], ctx: RunContext[Turn],
@@ -287,6 +289,17 @@ class _Delegation:
             transcript=ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
         )
         await parent.state.put(ID, parent.conversation.id, key, json.dumps(record))
+
+
+async def forget(child: Turn) -> None:
+    """A delegate that has ended keeps nothing: its own state (plan, reminder cadence, snapshot) goes with it,
+    and what it was lent stays its lender's. (A parked one is not ended: its resume needs its state.)"""
+    for entry in child.agent.capabilities:
+        if entry.id not in child.borrowed:
+            try:
+                await child.state.delete(entry.id, child.scope(entry.id, "conversation"))
+            except Exception as e:  # a row left behind is litter, not a failed delegation
+                log.warning("could not delete the state of delegate run %s: %s", child.run_id, e)
 
 
 def _gated(child: Turn, name: str, requests: DeferredToolRequests) -> tuple[list[DelegatedCall] | None, list[dict[str, Any]]]:

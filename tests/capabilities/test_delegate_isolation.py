@@ -124,6 +124,17 @@ async def settled(w: World) -> None:
     await wait_for(done, what="every run to end", timeout=20)
 
 
+async def leftovers(w: World) -> list[tuple[str, str]]:
+    """State rows kept under anything but a conversation: a delegate's, which ends with it."""
+    from gateway.store.models import CapabilityStateRow
+
+    async with w.gw.store.sessions() as s:
+        conversations = set(await s.scalars(select(Run.conversation_id)))
+        rows = list(await s.scalars(select(CapabilityStateRow)))
+    kept = {"planning", "system_reminders", "compaction", "tool_output_limits"}
+    return [(r.capability, r.scope) for r in rows if r.capability in kept and r.scope not in conversations]
+
+
 def after_background(then: Step) -> Step:
     """A parent step taken once the background delegate has ended (its turn still open)."""
     async def step(messages: list[ModelMessage]) -> Reply:
@@ -165,6 +176,7 @@ async def test_a_delegate_neither_reads_nor_deletes_its_parents_spills(tmp_path:
         assert tried.startswith("[No stored tool result"), f"the delegate read its parent's spill: {tried[:80]}"
         [read] = results(SENT["parent"][3])
         assert "the long answer" in read, f"the delegate's end deleted its parent's spill: {read[:120]}"
+        assert await leftovers(w) == []
 
 
 # --- compaction: the snapshot -------------------------------------------------------------------------------
@@ -210,6 +222,7 @@ async def test_a_delegate_neither_starts_from_nor_replaces_its_parents_compacted
         if mode == "background":  # the report's turn continued from the parent's history, not the delegate's
             report_turn = SENT["parent"][-1]
             assert any("MOONS-OF-MARS" in p for p in prompts(report_turn)), prompts(report_turn)
+        assert await leftovers(w) == [], "a delegate's snapshot ends with it"
 
 
 # --- system_reminders: the cadence --------------------------------------------------------------------------
@@ -239,6 +252,7 @@ async def test_a_delegate_counts_its_own_reminder_cadence_not_its_parents(
             "the delegate counted on from its parent's requests"
         assert [reminded(m) for m in SENT["parent"]] == [False, False, True], \
             "the delegate's requests moved its parent's cadence"
+        assert await leftovers(w) == [], "a delegate's cadence ends with it"
 
 
 # --- planning: the plan ---------------------------------------------------------------------------------------
@@ -259,6 +273,7 @@ async def test_a_delegate_neither_reads_nor_overwrites_its_parents_plan(tmp_path
         assert "PARENT STEP" not in seen and "No plan yet." in seen, f"the delegate read its parent's plan: {seen}"
         [plan] = results(SENT["parent"][3])
         assert "PARENT STEP" in plan and "DELEGATE STEP" not in plan, f"the delegate overwrote its parent's plan: {plan}"
+        assert await leftovers(w) == [], "a delegate's plan ends with it"
 
 
 async def test_a_lent_plan_is_the_parents_on_purpose(tmp_path: Path) -> None:
