@@ -15,12 +15,12 @@ result and the delegate goes on without it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic_ai import (
-    AgentRunResultEvent,
     CancellationToken,
     DeferredToolRequests,
     DeferredToolResults,
@@ -38,12 +38,13 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from bindings.models import AgentSpec
+from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, Ended, NewBackground, Progress, Usage, as_json, clip, last_text
 from gateway.store.background import FAILED, FINISHED, PARTIAL, STOPPED
 from gateway.runs.turn import Turn
 
 from .registry import simple
-from .subagents import Delegator, SubagentsConfig, _Delegation, _quiet
+from .subagents import Delegator, SubagentsConfig, _Delegation, forget
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -157,15 +158,16 @@ class _Detaching(_Delegation):
     async def _launch(self, ctx: RunContext[Turn], name: str, kind: str, spec: AgentSpec, prompt: str) -> str:
         parent = ctx.deps
         # Its own delegations run in the foreground (levels_left is set): one report per detached run.
-        child = replace(parent, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
-                        levels_left=self.levels_left - 1, tell=_silent)
+        # Its run id is its background run's (given to the work below), so its state is its own.
+        child = replace(self.child(parent, name, spec, parent.run_id, self.levels_left - 1), tell=_silent)
         new = NewBackground(
             conversation_id=parent.conversation.id, parent_run_id=parent.run_id, binding_id=parent.binding.id,
             agent_id=parent.agent.id, delegate=name, kind=kind, prompt=prompt,
             requester_person_id=parent.requester.person_id, requester_account=parent.requester.account_id,
             requester_name=parent.requester.name,
         )
-        launched = await self.background.launch(new, lambda token, progress: self._work(child, prompt, token, progress))
+        launched = await self.background.launch(
+            new, lambda token, progress: self._work(replace(child, run_id=progress.run_id), prompt, token, progress))
         if launched.refusal:
             self.made -= 1  # nothing started: the slot is not spent
             return launched.refusal
@@ -175,7 +177,14 @@ class _Detaching(_Delegation):
                 "how it is going meanwhile.")
 
     async def _work(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress) -> Ended:
-        """The delegate's agent loop, in the background; how it ended, for the report."""
+        """The delegate's agent loop, in the background; how it ended, for the report. Its own state goes
+        with it when it ends."""
+        try:
+            return await self._loop(child, prompt, token, progress)
+        finally:
+            await asyncio.shield(forget(child))
+
+    async def _loop(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress) -> Ended:
         spec = child.agent
         usage = RunUsage()
         limit = self.config.max_result_chars
@@ -187,20 +196,18 @@ class _Detaching(_Delegation):
             for prepare in self.delegator.preparers:
                 await prepare(child)
             agent = self.delegator.build_agent(child)
+
+            async def saved(event: Any) -> None:  # after each tool, what it did so far (for a crash)
+                if isinstance(event, FunctionToolResultEvent):
+                    await progress.save(_dump(messages), _usage(usage))
+
             while True:
-                result = None
                 with capture_run_messages() as messages:
-                    async with agent.run_stream_events(
-                        next_prompt, message_history=history, deferred_tool_results=deferred, deps=child, usage=usage,
-                        usage_limits=UsageLimits(request_limit=spec.limits.model_requests),
-                        cancellation_token=token, timeout=spec.limits.wall_clock_seconds,
-                    ) as events:
-                        async for event in events:
-                            if isinstance(event, FunctionToolResultEvent):
-                                await progress.save(_dump(messages), _usage(usage))
-                            elif isinstance(event, AgentRunResultEvent):
-                                result = event.result
-                assert result is not None
+                    result = await run_agent(agent, next_prompt, deps=child, history=history, deferred=deferred,
+                                             usage=usage,
+                                             usage_limits=UsageLimits(request_limit=spec.limits.model_requests),
+                                             cancellation_token=token, timeout=spec.limits.wall_clock_seconds,
+                                             on_event=saved)
                 if not isinstance(result.output, DeferredToolRequests):
                     answer = str(result.output)
                     return Ended(FINISHED, answer, clip(answer, limit), transcript=_dump(result.all_messages()),

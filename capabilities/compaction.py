@@ -18,13 +18,17 @@ What is ours, because the seed (and issue 17) asks for more than the harness doe
 - Keeping it: the harness edits only the request it is about to send. Here the compacted list is
   written back into the run's history (`RunContext.messages`), so later requests of the run, a parked
   run's stored state and the run's result are what the model last saw. At the end of a finished run
-  that list is stored in `Turn.state` (capability `compaction`, scope = conversation, key `history`)
+  that list is stored in `Turn.state` (capability `compaction`, scope = `Turn.scope(..., "conversation")`:
+  the conversation, or a delegate's own run, never shared with one; key `history`)
   with the id of the run's last stored message; the next turn starts from it (plus whatever was said
   after it, from the transcript) instead of from the transcript's plain text. A restart loses nothing.
+  Files shared with a message are stored as references (`attachments.without_contents`), never bytes
+  (the seed's "Media offload": a compacted conversation does not replay them).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from copy import copy
@@ -51,6 +55,7 @@ from pydantic_ai_harness.compaction import (
     resolve_context_window,
 )
 
+from gateway.inbound.attachments import without_contents
 from gateway.messages import ChatKind
 from gateway.runs.turn import Turn
 
@@ -179,6 +184,11 @@ class ConversationCompaction(AbstractCapability[Turn]):
         clone._first, clone._continued, clone._compacted, clone._overhead, clone._told = True, False, False, None, False
         return clone
 
+    @property
+    def scope(self) -> str:
+        """The conversation's snapshot, or a delegate's own (never its parent's: `Turn.scope`)."""
+        return self.turn.scope(CAPABILITY, "conversation")
+
     def trigger(self, model: Any) -> tuple[int, int]:
         window = self.config.context_window or resolve_context_window(model) or self.config.fallback_context_window
         return int(window * self.config.max_fraction), window
@@ -189,7 +199,7 @@ class ConversationCompaction(AbstractCapability[Turn]):
             if ctx.prompt is not None:  # a fresh run; a resumed one already carries what it was left with
                 await self._continue_from_stored(ctx, request_context)
             else:  # resumed after an approval: keep the stored history current when it ends
-                self._continued = await self.turn.state.get(CAPABILITY, self.turn.conversation.id, HISTORY_KEY) \
+                self._continued = await self.turn.state.get(CAPABILITY, self.scope, HISTORY_KEY) \
                     is not None
         trigger, window = self.trigger(request_context.model)
         if self._overhead is not None and self._overhead >= trigger:
@@ -223,14 +233,17 @@ class ConversationCompaction(AbstractCapability[Turn]):
         if self._compacted or self._continued:
             try:
                 through = await self.turn.history.last_id_of_run(self.turn.run_id) or 0
-                snapshot = _Snapshot(list(result.all_messages()), through, self.turn.run_id)
-                await self.turn.state.put(CAPABILITY, self.turn.conversation.id, HISTORY_KEY, snapshot.dump())
+                # Stored, the files shared this turn are references, not bytes: the next turn does not
+                # replay them (they reached the model on their turn), and the database never holds them.
+                messages = await asyncio.to_thread(without_contents, result.all_messages())
+                snapshot = _Snapshot(messages, through, self.turn.run_id)
+                await self.turn.state.put(CAPABILITY, self.scope, HISTORY_KEY, await asyncio.to_thread(snapshot.dump))
             except Exception as e:  # the answer stands; the next turn starts from the transcript instead
                 log.warning("could not store the compacted history of %s: %s", self.turn.conversation.id, e)
         return result
 
     async def _continue_from_stored(self, ctx: RunContext[Turn], request_context: Any) -> None:
-        stored = await self.turn.state.get(CAPABILITY, self.turn.conversation.id, HISTORY_KEY)
+        stored = await self.turn.state.get(CAPABILITY, self.scope, HISTORY_KEY)
         if stored is None:
             return
         try:
@@ -263,7 +276,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any]:
 
 register(CapabilityDecl(
     id=CAPABILITY, name="Context management", category="utility", tools=(), build=build,
-    config_model=CompactionConfig,
+    config_model=CompactionConfig, lends_state=False,  # lent, a delegate trims its own history, never the parent's
     description="Trims a long conversation's history before a request (summary, cleared tool results or a sliding "
                 "window) once it reaches a fraction of the model's context window; the next turn continues from "
                 "what the model last saw.",

@@ -210,7 +210,7 @@ class _Files:
     cfg: ContextConfig
 
     async def linked(self, ctx: RunContext[Turn]) -> list[ContextFile]:
-        return [f for f in await self.library.files(ctx.deps.agent.id, self.cfg) if f.mode == "link"]
+        return [f for f in await self.library.files(owner_of(ctx.deps), self.cfg) if f.mode == "link"]
 
 
 def _toolset(bound: _Files) -> FunctionToolset[Turn]:
@@ -266,6 +266,11 @@ def _toolset(bound: _Files) -> FunctionToolset[Turn]:
     return FunctionToolset([list_context, read_context])
 
 
+def owner_of(turn: Turn) -> str:
+    """Whose files: the agent's own, or, lent to a delegate (share_with_delegates), its parent's."""
+    return turn.owner("context").agent.id
+
+
 def _has_link(cfg: ContextConfig) -> bool:
     return any(f.mode == "link" for f in cfg.files) if cfg.files else cfg.default_mode == "link"
 
@@ -284,7 +289,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     bound = _Files(library, cfg)
 
     async def instructions(run: RunContext[Turn]) -> str:
-        return instructions_for(await library.files(run.deps.agent.id, cfg), tools=tools)
+        return instructions_for(await library.files(owner_of(run.deps), cfg), tools=tools)
 
     return simple(instructions=instructions, toolsets=[_toolset(bound)] if tools else None)
 

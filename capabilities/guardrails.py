@@ -17,6 +17,9 @@ Where the seed's rules differ from the harness's defaults, this module says so:
   output guard is about to rewrite. With an output edge configured, each model response's text is
   held back until it is complete, screened by the same detectors, and shown in one piece (a blocked
   one is not shown at all).
+- A prompt that carries shared files is screened part by part: the person's words are redacted (or end
+  the run), the files go to the model as they are (they are data; the harness would refuse to redact
+  such a prompt at all). The tool-result edge is where untrusted content is screened.
 - A structured tool result (an MCP server's JSON) is screened as its JSON text; a redaction then
   hands the model the redacted JSON text.
 """
@@ -52,6 +55,7 @@ from pydantic_ai_harness.guardrails import (
     detectors,
 )
 
+from gateway.inbound.attachments import FILE_TAG
 from gateway.runs.turn import Turn
 
 from .registry import BuildContext, CapabilityDecl, register
@@ -130,6 +134,38 @@ def _detector(config: GuardrailsConfig, edge: str, where: str) -> Detector | Non
     return _chain(steps) if steps else None
 
 
+@dataclass
+class _PromptGuardrail(InputGuardrail[Turn]):
+    """The harness's input guard, also for a prompt that carries files: it screens the person's words
+    part by part and passes the files through as they are (data, not what the person said). The harness
+    refuses a redaction of a multimodal prompt outright (one string written over a list of parts would
+    drop the files), which failed every guarded run a file was shared with."""
+
+    async def wrap_model_request(self, ctx: RunContext[Turn], *, request_context: Any, handler: Any) -> Any:
+        part = _latest_prompt(request_context.messages) if ctx.run_step <= 1 else None
+        if part is None or isinstance(part.content, str):
+            return await super().wrap_model_request(ctx, request_context=request_context, handler=handler)
+        screened: list[Any] = []
+        for item in part.content:
+            verdict = self.guard(item) if _words(item) else GuardrailResult.allow()  # type: ignore[operator, misc]
+            screened.append(verdict.replacement if verdict.action == "replace" else item)
+        part.content = screened  # in the run's history too, as the harness does: the redacted text is not kept
+        return await handler(request_context)
+
+
+def _latest_prompt(messages: Sequence[Any]) -> UserPromptPart | None:
+    for message in reversed(messages):
+        for part in reversed(message.parts):
+            if isinstance(part, UserPromptPart):
+                return part
+    return None
+
+
+def _words(item: object) -> bool:
+    """A text part of a prompt that is the person's (or the gateway's) words, not a shared file's contents."""
+    return isinstance(item, str) and not item.startswith(FILE_TAG)
+
+
 def _raising_input(detect: Detector) -> Callable[[str], GuardrailResult]:
     def guard(prompt: str) -> GuardrailResult:
         verdict = detect(prompt)
@@ -178,11 +214,17 @@ class _EarlierPrompts(AbstractCapability[Turn]):
         return replace(request_context, messages=messages)
 
     def _clean(self, part: Any) -> Any:
-        if isinstance(part, UserPromptPart) and isinstance(part.content, str):
-            verdict = self.detect(part.content)
-            if verdict.action == "replace" and isinstance(verdict.replacement, str):
-                return replace(part, content=verdict.replacement)
-        return part
+        if not isinstance(part, UserPromptPart):
+            return part
+        if isinstance(part.content, str):
+            text = self._text(part.content)
+            return part if text is part.content else replace(part, content=text)
+        content = [self._text(item) if _words(item) else item for item in part.content]
+        return part if all(a is b for a, b in zip(content, part.content, strict=True)) else replace(part, content=content)
+
+    def _text(self, text: Any) -> Any:
+        verdict = self.detect(text)
+        return verdict.replacement if verdict.action == "replace" and isinstance(verdict.replacement, str) else text
 
 
 @dataclass
@@ -217,7 +259,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     parts: list[AbstractCapability[Any]] = []
     detect_in = _detector(config, "in", "the person's message")
     if detect_in is not None:
-        parts.append(InputGuardrail(guard=_raising_input(detect_in)))
+        parts.append(_PromptGuardrail(guard=_raising_input(detect_in)))
         secrets, pii, _ = config.edge("in")
         if secrets or pii:
             parts.append(_EarlierPrompts(detect=_chain(_redactors(secrets, pii))))

@@ -103,7 +103,8 @@ SUBTASKS = ("add_subtask", "set_dependency", "get_available_tasks")
 
 def plan_store(ctx: RunContext[Turn]) -> ConversationPlanStore:
     turn = ctx.deps
-    return ConversationPlanStore(turn.state, turn.conversation.id, turn.clock)
+    # The conversation's plan; a delegate's own unless the parent lent planning (`Turn.scope`).
+    return ConversationPlanStore(turn.state, turn.scope("planning", "conversation"), turn.clock)
 
 
 @dataclass

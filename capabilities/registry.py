@@ -84,6 +84,9 @@ class CapabilityDecl:
     needs_key: Literal["no", "required", "conditional"] = "no"
     description: str = ""
     binding_only: bool = False  # granted per binding (channel_tools), refused in an agent file
+    # Whether lending it (share_with_delegates) lends its state too (`Turn.owner`): a plan or a workspace,
+    # yes; a compaction snapshot is the conversation's history, which a delegate's run is never part of.
+    lends_state: bool = True
     # Extra publish-time checks: (config) -> list of (field path, message).
     check: Callable[[BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
     # Checks that need the whole entry (approval, secret_id beside the config):

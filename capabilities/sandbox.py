@@ -125,10 +125,12 @@ NO_USER_ANONYMOUS = (
 
 def workspace_for(turn: Turn, scope: Scope) -> Workspace | NoWorkspace:
     """The one workspace this run may touch, from server-side facts of the run. Pure."""
-    agent = turn.agent.id
+    owner = turn.owner(CAPABILITY)  # lent to a delegate (share_with_delegates): the parent's workspace
+    agent = owner.agent.id
     conv = turn.conversation
     if scope == "run":
-        return Workspace(f"{agent}/run:{turn.run_id}", "this turn's scratch workspace (gone after this reply)")
+        return Workspace(f"{agent}/run:{turn.scope(CAPABILITY, 'run')}",
+                         "this turn's scratch workspace (gone after this reply)")
     if scope == "conversation":
         return Workspace(f"{agent}/conversation:{conv.id}", "this conversation's workspace: everyone in it sees these files")
     if scope == "channel":

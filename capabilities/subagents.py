@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from pydantic_ai import (AgentRunResultEvent, ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunCancelled,
+from pydantic_ai import (ApprovalRequired, DeferredToolRequests, DeferredToolResults, RunCancelled,
                          RunContext, Tool, ToolApproved, ToolDenied, UsageLimitExceeded, capture_run_messages)
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
@@ -45,10 +45,11 @@ from pydantic_ai.usage import UsageLimits
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
 from gateway.runs.delegated import (APPROVAL_IDS, DECISIONS, DELEGATED, DelegatedCall, approval_ids_of, decisions_of,
                               delegated_calls)
+from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, clip
 from gateway.runs.turn import Turn
 
-from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+from .registry import REGISTRY, BuildContext, CapabilityDecl, ToolDecl, register, simple
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -106,6 +107,11 @@ def _shared(parent: AgentSpec, ids: Sequence[str], own: Sequence[CapabilityEntry
     return [e for e in parent.capabilities if e.id in ids and e.id != ID and e.enabled and e.id not in have]
 
 
+def _lent(shared: Sequence[CapabilityEntry]) -> frozenset[str]:
+    """The shared capabilities whose state comes with them (a capability the delegate binds itself is its own)."""
+    return frozenset(e.id for e in shared if (decl := REGISTRY.get(e.id)) is None or decl.lends_state)
+
+
 class _Delegation:
     """One run's `task` tool: its delegates, its fan-out count, its depth."""
 
@@ -116,19 +122,29 @@ class _Delegation:
         self.made = 0
         agents = delegator.agents()
         self.delegates: dict[str, tuple[str, AgentSpec]] = {}
+        self.lent: dict[str, frozenset[str]] = {}  # per delegate: the lent ids whose state is the parent's
         for name in turn.agent.subagents:
             spec = agents.get(name)
             if spec is not None:
                 own = list(spec.capabilities)
-                spec = spec.model_copy(update={"capabilities": own + _shared(turn.agent, config.share_with_delegates, own)})
-                self.delegates[name] = ("pinned", spec)
+                shared = _shared(turn.agent, config.share_with_delegates, own)
+                self.delegates[name] = ("pinned", spec.model_copy(update={"capabilities": own + shared}))
+                self.lent[name] = _lent(shared)
         for sp in config.inline:
             if sp.model is None:
                 continue  # refused at load
+            shared = _shared(turn.agent, config.share_with_delegates, [])
             spec = AgentSpec(id=f"{turn.agent.id}.{sp.name}", name=sp.name, description=sp.description,
                              model=sp.model, instructions=sp.instructions, limits=turn.agent.limits,
-                             capabilities=_shared(turn.agent, config.share_with_delegates, []))
+                             capabilities=shared)
             self.delegates[sp.name] = ("specialist", spec)
+            self.lent[sp.name] = _lent(shared)
+
+    def child(self, parent: Turn, name: str, spec: AgentSpec, run_id: str, levels_left: int) -> Turn:
+        """The delegate's Turn: the parent's conversation, requester and memory scope; its own run id, so its
+        state (spills, snapshots, counters, plans) is its own except what the parent lent it."""
+        return replace(parent, run_id=run_id, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
+                       levels_left=levels_left, parent=parent, borrowed=self.lent.get(name, frozenset()))
 
     def instructions(self) -> str:
         lines = [f"- {name}: {spec.description or spec.name}" for name, (_, spec) in self.delegates.items()]
@@ -217,8 +233,8 @@ class _Delegation:
                    deferred: DeferredToolResults | None = None) -> str:
         parent = ctx.deps
         name = record["agent"]
-        child = replace(parent, agent=spec, binding=_quiet(parent.binding), tools={}, notices=[],
-                        levels_left=record["levels_left"])
+        # Its run id is its record's key: the same when a decided card resumes it, so it finds its own state.
+        child = self.child(parent, name, spec, key, record["levels_left"])
         before = (ctx.usage.requests, ctx.usage.input_tokens or 0, ctx.usage.output_tokens or 0)
         answer = ""
         outcome, reason = "failed", ""
@@ -228,16 +244,10 @@ class _Delegation:
                 for prepare in self.delegator.preparers:
                     await prepare(child)
                 agent = self.delegator.build_agent(child)
-                result = None
-                # Streamed, as the runner drives every agent (the models it builds are used streaming).
-                async with agent.run_stream_events(
-                    prompt, message_history=history, deferred_tool_results=deferred, deps=child, usage=ctx.usage,
-                    usage_limits=UsageLimits(request_limit=parent.agent.limits.model_requests),
-                ) as events:
-                    async for event in events:
-                        if isinstance(event, AgentRunResultEvent):
-                            result = event.result
-                assert result is not None
+                # The runner's loop; under the parent's usage and request limit, inside its tool call.
+                result = await run_agent(agent, prompt, deps=child, history=history, deferred=deferred,
+                                         usage=ctx.usage,
+                                         usage_limits=UsageLimits(request_limit=parent.agent.limits.model_requests))
                 if isinstance(result.output, DeferredToolRequests):
                     parked = result.output
                     messages[:] = result.all_messages()
@@ -246,6 +256,7 @@ class _Delegation:
             except (UsageLimitExceeded, RunCancelled) as e:
                 outcome, reason = ("budget_exceeded" if isinstance(e, UsageLimitExceeded) else "stopped"), str(e)
                 await self._store(parent, key, record, messages, ctx, before, outcome, reason, "")
+                await forget(child)
                 raise  # the parent's limit or Stop ends the parent too
             except Exception as e:  # the parent's model decides what to do about a failed delegate
                 outcome, reason = "failed", f"{type(e).__name__}: {e}"
@@ -263,6 +274,7 @@ class _Delegation:
                 await self._store(parent, key, record, messages, ctx, before, "parked", "waiting for approval", "")
                 raise ApprovalRequired(metadata={DELEGATED: [c.model_dump(mode="json") for c in calls]})
         await self._store(parent, key, record, messages, ctx, before, outcome, reason, answer)
+        await forget(child)
         return clip(answer, self.config.max_result_chars)
 
     async def _store(self, parent: Turn, key: str, record: dict[str, Any], messages: list[Any], ctx: RunContext[Turn],
@@ -277,6 +289,17 @@ class _Delegation:
             transcript=ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
         )
         await parent.state.put(ID, parent.conversation.id, key, json.dumps(record))
+
+
+async def forget(child: Turn) -> None:
+    """A delegate that has ended keeps nothing: its own state (plan, reminder cadence, snapshot) goes with it,
+    and what it was lent stays its lender's. (A parked one is not ended: its resume needs its state.)"""
+    for entry in child.agent.capabilities:
+        if entry.id not in child.borrowed:
+            try:
+                await child.state.delete(entry.id, child.scope(entry.id, "conversation"))
+            except Exception as e:  # a row left behind is litter, not a failed delegation
+                log.warning("could not delete the state of delegate run %s: %s", child.run_id, e)
 
 
 def _gated(child: Turn, name: str, requests: DeferredToolRequests) -> tuple[list[DelegatedCall] | None, list[dict[str, Any]]]:

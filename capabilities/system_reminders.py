@@ -10,7 +10,8 @@ What is ours, because the seed's rule differs from the harness's:
 
 - The cadence counts model requests across the conversation and is durable: the harness resets its
   counters every run (`for_run`); here they are read from `Turn.state` (capability
-  `system_reminders`, scope = the conversation id) when the run starts and written back after each
+  `system_reminders`, scope = `Turn.scope(..., "conversation")`: the conversation id, a delegate's own
+  run unless lent) when the run starts and written back after each
   request, so "every ten requests" keeps counting across turns and restarts. `max_fires` caps a
   kind over the conversation, not over one run.
 - The harness evaluates its dynamic reminders on every request; here the goal re-anchor and the LLM
@@ -155,7 +156,7 @@ class ConversationReminders(SystemReminders[Turn]):
     async def for_run(self, ctx: RunContext[Turn]) -> ConversationReminders:
         clone = copy(await super().for_run(ctx))
         assert clone.turn is not None and clone.config is not None
-        tally = _Tally.load(await clone.turn.state.get(CAPABILITY, clone.turn.conversation.id, STATE_KEY))
+        tally = _Tally.load(await clone.turn.state.get(CAPABILITY, clone.turn.scope(CAPABILITY, "conversation"), STATE_KEY))
         clone._tally = tally
         clone._request_count = tally.requests
         clone._fire_counts = {id(r): tally.fires.get(f"reminder:{i}", 0) for i, r in enumerate(clone.reminders)}
@@ -183,7 +184,8 @@ class ConversationReminders(SystemReminders[Turn]):
         for i, reminder in enumerate(self.reminders):
             self._tally.fires[f"reminder:{i}"] = self._fire_counts.get(id(reminder), 0)
         try:
-            await self.turn.state.put(CAPABILITY, self.turn.conversation.id, STATE_KEY, self._tally.dump())
+            await self.turn.state.put(CAPABILITY, self.turn.scope(CAPABILITY, "conversation"), STATE_KEY,
+                                      self._tally.dump())
         except Exception as e:  # a counter that did not advance is a reminder a request late, not a failed run
             log.warning("could not store the reminder cadence of %s: %s", self.turn.conversation.id, e)
 

@@ -6,7 +6,7 @@ MCP tools included). What is ours:
 - the config: one action at one threshold (the seed's form), turned into the harness's bands:
   spill → truncate, summarize → spill → truncate, truncate; never a silent drop;
 - the spill store: `RunSpills`, the harness's `OverflowStore` over `Turn.state` (CapabilityState
-  rows, scope = our run id), so a spill is visible to every replica sharing the database and a
+  rows, scope = the run's own id from `Turn.scope`, a delegate's its own), so a spill is visible to every replica sharing the database and a
   handle from another run reads nothing. The harness's default `LocalFileStore` is one host's temp
   directory that keeps files forever, which is the opposite of both rules;
 - the lifetime: the run's spills are deleted when the run ends (`wrap_run`), except when it parks for
@@ -91,10 +91,12 @@ class SpillRefused(OSError):
 
 @dataclass
 class RunSpills:
-    """The harness's `OverflowStore` over CapabilityState rows scoped to one of our runs."""
+    """The harness's `OverflowStore` over CapabilityState rows scoped to one of our runs (`Turn.scope`).
+    `borrowed`: the scope is a parent's, lent to this delegate; its spills are the parent's to discard."""
 
     state: CapabilityState
     run_id: str
+    borrowed: bool = False
 
     async def write(self, key: str, data: bytes) -> str:
         if len(data) > MAX_SPILL_BYTES:
@@ -168,7 +170,7 @@ class RunToolOutputLimits(ToolOutputLimits[Turn]):
             parked = isinstance(result.output, DeferredToolRequests)
             return result
         finally:
-            if not parked and isinstance(self.store, RunSpills):
+            if not parked and isinstance(self.store, RunSpills) and not self.store.borrowed:
                 try:
                     await self.store.discard()
                 except Exception as e:  # the run's outcome stands; an orphan row is logged, not raised
@@ -202,7 +204,8 @@ def build(ctx: BuildContext) -> AbstractCapability[Any]:
     extra: dict[str, Any] = {"summary_prompt": config.summary_prompt} if config.summary_prompt else {}
     return RunToolOutputLimits(bands=bands_for(config), tool_filter=_not_the_read_tool(ctx.turn),
                                over_tokens=config.over_tokens, strip_ansi=config.strip_ansi,
-                               store=RunSpills(ctx.turn.state, ctx.turn.run_id), **extra)
+                               store=RunSpills(ctx.turn.state, ctx.turn.scope(CAPABILITY, "run"),
+                                               borrowed=ctx.turn.owner(CAPABILITY) is not ctx.turn), **extra)
 
 
 register(CapabilityDecl(

@@ -9,8 +9,9 @@ Where things are kept, and why there:
   ("attachments", scope "run:<run id>", key the message id), written in the same transaction as
   the message. The `messages` table has no column for this, and no query needs one: only the
   run that answers the message reads it.
-- The bytes live only in the run's prompt, in memory. A parked run's stored state has them
-  replaced by a note (`without_contents`).
+- The bytes live only in the run's prompt, in memory. Whatever stores a run's messages (a parked
+  run's state, compaction's snapshot of a conversation) stores them through `without_contents`: each
+  file becomes a reference (name, type, size, id), so a file reaches the model on its own turn only.
 
 Images go as images where the model's profile says it takes them (refused with a line in the chat
 where it does not), text-like files as text with their name, PDFs as documents where the model
@@ -163,8 +164,14 @@ def _skipped(entry: dict[str, Any], name: str, why: str, *, tell: bool = True) -
     return [f"[{name} was not read: {why}.]"], (f"I could not read {name}: {why}." if tell else "")
 
 
+NOT_KEPT = "its contents reached the model on the turn it was shared, and are not kept"
+
+
 def without_contents(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """The messages with every file's contents replaced by a note: what a parked run stores."""
+    """The messages with every file's contents replaced by a reference (name, type, size, id): what is
+    stored of a run's messages anywhere — a parked run's state, a compacted conversation's snapshot — so
+    a file reaches the model once, on its turn, and never the database. Hashes every file: call it in a
+    thread for a run that may carry large ones."""
     out: list[ModelMessage] = []
     for m in messages:
         if isinstance(m, ModelRequest) and any(isinstance(p, UserPromptPart) and not isinstance(p.content, str)
@@ -174,15 +181,24 @@ def without_contents(messages: Sequence[ModelMessage]) -> list[ModelMessage]:
     return out
 
 
+def _id(data: bytes) -> str:
+    """A file's id in a reference: its content hash, as recorded beside its message (`sha256`)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()[:16]
+
+
 def _strip(part: UserPromptPart) -> UserPromptPart:
     if isinstance(part.content, str):
         return part
     kept: list[UserContent] = []
     for item in part.content:
         if isinstance(item, BinaryContent):
-            kept.append(f"[{item.identifier}: its contents are not kept once the run is paused]")
-        elif isinstance(item, str) and item.startswith(FILE_TAG):
-            kept.append(item.split(">", 1)[0] + ">[its contents are not kept once the run is paused]</file>")
+            kept.append(f"[file {item.identifier} ({item.media_type}, {len(item.data)} bytes, id {_id(item.data)}): "
+                        f"{NOT_KEPT}]")
+        elif isinstance(item, str) and item.startswith(FILE_TAG) and ">" in item \
+                and not item.endswith(f"[{NOT_KEPT}]</file>"):  # a reference already (a snapshot stored again)
+            head, body = item.split(">", 1)
+            body = body.removeprefix("\n").removesuffix("</file>").removesuffix("\n").encode()
+            kept.append(f'{head} bytes="{len(body)}" id="{_id(body)}">[{NOT_KEPT}]</file>')
         else:
             kept.append(item)
     return dataclasses.replace(part, content=kept)

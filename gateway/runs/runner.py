@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import (
     Agent,
-    AgentRunResultEvent,
     CancellationToken,
     DeferredToolRequests,
     DeferredToolResults,
@@ -47,6 +46,7 @@ from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputB
 from bindings.models import AgentSpec
 
 from gateway.inbound import attachments
+from gateway.runs.agent_run import run_agent
 from gateway.runs.background import post_report, report_prompt
 from gateway.outbound.delivery import ReplyStream
 from gateway.outbound.typing_indicator import show_typing
@@ -342,35 +342,29 @@ class Runner:
             agent = self.build_agent(turn)
             for notice in turn.notices:
                 await stream.append(f"_{notice}_\n\n")
-            result = None
             separate = False
-            async with agent.run_stream_events(
-                prompt,
-                message_history=history,
-                deferred_tool_results=deferred,
-                deps=turn,
-                usage_limits=UsageLimits(request_limit=turn.agent.limits.model_requests),
-                cancellation_token=token,
-                timeout=turn.agent.limits.wall_clock_seconds,
-            ) as events:
-                async for event in events:
-                    text = _text_of(event)
-                    if text:
-                        if separate and stream.text and not stream.text.endswith("\n"):
-                            await stream.append("\n\n")
-                        separate = False
-                        await stream.append(text)
-                    elif isinstance(event, FunctionToolCallEvent):
-                        await show_status(stream.adapter, turn.target, f"using {event.part.tool_name}…")
-                    elif isinstance(event, FunctionToolResultEvent):
-                        separate = True
-                        tools_done.append(event.part.tool_name)
-                    elif isinstance(event, AgentRunResultEvent):
-                        result = event.result
-                    if not control and stream.posted:  # a budget with no room for it then: again now
-                        await stream.between_drafts(put_stop_control)
+
+            async def shown(event: Any) -> None:  # the reply streams as the model writes it
+                nonlocal separate
+                text = _text_of(event)
+                if text:
+                    if separate and stream.text and not stream.text.endswith("\n"):
+                        await stream.append("\n\n")
+                    separate = False
+                    await stream.append(text)
+                elif isinstance(event, FunctionToolCallEvent):
+                    await show_status(stream.adapter, turn.target, f"using {event.part.tool_name}…")
+                elif isinstance(event, FunctionToolResultEvent):
+                    separate = True
+                    tools_done.append(event.part.tool_name)
+                if not control and stream.posted:  # a budget with no room for it then: again now
+                    await stream.between_drafts(put_stop_control)
+
+            result = await run_agent(agent, prompt, deps=turn, history=history, deferred=deferred,
+                                     usage_limits=UsageLimits(request_limit=turn.agent.limits.model_requests),
+                                     cancellation_token=token, timeout=turn.agent.limits.wall_clock_seconds,
+                                     on_event=shown)
             await stream.settle()  # a draft being shown lands before anything looks at what is posted
-            assert result is not None
             u = result.usage
             usage = (u.requests, u.input_tokens or 0, u.output_tokens or 0)
             gw.metrics.tokens.labels("input").inc(usage[1])
@@ -384,7 +378,7 @@ class Runner:
                     await stream.finish()
                 status = repo.PARKED
                 # The files' contents stay in this run's memory, never in its stored state.
-                state = _dump(attachments.without_contents(result.all_messages()))
+                state = await asyncio.to_thread(lambda: _dump(attachments.without_contents(result.all_messages())))
                 reply_so_far = stream.text.strip() or None
 
                 async def parked() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from bindings.models import AgentSpec, BindingSpec
 from bindings.skills import SkillBundle
@@ -54,7 +55,7 @@ async def _nothing() -> None:
 class Turn:
     """One run's grant. Tools receive it as `ctx.deps`."""
 
-    run_id: str
+    run_id: str  # a delegate's is its own: "<parent run id>/<n>" inside a turn, its background run's id beside one
     conversation: ConversationRef
     binding: BindingSpec
     agent: AgentSpec
@@ -79,6 +80,10 @@ class Turn:
     # Handoffs made inside this run's own conversation that led to it (send_to_agent with wait: true);
     # a conversation a handoff started keeps its own depth in the store (capabilities/handoffs.py).
     handoff_depth: int = 0
+    # A delegate's run: the turn that delegated it, and the capability ids that turn lent it whose state
+    # is shared with it (share_with_delegates). Everything else a delegate keeps is its own (`scope`).
+    parent: Turn | None = None
+    borrowed: frozenset[str] = frozenset()
     _modes: Modes | None = None
 
     async def modes(self) -> Modes:
@@ -86,6 +91,28 @@ class Turn:
         if self._modes is None:
             self._modes = await self.read_modes()
         return self._modes
+
+    def owner(self, capability: str) -> Turn:
+        """The run whose state (and files) `capability` uses here: this one, or, where a parent lent it on
+        purpose (share_with_delegates), the lender's — up the chain while each level lent it on."""
+        turn = self
+        while turn.parent is not None and capability in turn.borrowed:
+            turn = turn.parent
+        return turn
+
+    def scope(self, capability: str, lasting: Literal["run", "conversation"]) -> str:
+        """The one rule for where a capability keeps this run's state (its `CapabilityState` scope).
+
+        "run": state that lives as long as one run (spills): the owner's run id. "conversation": state that
+        carries over to the next turn (a compaction snapshot, a reminder cadence, a plan): the conversation's
+        id for a run a person started; a delegate's own run id for a delegate, whose work is one task and
+        never the conversation's. A delegate's run id is its own (`capabilities/subagents.py`), so nothing
+        it keeps, reads or deletes is its parent's unless the parent lent that capability.
+        """
+        owner = self.owner(capability)
+        if lasting == "conversation" and owner.parent is None:
+            return owner.conversation.id
+        return owner.run_id
 
     @property
     def chat_kind(self) -> ChatKind:

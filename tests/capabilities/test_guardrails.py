@@ -190,3 +190,44 @@ def test_bad_config_is_refused_at_load_with_file_and_line(tmp_path: Path) -> Non
         "to block nothing",
         f"{path}:8:7: capabilities.0.config.redact_pii_out: Input should be a valid boolean, unable to interpret input",
     ])
+
+
+async def test_a_redacted_dm_with_a_shared_file_answers_and_the_file_reaches_the_model_as_it_is(tmp_path: Path) -> None:
+    """The harness refuses to redact a prompt that carries files (a UserError: "Something went wrong"); here the
+    person's words are redacted and the files are data. See docs/security.md, "Attachments and stored history"."""
+    import aiohttp
+    from pydantic_ai.messages import BinaryContent
+
+    from gateway.runs.llm import register_model
+    from tests.support.files_model import PNG, Recorder
+
+    from ..conftest import running_gateway, wait_for
+
+    recorder = Recorder()
+    register_model("guarded-files", recorder.model)
+    spec = {"name": "Guarded", "model": "guarded-files",
+            "capabilities": [{"id": "guardrails", "config": {"redact_pii_in": True}}]}
+    config = write_config(tmp_path / "config", agents={"assistant": spec})
+    table = b"name,email\nada,ada@example.org\n"
+    async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        form = aiohttp.FormData()
+        form.add_field("text", "mail bob.smith@example.com about this")
+        form.add_field("file", table, filename="people.csv", content_type="text/csv")
+        form.add_field("file", PNG, filename="chart.png", content_type="image/png")
+        r = await s.post(f"/api/v1/conversations/{conv}/messages", data=form)
+        assert r.status == 202, await r.text()
+        run_id = (await r.json())["run_id"]
+
+        async def ended() -> bool:
+            run = await gw.store.run(run_id)
+            return run is not None and run.status in repo.ENDED
+
+        await wait_for(ended, what="the guarded run to end")
+        messages = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
+        [answer] = [m["text"] for m in messages if m["role"] == "assistant"]
+        assert answer == "Got it.", answer  # not "Something went wrong while answering (UserError)"
+        words, csv, image = recorder.last_prompt()
+        assert "bob.smith@example.com" not in words and words.startswith("mail "), words
+        assert "ada@example.org" in csv, "a shared file is data: passed as it is"
+        assert isinstance(image, BinaryContent) and image.data == PNG
