@@ -92,7 +92,7 @@ class SlackAdapter(BaseAdapter):
         self._section: SlackSection = binding.slack
         self._conn = SlackConnection()
         self._app: AsyncApp | None = None
-        self._directory = SlackDirectory(self._conn)
+        self._directory = SlackDirectory(self._conn, self._call)
         self._session: aiohttp.ClientSession | None = None
         self._kinds: dict[str, ChatKind] = {}  # channel id → chat kind, learned from events
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
@@ -122,7 +122,7 @@ class SlackAdapter(BaseAdapter):
         base_url = section.api_url if section.api_url.endswith("/") else section.api_url + "/"
         client = AsyncWebClient(token=bot_token, base_url=base_url, session=self._session, logger=self._log)
         self._conn.client = client
-        self._conn.users = UserNames(client)
+        self._conn.users = UserNames(client, self._call)
         self._app = self._build_app(client, signing_secret)
 
     async def _connect_once(self) -> None:

@@ -11,7 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -67,11 +67,18 @@ class SlackConnection:
         return self.users
 
 
+# One Web API call as (method, channel, request): the adapter's sender waits for the method's tier
+# and the channel's budget first (adapters/slack/budget.py), so nothing the adapter calls can cause
+# our own 429s. `channel` is "" for a workspace-wide method.
+Send = Callable[[str, str, Coroutine[Any, Any, AsyncSlackResponse]], Awaitable[AsyncSlackResponse]]
+
+
 class UserNames:
     """users.info, cached: a sender's name is looked up once per `ttl`, not once per message."""
 
-    def __init__(self, client: AsyncWebClient, *, ttl: float = 3600.0, size: int = 5000, clock: Callable[[], float] = time.monotonic) -> None:
-        self._client, self._ttl, self._size, self._clock = client, ttl, size, clock
+    def __init__(self, client: AsyncWebClient, send: Send, *, ttl: float = 3600.0, size: int = 5000,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._client, self._send, self._ttl, self._size, self._clock = client, send, ttl, size, clock
         self._cache: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
 
@@ -92,7 +99,7 @@ class UserNames:
 
     async def _fetch(self, user_id: str) -> dict[str, Any] | None:
         try:
-            response = await call("users.info", self._client.users_info(user=user_id))
+            response = await self._send("users.info", "", self._client.users_info(user=user_id))
         except PlatformError:
             return None
         user = response.get("user") or {}

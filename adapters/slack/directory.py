@@ -15,7 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.outbound.adapter import CHANNEL_TOOL_IDS, ChannelInfo, ChannelMember, HistoryMessage, ReplyTarget
 
-from .api import SlackConnection, UserNames, call, display_name
+from .api import Send, SlackConnection, UserNames, display_name
 from .normalize import plain_text
 
 PAGE = 200  # Slack's recommended page size for conversations.* and users.*
@@ -29,10 +29,12 @@ class SlackDirectory:
     supported = frozenset(CHANNEL_TOOL_IDS)
     notes: Mapping[str, str] = MappingProxyType({})  # every answer is what it says: nothing to add
 
-    def __init__(self, conn: SlackConnection) -> None:
+    def __init__(self, conn: SlackConnection, send: Send) -> None:
         # The connection is filled in by the adapter's start(); the core may hold the
-        # directory before that, and a tool called too early gets a PlatformError.
-        self._conn = conn
+        # directory before that, and a tool called too early gets a PlatformError. Every call
+        # goes through the adapter's paced `send`: a search reads up to ten pages of a Tier 2
+        # method, and a member list looks up to 200 people.
+        self._conn, self._send = conn, send
 
     @property
     def _client(self) -> AsyncWebClient:
@@ -43,15 +45,16 @@ class SlackDirectory:
         return self._conn.require_users()
 
     async def channel_info(self, target: ReplyTarget) -> ChannelInfo:
-        response = await call(
-            "conversations.info", self._client.conversations_info(channel=target.channel, include_num_members=True)
+        response = await self._send(
+            "conversations.info", "", self._client.conversations_info(channel=target.channel, include_num_members=True)
         )
         return _info(response["channel"])
 
     async def channel_members(self, target: ReplyTarget, limit: int) -> tuple[list[ChannelMember], bool]:
         # Ask for one more than needed: whether there is more is the truncation flag.
-        response = await call(
-            "conversations.members", self._client.conversations_members(channel=target.channel, limit=min(limit + 1, PAGE))
+        response = await self._send(
+            "conversations.members", "",
+            self._client.conversations_members(channel=target.channel, limit=min(limit + 1, PAGE)),
         )
         ids: list[str] = list(response.get("members") or [])
         more = bool((response.get("response_metadata") or {}).get("next_cursor")) or len(ids) > limit
@@ -74,8 +77,8 @@ class SlackDirectory:
         found: list[ChannelInfo] = []
         cursor = ""
         for _ in range(MAX_LIST_PAGES):
-            response = await call(
-                "conversations.list",
+            response = await self._send(
+                "conversations.list", "",
                 self._client.conversations_list(
                     types="public_channel,private_channel", exclude_archived=True, limit=PAGE, cursor=cursor or None
                 ),
@@ -96,8 +99,9 @@ class SlackDirectory:
         if target.thread:
             raw, more = await self._thread(target.channel, target.thread, limit)
         else:
-            response = await call(
-                "conversations.history", self._client.conversations_history(channel=target.channel, limit=min(limit + 1, PAGE))
+            response = await self._send(
+                "conversations.history", "",
+                self._client.conversations_history(channel=target.channel, limit=min(limit + 1, PAGE)),
             )
             newest_first = list(response.get("messages") or [])
             more = len(newest_first) > limit or bool(response.get("has_more"))
@@ -109,8 +113,8 @@ class SlackDirectory:
         messages: list[dict[str, Any]] = []
         cursor = ""
         for _ in range(MAX_REPLY_PAGES):
-            response = await call(
-                "conversations.replies",
+            response = await self._send(
+                "conversations.replies", "",
                 self._client.conversations_replies(channel=channel, ts=thread, limit=PAGE, cursor=cursor or None),
             )
             messages.extend(response.get("messages") or [])

@@ -41,6 +41,12 @@ TIERS = {
     "chat.startStream": (20, 60.0),
     "chat.appendStream": (100, 60.0),
     "chat.stopStream": (20, 60.0),
+    "conversations.list": (20, 60.0),
+    "conversations.info": (50, 60.0),
+    "conversations.history": (50, 60.0),
+    "conversations.replies": (50, 60.0),
+    "conversations.members": (100, 60.0),
+    "users.info": (100, 60.0),
 }
 PER_CHANNEL = {  # (limit, seconds) per channel: Slack's special limits
     "chat.postMessage": (1, 1.0),  # one a second in a channel (short bursts aside)

@@ -76,3 +76,21 @@ async def test_thread_status_is_paced_per_channel_not_per_workspace(fast_slack: 
         await paced.show_status(in_dm(dms[0]), "using web_fetch…")
     assert fast_slack.throttled == []
     assert len([c for c in fast_slack.calls_to("assistant.threads.setStatus") if c.args["channel_id"] == dms[0]]) < 61
+
+
+async def test_the_channel_tools_stay_within_their_methods_tiers(fast_slack: FakeSlack, paced: SlackAdapter) -> None:
+    """native channel tools: a search reads up to ten pages of Tier 2 conversations.list, a member
+    list looks up each person with Tier 4 users.info; a model that calls them in a loop never
+    makes the gateway cause a 429 (issue 33)."""
+    people = [f"U{n:04}" for n in range(120)]
+    fast_slack.add_channel("C0BIG", "big-room", members=["U0BOT", *people])
+    big = ReplyTarget("slack", "acme", "T0TEAM", "C0BIG", None, ChatKind.CHANNEL)
+    directory = paced.directory()
+    searches = await asyncio.gather(*(directory.search_channels(GENERAL, "big", 5) for _ in range(30)))
+    members, _ = await directory.channel_members(big, limit=120)
+    infos = await asyncio.gather(*(directory.channel_info(big) for _ in range(60)))
+    assert fast_slack.throttled == [], "the gateway itself never causes a 429"
+    assert all(found and found[0].name == "big-room" for found, _ in searches)
+    assert len(members) == 120 and len(infos) == 60
+    assert len(fast_slack.calls_to("conversations.list")) == 30, "more than a Tier 2 minute's 20: paced, none lost"
+    assert len(fast_slack.calls_to("users.info")) >= 120, "more than a Tier 4 minute's 100"
