@@ -47,6 +47,7 @@ from .web_fetch import approval_required, unless_asking_every_tool
 
 Method = Literal["duckduckgo", "native", "tavily", "brave", "exa"]
 PAID = ("tavily", "brave", "exa")
+KEYLESS = "duckduckgo"  # what a paid service falls back to
 LABELS = {"duckduckgo": "DuckDuckGo", "native": "Model provider's search", "tavily": "Tavily",
           "brave": "Brave Search", "exa": "Exa"}
 BASE_URLS = {"duckduckgo": "https://html.duckduckgo.com", "tavily": "https://api.tavily.com",
@@ -66,6 +67,11 @@ class WebSearchConfig(BaseModel):
         json_schema_extra={"x-enum-labels": LABELS},
     )
     max_results: int = Field(default=5, ge=1, le=10, description="Results per search (ignored by native)")
+    fallback: bool = Field(
+        default=True,
+        description="When a paid service fails, finds nothing or has no readable key, search DuckDuckGo instead "
+        "and say why in the result (a named service is a preference, not a requirement)",
+    )
 
 
 def check_entry(entry: CapabilityEntry, config: BaseModel) -> list[tuple[tuple[str | int, ...], str]]:
@@ -259,32 +265,54 @@ Returns:
     sentence saying the search ran and found nothing. When the search could not run (the service
     rate limiting, down or unreachable) you are told which and why, and may try again; when it
     will not run at all (the service refused this deployment's key or quota), a sentence saying
-    so: say that you could not search rather than answer as if you had.
+    so: say that you could not search rather than answer as if you had.{fallback}
 """
 
 
 def local_tool(config: WebSearchConfig, clients: SearchClients, key: str | None, key_missing: bool) -> Tool[Turn]:
     method, n, name = config.method, config.max_results, LABELS[config.method]
+    keyless = LABELS[KEYLESS]
+    falls_back = config.fallback and method in PAID
 
     async def web_search(ctx: RunContext[Turn], query: str) -> str:
         if not query.strip():
             return trouble(ctx, "mistake", 'query is empty: pass the words to search for, e.g. query="..."')
+        failed: SearchFailed | None = None
         if key_missing:
-            return trouble(ctx, "refusal", f"Web search is unavailable: the {name} API key could not be read on this "
-                                           "server. Searching again will not help; tell the person.")
+            if not falls_back:
+                return trouble(ctx, "refusal", f"Web search is unavailable: the {name} API key could not be read on "
+                                               "this server. Searching again will not help; tell the person.")
+            dropped = f"{name} was skipped: its API key could not be read on this server"
+        else:
+            try:
+                hits = await search(clients, method, query, n, key)
+            except SearchFailed as e:
+                failed, dropped = e, f"{name} failed: {e.reason}"
+            else:
+                if hits or not falls_back:
+                    return render(name, query, hits)
+                dropped = f"{name} found no results"
+        if failed is not None and not falls_back:
+            return _did_not_run(ctx, failed.kind, failed.reason)
+        # The keyless engine answers instead, and the result says which service dropped out and why.
         try:
-            hits = await search(clients, method, query, n, key)
+            hits = await search(clients, KEYLESS, query, n, None)
         except SearchFailed as e:
-            if e.kind == "refusal":
-                return trouble(ctx, "refusal", f"The search did not run: {e.reason}. Searching again will not help; "
-                                               "say that you could not search.")
-            return trouble(ctx, "transient", f"The search did not run: {e.reason}. Nothing was searched, so this "
-                                             "says nothing about whether results exist: try again, or say that you "
-                                             "could not search.")
-        return render(name, query, hits)
+            return _did_not_run(ctx, "transient", f"{dropped}; {keyless}, tried instead, failed too: {e.reason}")
+        return f"{dropped}, so these are {keyless}'s results instead.\n\n" + render(keyless, query, hits)
 
-    web_search.__doc__ = DOC.format(name=name, n=n)
+    web_search.__doc__ = DOC.format(name=name, n=n, fallback=(
+        f" When {name} fails, finds nothing or has no readable key, {keyless} is searched instead and the first "
+        "line says why: tell the person the results are from the fallback." if falls_back else ""))
     return Tool(web_search, name="web_search")
+
+
+def _did_not_run(ctx: RunContext[Turn], kind: Literal["transient", "refusal"], reason: str) -> str:
+    if kind == "refusal":
+        return trouble(ctx, "refusal", f"The search did not run: {reason}. Searching again will not help; "
+                                       "say that you could not search.")
+    return trouble(ctx, "transient", f"The search did not run: {reason}. Nothing was searched, so this says nothing "
+                                     "about whether results exist: try again, or say that you could not search.")
 
 
 def builder(clients: SearchClients) -> Any:

@@ -69,7 +69,7 @@ async def test_each_service_is_searched_and_its_results_numbered(tmp_path: Path,
 @pytest.mark.parametrize("method", list(NAMES))
 async def test_nothing_found_says_the_search_ran(tmp_path: Path, fake: FakeSearch, method: str) -> None:
     fake.answer[method] = "empty"
-    async with world(tmp_path, agents=searching(method)) as w:
+    async with world(tmp_path, agents=searching(method, **({"fallback": False} if method in PAID else {}))) as w:
         seen = await search(w, "zzqx")
     assert seen.tool_results == [f"{NAMES[method]} found no results for 'zzqx'. The search ran; nothing matched. "
                                  "Try fewer or different words."]
@@ -85,7 +85,8 @@ async def test_nothing_found_says_the_search_ran(tmp_path: Path, fake: FakeSearc
 async def test_a_search_that_did_not_run_says_so_and_why(tmp_path: Path, fake: FakeSearch, method: str,
                                                          answer: str, why: str) -> None:
     fake.answer[method] = answer
-    async with world(tmp_path, agents=searching(method)) as w:
+    no_fallback = {"fallback": False} if method in PAID else {}
+    async with world(tmp_path, agents=searching(method, **no_fallback)) as w:
         seen = await search(w)
     assert seen.tool_results == [], "a failure never reads as a result, empty or not"
     [retry] = seen.retries
@@ -99,12 +100,12 @@ async def test_an_unreachable_service_and_a_rejected_key(tmp_path: Path, fake: F
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]
     monkeypatch.setitem(web_search._test_base_urls, "brave", f"http://127.0.0.1:{closed}")
-    async with world(tmp_path, agents=searching("brave")) as w:
+    async with world(tmp_path, agents=searching("brave", fallback=False)) as w:
         [retry] = (await search(w)).retries
         assert retry.startswith("The search did not run: Brave Search could not be reached (ConnectError)")
 
     fake.answer["tavily"] = "401"
-    async with world(tmp_path / "key", agents=searching("tavily")) as w:
+    async with world(tmp_path / "key", agents=searching("tavily", fallback=False)) as w:
         seen = await search(w)
     assert seen.retries == [], "a rejected key is not the model's to fix"
     assert seen.tool_results == ["The search did not run: Tavily refused this deployment's API key (HTTP 401). "
@@ -113,12 +114,49 @@ async def test_an_unreachable_service_and_a_rejected_key(tmp_path: Path, fake: F
 
 async def test_a_key_that_cannot_be_read_is_said_not_searched_around(tmp_path: Path, fake: FakeSearch,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    async with world(tmp_path, agents=searching("exa")) as w:
+    async with world(tmp_path, agents=searching("exa", fallback=False)) as w:
         monkeypatch.delenv("SEARCH_API_KEY")
         seen = await search(w)
     assert seen.tool_results == ["Web search is unavailable: the Exa API key could not be read on this server. "
                                  "Searching again will not help; tell the person."]
     assert fake.seen == []
+
+
+@pytest.mark.parametrize(("method", "answer", "dropped"), [
+    ("tavily", "429", "Tavily failed: Tavily is rate limiting this deployment's searches (HTTP 429)"),
+    ("brave", "503", "Brave Search failed: Brave Search is down or failing (HTTP 503)"),
+    ("exa", "401", "Exa failed: Exa refused this deployment's API key (HTTP 401)"),
+    ("tavily", "empty", "Tavily found no results"),
+])
+async def test_a_paid_service_that_drops_out_falls_back_to_duckduckgo_and_says_why(
+        tmp_path: Path, fake: FakeSearch, method: str, answer: str, dropped: str) -> None:
+    """native-tools "Web tools": a named provider is a preference; the keyless engine answers and
+    the result says which provider dropped out and why, so a weaker answer is never unexplained."""
+    fake.answer[method] = answer
+    async with world(tmp_path, agents=searching(method, max_results=2)) as w:
+        seen = await search(w, "python release")
+    [answer_text] = seen.tool_results
+    assert answer_text.startswith(f"{dropped}"), answer_text
+    assert ", so these are DuckDuckGo's results instead.\n\n2 results from DuckDuckGo for 'python release':" \
+        in answer_text
+    assert [r.method for r in fake.seen] == [method, "duckduckgo"]
+    assert fake.seen[1].key is None, "the paid key never goes to the fallback"
+
+
+async def test_an_unreadable_key_skips_to_the_fallback_and_both_failing_says_both(
+        tmp_path: Path, fake: FakeSearch, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with world(tmp_path, agents=searching("exa")) as w:
+        monkeypatch.delenv("SEARCH_API_KEY")
+        [answer] = (await search(w)).tool_results
+        assert answer.startswith("Exa was skipped: its API key could not be read on this server, so these are "
+                                 "DuckDuckGo's results instead.")
+        assert [r.method for r in fake.seen] == ["duckduckgo"], "a provider with no key is skipped, not called"
+        fake.answer["duckduckgo"] = "anomaly"
+        monkeypatch.setenv("SEARCH_API_KEY", "k-123")
+        fake.answer["exa"] = "503"
+        [retry] = (await search(w)).retries
+    assert retry.startswith("The search did not run: Exa failed: Exa is down or failing (HTTP 503); DuckDuckGo, "
+                            "tried instead, failed too: DuckDuckGo is rate limiting this deployment's searches")
 
 
 async def test_one_client_per_service_is_shared_by_runs_and_closed_at_stop(tmp_path: Path, fake: FakeSearch) -> None:
