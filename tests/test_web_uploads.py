@@ -28,7 +28,7 @@ async def test_uploaded_files_reach_the_model_and_are_held_for_the_run_only(tmp_
     config = write_config(tmp_path / "config", agents={"assistant": {"name": "Files", "model": "web-files"}},
                           gateway={"limits": {"attachment_max_bytes": 1000}})
     async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         r = await s.post(f"/api/v1/conversations/{conv}/messages",
                          data=_form("what is this?", ("chart.png", "image/png", PNG), ("q3.csv", "text/csv", CSV)))
         assert r.status == 202, await r.text()
@@ -61,7 +61,7 @@ async def test_an_upload_no_longer_held_is_named_to_the_model(tmp_path: Path) ->
     register_model("web-files-dropped", recorder.model)
     config = write_config(tmp_path / "config", agents={"assistant": {"name": "Files", "model": "web-files-dropped"}})
     async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         gw.uploads.max_total_bytes = len(CSV)  # room for one file
         await s.post(f"/api/v1/conversations/{conv}/messages",
                      data=_form("see", ("a.csv", "text/csv", CSV), ("b.csv", "text/csv", CSV)))

@@ -24,7 +24,7 @@ from .support import agent
 async def test_the_web_person_lists_stops_restores_deletes_and_erases(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         for text in ("write_memory name=tea.md content=green", "write_memory name=MEMORY.md content=\"- tea.md: green\""):
             r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": text})
             run_id = (await r.json())["run_id"]
@@ -58,7 +58,7 @@ async def test_memory_in_the_web_chat_is_a_card_whose_buttons_act_on_the_persons
     cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
     clock = ManualClock()
     async with running_gateway(cfg, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "write_memory name=tea.md content=green"})
         run_id = (await r.json())["run_id"]
         await wait_for(lambda: run_finished(gw, run_id), what="the write")
