@@ -196,3 +196,16 @@ async def test_readiness_details_are_for_token_holders_beyond_loopback(tmp_path:
             assert metrics_status == 401
             status, _, _ = await raw(gw.port, "GET", "/metrics", {"Authorization": f"Bearer {TOKEN}"})
             assert status == 200
+
+
+async def test_the_reload_command_speaks_the_rule_and_reaches_the_daemon(tmp_path: Path, monkeypatch: Any) -> None:
+    """`agent-gateway reload` POSTs JSON with the token in its header: the guard lets it through."""
+    from gateway.ops import cli
+
+    from .conftest import free_port
+
+    monkeypatch.setenv("GW_TEST_TOKEN", TOKEN)
+    cfg = write_config(tmp_path / "config", gateway={"http": {"listen": f"127.0.0.1:{free_port()}",
+                                                             "api_token": "env:GW_TEST_TOKEN"}})
+    async with running_gateway(cfg):
+        assert await asyncio.to_thread(cli.main, ["reload", "--config", str(cfg)]) == 0
