@@ -76,7 +76,8 @@ async def test_a_used_or_wrong_code_links_nothing_and_reveals_nothing(tmp_path: 
 
 
 async def test_wrong_codes_are_throttled_per_account_with_a_time_to_try_again(tmp_path: Path) -> None:
-    """Guessing meets a wall: five wrong codes in ten minutes and this account waits, even with a right one."""
+    """Guessing meets a wall: five wrong codes in ten minutes and this account waits, even with a right one
+    (docs/security.md, "The web chat and the HTTP API")."""
     clock = ManualClock()
     async with world(tmp_path, clock=clock) as w:
         for n in range(LINK_TRIES):

@@ -109,7 +109,8 @@ def _multipart(boundary: str, name: str, data: bytes) -> tuple[bytes, bytes]:
 
 async def test_concurrent_uploads_stay_within_the_budget(tmp_path: Path) -> None:
     """Twenty uploads at once, each half-sent and then waiting: past the budget they are told to come
-    back later (503, Retry-After), nothing of theirs is stored, and memory never passes the budget."""
+    back later (503, Retry-After), nothing of theirs is stored, and memory never passes the budget
+    (docs/security.md, "The web chat and the HTTP API")."""
     size, budget = 100_000, 350_000  # room for three uploads and a half
     recorder = Recorder()
     register_model("web-files-budget", recorder.model)

@@ -56,7 +56,8 @@ async def test_the_web_person_lists_stops_restores_deletes_and_erases(tmp_path: 
 
 
 async def test_a_forged_borrowed_or_replayed_erase_confirmation_erases_nothing(tmp_path: Path) -> None:
-    """The old "Yes, erase" carried the current minute: anyone could send it. Now it is a nonce, once."""
+    """The old "Yes, erase" carried the current minute: anyone could send it. Now it is a nonce, once
+    (docs/security.md, "The web chat and the HTTP API")."""
     clock = ManualClock()
     cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
     async with running_gateway(cfg, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
