@@ -128,8 +128,17 @@ async def test_a_stalled_body_is_answered_408_and_cut_off(tmp_path: Path) -> Non
             answer = await reader.read()  # to the end: the server closes the connection
         assert answer.startswith(b"HTTP/1.1 408 ")
         writer.close()
+        # A route that answers without reading the body: answered, then the stalled rest ends the connection.
+        reader, writer = await asyncio.open_connection("127.0.0.1", daemon.port)
+        writer.write(b"POST /api/v1/conversations HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{")
+        async with asyncio.timeout(30):
+            answer = await reader.read()
+        assert answer.startswith(b"HTTP/1.1 201 ")
+        writer.close()
         status, _ = await daemon.request("GET", "/readyz")
         assert status == 200
+        assert "Traceback" not in daemon.log_path.read_text(), "a stalled body is not an error of ours"
     finally:
         await daemon.close()
 

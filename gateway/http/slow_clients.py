@@ -31,8 +31,11 @@ def runner_options(header_timeout: float) -> dict[str, Any]:
     return {"keepalive_timeout": header_timeout}
 
 
-class BodyStalled(Exception):
-    """No byte of the request body arrived within the body timeout."""
+class BodyStalled(asyncio.TimeoutError):
+    """No byte of the request body arrived within the body timeout.
+
+    A TimeoutError, so that aiohttp's own drain of a body the handler did not read (its
+    "lingering" after the answer) takes it as the end of waiting and closes the connection."""
 
 
 class _StallTimer(BaseTimerContext):
