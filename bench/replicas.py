@@ -60,7 +60,7 @@ async def drive(bases: list[str], messages: int, dsn: str, budget: float) -> Non
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=64)) as http:
 
         async def create(base: str) -> tuple[str, str]:
-            async with http.post(f"{base}/api/v1/conversations") as r:
+            async with http.post(f"{base}/api/v1/conversations", json={}) as r:
                 if r.status != 201:
                     raise RuntimeError(f"create: HTTP {r.status}")
                 return base, str((await r.json())["id"])

@@ -118,7 +118,7 @@ async def _bounded(aw: Awaitable[T]) -> T:
 
 
 async def _new_conversation(session: aiohttp.ClientSession, base: str) -> str:
-    async with session.post(f"{base}/api/v1/conversations") as r:
+    async with session.post(f"{base}/api/v1/conversations", json={}) as r:
         if r.status != 201:
             raise RuntimeError(f"create: HTTP {r.status}")
         return str((await r.json())["id"])

@@ -52,7 +52,24 @@ class HttpConfig(Strict):
     listen: str = Field(default="127.0.0.1:8788", description="host:port of the HTTP server")
     public_url: str | None = Field(default=None, description="How platforms reach this server (webhooks, buttons)")
     api_token: SecretRef | None = Field(
-        default=None, description="Bearer token for the HTTP API; required to listen beyond loopback"
+        default=None, description="Bearer token for the HTTP API (the Authorization header only); required to"
+        " listen beyond loopback"
+    )
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host names requests may name besides the listen address, localhost and"
+        " public_url's host (a reverse proxy's name, say); any other Host header is answered 421 (DNS rebinding)"
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list, description="Origins (scheme://host[:port]) besides the gateway's own whose pages"
+        " may send state-changing API requests; any other Origin is refused 403 (CSRF)"
+    )
+    header_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=300, description="A connection that has not sent a whole request head this long"
+        " after it opened (or after its last answer) is closed: slow clients cannot hold the server's sockets"
+    )
+    body_timeout_seconds: float = Field(
+        default=30.0, gt=0, le=300, description="A request body that sends nothing this long is answered 408"
+        " and its connection closed"
     )
 
     @field_validator("listen")
@@ -61,6 +78,37 @@ class HttpConfig(Strict):
         host, sep, port = v.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError("expected host:port, e.g. 127.0.0.1:8788")
+        return v
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            parts = urlsplit(f"//{name}")
+            if not name or parts.hostname is None or parts.port is not None or parts.path or "@" in name:
+                raise ValueError(f"{name!r} is not a host name such as chat.example.com (no scheme, port or path)")
+        return [name.lower().strip("[]") for name in v]
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, v: list[str]) -> list[str]:
+        for origin in v:
+            parts = urlsplit(origin)
+            if (parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query
+                    or parts.username is not None):
+                raise ValueError(f"{origin!r} is not an origin such as https://chat.example.com (scheme, host,"
+                                 " optional port, no path)")
+            try:
+                parts.port
+            except ValueError:
+                raise ValueError(f"{origin!r} has a malformed port") from None
+        return v
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, v: str | None) -> str | None:
+        if v is not None and (urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).hostname):
+            raise ValueError(f"{v!r} is not an http(s) URL such as https://gateway.example.com")
         return v
 
     @property
@@ -95,6 +143,11 @@ class LimitsConfig(Strict):
     attachment_max_bytes: int = Field(
         default=20 * 1024 * 1024, ge=0, le=1024 * 1024 * 1024,
         description="Largest file shared with a message that is fetched for the model (0: none are)",
+    )
+    uploads_max_bytes: int = Field(
+        default=128 * 1024 * 1024, ge=0, le=16 * 1024**3,
+        description="Bytes of files uploaded through the HTTP API held in memory at once, being received or"
+        " waiting for their run; an upload past it is answered 503 with Retry-After"
     )
     background_runs_per_conversation: int = Field(
         default=3, ge=0, le=100, description="Background delegations (subagents mode async) in flight in one "

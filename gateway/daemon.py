@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ from aiohttp import web
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
+from gateway.http import guard, slow_clients
 from gateway.http import server as http
 
 from gateway.inbound import pairing
@@ -72,7 +72,8 @@ class Gateway:
         # One model client per provider and model, shared by every run (closed in stop).
         self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
         self.first_sign = FirstSign()  # the typing indicator, shown as soon as a message is stored
-        self.uploads = Uploads()  # files uploaded through the API, in memory until their run reads them
+        # Files uploaded through the API, in memory until their run reads them (one budget for all).
+        self.uploads = Uploads(config.gateway.limits.uploads_max_bytes)
         self.adapters: dict[str, Adapter] = {}
         self.store: repo.Store
         self.scheduler: Scheduler
@@ -144,7 +145,8 @@ class Gateway:
             self.models.warm(self.config)
             self.adapters = {b.id: self._adapter_for(b) for b in self.config.bindings.values() if b.enabled}
             app = http.build_app(self)
-            self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0)
+            self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0,
+                                         **slow_clients.runner_options(self.config.gateway.http.header_timeout_seconds))
             await self._runner.setup()
             host, port = self.listen.rpartition(":")[0].strip("[]"), int(self.listen.rpartition(":")[2])
             self._site = web.TCPSite(self._runner, host, port)
@@ -385,15 +387,7 @@ class Gateway:
 
 
 def _check_listen(listen: str, config: LoadedConfig) -> None:
-    host = listen.rpartition(":")[0].strip("[]")
-    if host in ("localhost", ""):
-        loopback = host == "localhost"
-    else:
-        try:
-            loopback = ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            loopback = False
-    if not loopback and config.gateway.http.api_token is None:
+    if not guard.is_loopback(listen.rpartition(":")[0]) and config.gateway.http.api_token is None:
         raise StartupError(
             f"http.listen is {listen}, beyond loopback, but http.api_token is not set: "
             "set http.api_token (e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1"

@@ -37,7 +37,7 @@ class Chat:
         self.conv = ""
 
     async def open(self) -> Chat:
-        self.conv = (await (await self.s.post("/api/v1/conversations")).json())["id"]
+        self.conv = (await (await self.s.post("/api/v1/conversations", json={})).json())["id"]
         return self
 
     async def say(self, text: str) -> dict[str, Any]:

@@ -96,7 +96,7 @@ async def test_a_compacted_conversation_stores_and_replays_a_reference_never_the
                                                                      "capabilities": [compaction]}},
                           gateway={"database": {"url": database}})
     async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
 
         async def say(text: str, *files: tuple[str, str, bytes]) -> list[object]:
             before = len(recorder.requests)

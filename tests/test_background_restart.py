@@ -30,7 +30,7 @@ async def test_a_crash_during_a_background_run_yields_a_partial_report_after_the
         await daemon.start()
         await daemon.wait_ready()
         async with aiohttp.ClientSession(f"http://127.0.0.1:{daemon.port}") as http:
-            conv = (await (await http.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await http.post("/api/v1/conversations", json={})).json())["id"]
 
             async def messages() -> list[dict[str, Any]]:
                 async with http.get(f"/api/v1/conversations/{conv}/messages") as r:

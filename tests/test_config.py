@@ -40,6 +40,23 @@ def test_out_of_range_value(tmp_path: Path) -> None:
     assert "greater than or equal to 1" in problem
 
 
+def test_allowed_hosts_and_origins_are_checked(tmp_path: Path) -> None:
+    """The web surface's allowlists (docs/security.md): a URL where a host name belongs is an error, not a hole."""
+    cfg = write_config(tmp_path)
+    (cfg / "gateway.yaml").write_text("http:\n  allowed_hosts: [https://chat.example.com]\n"
+                                      "  allowed_origins: [chat.example.com, 'https://ok.example/path']\n"
+                                      "  header_timeout_seconds: 0\n  typo_hosts: []\n")
+    problems = _problems(cfg)
+    assert any("http.allowed_hosts: " in p and "is not a host name such as chat.example.com" in p for p in problems)
+    assert any("http.allowed_origins: " in p and "is not an origin such as https://chat.example.com" in p
+               for p in problems)
+    assert any("http.header_timeout_seconds: " in p for p in problems)
+    assert any("http.typo_hosts: unknown setting" in p for p in problems)
+    (cfg / "gateway.yaml").write_text("http:\n  allowed_hosts: [Chat.Example.com, 10.0.0.5]\n"
+                                      "  allowed_origins: ['https://tools.example.com:8443']\n")
+    assert load_config(cfg).gateway.http.allowed_hosts == ["chat.example.com", "10.0.0.5"]
+
+
 def test_every_problem_reported_at_once(tmp_path: Path) -> None:
     cfg = write_config(tmp_path)
     (cfg / "bindings" / "web.yaml").write_text("platform: web\nagent: nobody\n")

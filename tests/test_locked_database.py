@@ -34,7 +34,7 @@ def _database(config_dir: Path) -> Path:
 async def test_web_message_during_a_lock_is_answered_and_the_loop_never_stalls(tmp_path: Path) -> None:
     config_dir = write_config(tmp_path / "config")
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         # A first turn before the lock: what the first run imports and builds is not a stall of ours.
         first = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "warm up"})).json())
         await wait_for(lambda: run_finished(gw, first["run_id"]), what="the first turn")
@@ -73,7 +73,7 @@ async def test_web_message_during_a_lock_is_answered_and_the_loop_never_stalls(t
 async def test_past_the_bound_the_api_answers_503_with_retry_after(tmp_path: Path) -> None:
     config_dir = write_config(tmp_path / "config", gateway={"database": {"busy_timeout_seconds": 0.5}})
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         with StallMeter() as meter:
             async with another_process_holds_the_lock(_database(config_dir)) as released:
                 r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "are you there?"},

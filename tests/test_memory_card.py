@@ -35,7 +35,7 @@ def test_a_button_names_the_note_by_id_and_fingerprint_never_by_its_text() -> No
 
 
 def test_every_button_fits_telegram_and_is_not_an_approval() -> None:
-    card = build_card([_note(n) for n in range(MAX_SHOWN + 5)], HOLDER, now_minute=2**40, confirming=True)
+    card = build_card([_note(n) for n in range(MAX_SHOWN + 5)], HOLDER, confirm="Zz-_" * 4)
     datas = [b.callback_data for row in memory_keyboard(card).inline_keyboard for b in row]
     assert datas and all(len(str(d).encode()) <= MAX_CALLBACK_BYTES for d in datas)
     assert all(parse_callback_data(str(d)) is None and parse_memory_data(str(d)) for d in datas)
@@ -43,7 +43,7 @@ def test_every_button_fits_telegram_and_is_not_an_approval() -> None:
 
 
 def test_slack_blocks_stay_under_fifty_and_mattermost_signs_per_channel() -> None:
-    card = build_card([_note(n) for n in range(MAX_SHOWN + 5)], Holder(CHAT, "slack:T:C"), now_minute=1,
+    card = build_card([_note(n) for n in range(MAX_SHOWN + 5)], Holder(CHAT, "slack:T:C"),
                       footer="Changing them is for the people who may decide approvals here.")
     _, blocks = memory_message(card)
     assert len(blocks) <= 50
@@ -56,9 +56,9 @@ def test_slack_blocks_stay_under_fifty_and_mattermost_signs_per_channel() -> Non
 
 
 def test_erase_all_asks_first_and_an_empty_store_offers_nothing() -> None:
-    card = build_card([_note(1)], HOLDER, now_minute=100)
+    card = build_card([_note(1)], HOLDER)
     assert [b.label for b in card.actions] == ["Erase all…"]
-    asked = build_card([_note(1)], HOLDER, now_minute=100, confirming=True)
-    assert [b.data for b in asked.actions] == ["y:64", "n:"] and "cannot be undone" in asked.status
-    empty = build_card([], HOLDER, now_minute=100, confirming=True)
+    asked = build_card([_note(1)], HOLDER, confirm="nonce")
+    assert [b.data for b in asked.actions] == ["y:nonce", "n:"] and "cannot be undone" in asked.status
+    empty = build_card([], HOLDER, confirm="nonce")
     assert empty.actions == () and empty.status == "No agent has written anything about you."

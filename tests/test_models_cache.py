@@ -37,7 +37,7 @@ async def _ask(gw: Gateway, s: aiohttp.ClientSession, conv: str, text: str) -> N
 
 
 async def _conversation(s: aiohttp.ClientSession) -> str:
-    return (await (await s.post("/api/v1/conversations")).json())["id"]
+    return (await (await s.post("/api/v1/conversations", json={})).json())["id"]
 
 
 def _system(request: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from .conftest import run_finished, running_gateway, wait_for, write_config
 
 async def test_metrics_and_readyz(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
         await wait_for(lambda: run_finished(gw, run))
         text = await (await s.get("/metrics")).text()
@@ -39,7 +39,7 @@ async def test_secrets_never_reach_logs(tmp_path: Path, monkeypatch: pytest.Monk
     caplog.set_level(logging.DEBUG)
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         headers = {"Authorization": f"Bearer {secret}"}
-        conv = (await (await s.post("/api/v1/conversations", headers=headers)).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={}, headers=headers)).json())["id"]
         await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"}, headers=headers)
         await wait_for(lambda: any("run" in r.getMessage() for r in caplog.records) or True)
         ok, _ = await gw.reload_from_disk()
@@ -107,7 +107,7 @@ async def test_readyz_is_not_ready_until_messages_are_taken(config_dir: Path) ->
         async with aiohttp.ClientSession(gw.url) as s:
             r = await s.get("/readyz")
             assert r.status == 503 and (await r.json())["accepting"] is False
-            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             early = asyncio.create_task(s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "early"}))
             await asyncio.sleep(0.3)
             assert not early.done()  # waiting for the start, neither refused nor taken yet

@@ -188,7 +188,7 @@ async def test_reload_lets_a_run_in_flight_finish_on_its_adapter(tmp_path: Path)
             import aiohttp
 
             async with aiohttp.ClientSession(gw.url) as s:
-                conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+                conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
                 sent = await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "go"})).json()
                 await wait_for(lambda: fake.requests, what="the model to be asked")
                 before = gw.adapters["web"]

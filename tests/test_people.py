@@ -11,7 +11,7 @@ import pytest
 
 from gateway.ops import cli
 from gateway.clock import ManualClock
-from gateway.inbound.commands import COMMANDS, help_text, parse_command
+from gateway.inbound.commands import COMMANDS, LINK_TRIES, LINK_TRIES_WINDOW, help_text, parse_command
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.models import LinkCode
@@ -73,6 +73,27 @@ async def test_a_used_or_wrong_code_links_nothing_and_reveals_nothing(tmp_path: 
             from sqlalchemy import select
 
             assert code.replace("-", "") not in [row.code_hash for row in await s.scalars(select(LinkCode))]
+
+
+async def test_wrong_codes_are_throttled_per_account_with_a_time_to_try_again(tmp_path: Path) -> None:
+    """Guessing meets a wall: five wrong codes in ten minutes and this account waits, even with a right one
+    (docs/security.md, "The web chat and the HTTP API")."""
+    clock = ManualClock()
+    async with world(tmp_path, clock=clock) as w:
+        for n in range(LINK_TRIES):
+            reply = await w.command(MALLORY_TG, DM_MALLORY_TG, f"/link ABCD-EFG{n + 2}")
+            assert reply.startswith("That code doesn't work"), reply
+        code = await _code(w, ALICE, DM_ALICE)
+        reply = await w.command(MALLORY_TG, DM_MALLORY_TG, f"/link {code}")
+        until = clock.now() + LINK_TRIES_WINDOW
+        assert reply.startswith("Too many wrong link codes from this account: try again after "
+                                f"{until:%H:%M} UTC (in 10 minutes)"), reply
+        assert await w.person(MALLORY_TG) != await w.person(ALICE), "a throttled account was linked"
+        # Another account is not throttled by Mallory's guesses; the code still works for it.
+        assert (await w.command(ALICE_TG, DM_ALICE_TG, f"/link {code}")).startswith("Linked")
+        clock.advance(LINK_TRIES_WINDOW.total_seconds() + 1)
+        reply = await w.command(MALLORY_TG, DM_MALLORY_TG, "/link ABCD-EFGH")
+        assert reply.startswith("That code doesn't work"), "the throttle outlived its window"
 
 
 async def test_linking_happens_only_in_a_direct_message_and_can_be_switched_off(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ async def test_openai_compatible_provider(tmp_path: Path) -> None:
     fake = await FakeOpenAI().start()
     try:
         async with running_gateway(_config(tmp_path / "c", fake.base_url)) as gw, aiohttp.ClientSession(gw.url) as s:
-            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
             [reply] = await wait_for(lambda: _final(s, conv))
             assert reply["text"] == "Hello from the fake model."
@@ -49,7 +49,7 @@ async def test_unreachable_or_failing_model_is_told_in_the_chat(tmp_path: Path) 
     fake.status = 500
     try:
         async with running_gateway(_config(tmp_path / "c", fake.base_url)) as gw, aiohttp.ClientSession(gw.url) as s:
-            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
             [reply] = await wait_for(lambda: _final(s, conv))
             assert "The model service answered with an error (HTTP 500)" in reply["text"]
@@ -59,7 +59,7 @@ async def test_unreachable_or_failing_model_is_told_in_the_chat(tmp_path: Path) 
         await fake.stop()
     # Nothing listens on that port any more: "could not be reached".
     async with running_gateway(_config(tmp_path / "d", fake.base_url)) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})
         [reply] = await wait_for(lambda: _final(s, conv), timeout=30)
         assert "could not be reached" in reply["text"] or "answered with an error" in reply["text"]
@@ -69,7 +69,7 @@ async def test_missing_key_is_told_in_the_chat(tmp_path: Path, monkeypatch: Any)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     cfg = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "openai-chat:gpt-4o"}})
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
         [reply] = await wait_for(lambda: _final(s, conv))
         assert reply["text"].startswith("_I can't answer: model 'openai-chat:gpt-4o' cannot be used")

@@ -49,7 +49,7 @@ async def _turns(s: aiohttp.ClientSession, conv: str) -> list[dict]:
 async def test_messages_during_a_run_become_the_next_turn_in_order(tmp_path: Path) -> None:
     GATE[:] = [asyncio.Event()]; SEEN.clear(); ACTIVE[:] = [0, 0]
     async with running_gateway(_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         first = await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "one"})).json()
         await wait_for(lambda: SEEN == ["one"], what="first run to start")
         second = await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "two"})).json()
@@ -70,7 +70,7 @@ async def test_messages_during_a_run_become_the_next_turn_in_order(tmp_path: Pat
 async def test_full_queue_says_busy_and_keeps_nothing(tmp_path: Path) -> None:
     GATE[:] = [asyncio.Event()]; SEEN.clear()
     async with running_gateway(_config(tmp_path / "c", queue=1)) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         url = f"/api/v1/conversations/{conv}/messages"
         assert (await s.post(url, json={"text": "one"})).status == 202
         await wait_for(lambda: SEEN == ["one"])
@@ -87,7 +87,7 @@ async def test_conversations_run_in_parallel(tmp_path: Path) -> None:
     GATE[:] = [asyncio.Event()]; SEEN.clear(); ACTIVE[:] = [0, 0]
     async with running_gateway(_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
         for i in range(3):
-            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": f"c{i}"})
         await wait_for(lambda: ACTIVE[0] == 3, what="three conversations running at once")
         GATE[0].set()

@@ -195,7 +195,7 @@ async def test_events_published_while_a_replica_cannot_listen_reach_it_in_order_
     try:
         assert a.relay is not None and b.relay is not None
         async with aiohttp.ClientSession() as http:
-            async with http.post(f"{a.url}/api/v1/conversations") as r:
+            async with http.post(f"{a.url}/api/v1/conversations", json={}) as r:
                 conv = (await r.json())["id"]
         async with b.events.listen(conv) as queue:
             await wait_for(lambda: b.relay is not None and b.relay.listening, what="B listening")

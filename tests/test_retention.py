@@ -25,7 +25,7 @@ async def test_pruning_keeps_the_ledger_a_week_and_never_touches_history(tmp_pat
     async with database_url(engine, tmp_path) as url:
         config = write_config(tmp_path / "config", gateway={"database": {"url": url}})
         async with running_gateway(config, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
-            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             for i in range(3):
                 r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": f"hello {i}"})
                 run_id = (await r.json())["run_id"]

@@ -71,7 +71,7 @@ def slow_config(path: Path, **kw: Any) -> Path:
 
 async def test_stop_from_the_web_ends_the_run_within_a_second(tmp_path: Path) -> None:
     async with running_gateway(slow_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         events: list[dict[str, Any]] = []
         listener = asyncio.create_task(_sse(s, f"/api/v1/conversations/{conv}/events", events))
         await wait_for(lambda: gw.events._listeners.get(conv), what="SSE subscription")
@@ -83,7 +83,7 @@ async def test_stop_from_the_web_ends_the_run_within_a_second(tmp_path: Path) ->
         await asyncio.sleep(0.3)
 
         pressed = time.monotonic()
-        r = await s.post(f"/api/v1/runs/{run_id}/stop")
+        r = await s.post(f"/api/v1/runs/{run_id}/stop", json={})
         assert r.status == 200 and (await r.json())["stopped"] is True
         await wait_for(lambda: any(e["type"] == "run_end" for e in events), what="the run to end")
         assert time.monotonic() - pressed < 5.0  # the reply runs 10 s: cut well short (a generous bound on a busy machine)
@@ -101,15 +101,15 @@ async def test_stop_from_the_web_ends_the_run_within_a_second(tmp_path: Path) ->
         assert "finished" not in answer["text"] and answer["status"] == "stopped"
 
         # Nothing left to stop: said so, and nothing changes.
-        r = await s.post(f"/api/v1/runs/{run_id}/stop")
+        r = await s.post(f"/api/v1/runs/{run_id}/stop", json={})
         assert r.status == 409 and (await r.json())["stopped"] is False
-        r = await s.post("/api/v1/runs/nope/stop")
+        r = await s.post("/api/v1/runs/nope/stop", json={})
         assert r.status == 404
 
 
 async def test_a_fast_reply_leaves_no_stop_control_behind(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         events: list[dict[str, Any]] = []
         listener = asyncio.create_task(_sse(s, f"/api/v1/conversations/{conv}/events", events))
         await wait_for(lambda: gw.events._listeners.get(conv), what="SSE subscription")
@@ -128,11 +128,11 @@ async def test_a_stop_pressed_on_another_replica_reaches_the_run(tmp_path: Path)
     cfg = slow_config(tmp_path / "c")
     async with running_gateway(cfg) as a, running_gateway(cfg) as b, \
             aiohttp.ClientSession(a.url) as sa, aiohttp.ClientSession(b.url) as sb:
-        conv = (await (await sa.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await sa.post("/api/v1/conversations", json={})).json())["id"]
         run_id = (await (await sa.post(f"/api/v1/conversations/{conv}/messages", json={"text": "go"})).json())["run_id"]
         await wait_for(lambda: a.runner.live_text(run_id), what="the reply to stream on a")
 
-        r = await sb.post(f"/api/v1/runs/{run_id}/stop")
+        r = await sb.post(f"/api/v1/runs/{run_id}/stop", json={})
         body = await r.json()
         assert r.status == 200 and body["stopped"] is True and "another gateway process" in body["message"]
         assert (await a.store.run(run_id)).status == repo.RUNNING  # type: ignore[union-attr]

@@ -25,7 +25,7 @@ async def _sse(session: aiohttp.ClientSession, path: str, into: list[dict[str, A
 
 async def test_message_streams_and_is_stored(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        r = await s.post("/api/v1/conversations")
+        r = await s.post("/api/v1/conversations", json={})
         assert r.status == 201
         conv = (await r.json())["id"]
         events: list[dict[str, Any]] = []
@@ -53,7 +53,7 @@ async def test_message_streams_and_is_stored(config_dir: Path) -> None:
 
 async def test_conversation_survives_restart(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "remember me"})
 
         async def answered() -> bool:
@@ -77,7 +77,7 @@ async def test_conversation_survives_restart(config_dir: Path) -> None:
 
 async def test_bad_input_is_refused_and_nothing_stored(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         url = f"/api/v1/conversations/{conv}/messages"
         r = await s.post(url, data=b"{not json", headers={"Content-Type": "application/json"})
         assert r.status == 400 and "JSON" in (await r.json())["message"]
@@ -97,10 +97,10 @@ async def test_api_token_required_when_set(tmp_path: Path, monkeypatch: Any) -> 
     monkeypatch.setenv("TEST_API_TOKEN", "s3cret-token")
     cfg = write_config(tmp_path / "c", gateway={"http": {"listen": "127.0.0.1:0", "api_token": "env:TEST_API_TOKEN"}})
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        assert (await s.post("/api/v1/conversations")).status == 401
-        r = await s.post("/api/v1/conversations", headers={"Authorization": "Bearer wrong"})
+        assert (await s.post("/api/v1/conversations", json={})).status == 401
+        r = await s.post("/api/v1/conversations", json={}, headers={"Authorization": "Bearer wrong"})
         assert r.status == 401
-        r = await s.post("/api/v1/conversations", headers={"Authorization": "Bearer s3cret-token"})
+        r = await s.post("/api/v1/conversations", json={}, headers={"Authorization": "Bearer s3cret-token"})
         assert r.status == 201
         assert (await s.get("/healthz")).status == 200
 
@@ -121,7 +121,7 @@ async def test_modes_switch_only_for_the_bindings_deciders_and_are_audited(tmp_p
     bindings = {"web": {"platform": "web", "agent": "assistant", "approvals": {"deciders": ["someone-else"]}}}
     cfg = write_config(tmp_path / "c", bindings=bindings)
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         r = await s.post(f"/api/v1/conversations/{conv}/modes", json={"approve_all": True})
         assert r.status == 403 and (await r.json())["message"] == "Only someone-else can change approvals here."
         state = await (await s.get(f"/api/v1/conversations/{conv}/messages")).json()

@@ -13,11 +13,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from playwright.async_api import BrowserContext, Page, async_playwright, expect
+from aiohttp import web
+from playwright.async_api import BrowserContext, Page, Request, async_playwright, expect
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gateway.runs.llm import register_model
+from gateway.store.notes import NoteStore, Scope
 
 from .conftest import running_gateway, write_config
 
@@ -110,3 +112,88 @@ async def test_page_streams_answer_and_keeps_it_after_reload(tmp_path: Path) -> 
             await expect(page.locator(".msg.assistant.streaming")).to_have_count(0)
         finally:
             await context.close()
+
+
+ATTACKER_PAGE = """<!doctype html><script>
+window.done = (async () => {
+  const erase = JSON.stringify({action: "erase"});
+  const sent = [];
+  for (const [path, type, body] of [["/api/v1/me/memory", "text/plain", erase],
+                                    ["/api/v1/me/memory", "application/x-www-form-urlencoded", "action=erase"],
+                                    ["/api/v1/conversations", "text/plain", ""]]) {
+    try { await fetch(TARGET + path, {method: "POST", mode: "no-cors", headers: {"Content-Type": type}, body}); sent.push(path); }
+    catch (e) { sent.push("failed " + path); }
+  }
+  return sent;
+})();
+</script>"""
+
+
+@pytest.mark.browser
+async def test_with_a_token_the_page_streams_through_a_stream_token_and_another_site_changes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's own requests carry the token in a header; its event stream opens with a stream
+    token (never the API token in a URL) and the reply arrives. A page on another origin, in the
+    same browser, sends the "simple" POSTs of issue 29: nothing is erased, nothing created."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`).")
+    token = "browser-s3cret"
+    monkeypatch.setenv("GW_BROWSER_TOKEN", token)
+    register_model("browser-stream", lambda: FunctionModel(stream_function=_slow_stream, model_name="browser-stream"))
+    cfg = write_config(
+        tmp_path / "config",
+        agents={"assistant": {"name": "Browser test agent", "model": "browser-stream", "instructions": "Test."}},
+        gateway={"http": {"listen": "127.0.0.1:0", "api_token": "env:GW_BROWSER_TOKEN"}},
+    )
+    async def attacker_page(request: web.Request) -> web.Response:  # another origin: another port
+        return web.Response(text=ATTACKER_PAGE.replace("TARGET", repr(gw_url)), content_type="text/html")
+
+    attacker = web.Application()
+    attacker.router.add_get("/", attacker_page)
+    async with running_gateway(cfg) as gw, async_playwright() as pw:
+        gw_url = gw.url
+        person = (await gw.store.identify("web", "local", "local", "local")).person_id
+        await NoteStore(gw.store).write(Scope("assistant", "person", person), "tea.md", "green")
+        runner = web.AppRunner(attacker)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        attacker_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        context: BrowserContext = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))
+        try:
+            page: Page = context.pages[0] if context.pages else await context.new_page()
+            await page.add_init_script(f"localStorage.setItem('agent-gateway-token', {token!r});")
+            urls: list[str] = []
+            authorized: list[bool] = []
+
+            def seen(request: Request) -> None:
+                if "/api/" in request.url:
+                    urls.append(request.url)
+                    authorized.append(request.headers.get("authorization") == f"Bearer {token}")
+
+            page.on("request", seen)
+            await page.goto(gw.url + "/")
+            await expect(page).to_have_url(re.compile(r"#\w+"), timeout=WAIT)
+            box = page.locator("textarea#text")
+            await box.fill("hello with a token")
+            await box.press("Enter")
+            await expect(page.locator(".msg.assistant:not(.streaming)")).to_have_text(FINAL, timeout=WAIT)
+            streams = [u for u in urls if "/events" in u]
+            assert streams and all("stream_token=" in u for u in streams), urls
+            assert not any(token in u or "access_token" in u for u in urls), "the API token went into a URL"
+            assert all(ok for u, ok in zip(urls, authorized, strict=True) if "/events" not in u), urls
+
+            evil = await context.new_page()
+            await evil.goto(f"http://127.0.0.1:{attacker_port}/")
+            sent = await evil.evaluate("window.done")
+            assert len(sent) == 3 and not any(s.startswith("failed") for s in sent), sent  # they did go out
+            assert [n.name for n in await NoteStore(gw.store).about(person)] == ["tea.md"]
+            async with gw.store.sessions() as s:
+                from sqlalchemy import func, select
+
+                from gateway.store.models import Conversation
+
+                assert await s.scalar(select(func.count()).select_from(Conversation)) == 1, "another site made one"
+        finally:
+            await context.close()
+            await runner.cleanup()

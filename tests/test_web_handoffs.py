@@ -22,7 +22,7 @@ async def test_a_handoff_answers_in_the_web_conversation_under_its_name(tmp_path
     cfg = write_config(tmp_path, agents={"assistant": member("Assistant"), "researcher": member("Researcher")})
     script = say_calls(("send_to_agent", {"agent": "researcher", "message": "find the release date", "wait": False}))
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         events: list[dict[str, Any]] = []
         listener = asyncio.create_task(_sse(s, f"/api/v1/conversations/{conv}/events", events))
         await wait_for(lambda: gw.events._listeners.get(conv), what="SSE subscription")

@@ -11,7 +11,7 @@ from .conftest import running_gateway, wait_for
 
 async def test_finished_replies_are_forgotten_by_the_web_adapter(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         for text in ("one", "two"):
             r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": text})
             assert r.status == 202

@@ -35,13 +35,17 @@ KEEPALIVE = 15.0
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+MESSAGES_ROUTE = "/api/v1/conversations/{id}/messages"  # the one route that also takes multipart uploads
+EVENTS_ROUTE = "/api/v1/conversations/{id}/events"  # the one route a stream token opens
+
+
 def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
     api = _Api(gateway)
     return [
         web.post("/api/v1/conversations", api.create_conversation),
-        web.get("/api/v1/conversations/{id}/messages", api.list_messages),
-        web.post("/api/v1/conversations/{id}/messages", api.post_message),
-        web.get("/api/v1/conversations/{id}/events", api.events),
+        web.get(MESSAGES_ROUTE, api.list_messages),
+        web.post(MESSAGES_ROUTE, api.post_message),
+        web.get(EVENTS_ROUTE, api.events),
         web.post("/api/v1/conversations/{id}/modes", api.set_modes),
         web.post("/api/v1/approvals/{id}", api.decide),
         web.post("/api/v1/runs/{id}/stop", api.stop_run),
@@ -92,9 +96,10 @@ class _Api:
         files: list[tuple[str, str, bytes]] = []
         if request.content_type == "multipart/form-data":
             try:
-                form = await read_form(request, self.gw.config.gateway.limits.attachment_max_bytes, MAX_TEXT)
+                form = await read_form(request, self.gw.config.gateway.limits.attachment_max_bytes, MAX_TEXT,
+                                       self.gw.uploads)
             except UploadRefused as e:
-                return _bad(e.status, e.code, str(e))
+                return e.response()
             text, files = form.text, form.files
         else:
             body = await _json_object(request)

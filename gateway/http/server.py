@@ -1,23 +1,28 @@
 """The daemon's one aiohttp application: health, metrics, the API, and the routes adapters serve.
 
-A database that does not answer in time is 503 with Retry-After on every route (one middleware,
-`_busy_middleware`), never a 500.
+Every request passes the same middlewares, outermost first:
+1. `guard`: a Host that is not ours is 421; a state-changing API request must be JSON from our
+   own origin (`gateway.http.guard`);
+2. `access`: the API token in the Authorization header, or a stream token on the event stream
+   (`gateway.http.access`);
+3. `_busy_middleware`: a database that does not answer in time is 503 with Retry-After, never a 500;
+4. `slow_clients`: a body that stops arriving is 408 and its connection closed.
+Platform webhooks check their own signatures in their adapters.
 
-The JSON API is guarded by `http.api_token` when one is set (a bearer token, or
-`?access_token=` for EventSource, which cannot send headers). Platform webhooks check their
-own signatures in their adapters instead.
+Listening beyond loopback, `/readyz` and `/metrics` keep their details (MCP commands and URLs,
+bindings, databases) for a caller with the API token; anyone else learns only ready or not.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.http import api
+from gateway.http import api, guard, slow_clients
+from gateway.http.access import Access
 from gateway.store.availability import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -25,8 +30,8 @@ if TYPE_CHECKING:
     from gateway.outbound.adapter import Adapter
 
 GATEWAY_KEY: web.AppKey[Gateway] = web.AppKey("gateway")
+ACCESS_KEY: web.AppKey[Access] = web.AppKey("access")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-PROTECTED_PREFIXES = ("/api/",)
 log = logging.getLogger("gateway.http.server")
 
 
@@ -60,13 +65,23 @@ class AdapterRoutes:
 
 
 def build_app(gateway: Gateway) -> web.Application:
-    app = web.Application(middlewares=[_auth_middleware(gateway), _busy_middleware], client_max_size=2 * 1024**2)
+    http_config = gateway.config.gateway.http
+    token_ref = http_config.api_token
+    access = Access(token_ref.resolve().reveal() if token_ref is not None else None, gateway.clock, api.EVENTS_ROUTE)
+    rules = guard.SurfaceRules.of(http_config, gateway.listen, upload_routes={api.MESSAGES_ROUTE})
+    app = web.Application(
+        middlewares=[guard.middleware(rules), access.middleware(), _busy_middleware,
+                     slow_clients.middleware(http_config.body_timeout_seconds)],
+        client_max_size=2 * 1024**2,
+    )
     app[GATEWAY_KEY] = gateway
+    app[ACCESS_KEY] = access
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/metrics", _metrics)
     app.router.add_post("/api/v1/admin/reload", _reload)
     app.router.add_routes(api.routes(gateway))
+    app.router.add_routes(access.routes())
     app.router.add_routes(gateway.extra_routes)  # before the catch-all
     app.router.add_route("*", "/{tail:.*}", gateway.routes.handle)
     gateway.routes.rebuild(gateway.adapters.values())
@@ -79,23 +94,10 @@ async def _reload(request: web.Request) -> web.Response:
     return web.json_response({"reloaded": ok, "problems": problems}, status=200 if ok else 422)
 
 
-def _auth_middleware(gateway: Gateway) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    token_ref = gateway.config.gateway.http.api_token
-    token = token_ref.resolve().reveal() if token_ref is not None else None
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if token is not None and request.path.startswith(PROTECTED_PREFIXES):
-            offered = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            offered = offered or request.query.get("access_token", "")
-            if not hmac.compare_digest(offered.encode(), token.encode()):
-                return web.json_response(
-                    {"error": "unauthorized", "message": "send the API token as 'Authorization: Bearer <token>'"},
-                    status=401,
-                )
-        return await handler(request)
-
-    return middleware
+def _shows_details(request: web.Request) -> bool:
+    """On loopback, everyone who can connect is on this machine; beyond it, only a token holder."""
+    gateway = request.app[GATEWAY_KEY]
+    return guard.is_loopback(gateway.listen.rpartition(":")[0]) or request.app[ACCESS_KEY].has_token(request)
 
 
 @web.middleware
@@ -120,9 +122,15 @@ async def _healthz(request: web.Request) -> web.Response:
 
 async def _readyz(request: web.Request) -> web.Response:
     state = await request.app[GATEWAY_KEY].readiness()
-    return web.json_response(state, status=200 if state["ready"] else 503)
+    status = 200 if state["ready"] else 503
+    if not _shows_details(request):
+        return web.json_response({"ready": state["ready"]}, status=status)
+    return web.json_response(state, status=status)
 
 
 async def _metrics(request: web.Request) -> web.Response:
+    if not _shows_details(request):
+        return web.json_response({"error": "unauthorized", "message": "beyond loopback, /metrics needs "
+                                  "'Authorization: Bearer <http.api_token>'"}, status=401)
     body = request.app[GATEWAY_KEY].metrics.render()
     return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})

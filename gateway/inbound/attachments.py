@@ -99,7 +99,11 @@ async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_
     out = Files()
     for key, value in stored.items():
         entries = [dict(e) for e in json.loads(value)]
-        results = await asyncio.gather(*(_one(e, adapter, max_bytes, profile, uploads) for e in entries))
+        try:
+            results = await asyncio.gather(*(_one(e, adapter, max_bytes, profile, uploads) for e in entries))
+        finally:
+            if uploads is not None:  # read or refused (a type not read, too large): not kept a moment longer
+                uploads.drop([str(e["ref"]) for e in entries if Uploads.holds(e.get("ref"))])
         for entry, (parts, notice) in zip(entries, results, strict=True):
             out.parts.extend(parts)
             if notice:

@@ -8,13 +8,19 @@ Mattermost); an unknown `/word` gets a short "try /help" instead of a model run.
 Commands reach this module only through `gateway.inbound.pipeline`, after admission, identity and the
 ledger; every answer goes out through `gateway.outbound.delivery.Outbound`. Who may switch approval
 modes is asked of `gateway.approvals.service`, on every door.
+
+`/link CODE` is throttled per account: LINK_TRIES wrong codes within LINK_TRIES_WINDOW and the
+account is told when it may try again (codes have 40 random bits; the throttle keeps guessing
+hopeless). The count lives in this process, on the store's clock.
 """
 
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Literal
 
 from gateway.runs import memory
@@ -28,6 +34,35 @@ from gateway.store.notes import NoteStore
 from gateway.store.people import LINK_TTL, AccountRef, PeopleStore
 from gateway.runs.stop import Stops
 from gateway.outbound.adapter import target_for
+
+
+LINK_TRIES = 5  # wrong `/link CODE`s per account within LINK_TRIES_WINDOW
+LINK_TRIES_WINDOW = timedelta(minutes=10)
+
+
+class LinkTries:
+    """Wrong link codes per account, so a guesser is stopped; on an injected clock."""
+
+    def __init__(self, now: Callable[[], datetime]) -> None:
+        self._now = now
+        self._wrong: dict[str, deque[datetime]] = {}
+
+    def blocked_until(self, account: AccountRef) -> datetime | None:
+        """When this account may try again; None when it may now."""
+        now, key = self._now(), str(account)
+        wrong = self._wrong.get(key)
+        while wrong and wrong[0] <= now - LINK_TRIES_WINDOW:
+            wrong.popleft()
+        if not wrong:
+            self._wrong.pop(key, None)
+            return None
+        return wrong[0] + LINK_TRIES_WINDOW if len(wrong) >= LINK_TRIES else None
+
+    def failed(self, account: AccountRef) -> None:
+        self._wrong.setdefault(str(account), deque()).append(self._now())
+
+    def succeeded(self, account: AccountRef) -> None:
+        self._wrong.pop(str(account), None)
 
 
 @dataclass(frozen=True)
@@ -119,6 +154,7 @@ class Commands:
         self._stops = stops
         self._memory_cards = memory_cards
         self._people = PeopleStore(store)
+        self._link_tries = LinkTries(store.clock.now)
 
     async def run(self, asked: Asked) -> str | None:
         """Answer the command; returns the conversation it touched, if any."""
@@ -235,12 +271,21 @@ class Commands:
                                 "in the web chat) to make that account you too. It works once; don't share it: "
                                 "whoever sends it becomes you here, notes included.")
             return
-        linked = await self._people.redeem(" ".join(asked.command.raw_args), self._account(message))
+        account = self._account(message)
+        until = self._link_tries.blocked_until(account)
+        if until is not None:
+            minutes = max(1, -(-int((until - self._store.clock.now()).total_seconds()) // 60))
+            self._tell(message, f"Too many wrong link codes from this account: try again after {until:%H:%M} UTC "
+                                f"(in {minutes} minute{'s' if minutes != 1 else ''}). Nothing was linked.")
+            return
+        linked = await self._people.redeem(" ".join(asked.command.raw_args), account)
         if linked is None:
+            self._link_tries.failed(account)
             self._tell(message, "That code doesn't work: it may be mistyped, used already or older than "
                                 f"{int(LINK_TTL.total_seconds() // 60)} minutes. Send `/link` on your other account "
                                 "for a new one.")
             return
+        self._link_tries.succeeded(account)
         if linked.already:
             self._tell(message, "This account is already linked to that person.")
             return

@@ -10,14 +10,22 @@ acts on is decided here from where the click came from: the clicker's own store 
 chat's in a group (and there only for someone who may change the chat's notes). The note must be
 in that store and match its fingerprint, so a forged id, another person's note or a button left
 on a stale card (the row gone, its id reused) answers "gone or not yours" and changes nothing.
+
+"Yes, erase" carries a random nonce (`y:<nonce>`) issued when "Erase all…" was pressed, bound to
+that conversation, that store and the account that pressed it, good once and for CONFIRM_MINUTES.
+A forged, replayed or borrowed confirmation (another account, another chat) erases nothing. The
+questions live in this process: a confirmation reaching another replica, or a restarted one,
+is told to ask again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal
 
@@ -36,6 +44,9 @@ log = logging.getLogger("gateway.inbound.memory_card")
 
 MAX_SHOWN = 20  # notes with buttons on one card (Slack takes 50 blocks: two a note); the rest by text
 CONFIRM_MINUTES = 10  # an "erase all" question older than this is asked again
+MAX_OPEN_QUESTIONS = 10_000  # "erase all" questions waiting for their answer, across every chat
+NOT_ASKED = ("That confirmation is not one I asked you for (or it was answered already); nothing was erased. "
+             "Press “Erase all…” to be asked again.")
 GONE = "That note is gone or isn't yours; nothing changed. `/memory` shows the notes as they are now."
 STALE = "This button is no longer valid; nothing changed. `/memory` shows the notes as they are now."
 
@@ -117,9 +128,20 @@ def parse_data(data: str) -> tuple[MemoryAction, str] | None:
         return None
 
 
-def build_card(notes: list[Note], holder: Holder, *, now_minute: int, status: str = "", footer: str = "",
-               confirming: bool = False) -> MemoryCard:
-    """The card for these notes. Pure: the same notes give the same card on any replica."""
+@dataclass(frozen=True, slots=True)
+class _Question:
+    """An "erase all" asked of one account about one store in one conversation."""
+
+    where: tuple[str, str, str]  # binding, workspace, channel
+    account_id: str
+    holder: Holder
+    expires: datetime
+
+
+def build_card(notes: list[Note], holder: Holder, *, confirm: str = "", status: str = "",
+               footer: str = "") -> MemoryCard:
+    """The card for these notes; with `confirm` (a question's nonce), asking whether to erase them all.
+    Pure: the same notes give the same card on any replica."""
     mine = holder.kind != CHAT
     title = "What agents wrote about you" if mine else "What agents keep for this chat"
     lines = []
@@ -140,10 +162,10 @@ def build_card(notes: list[Note], holder: Holder, *, now_minute: int, status: st
         more = len(notes) - MAX_SHOWN
         footer = f"{more} more not shown: `/memory` in text lists them all. {footer}".strip()
     actions: tuple[MemoryButton, ...] = ()
-    if confirming and notes:
+    if confirm and notes:
         what = f"all {len(notes)} note{'s' if len(notes) != 1 else ''}"
         status = f"Erase {what}{' about you' if mine else ' of this chat'}? This cannot be undone."
-        actions = (MemoryButton(f"Yes, erase {what}", f"{MemoryAction.CONFIRM}:{now_minute:x}", "danger"),
+        actions = (MemoryButton(f"Yes, erase {what}", f"{MemoryAction.CONFIRM}:{confirm}", "danger"),
                    MemoryButton("Cancel", f"{MemoryAction.CANCEL}:"))
     elif notes:
         actions = (MemoryButton("Erase all…", f"{MemoryAction.ERASE}:", "danger"),)
@@ -158,16 +180,37 @@ class MemoryCards:
                  adapter_for: Callable[[str], Adapter | None]) -> None:
         self._store, self._notes, self._approvals = store, NoteStore(store), approvals
         self._bindings, self._adapter_for = bindings, adapter_for
+        self._questions: dict[str, _Question] = {}  # nonce -> the "erase all" it confirms
 
-    def _minute(self) -> int:
-        return int(self._store.clock.now().timestamp() // 60)
-
-    async def card(self, holder: Holder, *, status: str = "", confirming: bool = False) -> MemoryCard:
+    async def card(self, holder: Holder, *, status: str = "", confirm: str = "") -> MemoryCard:
         footer = ("Only you see this conversation's card; the notes are yours." if holder.kind != CHAT else
                   "The agent uses these notes for everyone in this chat, never anyone's own notes. "
                   "Changing them is for the people who may decide approvals here.")
-        return build_card(await self._notes.held(holder), holder, now_minute=self._minute(), status=status,
-                          footer=footer, confirming=confirming)
+        return build_card(await self._notes.held(holder), holder, confirm=confirm, status=status, footer=footer)
+
+    def _ask(self, click: MemoryClick, holder: Holder) -> str:
+        """A fresh nonce for "Yes, erase", bound to where, whom and which store."""
+        now = self._store.clock.now()
+        for nonce in [n for n, q in self._questions.items() if q.expires <= now]:
+            del self._questions[nonce]
+        while len(self._questions) >= MAX_OPEN_QUESTIONS:
+            del self._questions[next(iter(self._questions))]  # the oldest
+        nonce = secrets.token_urlsafe(12)  # 16 characters: `y:` + it fits every platform's button data
+        self._questions[nonce] = _Question((click.binding_id, click.workspace, click.channel),
+                                           click.clicker.account_id, holder, now + timedelta(minutes=CONFIRM_MINUTES))
+        return nonce
+
+    def _answer(self, click: MemoryClick, holder: Holder, nonce: str) -> str | None:
+        """None when `nonce` is the open question of this clicker about this store here (then spent);
+        else why nothing is erased. A question is left open for its asker when someone else answers."""
+        question = self._questions.get(nonce)
+        if (question is None or question.where != (click.binding_id, click.workspace, click.channel)
+                or question.account_id != click.clicker.account_id or question.holder != holder):
+            return NOT_ASKED
+        del self._questions[nonce]
+        if question.expires <= self._store.clock.now():
+            return "That question is too old; nothing was erased. Press “Erase all…” again to be asked again."
+        return None
 
     async def post(self, target: ReplyTarget, holder: Holder) -> bool:
         """Post the card where the platform shows buttons; False where it does not (answer in text then)."""
@@ -207,17 +250,13 @@ class MemoryCards:
         action, arg = parsed
         by = f" ({click.clicker.display_name or click.clicker.account_id})" if holder.kind == CHAT else ""
         if action is MemoryAction.ERASE:
-            return MemoryClickOutcome(await self.card(holder, confirming=True))
+            return MemoryClickOutcome(await self.card(holder, confirm=self._ask(click, holder)))
         if action is MemoryAction.CANCEL:
             return MemoryClickOutcome(await self.card(holder, status="Nothing was erased."))
         if action is MemoryAction.CONFIRM:
-            try:
-                asked = int(arg, 16)
-            except ValueError:
-                return MemoryClickOutcome(None, STALE)
-            if not 0 <= self._minute() - asked <= CONFIRM_MINUTES:
-                return MemoryClickOutcome(await self.card(holder), "That question is too old; nothing was erased. "
-                                                                   "Press “Erase all…” again to be asked again.")
+            refusal = self._answer(click, holder, arg)
+            if refusal is not None:
+                return MemoryClickOutcome(await self.card(holder), refusal)
             count = await self._notes.erase_held(holder)
             return MemoryClickOutcome(await self.card(holder, status=f"Erased {count} note{'s' if count != 1 else ''}{by}."))
         note = await self._note(holder, arg)

@@ -76,9 +76,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     configure_logging(config.gateway.logging)
     from gateway.daemon import Gateway, StartupError, freeze_startup_objects
 
+    from gateway.ops import open_files
+
+    open_files.raise_limit()
+
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        open_files.quiet_accept_errors(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         gateway = Gateway(config)
@@ -115,7 +120,9 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
     http_cfg = config.gateway.http
     host = "127.0.0.1" if http_cfg.host in ("0.0.0.0", "::", "") else http_cfg.host
-    request = urllib.request.Request(f"http://{host}:{http_cfg.port}/api/v1/admin/reload", method="POST")
+    # JSON, like every state-changing API request (`gateway.http.guard`); the body says nothing more.
+    request = urllib.request.Request(f"http://{host}:{http_cfg.port}/api/v1/admin/reload", data=b"{}", method="POST",
+                                     headers={"Content-Type": "application/json"})
     if http_cfg.api_token is not None:
         request.add_header("Authorization", f"Bearer {http_cfg.api_token.resolve().reveal()}")
     try:

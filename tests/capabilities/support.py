@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, To
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
+from gateway.clock import Clock
 from gateway.runs import llm
 from gateway.daemon import Gateway
 from gateway.messages import ChatKind, InboundMessage, Sender
@@ -214,7 +215,7 @@ def agent(*capabilities: dict[str, Any], model: str = "recorder") -> dict[str, A
 @contextlib.asynccontextmanager
 async def world(directory: Path, *, agents: dict[str, dict[str, Any]] | None = None,
                 bindings: dict[str, dict[str, Any]] | None = None,
-                gateway: dict[str, Any] | None = None) -> AsyncIterator[World]:
+                gateway: dict[str, Any] | None = None, clock: Clock | None = None) -> AsyncIterator[World]:
     cfg = write_config(
         directory,
         agents=agents or {"assistant": agent({"id": "memory_files"})},
@@ -223,6 +224,6 @@ async def world(directory: Path, *, agents: dict[str, dict[str, Any]] | None = N
         gateway=gateway,  # e.g. {"database": {"url": pg_url}} to run on PostgreSQL
     )
     with fake_platforms("slack", "telegram", "mattermost"):
-        async with running_gateway(cfg) as gw:
+        async with running_gateway(cfg, clock=clock) as gw:
             SEEN.clear()
             yield World(gw)

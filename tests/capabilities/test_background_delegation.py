@@ -79,7 +79,7 @@ async def settled(w: World, run_id: str) -> Run:
 async def test_through_the_web_api_the_turn_ends_then_a_report_card_and_a_continuing_turn_arrive(tmp_path: Path) -> None:
     agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher()}
     async with world(tmp_path, agents=agents) as w, aiohttp.ClientSession(w.gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         events: list[dict[str, Any]] = []
 
         async def listen() -> None:
@@ -337,7 +337,7 @@ async def test_across_replicas_a_stop_reaches_the_replica_running_it_and_the_rep
                             gateway={"database": {"url": pg_url}}) for name in ("a", "b")]
     async with running_gateway(configs[0]) as a, running_gateway(configs[1]) as b:
         async with aiohttp.ClientSession(a.url) as s:
-            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": say_calls(task("HOLD:bg on a"))})
 
         async def started() -> list[BackgroundRun]:
@@ -375,14 +375,14 @@ async def _ended_run(gw: Any, run_id: str) -> Run | None:
 async def test_the_web_stop_door_takes_a_background_runs_id(tmp_path: Path) -> None:
     agents = {"assistant": delegating({"mode": "async"}), "researcher": researcher()}
     async with world(tmp_path, agents=agents) as w, aiohttp.ClientSession(w.gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": say_calls(task("HOLD:bg look"))})
         await settled(w, (await r.json())["run_id"])
         [row] = await background_runs(w)
-        r = await s.post(f"/api/v1/runs/{row.id}/stop")
+        r = await s.post(f"/api/v1/runs/{row.id}/stop", json={})
         assert r.status == 200 and (await r.json())["stopped"]
         row = await ended(w, "stopped")
         assert row.reason.startswith("stopped by ")
-        r = await s.post(f"/api/v1/runs/{row.id}/stop")
+        r = await s.post(f"/api/v1/runs/{row.id}/stop", json={})
         assert r.status == 409, "it has ended: nothing left to stop"
-        assert (await s.post("/api/v1/runs/nosuchrun/stop")).status == 404
+        assert (await s.post("/api/v1/runs/nosuchrun/stop", json={})).status == 404

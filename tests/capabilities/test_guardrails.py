@@ -210,7 +210,7 @@ async def test_a_redacted_dm_with_a_shared_file_answers_and_the_file_reaches_the
     config = write_config(tmp_path / "config", agents={"assistant": spec})
     table = b"name,email\nada,ada@example.org\n"
     async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         form = aiohttp.FormData()
         form.add_field("text", "mail bob.smith@example.com about this")
         form.add_field("file", table, filename="people.csv", content_type="text/csv")

@@ -11,7 +11,8 @@ from sqlalchemy import select
 
 from gateway.ops import cli
 from gateway.clock import ManualClock
-from gateway.inbound.memory_card import note_ref
+from gateway.inbound.memory_card import NOT_ASKED, MemoryClick, note_ref
+from gateway.messages import ChatKind, Sender
 from gateway.store.notes import Holder, NoteStore, Scope
 from gateway.store.engine import create_engine
 from gateway.store.models import MemoryAudit
@@ -24,7 +25,7 @@ from .support import agent
 async def test_the_web_person_lists_stops_restores_deletes_and_erases(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         for text in ("write_memory name=tea.md content=green", "write_memory name=MEMORY.md content=\"- tea.md: green\""):
             r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": text})
             run_id = (await r.json())["run_id"]
@@ -54,11 +55,42 @@ async def test_the_web_person_lists_stops_restores_deletes_and_erases(tmp_path: 
         assert (await (await s.get("/api/v1/me/memory")).json()) == {"notes": []}
 
 
+async def test_a_forged_borrowed_or_replayed_erase_confirmation_erases_nothing(tmp_path: Path) -> None:
+    """The old "Yes, erase" carried the current minute: anyone could send it. Now it is a nonce, once
+    (docs/security.md, "The web chat and the HTTP API")."""
+    clock = ManualClock()
+    cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
+    async with running_gateway(cfg, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
+        person = (await gw.store.identify("web", "local", "local", "local")).person_id
+        notes = NoteStore(gw.store)
+        await notes.write(Scope("assistant", "person", person), "tea.md", "green")
+
+        async def click(data: str) -> dict[str, object]:
+            return dict(await (await s.post("/api/v1/memory/click", json={"data": data})).json())
+
+        forged = await click(f"y:{int(clock.now().timestamp() // 60):x}")
+        assert forged["message"] == NOT_ASKED and len(await notes.about(person)) == 1
+        asked = await click("e:")
+        confirm = next(b["data"] for b in asked["card"]["actions"] if b["label"].startswith("Yes"))  # type: ignore[index]
+        assert len(confirm) <= 24 and confirm.startswith("y:")
+        # Another person, in their own conversation, with Alice's nonce: their notes stay too.
+        other = (await gw.store.identify("web", "local", "mallory", "mallory")).person_id
+        await notes.write(Scope("assistant", "person", other), "own.md", "mine")
+        borrowed = await gw.memory_click(MemoryClick("web", "local", "mallory", ChatKind.DM, Sender("mallory", "mallory"),
+                                                     confirm))
+        assert borrowed.message == NOT_ASKED and len(await notes.about(other)) == 1
+        done = await click(confirm)
+        assert done["card"]["status"] == "Erased 1 note."  # type: ignore[index]
+        await notes.write(Scope("assistant", "person", person), "coffee.md", "black")
+        replayed = await click(confirm)
+        assert replayed["message"] == NOT_ASKED and len(await notes.about(person)) == 1
+
+
 async def test_memory_in_the_web_chat_is_a_card_whose_buttons_act_on_the_persons_own_notes(tmp_path: Path) -> None:
     cfg = write_config(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="demo")})
     clock = ManualClock()
     async with running_gateway(cfg, clock=clock) as gw, aiohttp.ClientSession(gw.url) as s:
-        conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "write_memory name=tea.md content=green"})
         run_id = (await r.json())["run_id"]
         await wait_for(lambda: run_finished(gw, run_id), what="the write")

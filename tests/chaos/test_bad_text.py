@@ -21,7 +21,7 @@ async def test_nul_and_surrogates_in_ids_and_text_never_answer_500(tmp_path: Pat
     async with database_url(engine, tmp_path) as url:
         config = write_config(tmp_path / "config", gateway={"database": {"url": url}})
         async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
-            conv = (await (await s.post("/api/v1/conversations")).json())["id"]
+            conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             for bad_id in ("a\x00b", "\x00", "x\ud800"):
                 quoted = bad_id.encode("utf-8", "surrogatepass").hex()
                 for method, path in (("GET", f"/api/v1/conversations/%s/messages"),

@@ -15,7 +15,10 @@
   const stops = new Map(); // run id -> the Stop button under its streaming reply
 
   function token() { return localStorage.getItem("agent-gateway-token") || ""; }
+  // The API token goes in the Authorization header only, never in a URL. A state-changing request
+  // is always JSON (an empty object when there is nothing to say): the gateway refuses other bodies.
   async function api(method, path, body) {
+    if (body === undefined && method !== "GET") body = {};
     const form = body instanceof FormData; // multipart: the browser sets the Content-Type and boundary
     const headers = form ? {} : { "Content-Type": "application/json" };
     if (token()) headers.Authorization = "Bearer " + token();
@@ -196,8 +199,11 @@
     catch (e) { notice(e.message); button.disabled = false; }
   }
 
+  // The conversation id comes from the URL fragment: encoded wherever it goes into a path.
+  function path(tail) { return "/api/v1/conversations/" + encodeURIComponent(conversation) + tail; }
+
   async function load() {
-    const data = await api("GET", "/api/v1/conversations/" + conversation + "/messages");
+    const data = await api("GET", path("/messages"));
     log.innerHTML = "";
     bubbles.clear();
     cards.clear();
@@ -209,10 +215,21 @@
     items.forEach((i) => i.show());
   }
 
-  function listen() {
+  // EventSource cannot send headers: an authenticated call mints a short-lived token good for
+  // this conversation's stream only. When the stream fails for good (the token expired while the
+  // gateway was away), a fresh token opens it again.
+  async function listen() {
     if (source) source.close();
-    const q = token() ? "?access_token=" + encodeURIComponent(token()) : "";
-    source = new EventSource("/api/v1/conversations/" + conversation + "/events" + q);
+    const id = conversation;
+    const t = await api("POST", "/api/v1/stream-tokens", { conversation_id: id });
+    if (id !== conversation) return; // another conversation was opened meanwhile
+    source = new EventSource(path("/events") + "?stream_token=" + encodeURIComponent(t.token));
+    const mine = source;
+    source.onerror = () => {
+      if (mine.readyState === EventSource.CLOSED && mine === source) {
+        setTimeout(() => { if (mine === source) listen().catch((err) => notice(err.message)); }, 1000);
+      }
+    };
     source.addEventListener("delta", (e) => {
       const d = JSON.parse(e.data);
       let el = bubbles.get(d.message_id);
@@ -234,7 +251,7 @@
     localStorage.setItem("agent-gateway-conversation", id);
     location.hash = id;
     await load();
-    listen();
+    await listen();
   }
 
   async function fresh() {
@@ -277,7 +294,7 @@
         body.append("text", text);
         for (const f of pending) body.append("file", f, f.name);
       }
-      await api("POST", "/api/v1/conversations/" + conversation + "/messages", body);
+      await api("POST", path("/messages"), body);
       input.value = "";
       pending = [];
       showAttached();
