@@ -225,6 +225,18 @@ class ScopesConfig(Strict):
             raise ValueError(f"unknown scope {unknown[0]!r}; known: {', '.join(KNOWN_SCOPES)}")
         return v
 
+class McpConfig(Strict):
+    """How the gateway keeps its MCP servers connected (docs/mcp.md, "At run time")."""
+
+    keepalive_seconds: float = Field(
+        default=30, gt=0, le=3600,
+        description="A server nothing was heard from for this long is asked whether it is still there "
+        "(ping, or tools/list on a protocol revision without ping); one that does not answer is restarted",
+    )
+    connect_timeout_seconds: float = Field(
+        default=15, gt=0, le=300, description="How long starting a server and its handshake may take"
+    )
+
 
 class GatewayConfig(Strict):
     database: DatabaseConfig = DatabaseConfig()
@@ -239,6 +251,7 @@ class GatewayConfig(Strict):
     )
     knowledge: KnowledgeConfig = KnowledgeConfig()
     scopes: ScopesConfig = ScopesConfig()
+    mcp: McpConfig = McpConfig()
 
 
 # --- agents/<id>.yaml ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -89,10 +89,23 @@ class _ServerTools(WrapperToolset[Any]):
             return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
                                              "the call did not run.")
         try:
-            return await live.call_tool(name, tool_args, ctx, tool)
+            result = await live.call_tool(name, tool_args, ctx, tool)
         except ModelRetry:
             connection.suspect()  # a protocol-level failure: the pool checks the connection at once
             raise
+        except ToolFailed:
+            connection.heard()  # the tool's own error is an answer
+            raise
+        connection.heard()
+        return result
+
+
+def _why_not(connection: Any) -> str:
+    """Why a server's tools are missing from this run, for the person: starting, or down and why."""
+    if connection is not None and connection.state == "connecting":
+        return "MCP server still starting"
+    detail = connection.detail if connection is not None and connection.state == "down" else ""
+    return f"MCP server unavailable: {detail}" if detail else "MCP server unavailable"
 
 
 def builder(pool: McpPool) -> Callable[[Turn], list[Any]]:
@@ -109,8 +122,7 @@ def build_for_turn(pool: McpPool, turn: Turn) -> list[Any]:
         connection = pool.existing(turn.agent.id, spec.name)
         live = connection.live_toolset() if connection is not None else None
         if connection is None or live is None:
-            state = "still starting" if connection is not None and connection.state == "connecting" else "unreachable"
-            turn.notices.append(f"The {spec.name} tools are not available right now (MCP server {state}); "
+            turn.notices.append(f"The {spec.name} tools are not available right now ({_why_not(connection)}); "
                                 "I'll answer without them.")
             continue
         offered = set()

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gateway.mcp.pool import CONNECT_TIMEOUT, McpConnection
+from gateway.mcp.pool import McpConnection
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig, Problem
@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 
 async def probe(config: LoadedConfig, agent_ids: Iterable[str]) -> list[McpConnection]:
     """Connect each enabled server of these agents once (in parallel) and leave them connected."""
-    connections = [McpConnection(a, s, retry=False) for a in agent_ids for s in config.agents[a].mcp_servers
-                   if s.enabled]
+    settings = config.gateway.mcp
+    connections = [McpConnection(a, s, retry=False, settings=settings) for a in agent_ids
+                   for s in config.agents[a].mcp_servers if s.enabled]
     for c in connections:
         c.start()
-    await asyncio.gather(*(c.wait_usable(CONNECT_TIMEOUT + 5) for c in connections))
+    await asyncio.gather(*(c.wait_usable(settings.connect_timeout_seconds + 10) for c in connections))
     return connections
 
 

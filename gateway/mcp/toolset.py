@@ -10,14 +10,14 @@
   naming them.
 - The server's own instructions are not added to the agent's: they are text from outside.
 - A stdio program gets only the environment configured for it (plus PATH, HOME, USER, LOGNAME,
-  SHELL, TERM) and is stopped when its connection closes.
+  SHELL, TERM) and is stopped when its connection closes. Its stderr goes into a pipe the pool reads
+  (`gateway/mcp/server_log.py`), so each line is logged under the server's name.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
-from typing import Any
+from typing import Any, TextIO
 
 from fastmcp.client.transports import StdioTransport
 from pydantic_ai.mcp import MCPToolset
@@ -28,6 +28,15 @@ from bindings.models import McpServerSpec
 _fastmcp_log = logging.getLogger("fastmcp")
 _fastmcp_log.handlers.clear()
 _fastmcp_log.propagate = True
+
+
+def _not_the_parse_failure(record: logging.LogRecord) -> bool:
+    """The SDK logs every non-JSON stdout line as an error with a traceback and no server name; the same line
+    reaches the pool's message handler, which logs it under the server's name (`ServerLog.not_json`)."""
+    return record.getMessage() != "Failed to parse JSONRPC message from server"
+
+
+logging.getLogger("mcp.client.stdio").addFilter(_not_the_parse_failure)
 
 
 class PooledToolset(MCPToolset[Any]):
@@ -43,11 +52,14 @@ def pooled_toolset(
     spec: McpServerSpec,
     *,
     message_handler: Any,
+    log_handler: Any,
+    connect_timeout: float,
     url: str | None = None,
     headers: dict[str, str] | None = None,
     command: str | None = None,
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
+    stderr: TextIO | None = None,
 ) -> PooledToolset:
     common: dict[str, Any] = {
         "id": spec.name,
@@ -55,21 +67,12 @@ def pooled_toolset(
         "cache_tools": False,
         "include_instructions": False,
         "message_handler": message_handler,
+        "log_handler": log_handler,
         "read_timeout": spec.timeout_seconds,
-        "init_timeout": 15,
+        "init_timeout": connect_timeout,
     }
     if url is not None:
         return PooledToolset(url, headers=headers or None, **common)
-    assert command is not None
-    transport = StdioTransport(command, args or [], env=env or None, keep_alive=False, log_file=_stderr())
+    assert command is not None and stderr is not None
+    transport = StdioTransport(command, args or [], env=env or None, keep_alive=False, log_file=stderr)
     return PooledToolset(transport, **common)
-
-
-def _stderr() -> Any:
-    """Where a stdio program's stderr goes: ours (journald under systemd), also when ours was replaced
-    by something without a file descriptor (an embedding application, a test capturing output)."""
-    try:
-        sys.stderr.fileno()
-        return sys.stderr
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__

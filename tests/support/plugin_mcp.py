@@ -1,7 +1,8 @@
 """A plugin module (gateway.yaml `plugins:`) for MCP tests: the scripted model `test:mcp`.
 
 - "tools" answers with the names of the tools the run offers, sorted.
-- "<tool> <service>" calls that tool with {"service": <service>}, then reports what came back
+- "<tool> <service>" calls that tool with {"service": <service>} ("<tool> {json}" with those arguments), then
+  reports what came back
   ("call! <tool> <service>" calls it even when the run does not offer it):
   "[<tool> <outcome>: <content>]", an image as "<image image/png, N bytes>".
 - anything else is echoed.
@@ -39,10 +40,12 @@ async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterato
     if words == ["tools"]:
         yield "tools: " + ", ".join(names)
         return
-    forced = len(words) == 3 and words[0] == "call!"  # call a tool even if the run does not offer it
+    forced = len(words) >= 3 and words[0] == "call!"  # call a tool even if the run does not offer it
     if forced or (words and words[0] in names):
         name = words[1] if forced else words[0]
-        yield {0: DeltaToolCall(name=name, json_args=json.dumps({"service": words[-1]}), tool_call_id="call-0")}
+        rest = prompt.split(maxsplit=2 if forced else 1)[-1]
+        args = rest if rest.startswith("{") else json.dumps({"service": words[-1]})
+        yield {0: DeltaToolCall(name=name, json_args=args, tool_call_id="call-0")}
         return
     yield f"echo: {prompt}"
 
