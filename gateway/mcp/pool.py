@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import re
 import time
@@ -35,7 +36,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.mcp.pool")
 
-FIRST_WAIT = 5.0  # runs wait for a server's first connection at most this long after it was started
+FIRST_WAIT = 5.0  # runs wait for a server's first connection at most this long after its first attempt began
+LOAD_WAIT = 30.0  # ... and before that, while `pydantic_ai.mcp` is imported (seconds, off the loop)
 PROBE_TIMEOUT = 10.0  # an unanswered liveness question after this long: the server stopped answering
 STABLE_AFTER = 30.0  # a connection up this long earns a fast reconnect
 
@@ -105,7 +107,7 @@ class McpConnection:
 
     def start(self) -> None:
         if self._task is None:
-            self._first_wait_until = time.monotonic() + min(FIRST_WAIT, self.settings.connect_timeout_seconds + 1)
+            self._first_wait_until = time.monotonic() + LOAD_WAIT  # until the first attempt begins
             self._task = asyncio.create_task(self._supervise(), name=f"mcp:{self.label}")
 
     async def stop(self) -> None:
@@ -140,6 +142,16 @@ class McpConnection:
             return 0.0
         return max(0.0, self._first_wait_until - time.monotonic())
 
+    async def wait_first(self) -> None:
+        """A run's wait: until the first attempt ends or its short allowance is used up, whichever is first."""
+        while self.state == "connecting" and not self._stopping:
+            left = self.first_wait_left()
+            if left <= 0:
+                return
+            changed = self._changed  # set when the attempt begins (the allowance is then fixed) and when it ends
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+
     def live_toolset(self) -> Any:
         return self.toolset if self.state == "up" else None
 
@@ -160,6 +172,10 @@ class McpConnection:
     # --- the supervisor -------------------------------------------------------------------
 
     async def _supervise(self) -> None:
+        with contextlib.suppress(Exception):  # a broken install fails the attempt below, with its reason
+            await _load_toolset_module()
+        self._first_wait_until = time.monotonic() + min(FIRST_WAIT, self.settings.connect_timeout_seconds + 1)
+        self._set("connecting", "connecting")
         while not self._stopping:
             self._up_since = 0.0
             self.attempts += 1
@@ -388,6 +404,18 @@ def _transport(spec: McpServerSpec) -> tuple[Any, ...]:
             tuple(sorted(spec.headers.items())), spec.timeout_seconds)
 
 
+_loaded: asyncio.Future[None] | None = None
+
+
+async def _load_toolset_module() -> None:
+    """Import `gateway.mcp.toolset` (which pulls in pydantic_ai.mcp and FastMCP: seconds) in a thread, once,
+    so starting the first server does not stall the event loop."""
+    global _loaded
+    if _loaded is None or _loaded.get_loop() is not asyncio.get_running_loop():
+        _loaded = asyncio.ensure_future(asyncio.to_thread(importlib.import_module, "gateway.mcp.toolset"))
+    await asyncio.shield(_loaded)
+
+
 def _has_ping(toolset: Any) -> bool:
     """The handshake revisions have `ping`; 2026-07-28 has none (its keep-alive is the change stream)."""
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -483,7 +511,7 @@ class McpPool:
         if starting:
             log.debug("a run of agent %s waits for MCP servers still starting: %s", turn.agent.id,
                       ", ".join(c.spec.name for c in starting))
-            await asyncio.gather(*(c.wait_usable(c.first_wait_left()) for c in starting))
+            await asyncio.gather(*(c.wait_first() for c in starting))
 
     def readiness(self) -> dict[str, Any]:
         """The `mcp` part of /readyz: every server's state (informational; it never makes the gateway unready)."""

@@ -1,7 +1,8 @@
 """What an MCP server says besides its answers: its stderr, stdout lines that are not JSON-RPC, and its
 log notifications. All of it is logged under the server's name (`MCP server ops/wiki: …`), never above
 `warning` (a server does not decide that the operator is paged), without tracebacks (a noisy server is
-not our bug), and rate-limited per server, so a server in a loop cannot flood journald.
+not our bug), and rate-limited per server and source, so a server in a loop cannot flood journald and
+a flood of stderr does not hide what the server says over the protocol.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import os
 import re
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 log = logging.getLogger("gateway.mcp.server")
 
-LINES_PER_MINUTE = 30  # per server, all three sources together
+LINES_PER_MINUTE = 30  # per server and source (stderr, stdout, log notifications)
 LINE_CHARS = 500  # of one line; the rest is cut
 _LOOKS_BAD = re.compile(r"\b(error|exception|traceback|fatal|critical|panic|warn(ing)?)\b", re.I)
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO}  # everything else: warning
@@ -31,40 +33,50 @@ class ServerLog:
         self._scrub = scrub
         self._per_minute = per_minute
         self._clock = clock
-        self._window_start = clock()
-        self._in_window = 0
-        self._dropped = 0
+        self._budgets: dict[str, _Budget] = {}
         self.noise: str | None = None  # the last stdout line that was not JSON-RPC (it explains a failed handshake)
 
     def stderr(self, line: str) -> None:
         """A line of the program's stderr: info, or warning when it reads like trouble."""
-        self._emit(logging.WARNING if _LOOKS_BAD.search(line) else logging.INFO, "stderr: %s", line)
+        self._emit("stderr", logging.WARNING if _LOOKS_BAD.search(line) else logging.INFO, "stderr: %s", line)
 
     def not_json(self, line: str) -> None:
         """A stdout line that is not JSON-RPC (a banner, a stray print): the protocol skips it, we note it."""
         self.noise = _cut(self._scrub(line))
-        self._emit(logging.WARNING, "printed a line that is not JSON-RPC (ignored): %s", line)
+        self._emit("stdout", logging.WARNING, "printed a line that is not JSON-RPC (ignored): %s", line)
 
     def notification(self, level: str, logger: str | None, data: Any) -> None:
         """A `notifications/message` the server sent, at its level but never above warning."""
         source = f" ({logger})" if logger else ""
-        self._emit(_LEVELS.get(level.lower(), logging.WARNING), "logged %s%s: %s", level.lower(), source, data)
+        self._emit("notifications", _LEVELS.get(level.lower(), logging.WARNING), "logged %s%s: %s", level.lower(),
+                   source, data)
 
-    def _emit(self, level: int, message: str, *args: Any) -> None:
+    def _emit(self, source: str, level: int, message: str, *args: Any) -> None:
         if not log.isEnabledFor(level):
             return
+        budget = self._budgets.setdefault(source, _Budget(self._clock()))
         now = self._clock()
-        if now - self._window_start >= 60.0:
-            if self._dropped:
-                log.warning("MCP server %s: %d more lines in the last minute were not logged", self.label,
-                            self._dropped)
-            self._window_start, self._in_window, self._dropped = now, 0, 0
-        if self._in_window >= self._per_minute:
-            self._dropped += 1
+        if now - budget.window_start >= 60.0:
+            if budget.dropped:
+                log.warning("MCP server %s: %d more %s lines in the last minute were not logged", self.label,
+                            budget.dropped, source)
+            budget.window_start, budget.logged, budget.dropped = now, 0, 0
+        if budget.logged >= self._per_minute:
+            if not budget.dropped:
+                log.warning("MCP server %s: more than %d %s lines in a minute; the rest of this minute's are not "
+                            "logged", self.label, self._per_minute, source)
+            budget.dropped += 1
             return
-        self._in_window += 1
+        budget.logged += 1
         text = message % tuple(_cut(self._scrub(str(a))) for a in args)
         log.log(level, "MCP server %s: %s", self.label, text, extra={"mcp_server": self.label})
+
+
+@dataclass
+class _Budget:
+    window_start: float
+    logged: int = 0
+    dropped: int = 0
 
 
 class StderrPipe:
