@@ -21,6 +21,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from bindings.models import McpPermission, McpServerSpec
 from gateway.approvals.policy import ToolInfo
+from gateway.mcp.results import for_the_model
 
 from .failures import trouble
 from .registry import TOOL_NAME, simple
@@ -97,7 +98,7 @@ class _ServerTools(WrapperToolset[Any]):
             connection.heard()  # the tool's own error is an answer
             raise
         connection.heard()
-        return result
+        return for_the_model(result)
 
 
 def _why_not(connection: Any) -> str:

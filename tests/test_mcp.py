@@ -253,3 +253,13 @@ async def test_a_capability_tool_keeps_its_name_against_an_mcp_tool(tmp_path: Pa
             await chat.decide(card["items"][0]["approval_id"], "approve")
             await wait_for(lambda: run_finished(gw, sent["run_id"]))
     assert RAN == [("deploy", "api")] and ran(log) == []
+
+
+async def test_a_binary_that_is_neither_image_nor_pdf_reaches_the_model_as_a_note(tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"archive": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        assert await ask(gw, chat, "tracker_archive api") == (
+            "[tracker_archive success: [The tool returned a file of type application/gzip (32 bytes); files of this "
+            "type are not read, so its contents are not shown.]]")
