@@ -263,3 +263,17 @@ async def test_a_binary_that_is_neither_image_nor_pdf_reaches_the_model_as_a_not
         assert await ask(gw, chat, "tracker_archive api") == (
             "[tracker_archive success: [The tool returned a file of type application/gzip (32 bytes); files of this "
             "type are not read, so its contents are not shown.]]")
+
+
+async def test_a_stdio_server_sees_only_its_own_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/security.md, MCP servers: the gateway's keys never reach a server's environment."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-gateway-secret")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-gateway-secret")
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"environment": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        reply = await ask(gw, chat, "tracker_environment api")
+    names = set(reply.removeprefix("[tracker_environment success: ").removesuffix("]").split())
+    inherited = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM"}
+    assert "MCP_LOG" in names and not names - inherited - {"MCP_LOG", "LC_CTYPE"}, names  # LC_CTYPE: Python's own

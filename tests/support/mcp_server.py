@@ -111,6 +111,12 @@ def _add_extras(server: MCPServer) -> None:
         return "chattered"
 
     @server.tool()
+    def environment(service: str) -> str:
+        """The names of the variables in the server's environment."""
+        _record("environment", service=service)
+        return " ".join(sorted(os.environ))
+
+    @server.tool()
     def archive(service: str) -> EmbeddedResource:
         """A gzip archive of a service's logs (a binary that is neither an image nor a PDF)."""
         _record("archive", service=service)
