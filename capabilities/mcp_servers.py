@@ -21,6 +21,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from bindings.models import McpPermission, McpServerSpec
 from gateway.approvals.policy import ToolInfo
+from gateway.mcp.progress import CALL_PROGRESS, ProgressLine
 from gateway.mcp.results import for_the_model
 
 from .failures import trouble
@@ -89,6 +90,7 @@ class _ServerTools(WrapperToolset[Any]):
             detail = f" ({connection.detail})" if connection is not None and connection.detail else ""
             return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
                                              "the call did not run.")
+        progress = CALL_PROGRESS.set(ProgressLine(self.server, ctx.deps.status))
         try:
             result = await live.call_tool(name, tool_args, ctx, tool)
         except ModelRetry:
@@ -97,6 +99,8 @@ class _ServerTools(WrapperToolset[Any]):
         except ToolFailed:
             connection.heard()  # the tool's own error is an answer
             raise
+        finally:
+            CALL_PROGRESS.reset(progress)
         connection.heard()
         return for_the_model(result)
 

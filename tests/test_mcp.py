@@ -3,6 +3,7 @@ with the `mcp` package) over stdio and over streamable HTTP, a real gateway, the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -277,3 +278,21 @@ async def test_a_stdio_server_sees_only_its_own_environment(tmp_path: Path, monk
     names = set(reply.removeprefix("[tracker_environment success: ").removesuffix("]").split())
     inherited = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM"}
     assert "MCP_LOG" in names and not names - inherited - {"MCP_LOG", "LC_CTYPE"}, names  # LC_CTYPE: Python's own
+
+
+async def test_a_long_tools_progress_is_the_pages_status_line(tmp_path: Path) -> None:
+    from .test_web_api import _sse
+
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"slow": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        events: list[dict[str, Any]] = []
+        listener = asyncio.create_task(_sse(s, f"/api/v1/conversations/{chat.conv}/events", events))
+        await wait_for(lambda: gw.events._listeners.get(chat.conv), what="SSE subscription")
+        assert await ask(gw, chat, "tracker_slow api") == "[tracker_slow success: api done]"
+        await wait_for(lambda: any(e["type"] == "run_end" for e in events), what="run end")
+        listener.cancel()
+    assert [e["text"] for e in events if e["type"] == "status"] == [
+        "using tracker_slow…", "tracker: 20 % (crunching)", "tracker: 40 % (crunching)", "tracker: 60 % (crunching)",
+        "tracker: 80 % (crunching)", "tracker: 100 %"]

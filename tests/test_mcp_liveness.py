@@ -1,7 +1,8 @@
 """MCP servers nobody here wrote, and servers that misbehave: the official `mcp-server-time` and
 `mcp-server-git` (PyPI, protocol 2026-07-28, no `ping`, no change stream) stay one process while the
 gateway keeps asking after them; a server that hangs on its handshake or prints garbage costs the
-runs beside it nothing after its first failure, and is one warning however often it is retried."""
+runs beside it nothing after its first failure, and is one warning however often it is retried
+(docs/security.md, MCP servers)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What an MCP server says besides its answers, as the operator reads it in the daemon's own log
 (`agent-gateway run` as a process, its stderr): stdout noise, log notifications and stderr, each under
-the server's name, never above warning, without tracebacks, and rate-limited."""
+the server's name, never above warning, without tracebacks, and rate-limited (docs/security.md, MCP servers)."""
 
 from __future__ import annotations
 

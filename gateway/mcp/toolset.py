@@ -19,10 +19,12 @@ from __future__ import annotations
 import logging
 from typing import Any, TextIO
 
-from fastmcp.client.transports import StdioTransport
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from pydantic_ai.mcp import MCPToolset
 
 from bindings.models import McpServerSpec
+from gateway.mcp.progress import CALL_PROGRESS
 
 # FastMCP gives its logger a console handler of its own at import; its lines go through ours instead.
 _fastmcp_log = logging.getLogger("fastmcp")
@@ -48,6 +50,19 @@ class PooledToolset(MCPToolset[Any]):
         return self.pooled_tools
 
 
+class _Client(Client[Any]):
+    """FastMCP's client, with each tool call's progress going where the call says (`CALL_PROGRESS`):
+    the client has one progress handler for every request, and a run's call has its own thread."""
+
+    async def call_tool_mcp(self, name: str, arguments: dict[str, Any], progress_handler: Any = None,
+                            timeout: Any = None, meta: dict[str, Any] | None = None) -> Any:
+        return await super().call_tool_mcp(name, arguments, progress_handler or CALL_PROGRESS.get(), timeout, meta)
+
+
+async def _no_progress(progress: float, total: float | None, message: str | None) -> None:
+    """Progress of a request no run asked about (the pool's own): nobody to show it to."""
+
+
 def pooled_toolset(
     spec: McpServerSpec,
     *,
@@ -61,18 +76,14 @@ def pooled_toolset(
     env: dict[str, str] | None = None,
     stderr: TextIO | None = None,
 ) -> PooledToolset:
-    common: dict[str, Any] = {
-        "id": spec.name,
-        "tool_error_behavior": "failed",
-        "cache_tools": False,
-        "include_instructions": False,
-        "message_handler": message_handler,
-        "log_handler": log_handler,
-        "read_timeout": spec.timeout_seconds,
-        "init_timeout": connect_timeout,
-    }
+    transport: Any
     if url is not None:
-        return PooledToolset(url, headers=headers or None, **common)
-    assert command is not None and stderr is not None
-    transport = StdioTransport(command, args or [], env=env or None, keep_alive=False, log_file=stderr)
-    return PooledToolset(transport, **common)
+        transport = StreamableHttpTransport(url, headers=headers or None)
+    else:
+        assert command is not None and stderr is not None
+        transport = StdioTransport(command, args or [], env=env or None, keep_alive=False, log_file=stderr)
+    # No sampling, elicitation or roots handler: the client does not offer them, so a server cannot ask.
+    client = _Client(transport, message_handler=message_handler, log_handler=log_handler,
+                     progress_handler=_no_progress, timeout=spec.timeout_seconds, init_timeout=connect_timeout)
+    return PooledToolset(client, id=spec.name, tool_error_behavior="failed", cache_tools=False,
+                         include_instructions=False)

@@ -111,6 +111,15 @@ def _add_extras(server: MCPServer) -> None:
         return "chattered"
 
     @server.tool()
+    async def slow(service: str, ctx: Context) -> str:
+        """Works in five steps, reporting its progress after each."""
+        _record("slow", service=service)
+        for step in range(1, 6):
+            await ctx.report_progress(step * 20, 100, "crunching" if step < 5 else None)
+            await asyncio.sleep(0.05)
+        return f"{service} done"
+
+    @server.tool()
     def environment(service: str) -> str:
         """The names of the variables in the server's environment."""
         _record("environment", service=service)

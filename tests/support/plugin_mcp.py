@@ -36,6 +36,9 @@ async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterato
         return
     prompt = str(next(p.content for p in reversed(last.parts) if isinstance(p, UserPromptPart)))
     names = sorted(t.name for t in info.function_tools)
+    speaker, _, said = prompt.partition(": ")  # a shared channel's message comes as "<name>: <text>"
+    if said and " " not in speaker:
+        prompt = said
     words = prompt.split()
     if words == ["tools"]:
         yield "tools: " + ", ".join(names)
