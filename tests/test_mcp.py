@@ -53,7 +53,7 @@ async def test_stdio_tools_are_prefixed_and_deny_is_never_offered(tmp_path: Path
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         assert await ask(gw, chat, "tools") == ("tools: tracker_chart, tracker_deploy, tracker_explode, tracker_grow, "
-                                                "tracker_status, tracker_whoami")
+                                                "tracker_read_resource, tracker_status, tracker_whoami")
         assert await ask(gw, chat, "tracker_status api") == "[tracker_status success: api is green]"
         assert await ask(gw, chat, "tracker_drop_database api") == "echo: tracker_drop_database api"
         assert ran(log) == [("status", {"service": "api"})]
@@ -296,3 +296,21 @@ async def test_a_long_tools_progress_is_the_pages_status_line(tmp_path: Path) ->
     assert [e["text"] for e in events if e["type"] == "status"] == [
         "using tracker_slow…", "tracker: 20 % (crunching)", "tracker: 40 % (crunching)", "tracker: 60 % (crunching)",
         "tracker: 80 % (crunching)", "tracker: 100 %"]
+
+
+async def test_a_resource_link_is_read_back_through_a_gated_read_resource(tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"linked": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        assert "tracker_read_resource" in await ask(gw, chat, "tools")
+        assert await ask(gw, chat, "tracker_linked api") == "[tracker_linked success: tracker://reports/api]"
+        sent = await chat.say('tracker_read_resource {"uri": "tracker://reports/api"}')
+        card = await chat.card()  # gated like the server's tools: ask, unless the agent file allows it
+        [item] = card["items"]
+        assert item["tool"] == "tracker_read_resource" and item["capability"] == "mcp:tracker"
+        assert ("report", {"service": "api"}) not in ran(log)
+        await chat.decide(item["approval_id"], "approve")
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        assert (await chat.replies())[-1] == "[tracker_read_resource success: report for api: all green]"
+        assert ran(log).count(("report", {"service": "api"})) == 1

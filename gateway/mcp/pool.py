@@ -40,6 +40,7 @@ FIRST_WAIT = 5.0  # runs wait for a server's first connection at most this long 
 LOAD_WAIT = 30.0  # ... and before that, while `pydantic_ai.mcp` is imported (seconds, off the loop)
 PROBE_TIMEOUT = 10.0  # an unanswered liveness question after this long: the server stopped answering
 STABLE_AFTER = 30.0  # a connection up this long earns a fast reconnect
+READ_RESOURCE = "read_resource"  # the tool runs get for a server that serves resources (capabilities/mcp_servers.py)
 
 
 class ConnectionLost(Exception):
@@ -380,9 +381,16 @@ class McpConnection:
 
     # --- what the admin is told -----------------------------------------------------------
 
+    def offers_resources(self) -> bool:
+        """Whether the server serves resources (then runs get `<name>_read_resource`)."""
+        try:
+            return bool(self.toolset.capabilities.resources)
+        except Exception:
+            return False
+
     def unknown_entries(self) -> list[str]:
         """`tools:` entries naming no tool the server offers (only meaningful once listed)."""
-        offered = {t.name for t in self.tools}
+        offered = {t.name for t in self.tools} | ({READ_RESOURCE} if self.offers_resources() else set())
         return [name for name in self.spec.tools if name not in offered]
 
     def warn_unknown_entries(self) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
-from mcp_types import BlobResourceContents, EmbeddedResource
+from mcp_types import BlobResourceContents, EmbeddedResource, ResourceLink
 
 # A 1x1 transparent PNG.
 PNG = base64.b64decode(
@@ -118,6 +118,19 @@ def _add_extras(server: MCPServer) -> None:
             await ctx.report_progress(step * 20, 100, "crunching" if step < 5 else None)
             await asyncio.sleep(0.05)
         return f"{service} done"
+
+    @server.resource("tracker://reports/{service}", mime_type="text/plain")
+    def report(service: str) -> str:
+        """A service's report."""
+        _record("report", service=service)
+        return f"report for {service}: all green"
+
+    @server.tool()
+    def linked(service: str) -> ResourceLink:
+        """A link to a service's report (read it with read_resource)."""
+        _record("linked", service=service)
+        return ResourceLink(type="resource_link", name=f"{service} report", uri=f"tracker://reports/{service}",
+                            mimeType="text/plain")
 
     @server.tool()
     def environment(service: str) -> str:
