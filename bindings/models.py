@@ -225,6 +225,7 @@ class ScopesConfig(Strict):
             raise ValueError(f"unknown scope {unknown[0]!r}; known: {', '.join(KNOWN_SCOPES)}")
         return v
 
+
 class McpConfig(Strict):
     """How the gateway keeps its MCP servers connected (docs/mcp.md, "At run time")."""
 
