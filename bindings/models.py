@@ -328,6 +328,11 @@ class McpServerSpec(Strict):
         "There is no server-wide allow: trust is given per tool",
     )
     timeout_seconds: float = Field(default=60, gt=0, le=3600, description="How long one tool call may take")
+    sampling: Literal["refuse", "allow"] = Field(
+        default="refuse",
+        description="A server's request for a model completion (MCP sampling, handshake-era protocol revisions "
+        "only): refuse (the default), or allow to answer it with this agent's own model",
+    )
 
     @field_validator("name")
     @classmethod

@@ -21,6 +21,7 @@ import importlib
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -68,8 +69,9 @@ class McpConnection:
     """One server of one agent: a supervisor task keeps it connected; runs borrow its toolset."""
 
     def __init__(self, agent_id: str, spec: McpServerSpec, *, retry: bool = True,
-                 settings: McpConfig | None = None) -> None:
+                 settings: McpConfig | None = None, sampling_model: Callable[[], Any] | None = None) -> None:
         self.agent_id = agent_id
+        self.sampling_model = sampling_model  # the agent's own model, for a server allowed to sample
         self.spec = spec
         self.retry = retry  # False: one attempt (the admin's commands)
         self.settings = settings or McpConfig()
@@ -358,11 +360,21 @@ class McpConnection:
                     "connect_timeout": self.settings.connect_timeout_seconds}
         if spec.url is not None:
             headers = {k: self._resolve(v) for k, v in spec.headers.items()}
-            return pooled_toolset(spec, url=spec.url, headers=headers, **handlers)
-        assert stderr is not None
-        env = {k: self._resolve(v) for k, v in spec.env.items()}
-        return pooled_toolset(spec, command=spec.command, args=list(spec.args), env=env, stderr=stderr.writer,
-                              **handlers)
+            toolset = pooled_toolset(spec, url=spec.url, headers=headers, **handlers)
+        else:
+            assert stderr is not None
+            env = {k: self._resolve(v) for k, v in spec.env.items()}
+            toolset = pooled_toolset(spec, command=spec.command, args=list(spec.args), env=env, stderr=stderr.writer,
+                                     **handlers)
+        if spec.sampling == "allow" and self.sampling_model is not None:
+            # pydantic-ai answers `sampling/createMessage` with the model; without it the client offers no
+            # sampling and the SDK refuses a request ("Sampling not supported").
+            try:
+                toolset.set_sampling_model(self.sampling_model())
+            except Exception as e:  # the agent's model cannot be built: its runs say why; sampling stays refused
+                self.warn_once("sampling", "MCP server %s: sampling: allow, but the agent's model cannot be built "
+                               "(%s); its requests are refused", self.label, e)
+        return toolset
 
     def _resolve(self, value: str) -> str:
         """A header or env value as sent; references resolved (a SecretError names the reference only)."""
@@ -409,7 +421,7 @@ class McpConnection:
 def _transport(spec: McpServerSpec) -> tuple[Any, ...]:
     """What the connection is made of; a change to anything else (permissions) keeps it."""
     return (spec.url, spec.command, tuple(spec.args), tuple(sorted(spec.env.items())),
-            tuple(sorted(spec.headers.items())), spec.timeout_seconds)
+            tuple(sorted(spec.headers.items())), spec.timeout_seconds, spec.sampling)
 
 
 _loaded: asyncio.Future[None] | None = None
@@ -497,12 +509,19 @@ class McpPool:
         if current is not None and _transport(current.spec) == _transport(spec):
             current.spec = spec  # permissions changed at most: the connection stays
             return current
-        fresh = McpConnection(agent_id, spec, settings=self.gw.config.gateway.mcp if self.gw else None)
+        fresh = McpConnection(agent_id, spec, settings=self.gw.config.gateway.mcp if self.gw else None,
+                              sampling_model=lambda: self._agent_model(agent_id))
         self._connections[key] = fresh
         fresh.start()
         if current is not None:
             await current.stop()
         return fresh
+
+    def _agent_model(self, agent_id: str) -> Any:
+        """The agent's own model, as its runs use it (a server allowed to sample is answered with it)."""
+        assert self.gw is not None
+        agent = self.gw.config.agents[agent_id]
+        return self.gw.models.get(agent.model, self.gw.config.gateway.providers)
 
     def existing(self, agent_id: str, name: str) -> McpConnection | None:
         return self._connections.get((agent_id, name))

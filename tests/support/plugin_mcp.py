@@ -5,7 +5,7 @@
   reports what came back
   ("call! <tool> <service>" calls it even when the run does not offer it):
   "[<tool> <outcome>: <content>]", an image as "<image image/png, N bytes>".
-- anything else is echoed.
+- anything else is echoed (also when not streamed: an MCP server's sampling request).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
-from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (BinaryContent, ModelMessage, ModelRequest, ModelResponse, TextPart, ToolReturnPart,
+                                  UserPromptPart)
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway.runs.llm import register_model
@@ -53,4 +54,11 @@ async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterato
     yield f"echo: {prompt}"
 
 
-register_model("test:mcp", lambda: FunctionModel(stream_function=_script))
+def _answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Not streamed (an MCP server's sampling request): the prompt, echoed."""
+    prompt = " ".join(str(p.content) for m in messages if isinstance(m, ModelRequest) for p in m.parts
+                      if isinstance(p, UserPromptPart))
+    return ModelResponse(parts=[TextPart(f"echo: {prompt}")])
+
+
+register_model("test:mcp", lambda: FunctionModel(_answer, stream_function=_script))
