@@ -49,8 +49,13 @@ class OfferedTool:
     note: str = ""  # why it is not offered, when it is not
 
 
-def visible_tools(spec: McpServerSpec, tools: Iterable[Any]) -> list[OfferedTool]:
-    """Every tool the server lists, with the name and permission it resolves to."""
+def visible_tools(spec: McpServerSpec, tools: Iterable[Any], *, handshake: bool = False) -> list[OfferedTool]:
+    """Every tool the server lists, with the name and permission it resolves to.
+
+    A tool the server runs only as a task (`execution.taskSupport: required`) is not offered on a
+    handshake-era session: the client there has no task path, so every call would fail. (A 2026-07-28
+    session drives a task to its result on an ordinary call.)
+    """
     rows = []
     for tool in tools:
         permission = spec.permission(tool.name)
@@ -60,6 +65,8 @@ def visible_tools(spec: McpServerSpec, tools: Iterable[Any]) -> list[OfferedTool
             note = "never offered"
         elif not TOOL_NAME.match(visible):
             note = "not offered: not a name every model provider accepts (letters, digits, '_', '-', at most 64)"
+        elif handshake and getattr(getattr(tool, "execution", None), "task_support", None) == "required":
+            note = "not offered: the server runs it only as a task, which this protocol revision cannot drive"
         rows.append(OfferedTool(tool.name, visible, permission, note))
     return rows
 
@@ -171,7 +178,7 @@ def build_for_turn(pool: McpPool, turn: Turn) -> list[Any]:
                                 "I'll answer without them.")
             continue
         offered = set()
-        for row in visible_tools(spec, connection.tools):
+        for row in visible_tools(spec, connection.tools, handshake=connection.handshake()):
             if row.note:
                 if row.permission != "deny":
                     connection.warn_once(f"name:{row.visible}", "MCP server %s: tool %r %s", connection.label,

@@ -1,5 +1,5 @@
 """A handshake-era MCP server (tests/support/legacy_mcp_server.py, protocol 2025-11-25): kept alive with
-`ping`, and its sampling requests refused unless the agent file says `sampling: allow`, then answered
+`ping`, its task-only tool not offered, and its sampling requests refused unless the agent file says `sampling: allow`, then answered
 with the agent's own model (docs/security.md, MCP servers)."""
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ async def test_sampling_is_refused_by_default_and_a_quiet_handshake_server_is_pi
     gateway_yaml.write_text(gateway_yaml.read_text() + "mcp:\n  keepalive_seconds: 0.1\n")
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
+        # A tool the server runs only as a task is not offered: this revision's client cannot drive one.
+        assert await ask(gw, chat, "tools") == "tools: legacy_ask_model"
         assert await ask(gw, chat, QUESTION) == "[legacy_ask_model success: sampling refused: Sampling not supported]"
         server = gw.mcp.existing("ops", "legacy")
         assert server.toolset.client.session.protocol_version == "2025-11-25"

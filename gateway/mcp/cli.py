@@ -91,7 +91,7 @@ async def _list(config: LoadedConfig, agent_ids: list[str], *, as_json: bool) ->
                                        "detail": "" if c is None else c.detail, "tools": []}
                 if c is not None and c.state == "up":
                     row["tools"] = [{"tool": t.server_name, "name": t.visible, "permission": t.permission,
-                                     "note": t.note} for t in visible_tools(spec, c.tools)]
+                                     "note": t.note} for t in visible_tools(spec, c.tools, handshake=c.handshake())]
                     row["unknown_entries"] = c.unknown_entries()
                 elif c is not None:
                     failed = True

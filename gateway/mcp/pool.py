@@ -393,6 +393,10 @@ class McpConnection:
 
     # --- what the admin is told -----------------------------------------------------------
 
+    def handshake(self) -> bool:
+        """Whether the live session is of a handshake-era revision (before 2026-07-28)."""
+        return self.toolset is not None and _has_ping(self.toolset)
+
     def offers_resources(self) -> bool:
         """Whether the server serves resources (then runs get `<name>_read_resource`)."""
         try:

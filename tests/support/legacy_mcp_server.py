@@ -3,7 +3,7 @@
 
 It has no `server/discover` (the client falls back to `initialize`), answers `ping`, and has one tool,
 `ask_model(question)`, that asks the client for a model completion (`sampling/createMessage`) and
-returns what came back, or the refusal. Every ping is appended to `$MCP_LOG` as {"ping": pid}.
+returns what came back, or the refusal, and `export`, which it runs only as a task. Every ping is appended to `$MCP_LOG` as {"ping": pid}.
 """
 
 from __future__ import annotations
@@ -14,8 +14,12 @@ import sys
 from typing import Any
 
 VERSION = "2025-11-25"
-TOOL = {"name": "ask_model", "description": "Asks the client's model a question (sampling).",
-        "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}}
+TOOLS = [
+    {"name": "ask_model", "description": "Asks the client's model a question (sampling).",
+     "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}},
+    {"name": "export", "description": "Runs only as a task (task augmentation required).",
+     "inputSchema": {"type": "object", "properties": {}}, "execution": {"taskSupport": "required"}},
+]
 
 
 def send(message: dict[str, Any]) -> None:
@@ -53,7 +57,7 @@ def answer(message: dict[str, Any]) -> None:
                 f.write(json.dumps({"ping": os.getpid()}) + "\n")
         send({"id": rid, "result": {}})
     elif method == "tools/list":
-        send({"id": rid, "result": {"tools": [TOOL]}})
+        send({"id": rid, "result": {"tools": TOOLS}})
     elif method == "tools/call":
         text = ask_model(message["params"]["arguments"]["question"])
         send({"id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}})
