@@ -27,7 +27,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from bindings.models import McpPermission, McpServerSpec
 from gateway.approvals.policy import ToolInfo
 from gateway.mcp.pool import READ_RESOURCE
-from gateway.mcp.progress import CALL_PROGRESS, ProgressLine
+from gateway.mcp.call import CURRENT_CALL, RunCall
 from gateway.mcp.results import for_the_model
 
 from .failures import trouble
@@ -103,7 +103,7 @@ class _ServerTools(WrapperToolset[Any]):
             detail = f" ({connection.detail})" if connection is not None and connection.detail else ""
             return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
                                              "the call did not run.")
-        progress = CALL_PROGRESS.set(ProgressLine(self.server, ctx.deps.status))
+        call = CURRENT_CALL.set(RunCall(self.server, ctx.deps.status, ctx.deps.tell))
         try:
             result = await live.call_tool(name, tool_args, ctx, tool)
         except ModelRetry:
@@ -113,7 +113,7 @@ class _ServerTools(WrapperToolset[Any]):
             connection.heard()  # the tool's own error is an answer
             raise
         finally:
-            CALL_PROGRESS.reset(progress)
+            CURRENT_CALL.reset(call)
         connection.heard()
         return for_the_model(result)
 

@@ -304,7 +304,9 @@ async def test_a_resource_link_is_read_back_through_a_gated_read_resource(tmp_pa
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         assert "tracker_read_resource" in await ask(gw, chat, "tools")
-        assert await ask(gw, chat, "tracker_linked api") == "[tracker_linked success: tracker://reports/api]"
+        assert await ask(gw, chat, "tracker_linked api") == (  # with its name and type, and how to read it
+            "[tracker_linked success: [resource link: api report (text/plain): tracker://reports/api; read it with "
+            "read_resource]]")
         sent = await chat.say('tracker_read_resource {"uri": "tracker://reports/api"}')
         card = await chat.card()  # gated like the server's tools: ask, unless the agent file allows it
         [item] = card["items"]
@@ -314,3 +316,12 @@ async def test_a_resource_link_is_read_back_through_a_gated_read_resource(tmp_pa
         await wait_for(lambda: run_finished(gw, sent["run_id"]))
         assert (await chat.replies())[-1] == "[tracker_read_resource success: report for api: all green]"
         assert ran(log).count(("report", {"service": "api"})) == 1
+
+
+async def test_content_for_the_person_only_is_told_to_them_not_shown_to_the_model(tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"confide": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        assert await ask(gw, chat, "tracker_confide api") == (
+            "_tracker: your api password expires tomorrow_\n\n[tracker_confide success: api checked]")

@@ -1,8 +1,8 @@
 """A tool's progress notifications as the thread's status line ("tracker: 40 %").
 
-The FastMCP client takes one progress handler per request; the pool's client reads it from
-`CALL_PROGRESS`, which the run's call sets for the duration of that call, so each notification
-reaches the run (and thread) whose call it is about. A server sends as many as it likes: a line is
+The FastMCP client takes one progress handler per request; the pool's client takes the one of the
+run's call (`gateway/mcp/call.py`), so each notification reaches the run (and thread) whose call it
+is about. A server sends as many as it likes: a line is
 shown only when it says something new (another tenth of the way, or another message), at most
 `MAX_LINES` per call, so a chatty server cannot spend the platform's status budget.
 """
@@ -10,10 +10,8 @@ shown only when it says something new (another tenth of the way, or another mess
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from contextvars import ContextVar
 from typing import Any
 
-CALL_PROGRESS: ContextVar[Any] = ContextVar("mcp_call_progress", default=None)
 MAX_LINES = 20
 
 

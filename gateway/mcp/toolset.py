@@ -24,7 +24,7 @@ from fastmcp.client.transports import StdioTransport, StreamableHttpTransport
 from pydantic_ai.mcp import MCPToolset
 
 from bindings.models import McpServerSpec
-from gateway.mcp.progress import CALL_PROGRESS
+from gateway.mcp.call import CURRENT_CALL, reshaped
 
 # FastMCP gives its logger a console handler of its own at import; its lines go through ours instead.
 _fastmcp_log = logging.getLogger("fastmcp")
@@ -51,12 +51,14 @@ class PooledToolset(MCPToolset[Any]):
 
 
 class _Client(Client[Any]):
-    """FastMCP's client, with each tool call's progress going where the call says (`CALL_PROGRESS`):
-    the client has one progress handler for every request, and a run's call has its own thread."""
+    """FastMCP's client, shared by the agent's runs; each tool call's progress and person-only content go
+    where the run's call says (`CURRENT_CALL`), and resources keep their name and type for the model."""
 
     async def call_tool_mcp(self, name: str, arguments: dict[str, Any], progress_handler: Any = None,
                             timeout: Any = None, meta: dict[str, Any] | None = None) -> Any:
-        return await super().call_tool_mcp(name, arguments, progress_handler or CALL_PROGRESS.get(), timeout, meta)
+        call = CURRENT_CALL.get()
+        handler = progress_handler or (call.progress if call is not None else None)
+        return await reshaped(await super().call_tool_mcp(name, arguments, handler, timeout, meta), call)
 
 
 async def _no_progress(progress: float, total: float | None, message: str | None) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
-from mcp_types import BlobResourceContents, EmbeddedResource, ResourceLink
+from mcp_types import Annotations, BlobResourceContents, EmbeddedResource, ResourceLink, TextContent
 
 # A 1x1 transparent PNG.
 PNG = base64.b64decode(
@@ -131,6 +131,14 @@ def _add_extras(server: MCPServer) -> None:
         _record("linked", service=service)
         return ResourceLink(type="resource_link", name=f"{service} report", uri=f"tracker://reports/{service}",
                             mimeType="text/plain")
+
+    @server.tool()
+    def confide(service: str) -> list[TextContent]:
+        """Answers the model, and has a word for the person only (audience: user)."""
+        _record("confide", service=service)
+        return [TextContent(type="text", text=f"{service} checked"),
+                TextContent(type="text", text=f"your {service} password expires tomorrow",
+                            annotations=Annotations(audience=["user"]))]
 
     @server.tool()
     def environment(service: str) -> str:
