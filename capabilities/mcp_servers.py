@@ -103,9 +103,11 @@ class _ServerTools(WrapperToolset[Any]):
             detail = f" ({connection.detail})" if connection is not None and connection.detail else ""
             return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
                                              "the call did not run.")
-        call = CURRENT_CALL.set(RunCall(self.server, ctx.deps.status, ctx.deps.tell))
+        run_call = RunCall(self.server, ctx.deps.status, ctx.deps.tell, ctx.usage)
+        call = CURRENT_CALL.set(run_call)
         try:
-            result = await live.call_tool(name, tool_args, ctx, tool)
+            with connection.in_call(run_call):
+                result = await live.call_tool(name, tool_args, ctx, tool)
         except ModelRetry:
             connection.suspect()  # a protocol-level failure: the pool checks the connection at once
             raise

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from .conftest import running_gateway, wait_for
+from .conftest import run_finished, running_gateway, wait_for
 from .support import plugin_mcp  # noqa: F401  (registers the test:mcp model)
 from .test_approvals import Chat
 from .test_mcp import ask, config
@@ -47,4 +47,8 @@ async def test_sampling_allowed_is_answered_with_the_agents_own_model(tmp_path: 
     cfg = config(tmp_path / "c", [legacy(tmp_path / "mcp.log", sampling="allow")])
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
-        assert await ask(gw, chat, QUESTION) == "[legacy_ask_model success: the model said: echo: what is 2+2?]"
+        sent = await chat.say(QUESTION)
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        assert (await chat.replies())[-1] == "[legacy_ask_model success: the model said: echo: what is 2+2?]"
+        # The run's own two model requests (the call, the answer) and the one the server's request cost.
+        assert (await gw.store.run(sent["run_id"])).requests == 3

@@ -23,6 +23,7 @@ class RunCall:
     server: str
     status: Callable[[str], Awaitable[None]]
     tell: Callable[[str], Awaitable[None]]
+    usage: Any = None  # the run's RunUsage: a sampling request served for this call is counted there
     progress: ProgressLine = field(init=False)
 
     def __post_init__(self) -> None:

@@ -21,7 +21,7 @@ import importlib
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -97,6 +97,7 @@ class McpConnection:
         self._heard_at = 0.0
         self._ping_works = True
         self._first_wait_until = 0.0
+        self._calls: list[Any] = []  # RunCall of each run's call in flight
 
     @property
     def label(self) -> str:
@@ -370,7 +371,9 @@ class McpConnection:
             # pydantic-ai answers `sampling/createMessage` with the model; without it the client offers no
             # sampling and the SDK refuses a request ("Sampling not supported").
             try:
-                toolset.set_sampling_model(self.sampling_model())
+                from gateway.mcp.sampling import CountedModel
+
+                toolset.set_sampling_model(CountedModel(self.sampling_model(), self.sole_call))
             except Exception as e:  # the agent's model cannot be built: its runs say why; sampling stays refused
                 self.warn_once("sampling", "MCP server %s: sampling: allow, but the agent's model cannot be built "
                                "(%s); its requests are refused", self.label, e)
@@ -392,6 +395,19 @@ class McpConnection:
         return re.sub(r"(https?://[^\s?#'\"]+)\?[^\s'\"]*", r"\1?…", text)
 
     # --- what the admin is told -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def in_call(self, call: Any) -> Iterator[None]:
+        """A run's call is in flight on this connection (what a sampling request is counted against)."""
+        self._calls.append(call)
+        try:
+            yield
+        finally:
+            self._calls.remove(call)
+
+    def sole_call(self) -> Any:
+        """The run's call in flight, when there is exactly one."""
+        return self._calls[0] if len(self._calls) == 1 else None
 
     def handshake(self) -> bool:
         """Whether the live session is of a handshake-era revision (before 2026-07-28)."""
