@@ -1,5 +1,5 @@
 """A handshake-era MCP server (tests/support/legacy_mcp_server.py, protocol 2025-11-25): kept alive with
-`ping`, its task-only tool not offered, and its sampling requests refused unless the agent file says `sampling: allow`, then answered
+`ping`, its task-only tool not offered, elicitation refused, and its sampling requests refused unless the agent file says `sampling: allow`, then answered
 with the agent's own model (docs/security.md, MCP servers)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ QUESTION = 'legacy_ask_model {"question": "what is 2+2?"}'
 
 def legacy(log: Path, **extra: Any) -> dict[str, Any]:
     return {"name": "legacy", "command": sys.executable, "args": [str(LEGACY)], "env": {"MCP_LOG": str(log)},
-            "tools": {"ask_model": "allow"}, **extra}
+            "tools": {"ask_model": "allow", "ask_person": "allow"}, **extra}
 
 
 async def test_sampling_is_refused_by_default_and_a_quiet_handshake_server_is_pinged(tmp_path: Path) -> None:
@@ -33,8 +33,11 @@ async def test_sampling_is_refused_by_default_and_a_quiet_handshake_server_is_pi
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         # A tool the server runs only as a task is not offered: this revision's client cannot drive one.
-        assert await ask(gw, chat, "tools") == "tools: legacy_ask_model"
+        assert await ask(gw, chat, "tools") == "tools: legacy_ask_model, legacy_ask_person"
         assert await ask(gw, chat, QUESTION) == "[legacy_ask_model success: sampling refused: Sampling not supported]"
+        # Elicitation is not offered either: a server that asks the person anyway is told no, and the run goes on.
+        assert await ask(gw, chat, 'legacy_ask_person {"question": "your password?"}') == (
+            "[legacy_ask_person success: elicitation refused: Elicitation not supported]")
         server = gw.mcp.existing("ops", "legacy")
         assert server.toolset.client.session.protocol_version == "2025-11-25"
         await wait_for(lambda: log.exists() and len(log.read_text().splitlines()) >= 5, what="five pings answered")

@@ -3,7 +3,8 @@
 
 It has no `server/discover` (the client falls back to `initialize`), answers `ping`, and has one tool,
 `ask_model(question)`, that asks the client for a model completion (`sampling/createMessage`) and
-returns what came back, or the refusal, and `export`, which it runs only as a task. Every ping is appended to `$MCP_LOG` as {"ping": pid}.
+returns what came back, or the refusal; `ask_person(question)`, which asks the person through the
+client (`elicitation/create`); and `export`, which it runs only as a task. Every ping is appended to `$MCP_LOG` as {"ping": pid}.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 VERSION = "2025-11-25"
 TOOLS = [
     {"name": "ask_model", "description": "Asks the client's model a question (sampling).",
+     "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}},
+    {"name": "ask_person", "description": "Asks the person for input (elicitation).",
      "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}},
     {"name": "export", "description": "Runs only as a task (task augmentation required).",
      "inputSchema": {"type": "object", "properties": {}}, "execution": {"taskSupport": "required"}},
@@ -33,15 +36,29 @@ def read() -> dict[str, Any] | None:
 
 
 def ask_model(question: str) -> str:
-    send({"id": "sampling-1", "method": "sampling/createMessage", "params": {
-        "messages": [{"role": "user", "content": {"type": "text", "text": question}}], "maxTokens": 50}})
+    reply = request("sampling/createMessage", {
+        "messages": [{"role": "user", "content": {"type": "text", "text": question}}], "maxTokens": 50})
+    if "error" in reply:
+        return f"sampling refused: {reply['error']['message']}"
+    return f"the model said: {reply['result']['content']['text']}"
+
+
+def ask_person(question: str) -> str:
+    reply = request("elicitation/create", {"mode": "form", "message": question, "requestedSchema": {
+        "type": "object", "properties": {"answer": {"type": "string"}}}})
+    if "error" in reply:
+        return f"elicitation refused: {reply['error']['message']}"
+    return f"the person said: {reply['result']}"
+
+
+def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Ask the client, and wait for its reply (answering anything else meanwhile, such as a ping)."""
+    send({"id": f"{method}-1", "method": method, "params": params})
     while (message := read()) is not None:
-        if message.get("id") == "sampling-1" and "method" not in message:
-            if "error" in message:
-                return f"sampling refused: {message['error']['message']}"
-            return f"the model said: {message['result']['content']['text']}"
-        answer(message)  # anything else meanwhile (a ping) is answered as usual
-    return "the client went away"
+        if message.get("id") == f"{method}-1" and "method" not in message:
+            return message
+        answer(message)
+    return {"error": {"message": "the client went away"}}
 
 
 def answer(message: dict[str, Any]) -> None:
@@ -59,7 +76,8 @@ def answer(message: dict[str, Any]) -> None:
     elif method == "tools/list":
         send({"id": rid, "result": {"tools": TOOLS}})
     elif method == "tools/call":
-        text = ask_model(message["params"]["arguments"]["question"])
+        ask = ask_person if message["params"]["name"] == "ask_person" else ask_model
+        text = ask(message["params"]["arguments"]["question"])
         send({"id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}})
     else:
         send({"id": rid, "error": {"code": -32601, "message": "Method not found"}})
