@@ -7,7 +7,7 @@ name that providers would refuse, or that another tool of the run already has, i
 (and logged once). A server that is not up contributes nothing but one line for the person.
 
 A server that offers resources also gets `<name>_read_resource`, so a resource link a tool returned
-(which reaches the model as its URI) can be read. It is gated like the server's own tools: its
+(which reaches the model with its name, type and URI) can be read. It is gated like the server's own tools: its
 permission is the one `tools: {read_resource: ...}` gives (ask unless the agent file says otherwise),
 and it is not offered when the server has a tool of that name.
 """
@@ -26,8 +26,8 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from bindings.models import McpPermission, McpServerSpec
 from gateway.approvals.policy import ToolInfo
-from gateway.mcp.pool import READ_RESOURCE
 from gateway.mcp.call import CURRENT_CALL, RunCall
+from gateway.mcp.pool import READ_RESOURCE
 from gateway.mcp.results import for_the_model
 
 from .failures import trouble
