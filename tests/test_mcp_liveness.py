@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import wait_for
+from .conftest import running_gateway, wait_for
 from .support import plugin_mcp  # noqa: F401  (registers the test:mcp model)
 from .test_approvals import Chat
 from .test_mcp import ask, config
@@ -44,8 +44,6 @@ async def test_official_servers_without_ping_stay_one_process(tmp_path: Path, ca
     ])
     gateway_yaml = cfg / "gateway.yaml"
     gateway_yaml.write_text(gateway_yaml.read_text() + f"mcp:\n  keepalive_seconds: {KEEPALIVE}\n")
-    from .conftest import running_gateway
-
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         time_server, git_server = gw.mcp.existing("ops", "time"), gw.mcp.existing("ops", "git")
@@ -78,8 +76,6 @@ async def test_a_hanging_and_a_garbage_server_cost_nothing_after_their_first_fai
     ])
     gateway_yaml = cfg / "gateway.yaml"
     gateway_yaml.write_text(gateway_yaml.read_text() + "mcp:\n  connect_timeout_seconds: 4\n")
-    from .conftest import running_gateway
-
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         stuck, noisy = gw.mcp.existing("ops", "stuck"), gw.mcp.existing("ops", "noisy")
@@ -106,8 +102,6 @@ async def test_one_warning_per_reason_however_often_it_is_retried(tmp_path: Path
     cfg = config(tmp_path / "c", [bad("stuck", "hang")])
     gateway_yaml = cfg / "gateway.yaml"
     gateway_yaml.write_text(gateway_yaml.read_text() + "mcp:\n  connect_timeout_seconds: 0.5\n")
-    from .conftest import running_gateway
-
     async with running_gateway(cfg) as gw:
         stuck = gw.mcp.existing("ops", "stuck")
         await wait_for(lambda: stuck.attempts >= 5, timeout=60, what="five attempts")
