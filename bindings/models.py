@@ -226,6 +226,19 @@ class ScopesConfig(Strict):
         return v
 
 
+class McpConfig(Strict):
+    """How the gateway keeps its MCP servers connected (docs/mcp.md, "At run time")."""
+
+    keepalive_seconds: float = Field(
+        default=30, gt=0, le=3600,
+        description="A server nothing was heard from for this long is asked whether it is still there "
+        "(ping, or tools/list on a protocol revision without ping); one that does not answer is restarted",
+    )
+    connect_timeout_seconds: float = Field(
+        default=15, gt=0, le=300, description="How long starting a server and its handshake may take"
+    )
+
+
 class GatewayConfig(Strict):
     database: DatabaseConfig = DatabaseConfig()
     retention: RetentionConfig = RetentionConfig()
@@ -239,6 +252,7 @@ class GatewayConfig(Strict):
     )
     knowledge: KnowledgeConfig = KnowledgeConfig()
     scopes: ScopesConfig = ScopesConfig()
+    mcp: McpConfig = McpConfig()
 
 
 # --- agents/<id>.yaml ---------------------------------------------------------------------
@@ -314,6 +328,11 @@ class McpServerSpec(Strict):
         "There is no server-wide allow: trust is given per tool",
     )
     timeout_seconds: float = Field(default=60, gt=0, le=3600, description="How long one tool call may take")
+    sampling: Literal["refuse", "allow"] = Field(
+        default="refuse",
+        description="A server's request for a model completion (MCP sampling, handshake-era protocol revisions "
+        "only): refuse (the default), or allow to answer it with this agent's own model",
+    )
 
     @field_validator("name")
     @classmethod

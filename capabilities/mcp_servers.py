@@ -5,6 +5,11 @@ the run starts, from the tool list the pool keeps: `turn.tools` gets a `ToolInfo
 mcp_permission=...)` for each, so the approval gate asks unless the agent file says `allow`. A
 name that providers would refuse, or that another tool of the run already has, is not offered
 (and logged once). A server that is not up contributes nothing but one line for the person.
+
+A server that offers resources also gets `<name>_read_resource`, so a resource link a tool returned
+(which reaches the model with its name, type and URI) can be read. It is gated like the server's own tools: its
+permission is the one `tools: {read_resource: ...}` gives (ask unless the agent file says otherwise),
+and it is not offered when the server has a tool of that name.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.tools import RunContext
-from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
+from pydantic_ai.toolsets import AbstractToolset, CombinedToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from bindings.models import McpPermission, McpServerSpec
 from gateway.approvals.policy import ToolInfo
+from gateway.mcp.call import CURRENT_CALL, RunCall
+from gateway.mcp.pool import READ_RESOURCE
+from gateway.mcp.results import for_the_model
 
 from .failures import trouble
 from .registry import TOOL_NAME, simple
@@ -41,8 +49,13 @@ class OfferedTool:
     note: str = ""  # why it is not offered, when it is not
 
 
-def visible_tools(spec: McpServerSpec, tools: Iterable[Any]) -> list[OfferedTool]:
-    """Every tool the server lists, with the name and permission it resolves to."""
+def visible_tools(spec: McpServerSpec, tools: Iterable[Any], *, handshake: bool = False) -> list[OfferedTool]:
+    """Every tool the server lists, with the name and permission it resolves to.
+
+    A tool the server runs only as a task (`execution.taskSupport: required`) is not offered on a
+    handshake-era session: the client there has no task path, so every call would fail. (A 2026-07-28
+    session drives a task to its result on an ordinary call.)
+    """
     rows = []
     for tool in tools:
         permission = spec.permission(tool.name)
@@ -52,6 +65,8 @@ def visible_tools(spec: McpServerSpec, tools: Iterable[Any]) -> list[OfferedTool
             note = "never offered"
         elif not TOOL_NAME.match(visible):
             note = "not offered: not a name every model provider accepts (letters, digits, '_', '-', at most 64)"
+        elif handshake and getattr(getattr(tool, "execution", None), "task_support", None) == "required":
+            note = "not offered: the server runs it only as a task, which this protocol revision cannot drive"
         rows.append(OfferedTool(tool.name, visible, permission, note))
     return rows
 
@@ -88,11 +103,63 @@ class _ServerTools(WrapperToolset[Any]):
             detail = f" ({connection.detail})" if connection is not None and connection.detail else ""
             return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
                                              "the call did not run.")
+        run_call = RunCall(self.server, ctx.deps.status, ctx.deps.tell, ctx.usage)
+        call = CURRENT_CALL.set(run_call)
         try:
-            return await live.call_tool(name, tool_args, ctx, tool)
+            with connection.in_call(run_call):
+                result = await live.call_tool(name, tool_args, ctx, tool)
         except ModelRetry:
             connection.suspect()  # a protocol-level failure: the pool checks the connection at once
             raise
+        except ToolFailed:
+            connection.heard()  # the tool's own error is an answer
+            raise
+        finally:
+            CURRENT_CALL.reset(call)
+        connection.heard()
+        return for_the_model(result)
+
+
+def _resource_reader(pool: McpPool, agent_id: str, server: str) -> FunctionToolset[Any]:
+    """`read_resource` of one server, through whichever connection is live for it when called."""
+    tools: FunctionToolset[Any] = FunctionToolset()
+
+    @tools.tool(name=READ_RESOURCE)
+    async def read_resource(ctx: RunContext[Any], uri: str) -> Any:
+        """Read a resource of this MCP server by its URI, such as a resource link one of its tools returned.
+
+        Use it when a tool's result names a URI (e.g. `tracker://reports/api`) whose contents you need;
+        it reads nothing but what this server serves.
+
+        Args:
+            uri: the resource's URI exactly as the server gave it.
+
+        Returns the resource's text (or a note naming a file that is not read); several contents come as a list.
+        """
+        connection = pool.existing(agent_id, server)
+        live = connection.live_toolset() if connection is not None else None
+        if live is None:
+            return trouble(ctx, "transient", f"The {server} MCP server cannot be reached right now; nothing was read.")
+        from mcp.shared.exceptions import MCPError
+        from pydantic_ai.mcp import MCPError as ToolsetMCPError
+
+        try:
+            contents = await live.read_resource(uri)
+        except (MCPError, ToolsetMCPError) as e:  # an answer: the URI is not one it serves
+            connection.heard()
+            return trouble(ctx, "mistake", f"The {server} MCP server could not read {uri!r}: {e}")
+        connection.heard()
+        return for_the_model(contents)
+
+    return tools
+
+
+def _why_not(connection: Any) -> str:
+    """Why a server's tools are missing from this run, for the person: starting, or down and why."""
+    if connection is not None and connection.state == "connecting":
+        return "MCP server still starting"
+    detail = connection.detail if connection is not None and connection.state == "down" else ""
+    return f"MCP server unavailable: {detail}" if detail else "MCP server unavailable"
 
 
 def builder(pool: McpPool) -> Callable[[Turn], list[Any]]:
@@ -109,12 +176,11 @@ def build_for_turn(pool: McpPool, turn: Turn) -> list[Any]:
         connection = pool.existing(turn.agent.id, spec.name)
         live = connection.live_toolset() if connection is not None else None
         if connection is None or live is None:
-            state = "still starting" if connection is not None and connection.state == "connecting" else "unreachable"
-            turn.notices.append(f"The {spec.name} tools are not available right now (MCP server {state}); "
+            turn.notices.append(f"The {spec.name} tools are not available right now ({_why_not(connection)}); "
                                 "I'll answer without them.")
             continue
         offered = set()
-        for row in visible_tools(spec, connection.tools):
+        for row in visible_tools(spec, connection.tools, handshake=connection.handshake()):
             if row.note:
                 if row.permission != "deny":
                     connection.warn_once(f"name:{row.visible}", "MCP server %s: tool %r %s", connection.label,
@@ -128,10 +194,18 @@ def build_for_turn(pool: McpPool, turn: Turn) -> list[Any]:
             turn.tools[row.visible] = ToolInfo(stable_id=row.visible, capability=f"mcp:{spec.name}", from_mcp=True,
                                                mcp_permission=row.permission)
             offered.add(row.server_name)
+        group: list[AbstractToolset[Any]] = []
         if offered:
-            server_tools = _ServerTools(live, offered=frozenset(offered), pool=pool, agent_id=turn.agent.id,
-                                        server=spec.name)
-            toolsets.append(server_tools.prefixed(spec.name))
+            group.append(_ServerTools(live, offered=frozenset(offered), pool=pool, agent_id=turn.agent.id,
+                                      server=spec.name))
+        reader = f"{spec.name}_{READ_RESOURCE}"
+        if (connection.offers_resources() and READ_RESOURCE not in {t.name for t in connection.tools}
+                and spec.permission(READ_RESOURCE) != "deny" and reader not in turn.tools):
+            turn.tools[reader] = ToolInfo(stable_id=reader, capability=f"mcp:{spec.name}", from_mcp=True,
+                                          mcp_permission=spec.permission(READ_RESOURCE))
+            group.append(_resource_reader(pool, turn.agent.id, spec.name))
+        if group:
+            toolsets.append(CombinedToolset(group).prefixed(spec.name))
     return [simple(toolsets=toolsets)] if toolsets else []
 
 

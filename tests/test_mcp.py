@@ -3,6 +3,7 @@ with the `mcp` package) over stdio and over streamable HTTP, a real gateway, the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -52,7 +53,7 @@ async def test_stdio_tools_are_prefixed_and_deny_is_never_offered(tmp_path: Path
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         assert await ask(gw, chat, "tools") == ("tools: tracker_chart, tracker_deploy, tracker_explode, tracker_grow, "
-                                                "tracker_status, tracker_whoami")
+                                                "tracker_read_resource, tracker_status, tracker_whoami")
         assert await ask(gw, chat, "tracker_status api") == "[tracker_status success: api is green]"
         assert await ask(gw, chat, "tracker_drop_database api") == "echo: tracker_drop_database api"
         assert ran(log) == [("status", {"service": "api"})]
@@ -104,8 +105,8 @@ async def test_server_down_leaves_the_run_working_and_says_so(tmp_path: Path) ->
         async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
             chat = await Chat(s).open()
             reply = await ask(gw, chat, "tracker_status api")
-            assert reply.startswith("_The wiki tools are not available right now (MCP server unreachable); "
-                                    "I'll answer without them._")
+            assert reply.startswith("_The wiki tools are not available right now (MCP server unavailable: "), reply
+            assert "I'll answer without them._" in reply
             assert reply.endswith("[tracker_status success: api is green]")
             r = await s.get("/readyz")
             ready = await r.json()
@@ -217,7 +218,7 @@ async def test_a_rejected_token_leaves_the_server_down_and_the_secret_out_of_sig
         async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
             chat = await Chat(s).open()
             reply = await ask(gw, chat, "tools")
-            assert reply.startswith("_The tracker tools are not available right now (MCP server unreachable)")
+            assert reply.startswith("_The tracker tools are not available right now (MCP server unavailable: "), reply
             assert reply.endswith("tools:")  # no tools at all
             tracker = (await (await s.get("/readyz")).json())["mcp"]["ops/tracker"]
             assert tracker["state"] in ("down", "connecting") and tracker["connects"] == 0
@@ -253,3 +254,74 @@ async def test_a_capability_tool_keeps_its_name_against_an_mcp_tool(tmp_path: Pa
             await chat.decide(card["items"][0]["approval_id"], "approve")
             await wait_for(lambda: run_finished(gw, sent["run_id"]))
     assert RAN == [("deploy", "api")] and ran(log) == []
+
+
+async def test_a_binary_that_is_neither_image_nor_pdf_reaches_the_model_as_a_note(tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"archive": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        assert await ask(gw, chat, "tracker_archive api") == (
+            "[tracker_archive success: [The tool returned a file of type application/gzip (32 bytes); files of this "
+            "type are not read, so its contents are not shown.]]")
+
+
+async def test_a_stdio_server_sees_only_its_own_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/security.md, MCP servers: the gateway's keys never reach a server's environment."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-gateway-secret")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-gateway-secret")
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"environment": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        reply = await ask(gw, chat, "tracker_environment api")
+    names = set(reply.removeprefix("[tracker_environment success: ").removesuffix("]").split())
+    inherited = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM"}
+    assert "MCP_LOG" in names and not names - inherited - {"MCP_LOG", "LC_CTYPE"}, names  # LC_CTYPE: Python's own
+
+
+async def test_a_long_tools_progress_is_the_pages_status_line(tmp_path: Path) -> None:
+    from .test_web_api import _sse
+
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"slow": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        events: list[dict[str, Any]] = []
+        listener = asyncio.create_task(_sse(s, f"/api/v1/conversations/{chat.conv}/events", events))
+        await wait_for(lambda: gw.events._listeners.get(chat.conv), what="SSE subscription")
+        assert await ask(gw, chat, "tracker_slow api") == "[tracker_slow success: api done]"
+        await wait_for(lambda: any(e["type"] == "run_end" for e in events), what="run end")
+        listener.cancel()
+    assert [e["text"] for e in events if e["type"] == "status"] == [
+        "using tracker_slow…", "tracker: 20 % (crunching)", "tracker: 40 % (crunching)", "tracker: 60 % (crunching)",
+        "tracker: 80 % (crunching)", "tracker: 100 %"]
+
+
+async def test_a_resource_link_is_read_back_through_a_gated_read_resource(tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"linked": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        assert "tracker_read_resource" in await ask(gw, chat, "tools")
+        assert await ask(gw, chat, "tracker_linked api") == (  # with its name and type, and how to read it
+            "[tracker_linked success: [resource link: api report (text/plain): tracker://reports/api; read it with "
+            "read_resource]]")
+        sent = await chat.say('tracker_read_resource {"uri": "tracker://reports/api"}')
+        card = await chat.card()  # gated like the server's tools: ask, unless the agent file allows it
+        [item] = card["items"]
+        assert item["tool"] == "tracker_read_resource" and item["capability"] == "mcp:tracker"
+        assert ("report", {"service": "api"}) not in ran(log)
+        await chat.decide(item["approval_id"], "approve")
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        assert (await chat.replies())[-1] == "[tracker_read_resource success: report for api: all green]"
+        assert ran(log).count(("report", {"service": "api"})) == 1
+
+
+async def test_content_for_the_person_only_is_told_to_them_not_shown_to_the_model(tmp_path: Path) -> None:
+    log = tmp_path / "mcp.log"
+    cfg = config(tmp_path / "c", [stdio(log, args=[str(SERVER), "--extras"], tools={"confide": "allow"})])
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        assert await ask(gw, chat, "tracker_confide api") == (
+            "_tracker: your api password expires tomorrow_\n\n[tracker_confide success: api checked]")

@@ -86,7 +86,8 @@ class WebAdapter:
         return None
 
     async def show_status(self, target: ReplyTarget, text: str) -> None:
-        """The page shows typing until text arrives; it has no status line."""
+        """The page's status line under the conversation ("tracker: 40 %"), cleared when the run ends."""
+        self._publish(target, {"type": "status", "text": text})
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         self._publish(target, {"type": "card", "card": card_json(card)})

@@ -156,11 +156,16 @@ async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile:
     entry.update(sha256=await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest()), bytes=len(data),
                  outcome="read")
     if what == "text":
-        text = await asyncio.to_thread(data.decode, "utf-8", "replace")
-        if len(text) > TEXT_CHARS:
-            text = f"{text[:TEXT_CHARS]}\n[… cut: the file has {len(text):,} characters; the first {TEXT_CHARS:,} are shown]"
-        return [f'{FILE_TAG}name="{name}" type="{mime}">\n{text}\n</file>'], ""
+        return [await asyncio.to_thread(text_part, name, mime, data)], ""
     return [BinaryContent(data=data, media_type=mime, identifier=name)], ""
+
+
+def text_part(name: str, mime: str, data: bytes) -> str:
+    """A text-like file as the model reads it: tagged with its name and type, cut past TEXT_CHARS."""
+    text = data.decode("utf-8", "replace")
+    if len(text) > TEXT_CHARS:
+        text = f"{text[:TEXT_CHARS]}\n[… cut: the file has {len(text):,} characters; the first {TEXT_CHARS:,} are shown]"
+    return f'{FILE_TAG}name="{name}" type="{mime}">\n{text}\n</file>'
 
 
 def _skipped(entry: dict[str, Any], name: str, why: str, *, tell: bool = True) -> tuple[list[UserContent], str]:

@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from gateway.mcp.pool import CONNECT_TIMEOUT, McpConnection
+from gateway.mcp.pool import McpConnection
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig, Problem
@@ -19,11 +19,12 @@ if TYPE_CHECKING:
 
 async def probe(config: LoadedConfig, agent_ids: Iterable[str]) -> list[McpConnection]:
     """Connect each enabled server of these agents once (in parallel) and leave them connected."""
-    connections = [McpConnection(a, s, retry=False) for a in agent_ids for s in config.agents[a].mcp_servers
-                   if s.enabled]
+    settings = config.gateway.mcp
+    connections = [McpConnection(a, s, retry=False, settings=settings) for a in agent_ids
+                   for s in config.agents[a].mcp_servers if s.enabled]
     for c in connections:
         c.start()
-    await asyncio.gather(*(c.wait_usable(CONNECT_TIMEOUT + 5) for c in connections))
+    await asyncio.gather(*(c.wait_usable(settings.connect_timeout_seconds + 10) for c in connections))
     return connections
 
 
@@ -90,7 +91,7 @@ async def _list(config: LoadedConfig, agent_ids: list[str], *, as_json: bool) ->
                                        "detail": "" if c is None else c.detail, "tools": []}
                 if c is not None and c.state == "up":
                     row["tools"] = [{"tool": t.server_name, "name": t.visible, "permission": t.permission,
-                                     "note": t.note} for t in visible_tools(spec, c.tools)]
+                                     "note": t.note} for t in visible_tools(spec, c.tools, handshake=c.handshake())]
                     row["unknown_entries"] = c.unknown_entries()
                 elif c is not None:
                     failed = True

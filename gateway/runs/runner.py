@@ -213,6 +213,7 @@ class Runner:
             read_modes=lambda: approvals.modes(conversation.id),
             skills=gw.config.skills,
             tell=lambda line: self.tell(run.id, line),
+            status=lambda line: show_status(adapter, turn.target, line),
         )
         return Prepared(turn, adapter)
 

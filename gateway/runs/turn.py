@@ -74,6 +74,8 @@ class Turn:
     notices: list[str] = field(default_factory=list)  # one-line notes for the person (e.g. an MCP server down)
     # A one-line note for the person while the run streams (e.g. "summarising the earlier conversation…").
     tell: Callable[[str], Awaitable[None]] = field(default=lambda line: _nothing())
+    # The thread's status line while the run works ("tracker: 40 %"), where the platform has one; a nicety.
+    status: Callable[[str], Awaitable[None]] = field(default=lambda line: _nothing())
     # Levels of delegation this run may still start; None for a run a person started (its agent's own
     # subagents max_depth applies). A delegate's run carries what its parent left it.
     levels_left: int | None = None

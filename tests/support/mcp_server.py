@@ -4,6 +4,9 @@ Over stdio: `python tests/support/mcp_server.py`. Over streamable HTTP: `serve_h
 own event loop on 127.0.0.1 with an ephemeral port, or `python tests/support/mcp_server.py --http 0`
 (prints the URL). Every tool call is appended to `$MCP_LOG` (one JSON line) so a test can count
 how often a tool really ran, whichever process served it.
+
+`--extras` adds the tools that exercise the rest of the protocol (logs, binary results, progress, ...);
+`--noisy` prints a line that is not JSON-RPC on stdout before serving, as servers with a banner do.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import gzip
 import json
 import os
 import sys
@@ -21,6 +25,7 @@ from typing import Any
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
+from mcp_types import Annotations, BlobResourceContents, EmbeddedResource, ResourceLink, TextContent
 
 # A 1x1 transparent PNG.
 PNG = base64.b64decode(
@@ -35,7 +40,7 @@ def _record(tool: str, **args: Any) -> None:
             f.write(json.dumps({"tool": tool, "args": args, "pid": os.getpid()}) + "\n")
 
 
-def build(name: str = "test-tracker") -> MCPServer:
+def build(name: str = "test-tracker", *, extras: bool = False) -> MCPServer:
     server = MCPServer(name, instructions="A tracker for tests.", log_level="WARNING")
 
     @server.tool()
@@ -90,7 +95,64 @@ def build(name: str = "test-tracker") -> MCPServer:
             pass
         return f"added {service}_report"
 
+    if extras:
+        _add_extras(server)
     return server
+
+
+def _add_extras(server: MCPServer) -> None:
+    @server.tool()
+    async def chatter(service: str, ctx: Context) -> str:
+        """Logs at the loudest level, and floods its stderr."""
+        _record("chatter", service=service)
+        await ctx.log("critical", f"{service} is melting", logger_name="tracker.core")
+        for n in range(100):
+            print(f"{service} stderr line {n}", file=sys.stderr, flush=True)
+        return "chattered"
+
+    @server.tool()
+    async def slow(service: str, ctx: Context) -> str:
+        """Works in five steps, reporting its progress after each."""
+        _record("slow", service=service)
+        for step in range(1, 6):
+            await ctx.report_progress(step * 20, 100, "crunching" if step < 5 else None)
+            await asyncio.sleep(0.05)
+        return f"{service} done"
+
+    @server.resource("tracker://reports/{service}", mime_type="text/plain")
+    def report(service: str) -> str:
+        """A service's report."""
+        _record("report", service=service)
+        return f"report for {service}: all green"
+
+    @server.tool()
+    def linked(service: str) -> ResourceLink:
+        """A link to a service's report (read it with read_resource)."""
+        _record("linked", service=service)
+        return ResourceLink(type="resource_link", name=f"{service} report", uri=f"tracker://reports/{service}",
+                            mimeType="text/plain")
+
+    @server.tool()
+    def confide(service: str) -> list[TextContent]:
+        """Answers the model, and has a word for the person only (audience: user)."""
+        _record("confide", service=service)
+        return [TextContent(type="text", text=f"{service} checked"),
+                TextContent(type="text", text=f"your {service} password expires tomorrow",
+                            annotations=Annotations(audience=["user"]))]
+
+    @server.tool()
+    def environment(service: str) -> str:
+        """The names of the variables in the server's environment."""
+        _record("environment", service=service)
+        return " ".join(sorted(os.environ))
+
+    @server.tool()
+    def archive(service: str) -> EmbeddedResource:
+        """A gzip archive of a service's logs (a binary that is neither an image nor a PDF)."""
+        _record("archive", service=service)
+        blob = base64.b64encode(gzip.compress(b"log line\n" * 10)).decode()
+        return EmbeddedResource(type="resource", resource=BlobResourceContents(
+            uri=f"file:///logs/{service}.gz", mimeType="application/gzip", blob=blob))
 
 
 @contextlib.asynccontextmanager
@@ -136,9 +198,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", type=int, default=None, help="serve streamable HTTP on this port (0: any)")
     parser.add_argument("--name", default="test-tracker")
+    parser.add_argument("--extras", action="store_true", help="add the tools that exercise the rest of the protocol")
+    parser.add_argument("--noisy", action="store_true", help="print a line that is not JSON-RPC before serving")
     args = parser.parse_args(argv)
+    if args.noisy:
+        print("tracker v1.0 starting, hello from stdout", flush=True)
     if args.http is None:
-        build(args.name).run("stdio")
+        build(args.name, extras=args.extras).run("stdio")
         return
 
     async def serve() -> None:

@@ -2,6 +2,7 @@
 "use strict";
 (function () {
   const log = document.getElementById("log");
+  const status = document.getElementById("status");
   const form = document.getElementById("composer");
   const input = document.getElementById("text");
   const send = document.getElementById("send");
@@ -243,7 +244,8 @@
     source.addEventListener("notice", (e) => notice(JSON.parse(e.data).text));
     source.addEventListener("report", (e) => bubble("report", JSON.parse(e.data).text, ""));
     source.addEventListener("memory_card", (e) => { const d = JSON.parse(e.data); renderMemory(d.id, d.card); });
-    source.addEventListener("run_end", () => { load().catch((err) => notice(err.message)); });
+    source.addEventListener("status", (e) => { status.textContent = JSON.parse(e.data).text; status.hidden = false; });
+    source.addEventListener("run_end", () => { status.hidden = true; load().catch((err) => notice(err.message)); });
   }
 
   async function open(id) {
