@@ -139,7 +139,11 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gateway import version
+
     parser = argparse.ArgumentParser(prog="agent-gateway", description=__doc__)
+    parser.add_argument("--version", action="version",
+                        version=f"agent-gateway {version.version()} (Python {version.python()})")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
