@@ -53,6 +53,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ":memory:"
+        # In memory: the database lives as long as the pool's one connection (the engine's life).
         if database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         # One connection (see `sqlite`): our transactions queue for it in asyncio. A store
@@ -69,7 +70,10 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
             pool_timeout=max(busy_timeout, sqlite.QUEUE_WAIT),
             # Sessions end their own transactions; a reset would cost a thread round trip.
             pool_reset_on_return=None,
-            connect_args={"timeout": busy_timeout},
+            # The connection is used from aiosqlite's thread and, for a transaction that can take
+            # the lock at once, from the loop's (`sqlite.inline`): never both at a time. SQLAlchemy
+            # turns sqlite3's same-thread check off for a file, not for ":memory:", so say it here.
+            connect_args={"timeout": busy_timeout, "check_same_thread": False},
         )
         event.listen(engine.sync_engine, "connect", sqlite.pragmas(busy_timeout))
         sqlite.track(engine.sync_engine)
