@@ -41,6 +41,12 @@ class DatabaseConfig(Strict):
         " runs them again; a live one renews its claims three times as often",
     )
 
+    migrate: Literal["auto", "check"] = Field(
+        default="auto",
+        description="auto: bring the schema up to date at start; check: refuse to start on a schema older than this"
+        " version (run `agent-gateway db upgrade` first: for a rolling upgrade across replicas)",
+    )
+
     @field_validator("url")
     @classmethod
     def _async_driver(cls, v: str) -> str:

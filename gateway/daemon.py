@@ -43,7 +43,8 @@ from gateway.runs.runner import Runner
 from gateway.runs.stop import Stops
 from gateway.store import repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
-from gateway.store.engine import create_engine, migrate
+from gateway.store.daemon_lock import DaemonLock, DatabaseInUse, sqlite_file
+from gateway.store.engine import SchemaError, create_engine, migrate
 from gateway.ops.systemd import Notifier
 from gateway.outbound.adapter import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
 from gateway.inbound.uploads import Uploads
@@ -97,6 +98,7 @@ class Gateway:
         self.notifier = Notifier()
         self.routes = http.AdapterRoutes()
         self.port = 0
+        self._database_lock: DaemonLock | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -114,12 +116,18 @@ class Gateway:
         database = self.config.gateway.database
         try:
             engine = create_engine(database.url, busy_timeout=database.busy_timeout_seconds)
-        except OSError as e:  # SQLite: the file's directory cannot be made
+            # Held until stop: `db restore` refuses while it is (SQLite; see daemon_lock).
+            file = sqlite_file(database.url)
+            if file is not None:
+                self._database_lock = DaemonLock(file)
+                self._database_lock.hold()
+        except (OSError, DatabaseInUse) as e:  # SQLite: the file's directory cannot be made; a restore runs
             raise StartupError(_database_failure(database.url, e)) from e
         try:
-            await migrate(engine)
+            await migrate(engine, database.migrate)
         except Exception as e:
             await engine.dispose()
+            self._release_database()
             raise StartupError(_database_failure(database.url, e)) from e
         self.store = repo.Store(engine, self.clock, lease_seconds=database.run_lease_seconds)
         if self.store.shared:  # other replicas may serve the browser watching a run of ours
@@ -334,6 +342,12 @@ class Gateway:
         await self.notifier.stop_watchdog()
         if hasattr(self, "store"):
             await self.store.close()
+        self._release_database()
+
+    def _release_database(self) -> None:
+        if self._database_lock is not None:
+            self._database_lock.release()
+            self._database_lock = None
 
     @property
     def url(self) -> str:
@@ -414,6 +428,8 @@ def _database_failure(url: str, error: Exception) -> str:
     from sqlalchemy.engine import make_url
 
     shown = make_url(url).render_as_string(hide_password=True)
+    if isinstance(error, (SchemaError, DatabaseInUse)):
+        return f"database.url {shown}: {error}"
     if isinstance(error, StoreUnavailable):
         return f"database.url {shown}: the database did not answer ({error}); check that it runs and is reachable"
     return f"database.url {shown}: {type(error).__name__}: {error}"

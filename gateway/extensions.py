@@ -147,7 +147,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
         config = load(args)
         if config is None:
             return 1
-        code, text = asyncio.run(admin(config.gateway.database.url, args.action, args.person, actor=args.actor,
+        code, text = asyncio.run(admin(config.gateway.database, args.action, args.person, actor=args.actor,
                                        reason=args.reason))
         print(text, file=sys.stdout if code == 0 else sys.stderr)
         return code
