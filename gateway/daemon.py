@@ -23,6 +23,7 @@ from bindings.models import BindingSpec
 from gateway.http import slow_clients
 from gateway.http import server as http
 
+from gateway import private_api
 from gateway.inbound import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
 from gateway.approvals.service import Approvals
@@ -110,6 +111,9 @@ class Gateway:
         await self.stop()
 
     async def start(self) -> None:
+        missing = private_api.problems()
+        if missing:  # a dependency upgraded past what this version was built on
+            raise StartupError("; ".join(missing))
         exposure = self.config.gateway.http.exposure_problem(self.listen)
         if exposure is not None:  # the config's own listen was checked at load; this is an override
             raise StartupError(f"http.listen: {exposure}")
@@ -169,9 +173,8 @@ class Gateway:
                 await self._site.start()
             except OSError as e:
                 raise StartupError(_listen_failure(self.listen, e)) from e
-            server = self._site._server  # the bound socket tells the real port when 0 was asked
-            if server is not None and server.sockets:
-                self.port = server.sockets[0].getsockname()[1]
+            if self._runner.addresses:  # the bound socket tells the real port when 0 was asked
+                self.port = self._runner.addresses[0][1]
             for ext in self.extensions:
                 if hasattr(ext, "start"):
                     await ext.start()

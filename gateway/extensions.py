@@ -119,7 +119,10 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
     from gateway.ops import db_cli
 
-    db_cli.add_cli(sub, load)  # `db stats`, `db prune`
+    db_cli.add_cli(sub, load)  # `db stats | prune | backup | restore | current | upgrade`
+    from gateway.ops import doctor
+
+    doctor.add_cli(sub, load)  # `doctor [--online]`
 
     def capabilities(args: argparse.Namespace) -> int:
         from bindings.loader import ConfigError, config_directory, load_gateway_config
