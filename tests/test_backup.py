@@ -120,6 +120,8 @@ async def test_migrate_check_refuses_an_old_schema_until_db_upgrade(tmp_path: Pa
     assert "this version needs" in err and "run `agent-gateway db upgrade` first" in err
     code, out, _ = await cli("db", "current", "--config", str(config))
     assert code == 1 and "nothing (empty)" in out
+    code, _, err = await cli("approvals", "list", "--config", str(config))  # a CLI command does not migrate either
+    assert code == 1 and "run `agent-gateway db upgrade` first" in err and "Traceback" not in err
     code, out, err = await cli("db", "upgrade", "--config", str(config))
     assert code == 0, err
     code, out, _ = await cli("db", "current", "--config", str(config))

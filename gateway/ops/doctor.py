@@ -102,10 +102,13 @@ async def _bindings(config: LoadedConfig, online: bool) -> list[Line]:
         adapter = create_adapter(binding, AdapterContext(config.gateway))
         troubles = await adapter.doctor(online)
         lines += [Line(subject, t) for t in troubles]
-        if not troubles:
-            lines.append(Line(subject, detail="the platform took its credentials" if online and binding.platform != "web"
-                              else "credentials resolve" + ("" if binding.platform == "web" else
-                                                            " (--online asks the platform)")))
+        if troubles:
+            continue
+        if binding.platform == "web":
+            lines.append(Line(subject, detail="served by the daemon's HTTP server, no credentials of its own"))
+        else:
+            lines.append(Line(subject, detail="the platform took its credentials" if online else
+                              "credentials resolve (--online asks the platform)"))
     return lines
 
 

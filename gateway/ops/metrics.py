@@ -92,7 +92,7 @@ class Metrics:
 
 
 PREFIX = "agent_gateway_"
-OLD_PREFIX = "gateway_"  # the names before 0.2, exported as aliases for one release
+OLD_PREFIX = "gateway_"  # the names of 0.1.0, exported as aliases for one release
 # Runs take from a second (a short answer) to minutes (tools, delegations, `limits` allow 300 s and
 # more): the default buckets stop at 10 s, where every long run would look alike.
 RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 450.0, 600.0)
