@@ -122,3 +122,39 @@ async def test_an_unusable_model_key_is_found_offline(tmp_path: Path) -> None:
     [line] = [line for line in lines if line.startswith("problem: model")]
     assert "DOCTOR_NO_KEY is not set" in line and "fix: " in line
     assert "ok: database" in "\n".join(lines) and "does not exist yet" in "\n".join(lines)
+
+
+async def test_telegram_and_mattermost_tokens_are_asked_online(tmp_path: Path) -> None:
+    from .fakes.mattermost import FakeMattermost
+    from .fakes.telegram import FakeTelegram
+
+    mattermost = FakeMattermost()
+    url = await mattermost.start()
+    mattermost.add_user("agentbot", is_bot=True, token="mm-bot-token")
+    mattermost.add_user("alice", token="mm-alice-token")
+    try:
+        async with FakeTelegram() as telegram:
+            config = write_config(tmp_path / "c", bindings={
+                "tg": {"platform": "telegram", "agent": "assistant",
+                       "telegram": {"token": "env:DOCTOR_TG", "api_url": telegram.api_url}},
+                "mm": {"platform": "mattermost", "agent": "assistant",
+                       "mattermost": {"url": url, "token": "env:DOCTOR_MM"}},
+                "mm-person": {"platform": "mattermost", "agent": "assistant",
+                              "mattermost": {"url": url, "token": "env:DOCTOR_MM_ALICE"}},
+            })
+            ENV.update(DOCTOR_TG="999:not-the-bots-token", DOCTOR_MM="mm-bot-token", DOCTOR_MM_ALICE="mm-alice-token")
+            try:
+                code, lines, _ = await doctor(config, "--online")
+            finally:
+                for name in ("DOCTOR_TG", "DOCTOR_MM", "DOCTOR_MM_ALICE"):
+                    ENV.pop(name)
+    finally:
+        await mattermost.stop()
+    assert code == 1
+    text = "\n".join(lines)
+    assert "ok: binding mm (mattermost): the platform took its credentials" in text
+    [person] = [line for line in lines if line.startswith("problem: binding mm-person")]
+    assert "'alice''s, not a bot account's" in person
+    [tg] = [line for line in lines if line.startswith("problem: binding tg (telegram): ")]
+    assert "token (env:DOCTOR_TG): Telegram refused it" in tg and "@BotFather" in tg
+    assert "not-the-bots-token" not in text  # the token never printed
