@@ -49,6 +49,8 @@ USED: tuple[Private, ...] = (
             "gateway/store/sqlite.py: a whole transaction handed to the connection's thread as one call"),
     Private("aiohttp", "aiohttp.web", "Request", ("_match_info", "_cache"),
             "gateway/http/server.py: adapter routes swapped at reload"),
+    Private("aiohttp", "aiohttp.streams", "StreamReader", ("_timer",),
+            "gateway/http/slow_clients.py: a deadline on each read of a request's body"),
     Private("pydantic-ai-harness", "pydantic_ai_harness.system_reminders", "SystemReminders",
             ("_request_count", "_fire_counts", "_dynamic_snapshot"),
             "capabilities/system_reminders.py: the cadence counted per conversation"),

@@ -3,6 +3,7 @@ daemon reads at run time (static files, migrations) and what the systemd unit po
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -47,3 +48,36 @@ def test_the_wheel_carries_the_static_files_the_migrations_and_the_units_documen
     [doc] = re.findall(r"^Documentation=file:///opt/agent-gateway/\.venv/(\S+)$", unit, re.M)
     data = wheel.name.split("-py3")[0] + ".data/data/"
     assert data + doc in names, f"the unit's Documentation= names {doc}, which a wheel install does not have"
+
+
+def _imported(path: Path) -> set[str]:
+    """The top-level modules a file imports (absolute imports only: relative ones are ours)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_every_package_the_code_imports_is_declared() -> None:
+    """An import that works only because another dependency happens to pull its package in breaks
+    the day that dependency drops it (fastmcp, mcp_types, httpx2, idna, bs4, yarl were such)."""
+    from importlib.metadata import packages_distributions
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {canonicalize_name(Requirement(line).name) for line in project["dependencies"]}
+    provided_by = {"pydantic_monty": "pydantic-monty"}  # the module ships in pydantic-monty's client package
+    ours = {"gateway", "adapters", "capabilities", "bindings", "__future__"}
+    distributions = packages_distributions()
+    undeclared = {}
+    for folder in ours - {"__future__"}:
+        for path in (ROOT / folder).rglob("*.py"):
+            for module in _imported(path):
+                if module in sys.stdlib_module_names or module in ours:
+                    continue
+                names = [provided_by[module]] if module in provided_by else distributions.get(module, [module])
+                if not any(canonicalize_name(n) in declared for n in names):
+                    undeclared[module] = str(path.relative_to(ROOT))
+    assert undeclared == {}, f"imported but not in pyproject.toml's dependencies: {undeclared}"
