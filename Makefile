@@ -4,13 +4,33 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check bench clean
+.PHONY: run test check bench clean install lock
 
-$(STAMP): pyproject.toml
+# Every dependency at the version requirements-test.lock pins, hashes checked (so CI and every
+# machine test the same code), then the project itself without resolving anything again.
+$(STAMP): pyproject.toml requirements-test.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --require-hashes -r requirements-test.lock
+	$(BIN)/pip install -q --no-deps -e .
 	touch $(STAMP)
+
+# Production: the runtime only (no pytest, no playwright), at requirements.lock's versions, into
+# $(VENV) (docs/operations.md: /opt/agent-gateway/.venv, which the systemd unit runs).
+install:
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --require-hashes -r requirements.lock
+	$(BIN)/pip install -q --no-deps .
+
+# Renew the lock files after a change to pyproject.toml's dependencies: versions already pinned
+# stay unless pyproject.toml excludes them (UPGRADE=--upgrade moves everything to the newest allowed).
+UPGRADE ?=
+lock: $(STAMP)
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip compile -q pyproject.toml $(UPGRADE) --no-strip-extras --generate-hashes --python $(BIN)/python \
+		--custom-compile-command "make lock" -o requirements.lock
+	$(BIN)/uv pip compile -q pyproject.toml --extra test $(UPGRADE) --no-strip-extras --generate-hashes --python $(BIN)/python \
+		--custom-compile-command "make lock" -o requirements-test.lock
 
 run: $(STAMP)
 	$(BIN)/agent-gateway run --config config

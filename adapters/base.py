@@ -43,6 +43,7 @@ from gateway.outbound.adapter import (
     PlatformError,
     PlatformLimits,
     ReplyTarget,
+    Trouble,
 )
 
 if TYPE_CHECKING:
@@ -127,7 +128,25 @@ class BaseAdapter(abc.ABC):
         except Exception as e:  # closing sockets must not stop the daemon's shutdown
             self._log.warning("closing the %s clients: %s: %s", self.platform, type(e).__name__, e)
 
+    async def doctor(self, online: bool) -> list[Trouble]:
+        """The binding's secrets resolve and its clients build (`_open`, which never connects); with
+        `online`, the platform takes the credentials (`_verify`). Then the clients are released."""
+        try:
+            await self._open()
+            return await self._verify() if online else []
+        except CannotStart as e:
+            return [Trouble(f"cannot start: {e}", f"set the {self.platform} section's secret so that it resolves "
+                            "(env:NAME needs the variable in the daemon's environment, file:/path a readable "
+                            "file, credential:NAME systemd's LoadCredential=)")]
+        finally:
+            await self._close_quietly()
+
     # --- hooks -------------------------------------------------------------------------
+
+    async def _verify(self) -> list[Trouble]:
+        """Ask the platform whether it takes this binding's credentials (after `_open`). A platform
+        that has not said how is not asked."""
+        return []
 
     @abc.abstractmethod
     async def _open(self) -> None:

@@ -194,6 +194,9 @@ def load_config(directory: Path | str) -> LoadedConfig:
         if src:
             sources["gateway"] = src
             gateway = _validate(GatewayConfig, src, problems) or gateway
+            exposure = gateway.http.exposure_problem()
+            if exposure is not None:
+                problems.append(src.problem(("http", "listen"), exposure))
             for i, module in enumerate(gateway.plugins):
                 try:
                     importlib.import_module(module)

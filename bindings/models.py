@@ -6,6 +6,7 @@ that names the field instead of a setting silently ignored.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -40,12 +41,29 @@ class DatabaseConfig(Strict):
         " runs them again; a live one renews its claims three times as often",
     )
 
+    migrate: Literal["auto", "check"] = Field(
+        default="auto",
+        description="auto: bring the schema up to date at start; check: refuse to start on a schema older than this"
+        " version (run `agent-gateway db upgrade` first: for a rolling upgrade across replicas)",
+    )
+
     @field_validator("url")
     @classmethod
     def _async_driver(cls, v: str) -> str:
         if not (v.startswith("sqlite+aiosqlite://") or v.startswith("postgresql+asyncpg://")):
             raise ValueError("use sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host/db")
         return v
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listen host is reachable from this machine only."""
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class HttpConfig(Strict):
@@ -110,6 +128,18 @@ class HttpConfig(Strict):
         if v is not None and (urlsplit(v).scheme not in ("http", "https") or not urlsplit(v).hostname):
             raise ValueError(f"{v!r} is not an http(s) URL such as https://gateway.example.com")
         return v
+
+    def exposure_problem(self, listen: str | None = None) -> str | None:
+        """Why the HTTP server may not listen on `listen` (default: `self.listen`), or None.
+
+        The one place of this rule: `check` and `run` both meet it when the config is loaded
+        (bindings.loader), and a gateway started on another address (`Gateway(listen=…)`) here too.
+        """
+        listen = listen or self.listen
+        if is_loopback(listen.rpartition(":")[0]) or self.api_token is not None:
+            return None
+        return (f"{listen} listens beyond loopback but http.api_token is not set: set http.api_token "
+                "(e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1")
 
     @property
     def host(self) -> str:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
+import os
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -18,9 +20,10 @@ from aiohttp import web
 from bindings.loader import ConfigError, LoadedConfig, load_config
 from bindings.models import BindingSpec
 
-from gateway.http import guard, slow_clients
+from gateway.http import slow_clients
 from gateway.http import server as http
 
+from gateway import private_api
 from gateway.inbound import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
 from gateway.approvals.service import Approvals
@@ -41,7 +44,8 @@ from gateway.runs.runner import Runner
 from gateway.runs.stop import Stops
 from gateway.store import repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
-from gateway.store.engine import create_engine, migrate
+from gateway.store.daemon_lock import DaemonLock, DatabaseInUse, sqlite_file
+from gateway.store.engine import SchemaError, create_engine, migrate
 from gateway.ops.systemd import Notifier
 from gateway.outbound.adapter import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
 from gateway.inbound.uploads import Uploads
@@ -95,6 +99,7 @@ class Gateway:
         self.notifier = Notifier()
         self.routes = http.AdapterRoutes()
         self.port = 0
+        self._database_lock: DaemonLock | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -106,14 +111,28 @@ class Gateway:
         await self.stop()
 
     async def start(self) -> None:
-        _check_listen(self.listen, self.config)
+        missing = private_api.problems()
+        if missing:  # a dependency upgraded past what this version was built on
+            raise StartupError("; ".join(missing))
+        exposure = self.config.gateway.http.exposure_problem(self.listen)
+        if exposure is not None:  # the config's own listen was checked at load; this is an override
+            raise StartupError(f"http.listen: {exposure}")
         database = self.config.gateway.database
-        engine = create_engine(database.url, busy_timeout=database.busy_timeout_seconds)
         try:
-            await migrate(engine)
-        except Exception:
+            engine = create_engine(database.url, busy_timeout=database.busy_timeout_seconds)
+            # Held until stop: `db restore` refuses while it is (SQLite; see daemon_lock).
+            file = sqlite_file(database.url)
+            if file is not None:
+                self._database_lock = DaemonLock(file)
+                self._database_lock.hold()
+        except (OSError, DatabaseInUse) as e:  # SQLite: the file's directory cannot be made; a restore runs
+            raise StartupError(_database_failure(database.url, e)) from e
+        try:
+            await migrate(engine, database.migrate)
+        except Exception as e:
             await engine.dispose()
-            raise
+            self._release_database()
+            raise StartupError(_database_failure(database.url, e)) from e
         self.store = repo.Store(engine, self.clock, lease_seconds=database.run_lease_seconds)
         if self.store.shared:  # other replicas may serve the browser watching a run of ours
             self.relay = EventRelay(engine, self.store, self.events)
@@ -150,10 +169,12 @@ class Gateway:
             await self._runner.setup()
             host, port = self.listen.rpartition(":")[0].strip("[]"), int(self.listen.rpartition(":")[2])
             self._site = web.TCPSite(self._runner, host, port)
-            await self._site.start()
-            server = self._site._server  # the bound socket tells the real port when 0 was asked
-            if server is not None and server.sockets:
-                self.port = server.sockets[0].getsockname()[1]
+            try:
+                await self._site.start()
+            except OSError as e:
+                raise StartupError(_listen_failure(self.listen, e)) from e
+            if self._runner.addresses:  # the bound socket tells the real port when 0 was asked
+                self.port = self._runner.addresses[0][1]
             for ext in self.extensions:
                 if hasattr(ext, "start"):
                     await ext.start()
@@ -324,6 +345,12 @@ class Gateway:
         await self.notifier.stop_watchdog()
         if hasattr(self, "store"):
             await self.store.close()
+        self._release_database()
+
+    def _release_database(self) -> None:
+        if self._database_lock is not None:
+            self._database_lock.release()
+            self._database_lock = None
 
     @property
     def url(self) -> str:
@@ -386,12 +413,29 @@ class Gateway:
         return state
 
 
-def _check_listen(listen: str, config: LoadedConfig) -> None:
-    if not guard.is_loopback(listen.rpartition(":")[0]) and config.gateway.http.api_token is None:
-        raise StartupError(
-            f"http.listen is {listen}, beyond loopback, but http.api_token is not set: "
-            "set http.api_token (e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1"
-        )
+def _listen_failure(listen: str, error: OSError) -> str:
+    """What to change when the HTTP server cannot bind `listen` (one line, no traceback)."""
+    port = listen.rpartition(":")[2]
+    fix = {
+        errno.EADDRINUSE: f"another process listens there (`ss -ltnp 'sport = :{port}'` names it): stop it, "
+                          "or set http.listen to a free port",
+        errno.EADDRNOTAVAIL: "this machine has no such address: set http.listen to one of its addresses",
+        errno.EACCES: "a port below 1024 needs privileges: set http.listen to a port above 1023",
+    }.get(error.errno or 0, "set http.listen to an address and port this machine can listen on")
+    reason = os.strerror(error.errno) if error.errno else str(error)  # aiohttp's own text repeats the address
+    return f"http.listen {listen}: {reason}; {fix}"
+
+
+def _database_failure(url: str, error: Exception) -> str:
+    """What to change when the database cannot be opened or migrated at start (the URL without its password)."""
+    from sqlalchemy.engine import make_url
+
+    shown = make_url(url).render_as_string(hide_password=True)
+    if isinstance(error, (SchemaError, DatabaseInUse)):
+        return f"database.url {shown}: {error}"
+    if isinstance(error, StoreUnavailable):
+        return f"database.url {shown}: the database did not answer ({error}); check that it runs and is reachable"
+    return f"database.url {shown}: {type(error).__name__}: {error}"
 
 
 def freeze_startup_objects() -> None:

@@ -119,7 +119,10 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
     from gateway.ops import db_cli
 
-    db_cli.add_cli(sub, load)  # `db stats`, `db prune`
+    db_cli.add_cli(sub, load)  # `db stats | prune | backup | restore | current | upgrade`
+    from gateway.ops import doctor
+
+    doctor.add_cli(sub, load)  # `doctor [--online]`
 
     def capabilities(args: argparse.Namespace) -> int:
         from bindings.loader import ConfigError, config_directory, load_gateway_config
@@ -147,7 +150,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
         config = load(args)
         if config is None:
             return 1
-        code, text = asyncio.run(admin(config.gateway.database.url, args.action, args.person, actor=args.actor,
+        code, text = asyncio.run(admin(config.gateway.database, args.action, args.person, actor=args.actor,
                                        reason=args.reason))
         print(text, file=sys.stdout if code == 0 else sys.stderr)
         return code

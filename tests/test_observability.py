@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from pathlib import Path
 
 import aiohttp
@@ -22,7 +23,13 @@ async def test_metrics_and_readyz(config_dir: Path) -> None:
         run = (await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hi"})).json())["run_id"]
         await wait_for(lambda: run_finished(gw, run))
         text = await (await s.get("/metrics")).text()
-        assert 'gateway_runs_total{outcome="finished",platform="web"} 1.0' in text
+        # Which agent, on which binding: the new names carry both.
+        assert ('agent_gateway_runs_total{agent="assistant",binding="web",outcome="finished",platform="web"} 1.0'
+                in text)
+        assert 'agent_gateway_run_duration_seconds_count{agent="assistant",binding="web",platform="web"} 1.0' in text
+        # The old names stay for one release, summed over the labels they did not have.
+        assert '\ngateway_runs_total{outcome="finished",platform="web"} 1.0' in text
+        assert '\ngateway_run_duration_seconds_count{platform="web"} 1.0' in text
         assert 'gateway_messages_in_total{outcome="accepted",platform="web"} 1.0' in text
         assert 'gateway_model_tokens_total{direction="output"}' in text
         assert "gateway_run_duration_seconds_count" in text
@@ -30,6 +37,24 @@ async def test_metrics_and_readyz(config_dir: Path) -> None:
         body = await r.json()
         assert r.status == 200 and body["ready"] and body["database"]
         assert body["bindings"]["web"] == {"platform": "web", "connected": True, "detail": "serving"}
+
+
+async def test_metrics_answer_an_operators_questions(config_dir: Path) -> None:
+    """The version running, the process's memory and file descriptors, and run durations up to 600 s."""
+    from gateway import version
+
+    async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
+        text = await (await s.get("/metrics")).text()
+    assert f'agent_gateway_build_info{{python="{version.python()}",version="{version.version()}"}} 1.0' in text
+    assert version.version() != "unknown"
+    assert re.search(r"^process_resident_memory_bytes [1-9]", text, re.M)
+    assert re.search(r"^process_open_fds [1-9]", text, re.M)
+    assert "# TYPE agent_gateway_run_duration_seconds histogram" in text
+    # A run-duration bucket only shows once a run was observed: ask the histogram itself.
+    gw.metrics.run_seconds.labels("web", "assistant", "web").observe(420.0)
+    rendered = gw.metrics.render().decode()
+    assert 'agent_gateway_run_duration_seconds_bucket{agent="assistant",binding="web",le="300.0",platform="web"} 0.0' in rendered
+    assert 'agent_gateway_run_duration_seconds_bucket{agent="assistant",binding="web",le="600.0",platform="web"} 1.0' in rendered
 
 
 async def test_secrets_never_reach_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:

@@ -33,11 +33,14 @@ START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)  # microsecond 0: th
 ANN = Identity("person-ann", "Ann")
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+# "memory": an in-memory SQLite database (tests and embedders use one), through the same fast path.
+@pytest.fixture(params=["sqlite", "memory", pytest.param("postgresql", marks=pytest.mark.postgres)])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     async with contextlib.AsyncExitStack() as stack:
         if request.param == "sqlite":
             url = f"sqlite+aiosqlite:///{tmp_path / 's.db'}"
+        elif request.param == "memory":
+            url = "sqlite+aiosqlite:///:memory:"
         else:
             url = await stack.enter_async_context(pg_database())
         engine = create_engine(url)

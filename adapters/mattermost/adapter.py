@@ -35,6 +35,7 @@ from gateway.outbound.adapter import (
     CHAT_FIRST_DRAFT_AFTER,
     PlatformLimits,
     ReplyTarget,
+    Trouble,
 )
 
 from . import cards, stop
@@ -102,6 +103,19 @@ class MattermostAdapter(BaseAdapter):
         self._key = cards.action_key(token, self.binding_id)
         self._client = MattermostClient(self._section.url, token)
         self._socket = MattermostSocket(self._client)
+
+    async def _verify(self) -> list[Trouble]:
+        """GET /users/me with the token: the server takes it, and it is the bot account's."""
+        assert self._client is not None
+        try:
+            me = await self._client.me()
+        except PlatformError as e:
+            return [Trouble(f"token ({self._section.token.describe()}): {self._section.url} refused it ({e})",
+                            "create a new access token for the bot account (Integrations → Bot Accounts) and check url")]
+        if not me.get("is_bot"):
+            return [Trouble(f"token ({self._section.token.describe()}) is {me.get('username')!r}'s, not a bot account's",
+                            "use a bot account's access token (Integrations → Bot Accounts)")]
+        return []
 
     async def _close(self) -> None:
         await self._save_seen()

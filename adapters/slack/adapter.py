@@ -51,8 +51,10 @@ from gateway.outbound.adapter import (
     PlatformLimits,
     RateLimited,
     ReplyTarget,
+    Trouble,
 )
 
+from . import scopes
 from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
 from .live import SlackLiveReply
@@ -186,6 +188,32 @@ class SlackAdapter(BaseAdapter):
         client = self._require_client()
         auth = await call("auth.test", client.auth_test())
         self._conn.bot_user_id, self._conn.bot_id = str(auth["user_id"]), str(auth.get("bot_id") or "")
+
+    async def _verify(self) -> list[Trouble]:
+        """auth.test with the bot token (its answer's `x-oauth-scopes` against the manifest's), and in
+        Socket Mode apps.connections.open with the app token (a ticket, not a connection)."""
+        client = self._require_client()
+        troubles = []
+        try:
+            auth = await call("auth.test", client.auth_test())
+        except PlatformError as e:
+            return [Trouble(f"bot_token ({self._section.bot_token.describe()}): Slack refused it ({e})",
+                            "copy the Bot User OAuth Token (xoxb-…) from the app's OAuth & Permissions page again")]
+        lacking = scopes.missing(auth.headers.get("x-oauth-scopes") or auth.headers.get("X-OAuth-Scopes"))
+        if lacking:
+            effects = "; ".join(f"{s}: {scopes.NEEDED[s]}" for s in lacking)
+            troubles.append(Trouble(f"bot_token lacks the scopes {', '.join(lacking)} ({effects})",
+                                    "add them under OAuth & Permissions → Bot Token Scopes (docs/slack.md's "
+                                    "manifest lists them), then reinstall the app to the workspace"))
+        if self._section.mode == "socket":
+            try:
+                await call("apps.connections.open", client.apps_connections_open(app_token=self._app_token))
+            except PlatformError as e:
+                troubles.append(Trouble(f"app_token ({self._section.app_token.describe() if self._section.app_token else ''}): "
+                                        f"Slack refused it ({e})",
+                                        "generate an app-level token (xapp-…) with connections:write under Basic "
+                                        "Information → App-Level Tokens, and turn Socket Mode on"))
+        return troubles
 
     async def _http_ready(self) -> None:
         """HTTP mode has nothing to hold open: ready once the token works."""

@@ -46,6 +46,7 @@ from gateway.outbound.adapter import (
     CHAT_FIRST_DRAFT_AFTER,
     PlatformLimits,
     ReplyTarget,
+    Trouble,
 )
 
 from .budget import RULES, TelegramBudget
@@ -126,6 +127,17 @@ class TelegramAdapter(BaseAdapter):
         if self._redactor is not None:
             self._redactor.uninstall()
             self._redactor = None
+
+    async def _verify(self) -> list[Trouble]:
+        """getMe with the token (what `initialize` asks); never getUpdates or setWebhook."""
+        try:
+            with translated("getMe"):
+                await self._require_bot().initialize()
+        except PlatformError as e:
+            scrub = self._redactor.scrub if self._redactor else str
+            return [Trouble(f"token ({self._section.token.describe()}): Telegram refused it ({scrub(str(e))})",
+                            "copy the bot's token from @BotFather (/token) again")]
+        return []
 
     def health(self) -> AdapterHealth:
         state = self._health.get()

@@ -27,6 +27,7 @@ from gateway.outbound.adapter import (
     Dispatcher,
     PlatformLimits,
     ReplyTarget,
+    Trouble,
 )
 
 STATIC = Path(__file__).parent / "static"
@@ -50,6 +51,10 @@ class WebAdapter:
 
     async def stop(self) -> None:
         self._dispatcher = None
+
+    async def doctor(self, online: bool) -> list[Trouble]:
+        """The web chat has no credentials of its own (the HTTP server's api_token is the gateway's)."""
+        return []
 
     def health(self) -> AdapterHealth:
         return AdapterHealth(connected=True, detail="serving")

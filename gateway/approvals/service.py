@@ -455,7 +455,7 @@ def add_cli(sub: Any, load: Any) -> None:
         from gateway.store.engine import open_store
 
         async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-            async with open_store(config.gateway.database.url) as store:
+            async with open_store(config.gateway.database) as store:
                 return await decisions(store, args.conversation), await mode_changes(store, args.conversation)
 
         rows, switches = asyncio.run(main())

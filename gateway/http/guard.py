@@ -27,24 +27,13 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from bindings.models import HttpConfig
+from bindings.models import HttpConfig, is_loopback  # is_loopback: the listen rule's, one place
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 API_PREFIX = "/api/"
 WILDCARDS = frozenset({"", "0.0.0.0", "::"})
 log = logging.getLogger("gateway.http.guard")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listen host is reachable from this machine only."""
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _origin(url: str) -> tuple[str, str, int] | None:

@@ -126,7 +126,7 @@ def add_cli(sub: Any, load: Any) -> None:
         from gateway.store.engine import open_store
 
         async def main() -> int:
-            async with open_store(config.gateway.database.url) as store:
+            async with open_store(config.gateway.database) as store:
                 pairing = Pairing(store)
                 if args.action == "list":
                     return _print_pending(await pairing.pending(args.binding), as_json=args.json)

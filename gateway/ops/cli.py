@@ -139,7 +139,11 @@ def cmd_reload(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from gateway import version
+
     parser = argparse.ArgumentParser(prog="agent-gateway", description=__doc__)
+    parser.add_argument("--version", action="version",
+                        version=f"agent-gateway {version.version()} (Python {version.python()})")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
@@ -169,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from gateway.store.availability import StoreUnavailable
+    from gateway.store.engine import SchemaError
 
     args = build_parser().parse_args(argv)
     try:
@@ -176,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreUnavailable as e:  # the daemon (or a backup) holds the database's lock: say so
         print(f"the database is busy: {e}; try again in {e.retry_after_header}s", file=sys.stderr)
         return 75  # EX_TEMPFAIL
+    except SchemaError as e:  # database.migrate: check and an older schema, or a newer one
+        print(e, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

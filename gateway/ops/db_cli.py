@@ -1,28 +1,49 @@
-"""`agent-gateway db stats` (how big each table is) and `db prune` (retention, now)."""
+"""`agent-gateway db …`: table sizes (stats), retention now (prune), backup and restore, and the
+schema's migrations (current, upgrade) for operators who migrate before they start."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
+from pathlib import Path
 from typing import Any
+
+ACTIONS = {
+    "stats": "each growing table's rows and size",
+    "prune": "delete what is past retention, now",
+    "backup": "copy the database to FILE, safe while the daemon runs",
+    "restore": "replace the database with the backup FILE (the daemon must be stopped)",
+    "current": "the schema's migration, against what this version needs",
+    "upgrade": "bring the schema up to this version (for database.migrate: check)",
+}
 
 
 def add_cli(sub: Any, load: Any) -> None:
-    p = sub.add_parser("db", help="the database: table sizes (stats), or prune past retention now (prune)")
-    p.add_argument("action", choices=["stats", "prune"])
+    p = sub.add_parser("db", help="the database: " + "; ".join(f"{a} ({h})" for a, h in ACTIONS.items()))
+    p.add_argument("action", choices=list(ACTIONS))
+    p.add_argument("file", nargs="?", help="backup / restore: the backup file")
     p.add_argument("--config", help="config directory")
 
     def run(args: argparse.Namespace) -> int:
         config = load(args)
         if config is None:
             return 1
+        database = config.gateway.database
+        if args.action in ("backup", "restore"):
+            if not args.file:
+                print(f"db {args.action} needs a FILE: agent-gateway db {args.action} FILE", file=sys.stderr)
+                return 2
+            return _copy(args.action, database, Path(args.file))
+        if args.action in ("current", "upgrade"):
+            return asyncio.run(_schema(args.action, database))
         from gateway.clock import Clock
         from gateway.ops.retention import retention_of
         from gateway.store.engine import open_store
         from gateway.store.retention import prune, table_sizes
 
         async def main() -> list[str]:
-            async with open_store(config.gateway.database.url) as store:
+            async with open_store(config.gateway.database) as store:
                 if args.action == "prune":
                     deleted = await prune(store, retention_of(config.gateway.retention), Clock().now())
                     return [f"{table:16} {n:>10} rows deleted" for table, n in deleted.items()]
@@ -35,6 +56,59 @@ def add_cli(sub: Any, load: Any) -> None:
         return 0
 
     p.set_defaults(fn=run)
+
+
+def _copy(action: str, database: Any, file: Path) -> int:
+    from gateway.store import backup
+    from gateway.store.daemon_lock import DatabaseInUse, sqlite_file
+    from gateway.store.engine import known_revisions
+
+    path = sqlite_file(database.url)
+    if path is None and database.url.startswith("postgresql"):
+        line = (backup.pg_dump_command(database.url, str(file)) if action == "backup"
+                else backup.pg_restore_command(database.url, str(file)))
+        what = ("a PostgreSQL database is backed up with pg_dump" if action == "backup" else
+                "a PostgreSQL database is restored with pg_restore, every replica stopped first")
+        print(f"agent-gateway does not {action} PostgreSQL itself: {what} (docs/operations.md). Run:", file=sys.stderr)
+        print(line)
+        return 2
+    if path is None:
+        print(f"database.url is an in-memory database: nothing outlives the daemon to {action}", file=sys.stderr)
+        return 2
+    try:
+        if action == "backup":
+            done = backup.backup(path, file, busy_timeout=database.busy_timeout_seconds)
+            print(f"backed up {path} to {done.path} (schema {done.revision})")
+            return 0
+        done = backup.restore(file, path, known_revisions())
+    except (backup.BackupError, DatabaseInUse) as e:
+        print(f"db {action}: {e}", file=sys.stderr)
+        return 1
+    print(f"restored {file} into {path} (schema {done.revision})"
+          + (f"; the database it replaced is kept as {done.kept}" if done.kept else ""))
+    return 0
+
+
+async def _schema(action: str, database: Any) -> int:
+    from gateway.store.engine import SchemaError, create_engine, migrate, schema_state
+
+    engine = create_engine(database.url, busy_timeout=database.busy_timeout_seconds)
+    try:
+        before = await schema_state(engine)
+        if action == "upgrade":
+            try:
+                await migrate(engine, "auto")
+            except SchemaError as e:
+                print(f"db upgrade: {e}", file=sys.stderr)
+                return 1
+            after = await schema_state(engine)
+            print(f"schema {after.current}" + ("" if after.current == before.current else
+                                              f" (was {before.current or 'empty'})"))
+            return 0
+        print(f"schema {before.describe()}")
+        return 0 if before.known and not before.behind else 1
+    finally:
+        await engine.dispose()
 
 
 def _size(size: int | None) -> str:

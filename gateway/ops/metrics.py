@@ -1,40 +1,70 @@
-"""Prometheus metrics, one registry per gateway (so tests running several gateways don't collide)."""
+"""Prometheus metrics, one registry per gateway (so tests running several gateways don't collide).
+
+Every name is prefixed `agent_gateway_`. The names before it (`gateway_…`) are still exported,
+for one release, as aliases (`_Aliases`): the same series summed over the labels added since
+(`agent`, `binding`), so a dashboard or alert written against them keeps its meaning.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector, ProcessCollector,
+                               generate_latest)
+from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+
+from gateway import version
 
 if TYPE_CHECKING:
     from gateway.runs.runner import Turn
+
+M = TypeVar("M", bound=MetricWrapperBase)
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.messages_in = Counter("gateway_messages_in", "Messages received", ["platform", "outcome"], registry=r)
-        self.messages_out = Counter("gateway_messages_out", "Replies finished", ["platform"], registry=r)
-        self.runs = Counter("gateway_runs", "Runs by outcome", ["platform", "outcome"], registry=r)
-        self.duplicates = Counter("gateway_inbound_duplicates", "Redeliveries dropped by the ledger", ["platform"], registry=r)
-        self.run_seconds = Histogram("gateway_run_duration_seconds", "Run wall-clock time", ["platform"], registry=r)
-        self.queue_depth = Gauge("gateway_conversations_active", "Conversations with a worker", registry=r)
-        self.approvals_pending = Gauge("gateway_approvals_pending", "Approvals waiting for a decision", registry=r)
-        self.platform_errors = Counter(
-            "gateway_platform_errors", "Platform API errors", ["platform", "kind"], registry=r
-        )
-        self.slow_tool_calls = Counter("gateway_slow_tool_calls", "Tool calls that took at least "
-                                       "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"], registry=r)
-        self.tokens = Counter("gateway_model_tokens", "Model tokens", ["direction"], registry=r)
+        aliases = _Aliases()
+        r.register(aliases)
+        # The process's own series (resident memory, open file descriptors, CPU seconds, start time)
+        # and the Python build, on this registry rather than the global one.
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Gauge("agent_gateway_build_info", "The running version (always 1)", ["version", "python"],
+              registry=r).labels(version.version(), version.python()).set(1)
+        self.messages_in = aliases.add(Counter(f"{PREFIX}messages_in", "Messages received", ["platform", "outcome"],
+                                               registry=r))
+        self.messages_out = aliases.add(Counter(f"{PREFIX}messages_out", "Replies finished", ["platform"], registry=r))
+        self.runs = aliases.add(Counter(f"{PREFIX}runs", "Runs by outcome", ["platform", "outcome", "agent", "binding"],
+                                        registry=r), old=("platform", "outcome"))
+        self.duplicates = aliases.add(Counter(f"{PREFIX}inbound_duplicates", "Redeliveries dropped by the ledger",
+                                              ["platform"], registry=r))
+        self.run_seconds = aliases.add(Histogram(f"{PREFIX}run_duration_seconds", "Run wall-clock time",
+                                                 ["platform", "agent", "binding"], buckets=RUN_BUCKETS, registry=r),
+                                       old=("platform",))
+        self.queue_depth = aliases.add(Gauge(f"{PREFIX}conversations_active", "Conversations with a worker",
+                                             registry=r))
+        self.approvals_pending = aliases.add(Gauge(f"{PREFIX}approvals_pending", "Approvals waiting for a decision",
+                                                   registry=r))
+        self.platform_errors = aliases.add(Counter(f"{PREFIX}platform_errors", "Platform API errors",
+                                                   ["platform", "kind"], registry=r))
+        self.slow_tool_calls = aliases.add(Counter(f"{PREFIX}slow_tool_calls", "Tool calls that took at least "
+                                                   "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"],
+                                                   registry=r))
+        self.tokens = aliases.add(Counter(f"{PREFIX}model_tokens", "Model tokens", ["direction"], registry=r))
         # A leak of tasks shows here first (bench/chaos.py's soak samples it).
-        Gauge("gateway_asyncio_tasks", "Tasks alive in the daemon's event loop", registry=r).set_function(_tasks)
+        tasks = Gauge(f"{PREFIX}asyncio_tasks", "Tasks alive in the daemon's event loop", registry=r)
+        tasks.set_function(_tasks)
+        aliases.add(tasks)
         # How late a timer fires: the time every callback waits behind a busy loop (bench/streaming.py
         # reads its p99). Buckets fine at the low end, where a healthy loop lives.
-        self.loop_lag = Histogram("gateway_event_loop_lag_seconds", "How late the event loop ran a timer",
-                                  buckets=LAG_BUCKETS, registry=r)
+        self.loop_lag = aliases.add(Histogram(f"{PREFIX}event_loop_lag_seconds", "How late the event loop ran a timer",
+                                              buckets=LAG_BUCKETS, registry=r))
         self._lag_probe: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -50,12 +80,52 @@ class Metrics:
             self._lag_probe = None
 
     def run_ended(self, turn: Turn, outcome: str) -> None:
-        self.runs.labels(turn.conversation.platform, outcome).inc()
+        self.runs.labels(turn.conversation.platform, outcome, turn.agent.id, turn.binding.id).inc()
         if outcome == "finished":
             self.messages_out.labels(turn.conversation.platform).inc()
 
+    def run_took(self, turn: Turn, seconds: float) -> None:
+        self.run_seconds.labels(turn.target.platform, turn.agent.id, turn.binding.id).observe(seconds)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+PREFIX = "agent_gateway_"
+OLD_PREFIX = "gateway_"  # the names of 0.1.0, exported as aliases for one release
+# Runs take from a second (a short answer) to minutes (tools, delegations, `limits` allow 300 s and
+# more): the default buckets stop at 10 s, where every long run would look alike.
+RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 300.0, 450.0, 600.0)
+
+
+class _Aliases:
+    """Collects, under the old `gateway_` names, the metrics `add`ed to it: each family's samples
+    summed over the labels the old name did not have (`le` kept). Registered on the same registry;
+    it has no `describe`, so it claims no names there."""
+
+    def __init__(self) -> None:
+        self._metrics: list[tuple[MetricWrapperBase, tuple[str, ...] | None]] = []
+
+    def add(self, metric: M, old: tuple[str, ...] | None = None) -> M:
+        """`old`: the label names the old series had (None: the same as now)."""
+        self._metrics.append((metric, old))
+        return metric
+
+    def collect(self) -> Iterator[Metric]:
+        for metric, old in self._metrics:
+            for family in metric.collect():
+                alias = Metric(OLD_PREFIX + family.name.removeprefix(PREFIX), family.documentation, family.type)
+                sums: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+                for sample in family.samples:
+                    if sample.name.endswith("_created"):
+                        continue  # a creation time cannot be summed; the old series go without it
+                    keep = old if old is not None else tuple(sample.labels)
+                    labels = tuple(sorted((k, v) for k, v in sample.labels.items() if k in keep or k == "le"))
+                    key = (OLD_PREFIX + sample.name.removeprefix(PREFIX), labels)
+                    sums[key] = sums.get(key, 0.0) + sample.value
+                for (name, labels), value in sums.items():
+                    alias.add_sample(name, dict(labels), value)
+                yield alias
 
 
 LAG_EVERY = 0.05  # seconds between probes: 20 cheap wake-ups a second

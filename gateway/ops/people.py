@@ -12,16 +12,19 @@ import asyncio
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.store.people import AccountRef, PeopleStore
 
+if TYPE_CHECKING:
+    from bindings.models import DatabaseConfig
 
-async def admin(url: str, action: str, refs: list[str], *, actor: str) -> tuple[int, str]:
+
+async def admin(database: DatabaseConfig | str, action: str, refs: list[str], *, actor: str) -> tuple[int, str]:
     """(exit code, text) for one `people` action."""
     from gateway.store.engine import open_store
 
-    async with open_store(url) as store:
+    async with open_store(database) as store:
         people = PeopleStore(store)
 
         async def person(ref: str) -> str | None:
@@ -75,7 +78,7 @@ def add_cli(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Names
         config = load(args)
         if config is None:
             return 1
-        code, text = asyncio.run(admin(config.gateway.database.url, args.action, args.refs, actor=args.actor))
+        code, text = asyncio.run(admin(config.gateway.database, args.action, args.refs, actor=args.actor))
         print(text, file=sys.stdout if code == 0 else sys.stderr)
         return code
 

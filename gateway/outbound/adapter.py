@@ -253,6 +253,14 @@ class LiveReply(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Trouble:
+    """Something `doctor` found wrong, in words an operator acts on: what, and what to change."""
+
+    problem: str
+    fix: str
+
+
 @runtime_checkable
 class Adapter(Protocol):
     """One binding's connection to one platform. Constructed from the binding's config."""
@@ -318,6 +326,13 @@ class Adapter(Protocol):
         about them. Most platforms keep nothing and do nothing here; the web chat keeps the text it
         showed, to send only what was added, and would otherwise keep every reply for the life of
         the process."""
+        ...
+
+    async def doctor(self, online: bool) -> list[Trouble]:
+        """`agent-gateway doctor`: what stops this binding from working, each with what to change
+        (empty: nothing found). Its secrets resolve; with `online`, the platform also takes its
+        credentials and, where the platform says, they carry the permissions this adapter needs.
+        Never starts the binding; called on an adapter that was not started."""
         ...
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:

@@ -20,9 +20,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.messages import ChatKind
 from gateway.store.notes import CHAT, PERSON, Holder, Note, NoteStore, Scope
+
+if TYPE_CHECKING:
+    from bindings.models import DatabaseConfig
 
 INDEX_INJECT_LIMIT = 6_000  # a longer index is left out whole: half an index is worse than none
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -145,17 +149,15 @@ async def self_service(
 # --- an administrator, from the command line ----------------------------------------------
 
 
-async def admin(url: str, action: str, person_ref: str, *, actor: str, reason: str) -> tuple[int, str]:
+async def admin(database: DatabaseConfig | str, action: str, person_ref: str, *, actor: str,
+                reason: str) -> tuple[int, str]:
     """`agent-gateway memory show|erase`: (exit code, text). Every access is audited before it happens."""
-    from gateway.store.engine import create_engine, migrate
-    from gateway.store.repo import Store
+    from gateway.store.engine import open_store
 
     if action == "show" and not reason.strip():
         return 2, "memory show needs --reason: it is recorded in the audit log with your name (no content)."
-    engine = create_engine(url)
-    try:
-        await migrate(engine)
-        notes = NoteStore(Store(engine))
+    async with open_store(database) as store:
+        notes = NoteStore(store)
         person_id = await notes.person(person_ref)
         if person_id is None:
             return 1, f"no person {person_ref!r}: give a person id or platform:workspace:account (e.g. slack:T01:U02)"
@@ -173,5 +175,3 @@ async def admin(url: str, action: str, person_ref: str, *, actor: str, reason: s
             parts.append(f"{n.agent_id}/{n.name} ({state}; written {n.created_at:%Y-%m-%d %H:%M}, "
                          f"changed {n.updated_at:%Y-%m-%d %H:%M} UTC)\n{body}")
         return 0, "\n\n".join(parts)
-    finally:
-        await engine.dispose()

@@ -424,7 +424,7 @@ class Runner:
             self._stopped_by.pop(turn.run_id, None)
             if control:  # the reply is final (or parked, or stopped): nothing left to stop
                 await set_stop_control(stream.adapter, turn.target, stream.first_message_id, turn.run_id, False)
-            gw.metrics.run_seconds.labels(turn.target.platform).observe(gw.clock.monotonic() - started)
+            gw.metrics.run_took(turn, gw.clock.monotonic() - started)
             log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
 

@@ -1,14 +1,17 @@
-"""Engine creation, SQLite pragmas, and migrations run at start-up."""
+"""Engine creation, SQLite pragmas, and migrations (run at start-up, or checked: `database.migrate`)."""
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, make_url
@@ -18,8 +21,10 @@ from sqlalchemy.pool import AsyncAdaptedQueuePool
 from gateway.store import sqlite
 from gateway.store.storable import clean_statement
 from gateway.store.availability import StoreUnavailable, guard, is_lock_wait, is_transient
+from gateway.version import version
 
 if TYPE_CHECKING:
+    from bindings.models import DatabaseConfig
     from gateway.store.repo import Store
 
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -53,6 +58,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         database = parsed.database or ":memory:"
+        # In memory: the database lives as long as the pool's one connection (the engine's life).
         if database != ":memory:":
             Path(database).parent.mkdir(parents=True, exist_ok=True)
         # One connection (see `sqlite`): our transactions queue for it in asyncio. A store
@@ -69,7 +75,10 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
             pool_timeout=max(busy_timeout, sqlite.QUEUE_WAIT),
             # Sessions end their own transactions; a reset would cost a thread round trip.
             pool_reset_on_return=None,
-            connect_args={"timeout": busy_timeout},
+            # The connection is used from aiosqlite's thread and, for a transaction that can take
+            # the lock at once, from the loop's (`sqlite.inline`): never both at a time. SQLAlchemy
+            # turns sqlite3's same-thread check off for a file, not for ":memory:", so say it here.
+            connect_args={"timeout": busy_timeout, "check_same_thread": False},
         )
         event.listen(engine.sync_engine, "connect", sqlite.pragmas(busy_timeout))
         sqlite.track(engine.sync_engine)
@@ -133,8 +142,65 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return cfg
 
 
-async def migrate(engine: AsyncEngine) -> None:
-    """Bring the schema to head. Safe to run from several replicas: PostgreSQL serializes it."""
+class SchemaError(Exception):
+    """The database's schema is not the one this version runs on (the message says what to do)."""
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    """Where the database's schema is, against what this code needs."""
+
+    current: str | None  # the database's migration (None: no schema yet)
+    head: str  # the newest migration this code has
+    known: bool  # whether this code has `current` among its migrations (False: a newer version wrote it)
+
+    @property
+    def behind(self) -> bool:
+        return self.known and self.current != self.head
+
+    def problem(self, mode: str) -> str | None:
+        """Why a daemon (or a CLI command) may not use the database as it is, in `mode` (auto | check)."""
+        if not self.known:
+            return (f"the database schema is at {self.current}, a migration this version ({version()}) does not have: "
+                    "a newer agent-gateway upgraded it. Run that version, or restore the backup taken before the "
+                    "upgrade (`agent-gateway db restore FILE`; docs/operations.md, Rollback)")
+        if mode == "check" and self.behind:
+            return (f"the database schema is at {self.current or 'nothing (an empty database)'}, this version needs "
+                    f"{self.head}: run `agent-gateway db upgrade` first (database.migrate is check)")
+        return None
+
+    def describe(self) -> str:
+        if not self.known:
+            return f"{self.current} (newer than this version, which knows up to {self.head})"
+        if self.current == self.head:
+            return f"{self.head} (up to date)"
+        return f"{self.current or 'nothing (empty)'}, this version needs {self.head}: `agent-gateway db upgrade`"
+
+
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def known_revisions() -> set[str]:
+    """Every migration this version has."""
+    return {script.revision for script in _scripts().walk_revisions()}
+
+
+def _state(connection: Connection) -> SchemaState:
+    current = MigrationContext.configure(connection).get_current_revision()
+    return SchemaState(current, _scripts().get_current_head() or "", current is None or current in known_revisions())
+
+
+async def schema_state(engine: AsyncEngine) -> SchemaState:
+    async with engine.connect() as conn:
+        return await conn.run_sync(_state)
+
+
+async def migrate(engine: AsyncEngine, mode: str = "auto") -> None:
+    """Bring the schema to head (mode "auto"), or only check that it is there (mode "check", for
+    operators who run `db upgrade` themselves before a rolling upgrade). Either way a schema newer
+    than this code is refused (SchemaError) rather than run on. Safe to run from several replicas:
+    PostgreSQL serializes it."""
 
     def upgrade(connection: Connection) -> None:
         if connection.dialect.name == "postgresql":
@@ -142,20 +208,29 @@ async def migrate(engine: AsyncEngine) -> None:
             # No lock_timeout here: a long migration on another replica is worth waiting for.
             connection.exec_driver_sql("SET LOCAL lock_timeout = 0")
             connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7263510)")
-        command.upgrade(alembic_config(connection), "head")
+        problem = _state(connection).problem(mode)
+        if problem is not None:
+            raise SchemaError(problem)
+        if mode == "auto":
+            command.upgrade(alembic_config(connection), "head")
 
     async with engine.begin() as conn:
         await conn.run_sync(upgrade)
 
 
 @contextlib.asynccontextmanager
-async def open_store(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> AsyncIterator["Store"]:
-    """A migrated store for the CLI's one-off reads and writes."""
+async def open_store(database: DatabaseConfig | str) -> AsyncIterator["Store"]:
+    """A migrated store for the CLI's one-off reads and writes: `database` is gateway.yaml's
+    `database` (its busy timeout and `migrate` mode apply) or a bare URL (auto)."""
     from gateway.store.repo import Store
 
+    if isinstance(database, str):
+        url, busy_timeout, mode = database, DEFAULT_BUSY_TIMEOUT, "auto"
+    else:
+        url, busy_timeout, mode = database.url, database.busy_timeout_seconds, database.migrate
     engine = create_engine(url, busy_timeout=busy_timeout)
     try:
-        await migrate(engine)
+        await migrate(engine, mode)
         yield Store(engine)
     finally:
         await engine.dispose()

@@ -50,7 +50,7 @@ def add_cli(sub: Any, load: Any) -> None:
         from gateway.store.engine import open_store
 
         async def main() -> list[dict[str, Any]]:
-            async with open_store(config.gateway.database.url) as store:
+            async with open_store(config.gateway.database) as store:
                 return await ended_runs(store.sessions, status=args.status, conversation_id=args.conversation,
                                         limit=args.limit)
 

@@ -53,6 +53,9 @@ PER_CHANNEL = {  # (limit, seconds) per channel: Slack's special limits
     "assistant.threads.setStatus": (60, 60.0),  # as Slack's SDKs count it: 60 a minute per DM
 }
 BOT_TOKEN = "xoxb-fake-bot-token"
+MANIFEST_SCOPES = ("app_mentions:read", "chat:write", "chat:write.customize", "channels:history", "groups:history",
+                   "im:history", "mpim:history", "channels:read", "groups:read", "im:read", "mpim:read", "users:read",
+                   "commands", "files:read")
 APP_TOKEN = "xapp-fake-app-token"
 SIGNING_SECRET = "fake-signing-secret"
 
@@ -187,6 +190,9 @@ class FakeSlack:
         self.channels: dict[str, Channel] = {}
         self.users: dict[str, User] = {bot_user_id: User(bot_user_id, "agent", "Agent", "agent", is_bot=True)}
         self.connections_opened = 0
+        # The bot token's scopes, as Slack names them in every Web API answer's x-oauth-scopes header:
+        # by default what docs/slack.md's manifest asks for.
+        self.scopes: list[str] = list(MANIFEST_SCOPES)
         self.status_allowed = True  # assistant.threads.setStatus answers ok, or an error
         self.native_streaming = True  # chat.startStream & co. exist (False: unknown_method, an older workspace)
         # False: the server never answers the client's close frame (a slow edge, a connection that
@@ -351,7 +357,8 @@ class FakeSlack:
             if result.get("ok"):
                 for scope in scopes:
                     self._counted.setdefault(scope, []).append(arrived)
-            return web.json_response(result)
+            granted = {"x-oauth-scopes": ",".join(self.scopes)} if token == BOT_TOKEN else {}
+            return web.json_response(result, headers=granted)
         finally:
             await self._notify()
 

@@ -1,0 +1,54 @@
+"""What an operator sees when the daemon cannot start: `check` says it first, `run` in one line."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import ROOT, write_config
+
+
+def cli(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gateway.ops.cli", *args, "--config", str(config)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_check_refuses_what_run_refuses_with_file_and_line(tmp_path: Path) -> None:
+    """A public listen without an api_token: `check` used to pass it and `run` refuse it."""
+    config = write_config(tmp_path / "c", gateway={"http": {"listen": "0.0.0.0:8788"}})
+    lines = (config / "gateway.yaml").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "listen:" in text)
+    for command in ("check", "run"):
+        done = cli(command, config=config)
+        assert done.returncode == 1, (command, done.stderr)
+        assert f"{config / 'gateway.yaml'}:{line}:" in done.stderr
+        assert "http.listen: 0.0.0.0:8788 listens beyond loopback but http.api_token is not set" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_taken_port_is_one_line_naming_what_to_change(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = write_config(tmp_path / "c", gateway={"http": {"listen": f"127.0.0.1:{port}"}})
+        done = cli("run", config=config)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr
+    [line] = [text for text in done.stderr.splitlines() if "cannot start" in text]
+    assert f"http.listen 127.0.0.1:{port}: Address already in use" in line
+    assert "set http.listen to a free port" in line
+    assert len([text for text in done.stderr.splitlines() if "error" in text]) == 1, done.stderr
+
+
+def test_a_database_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    config = write_config(tmp_path / "c", gateway={"database": {"url": f"sqlite+aiosqlite:///{blocker}/x/gateway.db"}})
+    done = cli("run", config=config)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+    [line] = [text for text in done.stderr.splitlines() if "cannot start" in text]
+    assert "database.url" in line
