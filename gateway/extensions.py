@@ -78,6 +78,9 @@ def install(gateway: Gateway) -> None:
     from gateway.runs.handoffs import HandoffStarter
 
     parts["handoffs"] = Switchboard(lambda: gateway.config.agents, delegator, HandoffStarter(gateway).start)
+    from gateway.runs.scheduled import Schedules  # scheduled tasks fire from their own sweep, through the queue
+
+    gateway.extensions.append(parts.setdefault("schedules", Schedules.of(gateway)))
 
 
 def register_checks() -> None:
