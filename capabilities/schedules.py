@@ -22,7 +22,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from bindings.cron import cron_problem, local_text, zone_problem
-from gateway.runs.scheduled import Schedules, task_line
+from gateway.runs.scheduled import Schedules, task_line, where_text
 from gateway.runs.turn import Turn
 from gateway.store.models import ScheduledTask
 from gateway.store.schedules import CANCELLED, CHAT, NewTask
@@ -155,8 +155,11 @@ def _toolset(schedules: Schedules, cfg: SchedulesConfig) -> FunctionToolset[Turn
         tasks = [t for t in await schedules.db.listed() if visible(turn, t)]
         if not tasks:
             return "No scheduled tasks."
-        lines = [f"{task_line(t)} — posts {'here' if t.conversation_id == turn.conversation.id else 'in another conversation'}"
-                 for t in tasks[:50]]
+        lines = []
+        for t in tasks[:50]:
+            conv = await schedules.store.conversation(t.conversation_id)
+            here = t.conversation_id == turn.conversation.id
+            lines.append(f"{task_line(t)} — posts {'here' if here else where_text(conv)}")
         if len(tasks) > 50:
             lines.append(f"[{len(tasks) - 50} more not shown]")
         return "\n".join(lines)

@@ -233,6 +233,14 @@ def task_line(task: ScheduledTask) -> str:
             f"{task.creator_name or 'someone'}{status}")
 
 
+def where_text(conv: repo.ConversationRef | None) -> str:
+    """Where a task posts, as people name it."""
+    if conv is None:
+        return "nowhere (its conversation is gone)"
+    place = {"dm": "a direct message", "group": f"group {conv.channel}"}.get(conv.chat_kind, f"channel {conv.channel}")
+    return f"in {place} on {conv.platform}" + (f", thread {conv.thread}" if conv.thread else "")
+
+
 def task_json(task: ScheduledTask, where: str = "") -> dict[str, Any]:
     return {"id": task.id, "task": task.task, "cron": task.cron, "at": task.at.isoformat() if task.at else None,
             "timezone": task.timezone, "status": task.status, "reason": task.reason, "origin": task.origin,
