@@ -3,17 +3,21 @@ as its creator, parked on an approval like any run; listed with its next run and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
+import json
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import func, select
 
 from gateway.clock import ManualClock
 from gateway.messages import ChatKind, Sender
+from gateway.ops import cli
 from gateway.outbound.adapter import Decision
 from gateway.runs.scheduled import Schedules
 from gateway.store import repo
@@ -222,3 +226,42 @@ async def test_a_person_who_lost_access_has_the_task_paused_and_is_told(tmp_path
                               what="the owner told")
         assert "is paused" in told[-1] and "Post the incidents" in told[-1]
         assert await scheduled_runs(w) == []
+
+
+async def test_operators_and_people_see_the_tasks_and_operators_pause_resume_and_cancel(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = ManualClock(T0)
+    dm = Place("slack", "slack", "T1", "D1", ChatKind.DM)
+    async with scheduled_world(tmp_path, clock) as (w, schedules):
+        await w.say(ALICE, dm, call("schedule_task", task="Water the plants", cron="30 8 * * *"))
+        listed = await w.command(ALICE, dm, "/schedules")
+        assert listed.startswith("Scheduled here:") and "Water the plants" in listed and "next 2026-03-02T08:30+00:00" \
+            in listed
+
+        def run(*argv: str) -> tuple[int, str]:
+            code = cli.main([*argv, "--config", str(tmp_path)])
+            out = capsys.readouterr()
+            return code, out.out + out.err
+
+        code, out = await asyncio.to_thread(run, "schedules", "list", "--json")
+        [row] = [json.loads(line) for line in out.splitlines()]
+        assert code == 0 and row["task"] == "Water the plants" and row["next_run"] == "2026-03-02T08:30+00:00"
+        assert row["created_by"] == "alice" and row["where"] == "in a direct message on slack"
+        code, out = await asyncio.to_thread(run, "schedules", "pause", row["id"][:8])
+        assert code == 0 and out.startswith("paused")
+        clock.advance(3600)
+        assert await schedules.sweep() == 0, "a paused task does not fire"
+        code, out = await asyncio.to_thread(run, "schedules", "resume", row["id"][:8])
+        # The command line reads the real clock: the task is due next after that now, not what it missed.
+        assert code == 0 and out.startswith("resumed") and "T08:30+00:00" in out
+        resumed = await schedules.db.get(row["id"])
+        assert resumed is not None and resumed.status == "active" and resumed.next_at is not None
+        clock.advance((resumed.next_at - clock.now()).total_seconds() + 30)
+        assert await schedules.sweep() == 1
+        await wait_for(lambda: ended(w, 1), what="the scheduled run")
+        assert 'gateway_schedule_occurrences_total{outcome="fired"} 1.0' in w.gw.metrics.render().decode()
+        code, out = await asyncio.to_thread(run, "schedules", "cancel", row["id"][:8])
+        assert code == 0 and out.startswith("cancelled")
+        code, out = await asyncio.to_thread(run, "schedules", "list")
+        assert out.strip() == "no scheduled tasks"
+        assert await w.command(ALICE, dm, "/schedules") == "No tasks are scheduled in this conversation."
