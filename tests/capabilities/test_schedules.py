@@ -181,32 +181,44 @@ async def test_a_scheduled_run_that_needs_approval_parks_with_a_card_in_its_thre
         async with w.gw.store.sessions() as s:
             conversation_id = await s.scalar(select(Conversation.id).where(Conversation.thread == "300.000"))
         person = await w.person(ALICE)
-        # Its task calls a gated tool (schedule_task itself: side-effecting, gated by default here).
-        nested = call("schedule_task", task="Say hello again", cron="0 9 * * *")
-        made = await schedules.db.create(NewTask(
-            conversation_id=conversation_id, binding_id="slack", task=nested, cron=None,
-            at=T0 + timedelta(minutes=5), timezone="UTC", creator_person_id=person, creator_account="U1",
-            creator_name="alice", origin=CHAT), per_person=10, per_conversation=10)
-        assert not isinstance(made, str)
-        clock.advance(600)
+
+        async def one_shot(what: str, minutes: int) -> None:
+            made = await schedules.db.create(NewTask(
+                conversation_id=conversation_id, binding_id="slack", task=what, cron=None,
+                at=T0 + timedelta(minutes=minutes), timezone="UTC", creator_person_id=person, creator_account="U1",
+                creator_name="alice", origin=CHAT), per_person=10, per_conversation=10)
+            assert not isinstance(made, str)
+
+        # The first task calls a gated tool (schedule_task itself: side-effecting, gated by default here).
+        await one_shot(call("schedule_task", task="Say hello again", cron="0 9 * * *"), 5)
+        await one_shot("Say good morning", 6)
+        clock.advance(5 * 60 + 30)
         assert await schedules.sweep() == 1
         [card] = await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
-        [run] = await wait_for(lambda: ended(w, 1), what="the parked run")
-        assert run.status == repo.PARKED and card.run_id == run.id
-        assert "only alice" in card.deciders.lower() or "alice" in card.deciders
+        [parked] = await wait_for(lambda: ended(w, 1), what="the parked run")
+        assert parked.status == repo.PARKED and card.run_id == parked.id
+        assert card.deciders == "Only alice can decide."
+        shown = [target for target, text in w.adapter("slack").posts.values() if "⏰ Scheduled task" in text]
+        assert [(t.channel, t.thread) for t in shown] == [("C1", "300.000")], "its card, in the task's thread"
 
-        # Nothing else fires in that conversation while the approval is open: it waits in the queue.
-        assert (await schedules.db.listed(conversation_id=conversation_id)) == []
+        # The next occurrence in that conversation is claimed and queued, and waits while the approval is open.
+        clock.advance(60)
+        assert await schedules.sweep() == 1
+        runs = await scheduled_runs(w)
+        assert [r.status for r in runs] == [repo.PARKED, repo.QUEUED]
+        assert await w.gw.store.claim_next_run(conversation_id) is None, "the open approval holds the conversation"
         outcome = await w.gw.decide(card.items[0].approval_id, Decision.APPROVE, Sender("U1", "alice"),
                                     binding_id="slack", surface="test")
         assert outcome.accepted, outcome.message
 
-        async def resumed() -> list[Any]:
-            tasks = await schedules.db.listed(conversation_id=conversation_id)
-            return tasks if tasks and (await scheduled_runs(w))[0].status == repo.FINISHED else []
-
-        [task] = await wait_for(resumed, what="the resumed run's task")
-        assert task.task == "Say hello again" and task.creator_name == "alice"
+        first, second = await wait_for(lambda: ended(w, 2), what="both scheduled runs")
+        assert first.status == second.status == repo.FINISHED
+        texts = [text for target, text in w.adapter("slack").posts.values() if target.thread == "300.000"]
+        resumed = max(i for i, t in enumerate(texts) if t == "answered.")
+        waited = next(i for i, t in enumerate(texts) if "Say good morning" in t)
+        assert resumed < waited, "the waiting one ran after the decided one had answered, not beside it"
+        [task] = await schedules.db.listed(conversation_id=conversation_id)
+        assert task.task == "Say hello again" and task.creator_name == "alice", "the approved call ran"
 
 
 async def test_a_person_who_lost_access_has_the_task_paused_and_is_told(tmp_path: Path) -> None:
