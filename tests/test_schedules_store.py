@@ -156,3 +156,24 @@ async def test_two_replicas_on_one_postgresql_run_each_of_100_occurrences_once(t
         assert {(t, d) for t, d, _, _ in claims} == expected, "0 lost"
         assert len(runs) == 100 and {r.id for r in runs} == {run for _, _, _, run in claims}
         assert len(woken["replica-a"]) + len(woken["replica-b"]) == 100
+
+
+async def test_pruning_drops_old_claims_and_ended_tasks_and_an_active_task_never_fires_twice(tmp_path: Path) -> None:
+    from gateway.store.retention import Retention, prune
+
+    clock = ManualClock(datetime(2026, 3, 2, 8, 0, 30, tzinfo=UTC))
+    async with store_on(f"sqlite+aiosqlite:///{tmp_path / 'g.db'}", clock, "one") as store:
+        db = ScheduleStore(store)
+        conv = await a_conversation(store)
+        daily = await db.create(task(conv, cron="0 9 * * *"), per_person=10, per_conversation=10)
+        once = await db.create(task(conv, at=datetime(2026, 3, 2, 9, tzinfo=UTC)), per_person=10, per_conversation=10)
+        assert not isinstance(daily, str) and not isinstance(once, str)
+        set_time(clock, datetime(2026, 3, 2, 9, 0, 10, tzinfo=UTC))
+        assert len(await fire_due(db, clock.now())) == 2
+        deleted = await prune(store, Retention(runs_days=1), clock.now() + timedelta(days=2), pause=0)
+        # The claims first, then the one-shot that is done (the daily task stays: it is active).
+        assert deleted["schedule_occurrences"] == 2 and deleted["scheduled_tasks"] == 1
+        assert await db.get(once.id) is None
+        assert await fire_due(db, clock.now()) == [], "the pruned claim's occurrence is past: not run again"
+        row = await db.get(daily.id)
+        assert row is not None and row.status == "active" and row.next_at == datetime(2026, 3, 3, 9, tzinfo=UTC)
