@@ -651,6 +651,15 @@ class BindingSpec(Strict):
     telegram: TelegramSection | None = None
     mattermost: MattermostSection | None = None
 
+    @field_validator("schedules")
+    @classmethod
+    def _schedules_named_once(cls, v: list[AdminSchedule]) -> list[AdminSchedule]:
+        keys = [s.key for s in v]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:  # a reload matches schedules by name: two of one name would be one task
+            raise ValueError(f"two schedules are named {twice[0]!r}: give each its own name")
+        return v
+
     @model_validator(mode="after")
     def _section_matches_platform(self) -> BindingSpec:
         sections = {"web": self.web, "slack": self.slack, "telegram": self.telegram, "mattermost": self.mattermost}

@@ -49,6 +49,14 @@ def test_a_bad_cron_an_unknown_zone_and_no_target_are_refused_with_file_and_line
     assert any(p.startswith(f"{path}:14:") and "schedules.2" in p and "needs a target" in p for p in problems), problems
 
 
+def test_two_schedules_of_one_name_are_refused(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, [INCIDENTS, {**INCIDENTS, "cron": "0 10 * * MON"}])
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    [problem] = [str(p) for p in e.value.problems if not p.warning]
+    assert problem.startswith(f"{cfg}/bindings/slack.yaml:") and "two schedules are named 'incidents'" in problem
+
+
 async def test_an_admin_schedule_posts_to_its_channel_when_due_and_a_reload_removes_it(tmp_path: Path) -> None:
     clock = ManualClock(datetime(2026, 3, 29, 12, tzinfo=timezone.utc))  # a Sunday, summer time since 01:00 UTC
     cfg = _config(tmp_path, [INCIDENTS])
