@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway.runs.scheduled")
 
+FAILED = "failed"  # an occurrence that could not fire (its task paused): the metric's third outcome
+
 __all__ = ["Schedules", "scheduled_prompt", "task_json", "task_line"]
 
 
@@ -131,7 +133,7 @@ class Schedules:
         if problem is None:
             return True
         if await self.db.pause_if_active(task.id, problem):
-            self._count("failed", 1)
+            self._count(FAILED, 1)
             log.warning("scheduled task %s paused: %s", task.id, problem, extra={"conversation": task.conversation_id})
             conv = await self.store.conversation(task.conversation_id)
             binding = config.bindings.get(task.binding_id)
@@ -211,9 +213,10 @@ def occurrence_card(task: ScheduledTask, due: datetime, late: bool, missed: int)
     head = f"⏰ Scheduled task {task.id[:8]} (set by {task.creator_name or 'someone'}, {when_text(task)})"
     lines = [head]
     if late:
-        lines.append(f"Running late: it was due at {local_text(due, task.timezone)}, while the gateway was not "
-                     "running." + (f" {missed} earlier occurrence(s) were missed as well; this one run stands for "
-                                   "them." if missed else ""))
+        lines.append(f"Running late: it was due at {local_text(due, task.timezone)}, when the gateway could not run "
+                     "it (it was stopped, or its database did not answer)." + (
+                         f" {missed} earlier occurrence(s) were missed as well; this one run stands for them."
+                         if missed else ""))
     lines.append(task.task)
     return "\n\n".join(lines)
 
