@@ -271,7 +271,7 @@ async def test_operators_and_people_see_the_tasks_and_operators_pause_resume_and
         clock.advance((resumed.next_at - clock.now()).total_seconds() + 30)
         assert await schedules.sweep() == 1
         await wait_for(lambda: ended(w, 1), what="the scheduled run")
-        assert 'gateway_schedule_occurrences_total{outcome="fired"} 1.0' in w.gw.metrics.render().decode()
+        assert 'agent_gateway_schedule_occurrences_total{outcome="fired"} 1.0' in w.gw.metrics.render().decode()
         code, out = await asyncio.to_thread(run, "schedules", "cancel", row["id"][:8])
         assert code == 0 and out.startswith("cancelled")
         code, out = await asyncio.to_thread(run, "schedules", "list")
