@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .cron import cron_problem, zone_problem
 from .secrets import SecretRef
 
 
@@ -582,6 +583,47 @@ class MattermostSection(Strict):
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
+class AdminSchedule(Strict):
+    """A task an admin schedules in a binding file: it runs on its cron and posts to its channel."""
+
+    name: str = Field(default="", description="Names it for operators and reloads (changing the task keeps it); "
+                      "defaults to its channel, cron and task")
+    cron: str = Field(description="Five fields: minute hour day-of-month month day-of-week, e.g. '0 9 * * MON'")
+    timezone: str = Field(default="UTC", description="The IANA time zone the cron is read in, e.g. Europe/Warsaw")
+    task: str = Field(min_length=1, description="What the agent is asked to do each time, e.g. 'post the open incidents'")
+    channel: str = Field(default="", description="The channel (Slack, Mattermost) or chat (Telegram) id it posts to")
+    workspace: str = Field(default="", description="The Slack team or Mattermost team id, where the platform needs it")
+    catch_up: bool = Field(default=True, description="After the gateway was down, run the latest missed occurrence "
+                           "once (late); false skips it")
+    enabled: bool = True
+
+    @field_validator("cron")
+    @classmethod
+    def _cron(cls, v: str) -> str:
+        problem = cron_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return " ".join(v.split())
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, v: str) -> str:
+        problem = zone_problem(v)
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @model_validator(mode="after")
+    def _target(self) -> AdminSchedule:
+        if not self.channel.strip():
+            raise ValueError("a schedule needs a target: set channel to the channel or chat id it posts to")
+        return self
+
+    @property
+    def key(self) -> str:
+        return (self.name or f"{self.channel} {self.cron} {self.task}")[:200]
+
+
 class BindingSpec(Strict):
     """Where an agent is reachable, and what runs admitted there get."""
 
@@ -602,10 +644,21 @@ class BindingSpec(Strict):
     self_linking: bool = Field(default=True, description="People may link their accounts on other platforms "
                                "themselves (`/link`); when false only an admin can (`agent-gateway people link`)")
     channels: dict[str, ChannelOverride] = Field(default_factory=dict, description="Per-channel overrides by id")
+    schedules: list[AdminSchedule] = Field(default_factory=list, description="Tasks the agent runs on a cron and "
+                                           "posts to a channel (applied on reload)")
     web: WebSection | None = None
     slack: SlackSection | None = None
     telegram: TelegramSection | None = None
     mattermost: MattermostSection | None = None
+
+    @field_validator("schedules")
+    @classmethod
+    def _schedules_named_once(cls, v: list[AdminSchedule]) -> list[AdminSchedule]:
+        keys = [s.key for s in v]
+        twice = sorted({k for k in keys if keys.count(k) > 1})
+        if twice:  # a reload matches schedules by name: two of one name would be one task
+            raise ValueError(f"two schedules are named {twice[0]!r}: give each its own name")
+        return v
 
     @model_validator(mode="after")
     def _section_matches_platform(self) -> BindingSpec:

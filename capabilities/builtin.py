@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     planning,
     run_python,
     sandbox,
+    schedules,
     skills,
     subagents,
     system_reminders,

@@ -78,6 +78,9 @@ def install(gateway: Gateway) -> None:
     from gateway.runs.handoffs import HandoffStarter
 
     parts["handoffs"] = Switchboard(lambda: gateway.config.agents, delegator, HandoffStarter(gateway).start)
+    from gateway.runs.scheduled import Schedules  # scheduled tasks fire from their own sweep, through the queue
+
+    gateway.extensions.append(parts.setdefault("schedules", Schedules.of(gateway)))
 
 
 def register_checks() -> None:
@@ -114,6 +117,9 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     add_pairing_cli(sub, load)
     mcp_cli.add_cli(sub, load)
     people.add_cli(sub, load)
+    from gateway.ops import schedules
+
+    schedules.add_cli(sub, load)  # `schedules list | pause | resume | cancel`
     from gateway.store import run_outcomes
 
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`

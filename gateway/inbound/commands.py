@@ -32,6 +32,8 @@ from gateway.approvals.policy import Modes
 from gateway.store import repo
 from gateway.store.notes import NoteStore
 from gateway.store.people import LINK_TTL, AccountRef, PeopleStore
+from gateway.store.schedules import ScheduleStore
+from gateway.runs.scheduled import task_line
 from gateway.runs.stop import Stops
 from gateway.outbound.adapter import target_for
 
@@ -88,6 +90,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("approvals", "/approvals [auto on|off | ask on|off]",
                 "this conversation's approval mode (switching it is for the people who may decide)"),
     CommandSpec("stop", "/stop", "stop the reply being written here (for whoever asked, or who decides approvals)"),
+    CommandSpec("schedules", "/schedules", "the tasks scheduled to run in this conversation, with their next run"),
     CommandSpec("start", "/start", "say hello", hidden=True),
 )
 _BY_NAME = {c.name: c for c in COMMANDS}
@@ -180,7 +183,17 @@ class Commands:
             await self._new(asked)
         elif name == "stop":
             await self._stop(asked)
+        elif name == "schedules":
+            await self._schedules(asked)
         return None
+
+    async def _schedules(self, asked: Asked) -> None:
+        """`/schedules`: what will post here on its own (anyone here sees those posts), told privately."""
+        tasks = await ScheduleStore(self._store).listed(conversation_id=asked.existing.id) if asked.existing else []
+        if not tasks:
+            self._tell(asked.message, "No tasks are scheduled in this conversation.")
+            return
+        self._tell(asked.message, "Scheduled here:\n" + "\n".join(f"- {task_line(t)}" for t in tasks))
 
     async def _stop(self, asked: Asked) -> None:
         """`/stop`: the run in flight here, if the sender may stop it; only a refusal is answered (privately)."""

@@ -57,6 +57,10 @@ class Metrics:
                                                    "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"],
                                                    registry=r))
         self.tokens = aliases.add(Counter(f"{PREFIX}model_tokens", "Model tokens", ["direction"], registry=r))
+        # New since the rename: no old name to alias.
+        self.schedule_occurrences = Counter(f"{PREFIX}schedule_occurrences", "Scheduled tasks' occurrences: fired "
+                                            "(queued to run), missed (skipped or collapsed after an outage), failed "
+                                            "(could not fire: access lost, binding gone)", ["outcome"], registry=r)
         # A leak of tasks shows here first (bench/chaos.py's soak samples it).
         tasks = Gauge(f"{PREFIX}asyncio_tasks", "Tasks alive in the daemon's event loop", registry=r)
         tasks.set_function(_tasks)

@@ -48,6 +48,7 @@ from bindings.models import AgentSpec
 from gateway.inbound import attachments
 from gateway.runs.agent_run import run_agent
 from gateway.runs.background import post_report, report_prompt
+from gateway.runs.scheduled import scheduled_prompt
 from gateway.outbound.delivery import ReplyStream
 from gateway.outbound.typing_indicator import show_typing
 from gateway.runs.handoffs import is_handoff
@@ -59,6 +60,7 @@ from gateway.messages import ChatKind
 from gateway.store import repo
 from gateway.store.availability import StoreUnavailable
 from gateway.store.background import REPORT
+from gateway.store.schedules import SCHEDULED
 from gateway.store.conversation_log import ConversationLog
 from gateway.store.models import Run
 from gateway.store.notes import NoteStore
@@ -146,7 +148,7 @@ def history_messages(rows: Sequence[repo.Line], chat_kind: ChatKind) -> list[Mod
     """Stored user and assistant text as model messages; in shared chats each line names its speaker."""
     out: list[ModelMessage] = []
     for row in rows:
-        if row.role in ("user", REPORT):
+        if row.role in ("user", REPORT, SCHEDULED):
             out.append(ModelRequest(parts=[UserPromptPart(content=speaker_line(row, chat_kind))]))
         elif row.role == "assistant":
             out.append(ModelResponse(parts=[TextPart(content=row.text)]))
@@ -156,6 +158,8 @@ def history_messages(rows: Sequence[repo.Line], chat_kind: ChatKind) -> list[Mod
 def speaker_line(row: repo.Line, chat_kind: ChatKind) -> str:
     if row.role == REPORT:  # the gateway's, not a person's: framed so the model reads it as such
         return report_prompt(row.text)
+    if row.role == SCHEDULED:
+        return scheduled_prompt(row.text)
     if chat_kind is ChatKind.DM or not row.sender_name:
         return row.text
     return f"{row.sender_name}: {row.text}"
@@ -270,9 +274,9 @@ class Runner:
             deferred = await self.resume_results(run.id)
             await self.drive(turn, prompt=None, history=load_messages(run.state), deferred=deferred, stream=stream)
             return
-        if run.kind == REPORT and claimed.fresh:  # the report card first, then the turn that continues
+        if run.kind in (REPORT, SCHEDULED) and claimed.fresh:  # its card first, then the turn that continues
             for line in claimed.prompt:
-                if line.role == REPORT:
+                if line.role in (REPORT, SCHEDULED):
                     await post_report(prepared.adapter, turn.target, line.text, self.gateway.store, self.gateway.clock)
         prompt: str | list[UserContent] = "\n\n".join(speaker_line(r, turn.chat_kind) for r in claimed.prompt)
         files = attachments.Files()

@@ -414,3 +414,45 @@ class StreamEvent(Base):
     origin: Mapped[str] = mapped_column(String(80))  # the replica that published it (`Store.owner`)
     body: Mapped[str] = mapped_column(Text)  # the event as JSON
     created_at: Mapped[datetime] = mapped_column(TS)  # the database's clock, so replicas agree
+
+
+class ScheduledTask(Base):
+    """Work that fires on its own (`gateway.runs.schedules`): once `at` an instant, or on a `cron` in its
+    `timezone`. A person's task was made in a conversation and posts there; an admin's comes from a binding
+    file (`name` there) and posts to its channel's own conversation. `next_at` is the occurrence due next."""
+
+    __tablename__ = "scheduled_tasks"
+    __table_args__ = (Index(None, "status", "next_at"), Index(None, "conversation_id"))
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    conversation_id: Mapped[str] = mapped_column(String(40))
+    binding_id: Mapped[str] = mapped_column(String(100))
+    origin: Mapped[str] = mapped_column(String(10))  # chat | admin
+    name: Mapped[str] = mapped_column(String(200), default="")  # an admin schedule's key in its binding file
+    task: Mapped[str] = mapped_column(Text)
+    cron: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    timezone: Mapped[str] = mapped_column(String(64))
+    catch_up: Mapped[bool] = mapped_column(Boolean)  # run an occurrence missed while down (late), or skip it
+    status: Mapped[str] = mapped_column(String(20))  # active | paused | cancelled | done
+    reason: Mapped[str] = mapped_column(Text, default="")  # why paused or cancelled
+    next_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)
+    creator_person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    creator_account: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    creator_name: Mapped[str] = mapped_column(String(200), default="")
+    last_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(TS)
+    updated_at: Mapped[datetime] = mapped_column(TS)
+
+
+class ScheduleOccurrence(Base):
+    """One occurrence of a task, claimed before it runs: the primary key (task, due time) is what makes
+    it run once, whichever replica's sweep gets there first."""
+
+    __tablename__ = "schedule_occurrences"
+    task_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    due_at: Mapped[datetime] = mapped_column(TS, primary_key=True)
+    outcome: Mapped[str] = mapped_column(String(20))  # fired | missed
+    run_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    late: Mapped[bool] = mapped_column(Boolean)
+    claimed_by: Mapped[str] = mapped_column(String(80))
+    claimed_at: Mapped[datetime] = mapped_column(TS)

@@ -499,7 +499,7 @@ class Store:
             # The newest turns only: a long conversation must not grow every request without bound.
             rows = yield q.all(
                 "SELECT role, text, sender_name, run_id, status FROM messages"
-                " WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report')"
+                " WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
                 " ORDER BY created_at DESC, id DESC LIMIT :n",
                 c=conversation_id, n=HISTORY_MESSAGES,
             )
@@ -516,7 +516,7 @@ class Store:
         run, runs, rows, fresh, files = claimed
         rows.reverse()
         run_id = run.id
-        prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] in ("user", "report")]
+        prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] in ("user", "report", "scheduled")]
         history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
         more = any(r.status == QUEUED and r.id != run_id for r in runs)
         return Claimed(run, prompt, history, fresh, more, files)
@@ -565,7 +565,7 @@ class Store:
             )
             yield q.run(
                 "UPDATE messages SET status = 'processed'"
-                " WHERE run_id = :r AND role IN ('user', 'report') AND status IN ('queued', 'processing')",
+                " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')",
                 r=run_id,
             )
             if reply:

@@ -42,10 +42,19 @@ _PRUNE = {
     "background_runs": "DELETE FROM background_runs WHERE id IN (SELECT id FROM background_runs"
                        " WHERE status <> 'running' AND COALESCE(finished_at, created_at) < :cut"
                        " ORDER BY created_at LIMIT :n)",
+    # A scheduled task's claims for times long past (its next occurrence is always later than any of
+    # them, so none is claimed again), and tasks that ended (cancelled, or a one-shot done).
+    "schedule_occurrences": "DELETE FROM schedule_occurrences WHERE (task_id, due_at) IN (SELECT task_id, due_at"
+                            " FROM schedule_occurrences WHERE claimed_at < :cut ORDER BY claimed_at LIMIT :n)",
+    "scheduled_tasks": "DELETE FROM scheduled_tasks WHERE id IN (SELECT id FROM scheduled_tasks"
+                       " WHERE status IN ('cancelled', 'done') AND updated_at < :cut"
+                       " AND NOT EXISTS (SELECT 1 FROM schedule_occurrences o WHERE o.task_id = scheduled_tasks.id)"
+                       " ORDER BY updated_at LIMIT :n)",
 }
 
 TABLES = ("inbound_ledger", "deliveries", "runs", "background_runs", "messages", "conversations", "approvals",
-          "approval_cards", "memory_notes", "capability_state", "knowledge_chunks")
+          "approval_cards", "memory_notes", "capability_state", "knowledge_chunks", "scheduled_tasks",
+          "schedule_occurrences")
 
 
 async def prune(store: Store, retention: Retention, now: datetime, *, pause: float = 0.05) -> dict[str, int]:
@@ -54,7 +63,9 @@ async def prune(store: Store, retention: Retention, now: datetime, *, pause: flo
     cuts = {"inbound_ledger": now - timedelta(days=max(retention.ledger_days, 7.0)),
             "deliveries": now - timedelta(days=retention.deliveries_days),
             "runs": now - timedelta(days=retention.runs_days),
-            "background_runs": now - timedelta(days=retention.runs_days)}
+            "background_runs": now - timedelta(days=retention.runs_days),
+            "schedule_occurrences": now - timedelta(days=retention.runs_days),
+            "scheduled_tasks": now - timedelta(days=retention.runs_days)}
     deleted = dict.fromkeys(_PRUNE, 0)
     for table, sql in _PRUNE.items():  # deliveries before runs: a run goes once its rows are gone
         while True:
