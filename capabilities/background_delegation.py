@@ -314,7 +314,7 @@ class _Detaching(_Delegation):
             timeout_seconds: How long to wait at most, 0 to 300 (default 60); 0 only looks.
 
         Returns:
-            One block per run: its state, and once ended its answer, cut past max_result_chars with a marker
+            One block per run with its state, and once ended its answer, cut past max_result_chars with a marker
             (check_task gives the whole answer). Runs still going when the time is up say so; an id that is not
             a run of this conversation says that.
         """
@@ -378,7 +378,7 @@ class _Detaching(_Delegation):
             message: What to tell it, self-contained; at most 4000 characters.
 
         Returns:
-            That it was sent, or why not: no such run in this conversation, or it has already ended.
+            That it was sent, or why not (no such run in this conversation, or it has already ended).
         """
         message = message.strip()
         if not message or len(message) > MAX_MESSAGE_CHARS:
@@ -430,7 +430,7 @@ class _Detaching(_Delegation):
             task_id: The run id `task` returned.
 
         Returns:
-            That it was stopped, or why not: no such run in this conversation, or it has already ended.
+            That it was stopped, or why not (no such run in this conversation, or it has already ended).
         """
         row = await self._own(ctx, task_id)
         if row is None:
@@ -451,8 +451,8 @@ class _Detaching(_Delegation):
             answer: The answer, self-contained; at most 4000 characters.
 
         Returns:
-            That it was answered (it goes on, and its report arrives when it ends), or why not: no such run in
-            this conversation, it has ended, or it is not waiting for an answer.
+            That it was answered (it goes on, and its report arrives when it ends), or why not (no such run in
+            this conversation, it has ended, or it is not waiting for an answer).
         """
         answer = answer.strip()
         if not answer or len(answer) > MAX_MESSAGE_CHARS:

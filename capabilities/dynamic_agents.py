@@ -87,9 +87,9 @@ class Dynamic(_Detaching):
             description: One sentence on what it is for (default: none).
 
         Returns:
-            That it was created (creating a name again replaces it), or why not: a model this deployment does
-            not run (with the list to choose from), the name of a configured delegate, or the most
-            specialists one reply may create (5).
+            That it was created (creating a name again replaces it), or why not (a model this deployment does
+            not run, with the list to choose from; the name of a configured delegate; or the most
+            specialists one reply may create, 5).
         """
         import re
 
@@ -128,7 +128,7 @@ class Dynamic(_Detaching):
                 at once. Counted only when this agent's mode is auto; otherwise its mode decides.
 
         Returns:
-            Like task: its answer (clipped in the middle past max_result_chars), or a run id when it runs in the
+            As task does, its answer (clipped in the middle past max_result_chars), or a run id when it runs in the
             background; or why nothing was delegated (no specialist of that name in this reply, max_fanout).
         """
         record = (await self._created(ctx.deps)).get(agent.strip())
