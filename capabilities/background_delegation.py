@@ -271,12 +271,13 @@ class _Detaching(_Delegation):
         info = as_json(row)
         line = (f"Run {row.id} ({row.delegate}): {row.status}{f' ({row.reason})' if row.reason else ''}; started "
                 f"{info['started_at']}; {row.requests} model requests so far.")
-        if row.status == RUNNING:
-            question = await Inbox(ctx.deps.state, row.id).question()
-            if question is not None:
-                line += (f" It is waiting for your answer to: {question!r} — answer with "
-                         f"answer_subagent(task_id=\"{row.id}\", answer=...).")
-        return line
+        if row.status != RUNNING:
+            return line
+        question = await Inbox(ctx.deps.state, row.id).question()
+        if question is not None:
+            return line + (f" It is waiting for your answer to: {question!r} — answer with "
+                           f"answer_subagent(task_id=\"{row.id}\", answer=...).")
+        return line + " Still working: its report arrives in this conversation by itself when it ends."
 
     async def check_task(self, ctx: RunContext[Turn], task_id: str) -> str:
         """How one of your background delegations is going, or how it ended and its whole answer.
@@ -296,9 +297,7 @@ class _Detaching(_Delegation):
         if row is None:
             return _unknown(task_id)
         line = await self._state_line(ctx, row)
-        if row.status == RUNNING:
-            return line + " Its report will arrive in this conversation when it ends."
-        return line + ("\n\n" + row.answer if row.answer else "")
+        return line + ("\n\n" + row.answer if row.status != RUNNING and row.answer else "")
 
     async def wait_tasks(self, ctx: RunContext[Turn],
                          task_ids: Annotated[list[str], Field(min_length=1, max_length=10)],
@@ -341,7 +340,7 @@ class _Detaching(_Delegation):
                 continue
             line = await self._state_line(ctx, row)
             if row.status == RUNNING:
-                blocks.append(line + " Still working: its report arrives by itself when it ends.")
+                blocks.append(line)
                 continue
             # Its news is in this reply now: the report turn queued for it would tell the same thing again.
             await self.background.db.drop_queued(row.report_run_id, f"its answer went to run {ctx.deps.run_id} "
@@ -494,8 +493,9 @@ def build_detaching(turn: Turn, config: SubagentsConfig, delegator: Delegator, l
     if not delegation.delegates and not config.allow_dynamic:
         return None
     task = delegation.task_choosing if delegation.choosing else delegation.task_detaching
-    tools = [
-        Tool(task, name="task"),
+    # With no configured delegates (allow_dynamic alone) task could only refuse: not offered.
+    tools = [Tool(task, name="task")] if delegation.delegates else []
+    tools += [
         Tool(delegation.check_task, name="check_task"),
         Tool(delegation.wait_tasks, name="wait_tasks"),
         Tool(delegation.list_active_tasks, name="list_active_tasks"),

@@ -180,6 +180,7 @@ class BackgroundRuns:
         if queued is not None and row is not None:
             self._events.publish(row.conversation_id, {"type": "background_note", "run_id": run_id})
             self._wake(row.conversation_id)
+            self.poke()  # a turn waiting on this run (wait_tasks) hears of it now
         return queued
 
     async def _sweep_forever(self) -> None:

@@ -278,6 +278,31 @@ async def test_a_background_delegate_asks_and_the_parent_answers_with_answer_sub
                                                "not waiting for an answer")
 
 
+async def test_wait_tasks_returns_when_a_delegate_asks_and_the_answer_given_there_drops_the_questions_turn(
+        tmp_path: Path) -> None:
+    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
+    async with world(tmp_path, agents=agents) as w:
+        row = await started(w, "STEP:q " + say_calls(("ask_parent", {"question": "EU or US vendors?"})))
+        waiting = asyncio.create_task(w.say(ALICE, DM, say_calls(
+            ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 300}),
+            ("answer_subagent", {"task_id": "$TASK", "answer": "EU only."}),
+            ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 300})), timeout=30))
+        await wait_for(lambda: w.gw.store.runs_in([repo.RUNNING]), what="the waiting turn to start")
+        gate("q").set()  # now it asks, while its parent's turn waits for it
+        seen = await waiting
+        # (the delegate's own run records beside its parent's: its tool results are left out here)
+        asked, answered, result = [r for r in seen.tool_results if r.startswith(("Run ", "Answered"))]
+        assert asked.startswith(f"Run {row.id} (researcher): running;")
+        assert "It is waiting for your answer to: 'EU or US vendors?'" in asked
+        assert answered.startswith(f"Answered: researcher (run {row.id}) goes on with it.")
+        assert result.startswith(f"Run {row.id} (researcher): finished;") and result.endswith("EU only.")
+        question, report = await report_runs(w)
+        for run, why in ((question, "answered in run "), (report, "its answer went to run ")):
+            done = await settled(w, run.id)
+            assert done.reason.startswith(why), (done.status, done.reason)
+        assert not cards(w), "both were told in the reply itself: no card, no second turn"
+
+
 async def test_answer_subagent_refuses_a_run_that_asked_nothing(tmp_path: Path) -> None:
     agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
     async with world(tmp_path, agents=agents) as w:
