@@ -189,7 +189,7 @@ class _Detaching(_Delegation):
     async def _work(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress, *,
                     asks: bool = False) -> Ended:
         """The delegate's agent loop, in the background; how it ended, for the report. Its own state goes
-        with it when it ends, its inbox too."""
+        with it when it ends (its inbox goes with its row's end)."""
         inbox = Inbox(child.state, child.run_id)
         steering = Steering(inbox, self.background, child.agent.name or child.agent.id, allow_questions=asks)
         if asks:  # the gate's map: a tool the run does not know is gated, and a background run cannot ask
@@ -202,7 +202,6 @@ class _Detaching(_Delegation):
             return ended
         finally:
             await asyncio.shield(forget(child))
-            await asyncio.shield(inbox.clear())
 
     async def _loop(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress,
                     steering: Steering) -> Ended:
@@ -415,6 +414,7 @@ class _Detaching(_Delegation):
             return f"Run {row.id} ({row.delegate}) was already asked to wrap up; its answer is on its way."
         if await inbox.answer("No answer: you were asked to wrap up. Finish now with what you have."):
             self.background.poke()  # a delegate waiting on its question stops waiting
+            await self.background.db.drop_question(row.id, "its run was asked to wrap up before the question was read")
         return (f"Asked {row.delegate} (run {row.id}) to wrap up: its next answer is its last, and comes back as "
                 f"its report, marked partial. wait_tasks([\"{row.id}\"]) waits for it here; hard_cancel_task "
                 "stops it at once if it does not finish.")
@@ -462,13 +462,12 @@ class _Detaching(_Delegation):
         if row.status != RUNNING:
             return _ended(row, "it is not waiting for an answer")
         inbox = Inbox(ctx.deps.state, row.id)
-        turn = await inbox.question_turn()
         if not await inbox.answer(answer):
             return (f"Run {row.id} ({row.delegate}) is not waiting for an answer: it has asked nothing, or its "
                     "question was answered already.")
         self.background.poke()
         # Answered before the turn its question queued ran: that turn has nothing left to do.
-        await self.background.db.drop_queued(turn, f"answered in run {ctx.deps.run_id}")
+        await self.background.db.drop_question(row.id, f"answered in run {ctx.deps.run_id}")
         return (f"Answered: {row.delegate} (run {row.id}) goes on with it. Its report arrives in this conversation "
                 "when it ends.")
 

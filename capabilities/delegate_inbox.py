@@ -6,6 +6,8 @@ usually ended long before the delegate reads anything, so nothing here is held i
 (answer_subagent) are capability state under the background run's id (`CapabilityState`, on SQLite
 and PostgreSQL alike). Each is taken once: a message is delivered by deleting its key, and only the
 caller whose delete removed it delivers it; a question and its answer are written insert-if-absent.
+The inbox goes when the run ends, in the transaction that ends it (`BackgroundStore.end`), a crash's
+end at the next start included.
 
 `Steering` is what the delegate's run is given: before each model request it moves the messages
 waiting in the store into the run with pydantic-ai's own `RunContext.enqueue` (the library's way to
@@ -31,9 +33,10 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from gateway.runs.background import QUESTION, BackgroundRuns
 from gateway.runs.turn import Turn
+from gateway.store.background import INBOX as CAPABILITY
+from gateway.store.background import QUESTION_TURN
 from gateway.store.capability_state import CapabilityState
 
-CAPABILITY = "subagents.inbox"
 MAX_MESSAGE_CHARS = 4000  # a steer, a question or an answer: a brief, not a document
 ASK_TIMEOUT = 900.0  # how long a delegate waits for its answer (its own wall clock may end it sooner)
 WRAP_UP = ("[From the agent that delegated this task to you: wrap up now. Stop calling tools and answer with "
@@ -81,13 +84,6 @@ class Inbox:
             return None
         return str(json.loads(raw)["text"])
 
-    async def asked_in(self, turn_id: str) -> None:
-        """The queued turn that carries the question to the parent (dropped if it is answered before it runs)."""
-        await self._state.put(CAPABILITY, self.run_id, "question_turn", turn_id)
-
-    async def question_turn(self) -> str | None:
-        return await self._state.get(CAPABILITY, self.run_id, "question_turn")
-
     async def answer(self, text: str) -> bool:
         """Answer the waiting question, once: False when none waits or it was answered already."""
         if await self.question() is None:
@@ -103,11 +99,9 @@ class Inbox:
 
     async def abandon(self) -> None:
         """No answer came: the question is closed, so the delegate may ask another."""
-        for key in ("question", "question_turn", "answer"):
+        for key in ("question", QUESTION_TURN, "answer"):
             await self._state.delete(CAPABILITY, self.run_id, key)
 
-    async def clear(self) -> None:
-        await self._state.delete(CAPABILITY, self.run_id)
 
 
 @dataclass
@@ -172,13 +166,12 @@ class Steering(AbstractCapability[Turn]):
         started_by = row.requester_name if row is not None and row.requester_name else "someone"
         text = (f"{QUESTION} {self.inbox.run_id[:8]} ({self.delegate}, started by {started_by}), waiting for an "
                 f"answer:\n\n{question}\n\nAnswer with answer_subagent(task_id=\"{self.inbox.run_id}\", answer=...).")
-        turn = await self.background.note(self.inbox.run_id, text)
-        if turn is None:
+        if await self.background.ask(self.inbox.run_id, text) is None:
             await self.inbox.abandon()
             return "Nobody can be asked any more (this run is ending). Go on with your best judgment."
-        await self.inbox.asked_in(turn)
         answer = await self.background.until(self.inbox.take_answer, ASK_TIMEOUT)
         if answer is None:
+            await self.background.db.drop_question(self.inbox.run_id, "no answer came in time")
             await self.inbox.abandon()
             return ("No answer came within 15 minutes. Go on with your best judgment, and say in your answer what "
                     "you assumed.")

@@ -173,10 +173,10 @@ class BackgroundRuns:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, self._sweep_every))
 
-    async def note(self, run_id: str, text: str) -> str | None:
-        """Say `text` into a running run's conversation as a queued turn of its own (see `BackgroundStore.note`)."""
+    async def ask(self, run_id: str, text: str) -> str | None:
+        """Put a running run's question into its conversation as a queued turn of its own (`BackgroundStore.ask`)."""
         row = await self.db.get(run_id)
-        queued = await self.db.note(run_id, text)
+        queued = await self.db.ask(run_id, text)
         if queued is not None and row is not None:
             self._events.publish(row.conversation_id, {"type": "background_note", "run_id": run_id})
             self._wake(row.conversation_id)
@@ -274,13 +274,14 @@ class BackgroundRuns:
         return True
 
     async def stop_run(self, run_id: str, who: str) -> bool:
-        """Stop one background run wherever it works; False when it is not running."""
-        if self.stop_here(run_id, who):
-            return True
-        row = await self.db.get(run_id)
-        if row is None or row.status != RUNNING:
-            return False
-        await self.db.request_stop(run_id, who)  # its replica takes it up at its next sweep
+        """Stop one background run wherever it works; False when it is not running. A question it asked
+        that nobody has read yet is not asked any more (the turn that would ask it ends unrun)."""
+        if not self.stop_here(run_id, who):
+            row = await self.db.get(run_id)
+            if row is None or row.status != RUNNING:
+                return False
+            await self.db.request_stop(run_id, who)  # its replica takes it up at its next sweep
+        await self.db.drop_question(run_id, "its run was stopped before the question was read")
         return True
 
     async def stop_children(self, parent_run_id: str, who: str) -> int:

@@ -13,17 +13,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import delete, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.clock import new_id
-from gateway.store.models import BackgroundRun, Message, Run
+from gateway.store.models import BackgroundRun, CapabilityStateRow, Message, Run
 from gateway.store.repo import FINISHED as FINISHED_RUN
 from gateway.store.repo import QUEUED, Store
 
 RUNNING = "running"
 FINISHED, FAILED, STOPPED, PARTIAL = "finished", "failed", "stopped", "partial"
 REPORT = "report"  # the kind of run, and the role of the message, that carry a report back
+# A running run's inbox (what its parent tells it: capabilities/delegate_inbox.py), capability state under
+# its id; it goes when the run ends, however it ends, with a question's turn nobody has read yet.
+INBOX = "subagents.inbox"
+QUESTION_TURN = "question_turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,18 +107,29 @@ class BackgroundStore:
             if usage is not None:
                 row.requests, row.input_tokens, row.output_tokens = usage.requests, usage.input_tokens, usage.output_tokens
             row.report_run_id = await _queue_report(s, row, report, now)
+            await _drop_question(s, run_id, "its run ended before the question was read", now)
+            await s.execute(delete(CapabilityStateRow).where(CapabilityStateRow.capability == INBOX,
+                                                             CapabilityStateRow.scope == run_id))
             return row
 
-    async def note(self, run_id: str, text: str) -> str | None:
-        """Queue a turn carrying `text` into the run's conversation while it still runs (a question it asks
-        its parent), the way its report is queued when it ends; the queued run's id, or None when it has
-        ended (nothing is waiting for an answer any more)."""
+    async def ask(self, run_id: str, text: str) -> str | None:
+        """Queue a turn carrying the run's question (`text`) into its conversation while it still runs, the
+        way its report is queued when it ends, and note that turn in its inbox, in one transaction (so an end
+        racing it drops the turn); the queued run's id, or None when the run has ended."""
         now = self._clock.now()
         async with self._sessions() as s, s.begin():
-            row = await s.get(BackgroundRun, run_id)
+            row = await s.get(BackgroundRun, run_id, with_for_update=self._store.shared)
             if row is None or row.status != RUNNING:
                 return None
-            return await _queue_report(s, row, text, now)
+            turn = await _queue_report(s, row, text, now)
+            s.add(CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION_TURN, value=turn, updated_at=now))
+            return turn
+
+    async def drop_question(self, run_id: str, why: str) -> bool:
+        """The queued turn carrying the run's question, when nobody needs to read it any more (it was
+        answered elsewhere, or the run is being stopped); False when there is none or it has started."""
+        async with self._sessions() as s, s.begin():
+            return await _drop_question(s, run_id, why, self._clock.now())
 
     async def drop_queued(self, run_id: str | None, why: str) -> bool:
         """A queued report turn whose news the conversation's agent already has (it waited for the run, or
@@ -122,11 +137,7 @@ class BackgroundStore:
         if not run_id:
             return False
         async with self._sessions() as s, s.begin():
-            changed = (await s.execute(update(Run).where(Run.id == run_id, Run.status == QUEUED).values(
-                status=FINISHED_RUN, reason=why, finished_at=self._clock.now()))).rowcount
-            if changed:
-                await s.execute(update(Message).where(Message.run_id == run_id).values(status="processed"))
-            return bool(changed)
+            return await _drop(s, run_id, why, self._clock.now())
 
     async def get(self, run_id: str) -> BackgroundRun | None:
         async with self._sessions() as s:
@@ -191,3 +202,18 @@ async def _queue_report(s: AsyncSession, row: BackgroundRun, text: str, now: dat
     s.add(Message(conversation_id=row.conversation_id, run_id=report_id, role=REPORT, text=text,
                   status=QUEUED, sender_name="", created_at=now))
     return report_id
+
+
+async def _drop(s: AsyncSession, run_id: str, why: str, now: datetime) -> bool:
+    changed = (await s.execute(update(Run).where(Run.id == run_id, Run.status == QUEUED).values(
+        status=FINISHED_RUN, reason=why, finished_at=now))).rowcount
+    if changed:
+        await s.execute(update(Message).where(Message.run_id == run_id).values(status="processed"))
+    return bool(changed)
+
+
+async def _drop_question(s: AsyncSession, run_id: str, why: str, now: datetime) -> bool:
+    turn = await s.scalar(select(CapabilityStateRow.value).where(
+        CapabilityStateRow.capability == INBOX, CapabilityStateRow.scope == run_id,
+        CapabilityStateRow.key == QUESTION_TURN))
+    return bool(turn) and await _drop(s, turn, why, now)

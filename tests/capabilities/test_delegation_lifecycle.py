@@ -303,6 +303,26 @@ async def test_wait_tasks_returns_when_a_delegate_asks_and_the_answer_given_ther
         assert not cards(w), "both were told in the reply itself: no card, no second turn"
 
 
+async def test_a_question_nobody_read_goes_with_its_run(tmp_path: Path, database: dict[str, Any] | None) -> None:
+    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
+    async with world(tmp_path, agents=agents, gateway=database) as w:
+        row = await started(w, "STEP:q " + say_calls(("ask_parent", {"question": "EU or US vendors?"})))
+        waiting = asyncio.create_task(w.say(ALICE, DM, say_calls(
+            ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 300}),
+            ("hard_cancel_task", {"task_id": "$TASK"})), timeout=30))
+        await wait_for(lambda: w.gw.store.runs_in([repo.RUNNING]), what="the waiting turn to start")
+        gate("q").set()
+        await waiting
+        done = await ended(w, row.id, "stopped")
+        question, report = await report_runs(w)
+        dropped = await settled(w, question.id)
+        assert dropped.reason == "its run was stopped before the question was read"
+        await settled(w, report.id)
+        assert not any("Question from background run" in c for c in cards(w)), "a stale question is never asked"
+        assert any("⏹ stopped by Agent" in c for c in cards(w))
+        assert await w.gw.store.capability_state.items("subagents.inbox", done.id) == {}
+
+
 async def test_answer_subagent_refuses_a_run_that_asked_nothing(tmp_path: Path) -> None:
     agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
     async with world(tmp_path, agents=agents) as w:
