@@ -1,4 +1,6 @@
-"""subagents, the async path: a delegation detached from the turn, and the two tools that follow one.
+"""subagents, the async path: a delegation detached from the turn, and the tools that follow, steer and
+stop one (check_task, wait_tasks, list_active_tasks, send_message_to_subagent, soft_cancel_task,
+hard_cancel_task, and answer_subagent under allow_questions).
 
 Built instead of the sync-only `task` when a background delegation is reachable (the mode, or one
 delegate's own mode, is async or auto, and this run is a person's, not a delegate's). `task` then
@@ -11,6 +13,17 @@ transcript after each tool so a restart can end it as partial with what it did. 
 delegate's own request and time limits (the parent's turn has ended; its limits ended with it).
 A gated tool cannot be asked about (nobody is waiting to answer): the call is refused as the tool's
 result and the delegate goes on without it.
+
+What the parent says to a running delegate goes through the store (`capabilities.delegate_inbox`):
+the parent's turn has usually ended, and the delegate may run on another replica. Stopping goes
+through `BackgroundRuns.stop_run`, the same door as `/stop`.
+
+Why not pydantic-ai-harness `SubAgents`: its `delegate_task` runs a child inside the tool call, in
+memory. A background delegation here outlives the turn (a stored row, a lease, a report queued in the
+transaction that ends it, a partial report after a restart), a sync delegate's gated call parks the
+whole run on a card and resumes from stored messages, and steering and questions cross replicas; none
+of that fits a call that returns when the child does. Steering itself is pydantic-ai's own
+`RunContext.enqueue`.
 """
 
 from __future__ import annotations

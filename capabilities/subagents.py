@@ -24,6 +24,18 @@ run in the foreground. A background delegate cannot ask a person: a gated tool i
 
 Fan-out and nesting are ceilings, not errors: past `max_fanout` the model is told so in the tool result;
 at the depth bound the delegate is built without this capability at all.
+
+All ten tools the seed lists are declared here, so each can be gated or renamed; a run is offered only
+those that can act: the lifecycle tools where a background delegation is reachable
+(`capabilities.background_delegation`), answer_subagent under `allow_questions`, create_agent and
+delegate under `allow_dynamic` (`capabilities.dynamic_agents`, models from the config only). The
+three that act on paid-for work (steer, soft and hard cancel) ask for approval by default.
+
+pydantic-ai-harness `SubAgents` is the library's delegation: one sync tool over live `Agent`s, in
+memory. It is not used because a delegate here is built per run from its `AgentSpec` through the
+runner's `build_agent` (the gate, the model cache, the config's models), parks the parent's run on
+a gated call and resumes from stored messages after a restart, and may outlive the turn in the
+background; its per-delegate budgets are ours as the delegate's own `limits`.
 """
 
 from __future__ import annotations
