@@ -178,7 +178,6 @@ class BackgroundRuns:
         row = await self.db.get(run_id)
         queued = await self.db.ask(run_id, text)
         if queued is not None and row is not None:
-            self._events.publish(row.conversation_id, {"type": "background_note", "run_id": run_id})
             self._wake(row.conversation_id)
             self.poke()  # a turn waiting on this run (wait_tasks) hears of it now
         return queued
