@@ -358,9 +358,12 @@ async def test_a_question_is_kept_in_the_store_and_a_restart_ends_it_cleanly(tmp
         w._ids = itertools.count(100)  # the platform's event ids go on where the first process left them
         [row] = await background_runs(w)
         assert row.status == "partial" and "stopped while it worked" in row.reason
-        seen = await w.say(ALICE, DM, say_calls(("answer_subagent", {"task_id": row.id, "answer": "Acme"})))
+        seen = await w.say(ALICE, DM, say_calls(("answer_subagent", {"task_id": row.id, "answer": "Acme"}),
+                                                ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 0})))
         assert seen.tool_results[0].startswith(f"Run {row.id} (researcher) has already ended (partial), so it is not "
                                                "waiting for an answer")
+        assert seen.tool_results[1].startswith(f"Run {row.id} (researcher): partial (the gateway stopped while it "
+                                               "worked);")
         assert await w.gw.store.capability_state.items("subagents.inbox", row.id) == {}, "its inbox went with it"
 
 
