@@ -20,7 +20,6 @@ into the parent's conversation as a turn of its own, and the delegate waits for 
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from dataclasses import dataclass, field, replace
@@ -31,10 +30,11 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.toolsets import FunctionToolset
 
-from gateway.runs.background import QUESTION, BackgroundRuns
+from gateway.runs.background import QUESTION_HEAD
+from gateway.runs.background import BackgroundRuns
 from gateway.runs.turn import Turn
 from gateway.store.background import INBOX as CAPABILITY
-from gateway.store.background import QUESTION_TURN
+from gateway.store.background import QUESTION, QUESTION_TURN
 from gateway.store.capability_state import CapabilityState
 
 MAX_MESSAGE_CHARS = 4000  # a steer, a question or an answer: a brief, not a document
@@ -73,16 +73,13 @@ class Inbox:
         """Who asked it to wrap up, or None."""
         return await self._state.get(CAPABILITY, self.run_id, "wrap_up")
 
-    async def ask(self, question: str) -> bool:
-        """Record the delegate's question; False while an earlier one waits for its answer."""
-        return await self._state.add(CAPABILITY, self.run_id, "question", json.dumps({"text": question}))
-
     async def question(self) -> str | None:
-        """The question waiting for an answer, or None."""
-        raw = await self._state.get(CAPABILITY, self.run_id, "question")
-        if raw is None or await self._state.get(CAPABILITY, self.run_id, "answer") is not None:
+        """The question waiting for an answer, or None. (A question is asked with its turn, in one
+        transaction: `BackgroundRuns.ask`.)"""
+        question = await self._state.get(CAPABILITY, self.run_id, QUESTION)
+        if question is None or await self._state.get(CAPABILITY, self.run_id, "answer") is not None:
             return None
-        return str(json.loads(raw)["text"])
+        return question
 
     async def answer(self, text: str) -> bool:
         """Answer the waiting question, once: False when none waits or it was answered already."""
@@ -99,7 +96,7 @@ class Inbox:
 
     async def abandon(self) -> None:
         """No answer came: the question is closed, so the delegate may ask another."""
-        for key in ("question", QUESTION_TURN, "answer"):
+        for key in (QUESTION, QUESTION_TURN, "answer"):
             await self._state.delete(CAPABILITY, self.run_id, key)
 
 
@@ -160,14 +157,15 @@ class Steering(AbstractCapability[Turn]):
         question = question.strip()
         if not question or len(question) > MAX_MESSAGE_CHARS:
             return trouble(ctx, "mistake", f"Ask one question of 1 to {MAX_MESSAGE_CHARS} characters.")
-        if not await self.inbox.ask(question):
-            return "Your earlier question is still waiting for its answer; ask again once it has come."
         row = await self.background.db.get(self.inbox.run_id)
         started_by = row.requester_name if row is not None and row.requester_name else "someone"
-        text = (f"{QUESTION} {self.inbox.run_id[:8]} ({self.delegate}, started by {started_by}), waiting for an "
-                f"answer:\n\n{question}\n\nAnswer with answer_subagent(task_id=\"{self.inbox.run_id}\", answer=...).")
-        if await self.background.ask(self.inbox.run_id, text) is None:
-            await self.inbox.abandon()
+        text = (f"{QUESTION_HEAD} {self.inbox.run_id[:8]} ({self.delegate}, started by {started_by}), waiting for "
+                f"an answer:\n\n{question}\n\nAnswer with answer_subagent(task_id=\"{self.inbox.run_id}\", "
+                "answer=...).")
+        asked = await self.background.ask(self.inbox.run_id, question, text)
+        if asked == "":
+            return "Your earlier question is still waiting for its answer; ask again once it has come."
+        if asked is None:
             return "Nobody can be asked any more (this run is ending). Go on with your best judgment."
         answer = await self.background.until(self.inbox.take_answer, ASK_TIMEOUT)
         if answer is None:

@@ -173,11 +173,11 @@ class BackgroundRuns:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, self._sweep_every))
 
-    async def ask(self, run_id: str, text: str) -> str | None:
-        """Put a running run's question into its conversation as a queued turn of its own (`BackgroundStore.ask`)."""
+    async def ask(self, run_id: str, question: str, text: str) -> str | None:
+        """A running run asks its parent: its question, and a queued turn carrying it (`BackgroundStore.ask`)."""
         row = await self.db.get(run_id)
-        queued = await self.db.ask(run_id, text)
-        if queued is not None and row is not None:
+        queued = await self.db.ask(run_id, question, text)
+        if queued and row is not None:
             self._wake(row.conversation_id)
             self.poke()  # a turn waiting on this run (wait_tasks) hears of it now
         return queued
@@ -380,12 +380,12 @@ async def post_report(adapter: object, target: ReplyTarget, text: str, store: re
         log.warning("report card not posted to %s: %s", target.platform, e)
 
 
-QUESTION = "❓ Question from background run"  # how a delegate's question to its parent opens (a report run's text)
+QUESTION_HEAD = "❓ Question from background run"  # how a delegate's question to its parent opens (a report run's text)
 
 
 def report_prompt(text: str) -> str:
     """How the continuing turn's model reads a report: from the gateway, not from a person."""
-    if text.startswith(QUESTION):
+    if text.startswith(QUESTION_HEAD):
         return ("[Not a message from a person: a background delegation you started asks you a question and waits "
                 "for the answer. Answer it with answer_subagent, from what you know, or ask the person and answer "
                 "once they have replied.]\n\n" + text)

@@ -27,7 +27,7 @@ REPORT = "report"  # the kind of run, and the role of the message, that carry a 
 # A running run's inbox (what its parent tells it: capabilities/delegate_inbox.py), capability state under
 # its id; it goes when the run ends, however it ends, with a question's turn nobody has read yet.
 INBOX = "subagents.inbox"
-QUESTION_TURN = "question_turn"
+QUESTION, QUESTION_TURN = "question", "question_turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,17 +112,22 @@ class BackgroundStore:
                                                              CapabilityStateRow.scope == run_id))
             return row
 
-    async def ask(self, run_id: str, text: str) -> str | None:
-        """Queue a turn carrying the run's question (`text`) into its conversation while it still runs, the
-        way its report is queued when it ends, and note that turn in its inbox, in one transaction (so an end
-        racing it drops the turn); the queued run's id, or None when the run has ended."""
+    async def ask(self, run_id: str, question: str, text: str) -> str | None:
+        """The run asks its parent `question`: recorded in its inbox, with a turn carrying `text` queued into
+        its conversation (the way its report is queued when it ends), in one transaction, so whoever sees the
+        question can drop its turn and an end racing it drops it too. The queued turn's id; "" while an
+        earlier question is open; None when the run has ended."""
         now = self._clock.now()
         async with self._sessions() as s, s.begin():
             row = await s.get(BackgroundRun, run_id, with_for_update=self._store.shared)
             if row is None or row.status != RUNNING:
                 return None
+            if await s.get(CapabilityStateRow, (INBOX, run_id, QUESTION)) is not None:
+                return ""
             turn = await _queue_report(s, row, text, now)
-            s.add(CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION_TURN, value=turn, updated_at=now))
+            s.add_all([CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION, value=question, updated_at=now),
+                       CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION_TURN, value=turn,
+                                          updated_at=now)])
             return turn
 
     async def drop_question(self, run_id: str, why: str) -> bool:
