@@ -204,7 +204,7 @@ class _Detaching(_Delegation):
         """The delegate's agent loop, in the background; how it ended, for the report. Its own state goes
         with it when it ends (its inbox goes with its row's end)."""
         inbox = Inbox(child.state, child.run_id)
-        steering = Steering(inbox, self.background, child.agent.name or child.agent.id, allow_questions=asks)
+        steering = Steering(inbox, self.background, allow_questions=asks)
         if asks:  # the gate's map: a tool the run does not know is gated, and a background run cannot ask
             child.tools["ask_parent"] = ToolInfo(stable_id="ask_parent", capability="subagents")
         try:
@@ -427,7 +427,8 @@ class _Detaching(_Delegation):
             return f"Run {row.id} ({row.delegate}) was already asked to wrap up; its answer is on its way."
         if await inbox.answer("No answer: you were asked to wrap up. Finish now with what you have."):
             self.background.poke()  # a delegate waiting on its question stops waiting
-            await self.background.db.drop_question(row.id, "its run was asked to wrap up before the question was read")
+            await self.background.db.drop_question(row.id, "its run was asked to wrap up before the question was "
+                                                   "read")
         return (f"Asked {row.delegate} (run {row.id}) to wrap up: its next answer is its last, and comes back as "
                 f"its report, marked partial. wait_tasks([\"{row.id}\"]) waits for it here; hard_cancel_task "
                 "stops it at once if it does not finish.")

@@ -37,6 +37,8 @@ from gateway.store.background import INBOX as CAPABILITY
 from gateway.store.background import QUESTION, QUESTION_TURN
 from gateway.store.capability_state import CapabilityState
 
+from .failures import trouble
+
 MAX_MESSAGE_CHARS = 4000  # a steer, a question or an answer: a brief, not a document
 ASK_TIMEOUT = 900.0  # how long a delegate waits for its answer (its own wall clock may end it sooner)
 WRAP_UP = ("[From the agent that delegated this task to you: wrap up now. Stop calling tools and answer with "
@@ -100,16 +102,13 @@ class Inbox:
             await self._state.delete(CAPABILITY, self.run_id, key)
 
 
-
 @dataclass
 class Steering(AbstractCapability[Turn]):
     """The delegate's end of its inbox, as a pydantic-ai capability of its background run."""
 
     inbox: Inbox
     background: BackgroundRuns
-    delegate: str
     allow_questions: bool = False
-    requester: str = ""
     _wrapping: bool = field(default=False, init=False)
 
     async def before_model_request(self, ctx: RunContext[Turn], request_context: Any) -> Any:
@@ -152,16 +151,15 @@ class Steering(AbstractCapability[Turn]):
             The parent's answer; or, when none came within 15 minutes, a sentence saying so (go on with your
             best judgment and say what you assumed); or a refusal when an earlier question is still open.
         """
-        from .failures import trouble
-
         question = question.strip()
         if not question or len(question) > MAX_MESSAGE_CHARS:
             return trouble(ctx, "mistake", f"Ask one question of 1 to {MAX_MESSAGE_CHARS} characters.")
         row = await self.background.db.get(self.inbox.run_id)
-        started_by = row.requester_name if row is not None and row.requester_name else "someone"
-        text = (f"{QUESTION_HEAD} {self.inbox.run_id[:8]} ({self.delegate}, started by {started_by}), waiting for "
-                f"an answer:\n\n{question}\n\nAnswer with answer_subagent(task_id=\"{self.inbox.run_id}\", "
-                "answer=...).")
+        if row is None:
+            return "Nobody can be asked any more (this run is ending). Go on with your best judgment."
+        who = row.requester_name or "someone"
+        text = (f"{QUESTION_HEAD} {row.id[:8]} ({row.delegate}, started by {who}), waiting for an answer:\n\n"
+                f"{question}\n\nAnswer with answer_subagent(task_id=\"{row.id}\", answer=...).")
         asked = await self.background.ask(self.inbox.run_id, question, text)
         if asked == "":
             return "Your earlier question is still waiting for its answer; ask again once it has come."

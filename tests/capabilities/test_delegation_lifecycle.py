@@ -135,8 +135,8 @@ async def test_wait_tasks_waits_for_the_answer_and_the_report_is_not_told_again(
         seen = await waiting
         result = seen.tool_results[0]
         assert result.startswith(f"Run {row.id} (researcher): finished;"), result
-        assert result.count("the long comparison") < 20 and result.rstrip().endswith("in this conversation. "
-                                                                                     "list_active_tasks lists the ones still running here.")
+        assert result.count("the long comparison") < 20
+        assert result.endswith("in this conversation. list_active_tasks lists the ones still running here.")
         assert f'check_task("{row.id}") gives the whole answer' in result, "cut past max_result_chars, and says so"
         assert "No background run 'nosuchrun' in this conversation." in result
 
