@@ -18,7 +18,8 @@ from bindings.loader import ConfigError, load_config
 from capabilities.subagents import delegate_runs
 from gateway import extensions
 from gateway.ops import cli
-from gateway.messages import ChatKind
+from gateway.messages import ChatKind, Sender
+from gateway.outbound.adapter import Decision
 from gateway.runs.background import tools_called
 from gateway.store import repo
 from gateway.store.models import BackgroundRun, Run
@@ -438,3 +439,21 @@ def test_the_cli_lists_every_tool_the_seed_lists_for_subagents(capsys: pytest.Ca
     text = capsys.readouterr().out
     for name in SEED_TOOLS:
         assert f"  tool {name}" in text, name
+
+
+async def test_a_written_specialist_lasts_through_an_approval_park_of_its_reply(tmp_path: Path) -> None:
+    parent = delegating({"mode": "sync", "allow_dynamic": True}, {"id": "memory_files", "approval": "required"})
+    async with world(tmp_path, agents={"assistant": parent, "researcher": researcher()}) as w:
+        await w.say(ALICE, DM, say_calls(
+            ("create_agent", {"name": "poet", "instructions": "You write haiku.", "model": "held"}),
+            ("list_memory", {}),
+            ("delegate", {"agent": "poet", "prompt": "a haiku on snow"})))
+        [parked] = await w.gw.store.runs_in([repo.PARKED])
+        [card] = w.adapter("slack").cards
+        [item] = card.items
+        outcome = await w.gw.decide(item.approval_id, Decision.APPROVE, Sender(ALICE.account_id, ALICE.name),
+                                    binding_id="slack", surface="button")
+        assert outcome.accepted, outcome.message
+        assert (await settled(w, parked.id)).status == repo.FINISHED
+        posted = "\n".join(t for _, t in w.adapter("slack").posts.values())
+        assert "You said: a haiku on snow" in posted, "the specialist created before the park answered after it"
