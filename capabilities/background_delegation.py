@@ -322,7 +322,8 @@ class _Detaching(_Delegation):
 
         Args:
             task_ids: The run ids `task` returned, 1 to 10.
-            timeout_seconds: How long to wait at most, 0 to 300 (default 60); 0 only looks.
+            timeout_seconds: How long to wait at most, 0 to 300 (default 60), and never more than half of
+                your own time for this reply; 0 only looks.
 
         Returns:
             One block per run with its state, and once ended its answer, cut past max_result_chars with a marker
@@ -341,7 +342,9 @@ class _Detaching(_Delegation):
                     return known
             return None
 
-        rows = await self.background.until(settled, timeout_seconds)
+        # Half the reply's own wall clock at most: a wait must leave the reply time to use what it waited for.
+        waited = min(float(timeout_seconds), ctx.deps.agent.limits.wall_clock_seconds / 2)
+        rows = await self.background.until(settled, waited)
         rows = rows if rows is not None else [r for i in ids if (r := await self._own(ctx, i)) is not None]
         found = {r.id: r for r in rows}
         blocks: list[str] = []
