@@ -1,4 +1,6 @@
-"""subagents, the async path: a delegation detached from the turn, and the two tools that follow one.
+"""subagents, the async path: a delegation detached from the turn, and the tools that follow, steer and
+stop one (check_task, wait_tasks, list_active_tasks, send_message_to_subagent, soft_cancel_task,
+hard_cancel_task, and answer_subagent under allow_questions).
 
 Built instead of the sync-only `task` when a background delegation is reachable (the mode, or one
 delegate's own mode, is async or auto, and this run is a person's, not a delegate's). `task` then
@@ -11,6 +13,17 @@ transcript after each tool so a restart can end it as partial with what it did. 
 delegate's own request and time limits (the parent's turn has ended; its limits ended with it).
 A gated tool cannot be asked about (nobody is waiting to answer): the call is refused as the tool's
 result and the delegate goes on without it.
+
+What the parent says to a running delegate goes through the store (`capabilities.delegate_inbox`):
+the parent's turn has usually ended, and the delegate may run on another replica. Stopping goes
+through `BackgroundRuns.stop_run`, the same door as `/stop`.
+
+Why not pydantic-ai-harness `SubAgents`: its `delegate_task` runs a child inside the tool call, in
+memory. A background delegation here outlives the turn (a stored row, a lease, a report queued in the
+transaction that ends it, a partial report after a restart), a sync delegate's gated call parks the
+whole run on a card and resumes from stored messages, and steering and questions cross replicas; none
+of that fits a call that returns when the child does. Steering itself is pydantic-ai's own
+`RunContext.enqueue`.
 """
 
 from __future__ import annotations
@@ -18,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic_ai import (
     CancellationToken,
@@ -32,6 +45,7 @@ from pydantic_ai import (
     UsageLimitExceeded,
     capture_run_messages,
 )
+from pydantic import Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
@@ -40,11 +54,17 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from bindings.models import AgentSpec
 from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, Ended, NewBackground, Progress, Usage, as_json, clip, last_text
-from gateway.store.background import FAILED, FINISHED, PARTIAL, STOPPED
+from gateway.approvals.policy import ToolInfo
+from gateway.store.background import FAILED, FINISHED, PARTIAL, RUNNING, STOPPED
+from gateway.store.models import BackgroundRun
 from gateway.runs.turn import Turn
 
+from .delegate_inbox import MAX_MESSAGE_CHARS, Inbox, Steering
+from .failures import trouble
 from .registry import simple
 from .subagents import Delegator, SubagentsConfig, _Delegation, forget
+
+MAX_WAIT_SECONDS = 300  # wait_tasks' ceiling: a reply that waits longer should end and let the report come
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -136,17 +156,18 @@ class _Detaching(_Delegation):
         """
         return await self._dispatch(ctx, agent, prompt, mode)
 
-    async def _dispatch(self, ctx: RunContext[Turn], agent: str, prompt: str, asked: str | None) -> str:
-        found = self.delegates.get(agent)
+    async def _dispatch(self, ctx: RunContext[Turn], agent: str, prompt: str, asked: str | None,
+                        found: tuple[str, AgentSpec] | None = None) -> str:
+        found = found or self.delegates.get(agent)
         if found is None:
-            return f"No delegate named {agent!r}. Yours are: {', '.join(self.delegates)}."
+            return f"No delegate named {agent!r}. Yours are: {', '.join(self.delegates) or 'none configured'}."
         if self.made >= self.config.max_fanout:
             return (f"Not delegated: this reply has already made {self.made} delegations, the most this agent may "
                     "(max_fanout). Use the answers you have, or do this part yourself.")
         if self.levels_left < 1:
             return "Not delegated: delegation is not available at this depth (max_depth). Do this part yourself."
         # The author's mode wins; the model's argument counts only where the author handed it over.
-        mode = self.modes[agent]
+        mode = self.modes.get(agent, self.config.mode)
         if mode == "auto":
             mode = "async" if asked == "async" else "sync"
         kind, spec = found
@@ -166,8 +187,10 @@ class _Detaching(_Delegation):
             requester_person_id=parent.requester.person_id, requester_account=parent.requester.account_id,
             requester_name=parent.requester.name,
         )
+        asks = self.config.allow_questions and kind != "dynamic"  # a specialist the model wrote never asks
         launched = await self.background.launch(
-            new, lambda token, progress: self._work(replace(child, run_id=progress.run_id), prompt, token, progress))
+            new, lambda token, progress: self._work(replace(child, run_id=progress.run_id), prompt, token, progress,
+                                                    asks=asks))
         if launched.refusal:
             self.made -= 1  # nothing started: the slot is not spent
             return launched.refusal
@@ -176,15 +199,25 @@ class _Detaching(_Delegation):
                 f"conversation by itself when it ends, and you continue then; check_task(\"{launched.run_id}\") says "
                 "how it is going meanwhile.")
 
-    async def _work(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress) -> Ended:
+    async def _work(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress, *,
+                    asks: bool = False) -> Ended:
         """The delegate's agent loop, in the background; how it ended, for the report. Its own state goes
-        with it when it ends."""
+        with it when it ends (its inbox goes with its row's end)."""
+        inbox = Inbox(child.state, child.run_id)
+        steering = Steering(inbox, self.background, allow_questions=asks)
+        if asks:  # the gate's map: a tool the run does not know is gated, and a background run cannot ask
+            child.tools["ask_parent"] = ToolInfo(stable_id="ask_parent", capability="subagents")
         try:
-            return await self._loop(child, prompt, token, progress)
+            ended = await self._loop(child, prompt, token, progress, steering)
+            who = await inbox.wrap_up()
+            if who is not None and ended.status == FINISHED:
+                ended = replace(ended, status=PARTIAL, reason=f"wrapped up early, as {who} asked")
+            return ended
         finally:
             await asyncio.shield(forget(child))
 
-    async def _loop(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress) -> Ended:
+    async def _loop(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress,
+                    steering: Steering) -> Ended:
         spec = child.agent
         usage = RunUsage()
         limit = self.config.max_result_chars
@@ -207,7 +240,7 @@ class _Detaching(_Delegation):
                                              usage=usage,
                                              usage_limits=UsageLimits(request_limit=spec.limits.model_requests),
                                              cancellation_token=token, timeout=spec.limits.wall_clock_seconds,
-                                             on_event=saved)
+                                             on_event=saved, capabilities=[steering])
                 if not isinstance(result.output, DeferredToolRequests):
                     answer = str(result.output)
                     return Ended(FINISHED, answer, clip(answer, limit), transcript=_dump(result.all_messages()),
@@ -235,33 +268,107 @@ class _Detaching(_Delegation):
             return Ended(FAILED, text, clip(text, limit), reason=f"{type(e).__name__}", transcript=_dump(messages),
                          usage=_usage(usage))
 
-    # --- following a background run ------------------------------------------------------
+    # --- following and steering a background run -------------------------------------------
+    # Each takes a run id `task` returned; a run of another conversation is answered as unknown, so an id
+    # seen elsewhere reveals nothing and reaches nothing.
+
+    async def _own(self, ctx: RunContext[Turn], task_id: str) -> BackgroundRun | None:
+        row = await self.background.db.get(task_id.strip())
+        return row if row is not None and row.conversation_id == ctx.deps.conversation.id else None
+
+    def _who(self, ctx: RunContext[Turn]) -> str:
+        return f"{ctx.deps.agent.name or ctx.deps.agent.id} (the agent that started it)"
+
+    async def _state_line(self, ctx: RunContext[Turn], row: BackgroundRun) -> str:
+        info = as_json(row)
+        line = (f"Run {row.id} ({row.delegate}): {row.status}{f' ({row.reason})' if row.reason else ''}; started "
+                f"{info['started_at']}; {row.requests} model requests so far.")
+        if row.status != RUNNING:
+            return line
+        question = await Inbox(ctx.deps.state, row.id).question()
+        if question is not None:
+            return line + (f" It is waiting for your answer to: {question!r} — answer with "
+                           f"answer_subagent(task_id=\"{row.id}\", answer=...).")
+        return line + " Still working: its report arrives in this conversation by itself when it ends."
 
     async def check_task(self, ctx: RunContext[Turn], task_id: str) -> str:
-        """How one of your background delegations is going, or how it ended and what it answered.
+        """How one of your background delegations is going, or how it ended and its whole answer.
 
-        Its report arrives in this conversation by itself when it ends; call this only when someone asks
-        how it is going, not to wait for it.
+        Its report arrives in this conversation by itself when it ends; call this when someone asks how it
+        is going, or for the whole answer wait_tasks cut. To wait for it, use wait_tasks instead.
 
         Args:
             task_id: The run id `task` returned when it started the delegation in the background.
 
         Returns:
             Its state (running, finished, failed, stopped or partial), the delegate, when it started, the
-            model requests it has made; once ended, its answer (clipped like task's).
+            model requests it has made, and a question it is waiting for you to answer; once ended, its whole
+            answer, never cut. Or a sentence saying there is no such run in this conversation.
         """
-        row = await self.background.db.get(task_id.strip())
-        if row is None or row.conversation_id != ctx.deps.conversation.id:
-            return f"No background run {task_id!r} in this conversation."
-        info = as_json(row)
-        line = (f"Run {row.id} ({row.delegate}): {row.status}{f' ({row.reason})' if row.reason else ''}; started "
-                f"{info['started_at']}; {row.requests} model requests so far.")
-        if row.status == "running":
-            return line + " Its report will arrive in this conversation when it ends."
-        return line + ("\n\n" + clip(row.answer, self.config.max_result_chars) if row.answer else "")
+        row = await self._own(ctx, task_id)
+        if row is None:
+            return _unknown(task_id)
+        line = await self._state_line(ctx, row)
+        return line + ("\n\n" + row.answer if row.status != RUNNING and row.answer else "")
+
+    async def wait_tasks(self, ctx: RunContext[Turn],
+                         task_ids: Annotated[list[str], Field(min_length=1, max_length=10)],
+                         timeout_seconds: Annotated[int, Field(ge=0, le=MAX_WAIT_SECONDS)] = 60) -> str:
+        """Wait for one or more of your background delegations to end, and get what each answered.
+
+        Use it when the rest of your reply needs their answers now; otherwise end your reply and let each
+        report arrive by itself. A run you waited for here does not report again. It returns early when one
+        of them is waiting for your answer to a question (answer it with answer_subagent, then wait again).
+
+        Args:
+            task_ids: The run ids `task` returned, 1 to 10.
+            timeout_seconds: How long to wait at most, 0 to 300 (default 60), and never more than half of
+                your own time for this reply; 0 only looks.
+
+        Returns:
+            One block per run with its state, and once ended its answer, cut past max_result_chars with a marker
+            (check_task gives the whole answer). Runs still going when the time is up say so; an id that is not
+            a run of this conversation says that.
+        """
+        ids = list(dict.fromkeys(i.strip() for i in task_ids))
+
+        async def settled() -> list[BackgroundRun] | None:
+            rows = [await self._own(ctx, i) for i in ids]
+            known = [r for r in rows if r is not None]
+            if all(r.status != RUNNING for r in known):
+                return known
+            for r in known:
+                if r.status == RUNNING and await Inbox(ctx.deps.state, r.id).question() is not None:
+                    return known
+            return None
+
+        # Half the reply's own wall clock at most: a wait must leave the reply time to use what it waited for.
+        waited = min(float(timeout_seconds), ctx.deps.agent.limits.wall_clock_seconds / 2)
+        rows = await self.background.until(settled, waited)
+        rows = rows if rows is not None else [r for i in ids if (r := await self._own(ctx, i)) is not None]
+        found = {r.id: r for r in rows}
+        blocks: list[str] = []
+        for i in ids:
+            row = found.get(i)
+            if row is None:
+                blocks.append(_unknown(i))
+                continue
+            line = await self._state_line(ctx, row)
+            if row.status == RUNNING:
+                blocks.append(line)
+                continue
+            # Its news is in this reply now: the report turn queued for it would tell the same thing again.
+            await self.background.db.drop_queued(row.report_run_id, f"its answer went to run {ctx.deps.run_id} "
+                                                 "through wait_tasks")
+            answer = clip(row.answer, self.config.max_result_chars,
+                          f"check_task(\"{row.id}\") gives the whole answer") if row.answer else ""
+            blocks.append(line + ("\n" + answer if answer else ""))
+        return "\n\n".join(blocks)
 
     async def list_active_tasks(self, ctx: RunContext[Turn]) -> str:
         """The background delegations still running in this conversation.
+
+        Use it to find a run id you no longer have; check_task says more about one of them.
 
         Returns:
             One line per running background run (its run id, the delegate, when it started, its model
@@ -273,17 +380,150 @@ class _Detaching(_Delegation):
         return "\n".join(f"- {r.id}: {r.delegate}, started {r.created_at.isoformat()}, {r.requests} model requests"
                          for r in rows)
 
+    async def send_message_to_subagent(self, ctx: RunContext[Turn], task_id: str, message: str) -> str:
+        """Tell one of your running background delegations something while it works: a correction, a fact it
+        lacks, a change of what you need.
+
+        It reads the message before its next model request (or, if it was writing its answer, instead of
+        ending there). To stop it, use soft_cancel_task (answer with what it has) or hard_cancel_task.
+
+        Args:
+            task_id: The run id `task` returned.
+            message: What to tell it, self-contained; at most 4000 characters.
+
+        Returns:
+            That it was sent, or why not (no such run in this conversation, or it has already ended).
+        """
+        message = message.strip()
+        if not message or len(message) > MAX_MESSAGE_CHARS:
+            return trouble(ctx, "mistake", f"Send a message of 1 to {MAX_MESSAGE_CHARS} characters.")
+        row = await self._own(ctx, task_id)
+        if row is None:
+            return _unknown(task_id)
+        if row.status != RUNNING:
+            return _ended(row, "nothing reads messages for it any more")
+        await Inbox(ctx.deps.state, row.id).send(message)
+        return (f"Sent to {row.delegate} (run {row.id}): it reads it before its next model request. Its report "
+                "still arrives by itself when it ends.")
+
+    async def soft_cancel_task(self, ctx: RunContext[Turn], task_id: str) -> str:
+        """Ask one of your running background delegations to finish now with what it has.
+
+        Its next model request is its last: it is offered no more tools and told to answer with what it
+        has, and that answer comes back as its report, marked partial. Use it when it has done enough or
+        the need changed; hard_cancel_task stops it at once instead, without an answer.
+
+        Args:
+            task_id: The run id `task` returned.
+
+        Returns:
+            That it was asked to wrap up (its partial answer arrives as its report, or through wait_tasks), or
+            why not: no such run in this conversation, it has ended, or it was asked already.
+        """
+        row = await self._own(ctx, task_id)
+        if row is None:
+            return _unknown(task_id)
+        if row.status != RUNNING:
+            return _ended(row, "there is nothing to wrap up")
+        inbox = Inbox(ctx.deps.state, row.id)
+        if not await inbox.ask_wrap_up(self._who(ctx)):
+            return f"Run {row.id} ({row.delegate}) was already asked to wrap up; its answer is on its way."
+        if await inbox.answer("No answer: you were asked to wrap up. Finish now with what you have."):
+            self.background.poke()  # a delegate waiting on its question stops waiting
+            await self.background.db.drop_question(row.id, "its run was asked to wrap up before the question was "
+                                                   "read")
+        return (f"Asked {row.delegate} (run {row.id}) to wrap up: its next answer is its last, and comes back as "
+                f"its report, marked partial. wait_tasks([\"{row.id}\"]) waits for it here; hard_cancel_task "
+                "stops it at once if it does not finish.")
+
+    async def hard_cancel_task(self, ctx: RunContext[Turn], task_id: str) -> str:
+        """Stop one of your running background delegations now, wherever it runs.
+
+        What it was doing is cut off; its report still arrives, marked stopped, with what it had written so
+        far. Prefer soft_cancel_task when its answer so far is worth having.
+
+        Args:
+            task_id: The run id `task` returned.
+
+        Returns:
+            That it was stopped, or why not (no such run in this conversation, or it has already ended).
+        """
+        row = await self._own(ctx, task_id)
+        if row is None:
+            return _unknown(task_id)
+        if row.status != RUNNING or not await self.background.stop_run(row.id, self._who(ctx)):
+            return _ended(row, "there is nothing to stop")
+        return (f"Stopped run {row.id} ({row.delegate}). Its report arrives in this conversation, marked stopped, "
+                "with what it had written so far.")
+
+    async def answer_subagent(self, ctx: RunContext[Turn], task_id: str, answer: str) -> str:
+        """Answer the question one of your background delegations asked you; it is waiting for it.
+
+        Its question reaches you in this conversation (or in check_task / wait_tasks). Answer from what you
+        know; if only the person can answer, ask them first and answer once they have replied.
+
+        Args:
+            task_id: The run id of the delegation that asked.
+            answer: The answer, self-contained; at most 4000 characters.
+
+        Returns:
+            That it was answered (it goes on, and its report arrives when it ends), or why not (no such run in
+            this conversation, it has ended, or it is not waiting for an answer).
+        """
+        answer = answer.strip()
+        if not answer or len(answer) > MAX_MESSAGE_CHARS:
+            return trouble(ctx, "mistake", f"Answer in 1 to {MAX_MESSAGE_CHARS} characters.")
+        row = await self._own(ctx, task_id)
+        if row is None:
+            return _unknown(task_id)
+        if row.status != RUNNING:
+            return _ended(row, "it is not waiting for an answer")
+        inbox = Inbox(ctx.deps.state, row.id)
+        if not await inbox.answer(answer):
+            return (f"Run {row.id} ({row.delegate}) is not waiting for an answer: it has asked nothing, or its "
+                    "question was answered already.")
+        self.background.poke()
+        # Answered before the turn its question queued ran: that turn has nothing left to do.
+        await self.background.db.drop_question(row.id, f"answered in run {ctx.deps.run_id}")
+        return (f"Answered: {row.delegate} (run {row.id}) goes on with it. Its report arrives in this conversation "
+                "when it ends.")
+
+
+def _unknown(task_id: str) -> str:
+    return (f"No background run {task_id.strip()!r} in this conversation. list_active_tasks lists the ones "
+            "still running here.")
+
+
+def _ended(row: BackgroundRun, what: str) -> str:
+    return (f"Run {row.id} ({row.delegate}) has already ended ({row.status}), so {what}; check_task gives its "
+            "answer.")
+
 
 def build_detaching(turn: Turn, config: SubagentsConfig, delegator: Delegator, left: int) -> AbstractCapability[Any] | None:
-    delegation = _Detaching(turn, config, delegator, left)
-    if not delegation.delegates:
+    """`task` with the lifecycle tools; answer_subagent under allow_questions, create_agent and delegate under
+    allow_dynamic (`capabilities.dynamic_agents`). Tools left out are not offered at all."""
+    from .dynamic_agents import Dynamic
+
+    delegation: _Detaching = Dynamic(turn, config, delegator, left) if config.allow_dynamic else \
+        _Detaching(turn, config, delegator, left)
+    if not delegation.delegates and not config.allow_dynamic:
         return None
     task = delegation.task_choosing if delegation.choosing else delegation.task_detaching
-    return simple(instructions=delegation.instructions(), tools=[
-        Tool(task, name="task"),
+    # With no configured delegates (allow_dynamic alone) task could only refuse: not offered.
+    tools = [Tool(task, name="task")] if delegation.delegates else []
+    tools += [
         Tool(delegation.check_task, name="check_task"),
+        Tool(delegation.wait_tasks, name="wait_tasks"),
         Tool(delegation.list_active_tasks, name="list_active_tasks"),
-    ])
+        Tool(delegation.send_message_to_subagent, name="send_message_to_subagent"),
+        Tool(delegation.soft_cancel_task, name="soft_cancel_task"),
+        Tool(delegation.hard_cancel_task, name="hard_cancel_task"),
+    ]
+    if config.allow_questions:
+        tools.append(Tool(delegation.answer_subagent, name="answer_subagent"))
+    if isinstance(delegation, Dynamic):
+        tools += delegation.tools()
+    return simple(instructions=delegation.instructions(), tools=tools)
 
 
 def _dump(messages: list[ModelMessage]) -> str:

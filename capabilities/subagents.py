@@ -24,6 +24,18 @@ run in the foreground. A background delegate cannot ask a person: a gated tool i
 
 Fan-out and nesting are ceilings, not errors: past `max_fanout` the model is told so in the tool result;
 at the depth bound the delegate is built without this capability at all.
+
+All ten tools the seed lists are declared here, so each can be gated or renamed; a run is offered only
+those that can act: the lifecycle tools where a background delegation is reachable
+(`capabilities.background_delegation`), answer_subagent under `allow_questions`, create_agent and
+delegate under `allow_dynamic` (`capabilities.dynamic_agents`, models from the config only). The
+three that act on paid-for work (steer, soft and hard cancel) ask for approval by default.
+
+pydantic-ai-harness `SubAgents` is the library's delegation: one sync tool over live `Agent`s, in
+memory. It is not used because a delegate here is built per run from its `AgentSpec` through the
+runner's `build_agent` (the gate, the model cache, the config's models), parks the parent's run on
+a gated call and resumes from stored messages after a restart, and may outlive the turn in the
+background; its per-delegate budgets are ours as the delegate's own `limits`.
 """
 
 from __future__ import annotations
@@ -84,6 +96,10 @@ class SubagentsConfig(BaseModel):
                                   "keeping both ends, with a marker")
     share_with_delegates: list[str] = Field(default_factory=list, description="Capability ids this agent is "
                                             "itself bound to, lent to its delegates (never subagents)")
+    allow_questions: bool = Field(default=False, description="A delegate running in the background may ask this "
+                                  "agent a question (ask_parent) and waits; this agent answers with answer_subagent")
+    allow_dynamic: bool = Field(default=False, description="The model may write specialists of its own "
+                                "(create_agent, then delegate), on a model this config already names")
 
 
 @dataclass(frozen=True)
@@ -330,7 +346,8 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     left = ctx.config.max_depth if ctx.turn.levels_left is None else min(ctx.turn.levels_left, ctx.config.max_depth)
     if left < 1:
         return None  # at the bound: built without delegation rather than with a tool that only refuses
-    if delegator.background is not None and ctx.turn.levels_left is None and _detaches(ctx.config):
+    if delegator.background is not None and ctx.turn.levels_left is None and (
+            _detaches(ctx.config) or ctx.config.allow_dynamic):
         # A background delegation is reachable: the async path (its own module) adds the lifecycle tools.
         from .background_delegation import build_detaching
 
@@ -395,7 +412,11 @@ def validate_config(config: Any, report: Callable[..., None]) -> None:
                     report(key, ("capabilities", i, "config", "modes", name),
                            f"{name!r} is not a pinned delegate of this agent (they are: "
                            f"{', '.join(agent.subagents) or 'none'}); a specialist sets its own mode:")
-            if not agent.subagents and not cfg.inline:
+            if cfg.allow_questions and not _detaches(cfg):
+                report(key, ("capabilities", i, "config", "allow_questions"),
+                       "allow_questions reaches only delegates that run in the background, and every delegate here "
+                       "waits (mode sync): set mode: async or auto (or one delegate's own mode), or remove it")
+            if not agent.subagents and not cfg.inline and not cfg.allow_dynamic:
                 report(key, ("capabilities", i, "id"), "subagents has no delegates: name agents under subagents: at "
                        "the top of this file, or define specialists under inline:")
 
@@ -406,8 +427,19 @@ register(CapabilityDecl(
     category="reasoning",
     tools=(ToolDecl("task", summary="Hand a self-contained piece of work to a delegate: wait for its answer, or "
                     "(mode async) get a run id at once and its report later."),
-           ToolDecl("check_task", summary="How a background delegation is going, or what it answered."),
-           ToolDecl("list_active_tasks", summary="The background delegations still running in this conversation.")),
+           ToolDecl("check_task", summary="How a background delegation is going, or its whole answer."),
+           ToolDecl("wait_tasks", summary="Wait (bounded) for background delegations to end; each one's state and "
+                    "answer."),
+           ToolDecl("list_active_tasks", summary="The background delegations still running in this conversation."),
+           ToolDecl("answer_subagent", summary="Answer the question a background delegate asked (allow_questions)."),
+           ToolDecl("send_message_to_subagent", side_effecting=True,
+                    summary="Steer a running background delegation: the message reaches its next model request."),
+           ToolDecl("soft_cancel_task", side_effecting=True,
+                    summary="Ask a background delegation to finish now with what it has (a partial answer)."),
+           ToolDecl("hard_cancel_task", side_effecting=True, summary="Stop a background delegation at once."),
+           ToolDecl("create_agent", summary="Write a specialist for this reply, on a model the config names "
+                    "(allow_dynamic)."),
+           ToolDecl("delegate", summary="Hand work to a specialist created in this reply (allow_dynamic).")),
     build=build,
     config_model=SubagentsConfig,
     scopes=("agents:delegate",),

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from pydantic_ai import Agent, AgentRunResultEvent, CancellationToken, DeferredToolResults
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, UserContent
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.usage import RunUsage, UsageLimits
@@ -30,13 +31,16 @@ async def run_agent(
     cancellation_token: CancellationToken | None = None,
     timeout: float | None = None,
     on_event: OnEvent | None = None,
+    capabilities: Sequence[AbstractCapability[Any]] = (),
 ) -> AgentRunResult[Any]:
     """Run `agent` to its result, handing every event (the result's own included) to `on_event` as it comes.
-    What the run raises (a limit, a cancellation, a failure) is the caller's to handle."""
+    `capabilities` join this run only (a background delegate's inbox). What the run raises (a limit, a
+    cancellation, a failure) is the caller's to handle."""
     result: AgentRunResult[Any] | None = None
     async with agent.run_stream_events(
         prompt, message_history=history, deferred_tool_results=deferred, deps=deps, usage=usage,
         usage_limits=usage_limits, cancellation_token=cancellation_token, timeout=timeout,
+        capabilities=list(capabilities) or None,
     ) as events:
         async for event in events:
             if isinstance(event, AgentRunResultEvent):

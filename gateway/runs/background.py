@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic_ai import CancellationToken
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
@@ -48,18 +48,20 @@ from gateway.outbound.adapter import ReplyTarget
 
 log = logging.getLogger("gateway.runs.background")
 
+T = TypeVar("T")
+
 __all__ = ["BackgroundRuns", "Ended", "Launched", "NewBackground", "Progress", "Usage", "clip", "last_text"]
 
 
-def clip(text: str, limit: int) -> str:
-    """Keep both ends (a conclusion sits at the end) and say how much was cut."""
+def clip(text: str, limit: int, whole: str = "the whole answer is stored with this conversation's delegate runs") -> str:
+    """Keep both ends (a conclusion sits at the end) and say how much was cut, and where the rest is."""
     if len(text) <= limit:
         return text
     head = limit // 2
     tail = limit - head
     dropped = len(text) - limit
     return (f"{text[:head]}\n[… {dropped} characters of the delegate's answer cut here (max_result_chars "
-            f"{limit}); the whole answer is stored with this conversation's delegate runs …]\n{text[-tail:]}")
+            f"{limit}); {whole} …]\n{text[-tail:]}")
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ class BackgroundRuns:
         self._tokens: dict[str, CancellationToken] = {}
         self._stopped_by: dict[str, str] = {}  # run id -> who pressed Stop (not the gateway stopping)
         self._sweeper: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()  # set (and replaced) whenever a run here ends or its inbox changes
 
     # --- lifecycle (a gateway extension) --------------------------------------------------
 
@@ -148,6 +151,36 @@ class BackgroundRuns:
         for run_id, who in (await self.db.stop_requests(here)).items():
             self.stop_here(run_id, who)
         await self._end_interrupted(at_start=False)
+
+    # --- waiting (wait_tasks, a delegate's question) -----------------------------------------
+
+    def poke(self) -> None:
+        """Something a waiter may be waiting for changed here: every waiter looks again now."""
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def until(self, check: Callable[[], Awaitable[T | None]], timeout: float) -> T | None:
+        """`check()` until it gives something, at most `timeout` s: woken at once by a change in this
+        process (`poke`), and every sweep interval for one on another replica (it reads the store)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            changed = self._changed  # taken before the check, so a change during it is not missed
+            found = await check()
+            left = deadline - loop.time()
+            if found is not None or left <= 0:
+                return found
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(left, self._sweep_every))
+
+    async def ask(self, run_id: str, question: str, text: str) -> str | None:
+        """A running run asks its parent: its question, and a queued turn carrying it (`BackgroundStore.ask`)."""
+        row = await self.db.get(run_id)
+        queued = await self.db.ask(run_id, question, text)
+        if queued and row is not None:
+            self._wake(row.conversation_id)
+            self.poke()  # a turn waiting on this run (wait_tasks) hears of it now
+        return queued
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -225,6 +258,7 @@ class BackgroundRuns:
         if row is None:
             return  # it had ended already (it reports once)
         log.info("background run %s ended %s; report queued as run %s", row.id, row.status, row.report_run_id)
+        self.poke()
         self._events.publish(row.conversation_id, {"type": "background_end", "run_id": row.id, "status": row.status})
         self._wake(row.conversation_id)
 
@@ -239,13 +273,14 @@ class BackgroundRuns:
         return True
 
     async def stop_run(self, run_id: str, who: str) -> bool:
-        """Stop one background run wherever it works; False when it is not running."""
-        if self.stop_here(run_id, who):
-            return True
-        row = await self.db.get(run_id)
-        if row is None or row.status != RUNNING:
-            return False
-        await self.db.request_stop(run_id, who)  # its replica takes it up at its next sweep
+        """Stop one background run wherever it works; False when it is not running. A question it asked
+        that nobody has read yet is not asked any more (the turn that would ask it ends unrun)."""
+        if not self.stop_here(run_id, who):
+            row = await self.db.get(run_id)
+            if row is None or row.status != RUNNING:
+                return False
+            await self.db.request_stop(run_id, who)  # its replica takes it up at its next sweep
+        await self.db.drop_question(run_id, "its run was stopped before the question was read")
         return True
 
     async def stop_children(self, parent_run_id: str, who: str) -> int:
@@ -345,8 +380,15 @@ async def post_report(adapter: object, target: ReplyTarget, text: str, store: re
         log.warning("report card not posted to %s: %s", target.platform, e)
 
 
+QUESTION_HEAD = "❓ Question from background run"  # how a delegate's question to its parent opens (a report run's text)
+
+
 def report_prompt(text: str) -> str:
     """How the continuing turn's model reads a report: from the gateway, not from a person."""
+    if text.startswith(QUESTION_HEAD):
+        return ("[Not a message from a person: a background delegation you started asks you a question and waits "
+                "for the answer. Answer it with answer_subagent, from what you know, or ask the person and answer "
+                "once they have replied.]\n\n" + text)
     return ("[Not a message from a person: the gateway reports that a background delegation you started has "
             "ended. Continue the work it was for, for the person who asked; if it did not finish, say so.]\n\n" + text)
 

@@ -11,17 +11,23 @@ replica claims it, and nothing is lost in between.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select, text, update
+from sqlalchemy import delete, func, or_, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.clock import new_id
-from gateway.store.models import BackgroundRun, Message, Run
+from gateway.store.models import BackgroundRun, CapabilityStateRow, Message, Run
+from gateway.store.repo import FINISHED as FINISHED_RUN
 from gateway.store.repo import QUEUED, Store
 
 RUNNING = "running"
 FINISHED, FAILED, STOPPED, PARTIAL = "finished", "failed", "stopped", "partial"
 REPORT = "report"  # the kind of run, and the role of the message, that carry a report back
+# A running run's inbox (what its parent tells it: capabilities/delegate_inbox.py), capability state under
+# its id; it goes when the run ends, however it ends, with a question's turn nobody has read yet.
+INBOX = "subagents.inbox"
+QUESTION, QUESTION_TURN = "question", "question_turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,21 +100,49 @@ class BackgroundStore:
             row = await s.get(BackgroundRun, run_id, with_for_update=self._store.shared)
             if row is None or row.status != RUNNING:
                 return None
-            report_id = new_id()
             row.status, row.reason, row.answer, row.finished_at = status, reason, answer, now
-            row.report_run_id, row.lease_owner, row.lease_expires = report_id, None, None
+            row.lease_owner, row.lease_expires = None, None
             if transcript is not None:
                 row.transcript = transcript
             if usage is not None:
                 row.requests, row.input_tokens, row.output_tokens = usage.requests, usage.input_tokens, usage.output_tokens
-            s.add(Run(id=report_id, conversation_id=row.conversation_id, binding_id=row.binding_id,
-                      agent_id=row.agent_id, status=QUEUED, kind=REPORT, reason="",
-                      requester_person_id=row.requester_person_id, requester_account=row.requester_account,
-                      requester_name=row.requester_name, requests=0, input_tokens=0, output_tokens=0, created_at=now))
-            await s.flush()  # the run before its message (the message's run id names it)
-            s.add(Message(conversation_id=row.conversation_id, run_id=report_id, role=REPORT, text=report,
-                          status=QUEUED, sender_name="", created_at=now))
+            row.report_run_id = await _queue_report(s, row, report, now)
+            await _drop_question(s, run_id, "its run ended before the question was read", now)
+            await s.execute(delete(CapabilityStateRow).where(CapabilityStateRow.capability == INBOX,
+                                                             CapabilityStateRow.scope == run_id))
             return row
+
+    async def ask(self, run_id: str, question: str, text: str) -> str | None:
+        """The run asks its parent `question`: recorded in its inbox, with a turn carrying `text` queued into
+        its conversation (the way its report is queued when it ends), in one transaction, so whoever sees the
+        question can drop its turn and an end racing it drops it too. The queued turn's id; "" while an
+        earlier question is open; None when the run has ended."""
+        now = self._clock.now()
+        async with self._sessions() as s, s.begin():
+            row = await s.get(BackgroundRun, run_id, with_for_update=self._store.shared)
+            if row is None or row.status != RUNNING:
+                return None
+            if await s.get(CapabilityStateRow, (INBOX, run_id, QUESTION)) is not None:
+                return ""
+            turn = await _queue_report(s, row, text, now)
+            s.add_all([CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION, value=question, updated_at=now),
+                       CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION_TURN, value=turn,
+                                          updated_at=now)])
+            return turn
+
+    async def drop_question(self, run_id: str, why: str) -> bool:
+        """The queued turn carrying the run's question, when nobody needs to read it any more (it was
+        answered elsewhere, or the run is being stopped); False when there is none or it has started."""
+        async with self._sessions() as s, s.begin():
+            return await _drop_question(s, run_id, why, self._clock.now())
+
+    async def drop_queued(self, run_id: str | None, why: str) -> bool:
+        """A queued report turn whose news the conversation's agent already has (it waited for the run, or
+        answered the question): it ends without running, its card not posted. False once it has started."""
+        if not run_id:
+            return False
+        async with self._sessions() as s, s.begin():
+            return await _drop(s, run_id, why, self._clock.now())
 
     async def get(self, run_id: str) -> BackgroundRun | None:
         async with self._sessions() as s:
@@ -159,3 +193,32 @@ class BackgroundStore:
             rows = await s.execute(select(BackgroundRun.id, BackgroundRun.stop_requested_by).where(
                 BackgroundRun.id.in_(run_ids), BackgroundRun.stop_requested_by.is_not(None)))
             return {run_id: who for run_id, who in rows}
+
+
+async def _queue_report(s: AsyncSession, row: BackgroundRun, text: str, now: datetime) -> str:
+    """A queued run of kind `report` in the row's conversation, as the person who started the work, with
+    `text` as its message: the one way a background run speaks into its conversation."""
+    report_id = new_id()
+    s.add(Run(id=report_id, conversation_id=row.conversation_id, binding_id=row.binding_id,
+              agent_id=row.agent_id, status=QUEUED, kind=REPORT, reason="",
+              requester_person_id=row.requester_person_id, requester_account=row.requester_account,
+              requester_name=row.requester_name, requests=0, input_tokens=0, output_tokens=0, created_at=now))
+    await s.flush()  # the run before its message (the message's run id names it)
+    s.add(Message(conversation_id=row.conversation_id, run_id=report_id, role=REPORT, text=text,
+                  status=QUEUED, sender_name="", created_at=now))
+    return report_id
+
+
+async def _drop(s: AsyncSession, run_id: str, why: str, now: datetime) -> bool:
+    changed = (await s.execute(update(Run).where(Run.id == run_id, Run.status == QUEUED).values(
+        status=FINISHED_RUN, reason=why, finished_at=now))).rowcount
+    if changed:
+        await s.execute(update(Message).where(Message.run_id == run_id).values(status="processed"))
+    return bool(changed)
+
+
+async def _drop_question(s: AsyncSession, run_id: str, why: str, now: datetime) -> bool:
+    turn = await s.scalar(select(CapabilityStateRow.value).where(
+        CapabilityStateRow.capability == INBOX, CapabilityStateRow.scope == run_id,
+        CapabilityStateRow.key == QUESTION_TURN))
+    return bool(turn) and await _drop(s, turn, why, now)

@@ -2,6 +2,8 @@
 
 `say_calls(("run_python", {"code": "1 + 1"}))` is a message the model answers by making those
 calls one after another (one per model request), then replying with the last tool's answer.
+An argument "$TASK" stands for the last background run id the run has seen (a run id is not known
+when a script is written).
 A message that is not a script is answered like the recorder answers it. What each run showed
 the model is recorded in `support.SEEN`, like the recorder's runs; instructions the framework
 delivers in a request (a skill's body once loaded) are recorded with the instructions.
@@ -10,6 +12,7 @@ delivers in a request (a skill's body once loaded) are recorded with the instruc
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -71,7 +74,11 @@ async def _scripted(messages: list[ModelMessage], info: AgentInfo) -> AsyncItera
         calls, _ = json.JSONDecoder().raw_decode(prompt[prompt.index(PREFIX) + len(PREFIX):])
         if made < len(calls):
             name, args = calls[made]
-            yield {0: DeltaToolCall(name=name, json_args=json.dumps(args))}
+            encoded = json.dumps(args)
+            if '"$TASK"' in encoded:
+                ids = re.findall(r"\b[0-9a-f]{24}\b", json.dumps([m.parts for m in messages], default=str))
+                encoded = encoded.replace('"$TASK"', json.dumps(ids[-1] if ids else "no-run-seen"))
+            yield {0: DeltaToolCall(name=name, json_args=encoded)}
             return
         yield answered or "done"
         return

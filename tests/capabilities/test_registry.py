@@ -118,7 +118,8 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> Non
     configs = {"skills": {"skills": ["incident-summary"]},  # the shipped example, copied below
                "planning": {"enable_subtasks": True}, "context": {"default_mode": "link"},
                "knowledge": {"collections": ["docs"]},
-               "subagents": {"mode": "auto", "inline": [{"name": "helper", "model": "recorder"}]}}
+               "subagents": {"mode": "auto", "inline": [{"name": "helper", "model": "recorder"}],
+                             "allow_questions": True, "allow_dynamic": True}}
     agents = {"assistant": agent(*({"id": d.id, "config": configs.get(d.id, {})} for d in with_tools)),
               "other": agent()}  # someone for handoffs to send to
     bindings = {"slack": slack_binding(channel_tools={"tools": list(CHANNEL_TOOL_IDS)})}
