@@ -186,6 +186,11 @@ class Scan:
     problems: list[str]
 
 
+def indexable(path: Path) -> bool:
+    """A name the indexer reads (a readable suffix, not hidden)."""
+    return path.suffix.lower() in READABLE and not path.name.startswith(".")
+
+
 def scan(root: Path, pattern: str, known: dict[str, str]) -> Scan:
     """Blocking: which files changed since `known` (path -> hash), read and chunked; which are gone."""
     changed: list[Document] = []
@@ -194,7 +199,7 @@ def scan(root: Path, pattern: str, known: dict[str, str]) -> Scan:
     unchanged = 0
     for entry in config_files.files(root, pattern):
         path = entry.path
-        if path.suffix.lower() not in READABLE or path.name.startswith("."):
+        if not indexable(path):
             continue
         relative = path.relative_to(root).as_posix()
         try:

@@ -99,6 +99,8 @@ async def test_no_hostile_input_stalls_the_loop(tmp_path: Path) -> None:
                                  model="scripted")}
     gateway = {"knowledge": {"collections": {"docs": {"path": str(tmp_path / "docs")}}}}
     async with world(tmp_path / "c", agents=agents, bindings={"slack": slack_binding()}, gateway=gateway) as w:
+        # The first turn builds the agent's tool schemas (once per process, not per input): not measured.
+        assert await said(w, ("ls", {})) == "The workspace is empty."
         async with probing() as probe:
             probe.case = "indexing"
             indexer = next(e for e in w.gw.extensions if isinstance(e, KnowledgeIndexer))
@@ -131,8 +133,10 @@ async def test_no_hostile_input_stalls_the_loop(tmp_path: Path) -> None:
             probe.case = "search_documents"
             # search_documents: hostile queries over hostile documents.
             assert "[docs/policy.md" in await said(w, ("search_documents", {"query": "receipts"}))
-            for query in ("(a+)+$", '"' * 5000, "a " * 5000, "-" * 5000, "or " * 3000 + "receipts",
-                          "**a " * 2000):
+            assert "at most 1,000 are searched" in await said(w, ("search_documents", {"query": "a " * 5000}))
+            assert "at most 32 are searched" in await said(w, ("search_documents", {"query": "receipts " * 40}))
+            for query in ("(a+)+$", '"' * 999, "-" * 999, "or " * 300 + "receipts", "**a " * 240,
+                          " ".join(f"w{i}" for i in range(32))):
                 await said(w, ("search_documents", {"query": query}))
             await asyncio.sleep(PROBE_EVERY * 2)
         assert probe.stalls() == {}, "the loop stalled (seconds, by case)"
