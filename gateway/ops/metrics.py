@@ -69,7 +69,7 @@ class Metrics:
                                               buckets=LAG_BUCKETS, registry=r))
         self._lag_probe: asyncio.Task[None] | None = None
         # Beside the probe, which measures every lag, the watchdog names the task of each stall.
-        self.loop_stalls = Counter("gateway_event_loop_stalls", "Event-loop stalls over 250 ms (each logged "
+        self.loop_stalls = Counter(f"{PREFIX}event_loop_stalls", "Event-loop stalls over 250 ms (each logged "
                                    "with its task)", registry=r)
         self.watchdog = LoopWatchdog(on_stall=lambda seconds: self.loop_stalls.inc())
 
