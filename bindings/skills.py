@@ -24,6 +24,8 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 from ruamel.yaml.error import MarkedYAMLError
 
+from . import config_files
+
 MAX_DESCRIPTION = 1024
 MAX_RESOURCE_BYTES = 256 * 1024
 MAX_RESOURCES = 100
@@ -59,15 +61,18 @@ def load_skills(library: Path, report: Report) -> dict[str, SkillBundle]:
         skill_file = child / "SKILL.md"
         if not child.is_dir() or not skill_file.is_file():
             continue
-        bundle = _load_one(skill_file, report)
+        bundle = _load_one(skill_file, report, library)
         if bundle is not None:
             skills[bundle.name] = bundle
     return skills
 
 
-def _load_one(path: Path, report: Report) -> SkillBundle | None:
+def _load_one(path: Path, report: Report, library: Path) -> SkillBundle | None:
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = config_files.read_text(library, path).splitlines()
+    except config_files.FileRefused as e:
+        report(path, 1, "", f"not loaded: {e.reason}", False)
+        return None
     except (OSError, UnicodeDecodeError) as e:
         report(path, 1, "", f"cannot read: {e}", False)
         return None
@@ -123,11 +128,13 @@ def _load_one(path: Path, report: Report) -> SkillBundle | None:
 
 def _resources(directory: Path, report: Report) -> dict[str, str]:
     found: dict[str, str] = {}
-    for file in sorted(directory.rglob("*")):
+    for entry in config_files.files(directory):
+        file = entry.path
         rel = file.relative_to(directory)
-        if not file.is_file() or rel.as_posix() == "SKILL.md" or any(
-            part in _SKIPPED or part.startswith(".") for part in rel.parts
-        ):
+        if rel.as_posix() == "SKILL.md" or any(part in _SKIPPED or part.startswith(".") for part in rel.parts):
+            continue
+        if entry.refused is not None:
+            report(file, 1, "", f"left out: {entry.refused}", True)
             continue
         if len(found) >= MAX_RESOURCES:
             report(file, 1, "", f"left out: a skill ships at most {MAX_RESOURCES} resource files", True)
@@ -136,7 +143,9 @@ def _resources(directory: Path, report: Report) -> dict[str, str]:
             report(file, 1, "", f"left out: a resource file is at most {MAX_RESOURCE_BYTES // 1024} KiB", True)
             continue
         try:
-            found[rel.as_posix()] = file.read_text(encoding="utf-8")
+            found[rel.as_posix()] = config_files.read_text(directory, file)  # refused above if it leaves the folder
+        except config_files.FileRefused as e:
+            report(file, 1, "", f"left out: {e.reason}", True)
         except UnicodeDecodeError:
             report(file, 1, "", "left out: read_skill_resource reads UTF-8 text files only", True)
     return found

@@ -32,6 +32,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
+from bindings import config_files
 from gateway.runs.turn import Turn
 
 from .failures import trouble
@@ -97,7 +98,11 @@ def read_files(config_dir: Path, agent_id: str, cfg: ContextConfig) -> tuple[lis
         problems.append((("directory",), f"no directory {base}: put the agent's context files there, "
                                          "or name them under `files`"))
     else:
-        found = sorted(p for p in base.rglob("*") if p.is_file() and not p.name.startswith("."))
+        entries = [e for e in config_files.files(base) if not e.path.name.startswith(".")]
+        for e in entries:
+            if e.refused is not None:
+                problems.append((("directory",), f"{e.path}: {e.refused}; not read"))
+        found = [e.path for e in entries if e.refused is None]
         if not found:
             problems.append((("directory",), f"{base} has no files: add some, or remove the capability"))
         if len(found) > MAX_FILES:
@@ -107,10 +112,14 @@ def read_files(config_dir: Path, agent_id: str, cfg: ContextConfig) -> tuple[lis
     files: list[ContextFile] = []
     for loc, name, mode, description in wanted:
         path = base / name
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
+        if not path.exists() and not path.is_symlink():
             problems.append((loc, f"no file {path}"))
+            continue
+        try:
+            # The one reader for files under the config: a link out of the folder, /proc, a FIFO is refused.
+            text = config_files.read_text(base, path)
+        except config_files.FileRefused as e:
+            problems.append((loc, f"{path}: {e.reason}; not read"))
             continue
         except UnicodeDecodeError:
             problems.append((loc, f"{path} is not UTF-8 text; a document to be searched belongs in a knowledge "

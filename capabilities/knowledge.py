@@ -24,11 +24,12 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
+from bindings import config_files
 from gateway.store.fulltext import QueryError
 from gateway.runs.turn import Turn
 
 from .failures import trouble
-from .knowledge_index import KnowledgeIndexer, collection_root
+from .knowledge_index import KnowledgeIndexer, collection_root, indexable
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 
 if TYPE_CHECKING:
@@ -52,6 +53,12 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
         root = collection_root(config.directory, spec)
         if not root.is_dir():
             report("gateway", ("knowledge", "collections", name, "path"), f"no folder {root}")
+            continue
+        # What the indexer's safe reader will refuse, named now: a link out of the folder, /proc, a FIFO.
+        for entry in config_files.files(root, spec.glob):
+            if entry.refused is not None and indexable(entry.path):
+                report("gateway", ("knowledge", "collections", name, "path"),
+                       f"{entry.path.relative_to(root).as_posix()}: {entry.refused}; not indexed", True)
     for agent_id, agent in config.agents.items():
         for i, entry in enumerate(agent.capabilities):
             if entry.id != "knowledge":

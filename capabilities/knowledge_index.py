@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import logging
 import re
 from collections.abc import Callable
@@ -24,6 +25,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bindings import config_files
+from gateway import markdown
 from gateway.store.knowledge import Chunk, Document, KnowledgeStore
 
 if TYPE_CHECKING:
@@ -37,7 +40,6 @@ MAX_CHUNK = 2_000
 MAX_FILE_BYTES = 20_000_000
 BATCH = 100  # documents per write transaction
 
-_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 _FENCE = re.compile(r"^\s*(```|~~~)")
 
 
@@ -84,12 +86,12 @@ def chunk_markdown(text: str, fallback_title: str) -> tuple[str, list[Chunk]]:
     for line in text.splitlines():
         if _FENCE.match(line):
             in_code = not in_code
-        found = None if in_code else _HEADING.match(line)
-        if found is None:
+        found = None if in_code else markdown.heading(line, indent=0)
+        if found is None or not found[1]:
             body.append(line)
             continue
         close()
-        level, name = len(found.group(1)), found.group(2).strip()
+        level, name = found
         if level == 1 and not title:
             title = name
         trail = [(lv, h) for lv, h in trail if lv < level] + [(level, name)]
@@ -146,20 +148,20 @@ def html_to_markdown(source: str) -> tuple[str, str]:
     return parser.title.strip(), re.sub(r"\n{3,}", "\n\n", text)
 
 
-def read_document(path: Path, relative: str, digest: str) -> Document | None:
-    """One file as chunks, or None when it holds no readable text."""
+def read_document(path: Path, relative: str, digest: str, data: bytes) -> Document | None:
+    """One file (its bytes, as the safe reader read them) as chunks, or None when it holds no readable text."""
     suffix = path.suffix.lower()
     stem = path.stem
     if suffix == ".pdf":
         from pypdf import PdfReader
 
-        reader = PdfReader(str(path))
+        reader = PdfReader(io.BytesIO(data))
         meta = reader.metadata
         title = (meta.title if meta and meta.title else "") or stem
         chunks = [Chunk(f"page {n}", f"page={n}", piece) for n, page in enumerate(reader.pages, 1)
                   for piece in _split(page.extract_text() or "")]
         return Document(relative, digest, title, chunks) if chunks else None
-    raw = path.read_text(encoding="utf-8", errors="replace")
+    raw = data.decode("utf-8", errors="replace")
     if suffix in (".html", ".htm"):
         html_title, raw = html_to_markdown(raw)
         title, chunks = chunk_markdown(raw, html_title or stem)
@@ -184,21 +186,29 @@ class Scan:
     problems: list[str]
 
 
+def indexable(path: Path) -> bool:
+    """A name the indexer reads (a readable suffix, not hidden)."""
+    return path.suffix.lower() in READABLE and not path.name.startswith(".")
+
+
 def scan(root: Path, pattern: str, known: dict[str, str]) -> Scan:
     """Blocking: which files changed since `known` (path -> hash), read and chunked; which are gone."""
     changed: list[Document] = []
     problems: list[str] = []
     present: set[str] = set()
     unchanged = 0
-    for path in sorted(root.glob(pattern)):
-        if not path.is_file() or path.suffix.lower() not in READABLE or path.name.startswith("."):
+    for entry in config_files.files(root, pattern):
+        path = entry.path
+        if not indexable(path):
             continue
         relative = path.relative_to(root).as_posix()
         try:
-            if path.stat().st_size > MAX_FILE_BYTES:
-                problems.append(f"{relative}: larger than {MAX_FILE_BYTES:,} bytes, skipped")
-                continue
-            data = path.read_bytes()
+            if entry.refused is not None:
+                raise config_files.FileRefused(path, entry.refused)
+            data = config_files.read_bytes(root, path, max_bytes=MAX_FILE_BYTES)
+        except config_files.FileRefused as e:
+            problems.append(f"{relative}: {e.reason}; not indexed")
+            continue
         except OSError as e:
             problems.append(f"{relative}: {e.strerror}")
             continue
@@ -208,7 +218,7 @@ def scan(root: Path, pattern: str, known: dict[str, str]) -> Scan:
             unchanged += 1
             continue
         try:
-            document = read_document(path, relative, digest)
+            document = read_document(path, relative, digest, data)
         except Exception as e:  # a broken PDF or the like: one file, not the collection
             problems.append(f"{relative}: not readable ({type(e).__name__}: {e})")
             continue

@@ -54,6 +54,9 @@ class RunPythonConfig(BaseModel):
                                 description="Seconds one program may run before it is stopped")
     max_memory_mb: int = Field(default=256, ge=16, le=4096,
                                description="Megabytes of memory one program may use before it is stopped")
+    wall_clock_secs: float = Field(default=30, gt=0, le=300,
+                                   description="Seconds one call may take in all, waiting and sleeping included "
+                                               "(timeout_secs counts the program's running time only)")
 
 
 class _Clipped:
@@ -114,8 +117,8 @@ _DESCRIPTION = """Run a small Python program in a sandbox and get back what it p
     use the workspace tools (write_file) if you have them. Only these modules import: math, json,
     csv, re, datetime, time, random, collections, itertools, functools, decimal, dataclasses,
     bisect, base64, hashlib, copy, typing, unicodedata; no third-party packages (no numpy, pandas).
-    The program is stopped after {timeout} seconds or past {memory} MB of memory (this agent's
-    limits).
+    The program is stopped after {timeout} seconds of running or {wall} seconds in all
+    (sleeping and waiting count), or past {memory} MB of memory (this agent's limits).
 
     Args:
         code: The whole program, as Python source. End it with an expression (e.g. `total`) to get
@@ -137,7 +140,12 @@ def toolset(config: RunPythonConfig) -> FunctionToolset[Turn]:
     async def run_python(ctx: RunContext[Turn], code: str) -> str:
         printed = _Clipped(OUTPUT_LIMIT)
         try:
-            value = await _run(code, config, printed)
+            # Monty's limit counts the program's running time: a program that sleeps or waits is
+            # stopped by the wall clock instead (docs/security.md, "Time limits").
+            async with asyncio.timeout(config.wall_clock_secs):
+                value = await _run(code, config, printed)
+        except TimeoutError:
+            return trouble(ctx, "mistake", _limit_text("wall_clock_secs", config, printed))
         except (MontySyntaxError, MontyTypingError) as e:
             return trouble(ctx, "mistake", f"The code does not parse, so nothing ran:\n{e.display()}")
         except MontyRuntimeError as e:
@@ -156,7 +164,8 @@ def toolset(config: RunPythonConfig) -> FunctionToolset[Turn]:
             return trouble(ctx, "transient", f"the Python sandbox could not be started ({type(e).__name__}: {e}); try again")
         return _answer(printed.text, value)
 
-    run_python.__doc__ = _DESCRIPTION.format(timeout=f"{config.timeout_secs:g}", memory=config.max_memory_mb)
+    run_python.__doc__ = _DESCRIPTION.format(timeout=f"{config.timeout_secs:g}", wall=f"{config.wall_clock_secs:g}",
+                                             memory=config.max_memory_mb)
     return FunctionToolset([run_python])
 
 
@@ -168,6 +177,9 @@ def _before(printed: _Clipped) -> str:
 def _limit_text(limit: str, config: RunPythonConfig, printed: _Clipped) -> str:
     if limit == "timeout_secs":
         what = f"ran past the time limit (timeout_secs = {config.timeout_secs:g} seconds)"
+    elif limit == "wall_clock_secs":
+        what = (f"was still going after the wall-clock limit (wall_clock_secs = {config.wall_clock_secs:g} seconds, "
+                "which counts sleeping and waiting too)")
     else:
         what = f"used more than the memory limit (max_memory_mb = {config.max_memory_mb} MB)"
     return (f"The program was stopped: it {what}. Make it do less work or hold less data at once "

@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import logging
 import posixpath
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -46,6 +45,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
+from gateway.patterns import PatternRefused, compile_pattern, glob_match
 from gateway.store.capability_state import CapabilityState
 from gateway.runs.turn import Turn
 
@@ -173,29 +173,6 @@ def off_limits(path: str) -> bool:
     name = parts[-1].lower()
     return (name == ".env" or name.endswith((".pem", ".key")) or name.startswith("credentials")
             or ".ssh" in parts or ".aws" in parts)
-
-
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """`**` spans folders, `*` and `?` stay within one; matched against the whole path."""
-    out, i = [], 0
-    p = normalize(pattern) or ""
-    while i < len(p):
-        if p.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif p.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif p[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif p[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(p[i]))
-            i += 1
-    return re.compile("".join(out) + r"\Z")
 
 
 # --- the tools ----------------------------------------------------------------------------
@@ -371,8 +348,8 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         except OperationalError:
             return trouble(ctx, "transient", "the workspace store did not answer; try again")
         await a.audit("glob", pattern)
-        rx = glob_regex(pattern)
-        hits = [f"{n} ({len(t.encode())} bytes)" for n, t in stored.items() if rx.match(n)]
+        wanted = normalize(pattern) or ""
+        hits = [f"{n} ({len(t.encode())} bytes)" for n, t in stored.items() if glob_match(wanted, n)]
         if not hits:
             return a.labelled(f"No file matches {pattern!r}.")
         more = len(hits) - LIST_CEILING
@@ -385,7 +362,8 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         Use it to find where something is written; to find files by name, use glob.
 
         Args:
-            pattern: A Python regular expression, e.g. `total|sum` or `TODO`. Required.
+            pattern: A regular expression (RE2 syntax: as Python's, without backreferences or
+                lookaround), e.g. `total|sum` or `TODO`; at most 1000 characters. Required.
             path: Search only this file or the files under this folder; default "" (everywhere).
             ignore_case: Match regardless of case; default false.
 
@@ -401,10 +379,10 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         if where is None:
             return bad_path(ctx, path, "grep")
         try:
-            rx = re.compile(pattern, re.I if ignore_case else 0)
-        except re.error as e:
-            return trouble(ctx, "mistake", f"{pattern!r} is not a regular expression ({e}); escape special "
-                                           "characters, e.g. grep(pattern=\"total\\\\(s\\\\)\").")
+            rx = compile_pattern(pattern, ignore_case=ignore_case)
+        except PatternRefused as e:
+            return trouble(ctx, "mistake", f"{pattern[:200]!r} is not a regular expression grep can run ({e}); "
+                                           "escape special characters, e.g. grep(pattern=\"total\\\\(s\\\\)\").")
         try:
             stored = await files(a)
         except OperationalError:

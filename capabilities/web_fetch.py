@@ -23,6 +23,7 @@ let it reach loopback, and only a test assigns it.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import ipaddress
 import re
@@ -138,6 +139,11 @@ class WebFetchConfig(BaseModel):
         json_schema_extra={"x-enum-labels": {"local": "This deployment", "native": "Model provider",
                                              "auto": "Provider where supported"}},
     )
+    deadline_seconds: float = Field(
+        default=30, ge=1, le=300,
+        description="The whole fetch (redirects, headers, body) must finish within this many seconds, however "
+                    "steadily the server trickles bytes",
+    )
     max_content_chars: int = Field(
         default=50_000, ge=1_000, le=200_000, description="A page longer than this is cut (ignored by native)"
     )
@@ -195,7 +201,8 @@ Args:
 Returns:
     The page's url, its title (empty when it has none) and its content as Markdown. Content
     longer than {limit:,} characters is cut there and ends with "[Content truncated]". A PDF or
-    an image comes back as the file. When the page cannot be read (an error status, a timeout, a private,
+    an image comes back as the file. A page that has not finished loading after {deadline:g} s is given
+    up, and you are told so. When the page cannot be read (an error status, a timeout, a private,
     loopback, link-local or cloud-metadata address, directly or through a redirect) you are told
     why and may try another URL; an address this agent may not read is refused with a sentence
     saying so.
@@ -243,14 +250,23 @@ def local_tool(config: WebFetchConfig) -> Tool[Turn]:
         fetch = WebFetchLocalTool(max_content_length=config.max_content_chars, allow_local_urls=_test_allow_local,
                                   timeout=TIMEOUT_SECONDS, allowed_domains=allowed, blocked_domains=blocked)
         try:
-            page = await fetch(url)
+            # The library's timeout is per read: a server sending a byte a second never trips it.
+            # The deadline is on the whole fetch (docs/security.md, "Time limits").
+            async with asyncio.timeout(config.deadline_seconds):
+                page = await fetch(url)
         except ModelRetry as e:
             return _report(ctx, url, e)
+        except TimeoutError:
+            return trouble(ctx, "transient", f"{url} was not fetched: the page did not finish loading within "
+                                             f"{config.deadline_seconds:g} s, the wall-clock limit on one fetch "
+                                             "(the whole download, however slowly it arrives). Try again later, "
+                                             "or another URL.")
         if isinstance(page, dict):  # the library hands the <title> over as written: entities and all
             page["title"] = html.unescape(page["title"])
         return page
 
-    web_fetch.__doc__ = DOC.format(limit=config.max_content_chars, filters=_filters_text(config))
+    web_fetch.__doc__ = DOC.format(limit=config.max_content_chars, deadline=config.deadline_seconds,
+                                   filters=_filters_text(config))
     return Tool(web_fetch, name="web_fetch")
 
 

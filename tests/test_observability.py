@@ -146,3 +146,28 @@ async def test_readyz_is_not_ready_until_messages_are_taken(config_dir: Path) ->
         slow.release.set()
         await starting
         await gw.stop()
+
+
+async def test_a_stall_of_the_loop_is_logged_with_the_task_that_caused_it(
+        config_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A task that blocks the loop for 0.4 s is named in a warning (docs/security.md, "Patterns and
+    other work on the event loop"), with where it was stuck; /metrics counts the stall."""
+    import time
+
+    def stalls() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.name == "gateway.loop" and "stalled" in r.getMessage()]
+
+    caplog.set_level(logging.INFO)
+    async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
+        async def hostile() -> None:
+            time.sleep(0.4)  # noqa: ASYNC251 - the stall under test
+
+        await asyncio.create_task(hostile(), name="hostile-stall")
+        await wait_for(lambda: stalls(), what="the stall's warning")
+        text = await (await s.get("/metrics")).text()
+    [record] = stalls()
+    assert record.levelname == "WARNING"
+    assert "hostile-stall" in record.getMessage() and "hostile" in record.task  # type: ignore[attr-defined]
+    assert "test_observability.py" in record.where and "in hostile" in record.where  # type: ignore[attr-defined]
+    assert record.stalled_seconds >= 0.3  # type: ignore[attr-defined]
+    assert "gateway_event_loop_stalls_total 1.0" in text

@@ -9,25 +9,27 @@ from __future__ import annotations
 
 import re
 
+from gateway import markdown as spans
+
 _FENCE = re.compile(r"^(\s*)(```|~~~)")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+(?:\[([ xX])\]\s+)?(.*)$")
 _ORDERED = re.compile(r"^(\s*)(\d+)[.)]\s+(.*)$")
 _QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 
-# Inline tokens kept out of escaping and emphasis: code spans, images, links, autolinks.
+# Inline tokens kept out of escaping and emphasis: code spans, images, links, autolinks. Every
+# span is bounded and linear (gateway/markdown.py says why), as Telegram's are.
 _INLINE = re.compile(
-    r"(?P<code>`+)(?P<code_body>.+?)(?P=code)"
-    r"|!\[(?P<img_alt>[^\]]*)\]\((?P<img_url>[^)\s]+)(?:\s+\"[^\"]*\")?\)"
-    r"|\[(?P<link_text>[^\]]+)\]\((?P<link_url>[^)\s]+)(?:\s+\"[^\"]*\")?\)"
-    r"|<(?P<auto>(?:https?|mailto):[^>\s]+)>"
+    rf"{spans.CODE}"
+    rf"|!\[(?P<img_alt>{spans.IMAGE_ALT})\]\((?P<img_url>{spans.URL}){spans.TITLE}\)"
+    rf"|\[(?P<link_text>{spans.LINK_TEXT})\]\((?P<link_url>{spans.URL}){spans.TITLE}\)"
+    rf"|{spans.AUTOLINK}"
 )
-_BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1")
-_ITALIC_STAR = re.compile(r"(?<![\w*])\*(?=[^\s*])(.+?)(?<=[^\s*])\*(?![\w*])")
-_ITALIC_UNDER = re.compile(r"(?<![\w_])_(?=[^\s_])(.+?)(?<=[^\s_])_(?![\w_])")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
+_BOLD = re.compile(rf"\*\*({spans.emphasis('**')})\*\*|__({spans.emphasis('__')})__")
+_ITALIC_STAR = re.compile(rf"(?<![\w*])\*({spans.emphasis('*', spans.NOT_SPACE_OR_STAR)})\*(?![\w*])")
+_ITALIC_UNDER = re.compile(rf"(?<![\w_])_({spans.emphasis('_', spans.NOT_SPACE_OR_UNDERSCORE)})_(?![\w_])")
+_STRIKE = re.compile(rf"~~({spans.emphasis('~~')})~~")
 _BOLD_MARK = "\x02"  # stands for `*` until italics are done, so `**x**` is not read as italics
 _SLOT = "\x01"
 
@@ -70,9 +72,9 @@ def markdown_to_mrkdwn(markdown: str) -> str:
 def _line(line: str) -> str:
     if _RULE.match(line):
         return "―――"
-    if m := _HEADING.match(line):
+    if h := spans.heading(line):
         # A heading is a bold line; markers inside would nest `*` and break the bold.
-        return f"*{_inline(m.group(1), plain=True)}*" if m.group(1) else ""
+        return f"*{_inline(h[1], plain=True)}*" if h[1] else ""
     if m := _BULLET.match(line):
         indent, box, text = m.groups()
         bullet = {None: "•", " ": "☐", "x": "☑", "X": "☑"}[box]
@@ -96,20 +98,20 @@ def _inline(text: str, *, plain: bool = False) -> str:
 
     def keep(m: re.Match[str]) -> str:
         if m.group("code"):
-            slots.append("`" + escape(m.group("code_body").strip()) + "`")
+            slots.append("`" + escape(m.group("code").strip()) + "`")
         elif m.group("img_url"):
             slots.append(_link(m.group("img_url"), m.group("img_alt") or m.group("img_url")))
         elif m.group("link_url"):
             slots.append(_link(m.group("link_url"), _strip_marks(m.group("link_text"))))
         else:
-            slots.append(f"<{escape(m.group('auto'))}>")
+            slots.append(f"<{escape(m.group('autolink'))}>")
         return f"{_SLOT}{len(slots) - 1}{_SLOT}"
 
     text = escape(_INLINE.sub(keep, text))
     if plain:
         text = _strip_marks(text)
     else:
-        text = _BOLD.sub(lambda m: f"{_BOLD_MARK}{m.group(2)}{_BOLD_MARK}", text)
+        text = _BOLD.sub(lambda m: f"{_BOLD_MARK}{m.group(1) or m.group(2)}{_BOLD_MARK}", text)
         text = _ITALIC_STAR.sub(r"_\1_", text)
         text = _STRIKE.sub(r"~\1~", text)
         text = text.replace(_BOLD_MARK, "*")
@@ -124,7 +126,7 @@ def _link(url: str, label: str) -> str:
 
 
 def _strip_marks(text: str) -> str:
-    text = _BOLD.sub(r"\2", text)
+    text = _BOLD.sub(lambda m: m.group(1) or m.group(2), text)
     text = _ITALIC_STAR.sub(r"\1", text)
     text = _ITALIC_UNDER.sub(r"\1", text)
     return _STRIKE.sub(r"\1", text)

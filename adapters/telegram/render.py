@@ -13,27 +13,27 @@ from __future__ import annotations
 import html
 import re
 
+from gateway import markdown as spans
+
 _FENCE = re.compile(r"^\s*(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+#.-]*)\s*$")
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(?P<text>.*?)\s*#*\s*$")
 _QUOTE = re.compile(r"^\s{0,3}>\s?(?P<text>.*)$")
 _ITEM = re.compile(r"^(?P<indent>\s*)(?P<marker>[-*+]|\d{1,9}[.)])\s+(?P<text>.*)$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _TABLE = re.compile(r"^\s*\|.*\|\s*$")
 
 # One pass over a line finds the earliest span; alternatives are tried in this order at a
-# position, so code wins over emphasis and `**` wins over `*`. Spans are bounded ({0,300})
-# so a long line full of stray markers costs linear time, not quadratic.
-_SPAN = r"\S(?:.{0,300}?\S)?"
+# position, so code wins over emphasis and `**` wins over `*`. Every span is bounded and linear
+# (gateway/markdown.py says why), as Slack's are.
 _INLINE = re.compile(
-    r"(?P<code_tick>`+)(?P<code>.{1,2000}?)(?P=code_tick)"
-    r"|\[(?P<link_text>[^\]\n]{1,300})\]\((?P<link_url>[^)\s]{1,2000})\)"
-    r"|<(?P<autolink>https?://[^>\s]{1,2000})>"
-    rf"|\*\*(?P<bold>{_SPAN})\*\*"
-    rf"|__(?P<bold2>{_SPAN})__"
-    rf"|~~(?P<strike>{_SPAN})~~"
-    rf"|\|\|(?P<spoiler>{_SPAN})\|\|"
-    r"|(?<![\w*])\*(?P<italic>[^\s*](?:.{0,300}?[^\s*])?)\*(?![\w*])"
-    r"|(?<![\w_])_(?P<italic2>[^\s_](?:.{0,300}?[^\s_])?)_(?![\w_])"
+    rf"{spans.CODE}"
+    rf"|\[(?P<link_text>{spans.LINK_TEXT})\]\((?P<link_url>{spans.URL})\)"
+    rf"|{spans.WEB_AUTOLINK}"
+    rf"|\*\*(?P<bold>{spans.emphasis('**')})\*\*"
+    rf"|__(?P<bold2>{spans.emphasis('__')})__"
+    rf"|~~(?P<strike>{spans.emphasis('~~')})~~"
+    rf"|\|\|(?P<spoiler>{spans.emphasis('||')})\|\|"
+    rf"|(?<![\w*])\*(?P<italic>{spans.emphasis('*', spans.NOT_SPACE_OR_STAR)})\*(?![\w*])"
+    rf"|(?<![\w_])_(?P<italic2>{spans.emphasis('_', spans.NOT_SPACE_OR_UNDERSCORE)})_(?![\w_])"
 )
 _SAFE_SCHEMES = ("http://", "https://", "tg://", "mailto:")
 _TAG = re.compile(r"<[^<>]*>")
@@ -99,8 +99,8 @@ def _pre(code: str, lang: str) -> str:
 
 
 def _line(line: str, *, in_quote: bool) -> str:
-    if m := _HEADING.match(line):
-        return f"<b>{_inline(m.group('text'))}</b>"
+    if h := spans.heading(line):
+        return f"<b>{_inline(h[1])}</b>"
     if _RULE.match(line):
         return "──────────"
     if not in_quote and (m := _ITEM.match(line)):

@@ -3,6 +3,13 @@
 Context (binding, conversation, run ids) travels in `extra=` fields. Secret values are never
 formatted: config holds `SecretRef`s whose repr is the reference, and resolved `Secret`s print
 as '***'.
+
+Below WARNING only the gateway's own loggers speak, whatever `logging.level` says. A library's
+info and debug lines are what it is about to send or has just read: aiosqlite writes every
+statement with its parameters (message text, notes, workspace files, knowledge chunks), the
+model SDKs and websocket clients their payloads, HTTP clients URLs that hold tokens. A list of
+the noisy ones drifts as dependencies change; the rule is the other way round, so a library
+added tomorrow is quiet too (docs/security.md, "Logs").
 """
 
 from __future__ import annotations
@@ -49,13 +56,25 @@ class LogfmtFormatter(logging.Formatter):
         return " ".join(parts)
 
 
+# The packages whose log lines we write ourselves and keep free of secrets and message text.
+OWN_LOGGERS = ("gateway", "adapters", "capabilities", "bindings", "bench")
+
+
+def own(name: str) -> bool:
+    return name.split(".", 1)[0] in OWN_LOGGERS
+
+
+class LibraryQuiet(logging.Filter):
+    """Drops a library's records below WARNING (see the module docstring)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or own(record.name)
+
+
 def configure_logging(cfg: LoggingConfig) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if cfg.format == "json" else LogfmtFormatter())
+    handler.addFilter(LibraryQuiet())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(cfg.level.upper())
-    # Libraries' request logs can carry tokens in URLs (Telegram's /bot<token>/): keep them quiet.
-    for noisy in ("httpx", "httpx2", "httpcore", "aiohttp.access", "telegram", "slack_bolt", "slack_sdk", "alembic",
-                  "mcp", "fastmcp"):
-        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))

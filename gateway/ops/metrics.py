@@ -19,6 +19,8 @@ from prometheus_client.metrics_core import Metric
 
 from gateway import version
 
+from gateway.ops.loop_watchdog import LoopWatchdog
+
 if TYPE_CHECKING:
     from gateway.runs.runner import Turn
 
@@ -70,13 +72,19 @@ class Metrics:
         self.loop_lag = aliases.add(Histogram(f"{PREFIX}event_loop_lag_seconds", "How late the event loop ran a timer",
                                               buckets=LAG_BUCKETS, registry=r))
         self._lag_probe: asyncio.Task[None] | None = None
+        # Beside the probe, which measures every lag, the watchdog names the task of each stall.
+        self.loop_stalls = Counter(f"{PREFIX}event_loop_stalls", "Event-loop stalls over 250 ms (each logged "
+                                   "with its task)", registry=r)
+        self.watchdog = LoopWatchdog(on_stall=lambda seconds: self.loop_stalls.inc())
 
     def start(self) -> None:
-        """Start the loop-lag probe (in the running loop)."""
+        """Start the loop-lag probe and the stall watchdog (in the running loop)."""
         if self._lag_probe is None:
             self._lag_probe = asyncio.create_task(_probe_lag(self.loop_lag), name="gateway:loop-lag")
+        self.watchdog.start()
 
     async def stop(self) -> None:
+        self.watchdog.stop()
         if self._lag_probe is not None:
             self._lag_probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):

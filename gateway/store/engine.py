@@ -69,6 +69,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
         # (Slack: not acked, answered only at its retry a minute later) while the queue drained.
         engine = create_async_engine(
             url,
+            hide_parameters=True,  # a statement's error text names no value (docs/security.md, "Logs")
             poolclass=GuardedPool,
             pool_size=1,
             max_overflow=0,
@@ -85,6 +86,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
     else:
         engine = create_async_engine(
             url,
+            hide_parameters=True,
             poolclass=GuardedPool,
             pool_size=10,
             max_overflow=10,

@@ -26,8 +26,14 @@ KNOWLEDGE_PG_CONFIG = "english"
 _TOKEN = re.compile(r'(-?)"([^"]*)"?|(\S+)')
 
 
+# A query is the model's (or a person's) text: its size is capped before it reaches the engine,
+# where thousands of terms (an FTS5 expression, a tsquery) cost seconds of the database's time.
+MAX_QUERY_CHARS = 1000
+MAX_TERMS = 32
+
+
 class QueryError(ValueError):
-    """A query that finds nothing by construction (only exclusions, or empty)."""
+    """A query that cannot be run as written (empty, only exclusions, or too large); the text says why."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class Term:
 
 def parse(query: str) -> list[list[Term]]:
     """Alternatives (joined by `or`), each a list of terms that must all hold."""
+    if len(query) > MAX_QUERY_CHARS:
+        raise QueryError(f"the query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} are searched")
     groups: list[list[Term]] = [[]]
     tokens = list(_TOKEN.finditer(query))
     for i, m in enumerate(tokens):
@@ -53,6 +61,9 @@ def parse(query: str) -> list[list[Term]]:
         if re.search(r"\w", text):
             groups[-1].append(Term(text, exclude))
     groups = [g for g in groups if g]
+    if sum(len(g) for g in groups) > MAX_TERMS:
+        raise QueryError(f"the query has {sum(len(g) for g in groups)} words; at most {MAX_TERMS} are searched: "
+                         "keep the few that matter")
     if not groups:
         raise QueryError("the query has no words to look for")
     if any(all(t.exclude for t in g) for g in groups):

@@ -50,6 +50,15 @@ async def test_a_loop_that_never_ends_is_stopped_at_the_time_limit(tmp_path: Pat
         assert "starting" in retries[0], "what was printed before the limit is shown"
 
 
+async def test_a_program_that_sleeps_is_stopped_at_the_wall_clock_limit(tmp_path: Path) -> None:
+    """Sleeping uses no running time, so timeout_secs never fires; the wall clock does, and the
+    model is told which limit it was (docs/security.md, "Time limits")."""
+    async with world(tmp_path, agents=python_agent(timeout_secs=60, wall_clock_secs=1)) as w:
+        results, retries = await run(w, "import time\nprint('napping')\ntime.sleep(3600)\n'awake'")
+        assert not results
+        assert "wall-clock limit (wall_clock_secs = 1 seconds, which counts sleeping and waiting too)" in retries[0]
+
+
 async def test_allocating_past_the_memory_limit_is_stopped(tmp_path: Path) -> None:
     async with world(tmp_path, agents=python_agent(max_memory_mb=16)) as w:
         results, retries = await run(w, "chunks = []\nfor i in range(100):\n    chunks.append('x' * 1_000_000)\nlen(chunks)")
@@ -106,10 +115,11 @@ async def test_each_call_starts_fresh(tmp_path: Path) -> None:
 
 
 async def test_the_description_states_this_agents_limits(tmp_path: Path) -> None:
-    async with world(tmp_path, agents=python_agent(timeout_secs=30, max_memory_mb=512)) as w:
+    async with world(tmp_path, agents=python_agent(timeout_secs=30, wall_clock_secs=45, max_memory_mb=512)) as w:
         seen = await w.run(ALICE, CHANNEL, "hello")
         description = seen.defs["run_python"].description or ""
-        assert "stopped after 30 seconds or past 512 MB" in description
+        assert "stopped after 30 seconds of running or 45 seconds in all" in description
+        assert "past 512 MB" in description
         assert "<returns>" in description
 
 

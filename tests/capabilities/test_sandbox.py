@@ -122,6 +122,13 @@ async def test_the_file_tools(tmp_path: Path) -> None:
         assert await say(w, ALICE, CHANNEL, ("glob", {"pattern": "**/*.md"}), thread=t) == \
             "a.md (18 bytes)\nnotes/b.md (9 bytes)"
         assert await say(w, ALICE, CHANNEL, ("glob", {"pattern": "*.csv"}), thread=t) == "No file matches '*.csv'."
+        # `**` spans folders (none too), `*` and `?` stay in one name, `[…]` is a set: gateway/patterns.py.
+        assert await say(w, ALICE, CHANNEL, ("glob", {"pattern": "notes/**"}), thread=t) == \
+            "notes/b.md (9 bytes)\nnotes/deep/c.csv (3 bytes)"
+        assert await say(w, ALICE, CHANNEL, ("glob", {"pattern": "notes/*"}), thread=t) == "notes/b.md (9 bytes)"
+        assert await say(w, ALICE, CHANNEL, ("glob", {"pattern": "**/**/?.[cm]*"}), thread=t) == \
+            "a.md (18 bytes)\nnotes/b.md (9 bytes)\nnotes/deep/c.csv (3 bytes)"
+        assert await say(w, ALICE, CHANNEL, ("glob", {"pattern": "[!a]*"}), thread=t) == "No file matches '[!a]*'."
         assert await say(w, ALICE, CHANNEL, ("grep", {"pattern": "todo", "ignore_case": True}), thread=t) == \
             "a.md:2: two TODO\nnotes/b.md:1: todo: tea"
         assert (await say(w, ALICE, CHANNEL, ("edit_file", {"path": "a.md", "old_text": "two", "new_text": "2"}),

@@ -293,3 +293,13 @@ async def test_the_example_researcher_loads_and_asks_before_it_reads_a_page(tmp_
         [card] = await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
         assert [i.tool_name for i in card.items] == ["web_fetch"]
         assert pages.hits == [], "nothing is fetched before a person approves"
+
+
+async def test_a_server_that_dribbles_cannot_hold_a_fetch_past_its_deadline(tmp_path: Path, loopback_allowed: None) -> None:
+    """A byte a second resets a per-read timeout for ever; the deadline is on the whole fetch, and
+    the model is told which limit stopped it (docs/security.md, "Time limits")."""
+    async with serve_pages() as pages, world(tmp_path, agents=fetching(deadline_seconds=2)) as w:
+        seen = await fetch(w, pages.url("/dribble"))
+        [told] = seen.retries + seen.tool_results
+        assert "did not finish loading within 2 s, the wall-clock limit on one fetch" in told
+        assert "/dribble" in pages.hits

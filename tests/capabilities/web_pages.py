@@ -9,6 +9,7 @@ redirects included, is validated by the library's shipped rules.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -49,6 +50,13 @@ async def serve_pages() -> AsyncIterator[Pages]:
             return web.Response(text="<html><body>" + "<p>word</p>" * 2000 + "</body></html>", content_type="text/html")
         if path == "/paper.pdf":
             return web.Response(body=PDF, content_type="application/pdf")
+        if path == "/dribble":  # a byte a second, for ever: each read is quick, the page never ends
+            response = web.StreamResponse(headers={"Content-Type": "text/html"})
+            await response.prepare(request)
+            await response.write(b"<html><body><p>")
+            while True:
+                await asyncio.sleep(1)
+                await response.write(b"a")
         if path == "/missing":
             return web.Response(status=404, text="not here")
         targets = {

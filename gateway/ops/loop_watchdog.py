@@ -1,0 +1,108 @@
+"""The event-loop watchdog: a stall of the loop is a bug, and this names the task that caused it.
+
+The lag probe (metrics.py) sees a stall only after it ends, and cannot say whose it was: while
+the loop is stuck, nothing on the loop runs. So the watchdog is a thread. The loop beats every
+BEAT seconds (a timer callback); the thread looks every BEAT/2, and when the last beat is older
+than the threshold it reads what the loop's thread is doing right now (`sys._current_frames()`)
+and which task the loop is running (`asyncio.current_task(loop)`). When the beats resume it logs
+one warning with the stall's length, the task's name and coroutine, and where it was stuck; a
+stall that goes on is logged every STILL_STALLED seconds, so a loop frozen for good is told too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("gateway.loop")
+
+BEAT = 0.05
+STALL_THRESHOLD = 0.25  # seconds: a stall longer than this is logged
+STILL_STALLED = 10.0
+FRAMES = 4  # the innermost frames named in the log line
+
+
+@dataclass
+class _Stall:
+    since: float  # the last beat before it
+    task: str
+    where: str
+    told: float  # when it was last logged as going on
+
+
+class LoopWatchdog:
+    def __init__(self, *, threshold: float = STALL_THRESHOLD, on_stall: Callable[[float], None] | None = None) -> None:
+        self.threshold = threshold
+        self._on_stall = on_stall
+        self._beat = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start beating in the running loop, and the thread that watches the beats."""
+        if self._thread is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._stop.clear()
+        self._tick()
+        self._thread = threading.Thread(target=self._watch, name="gateway:loop-watchdog", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=1.0)
+            self._thread = None
+
+    def _tick(self) -> None:
+        self._beat = time.monotonic()
+        assert self._loop is not None
+        self._timer = self._loop.call_later(BEAT, self._tick)
+
+    def _watch(self) -> None:
+        stall: _Stall | None = None
+        while not self._stop.wait(BEAT / 2):
+            now, beat = time.monotonic(), self._beat
+            if stall is not None and beat > stall.since:
+                self._ended(stall, beat - stall.since - BEAT)
+                stall = None
+            elif stall is None and now - beat - BEAT > self.threshold:
+                stall = self._caught(beat, now)
+            elif stall is not None and now - stall.told >= STILL_STALLED:
+                stall.told = now
+                log.error("event loop still stalled", extra={"stalled_seconds": round(now - stall.since - BEAT, 3),
+                                                              "task": stall.task, "where": stall.where})
+
+    def _caught(self, beat: float, now: float) -> _Stall:
+        """What the loop's thread is doing now, in the middle of the stall."""
+        task = asyncio.current_task(self._loop) if self._loop is not None else None
+        if task is None:
+            name = "no task (a callback)"
+        else:
+            coro = task.get_coro()
+            name = f"{task.get_name()} ({getattr(coro, '__qualname__', type(coro).__name__)})"
+        frame = sys._current_frames().get(self._loop_thread)
+        where = "unknown"
+        if frame is not None:
+            stack = traceback.extract_stack(frame)[-FRAMES:]
+            where = " < ".join(f"{f.filename}:{f.lineno} in {f.name}" for f in reversed(stack))
+        return _Stall(beat, name, where, now)
+
+    def _ended(self, stall: _Stall, seconds: float) -> None:
+        log.warning("event loop stalled %.3f s in task %s", seconds, stall.task,
+                    extra={"stalled_seconds": round(seconds, 3), "task": stall.task, "where": stall.where})
+        if self._on_stall is not None:
+            self._on_stall(seconds)
