@@ -45,6 +45,16 @@ from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
+    StreamsNatively,
+    ShowsStatus,
+    ShowsStopControl,
+    FinalEditTakesStop,
+    PostsMemoryCards,
+    AnswersDirectory,
+    FetchesAttachments,
+    FindsOwnPosts,
+    FindsOwnCards,
+    SpeaksAs,
     ApprovalCard,
     PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
@@ -80,12 +90,13 @@ SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, su
                               first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
 
-class SlackAdapter(BaseAdapter):
+class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop,
+                   PostsMemoryCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
+                   SpeaksAs):
     """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
 
     platform = "slack"
     limits = SLACK_LIMITS
-    speaks_as = True  # chat.postMessage's username: a handoff's answer shows under the agent's name
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.slack is None:

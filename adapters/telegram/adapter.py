@@ -39,6 +39,12 @@ from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
+    StreamsNatively,
+    ShowsStopControl,
+    FinalEditTakesStop,
+    PostsMemoryCards,
+    AnswersDirectory,
+    FetchesAttachments,
     AdapterHealth,
     ApprovalCard,
     AttachmentTooLarge,
@@ -75,7 +81,8 @@ _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
-class TelegramAdapter(BaseAdapter):
+class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
+                      AnswersDirectory, FetchesAttachments):
     """One bot token, one binding."""
 
     platform = "telegram"
