@@ -332,8 +332,10 @@ class Gateway:
                 log.error("stopping adapter %s", binding_id, exc_info=error)
         for ext in reversed(self.extensions):
             if hasattr(ext, "stop"):
-                with contextlib.suppress(Exception):
+                try:
                     await ext.stop()
+                except Exception:  # the rest still stops; the log says which part did not
+                    log.exception("stopping %s", type(ext).__name__)
         if self.relay is not None:
             self.events.relay = None
             await self.relay.stop()

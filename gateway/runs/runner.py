@@ -414,8 +414,11 @@ class Runner:
             else:
                 log.info("run ended %s: %s", outcome.status, outcome.reason, extra=turn.log_fields)
             shown = (stream.text + "\n\n" if stream.text.strip() else "") + f"_{outcome.notice}_"
-            with contextlib.suppress(Exception):
+            try:
                 await stream.finish(shown)
+            except Exception as notice_error:  # the run still ends with its outcome; the reply may lack the line
+                log.warning("the %s notice was not shown: %s: %s", outcome.status, type(notice_error).__name__,
+                            notice_error, extra=turn.log_fields)
             status = outcome.status
             await gw.store.end_run(turn.run_id, outcome.status, reason=outcome.reason, usage=usage, reply=shown)
             gw.metrics.run_ended(turn, outcome.status)
