@@ -67,7 +67,7 @@ from gateway.outbound.adapter import (
 from . import scopes
 from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
-from .live import SlackLiveReply
+from .native_stream import SlackNativeStream
 from .cards import ACTION_PREFIX, MEMORY_ACTION_PREFIX, card_message, memory_message, parse_action_value
 from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .directory import SlackDirectory
@@ -558,11 +558,11 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         """
         await self.show_status(target, THINKING_STATUS)
 
-    def live(self, target: ReplyTarget) -> SlackLiveReply | None:
+    def native_stream(self, target: ReplyTarget) -> SlackNativeStream | None:
         """Native streaming in an assistant thread (a thread in a DM), while this binding has it."""
         if not (self.native_streaming and target.thread and target.chat_kind is ChatKind.DM):
             return None
-        return SlackLiveReply(self._require_client(), self._call, target, self._native_unavailable,
+        return SlackNativeStream(self._require_client(), self._call, target, self._native_unavailable,
                               started=lambda ts: _keep_recent(self._native, (target.channel, ts), None))
 
     def _native_unavailable(self) -> None:

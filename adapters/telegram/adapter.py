@@ -56,7 +56,7 @@ from gateway.outbound.adapter import (
 )
 
 from .budget import RULES, TelegramBudget
-from .live import TelegramLiveReply
+from .native_stream import TelegramNativeStream
 from .request import AiohttpRequest
 from .stop import stop_keyboard
 from .cards import card_html, card_keyboard, memory_html, memory_keyboard
@@ -518,11 +518,11 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
             with translated("sendChatAction"):
                 await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
 
-    def live(self, target: ReplyTarget) -> TelegramLiveReply | None:
+    def native_stream(self, target: ReplyTarget) -> TelegramNativeStream | None:
         """A private chat streams as a draft; groups keep edit-in-place under the group budget."""
         if not (self.drafts and target.chat_kind is ChatKind.DM and self._bot is not None):
             return None
-        return TelegramLiveReply(self._bot, target, render=self.render, pacer=self.pacer,
+        return TelegramNativeStream(self._bot, target, render=self.render, pacer=self.pacer,
                                  draft_scopes=self.budget.draft(), post=self.post_message,
                                  on_unavailable=self._no_drafts)
 

@@ -247,7 +247,7 @@ class AdapterHealth:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class LiveReply(Protocol):
+class NativeStream(Protocol):
     """One reply streamed natively (Slack's chat.startStream / appendStream / stopStream, Telegram's
     sendMessageDraft): the platform shows the text as it is appended. Any method may raise
     `NativeUnavailable`."""
@@ -336,7 +336,7 @@ class StreamsNatively(Protocol):
     sendMessageDraft): fewer calls and bytes than post + edit, and the platform's own streaming look.
     Without it every reply is posted and edited in place (`gateway.outbound.delivery`)."""
 
-    def live(self, target: ReplyTarget) -> LiveReply | None:
+    def native_stream(self, target: ReplyTarget) -> NativeStream | None:
         """A native stream for one reply in `target`; None where this workspace or chat has none."""
         ...
 

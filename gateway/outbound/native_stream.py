@@ -18,7 +18,7 @@ from typing import Any
 from gateway.outbound.budget import OverBudget, impatient
 from gateway.outbound.delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream
 from gateway.store.repo import FinalRow
-from gateway.outbound.adapter import LiveReply, NativeUnavailable, PlatformError, RateLimited
+from gateway.outbound.adapter import NativeStream, NativeUnavailable, PlatformError, RateLimited
 
 log = logging.getLogger("gateway.outbound.delivery")
 
@@ -30,9 +30,9 @@ class NativeReplyStream(ReplyStream):
     what it tells the base: `_adopt_first_message`, `_hand_back_first_message`, `_hold_drafts`,
     `_platform_error`); the base's own state stays the base's."""
 
-    def __init__(self, live: LiveReply, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, live: NativeStream, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._live: LiveReply | None = live
+        self._live: NativeStream | None = live
         self._sent = ""  # the Markdown the live message holds
         self._message_id: str | None = None
         self._started = False

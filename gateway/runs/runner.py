@@ -304,7 +304,7 @@ class Runner:
         on_error = lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()  # noqa: E731
         # A run's first reply only; a native stream cannot post under another agent's name.
         native = offered(prepared.adapter, StreamsNatively)
-        live = native.live(turn.target) if native is not None and fresh and not segment and not turn.target.speaker else None
+        live = native.native_stream(turn.target) if native is not None and fresh and not segment and not turn.target.speaker else None
         if live is not None:
             return NativeReplyStream(live, prepared.adapter, turn.target, gw.store, turn.run_id, gw.clock, fresh=True,
                                      on_platform_error=on_error)
@@ -342,7 +342,7 @@ class Runner:
 
         stream.on_first_post = put_stop_control
         try:
-            await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
+            await self.gateway.typing_indicator.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)
@@ -441,7 +441,7 @@ class Runner:
         # The sign shown on the message's arrival is not sent again while the platform still shows it:
         # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
         lasts = stream.adapter.limits.typing_lasts
-        shown = self.gateway.first_sign.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
+        shown = self.gateway.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         while not stream.posted:
             if not shown:
                 await show_typing(stream.adapter, turn.target)
