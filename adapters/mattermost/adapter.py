@@ -29,18 +29,18 @@ from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.reconnect import Backoff
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
-    ShowsStopControl,
-    FinalEditTakesStop,
-    PostsMemoryCards,
     AnswersDirectory,
-    FetchesAttachments,
-    FindsOwnPosts,
     ApprovalCard,
     ChannelDirectory,
-    PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
+    FetchesAttachments,
+    FinalEditTakesStop,
+    FindsOwnPosts,
+    PlatformError,
     PlatformLimits,
+    PostsMemoryCards,
     ReplyTarget,
+    ShowsStopControl,
     Trouble,
 )
 

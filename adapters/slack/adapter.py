@@ -45,22 +45,22 @@ from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
-    StreamsNatively,
-    ShowsStatus,
-    ShowsStopControl,
-    FinalEditTakesStop,
-    PostsMemoryCards,
     AnswersDirectory,
-    FetchesAttachments,
-    FindsOwnPosts,
-    FindsOwnCards,
-    SpeaksAs,
     ApprovalCard,
-    PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
+    FetchesAttachments,
+    FinalEditTakesStop,
+    FindsOwnCards,
+    FindsOwnPosts,
+    PlatformError,
     PlatformLimits,
+    PostsMemoryCards,
     RateLimited,
     ReplyTarget,
+    ShowsStatus,
+    ShowsStopControl,
+    SpeaksAs,
+    StreamsNatively,
     Trouble,
 )
 

@@ -39,19 +39,19 @@ from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
-    StreamsNatively,
-    ShowsStopControl,
-    FinalEditTakesStop,
-    PostsMemoryCards,
-    AnswersDirectory,
-    FetchesAttachments,
     AdapterHealth,
+    AnswersDirectory,
     ApprovalCard,
     AttachmentTooLarge,
-    PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
+    FetchesAttachments,
+    FinalEditTakesStop,
+    PlatformError,
     PlatformLimits,
+    PostsMemoryCards,
     ReplyTarget,
+    ShowsStopControl,
+    StreamsNatively,
     Trouble,
 )
 
