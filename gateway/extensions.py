@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
