@@ -301,8 +301,10 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
         for i, entry_id in enumerate(ids):
             if entry_id in ids[:i]:
                 report(key, ("capabilities", i, "id"), f"{entry_id} is listed twice; keep one entry")
-    tool_ids = {t.id for decl in load_all().values() for t in decl.tools}  # any installed capability's
-    for binding_id, binding in config.bindings.items():
+    denying = {b_id: b for b_id, b in config.bindings.items() if b.deny_tools}
+    # A tool of any installed capability may be denied: they are all loaded, only when one binding denies.
+    tool_ids = {t.id for decl in load_all().values() for t in decl.tools} if denying else set()
+    for binding_id, binding in denying.items():
         for i, tool_id in enumerate(binding.deny_tools):
             if tool_id not in tool_ids:
                 report(f"binding:{binding_id}", ("deny_tools", i), f"no capability offers a tool {tool_id!r}; "
