@@ -342,7 +342,8 @@ class StreamsNatively(Protocol):
 
 
 class ShowsStatus(Protocol):
-    """A status line saying what the run does now ("using web_fetch…"; Slack's assistant threads).
+    """A status line saying what the run does now ("using web_fetch…", an MCP tool's progress; Slack's
+    assistant threads, the web page's line under the conversation).
     Elsewhere the typing indicator says enough. Cosmetic: never waits for a budget."""
 
     async def show_status(self, target: ReplyTarget, text: str) -> None: ...

@@ -38,7 +38,7 @@ DECLARED: dict[type, set[str]] = {
                       "AnswersDirectory", "FetchesAttachments"},
     MattermostAdapter: {"ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards", "AnswersDirectory",
                         "FetchesAttachments", "FindsOwnPosts"},
-    WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStopControl"},
+    WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl"},
 }
 
 
