@@ -175,8 +175,6 @@ async def admin(database: DatabaseConfig | str, action: str, person_ref: str, *,
             parts.append(f"{n.agent_id}/{n.name} ({state}; written {n.created_at:%Y-%m-%d %H:%M}, "
                          f"changed {n.updated_at:%Y-%m-%d %H:%M} UTC)\n{body}")
         return 0, "\n\n".join(parts)
-    finally:
-        await engine.dispose()
 
 
 def add_cli(sub: Any, load: Any) -> None:
