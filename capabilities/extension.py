@@ -54,6 +54,7 @@ class CapabilitiesExtension(Extension):
         parts["subagents"] = delegator
         # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
         parts["handoffs"] = Switchboard(lambda: assembly.config().agents, delegator, assembly.start_handoff)
+        parts["schedules"] = assembly.schedules
 
     def checks(self) -> Sequence[ExtraCheck]:
         from . import context, handoffs, knowledge, mcp_servers, sandbox, skills, subagents

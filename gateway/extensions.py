@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from gateway.mcp.pool import McpPool
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.runner import CapabilityBuilder, TurnPreparer
+    from gateway.runs.scheduled import Schedules
     from gateway.runs.turn import Turn
     from gateway.store.repo import Store
 
@@ -90,6 +91,7 @@ class Assembly:
     routes: list[web.AbstractRouteDef]  # served on the daemon's HTTP server
     mcp: McpPool
     background: BackgroundRuns
+    schedules: Schedules  # scheduled tasks fire from their own sweep, through the queue
     start_handoff: Callable[[Turn, str, str, Callable[[str], Awaitable[None]]], Awaitable[str]]
 
 
@@ -128,6 +130,7 @@ def install(gateway: Gateway) -> None:
     from gateway.mcp.pool import McpPool
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.handoffs import HandoffStarter
+    from gateway.runs.scheduled import Schedules
 
     pool = McpPool(gateway)
     gateway.mcp = pool
@@ -136,14 +139,17 @@ def install(gateway: Gateway) -> None:
                                 gateway.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
     gateway.stops.background = background
     runner = gateway.runner
+    schedules = Schedules.of(gateway)
     assembly = Assembly(config=lambda: gateway.config, store=gateway.store, clock=gateway.clock,
                         capability_builders=runner.capability_builders, turn_preparers=runner.turn_preparers,
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,
-                        mcp=pool, background=background, start_handoff=HandoffStarter(gateway).start)
+                        mcp=pool, background=background, schedules=schedules,
+                        start_handoff=HandoffStarter(gateway).start)
     for extension in installed():
         extension.install(assembly)
     gateway.extensions.append(pool)
     gateway.extensions.append(background)  # started after the MCP pool, so stopped before it
+    gateway.extensions.append(schedules)
 
 
 def register_checks() -> None:
@@ -169,7 +175,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     from gateway.approvals.service import add_cli
     from gateway.inbound.pairing import add_cli as add_pairing_cli
     from gateway.mcp import cli as mcp_cli
-    from gateway.ops import db_cli, doctor, people
+    from gateway.ops import db_cli, doctor, people, schedules
     from gateway.runs.memory import add_cli as add_memory_cli
     from gateway.store import run_outcomes
 
@@ -177,6 +183,7 @@ def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.
     add_pairing_cli(sub, load)
     mcp_cli.add_cli(sub, load)
     people.add_cli(sub, load)
+    schedules.add_cli(sub, load)  # `schedules list | pause | resume | cancel`
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
     db_cli.add_cli(sub, load)  # `db stats | prune | backup | restore | current | upgrade`
     doctor.add_cli(sub, load)  # `doctor [--online]`
