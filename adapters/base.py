@@ -1,6 +1,7 @@
 """The lifecycle every connected platform adapter shares: secrets → connect with backoff → health → stop.
 
-The protocol lives in `gateway.outbound.adapter`, the registry in `gateway.adapter_registry` and the
+The protocol lives in `gateway.outbound.adapter` (what every adapter must do, and the features
+it may declare), the registry in `gateway.adapter_registry` and the
 reconnect helpers in `gateway.reconnect` (the core owns the interface it talks to); this is the
 adapters' side of it, written once. As in python-telegram-bot's `BaseUpdateProcessor`, the
 invariants live in methods subclasses do not override (`start`, `stop`; overriding them is a
@@ -34,15 +35,12 @@ from bindings.models import BindingSpec
 from bindings.secrets import Secret, SecretError, SecretRef
 from gateway.adapter_registry import AdapterContext
 from gateway.reconnect import Backoff, HealthState, reconnect_forever
-from gateway.messages import Attachment
 from gateway.outbound.adapter import (
     AdapterHealth,
     AttachmentTooLarge,
     Dispatcher,
-    LiveReply,
     PlatformError,
     PlatformLimits,
-    ReplyTarget,
     Trouble,
 )
 
@@ -160,6 +158,8 @@ class BaseAdapter(abc.ABC):
         """Release what `_open` built. Called once per start, after the connection task ended."""
 
     # --- the rest of the Adapter protocol, where every platform agrees ------------------
+    # (What only some platforms do is an adapter feature each one declares among its bases:
+    # `gateway.outbound.adapter.FEATURES`. No default stands in for one here.)
 
     def health(self) -> AdapterHealth:
         return self._health.get()
@@ -167,23 +167,8 @@ class BaseAdapter(abc.ABC):
     def http_routes(self) -> Sequence[web.AbstractRouteDef]:
         return []
 
-    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
-        """Show (`present`) or take away a Stop control on a streaming reply; platforms with one override
-        this (`gateway.runs.stop.StopControl`). Nothing by default: `/stop` works everywhere."""
-
     def forget(self, message_ids: Sequence[str]) -> None:
         """Nothing is kept about a sent message on these platforms: the platform holds it."""
-
-    def live(self, target: ReplyTarget) -> LiveReply | None:
-        """No native streaming: replies are posted and edited."""
-        return None
-
-    async def show_status(self, target: ReplyTarget, text: str) -> None:
-        """Most platforms have no status line: the typing indicator says enough."""
-
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
-        """A platform that has not said how to fetch its files: none are fetched."""
-        return None
 
     # --- helpers for subclasses ----------------------------------------------------------
 

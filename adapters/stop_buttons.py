@@ -4,7 +4,7 @@ Mattermost's props).
 
 Such a control must be passed again with every edit (an edit without it drops it), and a finished
 reply's final edit goes without it, which takes it away in the same call: the runner says so first
-(`gateway.runs.stop.FinalEditTakesStop`), and its removal afterwards then has nothing left to do.
+(`gateway.outbound.adapter.FinalEditTakesStop`), and its removal afterwards then has nothing left to do.
 """
 
 from __future__ import annotations

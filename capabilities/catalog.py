@@ -13,12 +13,12 @@ from aiohttp import web
 
 from bindings.models import KNOWN_SCOPES
 
-from .registry import load_builtin
+from .registry import load_all
 
 
 def catalog() -> list[dict[str, Any]]:
     """Each capability as data, config schema included, ordered by id."""
-    return [decl.catalog_entry() for _, decl in sorted(load_builtin().items())]
+    return [decl.catalog_entry() for _, decl in sorted(load_all().items())]
 
 
 def scope_set(granted: Collection[str]) -> dict[str, list[str]]:
@@ -37,7 +37,7 @@ def render_text(granted: Collection[str] = KNOWN_SCOPES) -> str:
     if withheld:
         out.append(f"scopes withheld (gateway.yaml scopes.granted): {', '.join(withheld)}")
     out.append("")
-    decls = load_builtin()
+    decls = load_all()
     for entry in catalog():
         fields = decls[entry["id"]].config_model.model_fields
         where = " — set on a binding, not an agent" if entry["binding_only"] else ""

@@ -15,7 +15,7 @@ and it is not offered when the server has a tool of that name.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,14 +24,15 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from bindings.models import McpPermission, McpServerSpec
 from gateway.approvals.policy import ToolInfo
 from gateway.mcp.call import CURRENT_CALL, RunCall
+from gateway.mcp.offered import visible_tools
 from gateway.mcp.pool import READ_RESOURCE
 from gateway.mcp.results import for_the_model
+from gateway.runs.turn import TOOL_NAME
 
 from .failures import trouble
-from .registry import TOOL_NAME, simple
+from .registry import simple
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
@@ -39,36 +40,6 @@ if TYPE_CHECKING:
     from gateway.runs.turn import Turn
 
 log = logging.getLogger("gateway.mcp.pool")
-
-
-@dataclass(frozen=True)
-class OfferedTool:
-    server_name: str  # as the server names it
-    visible: str  # as the model sees it
-    permission: McpPermission
-    note: str = ""  # why it is not offered, when it is not
-
-
-def visible_tools(spec: McpServerSpec, tools: Iterable[Any], *, handshake: bool = False) -> list[OfferedTool]:
-    """Every tool the server lists, with the name and permission it resolves to.
-
-    A tool the server runs only as a task (`execution.taskSupport: required`) is not offered on a
-    handshake-era session: the client there has no task path, so every call would fail. (A 2026-07-28
-    session drives a task to its result on an ordinary call.)
-    """
-    rows = []
-    for tool in tools:
-        permission = spec.permission(tool.name)
-        visible = f"{spec.name}_{tool.name}"
-        note = ""
-        if permission == "deny":
-            note = "never offered"
-        elif not TOOL_NAME.match(visible):
-            note = "not offered: not a name every model provider accepts (letters, digits, '_', '-', at most 64)"
-        elif handshake and getattr(getattr(tool, "execution", None), "task_support", None) == "required":
-            note = "not offered: the server runs it only as a task, which this protocol revision cannot drive"
-        rows.append(OfferedTool(tool.name, visible, permission, note))
-    return rows
 
 
 @dataclass

@@ -12,7 +12,6 @@ tool is entered into the run's visible-name → stable-id map that the approval 
 
 from __future__ import annotations
 
-import re
 import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -26,7 +25,9 @@ from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
 from bindings.models import CapabilityEntry
 from bindings.secrets import Secret, SecretError
+from gateway import extensions
 from gateway.approvals.policy import ToolInfo
+from gateway.runs.turn import TOOL_NAME
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 
 P = TypeVar("P")
 
-# Names every model provider accepts for a tool.
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 class NoConfig(BaseModel):
@@ -111,6 +110,9 @@ class CapabilityDecl:
         }
 
 
+# The capabilities loaded so far, by id. Each module registers its own declaration when imported;
+# which module declares an id is said by the entry points of group `agent_gateway.capabilities`
+# (pyproject.toml), so a module is imported only once a config names its capability.
 REGISTRY: dict[str, CapabilityDecl] = {}
 
 
@@ -119,10 +121,20 @@ def register(decl: CapabilityDecl) -> CapabilityDecl:
     return decl
 
 
-def load_builtin() -> dict[str, CapabilityDecl]:
-    """Import the shipped capability modules (each registers itself)."""
-    from . import builtin  # noqa: F401
+def decl_for(capability_id: str) -> CapabilityDecl | None:
+    """The capability `capability_id`: registered already, or imported now from its entry point.
+    None when no installed distribution declares it (`validate_config` says so, with the file)."""
+    if capability_id not in REGISTRY:
+        ep = extensions.entry_point(extensions.CAPABILITIES, capability_id)
+        if ep is not None:
+            ep.load()  # the module registers its declaration
+    return REGISTRY.get(capability_id)
 
+
+def load_all() -> dict[str, CapabilityDecl]:
+    """Every capability the installed distributions declare (for the catalog), and any registered in code."""
+    for name in extensions.names(extensions.CAPABILITIES):
+        decl_for(name)
     return REGISTRY
 
 
@@ -183,7 +195,7 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[A
     overrides = {e.id: e for e in turn.agent.capabilities}
     denied = frozenset(turn.binding.deny_tools)
     for entry in entries_for(turn):
-        decl = REGISTRY.get(entry.id)
+        decl = decl_for(entry.id)
         if decl is None:
             continue  # refused at load; a capability removed from code since is simply absent
         # channel_tools' approval and renames can be set on an agent entry of the same id.
@@ -232,17 +244,19 @@ def simple(instructions: Any = None, toolsets: list[Any] | None = None, tools: l
 
 def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int, ...], str], None]) -> None:
     """Refuse what would silently misbehave at run time, with a sentence saying how to fix it."""
-    load_builtin()
     granted = set(config.gateway.scopes.granted)
     for agent_id, agent in config.agents.items():
         key = f"agent:{agent_id}"
         seen_names: dict[str, str] = {}
         for i, entry in enumerate(agent.capabilities):
             loc: tuple[str | int, ...] = ("capabilities", i)
-            decl = REGISTRY.get(entry.id)
+            decl = decl_for(entry.id)
             if decl is None:
-                known = ", ".join(sorted(k for k, d in REGISTRY.items() if not d.binding_only))
-                report(key, (*loc, "id"), f"unknown capability {entry.id!r}; available: {known}")
+                known = ", ".join(sorted(k for k, d in load_all().items() if not d.binding_only))
+                declared = extensions.entry_point(extensions.CAPABILITIES, entry.id) is not None
+                why = (f"its entry point in group {extensions.CAPABILITIES} declares no capability of that id"
+                       if declared else f"no entry point {entry.id!r} in group {extensions.CAPABILITIES}")
+                report(key, (*loc, "id"), f"unknown capability {entry.id!r}: {why}; available: {known}")
                 continue
             missing = [scope for scope in decl.scopes if scope not in granted]
             if missing and entry.enabled:
@@ -287,8 +301,10 @@ def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int
         for i, entry_id in enumerate(ids):
             if entry_id in ids[:i]:
                 report(key, ("capabilities", i, "id"), f"{entry_id} is listed twice; keep one entry")
-    tool_ids = {t.id for decl in REGISTRY.values() for t in decl.tools}
-    for binding_id, binding in config.bindings.items():
+    denying = {b_id: b for b_id, b in config.bindings.items() if b.deny_tools}
+    # A tool of any installed capability may be denied: they are all loaded, only when one binding denies.
+    tool_ids = {t.id for decl in load_all().values() for t in decl.tools} if denying else set()
+    for binding_id, binding in denying.items():
         for i, tool_id in enumerate(binding.deny_tools):
             if tool_id not in tool_ids:
                 report(f"binding:{binding_id}", ("deny_tools", i), f"no capability offers a tool {tool_id!r}; "

@@ -61,7 +61,7 @@ from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, clip
 from gateway.runs.turn import Turn
 
-from .registry import REGISTRY, BuildContext, CapabilityDecl, ToolDecl, register, simple
+from .registry import BuildContext, CapabilityDecl, ToolDecl, decl_for, register, simple
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -125,7 +125,7 @@ def _shared(parent: AgentSpec, ids: Sequence[str], own: Sequence[CapabilityEntry
 
 def _lent(shared: Sequence[CapabilityEntry]) -> frozenset[str]:
     """The shared capabilities whose state comes with them (a capability the delegate binds itself is its own)."""
-    return frozenset(e.id for e in shared if (decl := REGISTRY.get(e.id)) is None or decl.lends_state)
+    return frozenset(e.id for e in shared if (decl := decl_for(e.id)) is None or decl.lends_state)
 
 
 class _Delegation:

@@ -1,22 +1,26 @@
-"""Adapters by platform name, as import paths: starting the daemon imports an SDK only for the
-platforms a config actually binds, and the core never imports `adapters/` itself."""
+"""Adapters by platform name, found through the entry points of group `agent_gateway.adapters`
+(pyproject.toml): starting the daemon imports an SDK only for the platforms a config actually
+binds, and the core never imports `adapters/` itself (`gateway.extensions`)."""
 
 from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from bindings.models import BindingSpec, GatewayConfig
 
+from gateway import extensions
 from gateway.outbound.adapter import Adapter
 
-_REGISTRY: dict[str, str] = {
-    "web": "adapters.web.adapter:WebAdapter",
-    "slack": "adapters.slack.adapter:SlackAdapter",
-    "telegram": "adapters.telegram.adapter:TelegramAdapter",
-    "mattermost": "adapters.mattermost.adapter:MattermostAdapter",
-}
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
+
+# Adapters registered in code ('module:Class' by platform), ahead of the entry points: tests put a
+# fake platform in a real one's place with it.
+_REGISTRY: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -32,11 +36,26 @@ def register(platform: str, path: str) -> None:
     _REGISTRY[platform] = path
 
 
+def _known(platform: str) -> bool:
+    return platform in _REGISTRY or extensions.entry_point(extensions.ADAPTERS, platform) is not None
+
+
 def create_adapter(binding: BindingSpec, context: AdapterContext) -> Adapter:
-    try:
-        path = _REGISTRY[binding.platform]
-    except KeyError:
-        raise LookupError(f"no adapter registered for platform {binding.platform!r}") from None
-    module_name, _, class_name = path.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(binding, context)
+    if binding.platform in _REGISTRY:
+        module_name, _, class_name = _REGISTRY[binding.platform].partition(":")
+        cls = getattr(importlib.import_module(module_name), class_name)
+    else:
+        try:
+            cls = extensions.load(extensions.ADAPTERS, binding.platform, "adapter for platform")
+        except extensions.NotInstalled as e:
+            raise LookupError(f"binding {binding.id}: {e}") from None
+    return cls(binding, context)  # type: ignore[no-any-return]
+
+
+def check_adapters(config: LoadedConfig, report: Callable[[str, tuple[str | int, ...], str], None]) -> None:
+    """A binding whose platform no installed adapter serves is a config error (in its own file), not a
+    start-up crash."""
+    for binding_id, binding in config.bindings.items():
+        if binding.enabled and not _known(binding.platform):
+            report(f"binding:{binding_id}", ("platform",), str(extensions.NotInstalled(
+                extensions.ADAPTERS, binding.platform, "adapter for platform")))

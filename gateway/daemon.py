@@ -34,7 +34,7 @@ from gateway.runs.queue import Scheduler
 from gateway.outbound.delivery import Outbound
 from gateway.http.event_relay import EventRelay
 from gateway.http.events import EventBus
-from gateway.outbound.typing_indicator import FirstSign
+from gateway.outbound.typing_indicator import TypingIndicator
 from gateway.inbound.pipeline import Inbound
 from gateway.inbound.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
 from gateway.messages import InboundMessage
@@ -75,7 +75,7 @@ class Gateway:
         self.runner = Runner(self)
         # One model client per provider and model, shared by every run (closed in stop).
         self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
-        self.first_sign = FirstSign()  # the typing indicator, shown as soon as a message is stored
+        self.typing_indicator = TypingIndicator()  # shown as soon as a message is stored
         # Files uploaded through the API, in memory until their run reads them (one budget for all).
         self.uploads = Uploads(config.gateway.limits.uploads_max_bytes)
         self.adapters: dict[str, Adapter] = {}
@@ -155,8 +155,8 @@ class Gateway:
                                commands=Commands(self.store, self.approvals, self.outbound, self.stops,
                                                  self.memory_cards),
                                outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics,
-                               first_sign=lambda conv: self.first_sign.show(adapter_for(conv.binding_id), conv.target(),
-                                                                            conv.id))
+                               show_typing=lambda conv: self.typing_indicator.show(adapter_for(conv.binding_id),
+                                                                                   conv.target(), conv.id))
         try:
             from gateway import extensions
 
@@ -322,7 +322,7 @@ class Gateway:
         # Adapters stop after the runs, so a run finishing in the grace period can still post.
         self._accepting = False
         self._settled.set()
-        await self.first_sign.close()
+        await self.typing_indicator.close()
         if hasattr(self, "outbound"):
             await self.outbound.drain(2.0)
         # In parallel: each closes its own connections, none waits for another's peer.
@@ -332,8 +332,10 @@ class Gateway:
                 log.error("stopping adapter %s", binding_id, exc_info=error)
         for ext in reversed(self.extensions):
             if hasattr(ext, "stop"):
-                with contextlib.suppress(Exception):
+                try:
                     await ext.stop()
+                except Exception:  # the rest still stops; the log says which part did not
+                    log.exception("stopping %s", type(ext).__name__)
         if self.relay is not None:
             self.events.relay = None
             await self.relay.stop()

@@ -1,105 +1,169 @@
-"""Wire the optional machinery (approvals, the capability registry) into a gateway and the CLI.
+"""How the core finds what is plugged into it, by name, without importing it: entry points.
 
-Kept in one place so start-up reads in order and each piece stays importable and testable on
-its own.
+Three groups, declared in pyproject.toml (`[project.entry-points."<group>"]`) and read from the
+installed distributions' metadata, the way pytest finds its plugins:
+
+- `agent_gateway.adapters`: a platform name (a binding's `platform:`) → its adapter class;
+  loaded when a binding names the platform (`gateway.adapter_registry`).
+- `agent_gateway.capabilities`: a capability id (an agent file's `capabilities: - id:`) → the
+  module that declares it; loaded when a config names it (`capabilities.registry`).
+- `agent_gateway.extensions`: a package that wires itself into the daemon and the CLI (the
+  capability registry is one): an `Extension`, loaded at start-up and for every config check.
+
+So `gateway/` imports nothing from `capabilities/` or `adapters/` (tests/test_layering.py), and a
+deployment that installs another distribution declaring entry points gets its adapters and
+capabilities with no change here. A name no entry point declares is a config error naming the
+file, the name and the group.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from aiohttp import web
+    from pydantic_ai import Agent
+
+    from bindings.loader import ExtraCheck, LoadedConfig
+    from gateway.clock import Clock
     from gateway.daemon import Gateway
+    from gateway.mcp.pool import McpPool
+    from gateway.runs.background import BackgroundRuns
+    from gateway.runs.runner import CapabilityBuilder, TurnPreparer
+    from gateway.runs.scheduled import Schedules
+    from gateway.runs.turn import Turn
+    from gateway.store.repo import Store
+
+ADAPTERS = "agent_gateway.adapters"
+CAPABILITIES = "agent_gateway.capabilities"
+EXTENSIONS = "agent_gateway.extensions"
+
+# How a checkout registers its entry points (they live in the installed metadata, not the source).
+INSTALL_HINT = "install the package that provides it (in a checkout: pip install -e .)"
+
+
+class NotInstalled(LookupError):
+    """No installed distribution declares this name in this group."""
+
+    def __init__(self, group: str, name: str, what: str) -> None:
+        known = ", ".join(names(group)) or "none"
+        super().__init__(f"no {what} {name!r}: no entry point {name!r} in group {group} (installed: {known}); "
+                         f"{INSTALL_HINT}")
+        self.group, self.name = group, name
+
+
+def entry_point(group: str, name: str) -> EntryPoint | None:
+    """The entry point `name` of `group`, if an installed distribution declares it."""
+    found = entry_points(group=group, name=name)
+    return next(iter(found), None)
+
+
+def names(group: str) -> list[str]:
+    """Every name declared in `group`, sorted."""
+    return sorted({ep.name for ep in entry_points(group=group)})
+
+
+def load(group: str, name: str, what: str) -> Any:
+    """The object entry point `name` of `group` names (imported now); NotInstalled when none does."""
+    ep = entry_point(group, name)
+    if ep is None:
+        raise NotInstalled(group, name, what)
+    return ep.load()
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """What an extension is handed at start-up: the parts it may wire into, and no more (never the
+    daemon itself, so what an extension depends on is read here)."""
+
+    config: Callable[[], LoadedConfig]  # the config now (a reload swaps it)
+    store: Store
+    clock: Clock
+    capability_builders: list[CapabilityBuilder]  # run in order for every turn; the first wraps outermost
+    turn_preparers: list[TurnPreparer]
+    build_agent: Callable[[Turn], Agent[Turn, Any]]  # the runner's: a delegate's agent is built like any
+    parts: list[Any]  # objects with optional start/stop/readiness, started in order, stopped in reverse
+    routes: list[web.AbstractRouteDef]  # served on the daemon's HTTP server
+    mcp: McpPool
+    background: BackgroundRuns
+    schedules: Schedules  # scheduled tasks fire from their own sweep, through the queue
+    start_handoff: Callable[[Turn, str, str, Callable[[str], Awaitable[None]]], Awaitable[str]]
+
+
+class Extension:
+    """What a package plugged in through `agent_gateway.extensions` may add; each hook does nothing
+    unless overridden (as pydantic-ai's capabilities do)."""
+
+    def install(self, assembly: Assembly) -> None:
+        """Wire parts into a starting gateway (after the store and the core's parts exist, before
+        adapters start): capability builders, routes, objects started and stopped with it."""
+
+    def checks(self) -> Sequence[ExtraCheck]:
+        """Config checks the loader runs on every load (`agent-gateway check`, start-up, reload)."""
+        return ()
+
+    def add_commands(self, sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
+        """Sub-commands of `agent-gateway`."""
+
+
+def installed() -> list[Extension]:
+    """Every extension the installed distributions declare, in name order."""
+    found = []
+    for name in names(EXTENSIONS):
+        extension = load(EXTENSIONS, name, "extension")
+        if not isinstance(extension, Extension):
+            raise TypeError(f"entry point {name!r} in group {EXTENSIONS} is not an Extension: {extension!r}")
+        found.append(extension)
+    return found
 
 
 def install(gateway: Gateway) -> None:
     """Called once by `Gateway.start`, after the store and the core's parts exist and before adapters start."""
-    from capabilities import approval_gate, catalog
-    from capabilities.registry import build_for_turn, load_builtin
-
-    from capabilities.context import ContextLibrary
-    from capabilities.knowledge_index import KnowledgeIndexer
-
-    from gateway.store.conversation_search import ConversationSearch
-    from gateway.store.knowledge import KnowledgeStore
-
-    load_builtin()
-    # Collaborators built once per daemon, handed to the capabilities that use them.
-    indexer = KnowledgeIndexer(lambda: gateway.config, KnowledgeStore(gateway.store.sessions, gateway.clock))
-    gateway.extensions.append(indexer)  # started and stopped with the gateway
-    parts = {
-        "context": ContextLibrary(lambda: gateway.config),
-        "conversation_search": ConversationSearch(gateway.store.sessions),
-        "knowledge": indexer,
-    }
-    # The gate first: its wrapper is outermost, so it sees the names the model calls.
-    gateway.runner.capability_builders.append(approval_gate.build_for_turn)
-    gateway.runner.capability_builders.append(lambda turn: build_for_turn(turn, parts))
-    gateway.extra_routes.extend(catalog.http_routes(lambda: gateway.config.gateway.scopes.granted))
-    # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
-    from capabilities import web_search
-
-    gateway.extensions.append(web_search.CLIENTS)
-
-    # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
-    from capabilities import mcp_servers
-
+    # The core's own daemon-lifetime parts that capabilities use: the MCP connections, background runs
+    # and handoff conversations. Built before the extensions so they can be handed them, and started
+    # after (appended after), so stopped before what the extensions added.
     from gateway.mcp.pool import McpPool
+    from gateway.runs.background import BackgroundRuns
+    from gateway.runs.handoffs import HandoffStarter
+    from gateway.runs.scheduled import Schedules
 
     pool = McpPool(gateway)
     gateway.mcp = pool
-    gateway.extensions.append(pool)
     gateway.runner.turn_preparers.append(pool.prepare)
-    gateway.runner.capability_builders.append(mcp_servers.builder(pool))
-
-    # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its own.
-    # Background delegations (mode async) run here, in this process, and report back through the queue.
-    from capabilities.subagents import Delegator
-
-    from gateway.runs.background import BackgroundRuns
-
     background = BackgroundRuns(gateway.store, lambda: gateway.config.gateway.limits, gateway.scheduler.wake,
                                 gateway.events, sweep_every=min(20.0, gateway.store.lease_seconds / 3))
-    gateway.extensions.append(background)  # started after the MCP pool, so stopped before it
     gateway.stops.background = background
-    delegator = Delegator(lambda: gateway.config.agents, gateway.runner.build_agent, gateway.runner.turn_preparers,
-                          background)
-    parts["subagents"] = delegator
-
-    # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
-    from capabilities.handoffs import Switchboard
-
-    from gateway.runs.handoffs import HandoffStarter
-
-    parts["handoffs"] = Switchboard(lambda: gateway.config.agents, delegator, HandoffStarter(gateway).start)
-    from gateway.runs.scheduled import Schedules  # scheduled tasks fire from their own sweep, through the queue
-
-    gateway.extensions.append(parts.setdefault("schedules", Schedules.of(gateway)))
+    runner = gateway.runner
+    schedules = Schedules.of(gateway)
+    assembly = Assembly(config=lambda: gateway.config, store=gateway.store, clock=gateway.clock,
+                        capability_builders=runner.capability_builders, turn_preparers=runner.turn_preparers,
+                        build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,
+                        mcp=pool, background=background, schedules=schedules,
+                        start_handoff=HandoffStarter(gateway).start)
+    for extension in installed():
+        extension.install(assembly)
+    gateway.extensions.append(pool)
+    gateway.extensions.append(background)  # started after the MCP pool, so stopped before it
+    gateway.extensions.append(schedules)
 
 
 def register_checks() -> None:
-    """Add config checks owned by other packages (the capability registry) to the loader."""
+    """Add the config checks of the core (every binding's platform has an adapter) and of the extensions."""
     from bindings.loader import add_check
-    from capabilities import context, handoffs, knowledge, mcp_servers, sandbox, skills, subagents
-    from capabilities.registry import validate_config
+    from gateway.adapter_registry import check_adapters
 
-    add_check(validate_config)
-    add_check(context.validate_config)
-    add_check(knowledge.validate_config)
-    add_check(mcp_servers.validate_config)
-    add_check(skills.validate_config)
-    add_check(sandbox.validate_config)
-    add_check(subagents.validate_config)
-    add_check(handoffs.validate_config)
+    add_check(check_adapters)
+    for extension in installed():
+        for check in extension.checks():
+            add_check(check)
 
 
-def online_problems(config: Any) -> list[Any]:
+def online_problems(config: LoadedConfig) -> list[Any]:
     """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
     from gateway.mcp.cli import online_problems as mcp_problems
 
@@ -107,64 +171,22 @@ def online_problems(config: Any) -> list[Any]:
 
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-    """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP)."""
-    from gateway.mcp import cli as mcp_cli
-    from gateway.ops import people
+    """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP) and the extensions."""
     from gateway.approvals.service import add_cli
     from gateway.inbound.pairing import add_cli as add_pairing_cli
+    from gateway.mcp import cli as mcp_cli
+    from gateway.ops import db_cli, doctor, people, schedules
+    from gateway.runs.memory import add_cli as add_memory_cli
+    from gateway.store import run_outcomes
 
     add_cli(sub, load)
     add_pairing_cli(sub, load)
     mcp_cli.add_cli(sub, load)
     people.add_cli(sub, load)
-    from gateway.ops import schedules
-
     schedules.add_cli(sub, load)  # `schedules list | pause | resume | cancel`
-    from gateway.store import run_outcomes
-
     run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
-    from gateway.ops import db_cli
-
     db_cli.add_cli(sub, load)  # `db stats | prune | backup | restore | current | upgrade`
-    from gateway.ops import doctor
-
     doctor.add_cli(sub, load)  # `doctor [--online]`
-
-    def capabilities(args: argparse.Namespace) -> int:
-        from bindings.loader import ConfigError, config_directory, load_gateway_config
-        from capabilities import catalog
-
-        try:  # the scopes gateway.yaml grants, even when an agent file is refused for one
-            granted = load_gateway_config(config_directory(args.config)).scopes.granted
-        except ConfigError as e:
-            print(e, file=sys.stderr)
-            return 1
-        if args.json:
-            print(json.dumps(catalog.as_json(granted), indent=2))
-        else:
-            print(catalog.render_text(granted), end="")
-        return 0
-
-    p = sub.add_parser("capabilities", help="print the capability catalog (what an agent file can name)")
-    p.add_argument("--json", action="store_true", help="as JSON, config schemas included")
-    p.add_argument("--config", help="config directory whose gateway.yaml grants the scopes (default ./config)")
-    p.set_defaults(fn=capabilities)
-
-    def memory_command(args: argparse.Namespace) -> int:
-        from gateway.runs.memory import admin
-
-        config = load(args)
-        if config is None:
-            return 1
-        code, text = asyncio.run(admin(config.gateway.database, args.action, args.person, actor=args.actor,
-                                       reason=args.reason))
-        print(text, file=sys.stdout if code == 0 else sys.stderr)
-        return code
-
-    p = sub.add_parser("memory", help="read or erase what agents keep about a person (audited)")
-    p.add_argument("action", choices=["show", "erase"])
-    p.add_argument("--person", required=True, help="a person id, or platform:workspace:account (e.g. slack:T01:U02)")
-    p.add_argument("--reason", default="", help="why (required for show; recorded in the audit log)")
-    p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is asking (default $USER)")
-    p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
-    p.set_defaults(fn=memory_command)
+    add_memory_cli(sub, load)
+    for extension in installed():
+        extension.add_commands(sub, load)

@@ -29,12 +29,18 @@ from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.reconnect import Backoff
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
+    AnswersDirectory,
     ApprovalCard,
     ChannelDirectory,
-    PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
+    FetchesAttachments,
+    FinalEditTakesStop,
+    FindsOwnPosts,
+    PlatformError,
     PlatformLimits,
+    PostsMemoryCards,
     ReplyTarget,
+    ShowsStopControl,
     Trouble,
 )
 
@@ -67,7 +73,8 @@ SINCE_KEY = "reading_since_ms"  # the binding's first start: nothing older is an
 _THREAD_CACHE_SIZE = 10_000
 
 
-class MattermostAdapter(BaseAdapter):
+class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards, AnswersDirectory,
+                        FetchesAttachments, FindsOwnPosts):
     platform = "mattermost"
     limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True,
                             first_draft_after=CHAT_FIRST_DRAFT_AFTER)

@@ -45,19 +45,29 @@ from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
+    AnswersDirectory,
     ApprovalCard,
-    PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
+    FetchesAttachments,
+    FinalEditTakesStop,
+    FindsOwnCards,
+    FindsOwnPosts,
+    PlatformError,
     PlatformLimits,
+    PostsMemoryCards,
     RateLimited,
     ReplyTarget,
+    ShowsStatus,
+    ShowsStopControl,
+    SpeaksAs,
+    StreamsNatively,
     Trouble,
 )
 
 from . import scopes
 from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
-from .live import SlackLiveReply
+from .native_stream import SlackNativeStream
 from .cards import ACTION_PREFIX, MEMORY_ACTION_PREFIX, card_message, memory_message, parse_action_value
 from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .directory import SlackDirectory
@@ -80,12 +90,13 @@ SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, su
                               first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
 
-class SlackAdapter(BaseAdapter):
+class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop,
+                   PostsMemoryCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
+                   SpeaksAs):
     """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
 
     platform = "slack"
     limits = SLACK_LIMITS
-    speaks_as = True  # chat.postMessage's username: a handoff's answer shows under the agent's name
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.slack is None:
@@ -547,11 +558,11 @@ class SlackAdapter(BaseAdapter):
         """
         await self.show_status(target, THINKING_STATUS)
 
-    def live(self, target: ReplyTarget) -> SlackLiveReply | None:
+    def native_stream(self, target: ReplyTarget) -> SlackNativeStream | None:
         """Native streaming in an assistant thread (a thread in a DM), while this binding has it."""
         if not (self.native_streaming and target.thread and target.chat_kind is ChatKind.DM):
             return None
-        return SlackLiveReply(self._require_client(), self._call, target, self._native_unavailable,
+        return SlackNativeStream(self._require_client(), self._call, target, self._native_unavailable,
                               started=lambda ts: _keep_recent(self._native, (target.channel, ts), None))
 
     def _native_unavailable(self) -> None:

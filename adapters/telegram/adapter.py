@@ -40,17 +40,23 @@ from gateway.messages import Attachment, ChatKind, InboundMessage
 from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
     AdapterHealth,
+    AnswersDirectory,
     ApprovalCard,
     AttachmentTooLarge,
-    PlatformError,
     CHAT_FIRST_DRAFT_AFTER,
+    FetchesAttachments,
+    FinalEditTakesStop,
+    PlatformError,
     PlatformLimits,
+    PostsMemoryCards,
     ReplyTarget,
+    ShowsStopControl,
+    StreamsNatively,
     Trouble,
 )
 
 from .budget import RULES, TelegramBudget
-from .live import TelegramLiveReply
+from .native_stream import TelegramNativeStream
 from .request import AiohttpRequest
 from .stop import stop_keyboard
 from .cards import card_html, card_keyboard, memory_html, memory_keyboard
@@ -75,7 +81,8 @@ _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
-class TelegramAdapter(BaseAdapter):
+class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
+                      AnswersDirectory, FetchesAttachments):
     """One bot token, one binding."""
 
     platform = "telegram"
@@ -511,11 +518,11 @@ class TelegramAdapter(BaseAdapter):
             with translated("sendChatAction"):
                 await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
 
-    def live(self, target: ReplyTarget) -> TelegramLiveReply | None:
+    def native_stream(self, target: ReplyTarget) -> TelegramNativeStream | None:
         """A private chat streams as a draft; groups keep edit-in-place under the group budget."""
         if not (self.drafts and target.chat_kind is ChatKind.DM and self._bot is not None):
             return None
-        return TelegramLiveReply(self._bot, target, render=self.render, pacer=self.pacer,
+        return TelegramNativeStream(self._bot, target, render=self.render, pacer=self.pacer,
                                  draft_scopes=self.budget.draft(), post=self.post_message,
                                  on_unavailable=self._no_drafts)
 

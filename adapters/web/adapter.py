@@ -19,21 +19,26 @@ from gateway.adapter_registry import AdapterContext
 from gateway.http.api import card_json, memory_card_json
 from gateway.inbound.memory_card import MemoryCard
 from gateway.clock import new_id
-from gateway.messages import Attachment
 from gateway.outbound.adapter import (
     AdapterHealth,
     ApprovalCard,
-    ChannelDirectory,
     Dispatcher,
     PlatformLimits,
+    PostsMemoryCards,
+    PostsReportCards,
     ReplyTarget,
+    ShowsStatus,
+    ShowsStopControl,
     Trouble,
 )
 
 STATIC = Path(__file__).parent / "static"
 
 
-class WebAdapter:
+class WebAdapter(PostsReportCards, PostsMemoryCards, ShowsStatus, ShowsStopControl):
+    """The page streams every delta itself (no native stream needed), has no channel to look up, and
+    takes files through the API's uploads, not through the adapter."""
+
     platform = "web"
     # The browser renders Markdown itself and can take every delta: pace lightly, never split.
     limits = PlatformLimits(max_message_chars=1_000_000, min_edit_interval=0.05, supports_edit=True)
@@ -86,10 +91,6 @@ class WebAdapter:
     async def show_typing(self, target: ReplyTarget) -> None:
         self._publish(target, {"type": "typing"})
 
-    def live(self, target: ReplyTarget) -> None:
-        """The page's event stream already sends only what was added."""
-        return None
-
     async def show_status(self, target: ReplyTarget, text: str) -> None:
         """The page's status line under the conversation ("tracker: 40 %"), cleared when the run ends."""
         self._publish(target, {"type": "status", "text": text})
@@ -120,15 +121,9 @@ class WebAdapter:
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         self._publish(target, {"type": "notice", "text": text})
 
-    def directory(self) -> ChannelDirectory | None:
-        return None  # a web chat has no channel to look up
-
     def forget(self, message_ids: Sequence[str]) -> None:
         for message_id in message_ids:
             self._shown.pop(message_id, None)
-
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
-        return None  # the web chat has no uploads yet
 
     # --- HTTP ---------------------------------------------------------------------------
 

@@ -442,23 +442,13 @@ def _names_on(platform: str, sender: Sender, person: str | None) -> set[str]:
 
 def add_cli(sub: Any, load: Any) -> None:
     """`agent-gateway approvals list`: every decision and mode switch, who made it, when and from where."""
-    p = sub.add_parser("approvals", help="list approval decisions and approval-mode switches")
-    p.add_argument("action", choices=["list"])
-    p.add_argument("--config", help="config directory")
-    p.add_argument("--conversation", help="only this conversation")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    from gateway.ops.subcommand import on_store, subcommand
 
-    def run(args: Any) -> int:
-        config = load(args)
-        if config is None:
-            return 1
-        from gateway.store.engine import open_store
+    def run(args: Any, config: Any) -> int:
+        async def main(store: repo.Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            return await decisions(store, args.conversation), await mode_changes(store, args.conversation)
 
-        async def main() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-            async with open_store(config.gateway.database) as store:
-                return await decisions(store, args.conversation), await mode_changes(store, args.conversation)
-
-        rows, switches = asyncio.run(main())
+        rows, switches = on_store(config, main)
         for r in rows:
             if args.json:
                 print(json.dumps(r))
@@ -476,7 +466,10 @@ def add_cli(sub: Any, load: Any) -> None:
             print("no approvals recorded")
         return 0
 
-    p.set_defaults(fn=run)
+    p = subcommand(sub, "approvals", "list approval decisions and approval-mode switches", load, run,
+                   actions={"list": ""})
+    p.add_argument("--conversation", help="only this conversation")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
 def _calls_in_order(messages: list[ModelMessage]) -> list[Any]:

@@ -83,13 +83,18 @@ class EventRelay:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        # gather, not a suppress around each await: a cancellation of this stop itself still ends it.
+        ended = await asyncio.gather(*self._tasks, return_exceptions=True)
+        for task, result in zip(self._tasks, ended):
+            if isinstance(result, Exception):
+                log.warning("event relay task %s had failed: %s", task.get_name(), result)
         self._tasks = []
-        with contextlib.suppress(Exception):
+        try:
             async with asyncio.timeout(2.0):
                 await self._write_pending()  # the last events of runs that finished in the grace period
+        except Exception as e:  # the daemon stops either way; say what a browser on another replica misses
+            log.warning("the event stream's last %d events were not written: %s: %s", len(self._pending),
+                        type(e).__name__, e)
 
     def state(self) -> dict[str, Any]:
         """For /readyz: whether notifications arrive, or the store is being polled meanwhile."""
@@ -156,7 +161,8 @@ class EventRelay:
         """A local listener opened this conversation's stream: show what is published from now."""
         try:
             now = await self._table.now()
-        except Exception:
+        except Exception as e:  # the database's clock is better (replicas agree on it); ours will do
+            log.debug("watching from this process's clock: the database's is unavailable: %s", e)
             now = datetime.now().astimezone()
         self._watch_from.setdefault(conversation_id, now)
         if self._after is None:

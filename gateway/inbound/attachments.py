@@ -33,7 +33,7 @@ from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, User
 
 from gateway.messages import Attachment, InboundMessage
 from gateway.store.capability_state import CapabilityState
-from gateway.outbound.adapter import Adapter, AttachmentTooLarge, PlatformError
+from gateway.outbound.adapter import Adapter, AttachmentTooLarge, FetchesAttachments, PlatformError, offered
 from gateway.inbound.uploads import Uploads
 
 log = logging.getLogger("gateway.inbound.attachments")
@@ -139,8 +139,10 @@ async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile:
             data = uploads.take(attachment.ref) if uploads is not None and attachment.ref else None
             if data is None:
                 return _skipped(entry, name, "the upload is no longer held (the gateway restarted, or held too many); send it again")
+        elif (fetcher := offered(adapter, FetchesAttachments)) is not None:
+            data = await asyncio.wait_for(fetcher.fetch_attachment(attachment, max_bytes), FETCH_SECONDS)
         else:
-            data = await asyncio.wait_for(adapter.fetch_attachment(attachment, max_bytes), FETCH_SECONDS)
+            data = None
     except AttachmentTooLarge:
         return _skipped(entry, name, f"it is larger than the {_mb(max_bytes)} limit")
     except TimeoutError:

@@ -214,11 +214,13 @@ class MemoryCards:
 
     async def post(self, target: ReplyTarget, holder: Holder) -> bool:
         """Post the card where the platform shows buttons; False where it does not (answer in text then)."""
-        adapter = self._adapter_for(target.binding_id)
-        if adapter is None:
+        from gateway.outbound.adapter import PostsMemoryCards, offered  # that module imports this one's card
+
+        cards = offered(self._adapter_for(target.binding_id), PostsMemoryCards)
+        if cards is None:
             return False
         try:
-            return await adapter.post_memory_card(target, await self.card(holder)) is not None
+            return await cards.post_memory_card(target, await self.card(holder)) is not None
         except Exception as e:  # the text answer still works
             log.warning("could not post a memory card on %s: %s", target.platform, e)
             return False

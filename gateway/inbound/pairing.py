@@ -19,7 +19,7 @@ daemon agree. The inbound path (`gateway.inbound.pipeline`) calls `is_paired` (a
 
 from __future__ import annotations
 
-import asyncio
+import argparse
 import json
 import logging
 import sys
@@ -41,9 +41,11 @@ from gateway.store.pairing import (  # the limits live with the queries that enf
     PairingStore,
     PendingPairing,
 )
+from gateway.ops.subcommand import Load, on_store, subcommand
 from gateway.outbound.adapter import target_for
 
 if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
     from gateway.outbound.delivery import Outbound
     from gateway.store.repo import Store
 
@@ -104,49 +106,35 @@ def through(store: Store, outbound: Outbound) -> Pairing:
     return Pairing(store, send)
 
 
-def add_cli(sub: Any, load: Any) -> None:
+def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
     """`agent-gateway pairing list | approve CODE | revoke BINDING ACCOUNT`."""
-    p = sub.add_parser("pairing", help="list and approve pairing requests from unknown direct-message senders")
-    p.add_argument("action", choices=["list", "approve", "revoke"])
-    p.add_argument("args", nargs="*", help="approve: CODE; revoke: BINDING ACCOUNT")
-    p.add_argument("--config", help="config directory")
+    p = subcommand(sub, "pairing", "list and approve pairing requests from unknown direct-message senders", load,
+                   _run, actions={"list": "", "approve": "CODE", "revoke": "BINDING ACCOUNT"},
+                   operands_help="approve: CODE; revoke: BINDING ACCOUNT")
     p.add_argument("--binding", help="list: only this binding")
     p.add_argument("--json", action="store_true", help="list: one JSON object per line")
 
-    def run(args: Any) -> int:
-        expected = {"list": 0, "approve": 1, "revoke": 2}[args.action]
-        if len(args.args) != expected:
-            usage = {"list": "pairing list", "approve": "pairing approve CODE",
-                     "revoke": "pairing revoke BINDING ACCOUNT"}[args.action]
-            print(f"usage: agent-gateway {usage}", file=sys.stderr)
-            return 2
-        config = load(args)
-        if config is None:
+
+def _run(args: argparse.Namespace, config: LoadedConfig) -> int:
+    async def main(store: Store) -> int:
+        pairing, operands = Pairing(store), args.operands
+        if args.action == "list":
+            return _print_pending(await pairing.pending(args.binding), as_json=args.json)
+        if args.action == "revoke":
+            found = await pairing.revoke(*operands)
+            print(f"revoked {operands[1]} on binding {operands[0]}" if found
+                  else f"{operands[1]} was not paired on binding {operands[0]}")
+            return 0 if found else 1
+        try:
+            done = await pairing.approve(operands[0], approved_by="cli")
+        except PairingError as e:
+            print(f"pairing approve: {e}", file=sys.stderr)
             return 1
-        from gateway.store.engine import open_store
+        print(f"approved: {done.display_name or done.account_id} ({done.platform} account "
+              f"{done.account_id}) may now message binding {done.binding_id}")
+        return 0
 
-        async def main() -> int:
-            async with open_store(config.gateway.database) as store:
-                pairing = Pairing(store)
-                if args.action == "list":
-                    return _print_pending(await pairing.pending(args.binding), as_json=args.json)
-                if args.action == "revoke":
-                    found = await pairing.revoke(*args.args)
-                    print(f"revoked {args.args[1]} on binding {args.args[0]}" if found
-                          else f"{args.args[1]} was not paired on binding {args.args[0]}")
-                    return 0 if found else 1
-                try:
-                    done = await pairing.approve(args.args[0], approved_by="cli")
-                except PairingError as e:
-                    print(f"pairing approve: {e}", file=sys.stderr)
-                    return 1
-                print(f"approved: {done.display_name or done.account_id} ({done.platform} account "
-                      f"{done.account_id}) may now message binding {done.binding_id}")
-                return 0
-
-        return asyncio.run(main())
-
-    p.set_defaults(fn=run)
+    return on_store(config, main)
 
 
 def _print_pending(rows: list[PendingPairing], *, as_json: bool) -> int:

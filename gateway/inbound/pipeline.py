@@ -79,10 +79,10 @@ class _Stored:
 class Inbound:
     def __init__(self, *, config: Callable[[], LoadedConfig], store: repo.Store, pairing: Pairing,
                  commands: Commands, outbound: Outbound, wake: Callable[[str], None], metrics: Metrics,
-                 first_sign: Callable[[repo.ConversationRef], Awaitable[None]]) -> None:
+                 show_typing: Callable[[repo.ConversationRef], Awaitable[None]]) -> None:
         self._config, self._store, self._pairing = config, store, pairing
         self._commands, self._outbound, self._wake, self._metrics = commands, outbound, wake, metrics
-        self._first_sign = first_sign  # the typing indicator, out before the run is even woken
+        self._show_typing = show_typing  # the typing indicator, out before the run is even woken
         self._locks = KeyedLocks()
         self._stored = _Stored()
 
@@ -157,7 +157,7 @@ class Inbound:
             return SubmitResult(False, reason="busy")
         self._stored.add(binding.id, ids)
         self._metrics.messages_in.labels(platform, "accepted").inc()
-        await self._first_sign(ingested.conversation)
+        await self._show_typing(ingested.conversation)
         self._wake(ingested.conversation.id)
         return SubmitResult(True, conversation_id=ingested.conversation.id, message_id=str(ingested.message_id),
                             run_id=ingested.run_id)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from gateway.mcp.offered import visible_tools
 from gateway.mcp.pool import McpConnection
 
 if TYPE_CHECKING:
@@ -54,28 +55,22 @@ async def online_problems(config: LoadedConfig) -> list[Problem]:
 
 def add_cli(sub: Any, load: Any) -> None:
     """`agent-gateway mcp list [--agent ID]`: connect and print each server's tools and permissions."""
-    p = sub.add_parser("mcp", help="MCP servers: connect and list their tools with the permission of each")
-    p.add_argument("action", choices=["list"])
-    p.add_argument("--config", help="config directory")
-    p.add_argument("--agent", help="only this agent")
-    p.add_argument("--json", action="store_true", help="one JSON object per server")
+    from gateway.ops.subcommand import subcommand
 
-    def run(args: Any) -> int:
-        config = load(args)
-        if config is None:
-            return 1
+    def run(args: Any, config: LoadedConfig) -> int:
         if args.agent and args.agent not in config.agents:
             print(f"no agent {args.agent!r} (known: {', '.join(sorted(config.agents)) or 'none'})")
             return 1
         agent_ids = [args.agent] if args.agent else sorted(config.agents)
         return asyncio.run(_list(config, agent_ids, as_json=args.json))
 
-    p.set_defaults(fn=run)
+    p = subcommand(sub, "mcp", "MCP servers: connect and list their tools with the permission of each", load, run,
+                   actions={"list": ""})
+    p.add_argument("--agent", help="only this agent")
+    p.add_argument("--json", action="store_true", help="one JSON object per server")
 
 
 async def _list(config: LoadedConfig, agent_ids: list[str], *, as_json: bool) -> int:
-    from capabilities.mcp_servers import visible_tools
-
     connections = await probe(config, agent_ids)
     by_key = {(c.agent_id, c.spec.name): c for c in connections}
     failed = False

@@ -118,14 +118,14 @@ class McpConnection:
         self._stopping = True
         self._stopped.set()
         self._wake.set()
-        task, self._task = self._task, None
+        task = self._task
         if task is not None:
             if self.state == "up":  # leave the session cleanly (a stdio program gets its stdin closed)
                 with contextlib.suppress(Exception, asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(task), 5.0)
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            # Kept until it has ended: a stop that is itself cancelled leaves it for the next stop to finish.
+            await _cancel_and_wait(task, f"MCP server {self.label}")
+            self._task = None
         self._set("stopped", "stopped")
 
     async def wait_usable(self, timeout: float) -> None:
@@ -240,7 +240,7 @@ class McpConnection:
                 await self._watch(toolset)
             finally:
                 self.toolset = None
-                with contextlib.suppress(BaseException):
+                with _unless_cancelled(f"closing MCP server {self.label}"):
                     await asyncio.wait_for(toolset.__aexit__(None, None, None), 5.0)
         finally:
             if stderr is not None:
@@ -271,9 +271,7 @@ class McpConnection:
                     await self._probe(toolset)
         finally:
             if listener is not None:
-                listener.cancel()
-                with contextlib.suppress(BaseException):
-                    await listener
+                await _cancel_and_wait(listener, f"MCP server {self.label}'s change stream")
 
     async def _probe(self, toolset: Any) -> None:
         """Is the server still there? Any JSON-RPC answer says yes, an error answer too."""
@@ -482,6 +480,29 @@ def _can_listen(toolset: Any) -> bool:
         return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(toolset.capabilities.tools_list_changed)
     except Exception:
         return False
+
+
+async def _cancel_and_wait(task: asyncio.Task[Any], what: str) -> None:
+    """Cancel `task` and wait until it has ended. What it raised on its way out is logged, never raised;
+    a cancellation of the caller itself is (the task stays cancelled): a stop that is cut short ends."""
+    task.cancel()
+    await asyncio.wait([task])  # unlike `await task`, raises only the caller's own cancellation
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("%s ended with %s", what, _describe_error(task.exception()))  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def _unless_cancelled(what: str) -> Iterator[None]:
+    """Drop what a block raises (the MCP client's teardown raises CancelledError and BaseExceptionGroup
+    from its own cancel scopes), except the current task's own cancellation, which goes on."""
+    try:
+        yield
+    except BaseException as e:
+        task = asyncio.current_task()
+        if not isinstance(e, Exception | asyncio.CancelledError | BaseExceptionGroup) or (
+                task is not None and task.cancelling()):
+            raise
+        log.debug("%s: %s", what, _describe_error(e))
 
 
 def _describe_error(e: BaseException, *, connect_timeout: float | None = None) -> str:

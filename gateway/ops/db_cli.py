@@ -7,7 +7,13 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gateway.ops.subcommand import Load, on_store, subcommand
+
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
+    from gateway.store.repo import Store
 
 ACTIONS = {
     "stats": "each growing table's rows and size",
@@ -19,43 +25,33 @@ ACTIONS = {
 }
 
 
-def add_cli(sub: Any, load: Any) -> None:
-    p = sub.add_parser("db", help="the database: " + "; ".join(f"{a} ({h})" for a, h in ACTIONS.items()))
-    p.add_argument("action", choices=list(ACTIONS))
-    p.add_argument("file", nargs="?", help="backup / restore: the backup file")
-    p.add_argument("--config", help="config directory")
+def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
+    subcommand(sub, "db", "the database: " + "; ".join(f"{a} ({h})" for a, h in ACTIONS.items()), load, _run,
+               actions={action: "FILE" if action in ("backup", "restore") else "" for action in ACTIONS},
+               operands_help="backup / restore: the backup file")
 
-    def run(args: argparse.Namespace) -> int:
-        config = load(args)
-        if config is None:
-            return 1
-        database = config.gateway.database
-        if args.action in ("backup", "restore"):
-            if not args.file:
-                print(f"db {args.action} needs a FILE: agent-gateway db {args.action} FILE", file=sys.stderr)
-                return 2
-            return _copy(args.action, database, Path(args.file))
-        if args.action in ("current", "upgrade"):
-            return asyncio.run(_schema(args.action, database))
-        from gateway.clock import Clock
-        from gateway.ops.retention import retention_of
-        from gateway.store.engine import open_store
-        from gateway.store.retention import prune, table_sizes
 
-        async def main() -> list[str]:
-            async with open_store(config.gateway.database) as store:
-                if args.action == "prune":
-                    deleted = await prune(store, retention_of(config.gateway.retention), Clock().now())
-                    return [f"{table:16} {n:>10} rows deleted" for table, n in deleted.items()]
-                lines = [f"{'table':16} {'rows':>10} {'size':>10}"]
-                for table, rows, size in await table_sizes(store):
-                    lines.append(f"{table:16} {rows:>10} {_size(size):>10}")
-                return lines
+def _run(args: argparse.Namespace, config: LoadedConfig) -> int:
+    database = config.gateway.database
+    if args.action in ("backup", "restore"):
+        return _copy(args.action, database, Path(args.operands[0]))
+    if args.action in ("current", "upgrade"):
+        return asyncio.run(_schema(args.action, database))
+    from gateway.clock import Clock
+    from gateway.ops.retention import retention_of
+    from gateway.store.retention import prune, table_sizes
 
-        print("\n".join(asyncio.run(main())))
-        return 0
+    async def main(store: Store) -> list[str]:
+        if args.action == "prune":
+            deleted = await prune(store, retention_of(config.gateway.retention), Clock().now())
+            return [f"{table:16} {n:>10} rows deleted" for table, n in deleted.items()]
+        lines = [f"{'table':16} {'rows':>10} {'size':>10}"]
+        for table, rows, size in await table_sizes(store):
+            lines.append(f"{table:16} {rows:>10} {_size(size):>10}")
+        return lines
 
-    p.set_defaults(fn=run)
+    print("\n".join(on_store(config, main)))
+    return 0
 
 
 def _copy(action: str, database: Any, file: Path) -> int:

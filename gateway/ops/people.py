@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from gateway.ops.subcommand import Load, answer, subcommand
 from gateway.store.people import AccountRef, PeopleStore
 
 if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
     from bindings.models import DatabaseConfig
 
 
@@ -60,26 +60,12 @@ async def admin(database: DatabaseConfig | str, action: str, refs: list[str], *,
         return 0, f"linked {account} to person {target} ({linked.notes_moved} notes moved along)"
 
 
-def add_cli(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-    p = sub.add_parser("people", help="show, link and unlink people's accounts across platforms (audited)")
-    p.add_argument("action", choices=["show", "link", "unlink"])
-    p.add_argument("refs", nargs="+", help="show: PERSON|ACCOUNT; link: ACCOUNT PERSON|ACCOUNT; unlink: ACCOUNT "
-                                           "(an account is platform:workspace:account)")
+def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
+    def run(args: argparse.Namespace, config: LoadedConfig) -> int:
+        return answer(*asyncio.run(admin(config.gateway.database, args.action, args.operands, actor=args.actor)))
+
+    p = subcommand(sub, "people", "show, link and unlink people's accounts across platforms (audited)", load, run,
+                   actions={"show": "PERSON|ACCOUNT", "link": "ACCOUNT PERSON|ACCOUNT", "unlink": "ACCOUNT"},
+                   operands_help="show: PERSON|ACCOUNT; link: ACCOUNT PERSON|ACCOUNT; unlink: ACCOUNT "
+                                 "(an account is platform:workspace:account)")
     p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is acting (default $USER)")
-    p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
-
-    def run(args: argparse.Namespace) -> int:
-        expected = {"show": 1, "link": 2, "unlink": 1}[args.action]
-        if len(args.refs) != expected:
-            usage = {"show": "people show PERSON|ACCOUNT", "link": "people link ACCOUNT PERSON|ACCOUNT",
-                     "unlink": "people unlink ACCOUNT"}[args.action]
-            print(f"usage: agent-gateway {usage}", file=sys.stderr)
-            return 2
-        config = load(args)
-        if config is None:
-            return 1
-        code, text = asyncio.run(admin(config.gateway.database, args.action, args.refs, actor=args.actor))
-        print(text, file=sys.stdout if code == 0 else sys.stderr)
-        return code
-
-    p.set_defaults(fn=run)

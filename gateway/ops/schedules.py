@@ -13,10 +13,13 @@ import asyncio
 import json
 import os
 import sys
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gateway.ops.subcommand import Load, subcommand
 from gateway.store.schedules import ACTIVE, CANCELLED, LIVE, PAUSED, ScheduleStore
+
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
 
 ACTIONS = {"pause": (PAUSED, (ACTIVE,)), "resume": (ACTIVE, (PAUSED,)), "cancel": (CANCELLED, LIVE)}
 DONE = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}
@@ -48,25 +51,17 @@ async def admin(url: str, action: str, task_id: str | None, *, as_json: bool, ac
         return 0, f"{DONE[action]}: {task_line(changed)}"
 
 
-def add_cli(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-    p = sub.add_parser("schedules", help="list, pause, resume or cancel scheduled tasks")
-    p.add_argument("action", choices=["list", "pause", "resume", "cancel"])
-    p.add_argument("id", nargs="?", help="the task's id (its first 8 characters are enough); not for list")
-    p.add_argument("--json", action="store_true", help="list: one JSON object per line")
-    p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is acting (default $USER)")
-    p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
-
-    def run(args: argparse.Namespace) -> int:
-        if (args.action == "list") == bool(args.id):
-            print("usage: agent-gateway schedules list [--json] | pause|resume|cancel ID", file=sys.stderr)
-            return 2
-        config = load(args)
-        if config is None:
-            return 1
-        code, text = asyncio.run(admin(config.gateway.database.url, args.action, args.id, as_json=args.json,
+def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
+    def run(args: argparse.Namespace, config: LoadedConfig) -> int:
+        task_id = args.operands[0] if args.operands else None
+        code, text = asyncio.run(admin(config.gateway.database.url, args.action, task_id, as_json=args.json,
                                        actor=args.actor))
         if text:
             print(text, file=sys.stdout if code == 0 else sys.stderr)
         return code
 
-    p.set_defaults(fn=run)
+    p = subcommand(sub, "schedules", "list, pause, resume or cancel scheduled tasks", load, run,
+                   actions={"list": "", "pause": "ID", "resume": "ID", "cancel": "ID"},
+                   operands_help="the task's id (its first 8 characters are enough); not for list")
+    p.add_argument("--json", action="store_true", help="list: one JSON object per line")
+    p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is acting (default $USER)")

@@ -3,6 +3,16 @@
 The core owns this interface; `adapters/` implement it, one package per platform. Nothing
 here knows a platform: a card is a list of calls with decisions, a reply target is a
 channel and a thread, a directory answers four questions about one channel.
+
+The contract, in one place:
+
+- `Adapter`: what every adapter must do (connect, post and edit, cards, private notes, typing).
+- The features an adapter *may* offer, each a protocol below `Adapter` (`StreamsNatively`,
+  `ShowsStopControl`, `FindsOwnPosts`, ...). An adapter opts in by naming the protocol among its
+  bases; the core asks `offered(adapter, Feature)` and never probes for a method or an attribute,
+  so a feature exists exactly where an adapter declared it, and `features_of` lists them.
+  `tests/adapters/test_contract.py` holds every adapter to it: what it declares it implements,
+  and what it does not declare it does not half-offer.
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from gateway.inbound.memory_card import MemoryCard, MemoryClick, MemoryClickOutcome
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
@@ -32,8 +42,8 @@ class ReplyTarget:
     chat_kind: ChatKind
     conversation_id: str = ""
     # Another agent answering here (a handoff): its name. An adapter whose platform can post under
-    # another name says so with `speaks_as = True` (Slack's username); elsewhere the core puts a
-    # "**<name>:**" header on the reply so nobody mistakes it for the bound agent.
+    # another name declares `SpeaksAs` (Slack's username); elsewhere the core puts a "**<name>:**"
+    # header on the reply so nobody mistakes it for the bound agent.
     speaker: str = ""
 
 
@@ -237,7 +247,7 @@ class AdapterHealth:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class LiveReply(Protocol):
+class NativeStream(Protocol):
     """One reply streamed natively (Slack's chat.startStream / appendStream / stopStream, Telegram's
     sendMessageDraft): the platform shows the text as it is appended. Any method may raise
     `NativeUnavailable`."""
@@ -263,7 +273,8 @@ class Trouble:
 
 @runtime_checkable
 class Adapter(Protocol):
-    """One binding's connection to one platform. Constructed from the binding's config."""
+    """One binding's connection to one platform, constructed from the binding's config: what every
+    adapter must do. What only some platforms can do is a feature below, declared where offered."""
 
     platform: str
     binding_id: str
@@ -279,7 +290,7 @@ class Adapter(Protocol):
     def health(self) -> AdapterHealth: ...
 
     def http_routes(self) -> Sequence[web.AbstractRouteDef]:
-        """Routes this adapter serves on the daemon's HTTP server (webhooks, callbacks)."""
+        """Routes this adapter serves on the daemon's HTTP server (webhooks, callbacks); may be none."""
         ...
 
     def render(self, markdown: str) -> str:
@@ -294,31 +305,12 @@ class Adapter(Protocol):
 
     async def show_typing(self, target: ReplyTarget) -> None: ...
 
-    def live(self, target: ReplyTarget) -> LiveReply | None:
-        """A native stream for one reply in `target`, where the platform has one; else None."""
-        ...
-
-    async def show_status(self, target: ReplyTarget, text: str) -> None:
-        """What the run is doing now ("using web_fetch…"), where the platform shows a status
-        (Slack's assistant threads); nothing elsewhere. Cosmetic: never waits for a budget."""
-        ...
-
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str: ...
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None: ...
 
-    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
-        """`/memory` as a card with buttons (each click goes to `Dispatcher.memory_click`, and the
-        adapter shows the card it answers with in place of the clicked one). None where this
-        platform or binding has no buttons: the core answers in text then."""
-        ...
-
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         """Something only one person should see (an ephemeral message, an alert, a DM)."""
-        ...
-
-    def directory(self) -> ChannelDirectory | None:
-        """The channel directory, or None when the platform has none."""
         ...
 
     def forget(self, message_ids: Sequence[str]) -> None:
@@ -335,15 +327,132 @@ class Adapter(Protocol):
         Never starts the binding; called on an adapter that was not started."""
         ...
 
+
+# --- what an adapter may do: each feature declared by naming it among the adapter's bases ----------
+
+
+class StreamsNatively(Protocol):
+    """The platform shows a reply as it is appended (Slack's chat.startStream, Telegram's
+    sendMessageDraft): fewer calls and bytes than post + edit, and the platform's own streaming look.
+    Without it every reply is posted and edited in place (`gateway.outbound.delivery`)."""
+
+    def native_stream(self, target: ReplyTarget) -> NativeStream | None:
+        """A native stream for one reply in `target`; None where this workspace or chat has none."""
+        ...
+
+
+class ShowsStatus(Protocol):
+    """A status line saying what the run does now ("using web_fetch…", an MCP tool's progress; Slack's
+    assistant threads, the web page's line under the conversation).
+    Elsewhere the typing indicator says enough. Cosmetic: never waits for a budget."""
+
+    async def show_status(self, target: ReplyTarget, text: str) -> None: ...
+
+
+class ShowsStopControl(Protocol):
+    """A Stop control on a streaming reply (a button, an action): the runner shows it when the reply
+    is first posted and takes it away when the reply is final. Without it `/stop` still works."""
+
+    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
+        """Show (`present`) or remove the Stop control on the reply message `message_id` of run `run_id`."""
+        ...
+
+
+class FinalEditTakesStop(Protocol):
+    """A Stop control that rides on the reply message itself and so can go with its final edit
+    (one call instead of two: Slack's blocks, Telegram's inline keyboard, Mattermost's props)."""
+
+    def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
+        """The next edit of `message_id` is its final: show it without the control, which is then
+        gone (`stop_control(..., False)` after it finds nothing left to remove)."""
+        ...
+
+
+class PostsMemoryCards(Protocol):
+    """`/memory` as a card with buttons; without it the core answers `/memory` in text."""
+
+    async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
+        """Each click goes to `Dispatcher.memory_click`, and the adapter shows the card it answers
+        with in place of the clicked one. None where this binding has no buttons (text then)."""
+        ...
+
+
+class PostsReportCards(Protocol):
+    """A native card for a background run's report (the web chat); elsewhere the report is posted as
+    quoted Markdown (`gateway.runs.background.report_markdown`), never as a message someone sent."""
+
+    async def post_report(self, target: ReplyTarget, text: str) -> str:
+        """Show the report `text` as a card; returns its message id."""
+        ...
+
+
+class AnswersDirectory(Protocol):
+    """Channel questions answered with the bot's own token: the channel tools are offered only here."""
+
+    def directory(self) -> ChannelDirectory | None:
+        """The channel directory; None when this binding cannot answer (no token scope, say)."""
+        ...
+
+
+class FetchesAttachments(Protocol):
+    """Files people share are fetched with the platform's own auth (Slack's bot token, Telegram's
+    getFile, Mattermost's `/files/{id}`); without it a shared file is named to the model, not read."""
+
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
-        """The file's bytes, fetched with the platform's own auth (Slack's bot token, Telegram's
-        getFile, Mattermost's `/files/{id}`); None when this platform cannot fetch files.
+        """The file's bytes; None when this one cannot be fetched.
 
         Raises `AttachmentTooLarge` as soon as the file is known to be over `max_bytes` (never
         reads more than that), `PlatformError` when the platform refuses. Called when a run is
         prepared, never on the inbound path."""
         ...
 
+
+class FindsOwnPosts(Protocol):
+    """The platform's API can list a conversation's messages (Slack, Mattermost): a reply a killed
+    process posted and never recorded is found and continued, not posted a second time
+    (`gateway.outbound.orphans`). Telegram's Bot API cannot read a chat's history."""
+
+    async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
+        """The bot's own plain-text posts (not cards) in `target` after the message `message_id`,
+        oldest first, as (message id, text)."""
+        ...
+
+
+class FindsOwnCards(Protocol):
+    """The same for an approval card posted just before a kill: found again, not posted twice."""
+
+    async def own_card(self, target: ReplyTarget, card: ApprovalCard) -> str | None:
+        """The message id of the bot's post in `target` showing `card` (its buttons name the
+        card's items), if there is one."""
+        ...
+
+
+class SpeaksAs(Protocol):
+    """The platform can post under another name (Slack's `username`): a handoff's answer shows under
+    the agent who gives it. Elsewhere the core heads the reply with "**<name>:**"."""
+
+
+FEATURES: tuple[type, ...] = (StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
+                              PostsReportCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
+                              SpeaksAs)
+
+F = TypeVar("F")
+
+
+def offered(adapter: object, feature: type[F]) -> F | None:
+    """`adapter` as `feature` when its class declared it (named it among its bases), else None.
+
+    Declared, not probed: an adapter that happens to have a method of the same name offers
+    nothing by it, so what a platform offers is read off its class line."""
+    if feature not in FEATURES:
+        raise TypeError(f"{feature.__name__} is not an adapter feature")
+    return cast(F, adapter) if feature in type(adapter).__mro__ else None
+
+
+def features_of(adapter: object) -> frozenset[str]:
+    """The names of the features `adapter` (an instance or a class) declares."""
+    cls = adapter if isinstance(adapter, type) else type(adapter)
+    return frozenset(f.__name__ for f in FEATURES if f in cls.__mro__)
 
 
 class PlatformError(Exception):

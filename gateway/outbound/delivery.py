@@ -24,7 +24,7 @@ from gateway.clock import Clock, new_id
 from gateway.outbound.orphans import unrecorded_posts
 from gateway.store.orphans import rows_above_card
 from gateway.store.repo import FinalRow, Store
-from gateway.outbound.adapter import Adapter, PlatformError, RateLimited, ReplyTarget
+from gateway.outbound.adapter import Adapter, PlatformError, RateLimited, ReplyTarget, SpeaksAs, offered
 
 log = logging.getLogger("gateway.outbound.delivery")
 
@@ -98,7 +98,13 @@ class _Posted:
 
 
 class ReplyStream:
-    """Streams one run's answer into one conversation through an adapter."""
+    """Streams one run's answer into one conversation through an adapter.
+
+    A stream that carries its drafts another way (`gateway.outbound.native_stream`) extends it
+    through the hooks named below, under "hooks", and never touches its state: it overrides
+    `_shows_drafts` and `_show_draft`, and tells the base what it did with `_adopt_first_message`,
+    `_hand_back_first_message`, `_hold_drafts` and `_platform_error`.
+    """
 
     def __init__(
         self,
@@ -155,7 +161,7 @@ class ReplyStream:
 
     def _render_pieces(self, text: str) -> list[str]:
         limit = self.adapter.limits.max_message_chars
-        if self.target.speaker and not getattr(self.adapter, "speaks_as", False):
+        if self.target.speaker and offered(self.adapter, SpeaksAs) is None:
             text = f"**{self.target.speaker}:**\n\n{text}"  # who is speaking, where the platform cannot say it
         if self._private_to is not None:  # private channels take plain text (an alert, an ephemeral)
             return split_paragraphs(text, limit)
@@ -172,7 +178,7 @@ class ReplyStream:
             return
         self._raise_failed()
         self.text += delta
-        if self._settled or not self._drafts():
+        if self._settled or not self._shows_drafts():
             return
         now = self.clock.monotonic()
         due = self._draft_due()
@@ -185,9 +191,50 @@ class ReplyStream:
             # (Text that comes during a draft is seen to when that draft is done.)
             self._due = asyncio.get_running_loop().call_later(max(due - now, 0.0), self._draft_in_time)
 
-    def _drafts(self) -> bool:
-        """Whether this stream shows drafts at all (a platform that cannot edit gets the final only)."""
+    # --- hooks: what a subclass may override, and what it tells the base ----------------------
+
+    def _shows_drafts(self) -> bool:
+        """Hook: whether this stream shows drafts at all (a platform that cannot edit gets the final only)."""
         return self.adapter.limits.supports_edit
+
+    async def _show_draft(self) -> None:
+        """Hook: show `self.text` as the current draft (the pacing around it is the base's). Here:
+        post the first message, then edit it in place, continuing in new messages past the limit."""
+        await self._flush(final=False)
+
+    async def _adopt_first_message(self, message_id: str | None, shown: str, *, final: bool,
+                                   rows: list[FinalRow] | None = None) -> None:
+        """A message the subclass brought about (a native stream's) is the reply's first, showing
+        `shown`. Its delivery row is written (so a restart edits it rather than posting again), or
+        added to `rows` when the caller writes the final rows with the run's end; a draft that is no
+        message yet (no id) is recorded only as final. The typing indicator ends either way."""
+        self._posted = [_Posted(message_id, shown)]
+        if message_id is None and not final:
+            return
+        if final and rows is not None:
+            rows.append(FinalRow(self._base, message_id, shown))
+        else:
+            await self.store.save_delivery(self.run_id, self._base, message_id, shown, final, new=0 not in self._saved)
+        self._saved.add(0)
+
+    def _hand_back_first_message(self) -> None:
+        """The subclass stopped carrying the reply: from now on the base posts and edits it. A first
+        message that exists is edited into the rendered text at the next flush; a draft that never
+        became a message is posted."""
+        if self._posted and self._posted[0].message_id is not None:
+            self._posted[0].shown = ""
+        else:
+            self._posted = []
+
+    def _hold_drafts(self, seconds: float) -> None:
+        """No draft before `seconds` from now (a budget's or the platform's wait, capped at MAX_WAIT)."""
+        self._blocked_until = self.clock.monotonic() + min(seconds, MAX_WAIT)
+
+    def _platform_error(self, kind: str) -> None:
+        """Count a platform's refusal ("rate_limited", "error") where the stream's owner counts them."""
+        self._on_platform_error(kind)
+
+    # --- pacing ----------------------------------------------------------------------------
 
     def _busy(self) -> bool:
         """A draft is being shown, or its timer has started one that has not begun yet."""
@@ -224,6 +271,7 @@ class ReplyStream:
         posted = self.posted
 
         async def show() -> None:
+            self._last_flush = self.clock.monotonic()  # the edit interval runs from here, however it is shown
             await self._show_draft()
             if not posted and self.posted and self.on_first_post is not None:
                 await self.on_first_post()  # part of the draft: no other goes out meanwhile
@@ -248,9 +296,6 @@ class ReplyStream:
         if self.text != drafted and not self._settled and self._due is None:
             self._due = asyncio.get_running_loop().call_later(
                 max(self._draft_due() - self.clock.monotonic(), 0.0), self._draft_in_time)
-
-    async def _show_draft(self) -> None:
-        await self._flush(final=False)
 
     def _cancel_due(self) -> None:
         if self._due is not None:
@@ -355,7 +400,7 @@ class ReplyStream:
                         self._posted.append(_Posted(message_id, text))
                 return True
             except OverBudget as e:  # nothing was sent: no platform said no
-                self._blocked_until = self.clock.monotonic() + min(e.retry_after, MAX_WAIT)
+                self._hold_drafts(e.retry_after)
                 return False
             except RateLimited as e:
                 self._on_platform_error("rate_limited")

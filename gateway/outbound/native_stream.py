@@ -16,25 +16,29 @@ import logging
 from typing import Any
 
 from gateway.outbound.budget import OverBudget, impatient
-from gateway.outbound.delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream, _Posted
+from gateway.outbound.delivery import FINAL_ATTEMPTS, MAX_WAIT, ReplyStream
 from gateway.store.repo import FinalRow
-from gateway.outbound.adapter import LiveReply, NativeUnavailable, PlatformError, RateLimited
+from gateway.outbound.adapter import NativeStream, NativeUnavailable, PlatformError, RateLimited
 
 log = logging.getLogger("gateway.outbound.delivery")
 
 
 class NativeReplyStream(ReplyStream):
-    """A `ReplyStream` whose drafts go out through `live` while the platform takes them."""
+    """A `ReplyStream` whose drafts go out through `live` while the platform takes them.
 
-    def __init__(self, live: LiveReply, *args: Any, **kwargs: Any) -> None:
+    It extends the base through the hooks `ReplyStream` names (`_shows_drafts`, `_show_draft`, and
+    what it tells the base: `_adopt_first_message`, `_hand_back_first_message`, `_hold_drafts`,
+    `_platform_error`); the base's own state stays the base's."""
+
+    def __init__(self, live: NativeStream, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._live: LiveReply | None = live
+        self._live: NativeStream | None = live
         self._sent = ""  # the Markdown the live message holds
         self._message_id: str | None = None
         self._started = False
 
-    def _drafts(self) -> bool:
-        return self._live is not None or super()._drafts()
+    def _shows_drafts(self) -> bool:
+        return self._live is not None or super()._shows_drafts()
 
     async def _show_draft(self) -> None:
         if self._live is None:
@@ -44,10 +48,9 @@ class NativeReplyStream(ReplyStream):
 
     async def _stream(self) -> None:
         assert self._live is not None
-        self._last_flush = self.clock.monotonic()
         if len(self.text) > self.adapter.limits.max_message_chars:  # longer than one message: post + edit
             await self._leave_native()
-            await self._flush(final=False)
+            await super()._show_draft()
             return
         # What this draft sends: the model may go on while it is sent (a draft its timer started),
         # and what it adds meanwhile is for the next draft or the final, not taken as sent.
@@ -60,23 +63,20 @@ class NativeReplyStream(ReplyStream):
                 if not self._started:
                     self._message_id = await self._live.start(pending)
                     self._started, self._sent = True, text  # sent, whatever befalls its row
-                    self._posted = [_Posted(self._message_id, self.adapter.render(text))]  # the typing loop ends
-                    if self._message_id is not None:  # a message exists: a restart edits it rather than post again
-                        await self.store.save_delivery(self.run_id, self._base, self._message_id,
-                                                       self._posted[0].shown, False, new=True)
-                        self._saved.add(0)
+                    # The typing loop ends; a message that exists is recorded, so a restart edits it.
+                    await self._adopt_first_message(self._message_id, self.adapter.render(text), final=False)
                 else:
                     await self._live.append(pending)
             self._sent = text
         except OverBudget as e:
-            self._blocked_until = self.clock.monotonic() + min(e.retry_after, MAX_WAIT)
+            self._hold_drafts(e.retry_after)
         except NativeUnavailable:
             self._live = None  # the base stream carries on from here (posting, or editing what started)
         except RateLimited as e:
-            self._on_platform_error("rate_limited")
-            self._blocked_until = self.clock.monotonic() + min(e.retry_after, MAX_WAIT)
+            self._platform_error("rate_limited")
+            self._hold_drafts(e.retry_after)
         except PlatformError as e:
-            self._on_platform_error("error")
+            self._platform_error("error")
             log.debug("a streamed draft was not sent: %s", e)
 
     async def finish(self, text: str | None = None, *, rows: list[FinalRow] | None = None) -> None:
@@ -90,14 +90,9 @@ class NativeReplyStream(ReplyStream):
             if final.startswith(self._sent) and len(final) <= self.adapter.limits.max_message_chars:
                 if await self._stop(final[len(self._sent):]):
                     self._live = None  # ended: anything after this (text below a card) edits or posts
-                    shown = self.adapter.render(final)
-                    self._posted = [_Posted(self._message_id, shown)]
-                    if rows is not None:  # written with the run's end
-                        rows.append(FinalRow(self._base, self._message_id, shown))
-                    else:
-                        await self.store.save_delivery(self.run_id, self._base, self._message_id, shown, True,
-                                                       new=0 not in self._saved)
-                    self._saved.add(0)
+                    # Written with the run's end when the caller collects the rows.
+                    await self._adopt_first_message(self._message_id, self.adapter.render(final), final=True,
+                                                    rows=rows)
                     if self._message_id:
                         self.adapter.forget([self._message_id])
                     return
@@ -115,23 +110,22 @@ class NativeReplyStream(ReplyStream):
                 self._sent += markdown
                 return True
             except RateLimited as e:
-                self._on_platform_error("rate_limited")
+                self._platform_error("rate_limited")
                 await asyncio.sleep(min(e.retry_after, MAX_WAIT))
             except PlatformError as e:
                 if not isinstance(e, NativeUnavailable):
-                    self._on_platform_error("error")
+                    self._platform_error("error")
                 log.info("a streamed reply could not be stopped (%s): editing it instead", e)
                 return False
         return False
 
     async def _leave_native(self) -> None:
-        """Stop the live message as it is; the base stream edits it from now on."""
+        """Stop the live message as it is; the base stream edits it from now on (or posts it, when
+        only a draft was shown)."""
         live, self._live = self._live, None
         if live is not None and self._message_id is not None:
             try:
                 await live.stop()
             except PlatformError as e:
                 log.debug("stopping a streamed reply: %s", e)
-            self._posted[0].shown = ""  # edited to the rendered text at the next flush
-        elif self._message_id is None:
-            self._posted = []  # only a draft was shown: the base stream posts the message
+        self._hand_back_first_message()

@@ -2,8 +2,8 @@
 
 Without this a run interrupted by a crash (SIGKILL, power loss) between posting its first draft
 and recording it posts a second answer when it runs again, leaving the half-written first one
-in the thread. Platforms whose API can list a conversation's messages implement
-`FindsOwnPosts` (Slack, Mattermost); on the others that window stays open: Telegram's Bot API
+in the thread. Platforms whose API can list a conversation's messages declare the adapter
+feature `FindsOwnPosts` (Slack, Mattermost); on the others that window stays open: Telegram's Bot API
 cannot read a chat's history, so a message sent just before a kill and never recorded stays
 beside the answer the restarted run sends.
 The same for an approval card posted just before the kill (`FindsOwnCards`).
@@ -12,37 +12,20 @@ The same for an approval card posted just before the kill (`FindsOwnCards`).
 from __future__ import annotations
 
 import logging
-from typing import Protocol, runtime_checkable
-
 from gateway.store.orphans import recovery_marks
 from gateway.store.repo import Store
-from gateway.outbound.adapter import ApprovalCard, PlatformError, ReplyTarget
+from gateway.outbound.adapter import ApprovalCard, FindsOwnCards, FindsOwnPosts, PlatformError, ReplyTarget, offered
 
 log = logging.getLogger(__name__)
 
 
-@runtime_checkable
-class FindsOwnPosts(Protocol):
-    async def own_posts_after(self, target: ReplyTarget, message_id: str) -> list[tuple[str, str]]:
-        """The bot's own plain-text posts (not cards) in `target` after the message `message_id`,
-        oldest first, as (message id, text)."""
-        ...
-
-
-@runtime_checkable
-class FindsOwnCards(Protocol):
-    async def own_card(self, target: ReplyTarget, card: ApprovalCard) -> str | None:
-        """The message id of the bot's post in `target` showing `card` (its buttons name the
-        card's items), if there is one."""
-        ...
-
-
 async def unrecorded_card(adapter: object, target: ReplyTarget, card: ApprovalCard) -> str | None:
     """A card a killed process posted and never recorded: found again, so it is not posted twice."""
-    if not isinstance(adapter, FindsOwnCards):
+    finder = offered(adapter, FindsOwnCards)
+    if finder is None:
         return None
     try:
-        return await adapter.own_card(target, card)
+        return await finder.own_card(target, card)
     except PlatformError as e:  # at worst the card is posted again
         log.warning("could not look for an interrupted process's approval card: %s", e)
         return None
@@ -50,13 +33,14 @@ async def unrecorded_card(adapter: object, target: ReplyTarget, card: ApprovalCa
 
 async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> list[tuple[str, str]]:
     """Posts of an interrupted run that no delivery row names: the reply continues in them."""
-    if not isinstance(adapter, FindsOwnPosts):
+    finder = offered(adapter, FindsOwnPosts)
+    if finder is None:
         return []
     after, known = await recovery_marks(store, run_id)
     if after is None:
         return []
     try:
-        found = await adapter.own_posts_after(target, after)
+        found = await finder.own_posts_after(target, after)
     except PlatformError as e:  # not worth failing the answer for: at worst it is posted again
         log.warning("could not look for an interrupted reply's posts: %s", e)
         return []

@@ -28,7 +28,7 @@ TYPING_PATIENCE = 0.25  # seconds an indicator may wait for the budget before it
 HEAD_START = 0.005  # seconds a run may wait for its sign's answer (on loopback: all of it; far away: a sliver)
 
 
-class FirstSign:
+class TypingIndicator:
     """Typing indicators shown on arrival; owned by the gateway (`close` on stop)."""
 
     def __init__(self) -> None:

@@ -23,7 +23,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar
 
 from pydantic_ai import CancellationToken
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
@@ -44,7 +44,7 @@ from gateway.store.background import (
 )
 from gateway.store.availability import StoreUnavailable
 from gateway.store.models import BackgroundRun
-from gateway.outbound.adapter import ReplyTarget
+from gateway.outbound.adapter import PostsReportCards, ReplyTarget, offered
 
 log = logging.getLogger("gateway.runs.background")
 
@@ -350,15 +350,6 @@ def report_text(row: BackgroundRun, status: str, reason: str, shown: str, tools:
     return "\n\n".join(lines)
 
 
-@runtime_checkable
-class ReportCards(Protocol):
-    """An adapter with a native report card (the web chat); the others get `report_markdown`."""
-
-    async def post_report(self, target: ReplyTarget, text: str) -> str:
-        """Show the report `text` as a card (not a message someone sent); returns its message id."""
-        ...
-
-
 def report_markdown(text: str) -> str:
     """A report as a card in plain Markdown: its heading bold, its body quoted, so it never reads as a
     message someone typed or as the agent's answer."""
@@ -371,8 +362,9 @@ async def post_report(adapter: object, target: ReplyTarget, text: str, store: re
     """Post the report card ahead of the turn that continues; a card that cannot be posted is logged,
     and the turn still runs (the report is in the conversation's messages either way)."""
     try:
-        if isinstance(adapter, ReportCards):
-            await adapter.post_report(target, text)
+        cards = offered(adapter, PostsReportCards)
+        if cards is not None:
+            await cards.post_report(target, text)
             return
         stream = ReplyStream(adapter, target, store, f"report-{new_id()}", clock, fresh=True)  # type: ignore[arg-type]
         await stream.finish(report_markdown(text))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gateway.messages import ChatKind
 from gateway.store.notes import CHAT, PERSON, Holder, Note, NoteStore, Scope
@@ -175,3 +175,21 @@ async def admin(database: DatabaseConfig | str, action: str, person_ref: str, *,
             parts.append(f"{n.agent_id}/{n.name} ({state}; written {n.created_at:%Y-%m-%d %H:%M}, "
                          f"changed {n.updated_at:%Y-%m-%d %H:%M} UTC)\n{body}")
         return 0, "\n\n".join(parts)
+
+
+def add_cli(sub: Any, load: Any) -> None:
+    """`agent-gateway memory show|erase --person P`: what agents keep about a person, read or erased (audited)."""
+    import asyncio
+    import os
+
+    from gateway.ops.subcommand import answer, subcommand
+
+    def run(args: Any, config: Any) -> int:
+        return answer(*asyncio.run(admin(config.gateway.database, args.action, args.person, actor=args.actor,
+                                         reason=args.reason)))
+
+    p = subcommand(sub, "memory", "read or erase what agents keep about a person (audited)", load, run,
+                   actions={"show": "", "erase": ""})
+    p.add_argument("--person", required=True, help="a person id, or platform:workspace:account (e.g. slack:T01:U02)")
+    p.add_argument("--reason", default="", help="why (required for show; recorded in the audit log)")
+    p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is asking (default $USER)")

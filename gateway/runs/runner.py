@@ -65,7 +65,7 @@ from gateway.store.conversation_log import ConversationLog
 from gateway.store.models import Run
 from gateway.store.notes import NoteStore
 from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, stopped_notice
-from gateway.outbound.adapter import Adapter, ReplyTarget
+from gateway.outbound.adapter import Adapter, AnswersDirectory, ReplyTarget, ShowsStatus, StreamsNatively, offered
 from gateway.runs.turn import Memory, Requester, Turn
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ class Runner:
             requester=Requester(run.requester_person_id, run.requester_account, run.requester_name),
             clock=gw.clock,
             memory=Memory(NoteStore(gw.store), scope),
-            directory=adapter.directory(),
+            directory=d.directory() if (d := offered(adapter, AnswersDirectory)) is not None else None,
             state=gw.store.capability_state,
             history=ConversationLog(gw.store.sessions, conversation.id),
             read_modes=lambda: approvals.modes(conversation.id),
@@ -303,7 +303,8 @@ class Runner:
         turn = prepared.turn
         on_error = lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()  # noqa: E731
         # A run's first reply only; a native stream cannot post under another agent's name.
-        live = prepared.adapter.live(turn.target) if fresh and not segment and not turn.target.speaker else None
+        native = offered(prepared.adapter, StreamsNatively)
+        live = native.native_stream(turn.target) if native is not None and fresh and not segment and not turn.target.speaker else None
         if live is not None:
             return NativeReplyStream(live, prepared.adapter, turn.target, gw.store, turn.run_id, gw.clock, fresh=True,
                                      on_platform_error=on_error)
@@ -341,7 +342,7 @@ class Runner:
 
         stream.on_first_post = put_stop_control
         try:
-            await self.gateway.first_sign.head_start(turn.conversation.id)  # the first sign of work goes out first
+            await self.gateway.typing_indicator.head_start(turn.conversation.id)  # the first sign of work goes out first
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)
@@ -413,8 +414,11 @@ class Runner:
             else:
                 log.info("run ended %s: %s", outcome.status, outcome.reason, extra=turn.log_fields)
             shown = (stream.text + "\n\n" if stream.text.strip() else "") + f"_{outcome.notice}_"
-            with contextlib.suppress(Exception):
+            try:
                 await stream.finish(shown)
+            except Exception as notice_error:  # the run still ends with its outcome; the reply may lack the line
+                log.warning("the %s notice was not shown: %s: %s", outcome.status, type(notice_error).__name__,
+                            notice_error, extra=turn.log_fields)
             status = outcome.status
             await gw.store.end_run(turn.run_id, outcome.status, reason=outcome.reason, usage=usage, reply=shown)
             gw.metrics.run_ended(turn, outcome.status)
@@ -437,7 +441,7 @@ class Runner:
         # The sign shown on the message's arrival is not sent again while the platform still shows it:
         # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
         lasts = stream.adapter.limits.typing_lasts
-        shown = self.gateway.first_sign.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
+        shown = self.gateway.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         while not stream.posted:
             if not shown:
                 await show_typing(stream.adapter, turn.target)
@@ -476,8 +480,11 @@ class Runner:
 
 async def show_status(adapter: Adapter, target: ReplyTarget, text: str) -> None:
     """A status is a nicety: it never fails or holds up a run."""
+    status = offered(adapter, ShowsStatus)
+    if status is None:
+        return
     try:
-        await adapter.show_status(target, text)
+        await status.show_status(target, text)
     except Exception as e:
         log.debug("status not shown: %s", e)
 

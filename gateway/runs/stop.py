@@ -11,42 +11,23 @@ id); the replica holding its lease picks the request up at its next sweep and st
 Stop on a turn also stops the background runs it started (`gateway.runs.background`), and `/stop` with
 no turn in flight stops the conversation's background runs, for the same people.
 
-The Stop control itself is an optional adapter method (`StopControl`): the runner shows it
-when the reply is first posted and takes it away when the reply is final.
+The Stop control itself is an adapter feature (`ShowsStopControl` in `gateway.outbound.adapter`):
+the runner shows it when the reply is first posted and takes it away when the reply is final.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from gateway.approvals.service import Approvals
 from gateway.store import repo
-from gateway.outbound.adapter import ReplyTarget, Sender, StopOutcome
+from gateway.outbound.adapter import FinalEditTakesStop, ReplyTarget, Sender, ShowsStopControl, StopOutcome, offered
 
 log = logging.getLogger("gateway.runs.stop")
 
 STOP, REQUESTS = "stop", "requests"  # where a stop for a run on another replica waits (capability state)
-
-
-@runtime_checkable
-class StopControl(Protocol):
-    """An adapter that can show a Stop control on a streaming reply (a button, an action)."""
-
-    async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
-        """Show (`present`) or remove the Stop control on the reply message `message_id` of run `run_id`."""
-        ...
-
-
-@runtime_checkable
-class FinalEditTakesStop(Protocol):
-    """An adapter whose Stop control can go with a reply's final edit (one call instead of two)."""
-
-    def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
-        """The next edit of `message_id` is its final: show it without the control, which is then
-        gone (`stop_control(..., False)` after it finds nothing left to remove)."""
-        ...
 
 
 class Stops:
@@ -169,10 +150,11 @@ def _runs(n: int) -> str:
 async def set_stop_control(adapter: object, target: ReplyTarget, message_id: str | None, run_id: str,
                            present: bool) -> bool:
     """Show or remove the Stop control where the adapter has one; a control is a nicety, never a failure."""
-    if message_id is None or not isinstance(adapter, StopControl):
+    control = offered(adapter, ShowsStopControl)
+    if message_id is None or control is None:
         return False
     try:
-        await adapter.stop_control(target, message_id, run_id, present)
+        await control.stop_control(target, message_id, run_id, present)
     except Exception as e:
         log.debug("stop control not %s: %s", "shown" if present else "removed", e)
         return False
@@ -182,8 +164,9 @@ async def set_stop_control(adapter: object, target: ReplyTarget, message_id: str
 def stop_control_ends_with_final(adapter: object, target: ReplyTarget, message_id: str | None) -> None:
     """Before a finished reply's final edit: where the adapter can, that edit takes the Stop control
     away. Where it cannot (or no edit is needed), `set_stop_control(..., False)` after it still does."""
-    if message_id is not None and isinstance(adapter, FinalEditTakesStop):
-        adapter.stop_control_ends_with_edit(target, message_id)
+    takes = offered(adapter, FinalEditTakesStop)
+    if message_id is not None and takes is not None:
+        takes.stop_control_ends_with_edit(target, message_id)
 
 
 def stopped_notice(who: str, tools_done: list[str], wrote: bool) -> str:

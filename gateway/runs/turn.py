@@ -12,6 +12,7 @@ Capabilities import this module (and `gateway.store`), never `gateway.runs.runne
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,6 +29,10 @@ from gateway.store.conversation_log import ConversationLog
 from gateway.store.notes import NoteStore, Scope
 from gateway.store.repo import ConversationRef
 from gateway.outbound.adapter import ChannelDirectory, ReplyTarget
+
+
+# Names every model provider accepts for a tool: what a visible name in `Turn.tools` may be.
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,30 +31,13 @@ async def ended_runs(sessions: async_sessionmaker[AsyncSession], *, status: str 
 
 def add_cli(sub: Any, load: Any) -> None:
     """`agent-gateway runs list [--status S] [--conversation C] [--json]`."""
-    import asyncio
     import json
 
-    p = sub.add_parser("runs", help="list ended runs and their outcomes (e.g. --status guardrail_blocked)")
-    p.add_argument("action", choices=["list"])
-    p.add_argument("--config", help="config directory")
-    p.add_argument("--status", help="only this outcome: finished, failed, stopped, expired, guardrail_blocked, "
-                                    "budget_exceeded")
-    p.add_argument("--conversation", help="only this conversation")
-    p.add_argument("--limit", type=int, default=100, help="at most this many, newest first (default 100)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    from gateway.ops.subcommand import on_store, subcommand
 
-    def run(args: Any) -> int:
-        config = load(args)
-        if config is None:
-            return 1
-        from gateway.store.engine import open_store
-
-        async def main() -> list[dict[str, Any]]:
-            async with open_store(config.gateway.database) as store:
-                return await ended_runs(store.sessions, status=args.status, conversation_id=args.conversation,
-                                        limit=args.limit)
-
-        rows = asyncio.run(main())
+    def run(args: Any, config: Any) -> int:
+        rows = on_store(config, lambda store: ended_runs(store.sessions, status=args.status,
+                                                          conversation_id=args.conversation, limit=args.limit))
         for r in rows:
             if args.json:
                 print(json.dumps(r))
@@ -65,4 +48,10 @@ def add_cli(sub: Any, load: Any) -> None:
             print("no runs recorded" + (f" with status {args.status}" if args.status else ""))
         return 0
 
-    p.set_defaults(fn=run)
+    p = subcommand(sub, "runs", "list ended runs and their outcomes (e.g. --status guardrail_blocked)", load, run,
+                   actions={"list": ""})
+    p.add_argument("--status", help="only this outcome: finished, failed, stopped, expired, guardrail_blocked, "
+                                    "budget_exceeded")
+    p.add_argument("--conversation", help="only this conversation")
+    p.add_argument("--limit", type=int, default=100, help="at most this many, newest first (default 100)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bindings.loader import ConfigError, load_config
-from capabilities.registry import BuildContext, REGISTRY, load_builtin
+from capabilities.registry import BuildContext, REGISTRY, load_all
 from gateway.ops import cli
 from gateway import extensions
 from gateway.messages import ChatKind
@@ -169,7 +169,7 @@ async def test_the_answer_is_shown_redacted_and_a_blocked_answer_is_never_shown(
 async def test_enabled_with_no_edge_attaches_nothing(tmp_path: Path) -> None:
     async with world(tmp_path, agents={"assistant": _agent()}) as w:
         turn = await w.turn(ALICE, DM, "hi")
-    decl = load_builtin()["guardrails"]
+    decl = load_all()["guardrails"]
     config = decl.config_model.model_validate({})
     assert decl.build(BuildContext(turn, turn.agent.capabilities[0], config, None)) is None
     assert REGISTRY["guardrails"].tools == ()

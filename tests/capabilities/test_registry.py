@@ -12,7 +12,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from bindings.loader import ConfigError, load_config
 from bindings.models import KNOWN_SCOPES, GatewayConfig
-from capabilities.registry import load_builtin
+from capabilities.registry import load_all
 from capabilities.tool_text import describes_return, tool_text
 from gateway.ops import cli
 from gateway import extensions
@@ -53,10 +53,11 @@ def test_publish_refuses_with_file_line_and_a_fix(tmp_path: Path) -> None:
         load_config(cfg)
     tools = "delete_memory, edit_memory, list_memory, read_memory, write_memory"
     # Other tests register capabilities of their own in the same process; those are offered too.
-    available = ", ".join(sorted(k for k, d in load_builtin().items() if not d.binding_only))
+    available = ", ".join(sorted(k for k, d in load_all().items() if not d.binding_only))
     assert {"clock", "memory_files", "thinking"} <= set(available.split(", "))
     assert [str(p) for p in e.value.problems if not p.warning] == [
-        f"{path}:4:5: capabilities.0.id: unknown capability 'clokc'; available: {available}",
+        f"{path}:4:5: capabilities.0.id: unknown capability 'clokc': no entry point 'clokc' in group "
+        f"agent_gateway.capabilities; available: {available}",
         f"{path}:7:7: capabilities.1.config.timezone: 'Mars/Base' is not an IANA time zone name "
         "(e.g. UTC, Europe/Warsaw, America/New_York)",
         f"{path}:10:7: capabilities.2.tool_approval.remember: memory_files has no tool 'remember'; its tools are: {tools}",
@@ -90,7 +91,7 @@ def test_the_catalog_from_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert "  config default_limit: default 20, minimum 1, maximum 200" in text
     assert cli.main(["capabilities", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [c["id"] for c in data["capabilities"]] == sorted(load_builtin())
+    assert [c["id"] for c in data["capabilities"]] == sorted(load_all())
 
 
 async def test_the_catalog_over_http_comes_from_the_running_registry(tmp_path: Path) -> None:
@@ -99,7 +100,7 @@ async def test_the_catalog_over_http_comes_from_the_running_registry(tmp_path: P
         assert r.status == 200
         body = await r.json()
         served = {c["id"]: c for c in body["capabilities"]}
-    assert set(served) == set(load_builtin())
+    assert set(served) == set(load_all())
     assert body["scopes"] == {"known": list(KNOWN_SCOPES), "granted": list(KNOWN_SCOPES)}
     assert served["channel_tools"]["binding_only"] is True
     assert served["channel_tools"]["config_schema"]["properties"]["default_limit"]["maximum"] == 200
@@ -111,7 +112,7 @@ async def test_the_catalog_over_http_comes_from_the_running_registry(tmp_path: P
 
 async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> None:
     """Build every capability's tools as a run sees them and read the definitions pydantic-ai made."""
-    shipped = [decl for decl in load_builtin().values() if decl.build.__module__.startswith("capabilities.")]
+    shipped = [decl for decl in load_all().values() if decl.build.__module__.startswith("capabilities.")]
     assert {d.id for d in shipped} >= {"clock", "thinking", "memory_files", "channel_tools"}
     with_tools = [decl for decl in shipped if decl.tools and not decl.binding_only]
     # The config under which each capability offers every tool it declares (a flat plan has no subtask tools).
@@ -209,6 +210,6 @@ def test_an_unknown_scope_is_refused_with_the_known_ones(tmp_path: Path, capsys:
 
 
 def test_every_declared_scope_is_known_and_granted_by_default() -> None:
-    declared = {scope for decl in load_builtin().values() for scope in decl.scopes}
+    declared = {scope for decl in load_all().values() for scope in decl.scopes}
     assert declared <= set(KNOWN_SCOPES)
     assert set(GatewayConfig().scopes.granted) == set(KNOWN_SCOPES)

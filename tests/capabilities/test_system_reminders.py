@@ -10,7 +10,7 @@ import pytest
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 
 from bindings.loader import ConfigError, load_config
-from capabilities.registry import BuildContext, load_builtin
+from capabilities.registry import BuildContext, load_all
 from gateway import extensions
 from gateway.messages import ChatKind
 from gateway.store import repo
@@ -96,7 +96,7 @@ async def test_an_llm_reminder_uses_the_runs_model_and_counts_in_its_usage(tmp_p
 async def test_an_empty_config_attaches_nothing_and_bad_config_is_refused(tmp_path: Path) -> None:
     async with world(tmp_path, agents=_agent()) as w:
         turn = await w.turn(ALICE, DM, "hi")
-    decl = load_builtin()["system_reminders"]
+    decl = load_all()["system_reminders"]
     assert decl.build(BuildContext(turn, turn.agent.capabilities[0], decl.config_model(), None)) is None
 
     extensions.register_checks()

@@ -15,10 +15,10 @@ from typing import Any
 from gateway import adapter_registry as base
 from gateway.adapter_registry import AdapterContext
 from bindings.models import BindingSpec
-from gateway.messages import Attachment
 from gateway.outbound.adapter import (
     CHANNEL_TOOL_IDS,
     AdapterHealth,
+    AnswersDirectory,
     ApprovalCard,
     ChannelInfo,
     ChannelMember,
@@ -69,8 +69,11 @@ class FakeDirectory:
 DIRECTORIES: dict[str, FakeDirectory | None] = {}  # by binding id: what `directory()` answers
 
 
-class FakeChatAdapter:
-    """Records posts and private messages; serves the directory set for its binding in DIRECTORIES."""
+class FakeChatAdapter(AnswersDirectory):
+    """Records posts and private messages; serves the directory set for its binding in DIRECTORIES.
+
+    No other feature: no buttons (`/memory` answers in text), no native stream, no status line, and
+    its files are named, never fetched."""
 
     limits = PlatformLimits(max_message_chars=100_000, min_edit_interval=0.0)
 
@@ -107,21 +110,12 @@ class FakeChatAdapter:
     async def show_typing(self, target: ReplyTarget) -> None:
         return None
 
-    def live(self, target: ReplyTarget) -> None:
-        return None
-
-    async def show_status(self, target: ReplyTarget, text: str) -> None:
-        return None
-
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         self.cards.append(card)
         return card.card_id
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
         self.cards.append(card)
-
-    async def post_memory_card(self, target: ReplyTarget, card: object) -> str | None:
-        return None  # no buttons here: `/memory` answers in text, as on a platform without them
 
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
         self.private.append((target, account_id, text))
@@ -132,8 +126,6 @@ class FakeChatAdapter:
     def forget(self, message_ids: Sequence[str]) -> None:
         return None
 
-    async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
-        return None  # the fake chat's files are named, never fetched
 
 
 @contextlib.contextmanager

@@ -62,7 +62,7 @@ async def store(tmp_path: Path) -> AsyncIterator[Store]:
 
 async def _stream_words(adapter: TelegramAdapter, store: Store) -> None:
     dm = target(ADA["id"], ChatKind.DM)
-    live = adapter.live(dm)
+    live = adapter.native_stream(dm)
     assert live is not None, "a private chat streams as a draft"
     # Drafts from the first word: these tests are about drafts the budget or Telegram refuses, not
     # about the first draft's hold (tests/test_delivery.py).
@@ -109,7 +109,7 @@ async def test_words_written_while_a_timed_draft_is_in_flight_all_reach_the_answ
     (it was once taken as sent, and the final message lost those words)."""
     adapter.limits = dataclasses.replace(adapter.limits, first_draft_after=0.02, min_edit_interval=0.02)  # type: ignore[misc]
     dm = target(ADA["id"], ChatKind.DM)
-    live = adapter.live(dm)
+    live = adapter.native_stream(dm)
     assert live is not None
     stream = NativeReplyStream(live, adapter, dm, store, "run1", Clock(), fresh=True)
     for word in WORDS:

@@ -21,7 +21,7 @@ from gateway.outbound.adapter import NativeUnavailable, ReplyTarget
 from .errors import translated
 
 
-class TelegramLiveReply:
+class TelegramNativeStream:
     """One reply in one private chat, shown as a draft while it streams."""
 
     def __init__(self, bot: Bot, target: ReplyTarget, *, render: Callable[[str], str], pacer: Pacer,

@@ -20,7 +20,7 @@ Caller = Callable[[str, str, Coroutine[Any, Any, AsyncSlackResponse]], Awaitable
 UNAVAILABLE = ("unknown_method", "not_allowed_token_type", "method_deprecated", "missing_scope")
 
 
-class SlackLiveReply:
+class SlackNativeStream:
     """One natively streamed reply in one thread."""
 
     def __init__(self, client: AsyncWebClient, call: Caller, target: ReplyTarget, on_unavailable: Callable[[], None],

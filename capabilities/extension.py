@@ -1,0 +1,89 @@
+"""The capabilities' side of the gateway: how the registry wires itself into the daemon and the CLI.
+
+Found by the core through the entry point `capabilities` in group `agent_gateway.extensions`
+(pyproject.toml), so the core never imports this package; the capabilities themselves are
+found by id in group `agent_gateway.capabilities` when a config names them (`registry.decl_for`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from gateway.extensions import Assembly, Extension
+
+if TYPE_CHECKING:
+    from bindings.loader import ExtraCheck
+
+
+class CapabilitiesExtension(Extension):
+    def install(self, assembly: Assembly) -> None:
+        from gateway.store.conversation_search import ConversationSearch
+        from gateway.store.knowledge import KnowledgeStore
+
+        from . import approval_gate, catalog, mcp_servers, web_search
+        from .context import ContextLibrary
+        from .handoffs import Switchboard
+        from .knowledge_index import KnowledgeIndexer
+        from .registry import build_for_turn
+        from .subagents import Delegator
+
+        # Collaborators built once per daemon, handed to the capabilities that use them.
+        indexer = KnowledgeIndexer(assembly.config, KnowledgeStore(assembly.store.sessions, assembly.clock))
+        assembly.parts.append(indexer)  # started and stopped with the gateway
+        parts: dict[str, Any] = {
+            "context": ContextLibrary(assembly.config),
+            "conversation_search": ConversationSearch(assembly.store.sessions),
+            "knowledge": indexer,
+        }
+        # The gate first: its wrapper is outermost, so it sees the names the model calls.
+        assembly.capability_builders.append(approval_gate.build_for_turn)
+        assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts))
+        assembly.routes.extend(catalog.http_routes(lambda: assembly.config().gateway.scopes.granted))
+        # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
+        assembly.parts.append(web_search.CLIENTS)
+        # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
+        assembly.capability_builders.append(mcp_servers.builder(assembly.mcp))
+        # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its
+        # own. Background delegations (mode async) run in this process and report back through the queue.
+        delegator = Delegator(lambda: assembly.config().agents, assembly.build_agent, assembly.turn_preparers,
+                              assembly.background)
+        parts["subagents"] = delegator
+        # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
+        parts["handoffs"] = Switchboard(lambda: assembly.config().agents, delegator, assembly.start_handoff)
+        parts["schedules"] = assembly.schedules
+
+    def checks(self) -> Sequence[ExtraCheck]:
+        from . import context, handoffs, knowledge, mcp_servers, sandbox, skills, subagents
+        from .registry import validate_config
+
+        return (validate_config, context.validate_config, knowledge.validate_config, mcp_servers.validate_config,
+                skills.validate_config, sandbox.validate_config, subagents.validate_config, handoffs.validate_config)
+
+    def add_commands(self, sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
+        def capabilities(args: argparse.Namespace) -> int:
+            from bindings.loader import ConfigError, config_directory, load_gateway_config
+
+            from . import catalog
+
+            try:  # the scopes gateway.yaml grants, even when an agent file is refused for one
+                granted = load_gateway_config(config_directory(args.config)).scopes.granted
+            except ConfigError as e:
+                print(e, file=sys.stderr)
+                return 1
+            if args.json:
+                print(json.dumps(catalog.as_json(granted), indent=2))
+            else:
+                print(catalog.render_text(granted), end="")
+            return 0
+
+        p = sub.add_parser("capabilities", help="print the capability catalog (what an agent file can name)")
+        p.add_argument("--json", action="store_true", help="as JSON, config schemas included")
+        p.add_argument("--config", help="config directory whose gateway.yaml grants the scopes (default ./config)")
+        p.set_defaults(fn=capabilities)
+
+
+EXTENSION = CapabilitiesExtension()

@@ -1,0 +1,65 @@
+"""The core finds adapters and capabilities by name through entry points (gateway/extensions.py): each is
+imported when a config names it, and a name no installed distribution declares is a config error that
+names the file, the name and the entry-point group."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bindings.loader import ConfigError, load_config
+from gateway import extensions
+
+from .conftest import ROOT, write_config
+
+
+def _without(name: str) -> Any:
+    """The installed entry points, less `name`: a deployment that did not install that package."""
+    def entry_points(**selection: Any) -> list[importlib.metadata.EntryPoint]:
+        return [ep for ep in importlib.metadata.entry_points(**selection) if ep.name != name]
+
+    return entry_points
+
+
+def test_a_binding_whose_platform_has_no_adapter_installed_is_a_config_error(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extensions, "entry_points", _without("telegram"))
+    extensions.register_checks()
+    config = write_config(tmp_path, bindings={"tg": {"platform": "telegram", "agent": "assistant",
+                                                     "telegram": {"token": "env:TG_TOKEN"}}})
+    with pytest.raises(ConfigError) as e:
+        load_config(config)
+    assert [str(p) for p in e.value.problems if not p.warning] == [
+        f"{config / 'bindings' / 'tg.yaml'}:2:1: platform: no adapter for platform 'telegram': no entry point "
+        "'telegram' in group agent_gateway.adapters (installed: mattermost, slack, web); install the package that "
+        "provides it (in a checkout: pip install -e .)"]
+
+
+def test_every_shipped_adapter_and_capability_is_declared() -> None:
+    assert extensions.names(extensions.ADAPTERS) == ["mattermost", "slack", "telegram", "web"]
+    from capabilities.registry import load_all
+
+    declared = extensions.names(extensions.CAPABILITIES)
+    assert {"clock", "memory_files", "code_execution", "web_research", "channel_tools"} <= set(declared)
+    assert set(declared) <= set(load_all())  # each entry point's module declares the capability of its name
+    assert [type(e).__name__ for e in extensions.installed()] == ["CapabilitiesExtension"]
+
+
+def test_a_capability_module_is_imported_only_when_a_config_names_it(tmp_path: Path) -> None:
+    config = write_config(tmp_path, agents={"assistant": {"name": "A", "model": "demo",
+                                                          "capabilities": [{"id": "clock"}]}})
+    script = ("import sys\n"
+              "from gateway import extensions\n"
+              "from bindings.loader import load_config\n"
+              "extensions.register_checks()\n"
+              f"load_config({str(config)!r})\n"
+              "print(sorted(m for m in sys.modules if m in ('capabilities.clock', 'capabilities.web_fetch', "
+              "'capabilities.web_search', 'capabilities.run_python')))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['capabilities.clock']"
