@@ -67,7 +67,9 @@ async def _stored_replies(w: World) -> list[str]:
 
 
 def _blocked_count(w: World) -> float:
-    return w.gw.metrics.runs.labels("slack", repo.GUARDRAIL_BLOCKED)._value.get()
+    return sum(sample.value for metric in w.gw.metrics.runs.collect() for sample in metric.samples
+               if sample.name.endswith("_total") and sample.labels["platform"] == "slack"
+               and sample.labels["outcome"] == repo.GUARDRAIL_BLOCKED)
 
 
 async def test_a_secret_in_an_mcp_result_is_redacted_before_the_model_reads_it(tmp_path: Path) -> None:
