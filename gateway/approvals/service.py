@@ -179,11 +179,12 @@ class Approvals:
         await self.notice(conv, f"{who} {_describe(modes)}.")
         return modes
 
-    async def notice(self, conv: repo.ConversationRef, text: str) -> None:
-        """A short line in the thread, also kept in the conversation's messages."""
-        await self.store.add_message(conv.id, "notice", text)
+    async def notice(self, conv: repo.ConversationRef, text: str) -> int:
+        """A short line in the thread, also kept in the conversation's messages (its id returned)."""
+        kept = await self.store.add_message(conv.id, "notice", text)
         self._outbound.send(conv.target(), f"_{text}_")
         self._events.publish(conv.id, {"type": "notice", "text": text})
+        return kept
 
     # --- parking ------------------------------------------------------------------------
 
