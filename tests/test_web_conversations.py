@@ -129,6 +129,17 @@ async def test_rename_and_delete(config_dir: Path) -> None:
         titles = {c["id"]: c["title"] for c in (await _listing(s))["conversations"]}
         assert titles == {keep: "Kept safe", gone: "this one goes"}
 
+        # The surface's rules hold here too: JSON only, from no other origin (a page can send a DELETE).
+        r = await s.delete(f"/api/v1/conversations/{gone}")
+        assert r.status == 415
+        r = await s.delete(f"/api/v1/conversations/{gone}", data="{}", headers={"Content-Type": "text/plain"})
+        assert r.status == 415
+        r = await s.delete(f"/api/v1/conversations/{gone}", json={}, headers={"Origin": "http://evil.example"})
+        assert r.status == 403
+        r = await s.patch(f"/api/v1/conversations/{gone}", json={"title": "x"}, headers={"Sec-Fetch-Site": "cross-site"})
+        assert r.status == 403
+        assert len((await _listing(s))["conversations"]) == 2
+
         r = await s.delete(f"/api/v1/conversations/{gone}", json={})
         assert r.status == 200
         assert [c["id"] for c in (await _listing(s))["conversations"]] == [keep]
