@@ -165,6 +165,7 @@ async def test_tables_task_lists_code_render_and_a_hostile_answer_runs_nothing(t
             for paragraph in (await hostile.locator("p").all())[:-1]:  # where the would-be links are
                 await paragraph.click()
             await hostile.hover()
+            assert await page.evaluate("window.__pwned") is None
             await page.reload()
             await expect(page.locator(".msg.assistant a", has_text="a safe one")).to_have_count(1, timeout=WAIT)
             assert await page.evaluate("window.__pwned") is None
