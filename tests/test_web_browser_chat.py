@@ -184,7 +184,7 @@ async def test_two_conversations_in_the_sidebar_switching_and_deleting_one(tmp_p
             await _send(page, "about apples")
             await expect(page.locator(".msg.assistant")).to_have_text("You said: about apples", timeout=WAIT)
             first = page.url.split("#", 1)[1]
-            await page.get_by_role("button", name="New conversation").click()
+            await page.locator("header").get_by_role("button", name="New conversation").click()
             await expect(page.locator(".msg")).to_have_count(0, timeout=WAIT)
             await _send(page, "about pears")
             await expect(page.locator(".msg.assistant")).to_have_text("You said: about pears", timeout=WAIT)

@@ -4,6 +4,7 @@
 (function () {
   const log = document.getElementById("log");
   const announce = document.getElementById("announce");
+  const flashed = document.getElementById("flash");
   const sidebar = document.getElementById("sidebar");
   const list = document.getElementById("conversations");
   const more = document.getElementById("more");
@@ -58,6 +59,12 @@
     el.replaceChildren(md(text));
     log.appendChild(el);
     scroll();
+  }
+  // The page's own news (an error, a button's answer): beside the conversation, not in it, so
+  // redrawing the conversation from the store keeps it; gone with the next message sent.
+  function flash(text) {
+    flashed.textContent = text;
+    flashed.hidden = false;
   }
   // Said aloud by a screen reader: what needs the person (a card), not every streamed word.
   function say(text) { announce.textContent = ""; setTimeout(() => { announce.textContent = text; }, 50); }
@@ -135,8 +142,8 @@
         try {
           const r = await api("POST", "/api/v1/memory/click", { data: b.data });
           if (r.card) renderMemory(id, r.card, el);
-          if (r.message) notice(r.message);
-        } catch (err) { notice(err.message); }
+          if (r.message) flash(r.message);
+        } catch (err) { flash(err.message); }
         x.disabled = false;
       };
       return x;
@@ -170,7 +177,7 @@
     b.onclick = async () => {
       b.disabled = true;
       try { await api("POST", "/api/v1/runs/" + encodeURIComponent(d.run_id) + "/stop"); }
-      catch (err) { notice(err.message); b.disabled = false; }
+      catch (err) { flash(err.message); b.disabled = false; }
     };
     reply.after(b);
     stops.set(d.run_id, b);
@@ -212,7 +219,7 @@
     const mine = source;
     source.onerror = () => {
       if (mine.readyState === EventSource.CLOSED && mine === source) {
-        setTimeout(() => { if (mine === source) listen().catch((err) => notice(err.message)); }, 1000);
+        setTimeout(() => { if (mine === source) listen().catch((err) => flash(err.message)); }, 1000);
       }
     };
     source.addEventListener("delta", (e) => {
@@ -242,7 +249,7 @@
   let again = false;
   function reload() {
     if (loading) { again = true; return loading; }
-    loading = load().catch((err) => notice(err.message)).finally(() => {
+    loading = load().catch((err) => flash(err.message)).finally(() => {
       loading = null;
       if (again) { again = false; reload(); }
     });
@@ -284,7 +291,7 @@
   function entry(c) {
     const li = document.createElement("li");
     li.dataset.id = c.id;
-    const title = c.title || "New conversation";
+    const title = c.title || "Nothing said yet";
     const b = document.createElement("button");
     b.type = "button";
     b.className = "open";
@@ -296,7 +303,7 @@
     w.textContent = c.last_active ? when(c.last_active) : "";
     b.append(t, w);
     if (c.passage) { const p = document.createElement("span"); p.className = "passage"; p.replaceChildren(md(c.passage)); b.append(p); }
-    b.onclick = () => open(c.id).catch((e) => notice(e.message));
+    b.onclick = () => open(c.id).catch((e) => flash(e.message));
     const rename = document.createElement("button");
     rename.type = "button";
     rename.className = "rename";
@@ -307,7 +314,7 @@
       const name = prompt("A name for this conversation (empty: its first message):", c.title || "");
       if (name === null) return;
       try { await api("PATCH", "/api/v1/conversations/" + encodeURIComponent(c.id), { title: name }); await conversations(); }
-      catch (e) { notice(e.message); }
+      catch (e) { flash(e.message); }
     };
     const del = document.createElement("button");
     del.type = "button";
@@ -322,9 +329,10 @@
         if (c.id === conversation) await fresh();
         await conversations();
         say("Deleted “" + title + "”.");
-      } catch (e) { notice(e.message); }
+      } catch (e) { flash(e.message); }
     };
-    li.append(b, rename, del);
+    li.append(b);
+    if (c.last_active) li.append(rename, del); // listed by the gateway: something was said in it
     return li;
   }
   async function conversations(next) {
@@ -341,11 +349,11 @@
     more.hidden = !cursor;
     markCurrent();
   }
-  more.onclick = () => conversations(cursor).catch((e) => notice(e.message));
+  more.onclick = () => conversations(cursor).catch((e) => flash(e.message));
   let searching = null;
   search.addEventListener("input", () => {
     clearTimeout(searching);
-    searching = setTimeout(() => conversations().catch((e) => notice(e.message)), 250);
+    searching = setTimeout(() => conversations().catch((e) => flash(e.message)), 250);
   });
   document.getElementById("menu").onclick = () => {
     const showing = document.body.classList.toggle("browsing");
@@ -384,6 +392,7 @@
     const text = input.value;
     if (!text.trim() && !pending.length) return;
     send.disabled = true;
+    flashed.hidden = true;
     const names = pending.map((f) => f.name);
     const mine = bubble("user", text + (names.length ? "\n\n[Files: " + names.join(", ") + "]" : ""), "");
     try {
@@ -398,14 +407,14 @@
       pending = [];
       showAttached();
       if (r.command) { mine.remove(); await reload(); } // the command and its answers, as kept
-    } catch (err) { mine.remove(); notice(err.message); }
+    } catch (err) { mine.remove(); flash(err.message); }
     finally { send.disabled = false; input.focus(); }
   });
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
   });
-  document.getElementById("new").onclick = () => fresh().then(() => conversations()).catch((e) => notice(e.message));
+  document.getElementById("new").onclick = () => fresh().then(() => conversations()).catch((e) => flash(e.message));
 
   const start = location.hash.slice(1) || localStorage.getItem("agent-gateway-conversation");
-  (start ? open(start).catch(fresh) : fresh()).then(() => conversations()).catch((e) => notice(e.message));
+  (start ? open(start).catch(fresh) : fresh()).then(() => conversations()).catch((e) => flash(e.message));
 })();
