@@ -236,10 +236,11 @@ class Commands:
         switch = {"on": True, "off": False}.get(args[1]) if len(args) == 2 else None
         result: Modes | str | None = None
         if switch is not None and args[0] in ("auto", "all"):
-            result = await self._approvals.switch(conv, asked.message.sender, surface="command", approve_all=switch)
+            result = await self._approvals.switch(conv, asked.message.sender, surface="command", approve_all=switch,
+                                                  answers=asked.answers)
         elif switch is not None and args[0] in ("ask", "every"):
             result = await self._approvals.switch(conv, asked.message.sender, surface="command",
-                                                  ask_every_tool=switch)
+                                                  ask_every_tool=switch, answers=asked.answers)
         else:
             modes = await self._approvals.modes(conv.id)
             state = (
