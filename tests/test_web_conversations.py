@@ -10,12 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from sqlalchemy import text
 
 from gateway.store.models import Base
 from gateway.store.people import AccountRef, PeopleStore
 
-from .conftest import running_gateway, wait_for, write_config
+from .conftest import database_url, running_gateway, wait_for, write_config
+
+ENGINES = pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 
 
 async def _new(s: aiohttp.ClientSession) -> str:
@@ -81,8 +84,14 @@ async def test_a_link_code_is_answered_but_never_stored(config_dir: Path) -> Non
         assert turns == []
 
 
-async def test_the_listing_is_paged_newest_first_and_only_the_persons_own(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path / "c")
+@ENGINES
+async def test_the_listing_is_paged_newest_first_and_only_the_persons_own(tmp_path: Path, engine: str) -> None:
+    async with database_url(engine, tmp_path) as url:
+        await _listing_is_paged_and_scoped(tmp_path, {"database": {"url": url}})
+
+
+async def _listing_is_paged_and_scoped(tmp_path: Path, database: dict[str, Any]) -> None:
+    cfg = write_config(tmp_path / "c", gateway=database)
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         convs = []
         for words in ("first talk about apples", "second talk about pears", "third talk about plums"):
@@ -102,8 +111,8 @@ async def test_the_listing_is_paged_newest_first_and_only_the_persons_own(tmp_pa
         local = (await gw.store.identify("web", "local", "local", "local")).person_id
 
     # The web chat now speaks for someone else: none of the first person's conversations are theirs.
-    write_config(tmp_path / "c", bindings={"web": {"platform": "web", "agent": "assistant",
-                                                   "web": {"person": "phone"}}})
+    write_config(tmp_path / "c", gateway=database, bindings={"web": {"platform": "web", "agent": "assistant",
+                                                                     "web": {"person": "phone"}}})
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         assert (await _listing(s))["conversations"] == []
         assert (await _listing(s, "?q=pears"))["conversations"] == []
@@ -112,7 +121,13 @@ async def test_the_listing_is_paged_newest_first_and_only_the_persons_own(tmp_pa
         assert [c["id"] for c in (await _listing(s))["conversations"]] == convs[::-1]
 
 
-async def test_rename_and_delete(config_dir: Path) -> None:
+@ENGINES
+async def test_rename_and_delete(tmp_path: Path, engine: str) -> None:
+    async with database_url(engine, tmp_path) as url:
+        await _rename_and_delete(write_config(tmp_path / "c", gateway={"database": {"url": url}}))
+
+
+async def _rename_and_delete(config_dir: Path) -> None:
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
         keep, gone = await _new(s), await _new(s)
         await _say(s, keep, "this one stays")
