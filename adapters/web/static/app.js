@@ -47,6 +47,7 @@
     const el = document.createElement("div");
     el.className = "msg " + role + (status ? " " + status : "");
     el.dataset.role = role;
+    if (status === "streaming") el.setAttribute("aria-busy", "true"); // read once it is whole, not word by word
     el.replaceChildren(md(text));
     log.appendChild(el);
     scroll();
