@@ -82,8 +82,9 @@ def _toolset(search: ConversationSearch, cfg: ConversationSearchConfig) -> Funct
 
         Returns:
             An entry per conversation, best match first, with its id (for read_conversation), where it
-            happened, its first message as a title, when it was last active, how many messages
-            matched, and the strongest matching passage with the matched words in **bold**. A
+            happened, its title (the one the person gave it, else its first message), when it was last
+            active, how many messages matched, and the strongest matching passage with the matched words
+            in **bold**. A
             sentence saying nothing matched, or why the search is not available here.
         """
         if (refusal := _refused(ctx)) is not None:

@@ -45,6 +45,16 @@ def _now() -> datetime:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandAnswer:
+    """What the gateway answered a chat command with: a text (`notice`) or the `/memory` card (`memory`).
+    `message_id`: the stored message (None where nothing was kept: no conversation yet, or `/link`'s code)."""
+
+    role: str
+    text: str
+    message_id: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class InboundMessage:
     """One message from a person, normalized.
 

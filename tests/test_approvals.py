@@ -268,10 +268,14 @@ async def test_chat_command_switches_modes(tmp_path: Path) -> None:
         chat = await Chat(s).open()
         r = await s.post(f"/api/v1/conversations/{chat.conv}/messages", json={"text": "/approvals auto on"})
         # Not a message for the agent: handled by the gateway itself, and not an error for the page.
-        assert r.status == 200 and await r.json() == {"command": True}
+        body = await r.json()
+        assert r.status == 200 and body["command"] is True
+        [answer] = body["answers"]
+        assert answer["role"] == "notice" and "switched on" in answer["text"]
         state = await chat.state()
         assert state["modes"]["approve_all"] is True
-        assert [m["role"] for m in state["messages"]] == ["notice"]
+        assert [m["role"] for m in state["messages"]] == ["command", "notice"]
+        assert state["messages"][1]["id"] == answer["id"]
 
 
 async def test_expiry_denies_pending_calls_and_ends_the_run(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from gateway.http.events import EventBus
 from gateway.ops.metrics import Metrics
 from gateway.outbound.orphans import unrecorded_card
 from gateway.approvals.policy import Modes
+from gateway.messages import CommandAnswer
 from gateway.store import repo
 from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.models import Run
@@ -167,8 +168,10 @@ class Approvals:
                    for s in await self.db.speakers(conv.id))
 
     async def switch(self, conv: repo.ConversationRef, sender: Sender, *, surface: str,
-                     approve_all: bool | None = None, ask_every_tool: bool | None = None) -> Modes | str:
-        """Switch a mode if `sender` may (audited, and a line in the thread); else why not."""
+                     approve_all: bool | None = None, ask_every_tool: bool | None = None,
+                     answers: list[CommandAnswer] | None = None) -> Modes | str:
+        """Switch a mode if `sender` may (audited, and a line in the thread, added to `answers` when
+        a command asked); else why not."""
         refusal = await self.may_change_modes(conv, sender)
         if refusal is not None:
             log.info("mode switch refused for %s in conversation %s (%s)", sender.account_id, conv.id, surface)
@@ -176,14 +179,18 @@ class Approvals:
         who = sender.display_name or sender.account_id
         modes = await self.db.set_modes(conv.id, who=who, account_id=sender.account_id, surface=surface,
                                         approve_all=approve_all, ask_every_tool=ask_every_tool)
-        await self.notice(conv, f"{who} {_describe(modes)}.")
+        said = f"{who} {_describe(modes)}."
+        kept = await self.notice(conv, said)
+        if answers is not None:
+            answers.append(CommandAnswer("notice", said, kept))
         return modes
 
-    async def notice(self, conv: repo.ConversationRef, text: str) -> None:
-        """A short line in the thread, also kept in the conversation's messages."""
-        await self.store.add_message(conv.id, "notice", text)
+    async def notice(self, conv: repo.ConversationRef, text: str) -> int:
+        """A short line in the thread, also kept in the conversation's messages (its id returned)."""
+        kept = await self.store.add_message(conv.id, "notice", text)
         self._outbound.send(conv.target(), f"_{text}_")
         self._events.publish(conv.id, {"type": "notice", "text": text})
+        return kept
 
     # --- parking ------------------------------------------------------------------------
 

@@ -8,9 +8,12 @@ chat platform. `adapters/web/` only serves the page and publishes replies onto t
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import json
 import re
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -18,9 +21,14 @@ from aiohttp import web
 from bindings.models import BindingSpec
 
 from gateway.clock import new_id
+from gateway.inbound.commands import PRIVATE
+from gateway.runs import memory
+from gateway.store.conversation_search import ConversationSearch
+from gateway.store.fulltext import QueryError
+from gateway.store.models import Message
 from gateway.runs.handoffs import answers_beside
 from gateway.inbound.memory_card import MemoryButton, MemoryCard, MemoryClick
-from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
+from gateway.messages import Attachment, ChatKind, CommandAnswer, InboundMessage, Sender
 from gateway.store import repo
 from gateway.store.notes import Note, NoteStore
 from gateway.outbound.adapter import ApprovalCard, Decision
@@ -35,6 +43,9 @@ KEEPALIVE = 15.0
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+PAGE = 30  # conversations per page of the listing, by default
+MAX_PAGE = 100
+TITLE_MAX = 200
 MESSAGES_ROUTE = "/api/v1/conversations/{id}/messages"  # the one route that also takes multipart uploads
 EVENTS_ROUTE = "/api/v1/conversations/{id}/events"  # the one route a stream token opens
 
@@ -43,6 +54,9 @@ def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
     api = _Api(gateway)
     return [
         web.post("/api/v1/conversations", api.create_conversation),
+        web.get("/api/v1/conversations", api.list_conversations),
+        web.patch("/api/v1/conversations/{id}", api.rename_conversation),
+        web.delete("/api/v1/conversations/{id}", api.delete_conversation),
         web.get(MESSAGES_ROUTE, api.list_messages),
         web.post(MESSAGES_ROUTE, api.post_message),
         web.get(EVENTS_ROUTE, api.events),
@@ -133,8 +147,10 @@ class _Api:
             return web.json_response({"message_id": result.message_id, "run_id": result.run_id}, status=202)
         if result.duplicate:
             return _bad(409, "duplicate", "a message with this Idempotency-Key was already received")
-        if result.reason == "command":  # answered by the gateway itself, on the event stream
-            return web.json_response({"command": True}, status=200)
+        if result.reason == "command":  # answered by the gateway itself: here, and kept in the conversation
+            holder = await self._memory_holder(conv, binding)
+            return web.json_response({"command": True, "answers": [
+                await self._answer_json(a, holder) for a in result.answers]}, status=200)
         if result.reason == "busy":
             return _bad(429, "busy", "this conversation has too many messages waiting; try again shortly")
         return _bad(403, "not_admitted", result.reason or "message not accepted")
@@ -223,13 +239,34 @@ class _Api:
 
     # --- reading a conversation -----------------------------------------------------------
 
+    async def _memory_holder(self, conv: repo.ConversationRef, binding: BindingSpec) -> memory.Holder | None:
+        """Whose notes this conversation's `/memory` cards show: the same rule as the command's."""
+        holder = memory.holder_of(chat_kind=ChatKind(conv.chat_kind), platform=conv.platform,
+                                  workspace=conv.workspace, channel=conv.channel,
+                                  person_id=await self._me(binding), allow_personal=True)
+        return None if isinstance(holder, memory.NoStore) else holder
+
+    async def _answer_json(self, answer: CommandAnswer, holder: memory.Holder | None) -> dict[str, Any]:
+        """A command's answer as the conversation's messages show it (a card is drawn as it is now)."""
+        out: dict[str, Any] = {"id": answer.message_id, "role": answer.role, "text": answer.text}
+        if answer.role == "memory" and holder is not None:
+            out["card"] = memory_card_json(await self.gw.memory_cards.card(holder))
+        return out
+
     async def list_messages(self, request: web.Request) -> web.Response:
-        conv = await self._conversation(request, self._binding())
+        binding = self._binding()
+        conv = await self._conversation(request, binding)
         store = self.gw.store
+        holder = await self._memory_holder(conv, binding)
+        me, account = await self._me(binding), self._person(binding)
+
+        def mine(m: Message) -> bool:  # a private command or answer: its asker's alone
+            return m.status != PRIVATE or m.person_id == me or m.account_id == account
+
         turns = [
-            {"id": m.id, "role": m.role, "text": m.text, "status": m.status, "run_id": m.run_id,
-             "time": m.created_at.isoformat()}
-            for m in await store.messages(conv.id)
+            {**await self._answer_json(CommandAnswer(m.role, m.text, m.id), holder), "status": m.status,
+             "run_id": m.run_id, "time": m.created_at.isoformat()}
+            for m in await store.messages(conv.id) if mine(m)
         ]
         # Handoffs answered in this conversation under another agent's name, in their own conversations.
         agents = self.gw.config.agents
@@ -257,6 +294,56 @@ class _Api:
             "decisions": await approvals.decisions(conv.id),
             "modes": {"approve_all": modes.approve_all, "ask_every_tool": modes.ask_every_tool},
         })
+
+    # --- the person's conversations (the page's sidebar) ---------------------------------------
+
+    async def list_conversations(self, request: web.Request) -> web.Response:
+        """The local person's web conversations, most recently active first: `?limit=` (at most
+        MAX_PAGE) and `?cursor=` (the previous page's `next_cursor`); `?q=` searches them instead,
+        through the same full-text index as the `conversation_search` tool, best match first."""
+        binding = self._binding()
+        try:
+            limit = min(max(int(request.query.get("limit", PAGE)), 1), MAX_PAGE)
+        except ValueError:
+            return _bad(400, "bad_request", "limit must be a whole number")
+        person = await self._me(binding)
+        search = ConversationSearch(self.gw.store.sessions)
+        if "q" in request.query:
+            try:
+                found = await search.search(person, request.query["q"], limit, binding_id=binding.id)
+            except QueryError as e:
+                return _bad(400, "bad_query", str(e))
+            return web.json_response({"conversations": [
+                {"id": f.conversation_id, "title": f.title, "last_active": f.last_active.isoformat(),
+                 "passage": f.passage} for f in found], "next_cursor": None})
+        before = _cursor(request.query["cursor"]) if "cursor" in request.query else None
+        listed = await search.listing(person, binding.id, limit + 1, before)
+        page, more = listed[:limit], len(listed) > limit
+        return web.json_response({
+            "conversations": [{"id": c.conversation_id, "title": c.title, "last_active": c.last_active.isoformat()}
+                              for c in page],
+            "next_cursor": _cursor_of(page[-1].last_active, page[-1].conversation_id) if more else None,
+        })
+
+    async def rename_conversation(self, request: web.Request) -> web.Response:
+        """`{"title": "..."}`; null or blank: back to its first message."""
+        conv = await self._conversation(request, self._binding())
+        body = await _json_object(request)
+        title = body.get("title")
+        if title is not None and not isinstance(title, str):
+            return _bad(400, "bad_request", 'send {"title": "..."} (or null for the first message)')
+        title = " ".join(title.split()) if title else None
+        if title and (len(title) > TITLE_MAX or _SURROGATE.search(title)):
+            return _bad(400, "bad_title", f"a title is valid text of at most {TITLE_MAX} characters")
+        await self.gw.store.rename_conversation(conv.id, title or None)
+        return web.json_response({"id": conv.id, "title": title})
+
+    async def delete_conversation(self, request: web.Request) -> web.Response:
+        """Erase the conversation and all kept under it (`repo.Store.delete_conversation`)."""
+        conv = await self._conversation(request, self._binding())
+        if not await self.gw.store.delete_conversation(conv):
+            return _bad(409, "busy", "a reply is being written or waits for an approval here; stop it first")
+        return web.json_response({"deleted": True})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         conv = await self._conversation(request, self._binding())
@@ -302,6 +389,22 @@ def _path_id(request: web.Request) -> str:
     if len(value) > 64 or "\x00" in value or _SURROGATE.search(value):
         raise _error(404, "not_found", "no such id")
     return value
+
+
+def _cursor_of(last_active: datetime, conversation_id: str) -> str:
+    return base64.urlsafe_b64encode(json.dumps([last_active.isoformat(), conversation_id]).encode()).decode()
+
+
+def _cursor(value: str) -> tuple[datetime, str]:
+    """A `next_cursor` back into where the page ended; anything else is a 400."""
+    try:
+        last, conversation_id = json.loads(base64.urlsafe_b64decode(value.encode()))
+        when = datetime.fromisoformat(last)
+        if when.tzinfo is None or not isinstance(conversation_id, str):
+            raise ValueError
+    except (ValueError, TypeError, binascii.Error, UnicodeError):
+        raise _error(400, "bad_cursor", "cursor is not one this API gave out") from None
+    return when, conversation_id
 
 
 async def _json_object(request: web.Request) -> dict[str, Any]:

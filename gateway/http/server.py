@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway.http import api, guard, slow_clients
+from gateway.http import api, guard, openapi, slow_clients
 from gateway.http.access import Access
 from gateway.store.availability import StoreUnavailable
 
@@ -82,6 +82,7 @@ def build_app(gateway: Gateway) -> web.Application:
     app.router.add_post("/api/v1/admin/reload", _reload)
     app.router.add_routes(api.routes(gateway))
     app.router.add_routes(access.routes())
+    app.router.add_routes(openapi.routes())
     app.router.add_routes(gateway.extra_routes)  # before the catch-all
     app.router.add_route("*", "/{tail:.*}", gateway.routes.handle)
     gateway.routes.rebuild(gateway.adapters.values())

@@ -6,7 +6,10 @@ adapters register what their platform supports natively from it (Telegram `setMy
 Mattermost); an unknown `/word` gets a short "try /help" instead of a model run.
 
 Commands reach this module only through `gateway.inbound.pipeline`, after admission, identity and the
-ledger; every answer goes out through `gateway.outbound.delivery.Outbound`. Who may switch approval
+ledger; every answer goes out through `gateway.outbound.delivery.Outbound`. The command as typed and
+its answers are kept in the conversation (roles `command`, `notice`, `memory`; status `private`, with
+the asker's person and account: a shared surface never shows them to anyone else), so the web chat
+shows them again after a reload and answers an API client in the response itself. Who may switch approval
 modes is asked of `gateway.approvals.service`, on every door.
 
 `/link CODE` is throttled per account: LINK_TRIES wrong codes within LINK_TRIES_WINDOW and the
@@ -19,7 +22,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -27,7 +30,7 @@ from gateway.runs import memory
 from gateway.approvals.service import Approvals
 from gateway.outbound.delivery import Outbound
 from gateway.inbound.memory_card import MemoryCards
-from gateway.messages import ChatKind, InboundMessage
+from gateway.messages import ChatKind, CommandAnswer, InboundMessage
 from gateway.approvals.policy import Modes
 from gateway.store import repo
 from gateway.store.notes import NoteStore
@@ -76,6 +79,7 @@ class CommandSpec:
     summary: str
     where: Literal["dm", "any"] = "any"
     hidden: bool = False  # answered, but not listed (Telegram's /start)
+    kept: bool = True  # kept in the conversation with its answers; `/link`'s code is a credential, never stored
 
 
 COMMANDS: tuple[CommandSpec, ...] = (
@@ -83,7 +87,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("new", "/new", "start a fresh conversation (I stop seeing what we said before here)", "dm"),
     CommandSpec("whoami", "/whoami", "which accounts I know as you"),
     CommandSpec("link", "/link [CODE]", "make your account on another platform you too: `/link` here gives a code, "
-                "`/link CODE` in a direct message there uses it", "dm"),
+                "`/link CODE` in a direct message there uses it", "dm", kept=False),
     CommandSpec("unlink", "/unlink", "make this account a person of its own again", "dm"),
     CommandSpec("memory", "/memory [stop|use|delete NAME | erase]",
                 "what agents wrote down: about you in a direct message, for this chat in a group"),
@@ -148,6 +152,10 @@ class Asked:
     conversation: Callable[[], Awaitable[repo.ConversationRef]]  # the message's conversation, created if new
     existing: repo.ConversationRef | None  # the conversation as it was before this command
     self_linking: bool = True  # the binding lets people link accounts themselves
+    answers: list[CommandAnswer] = field(default_factory=list)  # what answered it, in order
+
+
+PRIVATE = "private"  # a message's status: for the person who asked alone
 
 
 class Commands:
@@ -162,19 +170,20 @@ class Commands:
     async def run(self, asked: Asked) -> str | None:
         """Answer the command; returns the conversation it touched, if any."""
         name, message = asked.command.name, asked.message
+        await self._keep(asked, "command", message.text.strip(), answer=False)
         spec = _BY_NAME.get(name)
         if spec is None:
-            self._tell(message, f"I don't know the command `/{asked.command.typed}`. Try `/help`.")
+            await self._tell(asked, f"I don't know the command `/{asked.command.typed}`. Try `/help`.")
             return None
         if spec.where == "dm" and message.chat_kind is not ChatKind.DM:
-            self._tell(message, f"`/{name}` works in a direct message with me, not here.")
+            await self._tell(asked, f"`/{name}` works in a direct message with me, not here.")
             return None
         if name == "approvals":
             return await self._approvals_command(asked)
         if name == "memory":
             await self._memory_command(asked)
         elif name in ("help", "start"):
-            self._tell(message, help_text(message.chat_kind))
+            await self._tell(asked, help_text(message.chat_kind))
         elif name == "whoami":
             await self._whoami(asked)
         elif name in ("link", "unlink"):
@@ -198,14 +207,28 @@ class Commands:
     async def _stop(self, asked: Asked) -> None:
         """`/stop`: the run in flight here, if the sender may stop it; only a refusal is answered (privately)."""
         if self._stops is None or asked.existing is None:
-            self._tell(asked.message, "Nothing is running here.")
+            await self._tell(asked, "Nothing is running here.")
             return
         outcome = await self._stops.stop_current(asked.existing.id, asked.message.sender)
         if not outcome.stopped:
-            self._tell(asked.message, outcome.message)
+            await self._tell(asked, outcome.message)
 
-    def _tell(self, message: InboundMessage, text: str) -> None:
-        self._outbound.send(target_for(message), text, private_to=message.sender.account_id)
+    async def _tell(self, asked: Asked, text: str) -> None:
+        """A private answer: kept (written before it is sent, so a page that rereads the
+        conversation on its event finds it) and sent to the asker alone."""
+        await self._keep(asked, "notice", text)
+        self._outbound.send(target_for(asked.message), text, private_to=asked.message.sender.account_id)
+
+    async def _keep(self, asked: Asked, role: str, text: str, *, answer: bool = True) -> None:
+        """Into the conversation, for the asker alone. A command where no conversation is yet is not
+        kept (what is said to the agent makes one, a command does not), nor one whose spec says so."""
+        spec = _BY_NAME.get(asked.command.name)
+        kept: int | None = None
+        if asked.existing is not None and (spec is None or spec.kept):
+            kept = await self._store.add_message(asked.existing.id, role, text, status=PRIVATE,
+                                                 person_id=asked.person_id, account_id=asked.message.sender.account_id)
+        if answer:
+            asked.answers.append(CommandAnswer(role, text, kept))
 
     async def _approvals_command(self, asked: Asked) -> str:
         conv = await asked.conversation()
@@ -213,19 +236,21 @@ class Commands:
         switch = {"on": True, "off": False}.get(args[1]) if len(args) == 2 else None
         result: Modes | str | None = None
         if switch is not None and args[0] in ("auto", "all"):
-            result = await self._approvals.switch(conv, asked.message.sender, surface="command", approve_all=switch)
+            result = await self._approvals.switch(conv, asked.message.sender, surface="command", approve_all=switch,
+                                                  answers=asked.answers)
         elif switch is not None and args[0] in ("ask", "every"):
             result = await self._approvals.switch(conv, asked.message.sender, surface="command",
-                                                  ask_every_tool=switch)
+                                                  ask_every_tool=switch, answers=asked.answers)
         else:
             modes = await self._approvals.modes(conv.id)
             state = (
                 "approve all is on" if modes.approve_all else "ask for every tool is on" if modes.ask_every_tool
                 else "the agent's normal policy applies"
             )
-            await self._approvals.notice(conv, f"Here, {state}. {APPROVALS_HELP}")
+            text = f"Here, {state}. {APPROVALS_HELP}"
+            asked.answers.append(CommandAnswer("notice", text, await self._approvals.notice(conv, text)))
         if isinstance(result, str):  # refused: only the sender hears why, and nothing changed
-            self._tell(asked.message, result)
+            await self._tell(asked, result)
         return conv.id
 
     async def _memory_command(self, asked: Asked) -> None:
@@ -242,18 +267,19 @@ class Commands:
         assert not isinstance(holder, memory.NoStore)  # a command always has a person
         action = args[0].lower() if args else ""
         if action in ("", "list") and await self._memory_cards.post(target_for(message), holder):
+            await self._keep(asked, "memory", "/memory")  # drawn again from the notes as they are then
             return
         if action in ("stop", "use", "delete"):
             refusal = await self._memory_cards.may_change(holder, message.binding_id, message.platform,
                                                           message.workspace, message.sender)
             if refusal is not None:
-                self._tell(message, refusal)
+                await self._tell(asked, refusal)
                 return
         text = await memory.self_service(
             NoteStore(self._store), holder, action, args[1] if len(args) > 1 else None,
             default_agent=asked.agent_id,
         )
-        self._tell(message, text)
+        await self._tell(asked, text)
 
     # --- people -----------------------------------------------------------------------------
 
@@ -268,18 +294,18 @@ class Commands:
                   f"(`{a}`)" for a in accounts]
         if len(accounts) == 1:
             lines.append("To make your account on another platform you too, send `/link` here in a direct message.")
-        self._tell(asked.message, "\n".join(lines))
+        await self._tell(asked, "\n".join(lines))
 
     async def _link(self, asked: Asked) -> None:
         message = asked.message
         if not asked.self_linking:
-            self._tell(message, "Linking accounts yourself is switched off here; an admin can link them "
+            await self._tell(asked, "Linking accounts yourself is switched off here; an admin can link them "
                                 "(`agent-gateway people link`).")
             return
         if not asked.command.raw_args:
             code = await self._people.issue_code(asked.person_id)
             minutes = int(LINK_TTL.total_seconds() // 60)
-            self._tell(message, f"Your link code is `{code[:4]}-{code[4:]}`. Within {minutes} minutes, send "
+            await self._tell(asked, f"Your link code is `{code[:4]}-{code[4:]}`. Within {minutes} minutes, send "
                                 f"`/link {code[:4]}-{code[4:]}` to me in a direct message on the other platform (or "
                                 "in the web chat) to make that account you too. It works once; don't share it: "
                                 "whoever sends it becomes you here, notes included.")
@@ -288,19 +314,19 @@ class Commands:
         until = self._link_tries.blocked_until(account)
         if until is not None:
             minutes = max(1, -(-int((until - self._store.clock.now()).total_seconds()) // 60))
-            self._tell(message, f"Too many wrong link codes from this account: try again after {until:%H:%M} UTC "
+            await self._tell(asked, f"Too many wrong link codes from this account: try again after {until:%H:%M} UTC "
                                 f"(in {minutes} minute{'s' if minutes != 1 else ''}). Nothing was linked.")
             return
         linked = await self._people.redeem(" ".join(asked.command.raw_args), account)
         if linked is None:
             self._link_tries.failed(account)
-            self._tell(message, "That code doesn't work: it may be mistyped, used already or older than "
+            await self._tell(asked, "That code doesn't work: it may be mistyped, used already or older than "
                                 f"{int(LINK_TTL.total_seconds() // 60)} minutes. Send `/link` on your other account "
                                 "for a new one.")
             return
         self._link_tries.succeeded(account)
         if linked.already:
-            self._tell(message, "This account is already linked to that person.")
+            await self._tell(asked, "This account is already linked to that person.")
             return
         accounts = await self._people.accounts(linked.person_id)
         others = ", ".join(PLATFORM_NAMES.get(a.platform, a.platform) for a in accounts
@@ -308,15 +334,15 @@ class Commands:
         note = f" {linked.notes_moved} note(s) this account had came along." if linked.notes_moved else ""
         if linked.notes_kept_apart:
             note += f" {linked.notes_kept_apart} note(s) named like one you already had were kept apart."
-        self._tell(message, f"Linked: this account is now the same person as your account on {others}.{note} "
+        await self._tell(asked, f"Linked: this account is now the same person as your account on {others}.{note} "
                             "`/whoami` lists them; `/unlink` undoes it.")
 
     async def _unlink(self, asked: Asked) -> None:
         account = self._account(asked.message)
         if await self._people.unlink(account, actor="self") is None:
-            self._tell(asked.message, "This account isn't linked to any other.")
+            await self._tell(asked, "This account isn't linked to any other.")
         else:
-            self._tell(asked.message, "Unlinked: this account is a person of its own again. Notes agents kept "
+            await self._tell(asked, "Unlinked: this account is a person of its own again. Notes agents kept "
                                       "stay with your other accounts.")
 
     # --- conversations ----------------------------------------------------------------------
@@ -324,7 +350,7 @@ class Commands:
     async def _new(self, asked: Asked) -> None:
         message = asked.message
         if message.platform == "web":
-            self._tell(message, "Press “New conversation” at the top of the page to start fresh.")
+            await self._tell(asked, "Press “New conversation” at the top of the page to start fresh.")
             return
         if asked.existing is not None:
             await self._store.retire_conversation(asked.existing)

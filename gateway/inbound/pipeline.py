@@ -131,9 +131,10 @@ class Inbound:
             async def conversation() -> repo.ConversationRef:
                 return existing or await store.create_conversation(ref)
 
-            touched = await self._commands.run(Asked(command, message, identity.person_id, binding.agent, conversation,
-                                                     existing, self_linking=binding.self_linking))
-            return SubmitResult(False, reason="command", conversation_id=touched)
+            asked = Asked(command, message, identity.person_id, binding.agent, conversation, existing,
+                          self_linking=binding.self_linking)
+            touched = await self._commands.run(asked)
+            return SubmitResult(False, reason="command", conversation_id=touched, answers=tuple(asked.answers))
         if self._stored.any_of(binding.id, ids):  # what ingest would say, without asking the store
             return self._duplicate(platform)
         try:

@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from gateway.inbound.memory_card import MemoryCard, MemoryClick, MemoryClickOutcome
-from gateway.messages import Attachment, ChatKind, InboundMessage, Sender, reply_thread
+from gateway.messages import Attachment, ChatKind, CommandAnswer, InboundMessage, Sender, reply_thread
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -205,6 +205,7 @@ class SubmitResult:
     conversation_id: str | None = None
     message_id: str | None = None
     run_id: str | None = None
+    answers: tuple[CommandAnswer, ...] = ()  # a command's answers (an API client gets them in its response)
 
 
 class Dispatcher(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import text
+from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.store.fulltext import MESSAGES_PG_CONFIG, fts5_query, parse
@@ -33,6 +33,15 @@ class Found:
     last_active: datetime
     matched: int
     passage: str  # the strongest matching message, matched words in **bold**
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One conversation in a person's list (the web chat's sidebar)."""
+
+    conversation_id: str
+    title: str
+    last_active: datetime
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,15 @@ _MINE = ("SELECT DISTINCT mm.conversation_id FROM accounts a"
          " AND cc.platform = a.platform AND cc.workspace = a.workspace"
          " WHERE a.person_id = :person")
 _TS = UTCDateTime()
+# A conversation's title: the one the person gave it, else its first message (a line of at most 80 characters).
+_FIRST = ("(SELECT m.text FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user' ORDER BY m.id LIMIT 1)")
+_LAST = "COALESCE((SELECT max(m.created_at) FROM messages m WHERE m.conversation_id = c.id), c.updated_at)"
+TITLE_CHARS = 80
+
+
+def title_of(own: str | None, first: str | None) -> str:
+    title = " ".join((own or first or "").split())
+    return title[:TITLE_CHARS] + ("…" if len(title) > TITLE_CHARS else "")
 
 
 def _when(value: object, dialect: str) -> datetime:
@@ -74,9 +92,30 @@ class ConversationSearch:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
 
-    async def search(self, person_id: str, query: str, limit: int, *, skip_run: str | None = None) -> list[Found]:
-        """The person's best-matching conversations, best first. Raises QueryError for a query that cannot match."""
+    async def listing(self, person_id: str, binding_id: str, limit: int,
+                      before: tuple[datetime, str] | None = None) -> list[Listed]:
+        """The person's conversations under one binding, the most recently active first; `before`
+        (the last one of a page: its activity and id) starts the next page after it."""
+        where = " WHERE x.last < :bt OR (x.last = :bt AND x.id < :bid)" if before is not None else ""
+        statement = text(
+            f"SELECT x.id, x.title, x.first, x.last FROM (SELECT c.id, c.title, {_FIRST} AS first, {_LAST} AS last"
+            f" FROM conversations c WHERE c.binding_id = :b AND c.id IN ({_MINE})) x{where}"
+            " ORDER BY x.last DESC, x.id DESC LIMIT :n")
+        params: dict[str, object] = {"person": person_id, "b": binding_id, "n": limit}
+        if before is not None:
+            statement = statement.bindparams(bindparam("bt", type_=_TS))
+            params |= {"bt": before[0], "bid": before[1]}
+        async with self._sessions() as s:
+            dialect = s.bind.dialect.name
+            rows = (await s.execute(statement, params)).all()
+        return [Listed(r[0], title_of(r[1], r[2]), _when(r[3], dialect)) for r in rows]
+
+    async def search(self, person_id: str, query: str, limit: int, *, skip_run: str | None = None,
+                     binding_id: str | None = None) -> list[Found]:
+        """The person's best-matching conversations, best first (under one binding, when given).
+        Raises QueryError for a query that cannot match."""
         parse(query)  # the same refusals on both engines
+        within = " AND m.conversation_id IN (SELECT id FROM conversations WHERE binding_id = :b)" if binding_id else ""
         async with self._sessions() as s:
             dialect = s.bind.dialect.name
             if dialect == "sqlite":
@@ -85,8 +124,9 @@ class ConversationSearch:
                     " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"
                     f" WHERE messages_fts MATCH :q AND m.conversation_id IN ({_MINE})"
                     " AND m.role IN ('user', 'assistant') AND (m.run_id IS NULL OR m.run_id != :skip)"
-                    " ORDER BY bm25(messages_fts) LIMIT :n"),
-                    {"q": fts5_query(query), "person": person_id, "skip": skip_run or "", "n": MAX_HITS})).all()
+                    f"{within} ORDER BY bm25(messages_fts) LIMIT :n"),
+                    {"q": fts5_query(query), "person": person_id, "skip": skip_run or "", "n": MAX_HITS,
+                     "b": binding_id})).all()
             else:
                 rows = (await s.execute(text(
                     f"SELECT m.conversation_id, ts_headline({_CFG}, m.text, q,"
@@ -96,9 +136,9 @@ class ConversationSearch:
                     " WHERE m.search_tsv @@ q"
                     f" AND m.conversation_id IN ({_MINE})"
                     " AND m.role IN ('user', 'assistant') AND (m.run_id IS NULL OR m.run_id != :skip)"
-                    " ORDER BY score LIMIT :n"),
+                    f"{within} ORDER BY score LIMIT :n"),
                     {"q": query, "person": person_id, "skip": skip_run or "",
-                     "n": MAX_HITS})).all()
+                     "n": MAX_HITS, "b": binding_id})).all()
             best: dict[str, tuple[str, int]] = {}
             for conversation_id, passage, _score in rows:  # ordered best first
                 first, count = best.get(conversation_id, (passage, 0))
@@ -106,15 +146,11 @@ class ConversationSearch:
             found: list[Found] = []
             for conversation_id in list(best)[:limit]:
                 info = (await s.execute(text(
-                    "SELECT c.platform, c.chat_kind, c.updated_at,"
-                    " (SELECT m.text FROM messages m WHERE m.conversation_id = c.id AND m.role = 'user'"
-                    "  ORDER BY m.id LIMIT 1),"
-                    " (SELECT max(m.created_at) FROM messages m WHERE m.conversation_id = c.id)"
+                    f"SELECT c.platform, c.chat_kind, c.title, {_FIRST}, {_LAST}"
                     " FROM conversations c WHERE c.id = :c"), {"c": conversation_id})).one()
                 passage, matched = best[conversation_id]
-                title = " ".join((info[3] or "").split())
-                found.append(Found(conversation_id, info[0], info[1], title[:80] + ("…" if len(title) > 80 else ""),
-                                   _when(info[4] or info[2], dialect), matched, " ".join(passage.split())))
+                found.append(Found(conversation_id, info[0], info[1], title_of(info[2], info[3]),
+                                   _when(info[4], dialect), matched, " ".join(passage.split())))
             return found
 
     async def took_part(self, person_id: str, conversation_id: str) -> bool:

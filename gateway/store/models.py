@@ -89,10 +89,13 @@ class Conversation(Base):
     chat_kind: Mapped[str] = mapped_column(String(10))
     created_at: Mapped[datetime] = mapped_column(TS)
     updated_at: Mapped[datetime] = mapped_column(TS)
+    title: Mapped[str | None] = mapped_column(String(200), nullable=True)  # set by the person; else the first message
 
 
 class Message(Base):
-    """A turn's text as the person or the agent said it. `role`: user, assistant, notice, or report (a background run's, `gateway.runs.background`)."""
+    """A turn's text as the person or the agent said it. `role`: user, assistant, notice, report (a background
+    run's, `gateway.runs.background`), command (a chat command as typed) or memory (a `/memory` card, drawn from
+    the notes as they are when shown). `status` "private": a command or its answer, for the asker alone."""
 
     __tablename__ = "messages"
     __table_args__ = (Index(None, "conversation_id", "id"),)

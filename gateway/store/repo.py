@@ -24,7 +24,7 @@ from gateway.outbound.adapter import ReplyTarget
 from gateway.store import driver
 from gateway.store.availability import DEGRADED_AFTER, StoreUnavailable, guard
 from gateway.store.capability_state import CapabilityState
-from gateway.store.models import AdapterState, Conversation, Delivery, Message, Run
+from gateway.store.models import AdapterState, Base, Conversation, Delivery, Message, Run
 
 log = logging.getLogger("gateway.store")
 
@@ -138,6 +138,10 @@ class _Lru(OrderedDict[K, V]):
         self.move_to_end(key)
         if len(self) > self.size:
             self.popitem(last=False)
+
+
+# Every table that keeps rows under a conversation, dependents first (the order foreign keys need).
+CONVERSATION_TABLES = tuple(t.name for t in reversed(Base.metadata.sorted_tables) if "conversation_id" in t.c)
 
 
 class Store:
@@ -373,6 +377,46 @@ class Store:
         self._conversations.pop(conv.key, None)
         self._conversations.pop(conv.id, None)
 
+    async def rename_conversation(self, conversation_id: str, title: str | None) -> None:
+        """The person's own title for it (None: back to its first message)."""
+        async with self.sessions() as s, s.begin():
+            await s.execute(update(Conversation).where(Conversation.id == conversation_id).values(title=title))
+
+    async def delete_conversation(self, conv: ConversationRef) -> bool:
+        """Erase a conversation and everything kept under it, in one transaction; False (nothing
+        erased) while a run of it is queued, running or parked: stop it first.
+
+        Gone: every row of a table with a `conversation_id` (messages, runs, background runs,
+        approval cards and decisions, modes and their changes, stream events, scheduled tasks: a
+        table added later is covered by being so named), and what hangs off its runs and tasks:
+        deliveries, schedule occurrences, and the capability state kept under the conversation or
+        its runs (attachment references, plans, snapshots, spills). Kept: the inbound ledger (a
+        redelivery must still be dropped) and notes, which belong to the person or the chat and
+        name no conversation.
+        """
+        def program(q: driver.Statements) -> driver.Program[bool]:
+            busy = yield q.one("SELECT 1 FROM runs WHERE conversation_id = :c AND status IN ('queued', 'running',"
+                               " 'parked') LIMIT 1", c=conv.id)
+            if busy is not None:
+                return False
+            runs = ("SELECT id FROM runs WHERE conversation_id = :c UNION SELECT id FROM background_runs"
+                    " WHERE conversation_id = :c")
+            yield q.run(f"DELETE FROM capability_state WHERE scope = :c OR scope IN ({runs})"
+                        " OR scope IN (SELECT 'run:' || id FROM runs WHERE conversation_id = :c)", c=conv.id)
+            yield q.run(f"DELETE FROM deliveries WHERE run_id IN ({runs})", c=conv.id)
+            yield q.run("DELETE FROM schedule_occurrences WHERE task_id IN"
+                        " (SELECT id FROM scheduled_tasks WHERE conversation_id = :c)", c=conv.id)
+            for table in CONVERSATION_TABLES:
+                yield q.run(f"DELETE FROM {table} WHERE conversation_id = :c", c=conv.id)
+            yield q.run("DELETE FROM conversations WHERE id = :c", c=conv.id)
+            return True
+
+        erased = await driver.transaction(self.engine, program)
+        if erased:
+            self._conversations.pop(conv.key, None)
+            self._conversations.pop(conv.id, None)
+        return erased
+
     def _remember(self, ref: ConversationRef) -> ConversationRef:
         self._conversations.put(ref.key, ref)
         self._conversations.put(ref.id, ref)
@@ -388,7 +432,8 @@ class Store:
             return list(rows)
 
     async def add_message(
-        self, conversation_id: str, role: str, text: str, *, run_id: str | None = None, status: str = "final"
+        self, conversation_id: str, role: str, text: str, *, run_id: str | None = None, status: str = "final",
+        person_id: str | None = None, account_id: str | None = None,
     ) -> int:
         async with self.sessions() as s, s.begin():
             msg = Message(
@@ -397,6 +442,8 @@ class Store:
                 role=role,
                 text=text,
                 status=status,
+                person_id=person_id,
+                account_id=account_id,
                 sender_name="",
                 created_at=self.clock.now(),
             )

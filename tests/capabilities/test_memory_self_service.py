@@ -100,14 +100,17 @@ async def test_memory_in_the_web_chat_is_a_card_whose_buttons_act_on_the_persons
 
         async with gw.events.listen(conv) as events:
             r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "/memory"})
-            assert r.status == 200 and await r.json() == {"command": True}
+            body = await r.json()
+            assert r.status == 200 and body["command"] is True and [a["role"] for a in body["answers"]] == ["memory"]
             event = await asyncio.wait_for(events.get(), 10)
         assert event["type"] == "memory_card"
         card = event["card"]
         [tea] = card["notes"]
         assert tea["label"] == "assistant/tea.md" and [b["label"] for b in tea["buttons"]] == ["Stop using", "Delete"]
         messages = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
-        assert [m["role"] for m in messages] == ["user", "assistant"], "a command is not part of the conversation"
+        # Kept in the conversation as the asker's own (never in what the model is given: test_web_conversations).
+        assert [(m["role"], m["status"]) for m in messages[2:]] == [("command", "private"), ("memory", "private")]
+        assert messages[3]["card"]["notes"][0]["label"] == "assistant/tea.md"
 
         answer = await (await s.post("/api/v1/memory/click", json={"data": tea["buttons"][0]["data"]})).json()
         assert answer["card"]["notes"][0]["in_use"] is False and "Stopped using" in answer["card"]["status"]

@@ -1,7 +1,14 @@
-// The web chat: one conversation at a time, answers streamed over server-sent events.
+// The web chat: the person's conversations in a sidebar, one open at a time, answers streamed over
+// server-sent events. Everything an answer says is drawn by markdown.js (never as HTML).
 "use strict";
 (function () {
   const log = document.getElementById("log");
+  const announce = document.getElementById("announce");
+  const flashed = document.getElementById("flash");
+  const sidebar = document.getElementById("sidebar");
+  const list = document.getElementById("conversations");
+  const more = document.getElementById("more");
+  const search = document.getElementById("search");
   const status = document.getElementById("status");
   const form = document.getElementById("composer");
   const input = document.getElementById("text");
@@ -33,54 +40,35 @@
     return data;
   }
 
+  const md = (text) => window.AgentMarkdown.render(text);
   function esc(s) { return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c])); }
-  function inline(s) {
-    return s
-      .replace(/`([^`]+)`/g, "<code>$1</code>")
-      .replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>")
-      .replace(/(^|[^*])\*([^*\s][^*]*)\*/g, "$1<em>$2</em>")
-      .replace(/(^|\W)_([^_\s][^_]*)_(?=\W|$)/g, "$1<em>$2</em>")
-      .replace(/\[([^\]]+)\]\((https?:[^)\s]+)\)/g, '<a href="$2" target="_blank" rel="noopener">$1</a>');
-  }
-  // A small Markdown subset: fenced code, headings, lists, paragraphs, inline marks. Escaped first.
-  function markdown(text) {
-    const out = [];
-    const blocks = esc(text).split(/```/);
-    blocks.forEach((block, i) => {
-      if (i % 2 === 1) { out.push("<pre><code>" + block.replace(/^[\w-]*\n/, "") + "</code></pre>"); return; }
-      block.split(/\n{2,}/).forEach((para) => {
-        if (!para.trim()) return;
-        const lines = para.split("\n");
-        if (lines.every((l) => /^\s*([-*]|\d+\.)\s+/.test(l))) {
-          const ordered = /^\s*\d+\./.test(lines[0]);
-          out.push((ordered ? "<ol>" : "<ul>") + lines.map((l) => "<li>" + inline(l.replace(/^\s*([-*]|\d+\.)\s+/, "")) + "</li>").join("") + (ordered ? "</ol>" : "</ul>"));
-        } else if (/^#{1,6}\s/.test(para)) {
-          out.push("<p><strong>" + inline(para.replace(/^#{1,6}\s+/, "")) + "</strong></p>");
-        } else {
-          out.push("<p>" + lines.map(inline).join("<br>") + "</p>");
-        }
-      });
-    });
-    return out.join("");
-  }
-
   function scroll() { log.scrollTop = log.scrollHeight; }
   function bubble(role, text, status) {
     const el = document.createElement("div");
     el.className = "msg " + role + (status ? " " + status : "");
     el.dataset.role = role;
-    el.innerHTML = markdown(text);
+    if (status === "streaming") el.setAttribute("aria-busy", "true"); // read once it is whole, not word by word
+    el.replaceChildren(md(text));
     log.appendChild(el);
     scroll();
     return el;
   }
+  // A line from the gateway itself (a command's answer, a mode switch): Markdown, like replies.
   function notice(text) {
     const el = document.createElement("div");
     el.className = "notice";
-    el.textContent = text;
+    el.replaceChildren(md(text));
     log.appendChild(el);
     scroll();
   }
+  // The page's own news (an error, a button's answer): beside the conversation, not in it, so
+  // redrawing the conversation from the store keeps it; gone with the next message sent.
+  function flash(text) {
+    flashed.textContent = text;
+    flashed.hidden = false;
+  }
+  // Said aloud by a screen reader: what needs the person (a card), not every streamed word.
+  function say(text) { announce.textContent = ""; setTimeout(() => { announce.textContent = text; }, 50); }
 
   function renderCard(card) {
     let el = cards.get(card.card_id);
@@ -137,6 +125,8 @@
       el = document.createElement("div");
       el.className = "card memory";
       el.dataset.memory = id;
+      el.setAttribute("role", "group");
+      el.setAttribute("aria-label", card.title);
       log.appendChild(el);
     }
     el.innerHTML = "";
@@ -153,8 +143,8 @@
         try {
           const r = await api("POST", "/api/v1/memory/click", { data: b.data });
           if (r.card) renderMemory(id, r.card, el);
-          if (r.message) notice(r.message);
-        } catch (err) { notice(err.message); }
+          if (r.message) flash(r.message);
+        } catch (err) { flash(err.message); }
         x.disabled = false;
       };
       return x;
@@ -166,7 +156,7 @@
       n.buttons.forEach((b) => row.appendChild(button(b)));
       el.appendChild(row);
     });
-    [card.status].filter(Boolean).forEach((t) => { const p = document.createElement("div"); p.textContent = t; el.appendChild(p); });
+    [card.status].filter(Boolean).forEach((t) => { const p = document.createElement("div"); p.className = "status"; p.replaceChildren(md(t)); el.appendChild(p); });
     card.actions.forEach((b) => el.appendChild(button(b)));
     const foot = document.createElement("div");
     foot.className = "who";
@@ -188,7 +178,7 @@
     b.onclick = async () => {
       b.disabled = true;
       try { await api("POST", "/api/v1/runs/" + encodeURIComponent(d.run_id) + "/stop"); }
-      catch (err) { notice(err.message); b.disabled = false; }
+      catch (err) { flash(err.message); b.disabled = false; }
     };
     reply.after(b);
     stops.set(d.run_id, b);
@@ -210,7 +200,9 @@
     cards.clear();
     stops.clear();
     // Messages and approval cards in the order they happened.
-    const items = data.messages.map((m) => ({ time: m.time, show: () => (m.role === "notice" ? notice(m.text) : bubble(m.role, m.text, m.status)) }))
+    const show = (m) => (m.role === "notice" ? notice(m.text) : m.role === "memory" && m.card ? renderMemory("m" + m.id, m.card)
+      : bubble(m.role, m.text, m.role === "command" ? "" : m.status));
+    const items = data.messages.map((m) => ({ time: m.time, show: () => show(m) }))
       .concat((data.cards || []).map((c) => ({ time: c.time, show: () => renderCard(c) })));
     items.sort((a, b) => (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
     items.forEach((i) => i.show());
@@ -228,7 +220,7 @@
     const mine = source;
     source.onerror = () => {
       if (mine.readyState === EventSource.CLOSED && mine === source) {
-        setTimeout(() => { if (mine === source) listen().catch((err) => notice(err.message)); }, 1000);
+        setTimeout(() => { if (mine === source) listen().catch((err) => flash(err.message)); }, 1000);
       }
     };
     source.addEventListener("delta", (e) => {
@@ -236,22 +228,41 @@
       let el = bubbles.get(d.message_id);
       if (!el) { el = bubble("assistant", "", "streaming"); bubbles.set(d.message_id, el); }
       el.dataset.text = d.text;
-      el.innerHTML = markdown(d.text);
+      el.replaceChildren(md(d.text));
       scroll();
     });
     source.addEventListener("stop_control", (e) => stopControl(JSON.parse(e.data)));
-    source.addEventListener("card", (e) => renderCard(JSON.parse(e.data).card));
-    source.addEventListener("notice", (e) => notice(JSON.parse(e.data).text));
+    source.addEventListener("card", (e) => {
+      const card = JSON.parse(e.data).card;
+      renderCard(card);
+      if (card.pending) say("The agent asks for approval: " + card.items.map((i) => i.headline || i.tool).join(", "));
+    });
+    // Notices and `/memory` cards are kept in the conversation: drawn from it, so each shows once.
+    source.addEventListener("notice", () => reload());
+    source.addEventListener("memory_card", () => reload());
     source.addEventListener("report", (e) => bubble("report", JSON.parse(e.data).text, ""));
-    source.addEventListener("memory_card", (e) => { const d = JSON.parse(e.data); renderMemory(d.id, d.card); });
     source.addEventListener("status", (e) => { status.textContent = JSON.parse(e.data).text; status.hidden = false; });
-    source.addEventListener("run_end", () => { status.hidden = true; load().catch((err) => notice(err.message)); });
+    source.addEventListener("run_end", () => { status.hidden = true; reload(); conversations().catch(() => {}); });
+  }
+
+  // One reload at a time; one asked for meanwhile runs after it (it sees everything then).
+  let loading = null;
+  let again = false;
+  function reload() {
+    if (loading) { again = true; return loading; }
+    loading = load().catch((err) => flash(err.message)).finally(() => {
+      loading = null;
+      if (again) { again = false; reload(); }
+    });
+    return loading;
   }
 
   async function open(id) {
     conversation = id;
     localStorage.setItem("agent-gateway-conversation", id);
     location.hash = id;
+    markCurrent();
+    document.body.classList.remove("browsing");
     await load();
     await listen();
   }
@@ -259,7 +270,97 @@
   async function fresh() {
     const c = await api("POST", "/api/v1/conversations");
     await open(c.id);
+    input.focus();
   }
+
+  // --- the sidebar: the person's conversations, newest first, paged; or what a search found ---
+
+  let cursor = null;
+  function when(iso) {
+    const d = new Date(iso);
+    return d.toDateString() === new Date().toDateString()
+      ? d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) : d.toLocaleDateString();
+  }
+  function markCurrent() {
+    for (const li of list.children) {
+      const current = li.dataset.id === conversation;
+      li.classList.toggle("current", current);
+      const b = li.querySelector("button.open");
+      if (current) b.setAttribute("aria-current", "true"); else b.removeAttribute("aria-current");
+    }
+  }
+  function entry(c) {
+    const li = document.createElement("li");
+    li.dataset.id = c.id;
+    const title = c.title || "Nothing said yet";
+    const b = document.createElement("button");
+    b.type = "button";
+    b.className = "open";
+    const t = document.createElement("span");
+    t.className = "title";
+    t.textContent = title;
+    const w = document.createElement("span");
+    w.className = "when";
+    w.textContent = c.last_active ? when(c.last_active) : "";
+    b.append(t, w);
+    if (c.passage) { const p = document.createElement("span"); p.className = "passage"; p.replaceChildren(md(c.passage)); b.append(p); }
+    b.onclick = () => open(c.id).catch((e) => flash(e.message));
+    const rename = document.createElement("button");
+    rename.type = "button";
+    rename.className = "rename";
+    rename.textContent = "✎";
+    rename.title = "Rename";
+    rename.setAttribute("aria-label", "Rename “" + title + "”");
+    rename.onclick = async () => {
+      const name = prompt("A name for this conversation (empty: its first message):", c.title || "");
+      if (name === null) return;
+      try { await api("PATCH", "/api/v1/conversations/" + encodeURIComponent(c.id), { title: name }); await conversations(); }
+      catch (e) { flash(e.message); }
+    };
+    const del = document.createElement("button");
+    del.type = "button";
+    del.className = "delete";
+    del.textContent = "✕";
+    del.title = "Delete";
+    del.setAttribute("aria-label", "Delete “" + title + "”");
+    del.onclick = async () => {
+      if (!confirm("Delete “" + title + "” and everything said in it? This cannot be undone.")) return;
+      try {
+        await api("DELETE", "/api/v1/conversations/" + encodeURIComponent(c.id));
+        if (c.id === conversation) await fresh();
+        await conversations();
+        say("Deleted “" + title + "”.");
+      } catch (e) { flash(e.message); }
+    };
+    li.append(b);
+    if (c.last_active) li.append(rename, del); // listed by the gateway: something was said in it
+    return li;
+  }
+  async function conversations(next) {
+    const q = search.value.trim();
+    const query = q ? "?q=" + encodeURIComponent(q) : next ? "?cursor=" + encodeURIComponent(next) : "";
+    const data = await api("GET", "/api/v1/conversations" + query);
+    const items = data.conversations.map(entry);
+    if (next) list.append(...items); else list.replaceChildren(...items);
+    // The open conversation is listed even before anything was said in it.
+    if (!q && !next && conversation && !data.conversations.some((c) => c.id === conversation)) {
+      list.prepend(entry({ id: conversation, title: "", last_active: "" }));
+    }
+    cursor = data.next_cursor;
+    more.hidden = !cursor;
+    markCurrent();
+  }
+  more.onclick = () => conversations(cursor).catch((e) => flash(e.message));
+  let searching = null;
+  search.addEventListener("input", () => {
+    clearTimeout(searching);
+    searching = setTimeout(() => conversations().catch((e) => flash(e.message)), 250);
+  });
+  document.getElementById("menu").onclick = () => {
+    const showing = document.body.classList.toggle("browsing");
+    document.getElementById("menu").setAttribute("aria-expanded", String(showing));
+    if (showing) search.focus();
+  };
 
   function showAttached() {
     chips.replaceChildren(...pending.map((f, i) => {
@@ -273,6 +374,11 @@
     }));
   }
   function attach(files) { pending = pending.concat(Array.from(files)); showAttached(); }
+  // The Attach label opens the file picker from the keyboard too.
+  const attachLabel = document.getElementById("attach");
+  attachLabel.tabIndex = 0;
+  attachLabel.setAttribute("role", "button");
+  attachLabel.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); picker.click(); } });
   picker.addEventListener("change", () => { attach(picker.files); picker.value = ""; });
   document.addEventListener("dragover", (e) => { e.preventDefault(); document.body.classList.add("dropping"); });
   document.addEventListener("dragleave", (e) => { if (!e.relatedTarget) document.body.classList.remove("dropping"); });
@@ -287,6 +393,7 @@
     const text = input.value;
     if (!text.trim() && !pending.length) return;
     send.disabled = true;
+    flashed.hidden = true;
     const names = pending.map((f) => f.name);
     const mine = bubble("user", text + (names.length ? "\n\n[Files: " + names.join(", ") + "]" : ""), "");
     try {
@@ -296,18 +403,19 @@
         body.append("text", text);
         for (const f of pending) body.append("file", f, f.name);
       }
-      await api("POST", path("/messages"), body);
+      const r = await api("POST", path("/messages"), body);
       input.value = "";
       pending = [];
       showAttached();
-    } catch (err) { mine.remove(); notice(err.message); }
+      if (r.command) { mine.remove(); await reload(); } // the command and its answers, as kept
+    } catch (err) { mine.remove(); flash(err.message); }
     finally { send.disabled = false; input.focus(); }
   });
   input.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
   });
-  document.getElementById("new").onclick = () => fresh().catch((e) => notice(e.message));
+  document.getElementById("new").onclick = () => fresh().then(() => conversations()).catch((e) => flash(e.message));
 
   const start = location.hash.slice(1) || localStorage.getItem("agent-gateway-conversation");
-  (start ? open(start).catch(fresh) : fresh()).catch((e) => notice(e.message));
+  (start ? open(start).catch(fresh) : fresh()).then(() => conversations()).catch((e) => flash(e.message));
 })();
