@@ -143,6 +143,7 @@ class Gateway:
         adapter_for = lambda binding_id: self.adapters.get(binding_id)  # noqa: E731 - the dict is replaced at start
         self.outbound = Outbound(adapter_for, self.store, self.clock,
                                  lambda platform, kind: self.metrics.platform_errors.labels(platform, kind).inc())
+        self.metrics.outbound_pending.set_function(self.outbound.pending)
         self.approvals = Approvals(self.store, self.outbound, adapter_for, lambda: self.config.bindings,
                                    self.events, self.metrics, self.scheduler.wake)
         self.extensions.append(self.approvals)

@@ -142,3 +142,23 @@ async def database_url(engine: str, directory: Path) -> AsyncIterator[str]:
 async def pg_url() -> AsyncIterator[str]:
     async with pg_database() as url:
         yield url
+
+
+PG_PARAMS = {"postgres", "postgresql"}
+
+
+def _uses_postgres(item: pytest.Item) -> bool:
+    """Whether a test reaches the machine's PostgreSQL: through the `pg_url` fixture, or a store
+    parameter ("postgres" / "postgresql") of its own or of a fixture it uses."""
+    if "pg_url" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(isinstance(v, str) and v in PG_PARAMS for v in callspec.params.values())
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # One rule for the `postgres` marker, so `-m "not postgres"` really leaves the server alone;
+    # a test that opens `pg_database()` in its body carries the marker itself.
+    for item in items:
+        if _uses_postgres(item) and item.get_closest_marker("postgres") is None:
+            item.add_marker(pytest.mark.postgres)

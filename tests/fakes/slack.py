@@ -33,6 +33,8 @@ from urllib.parse import parse_qsl, quote
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.inflight import InFlight
+
 # (limit, seconds) per method for the workspace, by Slack's tiers (2: 20/min, 3: 50/min, 4: 100/min).
 TIERS = {
     "chat.update": (50, 60.0),
@@ -226,12 +228,23 @@ class FakeSlack:
         self._event_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._changed = asyncio.Condition()
+        self.in_flight = InFlight()
         self.port = 0
 
     # --- lifecycle ------------------------------------------------------------------------
 
+    def busy(self) -> list[str]:
+        """What the fake is still doing (`tests.support.settled`): calls it is answering, events
+        the daemon has not acked yet (with `redeliver`, each comes again), retries waiting."""
+        found = [f"slack: {self.in_flight.calls} calls in flight"] if self.in_flight.calls else []
+        if self._unacked:
+            found.append(f"slack: {len(self._unacked)} events not acked")
+        if any(not r.done() for r in self._retries):
+            found.append("slack: a redelivery is waiting")
+        return found
+
     async def __aenter__(self) -> FakeSlack:
-        app = web.Application()
+        app = web.Application(middlewares=[self.in_flight.middleware])
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
         app.router.add_get("/files-pri/{team_file}/{name}", self._file)
