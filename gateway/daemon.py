@@ -75,7 +75,7 @@ class Gateway:
         self.runner = Runner(self)
         # One model client per provider and model, shared by every run (closed in stop).
         self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
-        self.typing_indicator = TypingIndicator()  # shown as soon as a message is stored
+        self.typing_indicator = TypingIndicator(self.clock)  # shown as soon as a message is stored
         # Files uploaded through the API, in memory until their run reads them (one budget for all).
         self.uploads = Uploads(config.gateway.limits.uploads_max_bytes)
         self.adapters: dict[str, Adapter] = {}
@@ -213,7 +213,7 @@ class Gateway:
         self.notifier.ready(status)
 
     def _adapter_for(self, binding: BindingSpec) -> Adapter:
-        return create_adapter(binding, AdapterContext(self.config.gateway))
+        return create_adapter(binding, AdapterContext(self.config.gateway, clock=self.clock))
 
     # --- reload -------------------------------------------------------------------------
 
@@ -255,7 +255,7 @@ class Gateway:
         replacements: dict[str, Adapter] = {}
         for binding_id in changed:
             if binding_id in wanted:
-                replacements[binding_id] = create_adapter(wanted[binding_id], AdapterContext(config.gateway))
+                replacements[binding_id] = create_adapter(wanted[binding_id], AdapterContext(config.gateway, clock=self.clock))
         # Runs in flight on a changed binding finish on the adapter they started with (within the
         # shutdown grace); only then does it stop, and its replacement starts (Telegram allows one
         # poller at a time, so the two never overlap).
