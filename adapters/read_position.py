@@ -71,7 +71,7 @@ class ReadPosition:
             self._changed.clear()
             wait = self._tried_at + self._every - self._clock.monotonic()
             if wait > 0:
-                await asyncio.sleep(wait)
+                await self._clock.sleep(wait)
             await self.flush()
             if self.value != self._saved:  # moved while the write was in flight, or it failed
                 self._changed.set()
