@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:
 from bindings.loader import load_config  # noqa: E402
 from gateway.clock import Clock  # noqa: E402
 from gateway.daemon import Gateway  # noqa: E402
+from tests.support.template_db import PG_ADMIN_DSN, copy_migrated_sqlite, create_migrated_pg  # noqa: E402
 
 T = TypeVar("T")
 
@@ -46,9 +47,12 @@ def write_config(
     bindings: dict[str, dict[str, Any]] | None = None,
     gateway: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a config directory. The database defaults to a SQLite file inside it."""
+    """Write a config directory. The database defaults to a SQLite file inside it, a copy of one
+    migrated once for the test process (tests/support/template_db.py)."""
     directory.mkdir(parents=True, exist_ok=True)
     gw = {"database": {"url": f"sqlite+aiosqlite:///{directory / 'gateway.db'}"}, "http": {"listen": "127.0.0.1:0"}}
+    if "url" not in (gateway or {}).get("database", {}):
+        copy_migrated_sqlite(directory / "gateway.db")
     for key, value in (gateway or {}).items():
         gw[key] = {**gw.get(key, {}), **value} if isinstance(value, dict) else value
     (directory / "gateway.yaml").write_text(dump_yaml(gw))
@@ -110,17 +114,14 @@ def config_dir(tmp_path: Path) -> Path:
     return write_config(tmp_path / "config")
 
 
-PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
 @contextlib.asynccontextmanager
 async def pg_database() -> AsyncIterator[str]:
-    """A fresh database on the machine's PostgreSQL (127.0.0.1:5432, trust auth), dropped after."""
+    """A fresh, migrated database on the machine's PostgreSQL (127.0.0.1:5432, trust auth), dropped after."""
     import asyncpg
 
     name = f"gw_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(PG_ADMIN_DSN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
+    await create_migrated_pg(admin, name)
     try:
         yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
     finally:
@@ -130,11 +131,12 @@ async def pg_database() -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def database_url(engine: str, directory: Path) -> AsyncIterator[str]:
-    """A fresh database: "postgresql" (see pg_database) or "sqlite" (a file in `directory`)."""
+    """A fresh, migrated database: "postgresql" (see pg_database) or "sqlite" (a file in `directory`)."""
     if engine == "postgresql":
         async with pg_database() as url:
             yield url
     else:
+        copy_migrated_sqlite(directory / "gateway.db")
         yield f"sqlite+aiosqlite:///{directory / 'gateway.db'}"
 
 
