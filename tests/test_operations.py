@@ -143,7 +143,7 @@ async def test_sigterm_with_a_run_in_flight(tmp_path: Path) -> None:
         status, sent = await daemon.request("POST", f"/api/v1/conversations/{conv['id']}/messages", {"text": "go"})
         assert status == 202
         await wait_for(lambda: fake.requests, what="the model to be asked")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # pacing only: a few words of the reply stream before the stop
         await daemon.signal(signal.SIGTERM)
         assert await daemon.wait() == 0
         [(run_status,)] = _db_rows(cfg, f"select status from runs where id = '{sent['run_id']}'")

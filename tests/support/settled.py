@@ -1,8 +1,8 @@
 """`settled()`: wait until nothing is left to happen on its own, then assert what must not have.
 
 An absence ("no second answer", "no duplicate card") cannot be waited for; what can is the end of
-everything that could still produce one: every run ended in the store (parked runs wait for a
-person, so they count as ended), the gateway's outbound queue drained, and each fake platform with
+everything that could still produce one: every run ended in the store (parked runs, and runs
+queued behind one, wait for a person, so they count as ended), the gateway's outbound queue drained, and each fake platform with
 no call in flight and nothing it still means to deliver. Each part answers `busy()` with what it
 is still doing; settled() returns once every part has said nothing, `steady` polls in a row (a
 run's end is written a moment before its last post's answer is read), and fails, saying what was
@@ -24,7 +24,10 @@ from typing import Any, Protocol
 
 from sqlalchemy import text
 
-LIVE_RUNS = ("SELECT (SELECT count(*) FROM runs WHERE status IN ('queued', 'running'))"
+# Runs that go on by themselves: running, or queued in a conversation no parked run holds (one
+# queued behind a parked run waits for a person, as the parked run does).
+LIVE_RUNS = ("SELECT (SELECT count(*) FROM runs r WHERE r.status = 'running' OR (r.status = 'queued' AND NOT EXISTS"
+             " (SELECT 1 FROM runs p WHERE p.conversation_id = r.conversation_id AND p.status = 'parked')))"
              " + (SELECT count(*) FROM background_runs WHERE status = 'running')")
 
 

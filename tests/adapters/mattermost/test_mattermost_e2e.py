@@ -19,6 +19,7 @@ from gateway.daemon import Gateway
 from gateway.runs.llm import REGISTERED, register_model
 from gateway.outbound.adapter import PlatformLimits
 from tests.conftest import free_port, running_gateway, wait_for, write_config
+from tests.support.settled import settled
 
 from .conftest import BOT_TOKEN, World
 
@@ -312,5 +313,5 @@ async def test_a_post_during_a_database_lock_is_answered_once(tmp_path: Path, wo
             assert _bot_posts(world, world.dm) == []
         await wait_for(lambda: [p for p in _bot_posts(world, world.dm)
                                 if p["message"] == "Turn 1. You said: during the lock"], what="the answer")
-        await asyncio.sleep(0.3)  # room for a second answer to show up, if there were one
+        await settled(gw, world.fake)  # nothing left that could post a second answer
         assert len(_bot_posts(world, world.dm)) == 1 and script.prompts == ["during the lock"]
