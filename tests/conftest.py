@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import socket
 import sys
 import uuid
@@ -79,11 +81,26 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
         await gateway.stop()
 
 
+_ports = itertools.count()
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now (for a daemon started as its own process)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on right now, for the few tests that must know a gateway's
+    address before it starts (a `public_url` the platform calls back). Daemons in their own process
+    listen on port 0 and report theirs (`--port-file`); this one is taken below the kernel's
+    ephemeral range, which every port-0 listener and client connection draws from, in a block of
+    its own per xdist worker, so parallel tests do not hand each other the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = 20_000 + 500 * (int(worker) % 24 if worker.isdigit() else 0)
+    for _ in range(500):
+        port = base + next(_ports) % 500
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use (another run's test, or a lingering connection): the next one
+                continue
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + 499}")
 
 
 async def wait_for(
