@@ -30,6 +30,7 @@ from bindings.loader import load_config  # noqa: E402
 from gateway.clock import Clock  # noqa: E402
 from gateway.daemon import Gateway  # noqa: E402
 from tests.support.template_db import PG_ADMIN_DSN, copy_migrated_sqlite, create_migrated_pg  # noqa: E402
+from tests.support.patience import PATIENCE  # noqa: E402
 
 T = TypeVar("T")
 
@@ -104,7 +105,7 @@ def free_port() -> int:
 
 
 async def wait_for(
-    predicate: Callable[[], Awaitable[T] | T], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+    predicate: Callable[[], Awaitable[T] | T], timeout: float = PATIENCE, interval: float = 0.02, what: str = ""
 ) -> T:
     """Poll until `predicate` returns something truthy; fail the test after `timeout` seconds."""
     loop = asyncio.get_running_loop()
@@ -175,9 +176,13 @@ def _uses_postgres(item: pytest.Item) -> bool:
     return callspec is not None and any(isinstance(v, str) and v in PG_PARAMS for v in callspec.params.values())
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # One rule for the `postgres` marker, so `-m "not postgres"` really leaves the server alone;
     # a test that opens `pg_database()` in its body carries the marker itself.
     for item in items:
         if _uses_postgres(item) and item.get_closest_marker("postgres") is None:
             item.add_marker(pytest.mark.postgres)
+        # One Chromium at a time (`--dist loadgroup`): two on two cores starve every other worker.
+        if item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.xdist_group("browser"))

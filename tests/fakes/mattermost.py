@@ -43,6 +43,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.inflight import InFlight
+from tests.support.patience import PATIENCE
 
 MAX_MESSAGE_RUNES = 16_383
 _DEAD_QUEUE_SIZE = 128
@@ -996,7 +997,7 @@ class FakeMattermost:
                               {"omit_users": None, "user_id": conn.user_id, "channel_id": "", "team_id": ""})
 
 
-async def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
+async def wait_until(predicate: Any, timeout: float = PATIENCE, interval: float = 0.02) -> Any:
     """Poll `predicate` (sync) until it returns something truthy; fail after `timeout` seconds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, quote
 from aiohttp import WSMsgType, web
 
 from tests.fakes.inflight import InFlight
+from tests.support.patience import PATIENCE
 
 # (limit, seconds) per method for the workspace, by Slack's tiers (2: 20/min, 3: 50/min, 4: 100/min).
 TIERS = {
@@ -304,7 +305,7 @@ class FakeSlack:
     def acked(self, envelope_id: str) -> bool:
         return any(a.get("envelope_id") == envelope_id for a in self.acks)
 
-    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = PATIENCE) -> Any:
         """Wait until `predicate()` is truthy (re-checked on every request, ack and post)."""
         async def _until() -> Any:
             async with self._changed:
@@ -317,7 +318,7 @@ class FakeSlack:
         except TimeoutError:
             raise AssertionError(f"fake Slack: condition not met within {timeout}s") from None
 
-    async def wait_connected(self, count: int = 1, timeout: float = 10.0) -> None:
+    async def wait_connected(self, count: int = 1, timeout: float = PATIENCE) -> None:
         await self.wait_for(lambda: len([s for s in self._sockets if not s.closed]) >= 1 and self.connections_opened >= count, timeout)
 
     async def _notify(self) -> None:

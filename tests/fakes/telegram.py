@@ -41,6 +41,7 @@ from typing import Any
 from aiohttp import ClientSession, ClientTimeout, web
 
 from tests.fakes.inflight import InFlight
+from tests.support.patience import PATIENCE
 
 JSON = dict[str, Any]
 
@@ -451,7 +452,7 @@ class FakeTelegram:
     def pending_updates(self) -> list[JSON]:
         return list(self._updates)
 
-    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = PATIENCE, what: str = "condition") -> Any:
         """Poll `predicate` until it returns something truthy (no fixed sleeps in tests)."""
         deadline = time.monotonic() + timeout
         while True:

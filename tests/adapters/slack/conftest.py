@@ -17,9 +17,10 @@ from adapters.slack.adapter import SlackAdapter
 from bindings.models import BindingSpec, GatewayConfig
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.support.dispatcher import FakeDispatcher
+from tests.support.patience import PATIENCE
 
 
-async def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+async def eventually(predicate: Callable[[], Any], timeout: float = PATIENCE) -> Any:
     """Poll until `predicate()` is truthy; fail after `timeout` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
