@@ -13,6 +13,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ class Daemon:
         self.config = config
         self.port = 0  # the config's `127.0.0.1:0`: the system picks it, the port file says which
         self.port_file = config / "daemon.port"
+        self.before_exec: Callable[[], None] | None = None  # run in the child before the daemon starts
         self.sock_dir = tempfile.mkdtemp()
         self.sock_path = os.path.join(self.sock_dir, "notify")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -47,7 +49,7 @@ class Daemon:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(self.config),
                 "--port-file", str(self.port_file), cwd=ROOT, env=self.env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=log,
+                stdout=asyncio.subprocess.DEVNULL, stderr=log, preexec_fn=self.before_exec,
             )
         self.port = await port_from(self.port_file, self.proc, 60, lambda: self.log_path.read_text(errors="replace"))
         await wait_for(lambda: "READY=1" in self.read_notes(), timeout=60, what="READY=1")
