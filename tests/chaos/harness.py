@@ -234,7 +234,10 @@ async def slack_conversation(w: World, tally: Tally, until: Until, *, wait: floa
 
 
 async def _request(http: aiohttp.ClientSession, method: str, url: str, *, deadline: float, **kw: Any) -> tuple[int, Any]:
-    """As a client does: retried while the daemon is down or busy, until `deadline`."""
+    """As a client does: retried while the daemon is down or busy, until `deadline`; a POST is
+    JSON, as the API takes every state-changing request (an empty object when there is no body)."""
+    if method == "POST" and "json" not in kw and "data" not in kw:
+        kw["json"] = {}
     while True:
         try:
             async with http.request(method, url, timeout=aiohttp.ClientTimeout(total=10), **kw) as r:
