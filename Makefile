@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check bench clean install lock
+.PHONY: run test test-chaos check bench clean install lock
 
 # Every dependency at the version requirements-test.lock pins, hashes checked (so CI and every
 # machine test the same code), then the project itself without resolving anything again.
@@ -38,10 +38,24 @@ run: $(STAMP)
 check: $(STAMP)
 	$(BIN)/agent-gateway check --config config
 
+# Two lanes (docs/testing.md). `make test`, the inner loop: everything but the fault lane, plus its
+# smoke (tests marked chaos_smoke), on parallel workers. Most tests wait on loopback I/O, not the
+# CPU, so there are more workers than cores; tests that share a resource carry an xdist_group.
+# `make test-chaos`: the whole fault lane (tests/chaos), the real daemon killed, starved, flooded.
+# A hang fails its test (pytest-timeout, pyproject's `timeout`), not the lane.
+WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadgroup
+PYTEST_ARGS ?=
+# pytest exits 5 when it collected nothing: a lane whose marker selects nothing must not pass.
+NOT_EMPTY := rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
+
 # The browser test needs Debian's chromium; install it once if it is missing.
 test: $(STAMP)
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST) -m "not chaos or chaos_smoke" $(PYTEST_ARGS); $(NOT_EMPTY)
+
+test-chaos: $(STAMP)
+	$(PYTEST) -m chaos --timeout 600 $(PYTEST_ARGS); $(NOT_EMPTY)
 
 # Every benchmark runs (BENCH_ARGS=--quick for the short versions); the exit status fails if any
 # missed a target. bench/replicas.py needs the PostgreSQL the tests use (127.0.0.1:5432).

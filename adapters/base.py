@@ -78,6 +78,7 @@ class BaseAdapter(abc.ABC):
         self.binding = binding
         self.binding_id = binding.id
         self._log = context.log.getChild(f"{self.platform}.{binding.id}")
+        self._clock = context.clock
         self._health = HealthState()
         self.backoff = Backoff()  # between reconnects, with full jitter; tests may shorten it
         self._dispatcher: Dispatcher | None = None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from bindings.models import BindingSpec, GatewayConfig
 
 from gateway import extensions
+from gateway.clock import Clock
 from gateway.outbound.adapter import Adapter
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class AdapterContext:
 
     gateway: GatewayConfig
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("adapters"))
+    clock: Clock = field(default_factory=Clock)  # the gateway's: read positions are saved by it
 
 
 def register(platform: str, path: str) -> None:

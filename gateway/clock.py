@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from datetime import datetime, timedelta, timezone
@@ -20,13 +21,18 @@ class Clock:
     def monotonic(self) -> float:
         return time.monotonic()
 
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` of this clock's time (a wait paced by the clock, not a timeout)."""
+        await asyncio.sleep(seconds)
+
 
 class ManualClock(Clock):
-    """A clock a test advances by hand."""
+    """A clock a test advances by hand; `sleep` ends when `advance` has moved past it."""
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or utcnow()
         self._mono = 0.0
+        self._sleepers: list[tuple[float, asyncio.Future[None]]] = []
 
     def now(self) -> datetime:
         return self._now
@@ -34,9 +40,23 @@ class ManualClock(Clock):
     def monotonic(self) -> float:
         return self._mono
 
+    async def sleep(self, seconds: float) -> None:
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        sleeper = (self._mono + seconds, asyncio.get_running_loop().create_future())
+        self._sleepers.append(sleeper)
+        try:
+            await sleeper[1]
+        finally:
+            self._sleepers.remove(sleeper)
+
     def advance(self, seconds: float) -> None:
         self._now += timedelta(seconds=seconds)
         self._mono += seconds
+        for due, woken in self._sleepers:
+            if due <= self._mono and not woken.done():
+                woken.set_result(None)
 
 
 def new_id() -> str:

@@ -75,7 +75,7 @@ class Gateway:
         self.runner = Runner(self)
         # One model client per provider and model, shared by every run (closed in stop).
         self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
-        self.typing_indicator = TypingIndicator()  # shown as soon as a message is stored
+        self.typing_indicator = TypingIndicator(self.clock)  # shown as soon as a message is stored
         # Files uploaded through the API, in memory until their run reads them (one budget for all).
         self.uploads = Uploads(config.gateway.limits.uploads_max_bytes)
         self.adapters: dict[str, Adapter] = {}
@@ -143,6 +143,7 @@ class Gateway:
         adapter_for = lambda binding_id: self.adapters.get(binding_id)  # noqa: E731 - the dict is replaced at start
         self.outbound = Outbound(adapter_for, self.store, self.clock,
                                  lambda platform, kind: self.metrics.platform_errors.labels(platform, kind).inc())
+        self.metrics.outbound_pending.set_function(self.outbound.pending)
         self.approvals = Approvals(self.store, self.outbound, adapter_for, lambda: self.config.bindings,
                                    self.events, self.metrics, self.scheduler.wake)
         self.extensions.append(self.approvals)
@@ -212,7 +213,7 @@ class Gateway:
         self.notifier.ready(status)
 
     def _adapter_for(self, binding: BindingSpec) -> Adapter:
-        return create_adapter(binding, AdapterContext(self.config.gateway))
+        return create_adapter(binding, AdapterContext(self.config.gateway, clock=self.clock))
 
     # --- reload -------------------------------------------------------------------------
 
@@ -254,7 +255,7 @@ class Gateway:
         replacements: dict[str, Adapter] = {}
         for binding_id in changed:
             if binding_id in wanted:
-                replacements[binding_id] = create_adapter(wanted[binding_id], AdapterContext(config.gateway))
+                replacements[binding_id] = create_adapter(wanted[binding_id], AdapterContext(config.gateway, clock=self.clock))
         # Runs in flight on a changed binding finish on the adapter they started with (within the
         # shutdown grace); only then does it stop, and its replacement starts (Telegram allows one
         # poller at a time, so the two never overlap).

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import socket
 import sys
 import uuid
@@ -27,6 +29,8 @@ if str(ROOT) not in sys.path:
 from bindings.loader import load_config  # noqa: E402
 from gateway.clock import Clock  # noqa: E402
 from gateway.daemon import Gateway  # noqa: E402
+from tests.support.template_db import PG_ADMIN_DSN, copy_migrated_sqlite, create_migrated_pg  # noqa: E402
+from tests.support.patience import PATIENCE  # noqa: E402
 
 T = TypeVar("T")
 
@@ -46,9 +50,12 @@ def write_config(
     bindings: dict[str, dict[str, Any]] | None = None,
     gateway: dict[str, Any] | None = None,
 ) -> Path:
-    """Write a config directory. The database defaults to a SQLite file inside it."""
+    """Write a config directory. The database defaults to a SQLite file inside it, a copy of one
+    migrated once for the test process (tests/support/template_db.py)."""
     directory.mkdir(parents=True, exist_ok=True)
     gw = {"database": {"url": f"sqlite+aiosqlite:///{directory / 'gateway.db'}"}, "http": {"listen": "127.0.0.1:0"}}
+    if "url" not in (gateway or {}).get("database", {}):
+        copy_migrated_sqlite(directory / "gateway.db")
     for key, value in (gateway or {}).items():
         gw[key] = {**gw.get(key, {}), **value} if isinstance(value, dict) else value
     (directory / "gateway.yaml").write_text(dump_yaml(gw))
@@ -75,15 +82,30 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
         await gateway.stop()
 
 
+_ports = itertools.count()
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now (for a daemon started as its own process)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nobody listens on right now, for the few tests that must know a gateway's
+    address before it starts (a `public_url` the platform calls back). Daemons in their own process
+    listen on port 0 and report theirs (`--port-file`); this one is taken below the kernel's
+    ephemeral range, which every port-0 listener and client connection draws from, in a block of
+    its own per xdist worker, so parallel tests do not hand each other the same port."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = 20_000 + 500 * (int(worker) % 24 if worker.isdigit() else 0)
+    for _ in range(500):
+        port = base + next(_ports) % 500
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use (another run's test, or a lingering connection): the next one
+                continue
+            return port
+    raise RuntimeError(f"no free port in {base}-{base + 499}")
 
 
 async def wait_for(
-    predicate: Callable[[], Awaitable[T] | T], timeout: float = 10.0, interval: float = 0.02, what: str = ""
+    predicate: Callable[[], Awaitable[T] | T], timeout: float = PATIENCE, interval: float = 0.02, what: str = ""
 ) -> T:
     """Poll until `predicate` returns something truthy; fail the test after `timeout` seconds."""
     loop = asyncio.get_running_loop()
@@ -110,17 +132,14 @@ def config_dir(tmp_path: Path) -> Path:
     return write_config(tmp_path / "config")
 
 
-PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-
-
 @contextlib.asynccontextmanager
 async def pg_database() -> AsyncIterator[str]:
-    """A fresh database on the machine's PostgreSQL (127.0.0.1:5432, trust auth), dropped after."""
+    """A fresh, migrated database on the machine's PostgreSQL (127.0.0.1:5432, trust auth), dropped after."""
     import asyncpg
 
     name = f"gw_{uuid.uuid4().hex[:12]}"
     admin = await asyncpg.connect(PG_ADMIN_DSN)
-    await admin.execute(f'CREATE DATABASE "{name}"')
+    await create_migrated_pg(admin, name)
     try:
         yield f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}"
     finally:
@@ -130,11 +149,12 @@ async def pg_database() -> AsyncIterator[str]:
 
 @contextlib.asynccontextmanager
 async def database_url(engine: str, directory: Path) -> AsyncIterator[str]:
-    """A fresh database: "postgresql" (see pg_database) or "sqlite" (a file in `directory`)."""
+    """A fresh, migrated database: "postgresql" (see pg_database) or "sqlite" (a file in `directory`)."""
     if engine == "postgresql":
         async with pg_database() as url:
             yield url
     else:
+        copy_migrated_sqlite(directory / "gateway.db")
         yield f"sqlite+aiosqlite:///{directory / 'gateway.db'}"
 
 
@@ -142,3 +162,27 @@ async def database_url(engine: str, directory: Path) -> AsyncIterator[str]:
 async def pg_url() -> AsyncIterator[str]:
     async with pg_database() as url:
         yield url
+
+
+PG_PARAMS = {"postgres", "postgresql"}
+
+
+def _uses_postgres(item: pytest.Item) -> bool:
+    """Whether a test reaches the machine's PostgreSQL: through the `pg_url` fixture, or a store
+    parameter ("postgres" / "postgresql") of its own or of a fixture it uses."""
+    if "pg_url" in getattr(item, "fixturenames", ()):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(isinstance(v, str) and v in PG_PARAMS for v in callspec.params.values())
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # One rule for the `postgres` marker, so `-m "not postgres"` really leaves the server alone;
+    # a test that opens `pg_database()` in its body carries the marker itself.
+    for item in items:
+        if _uses_postgres(item) and item.get_closest_marker("postgres") is None:
+            item.add_marker(pytest.mark.postgres)
+        # One Chromium at a time (`--dist loadgroup`): two on two cores starve every other worker.
+        if item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.xdist_group("browser"))

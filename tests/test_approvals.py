@@ -16,6 +16,7 @@ from gateway.daemon import Gateway
 from gateway.outbound.adapter import Decision, Sender
 
 from .conftest import run_finished, running_gateway, wait_for, write_config
+from .support.settled import settled
 
 from .support.plugin_ops import RAN  # registers the test_ops capability and the test:ops model
 
@@ -141,7 +142,7 @@ async def test_a_message_sent_while_parked_is_answered_after_the_decision(tmp_pa
         parked = await chat.say("deploy api")
         card = await chat.card()
         waiting = await chat.say("and how are things?")  # queued behind the parked run
-        await asyncio.sleep(0.2)
+        await settled(gw)  # everything that goes on by itself is done: the parked run holds it
         assert await chat.run_status(gw, waiting["run_id"]) == "queued"
         status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
         assert status == 200

@@ -13,11 +13,13 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 
-from .conftest import ROOT, dump_yaml, free_port, wait_for, write_config
+from .adapters.stopping import port_from
+from .conftest import ROOT, dump_yaml, wait_for, write_config
 from .fakes.openai import FakeOpenAI
 
 
@@ -26,10 +28,9 @@ class Daemon:
 
     def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
         self.config = config
-        self.port = free_port()
-        gw = config / "gateway.yaml"
-        text = gw.read_text().replace("127.0.0.1:0", f"127.0.0.1:{self.port}")
-        gw.write_text(text)
+        self.port = 0  # the config's `127.0.0.1:0`: the system picks it, the port file says which
+        self.port_file = config / "daemon.port"
+        self.before_exec: Callable[[], None] | None = None  # run in the child before the daemon starts
         self.sock_dir = tempfile.mkdtemp()
         self.sock_path = os.path.join(self.sock_dir, "notify")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -46,9 +47,11 @@ class Daemon:
         self.log_path = self.config / "daemon.log"
         with open(self.log_path, "wb") as log:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(self.config), cwd=ROOT, env=self.env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=log,
+                sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(self.config),
+                "--port-file", str(self.port_file), cwd=ROOT, env=self.env,
+                stdout=asyncio.subprocess.DEVNULL, stderr=log, preexec_fn=self.before_exec,
             )
+        self.port = await port_from(self.port_file, self.proc, 60, lambda: self.log_path.read_text(errors="replace"))
         await wait_for(lambda: "READY=1" in self.read_notes(), timeout=60, what="READY=1")
         return self
 
@@ -142,7 +145,7 @@ async def test_sigterm_with_a_run_in_flight(tmp_path: Path) -> None:
         status, sent = await daemon.request("POST", f"/api/v1/conversations/{conv['id']}/messages", {"text": "go"})
         assert status == 202
         await wait_for(lambda: fake.requests, what="the model to be asked")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # pacing only: a few words of the reply stream before the stop
         await daemon.signal(signal.SIGTERM)
         assert await daemon.wait() == 0
         [(run_status,)] = _db_rows(cfg, f"select status from runs where id = '{sent['run_id']}'")

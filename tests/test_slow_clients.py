@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
-import sys
 from pathlib import Path
 
-from .conftest import ROOT, wait_for, write_config
+from .conftest import wait_for, write_config
 from .test_operations import Daemon
 
 SLOW = 1_100
@@ -29,22 +28,7 @@ class LimitedDaemon(Daemon):
 
     def __init__(self, config: Path, soft: int, hard: int) -> None:
         super().__init__(config)
-        self.limits = (soft, hard)
-
-    async def start(self) -> LimitedDaemon:
-        self.log_path = self.config / "daemon.log"
-        limits = self.limits
-
-        def limit() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
-
-        with open(self.log_path, "wb") as log:
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(self.config), cwd=ROOT, env=self.env,
-                stdout=asyncio.subprocess.DEVNULL, stderr=log, preexec_fn=limit,
-            )
-        await wait_for(lambda: "READY=1" in self.read_notes(), timeout=60, what="READY=1")
-        return self
+        self.before_exec = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def _raise_own_limit() -> int:

@@ -80,7 +80,7 @@ async def test_stop_from_the_web_ends_the_run_within_a_second(tmp_path: Path) ->
         shown = await wait_for(lambda: [e for e in events if e["type"] == "stop_control"], what="the Stop control")
         reply = next(e for e in events if e["type"] == "delta")
         assert shown[0] == {"type": "stop_control", "message_id": reply["message_id"], "run_id": run_id, "present": True}
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # pacing only: the reply streams a little before Stop is pressed
 
         pressed = time.monotonic()
         r = await s.post(f"/api/v1/runs/{run_id}/stop", json={})

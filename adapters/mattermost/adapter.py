@@ -21,6 +21,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.base import BaseAdapter
+from adapters.read_position import ReadPosition
 from adapters.stop_buttons import StopButtons
 from bindings.models import BindingSpec, MattermostSection
 from gateway.adapter_registry import AdapterContext
@@ -66,7 +67,7 @@ CATCH_UP_MARGIN_MS = 60_000
 # Across a restart the last event handled is kept in the store (at most this often), and posts
 # made while the daemon was down are caught up when it starts, as far back as this (Telegram
 # keeps a bot's updates for 24 hours; a longer outage is not answered message by message).
-SEEN_SAVE_EVERY_MS = 5_000
+SEEN_SAVE_EVERY = 5.0  # seconds at most between writes of the read position (`ReadPosition`)
 CATCH_UP_LIMIT_MS = 24 * 3600 * 1000
 SEEN_KEY = "seen_at_ms"
 SINCE_KEY = "reading_since_ms"  # the binding's first start: nothing older is answered, margin or not
@@ -98,8 +99,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         self._dm_channels: dict[str, str] = {}
         self._seen_at_ms = 0  # wall clock (ms) of the last websocket event handled
         self._catch_up_from: int | None = None  # set while a lost stream's posts are still to fetch
-        self._seen_saved_ms = 0  # `_seen_at_ms` as last written to the store
-        self._seen_loaded = False
+        self._seen: ReadPosition | None = None  # where the stream was read to, in the store (`_load_seen`)
         self._stops: StopButtons[str] = StopButtons()  # replies showing a Stop action, by post id
         self._reading_since_ms = 0
 
@@ -125,7 +125,10 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         return []
 
     async def _close(self) -> None:
-        await self._save_seen()
+        if self._seen is not None:
+            self._keep_seen()
+            await self._seen.close()
+            self._seen = None
         if self._socket is not None:
             await self._socket.close()
         if self._client is not None:
@@ -135,7 +138,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         assert self._client is not None and self._socket is not None
         if self._ctx is None:
             await self._identify()
-        if not self._seen_loaded:
+        if self._seen is None:
             await self._load_seen()
         await self._socket.connect()
         assert self._ctx is not None
@@ -154,9 +157,8 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
                         self._catch_up_from = None
                     except PlatformError as e:
                         self._log.warning("catching up over REST failed (%s); trying again after the next event", e)
-                self._seen_at_ms = int(time.time() * 1000)
-                if self._seen_at_ms - self._seen_saved_ms >= SEEN_SAVE_EVERY_MS and self._catch_up_from is None:
-                    await self._save_seen()
+                self._seen_at_ms = self._now_ms()
+                self._keep_seen()
         finally:
             await self._socket.close()
 
@@ -164,34 +166,34 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         """Where the last process stopped reading: the first stream catches up from there, so a post
         made while the daemon was down (or refused while it stopped) is answered, not lost."""
         dispatcher = self._require_dispatcher()
-        stored, since = await dispatcher.get_state(self.binding_id, SEEN_KEY), await dispatcher.get_state(
-            self.binding_id, SINCE_KEY)
-        now = int(time.time() * 1000)
+        position = ReadPosition(dispatcher, self.binding_id, SEEN_KEY, clock=self._clock, every=SEEN_SAVE_EVERY,
+                                log=self._log)
+        since = await dispatcher.get_state(self.binding_id, SINCE_KEY)
+        now = self._now_ms()
         if since is None or not since.isdigit():  # a binding's first start: history is not answered
             await dispatcher.set_state(self.binding_id, SINCE_KEY, str(now))
             since = str(now)
         self._reading_since_ms = int(since)
-        self._seen_loaded = True
+        stored = await position.load()
+        self._seen = position
         if not stored or not stored.isdigit():
             return
         floor = now - CATCH_UP_LIMIT_MS
         if int(stored) < floor:
             self._log.warning("the last post read is older than %d hours: posts before then are not answered",
                               CATCH_UP_LIMIT_MS // 3_600_000)
-        self._seen_at_ms = self._seen_saved_ms = max(int(stored), floor)
+        self._seen_at_ms = max(int(stored), floor)
         self._catch_up_from = self._seen_at_ms
 
-    async def _save_seen(self) -> None:
+    def _now_ms(self) -> int:
+        return int(self._clock.now().timestamp() * 1000)
+
+    def _keep_seen(self) -> None:
         # While a catch-up is still owed (its REST calls failed), where it must start is what is
         # kept: saving "now" would let the next process skip the posts it has not fetched yet.
         seen = min(self._seen_at_ms, self._catch_up_from) if self._catch_up_from else self._seen_at_ms
-        if not seen or seen == self._seen_saved_ms or self._dispatcher is None:
-            return
-        try:
-            await self._dispatcher.set_state(self.binding_id, SEEN_KEY, str(seen))
-            self._seen_saved_ms = seen
-        except Exception as e:  # the next save (or the 60 s margin of a catch-up) covers it
-            self._log.warning("could not save where the stream was read to: %s", e)
+        if seen and self._seen is not None:
+            self._seen.advance(str(seen))
 
     async def _catch_up(self, seen_at_ms: int) -> None:
         """Posts made while the websocket was down and the server could not replay them (it

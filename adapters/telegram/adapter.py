@@ -28,6 +28,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 
 from adapters.base import BaseAdapter, CannotStart
+from adapters.read_position import ReadPosition
 from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
 from gateway.outbound.budget import Pacer, impatient, scaled
@@ -67,6 +68,8 @@ from .render import html_to_plain, markdown_to_html
 
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
 POLL_RETRY_CAP = 10.0  # seconds at most between tries of a failing getUpdates
+# Seconds at most between writes of the update offset (`ReadPosition`): the poll never waits for one.
+OFFSET_SAVE_EVERY = 1.0
 POLL_FAILURES_DOWN = 3  # failed polls in a row before /readyz reports the binding down
 # Connections for sends and edits. Measured with tests/adapters/telegram/pool_bench.py against
 # the fake (its budgets off) on the 2-core machine: with 32 or 200 concurrent senders, 8
@@ -208,9 +211,10 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         dispatcher = self._require_dispatcher()
         assert self._me is not None
         # Keyed by the bot's id: a binding given another bot's token starts from that bot's queue.
-        key = f"update_offset:{self._me.id}"
-        stored = await dispatcher.get_state(self.binding_id, key)
-        offset = saved = int(stored) if stored else 0
+        position = ReadPosition(dispatcher, self.binding_id, f"update_offset:{self._me.id}", clock=self._clock,
+                                every=OFFSET_SAVE_EVERY, log=self._log)
+        stored = await position.load()
+        offset = int(stored) if stored else 0
         # A cut long poll (a 502 from a proxy, a connection closed unanswered) is routine: poll
         # again here, as PTB's Updater does, rather than tear down the connection (getMe, the
         # command menu, deleteWebhook) and climb the reconnect backoff towards a minute.
@@ -244,18 +248,15 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                         pending.append((update_id, raw))  # not one already taken (a server ignoring our offset)
                 await self._take(pending, taken)
                 offset = _advance(offset, pending, taken)
-                if offset != saved:
-                    await dispatcher.set_state(self.binding_id, key, str(offset))
-                    saved = offset
+                if offset:
+                    position.advance(str(offset))
         finally:
             # Stopped mid-batch: remember what was taken, so the next start neither replays it
             # nor skips what was not (past the first update not taken, the ledger drops repeats).
             offset = _advance(offset, pending, taken)
-            if offset != saved:
-                try:
-                    await dispatcher.set_state(self.binding_id, key, str(offset))
-                except Exception as e:
-                    self._log.warning("could not save the update offset %s: %s", offset, e)
+            if offset:
+                position.advance(str(offset))
+            await position.close()
 
     async def _take(self, updates: list[tuple[int, dict[str, Any]]], taken: set[int]) -> None:
         """Hand a batch to the core: each chat's (or forum topic's) updates in order, different chats

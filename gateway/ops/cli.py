@@ -86,12 +86,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         open_files.quiet_accept_errors(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        gateway = Gateway(config)
+        gateway = Gateway(config, listen=args.listen)
         try:
             await gateway.start()
         except StartupError as e:
             log.error("cannot start: %s", e)
             return 1
+        if args.port_file:
+            _write_port(Path(args.port_file), gateway.port)
         freeze_startup_objects()
         reloads: list[asyncio.Task[object]] = []
         loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(gateway.reload_from_disk())))
@@ -108,6 +110,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(main())
+
+
+def _write_port(path: Path, port: int) -> None:
+    """The bound port, for whoever started the daemon on port 0 (whole or not at all: renamed into place)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(f"{port}\n")
+    partial.replace(path)
 
 
 def cmd_reload(args: argparse.Namespace) -> int:
@@ -158,6 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         p = add(name, fn, help)
         p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
+        if name == "run":
+            p.add_argument("--listen", metavar="HOST:PORT",
+                           help="listen here instead of http.listen (port 0: any free port; see --port-file)")
+            p.add_argument("--port-file", metavar="PATH",
+                           help="once listening, write the bound port to PATH (how a supervisor or a test that "
+                           "started the daemon on port 0 finds it)")
         if name == "check":
             p.add_argument("--online", action="store_true",
                            help="also connect to each MCP server: warn when one cannot be reached or a `tools:` "

@@ -51,6 +51,10 @@ class Metrics:
                                        old=("platform",))
         self.queue_depth = aliases.add(Gauge(f"{PREFIX}conversations_active", "Conversations with a worker",
                                              registry=r))
+        # Notices, command answers and codes still being sent (a stop drains them; tests wait for 0).
+        # New, so no `gateway_` alias.
+        self.outbound_pending = Gauge(f"{PREFIX}outbound_pending", "Messages the gateway is still sending on its own",
+                                      registry=r)
         self.approvals_pending = aliases.add(Gauge(f"{PREFIX}approvals_pending", "Approvals waiting for a decision",
                                                    registry=r))
         self.platform_errors = aliases.add(Counter(f"{PREFIX}platform_errors", "Platform API errors",

@@ -469,6 +469,10 @@ class Outbound:
         except Exception as e:  # a message the gateway sends on its own never takes anything down with it
             log.warning("could not send a message to %s: %s", target.platform, e)
 
+    def pending(self) -> int:
+        """Messages queued or being sent now."""
+        return sum(1 for task in self._tails.values() if not task.done())
+
     async def drain(self, timeout: float) -> None:
         """Wait for queued messages (at most `timeout` seconds), then cancel what is left."""
         pending = list(self._tails.values())

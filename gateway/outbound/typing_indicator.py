@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
+from gateway.clock import Clock
 from gateway.outbound.budget import impatient
 from gateway.outbound.adapter import Adapter, ReplyTarget
 
@@ -31,7 +31,8 @@ HEAD_START = 0.005  # seconds a run may wait for its sign's answer (on loopback:
 class TypingIndicator:
     """Typing indicators shown on arrival; owned by the gateway (`close` on stop)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or Clock()  # the gateway's: a test moves it rather than waiting
         self._shown: dict[str, float] = {}  # conversation id -> when its sign went out
         self._tasks: set[asyncio.Task[None]] = set()
         self._pending: dict[str, asyncio.Task[None]] = {}  # conversation id -> its sign, until its run starts
@@ -40,7 +41,7 @@ class TypingIndicator:
         """Show the indicator in `target` now; returns once it is on its way, not answered."""
         if adapter is None:
             return
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if len(self._shown) > 1000:  # runs that never came (a stop, a failed claim): forget them
             self._shown = {k: t for k, t in self._shown.items() if now - t < KEEP}
             self._pending = {k: t for k, t in self._pending.items() if not t.done()}
@@ -67,7 +68,7 @@ class TypingIndicator:
     def taken(self, conversation_id: str, within: float) -> bool:
         """Whether a sign went out in this conversation less than `within` seconds ago (once)."""
         shown = self._shown.pop(conversation_id, None)
-        return shown is not None and time.monotonic() - shown < within
+        return shown is not None and self._clock.monotonic() - shown < within
 
     async def close(self) -> None:
         tasks = list(self._tasks)

@@ -191,6 +191,7 @@ class Guard:
     and its outages."""
 
     bound: float = 5.0
+    queue_wait: float = 60.0  # SQLite: seconds a transaction may queue behind our own work (`sqlite.QUEUE_WAIT`)
     waits: Waits = field(default_factory=Waits)
     outages: Outages = field(default_factory=Outages)
 

@@ -207,7 +207,7 @@ async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Prog
                 if conn is None:
                     if not sqlite.held(engine.sync_engine):
                         break  # not connected yet: the pool opens the connection
-                    await sqlite.given_back(engine.sync_engine, started + max(bound, sqlite.QUEUE_WAIT))
+                    await sqlite.given_back(engine.sync_engine, started + max(bound, limits.queue_wait))
                     continue
                 await sqlite.thread_idle(conn, deadline, bound)
                 # Checked again: a session may have taken the connection meanwhile.

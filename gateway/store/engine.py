@@ -50,10 +50,11 @@ class GuardedPool(AsyncAdaptedQueuePool):
             raise
 
 
-def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> AsyncEngine:
+def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
+                  queue_wait: float = sqlite.QUEUE_WAIT) -> AsyncEngine:
     """An async engine whose waits for a lock held by another process or replica, and for a
     PostgreSQL connection, are bounded by `busy_timeout` seconds; on SQLite a wait for the one
-    connection behind our own work by `sqlite.QUEUE_WAIT`. For SQLite the file's directory is created, WAL is on,
+    connection behind our own work by `queue_wait` (a test's is short; a burst needs the default). For SQLite the file's directory is created, WAL is on,
     and every call runs in the connection's thread (see `sqlite`)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
@@ -73,7 +74,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
             poolclass=GuardedPool,
             pool_size=1,
             max_overflow=0,
-            pool_timeout=max(busy_timeout, sqlite.QUEUE_WAIT),
+            pool_timeout=max(busy_timeout, queue_wait),
             # Sessions end their own transactions; a reset would cost a thread round trip.
             pool_reset_on_return=None,
             # The connection is used from aiosqlite's thread and, for a transaction that can take
@@ -98,6 +99,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT) -> As
         )
     event.listen(engine.sync_engine, "before_cursor_execute", clean_statement, retval=True)
     guard(engine).bound = busy_timeout
+    guard(engine).queue_wait = queue_wait
     _watch(engine)
     return engine
 

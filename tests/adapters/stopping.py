@@ -16,12 +16,12 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT, free_port, write_config
+from tests.conftest import ROOT, write_config
 from tests.fakes.mattermost import FakeMattermost
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack
 from tests.fakes.telegram import FakeTelegram
@@ -76,12 +76,17 @@ async def fake_platforms(*, answer_close: bool = True) -> AsyncIterator[Platform
 
 
 class Daemon:
-    """`agent-gateway run --config DIR` in a subprocess, its log in a file inside DIR."""
+    """`agent-gateway run --config DIR` in a subprocess, its log in a file inside DIR.
+
+    It listens on a port the system picks (`--listen 127.0.0.1:0`) and writes it to a port file,
+    read by `wait_ready` (so daemons started side by side never race for a port); a restart
+    listens on the port it had, which clients hold on to."""
 
     def __init__(self, config: Path, env: dict[str, str] | None = None) -> None:
         self.config = config
         self.env = env or {}
-        self.port = free_port()
+        self.port = 0  # known once `wait_ready` (or `bound_port`) has read the port file
+        self.port_file = config / "daemon.port"
         self.proc: asyncio.subprocess.Process | None = None
         self.log_path = config / "daemon.log"
         self.killed_at: list[float] = []  # monotonic times of each SIGKILL (tests/chaos/harness.py)
@@ -92,12 +97,19 @@ class Daemon:
         command = [sys.executable, "-m", "gateway.ops.cli"]
         env = {**os.environ, **ENV, **self.env}
         env.pop("NOTIFY_SOCKET", None)
+        self.port_file.unlink(missing_ok=True)
         with open(self.log_path, "ab") as log:  # a file, not a pipe nobody reads; a restart appends
             self.proc = await asyncio.create_subprocess_exec(
-                *command, "run", "--config", str(self.config), cwd=ROOT, env=env,
+                *command, "run", "--config", str(self.config), "--listen", f"127.0.0.1:{self.port}",
+                "--port-file", str(self.port_file), cwd=ROOT, env=env,
                 stdout=asyncio.subprocess.DEVNULL, stderr=log,
             )
         return self
+
+    async def bound_port(self, timeout: float = 60.0) -> int:
+        """The port this start listens on, from its port file."""
+        self.port = await port_from(self.port_file, self.proc, timeout, self.log)
+        return self.port
 
     async def readiness(self) -> dict[str, Any] | None:
         def get() -> dict[str, Any] | None:
@@ -114,6 +126,7 @@ class Daemon:
         """Until /readyz says every binding is connected."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
+        await self.bound_port(timeout)
         state: dict[str, Any] | None = None
         while time.monotonic() < deadline:
             if self.proc.returncode is not None:
@@ -142,6 +155,20 @@ class Daemon:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()
             await self.proc.wait()
+
+
+async def port_from(path: Path, proc: asyncio.subprocess.Process | None, timeout: float,
+                    log: Callable[[], str]) -> int:
+    """The port a daemon started with `--port-file path` wrote, once it listens."""
+    assert proc is not None
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.returncode is not None:
+            raise AssertionError(f"the daemon exited with {proc.returncode}:\n{log()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no port file after {timeout}s:\n{log()}")
+        await asyncio.sleep(0.02)
+    return int(path.read_text())
 
 
 def config_for(directory: Path, platforms: Platforms, port: int) -> Path:

@@ -29,6 +29,7 @@ from gateway.store import repo
 
 from ..conftest import running_gateway, wait_for, write_config
 from ..fakes.chat import FakeChatAdapter, fake_platforms
+from tests.support.patience import PATIENCE
 
 
 @dataclass
@@ -101,7 +102,7 @@ class World:
         return adapter
 
     async def say(self, who: Account, where: Place, text: str, *, thread: str | None = None,
-                  timeout: float = 10.0) -> Seen:
+                  timeout: float = PATIENCE) -> Seen:
         """Send a message and wait (up to `timeout` s) for its run to end; what the model was shown comes back."""
         n = next(self._ids)
         seen = Seen()

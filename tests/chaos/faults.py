@@ -57,7 +57,7 @@ async def postgres_faults(w: World, faults: Faults, until: float, *, closed_for:
         return sum(1 for r in rows if r[0])
 
     try:
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # pacing only: the stream is under way before the first fault
         first = True
         while time.monotonic() < until:
             for _ in range(4):  # connections dropped under the daemon's feet
@@ -77,12 +77,12 @@ async def postgres_faults(w: World, faults: Faults, until: float, *, closed_for:
 
 
 async def sqlite_faults(w: World, faults: Faults, until: float, *, hold: float = 3.0) -> None:
-    await asyncio.sleep(2)
+    await asyncio.sleep(2)  # pacing only: the stream is under way before the first lock
     while time.monotonic() < until - hold:
         async with another_process_holds_the_lock(Path(w.url.split("///", 1)[1]), hold) as released:
             faults.done += 1
             await _watch(w, faults, until=released)
-        await asyncio.sleep(2)
+        await asyncio.sleep(2)  # pacing only: the daemon works unlocked between two locks
 
 
 async def stream_under_faults(w: World, tally: Tally, faults: Faults, store: str, duration: float, *,

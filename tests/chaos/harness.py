@@ -31,6 +31,7 @@ from tests.adapters.stopping import Daemon
 from tests.conftest import database_url, write_config
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.slack import FakeSlack
+from tests.support.settled import daemon_parts, settled
 
 ANSWER = "Hello from the fake model."  # FakeOpenAI's scripted answer
 CHANNEL = "C0CHAOS"
@@ -74,6 +75,10 @@ class World:
     @property
     def api(self) -> str:
         return f"http://127.0.0.1:{self.daemon.port}"
+
+    def parts(self) -> list[Any]:
+        """What `settled()` waits on: the daemon's runs and outbound queue, the fakes."""
+        return [daemon_parts(self.api, self.url), self.slack, self.model]
 
 
 @contextlib.asynccontextmanager
@@ -229,7 +234,10 @@ async def slack_conversation(w: World, tally: Tally, until: Until, *, wait: floa
 
 
 async def _request(http: aiohttp.ClientSession, method: str, url: str, *, deadline: float, **kw: Any) -> tuple[int, Any]:
-    """As a client does: retried while the daemon is down or busy, until `deadline`."""
+    """As a client does: retried while the daemon is down or busy, until `deadline`; a POST is
+    JSON, as the API takes every state-changing request (an empty object when there is no body)."""
+    if method == "POST" and "json" not in kw and "data" not in kw:
+        kw["json"] = {}
     while True:
         try:
             async with http.request(method, url, timeout=aiohttp.ClientTimeout(total=10), **kw) as r:
@@ -277,9 +285,10 @@ async def web_conversation(w: World, tally: Tally, until: Until, *, wait: float,
 # --- the count ------------------------------------------------------------------------------
 
 
-async def count_after_drain(w: World, tally: Tally, *, settle: float = 3.0) -> None:
-    """Once every conversation ended: extra posts are duplicates, other texts are wrong."""
-    await asyncio.sleep(settle)
+async def count_after_drain(w: World, tally: Tally) -> None:
+    """Once every conversation ended and nothing is left that could post: extra posts are
+    duplicates, other texts are wrong."""
+    await settled(*w.parts())
     for thread, n in tally.threads:
         texts = thread_answers(w.slack, thread)
         tally.duplicated += max(0, len(texts) - n)

@@ -20,6 +20,7 @@ from typing import Any
 
 from tests.adapters.stopping import MM_TOKEN, Daemon, Platforms
 from tests.conftest import database_url, write_config
+from tests.support.settled import daemon_parts, settled
 from tests.fakes.mattermost import FakeMattermost
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.slack import FakeSlack
@@ -43,6 +44,10 @@ class World:
     @property
     def api(self) -> str:
         return f"http://127.0.0.1:{self.daemon.port}"
+
+    def parts(self) -> list[Any]:
+        """What `settled()` waits on: the daemon's runs and outbound queue, every fake."""
+        return [daemon_parts(self.api, self.url), self.slack, self.telegram, self.mattermost, self.model]
 
 
 @contextlib.asynccontextmanager
@@ -217,7 +222,7 @@ async def stream_under_drops(w: World, tally: Tally, *, conversations: int, dura
         await cutter
         w.telegram.poll_cut_share = 0.0
     drops.telegram_polls = w.telegram.polls_cut
-    await asyncio.sleep(3.0)  # a late double would show by now
+    await settled(*w.parts())  # nothing left that could post a late double
     from .harness import thread_answers
 
     for thread, n in tally.threads:

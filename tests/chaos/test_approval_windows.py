@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 
 from capabilities.approval_gate import ALREADY_STARTED
+from tests.support.settled import settled
 
 from .harness import ANSWER, CHANNEL, PERSON, World, _request, _until, kill_and_restart, world
 from .parked import _answers, _async, _card, _cards, approve_value, database_after_drain, tool_runs
@@ -111,6 +112,7 @@ async def test_a_delegate_that_answered_before_the_kill_is_not_asked_again(tmp_p
     assert len(delegate_asked) == 2, "the delegate's model: asked once to call deploy, once with its result"
 
 
+@pytest.mark.chaos_smoke
 async def test_a_card_posted_just_before_sigkill_is_not_posted_again(tmp_path: Path) -> None:
     async with world(tmp_path / "config", "sqlite", gated=True) as w:
         w.slack.post_answer_delay = 30.0  # the card lands in the thread; its answer never reaches the process
@@ -120,13 +122,13 @@ async def test_a_card_posted_just_before_sigkill_is_not_posted_again(tmp_path: P
         await w.slack.wait_for(lambda: _card(w, msg.ts), timeout=30)
         w.slack.post_answer_delay = 0.0
         await kill_and_restart(w)
-        await asyncio.sleep(1.0)  # a second card would be posted by now (the start-up sweep)
+        await settled(*w.parts())  # the start-up sweep is done: it would have posted a second card by now
         assert _cards(w, msg.ts) == 1
         card = _card(w, msg.ts)
         approve = approve_value(card)
         await w.slack.click(PERSON, card, approve)
         await w.slack.wait_for(lambda: _answers(w, msg.ts), timeout=30)
-        await asyncio.sleep(1.0)
+        await settled(*w.parts())
         assert (_cards(w, msg.ts), _answers(w, msg.ts), tool_runs(w)) == (1, [ANSWER], {"web": 1})
         # The card found again is the one updated with the decision: no buttons left on it.
         assert "approve:" not in json.dumps(_card(w, msg.ts).blocks)

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .faults import BUSY, Faults, stream_under_faults
 from .harness import Tally, world
 
 
+@pytest.mark.postgres
 async def test_postgres_backends_terminated_and_refused_under_load(tmp_path: Path) -> None:
     async with world(tmp_path / "config", "postgresql", busy_timeout=BUSY) as w:
         tally, faults = Tally("postgresql"), Faults()

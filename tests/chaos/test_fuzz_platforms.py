@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.fakes.mattermost import wait_until
+from tests.support.settled import settled
 
 from .harness import ANSWER, CHANNEL, PERSON, thread_answers
 from .platforms import MATTERMOST_BINDING, World, final, mattermost_answers, telegram_answers, world
@@ -213,7 +214,7 @@ async def still_answered(w: World) -> None:
     await w.slack.wait_for(lambda: ANSWER in [t.strip() for t in thread_answers(w.slack, msg.ts)], timeout=90)  # type: ignore[arg-type]
     await w.telegram.wait_for(lambda: final(telegram_answers(w, chat)) >= 1, timeout=90, what="telegram answer")
     await wait_until(lambda: final(mattermost_answers(w, dm)) >= 1, timeout=90)
-    await asyncio.sleep(1.5)  # a double would show by now
+    await settled(*w.parts())  # nothing left that could post a double
     assert [t.strip() for t in thread_answers(w.slack, msg.ts)] == [ANSWER]  # type: ignore[arg-type]
     assert [t.strip() for t in telegram_answers(w, chat)] == [ANSWER]
     assert [t.strip() for t in mattermost_answers(w, dm)] == [ANSWER]

@@ -16,6 +16,7 @@ import pytest
 
 from adapters.slack.stop import STOP_BLOCK
 from tests.fakes.slack import FakeSlack
+from tests.support.settled import settled
 
 from .harness import ANSWER, CHANNEL, PERSON, Tally, World, kill_and_restart, stream_under_kills, thread_answers, world
 
@@ -45,13 +46,14 @@ async def _draft_posted_then_killed(w: World) -> Any:
     await kill_and_restart(w)
     return msg
 
+@pytest.mark.chaos_smoke
 async def test_a_post_made_just_before_sigkill_is_continued_not_posted_again(tmp_path: Path) -> None:
     """The first draft is in the thread, the process dies before it records it: the run, run
     again after the restart, finishes that post instead of leaving it half-written beside a new one."""
     async with world(tmp_path / "config", "sqlite", model_delay=0.2) as w:
         msg = await _draft_posted_then_killed(w)
         await w.slack.wait_for(lambda: ANSWER in [t.strip() for t in thread_answers(w.slack, msg.ts)], timeout=30)
-        await asyncio.sleep(1.0)  # anything more would show by now
+        await settled(*w.parts())  # nothing left that could post more
         assert [t.strip() for t in thread_answers(w.slack, msg.ts)] == [ANSWER]
 
 
@@ -72,5 +74,5 @@ async def test_a_continued_post_killed_again_leaves_no_stop_message_behind(tmp_p
         await w.slack.wait_for(lambda: _stop_buttons(w.slack, msg.ts), timeout=30)
         await kill_and_restart(w)
         await w.slack.wait_for(lambda: ANSWER in [t.strip() for t in thread_answers(w.slack, msg.ts)], timeout=30)
-        await asyncio.sleep(1.0)  # anything more would show by now
+        await settled(*w.parts())  # nothing left that could post more
         assert [t.strip() for t in thread_answers(w.slack, msg.ts)] == [ANSWER]

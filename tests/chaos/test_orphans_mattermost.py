@@ -12,6 +12,8 @@ from pathlib import Path
 
 from tests.fakes.mattermost import wait_until
 
+from tests.support.settled import settled
+
 from .harness import ANSWER, kill_and_restart
 from .platforms import mattermost_answers, world
 
@@ -26,7 +28,7 @@ async def test_a_mattermost_post_made_just_before_sigkill_is_continued_not_poste
         w.mattermost.post_answer_delay = 0.0
         await kill_and_restart(w)  # type: ignore[arg-type]
         await wait_until(lambda: ANSWER in [t.strip() for t in mattermost_answers(w, dm)], timeout=60)
-        await asyncio.sleep(1.0)  # anything more would show by now
+        await settled(*w.parts())  # nothing left that could post more
         assert [t.strip() for t in mattermost_answers(w, dm)] == [ANSWER]
         log = w.daemon.log()
     assert "continues in 1 post(s) an interrupted process made" in log

@@ -13,9 +13,14 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
+from tests.support.settled import settled
+
 from .harness import ANSWER, CHANNEL, PERSON, Tally, kill_and_restart, slack_conversation, thread_answers, world
 
 
+@pytest.mark.chaos_smoke
 async def test_every_event_three_times_some_across_a_restart_one_run_one_answer_each(tmp_path: Path) -> None:
     async with world(tmp_path / "config", "sqlite") as w:
         threads: list[str] = []
@@ -36,7 +41,7 @@ async def test_every_event_three_times_some_across_a_restart_one_run_one_answer_
             await w.slack.send_event(body["event"], body=body, retry_attempt=2)  # type: ignore[arg-type]
         for thread in threads:
             await w.slack.wait_for(lambda t=thread: ANSWER in [x.strip() for x in thread_answers(w.slack, t)], timeout=40)
-        await asyncio.sleep(1.5)  # a duplicate would show by now
+        await settled(*w.parts())  # nothing left that could post a duplicate
         assert {t: [x.strip() for x in thread_answers(w.slack, t)] for t in threads} == {t: [ANSWER] for t in threads}
         with sqlite3.connect(tmp_path / "config" / "gateway.db") as db:
             runs, users = db.execute("SELECT (SELECT count(*) FROM runs), (SELECT count(*) FROM messages"
@@ -51,7 +56,7 @@ async def test_a_429_storm_delays_answers_and_loses_none(tmp_path: Path) -> None
         tally = Tally("sqlite")
         until = time.monotonic() + 8
         await asyncio.gather(*(slack_conversation(w, tally, until, wait=60, tag=f"r{i}") for i in range(5)))
-        await asyncio.sleep(2.0)
+        await settled(*w.parts())
         answers = {t: [x.strip() for x in thread_answers(w.slack, t)] for t, _ in tally.threads}
     assert w.slack.storm_429s >= 5, "the storm did not happen"
     assert (tally.lost, tally.answered) == (0, tally.sent), tally

@@ -42,6 +42,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.inflight import InFlight
+from tests.support.patience import PATIENCE
+
 MAX_MESSAGE_RUNES = 16_383
 _DEAD_QUEUE_SIZE = 128
 _ACTION_ID = re.compile(r"^[A-Za-z0-9]+$")
@@ -171,11 +174,16 @@ class FakeMattermost:
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
+        self.in_flight = InFlight()
 
     # --- lifecycle -------------------------------------------------------------------------
 
+    def busy(self) -> list[str]:
+        """What the fake is still doing (`tests.support.settled`): REST calls it is answering."""
+        return [f"mattermost: {self.in_flight.calls} calls in flight"] if self.in_flight.calls else []
+
     async def start(self) -> str:
-        app = web.Application(middlewares=[self._rate_limit_middleware])
+        app = web.Application(middlewares=[self.in_flight.middleware, self._rate_limit_middleware])
         r = app.router
         r.add_get("/api/v4/websocket", self._websocket)
         r.add_get("/api/v4/users/me", self._get_me)
@@ -989,7 +997,7 @@ class FakeMattermost:
                               {"omit_users": None, "user_id": conn.user_id, "channel_id": "", "team_id": ""})
 
 
-async def wait_until(predicate: Any, timeout: float = 10.0, interval: float = 0.02) -> Any:
+async def wait_until(predicate: Any, timeout: float = PATIENCE, interval: float = 0.02) -> Any:
     """Poll `predicate` (sync) until it returns something truthy; fail after `timeout` seconds."""
     deadline = asyncio.get_running_loop().time() + timeout
     while True:

@@ -16,6 +16,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.inflight import InFlight
+
 
 class FakeOpenAI:
     def __init__(self, chunks: list[str] | None = None, delay: float = 0.0) -> None:
@@ -30,13 +32,18 @@ class FakeOpenAI:
         self.tool_call: Callable[[dict[str, Any]], tuple[str, dict[str, Any]] | None] | None = None
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.in_flight = InFlight()
+
+    def busy(self) -> list[str]:
+        """What the fake is still doing (`tests.support.settled`)."""
+        return [f"model: {self.in_flight.calls} completions in flight"] if self.in_flight.calls else []
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def start(self) -> FakeOpenAI:
-        app = web.Application()
+        app = web.Application(middlewares=[self.in_flight.middleware])
         app.router.add_post("/v1/chat/completions", self._completions)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()

@@ -33,6 +33,9 @@ from urllib.parse import parse_qsl, quote
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.inflight import InFlight
+from tests.support.patience import PATIENCE
+
 # (limit, seconds) per method for the workspace, by Slack's tiers (2: 20/min, 3: 50/min, 4: 100/min).
 TIERS = {
     "chat.update": (50, 60.0),
@@ -226,12 +229,23 @@ class FakeSlack:
         self._event_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._changed = asyncio.Condition()
+        self.in_flight = InFlight()
         self.port = 0
 
     # --- lifecycle ------------------------------------------------------------------------
 
+    def busy(self) -> list[str]:
+        """What the fake is still doing (`tests.support.settled`): calls it is answering, events
+        the daemon has not acked yet (with `redeliver`, each comes again), retries waiting."""
+        found = [f"slack: {self.in_flight.calls} calls in flight"] if self.in_flight.calls else []
+        if self._unacked:
+            found.append(f"slack: {len(self._unacked)} events not acked")
+        if any(not r.done() for r in self._retries):
+            found.append("slack: a redelivery is waiting")
+        return found
+
     async def __aenter__(self) -> FakeSlack:
-        app = web.Application()
+        app = web.Application(middlewares=[self.in_flight.middleware])
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
         app.router.add_get("/files-pri/{team_file}/{name}", self._file)
@@ -291,7 +305,7 @@ class FakeSlack:
     def acked(self, envelope_id: str) -> bool:
         return any(a.get("envelope_id") == envelope_id for a in self.acks)
 
-    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = PATIENCE) -> Any:
         """Wait until `predicate()` is truthy (re-checked on every request, ack and post)."""
         async def _until() -> Any:
             async with self._changed:
@@ -304,7 +318,7 @@ class FakeSlack:
         except TimeoutError:
             raise AssertionError(f"fake Slack: condition not met within {timeout}s") from None
 
-    async def wait_connected(self, count: int = 1, timeout: float = 10.0) -> None:
+    async def wait_connected(self, count: int = 1, timeout: float = PATIENCE) -> None:
         await self.wait_for(lambda: len([s for s in self._sockets if not s.closed]) >= 1 and self.connections_opened >= count, timeout)
 
     async def _notify(self) -> None:

@@ -40,6 +40,9 @@ from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
 
+from tests.fakes.inflight import InFlight
+from tests.support.patience import PATIENCE
+
 JSON = dict[str, Any]
 
 # Parameters that are strings on the wire and must never be JSON-decoded ("123" stays text).
@@ -231,6 +234,7 @@ class FakeTelegram:
         self._runner: web.AppRunner | None = None
         self._port = 0
         self._webhook_task: asyncio.Task[None] | None = None
+        self.in_flight = InFlight(listening=("/getUpdates",))
         self._webhook_kick = asyncio.Event()
         self.files: dict[str, bytes] = {}  # file_id → contents: getFile, then /file/bot<token>/<file_path>
         self.downloads: list[str] = []  # file paths downloaded with the right token
@@ -243,8 +247,16 @@ class FakeTelegram:
 
     # --- server lifecycle ------------------------------------------------------------------
 
+    def busy(self) -> list[str]:
+        """What the fake is still doing (`tests.support.settled`): calls it is answering (a long
+        poll is the bot listening, not counted) and, polled, updates no offset confirmed yet."""
+        found = [f"telegram: {self.in_flight.calls} calls in flight"] if self.in_flight.calls else []
+        if self.webhook is None and self._updates:  # getUpdates drops what its offset confirmed
+            found.append("telegram: updates not confirmed by an offset")
+        return found
+
     async def start(self) -> FakeTelegram:
-        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app = web.Application(client_max_size=8 * 1024 * 1024, middlewares=[self.in_flight.middleware])
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         self._runner = web.AppRunner(app, access_log=None)
@@ -440,7 +452,7 @@ class FakeTelegram:
     def pending_updates(self) -> list[JSON]:
         return list(self._updates)
 
-    async def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    async def wait_for(self, predicate: Callable[[], Any], timeout: float = PATIENCE, what: str = "condition") -> Any:
         """Poll `predicate` until it returns something truthy (no fixed sleeps in tests)."""
         deadline = time.monotonic() + timeout
         while True:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 LOCK_SECONDS = 3.0
@@ -18,24 +18,34 @@ conn.execute("BEGIN IMMEDIATE")
 conn.execute("INSERT OR REPLACE INTO adapter_state (binding_id, key, value) VALUES ('admin', 'touched', 'yes')")
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
+print("releasing", flush=True)
+sys.stdin.readline()  # the test looks at what happened while the lock was held, then says go
 conn.execute("COMMIT")
 print("released", flush=True)
 """
 
 
 @contextlib.asynccontextmanager
-async def another_process_holds_the_lock(database: Path, seconds: float = LOCK_SECONDS) -> AsyncIterator[asyncio.Event]:
+async def another_process_holds_the_lock(database: Path, seconds: float = LOCK_SECONDS, *,
+                                         while_held: Callable[[], None] | None = None) -> AsyncIterator[asyncio.Event]:
     """A real subprocess holds the write lock on `database` for `seconds`; the event is set
-    once it has let go."""
+    once it has let go. `while_held` runs at the end of the hold, the lock still held (what a
+    test sees there cannot have been stored yet; after the release it may have been at once)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", HOLD_THE_LOCK, str(database), str(seconds), stdout=asyncio.subprocess.PIPE
+        sys.executable, "-c", HOLD_THE_LOCK, str(database), str(seconds), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
     )
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stdin is not None
     assert (await proc.stdout.readline()).strip() == b"locked"
     released = asyncio.Event()
 
     async def watch() -> None:
-        assert proc.stdout is not None
+        assert proc.stdout is not None and proc.stdin is not None
+        assert (await proc.stdout.readline()).strip() == b"releasing"
+        if while_held is not None:
+            while_held()
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
         await proc.stdout.readline()
         await proc.wait()
         released.set()

@@ -25,7 +25,9 @@ from gateway.outbound.adapter import (
 from tests.fakes.mattermost import wait_until
 
 from .conftest import BOT_TOKEN, World
-from .helpers import RecordingDispatcher, free_socket, make_adapter, serve_routes, target_for
+from tests.support.dispatcher import FakeDispatcher
+
+from .helpers import free_socket, make_adapter, serve_routes, target_for
 
 
 @pytest.fixture(autouse=True)
@@ -34,12 +36,12 @@ def _token(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def core() -> RecordingDispatcher:
-    return RecordingDispatcher()
+def core() -> FakeDispatcher:
+    return FakeDispatcher()
 
 
 @pytest.fixture
-async def adapter(world: World, core: RecordingDispatcher) -> AsyncIterator[MattermostAdapter]:
+async def adapter(world: World, core: FakeDispatcher) -> AsyncIterator[MattermostAdapter]:
     a = make_adapter(world.url)
     await a.start(core)
     await wait_until(lambda: a.health().connected)
@@ -49,7 +51,7 @@ async def adapter(world: World, core: RecordingDispatcher) -> AsyncIterator[Matt
         await a.stop()
 
 
-async def _sentinel(world: World, core: RecordingDispatcher) -> None:
+async def _sentinel(world: World, core: FakeDispatcher) -> None:
     """Post a DM and wait until the core has it: everything sent before it has been handled."""
     await world.fake.user_post(world.alice["id"], world.dm["id"], "sentinel")
     await wait_until(lambda: "sentinel" in core.texts())
@@ -61,10 +63,10 @@ async def test_connects_and_reports_health(world: World, adapter: MattermostAdap
 
 
 async def test_a_dm_reaches_the_core_and_the_reply_lands_in_the_dm(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher
 ) -> None:
     post = await world.fake.user_post(world.alice["id"], world.dm["id"], "hello bot")
-    (msg,) = await wait_until(lambda: core.messages)
+    (msg,) = await wait_until(lambda: core.submitted)
     assert (msg.chat_kind, msg.mentioned, msg.thread) == (ChatKind.DM, True, None)
     assert msg.workspace == world.url.removeprefix("http://")  # the server: ids are server-wide
     assert (msg.sender.account_id, msg.sender.display_name, msg.event_id) == (world.alice["id"], "alice", post["id"])
@@ -74,10 +76,10 @@ async def test_a_dm_reaches_the_core_and_the_reply_lands_in_the_dm(
 
 
 async def test_a_channel_mention_gets_one_threaded_reply_edited_in_place(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher
 ) -> None:
     root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot summarise the week")
-    (msg,) = await wait_until(lambda: core.messages)
+    (msg,) = await wait_until(lambda: core.submitted)
     assert (msg.chat_kind, msg.mentioned, msg.text) == (ChatKind.CHANNEL, True, "summarise the week")
     assert msg.workspace == world.url.removeprefix("http://")  # the same workspace as in a DM
     target = target_for(msg)
@@ -92,23 +94,23 @@ async def test_a_channel_mention_gets_one_threaded_reply_edited_in_place(
 
 
 async def test_a_thread_the_bot_is_in_continues_without_a_mention(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher
 ) -> None:
     root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot start")
-    await wait_until(lambda: core.messages)
-    await adapter.post_message(target_for(core.messages[0]), "Started.")
+    await wait_until(lambda: core.submitted)
+    await adapter.post_message(target_for(core.submitted[0]), "Started.")
     await world.fake.user_post(world.alice["id"], world.town["id"], "and next?", root_id=root["id"])
     other = await world.fake.user_post(world.bob["id"], world.town["id"], "unrelated thread")
     await world.fake.user_post(world.alice["id"], world.town["id"], "me too", root_id=other["id"])
     await _sentinel(world, core)
-    by_text = {m.text: m for m in core.messages}
+    by_text = {m.text: m for m in core.submitted}
     assert (by_text["and next?"].thread, by_text["and next?"].reply_to_bot, by_text["and next?"].mentioned) == (
         root["id"], True, False)
     assert by_text["me too"].reply_to_bot is False
     assert target_for(by_text["and next?"]).thread == root["id"]
 
 
-async def test_after_a_restart_the_thread_is_looked_up(world: World, core: RecordingDispatcher) -> None:
+async def test_after_a_restart_the_thread_is_looked_up(world: World, core: FakeDispatcher) -> None:
     root = await world.fake.user_post(world.alice["id"], world.town["id"], "@agentbot hi")
     await world.fake.user_post(world.bot["id"], world.town["id"], "Hi!", root_id=root["id"])
     fresh = make_adapter(world.url)
@@ -116,13 +118,13 @@ async def test_after_a_restart_the_thread_is_looked_up(world: World, core: Recor
     try:
         await wait_until(lambda: fresh.health().connected)
         await world.fake.user_post(world.alice["id"], world.town["id"], "follow-up", root_id=root["id"])
-        (msg,) = await wait_until(lambda: core.messages)
+        (msg,) = await wait_until(lambda: core.submitted)
         assert msg.reply_to_bot is True
     finally:
         await fresh.stop()
 
 
-async def test_own_bot_system_and_foreign_team_posts_are_not_handed_over(world: World, core: RecordingDispatcher) -> None:
+async def test_own_bot_system_and_foreign_team_posts_are_not_handed_over(world: World, core: FakeDispatcher) -> None:
     a = make_adapter(world.url, mattermost={"teams": ["acme"]})
     await a.start(core)
     try:
@@ -134,23 +136,23 @@ async def test_own_bot_system_and_foreign_team_posts_are_not_handed_over(world: 
         await world.fake.user_post(world.alice["id"], world.group["id"], "@agentbot in the group")
         await _sentinel(world, core)
         assert core.texts() == ["in the group", "sentinel"]
-        assert core.messages[0].chat_kind is ChatKind.GROUP and core.messages[0].mentioned
+        assert core.submitted[0].chat_kind is ChatKind.GROUP and core.submitted[0].mentioned
     finally:
         await a.stop()
 
 
 async def test_a_redelivered_post_carries_the_same_event_id(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher
 ) -> None:
     post = await world.fake.user_post(world.alice["id"], world.dm["id"], "once only")
-    await wait_until(lambda: core.messages)
+    await wait_until(lambda: core.submitted)
     await world.fake.redeliver(post["id"])
-    await wait_until(lambda: len(core.messages) == 2)
-    assert [m.event_id for m in core.messages] == [post["id"], post["id"]]
+    await wait_until(lambda: len(core.submitted) == 2)
+    assert [m.event_id for m in core.submitted] == [post["id"], post["id"]]
 
 
 async def test_a_malformed_event_is_dropped_and_the_adapter_carries_on(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher, caplog: pytest.LogCaptureFixture
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING):
         await world.fake.push_event(world.bot["id"], "posted", {"channel_type": "O", "post": "{broken"})
@@ -161,7 +163,7 @@ async def test_a_malformed_event_is_dropped_and_the_adapter_carries_on(
 
 
 async def test_a_dropped_websocket_resumes_and_misses_nothing(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher
 ) -> None:
     await world.fake.drop_websockets()
     await world.fake.user_post(world.alice["id"], world.dm["id"], "said while you were away")
@@ -178,7 +180,7 @@ async def test_a_dropped_websocket_resumes_and_misses_nothing(
 
 
 async def test_429_becomes_rate_limited_with_the_servers_wait(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher
 ) -> None:
     target = ReplyTarget("mattermost", "mm", "", world.dm["id"], None, ChatKind.DM)
     world.fake.rate_limit("POST", r"^/api/v4/posts$", reset=7)
@@ -200,7 +202,7 @@ async def test_a_create_cut_off_mid_call_is_retried_without_a_duplicate(world: W
     assert len(world.fake.calls("POST", r"^/api/v4/posts$")) == 2
 
 
-async def test_after_stop_calls_fail_as_platform_errors(world: World, core: RecordingDispatcher) -> None:
+async def test_after_stop_calls_fail_as_platform_errors(world: World, core: FakeDispatcher) -> None:
     a = make_adapter(world.url)
     await a.start(core)
     await a.stop()
@@ -232,7 +234,7 @@ async def test_tell_privately_is_a_dm(world: World, adapter: MattermostAdapter) 
 
 
 async def test_a_bad_token_shows_in_health_and_never_in_logs(
-    world: World, core: RecordingDispatcher, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    world: World, core: FakeDispatcher, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("MM_TOKEN", "wrong-secret-token")
     a = make_adapter(world.url)
@@ -255,14 +257,14 @@ def _card(state: ItemState = ItemState.PENDING, decided_by: str | None = None) -
 
 
 async def test_approval_by_button_with_valid_and_forged_signatures(world: World) -> None:
-    core = RecordingDispatcher(deciders={world.alice["id"]})
+    core = FakeDispatcher(deciders={world.alice["id"]}, refusal="Only alice can decide this.")
     sock = free_socket()
     public_url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     adapter = make_adapter(world.url, public_url=public_url)
     target = ReplyTarget("mattermost", "mm", world.team["id"], world.town["id"], None, ChatKind.CHANNEL)
 
     async def core_updates_the_card(call: object) -> None:
-        decided = {c.approval_id: c for c in core.decisions}
+        decided = {c.approval_id: c for c in core.clicks}
         items = tuple(
             ApprovalItem(i.approval_id, i.tool_name, i.capability, i.arguments,
                          ItemState.APPROVED if i.approval_id in decided else ItemState.PENDING,
@@ -304,12 +306,12 @@ async def test_approval_by_button_with_valid_and_forged_signatures(world: World)
                 body = {"user_id": world.alice["id"], "channel_id": world.dm["id"], "context": real}
                 async with s.post(f"{public_url}/mattermost/actions/mm", json=body) as resp:
                     assert resp.status == 401
-            assert [c.decider.account_id for c in core.decisions] == [world.bob["id"]]
+            assert [c.decider.account_id for c in core.clicks] == [world.bob["id"]]
 
             # Alice approves the first call: the core updates the card, its buttons go.
             result = await world.fake.click(world.alice["id"], card_id, "approve1")
             assert result.status == 200 and result.ephemeral_text == ""
-            last = core.decisions[-1]
+            last = core.clicks[-1]
             assert (last.approval_id, last.decision, last.decider.display_name, last.surface, last.binding_id) == (
                 "ap-7f3k2x9q", Decision.APPROVE, "alice", "mattermost", "mm")
             assert [b["id"] for b in world.fake.buttons(card_id)] == ["approve2", "deny2", "approveall"]
@@ -318,7 +320,7 @@ async def test_approval_by_button_with_valid_and_forged_signatures(world: World)
             await adapter.stop()
 
 
-async def test_a_decided_card_has_no_buttons_left(world: World, core: RecordingDispatcher) -> None:
+async def test_a_decided_card_has_no_buttons_left(world: World, core: FakeDispatcher) -> None:
     adapter = make_adapter(world.url, public_url="https://gateway.example")
     await adapter.start(core)
     try:
@@ -336,7 +338,7 @@ async def test_a_decided_card_has_no_buttons_left(world: World, core: RecordingD
 
 
 async def test_approval_by_reaction_without_a_public_url(world: World) -> None:
-    core = RecordingDispatcher(deciders={world.alice["id"]})
+    core = FakeDispatcher(deciders={world.alice["id"]}, refusal="Only alice can decide this.")
     adapter = make_adapter(world.url)
     await adapter.start(core)
     try:
@@ -353,10 +355,10 @@ async def test_approval_by_reaction_without_a_public_url(world: World) -> None:
         await world.fake.react(world.bob["id"], card_id, "+1")  # may not decide
         await world.fake.react(world.alice["id"], card_id, "-1")
         await wait_until(lambda: len(core.decided) == 2)
-        assert [(c.decider.account_id, c.decision) for c in core.decisions] == [
+        assert [(c.decider.account_id, c.decision) for c in core.clicks] == [
             (world.bob["id"], Decision.APPROVE), (world.bob["id"], Decision.APPROVE),
             (world.alice["id"], Decision.DENY), (world.alice["id"], Decision.DENY)]
-        assert {c.approval_id for c in core.decisions} == {"ap-7f3k2x9q", "ap-m2n8v1c4"}
+        assert {c.approval_id for c in core.clicks} == {"ap-7f3k2x9q", "ap-m2n8v1c4"}
     finally:
         await adapter.stop()
 
@@ -408,7 +410,7 @@ async def test_the_directory_answers_all_four_questions(world: World, adapter: M
 
 
 async def test_a_stream_the_server_cannot_resume_is_caught_up_over_rest(
-    world: World, adapter: MattermostAdapter, core: RecordingDispatcher
+    world: World, adapter: MattermostAdapter, core: FakeDispatcher
 ) -> None:
     """The server restarted (its resume queue gone) and the bot was away while people posted:
     the new stream's hello is followed by a REST catch-up, so nothing said meanwhile is missed."""
@@ -430,7 +432,7 @@ async def test_a_stream_the_server_cannot_resume_is_caught_up_over_rest(
     assert core.texts().count("said while the server restarted") == before
 
 
-async def test_a_catch_up_still_owed_at_stop_is_owed_by_the_next_start(world: World, core: RecordingDispatcher) -> None:
+async def test_a_catch_up_still_owed_at_stop_is_owed_by_the_next_start(world: World, core: FakeDispatcher) -> None:
     """The daemon was down, and the catch-up at its start fails (the server keeps refusing the channel
     list) while live posts go on: where it stopped reading stays where the catch-up must start, so
     the posts of the outage are not skipped by the next start."""

@@ -18,7 +18,9 @@ from gateway.outbound.adapter import ReplyTarget
 from tests.fakes.mattermost import wait_until
 
 from .conftest import BOT_TOKEN, World
-from .helpers import RecordingDispatcher, make_adapter
+from tests.support.dispatcher import FakeDispatcher
+
+from .helpers import make_adapter
 
 PER_SEC, MAX_BURST = 20, 9
 
@@ -32,7 +34,7 @@ def _token(monkeypatch: pytest.MonkeyPatch) -> None:
 async def adapter(world: World) -> AsyncIterator[MattermostAdapter]:
     world.fake.limit_rate(PER_SEC, MAX_BURST)
     a = make_adapter(world.url)
-    await a.start(RecordingDispatcher())
+    await a.start(FakeDispatcher())
     await wait_until(lambda: a.health().connected)
     try:
         yield a

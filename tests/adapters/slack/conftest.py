@@ -1,16 +1,13 @@
 """Fixtures for driving the real SlackAdapter (slack-bolt + slack_sdk) against the fake Slack.
 
-`RecordingDispatcher` stands in for the core only in the adapter-level tests: it records what
-the adapter hands over and dedupes the way the core's ledger does (event id, then dedupe
-key), so those tests can check the adapter's half of the contract. The end-to-end tests in
-test_e2e.py run the real daemon instead.
+`tests.support.dispatcher.FakeDispatcher` stands in for the core only in the adapter-level
+tests (Ada decides); the end-to-end tests in test_e2e.py run the real daemon instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -18,55 +15,12 @@ import pytest
 from gateway.adapter_registry import AdapterContext
 from adapters.slack.adapter import SlackAdapter
 from bindings.models import BindingSpec, GatewayConfig
-from gateway.messages import InboundMessage, Sender
-from gateway.outbound.adapter import Decision, DecisionOutcome, SubmitResult
 from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, FakeSlack
+from tests.support.dispatcher import FakeDispatcher
+from tests.support.patience import PATIENCE
 
 
-@dataclass
-class Click:
-    approval_id: str
-    decision: Decision
-    decider: Sender
-    binding_id: str
-    surface: str
-
-
-@dataclass
-class RecordingDispatcher:
-    submitted: list[InboundMessage] = field(default_factory=list)
-    accepted: list[InboundMessage] = field(default_factory=list)
-    clicks: list[Click] = field(default_factory=list)
-    deciders: set[str] = field(default_factory=lambda: {"U0ADA"})
-    gate: asyncio.Event | None = None  # when set up, submit() waits for it (to observe ack timing)
-    state: dict[tuple[str, str], str] = field(default_factory=dict)
-    _seen: set[str] = field(default_factory=set)
-
-    async def submit(self, message: InboundMessage) -> SubmitResult:
-        self.submitted.append(message)
-        if self.gate is not None:
-            await self.gate.wait()
-        keys = {f"event:{message.event_id}"} | ({f"msg:{message.dedupe_key}"} if message.dedupe_key else set())
-        if keys & self._seen:
-            return SubmitResult(accepted=False, duplicate=True, reason="duplicate")
-        self._seen |= keys
-        self.accepted.append(message)
-        return SubmitResult(accepted=True, conversation_id="c1", message_id=str(len(self.accepted)))
-
-    async def decide(self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str) -> DecisionOutcome:
-        self.clicks.append(Click(approval_id, decision, decider, binding_id, surface))
-        if decider.account_id not in self.deciders:
-            return DecisionOutcome(accepted=False, message="Only Ada can decide this.")
-        return DecisionOutcome(accepted=True, message=f"{decision} by {decider.display_name}", private=False)
-
-    async def get_state(self, binding_id: str, key: str) -> str | None:
-        return self.state.get((binding_id, key))
-
-    async def set_state(self, binding_id: str, key: str, value: str) -> None:
-        self.state[(binding_id, key)] = value
-
-
-async def eventually(predicate: Callable[[], Any], timeout: float = 10.0) -> Any:
+async def eventually(predicate: Callable[[], Any], timeout: float = PATIENCE) -> Any:
     """Poll until `predicate()` is truthy; fail after `timeout` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
@@ -116,8 +70,8 @@ async def fake_slack(slack_env: None) -> AsyncIterator[FakeSlack]:
 
 
 @pytest.fixture
-def dispatcher() -> RecordingDispatcher:
-    return RecordingDispatcher()
+def dispatcher() -> FakeDispatcher:
+    return FakeDispatcher(deciders={"U0ADA"})
 
 
 async def start_adapter(fake: FakeSlack, dispatcher: Any, **binding_kw: Any) -> SlackAdapter:
@@ -128,7 +82,7 @@ async def start_adapter(fake: FakeSlack, dispatcher: Any, **binding_kw: Any) -> 
 
 
 @pytest.fixture
-async def adapter(fake_slack: FakeSlack, dispatcher: RecordingDispatcher) -> AsyncIterator[SlackAdapter]:
+async def adapter(fake_slack: FakeSlack, dispatcher: FakeDispatcher) -> AsyncIterator[SlackAdapter]:
     adapter = await start_adapter(fake_slack, dispatcher)
     try:
         yield adapter

@@ -17,7 +17,9 @@ from gateway.messages import ChatKind
 from gateway.outbound.adapter import RateLimited, ReplyTarget
 from tests.fakes.slack import FakeSlack
 
-from .conftest import RecordingDispatcher, start_adapter
+from tests.support.dispatcher import FakeDispatcher
+
+from .conftest import start_adapter
 
 SCALE = 0.05
 
@@ -31,7 +33,7 @@ async def fast_slack(slack_env: None) -> AsyncIterator[FakeSlack]:
 
 @pytest.fixture
 async def paced(fast_slack: FakeSlack) -> AsyncIterator[SlackAdapter]:
-    adapter = await start_adapter(fast_slack, RecordingDispatcher())
+    adapter = await start_adapter(fast_slack, FakeDispatcher())
     adapter.budget = SlackBudget(scaled(RULES, SCALE))
     try:
         yield adapter

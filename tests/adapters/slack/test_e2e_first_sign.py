@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from gateway.clock import Clock
 from gateway.runs.llm import REGISTERED, register_model
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack
@@ -70,20 +70,24 @@ async def test_status_shows_before_the_run_can_start_and_once(tmp_path: Path, fa
         REGISTERED.pop(MODEL, None)
 
 
+class _Ahead(Clock):
+    """The real clock, `later` seconds ahead on the monotonic side once a test says so."""
+
+    later = 0.0
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.later
+
+
 async def test_a_message_that_waited_long_in_the_queue_gets_no_second_status(
-        tmp_path: Path, fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
     """Slack keeps a thread's status for two minutes: a run that starts long after its message
     arrived (a backlog) does not send the status again (Telegram's typing, 5 s, is renewed)."""
-    import time
-
-    from gateway.outbound import typing_indicator as first_sign
-
-    later = 0.0  # seconds first_sign's clock is ahead: the wait in the queue, without waiting it out
-    monkeypatch.setattr(first_sign, "time", SimpleNamespace(monotonic=lambda: time.monotonic() + later))
+    clock = _Ahead()  # the gateway's clock: the wait in the queue, without waiting it out
     held = _Held()
     cfg = _config(tmp_path, fake_slack, held)
     try:
-        async with running_gateway(cfg) as gw:
+        async with running_gateway(cfg, clock=clock) as gw:
             await eventually(lambda: gw.adapters["acme"].health().connected)
             await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> first")
             await eventually(lambda: held.asked == 1)
@@ -91,7 +95,7 @@ async def test_a_message_that_waited_long_in_the_queue_gets_no_second_status(
             calls = lambda: [c for c in fake_slack.calls_to("assistant.threads.setStatus")  # noqa: E731
                              if c.args["thread_ts"] == second.ts]
             await eventually(calls)
-            later = 30.0  # the second message has waited 30 s behind the first when its run starts
+            clock.later = 30.0  # the second message has waited 30 s behind the first when its run starts
             held.release.set()
             await eventually(lambda: len(fake_slack.bot_messages()) == 2 and held.asked == 2)
             assert len(calls()) == 1, "the status shown on arrival still showed: not sent again"

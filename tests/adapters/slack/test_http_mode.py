@@ -20,7 +20,9 @@ from gateway.messages import ChatKind
 from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ReplyTarget
 from tests.fakes.slack import FakeSlack, signed_event_request, signed_interactive_request
 
-from .conftest import RecordingDispatcher, start_adapter
+from tests.support.dispatcher import FakeDispatcher
+
+from .conftest import start_adapter
 
 
 @dataclass
@@ -35,7 +37,7 @@ class Served:
 
 
 @pytest.fixture
-async def served(fake_slack: FakeSlack, dispatcher: RecordingDispatcher) -> AsyncIterator[Served]:
+async def served(fake_slack: FakeSlack, dispatcher: FakeDispatcher) -> AsyncIterator[Served]:
     adapter = await start_adapter(fake_slack, dispatcher, mode="http")
     app = web.Application()
     app.add_routes(adapter.http_routes())
@@ -70,7 +72,7 @@ async def test_url_verification(served: Served) -> None:
     assert status == 200 and "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" in text
 
 
-async def test_valid_event_is_submitted_and_a_retry_is_a_duplicate(served: Served, fake_slack: FakeSlack, dispatcher: RecordingDispatcher) -> None:
+async def test_valid_event_is_submitted_and_a_retry_is_a_duplicate(served: Served, fake_slack: FakeSlack, dispatcher: FakeDispatcher) -> None:
     _, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello over http")
     message_body = fake_slack.event_callback(events[0])
     status, _ = await served.post(*signed_event_request(message_body))
@@ -87,7 +89,7 @@ async def test_valid_event_is_submitted_and_a_retry_is_a_duplicate(served: Serve
     "tamper",
     ["wrong secret", "stale timestamp", "body changed after signing", "no signature"],
 )
-async def test_forged_or_stale_event_gets_401_and_nothing_runs(served: Served, fake_slack: FakeSlack, dispatcher: RecordingDispatcher, tamper: str) -> None:
+async def test_forged_or_stale_event_gets_401_and_nothing_runs(served: Served, fake_slack: FakeSlack, dispatcher: FakeDispatcher, tamper: str) -> None:
     _, events = fake_slack.user_posts("D0ADA", "U0ADA", "run this")
     payload = fake_slack.event_callback(events[0])
     calls_before = len(fake_slack.calls)
@@ -107,7 +109,7 @@ async def test_forged_or_stale_event_gets_401_and_nothing_runs(served: Served, f
     assert len(fake_slack.calls) == calls_before  # not even a users.info
 
 
-async def test_signed_click_decides_and_a_forged_one_does_not(served: Served, fake_slack: FakeSlack, dispatcher: RecordingDispatcher) -> None:
+async def test_signed_click_decides_and_a_forged_one_does_not(served: Served, fake_slack: FakeSlack, dispatcher: FakeDispatcher) -> None:
     where = ReplyTarget("slack", "acme", "T0TEAM", "C0GEN", "9.9", ChatKind.CHANNEL)
     card = ApprovalCard("card-1", "run-1", (ApprovalItem("appr-http", "send_mail", "mail", "{}"),), "only Ada can decide")
     card_ts = await served.adapter.post_card(where, card)
@@ -129,7 +131,7 @@ async def test_signed_click_decides_and_a_forged_one_does_not(served: Served, fa
     assert note[0].user == "U0BOB" and note[0].text == "Only Ada can decide this."
 
 
-async def test_a_failing_submit_is_not_acked(served: Served, fake_slack: FakeSlack, dispatcher: RecordingDispatcher) -> None:
+async def test_a_failing_submit_is_not_acked(served: Served, fake_slack: FakeSlack, dispatcher: FakeDispatcher) -> None:
     async def broken_submit(message: object) -> object:
         raise RuntimeError("database is down")
 
@@ -139,7 +141,7 @@ async def test_a_failing_submit_is_not_acked(served: Served, fake_slack: FakeSla
     assert status >= 500  # Slack will deliver it again; the ledger makes that safe
 
 
-async def test_malformed_signed_body_is_dropped(served: Served, dispatcher: RecordingDispatcher) -> None:
+async def test_malformed_signed_body_is_dropped(served: Served, dispatcher: FakeDispatcher) -> None:
     body = json.dumps({"type": "event_callback", "team_id": "T0TEAM", "event_id": "Ev9", "event": {"type": "message", "text": "x"}})
     from tests.fakes.slack import sign
 
@@ -152,7 +154,7 @@ async def test_malformed_signed_body_is_dropped(served: Served, dispatcher: Reco
     "payload=" + json.dumps({"type": "block_actions", "user": {"id": "U0ADA"}, "channel": 7}),
     "payload=not%20json",
 ])
-async def test_a_payload_bolt_cannot_read_is_a_400_not_a_500(served: Served, dispatcher: RecordingDispatcher,
+async def test_a_payload_bolt_cannot_read_is_a_400_not_a_500(served: Served, dispatcher: FakeDispatcher,
                                                              body: str, caplog: pytest.LogCaptureFixture) -> None:
     from tests.fakes.slack import sign
 
@@ -163,7 +165,7 @@ async def test_a_payload_bolt_cannot_read_is_a_400_not_a_500(served: Served, dis
 
 
 async def test_a_busy_database_is_not_acked_and_logs_one_line_not_a_traceback(
-        served: Served, fake_slack: FakeSlack, dispatcher: RecordingDispatcher, caplog: pytest.LogCaptureFixture) -> None:
+        served: Served, fake_slack: FakeSlack, dispatcher: FakeDispatcher, caplog: pytest.LogCaptureFixture) -> None:
     from gateway.store.availability import StoreUnavailable
 
     async def busy_submit(message: object) -> object:

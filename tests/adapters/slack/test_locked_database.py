@@ -12,6 +12,7 @@ import pytest
 from tests.conftest import wait_for, write_config
 from tests.conftest import running_gateway
 from tests.fakes.slack import FakeSlack
+from tests.support.settled import settled
 from tests.support.locking import LOCK_SECONDS, STALL_BOUND, StallMeter, another_process_holds_the_lock
 
 
@@ -58,7 +59,7 @@ async def test_slack_event_during_a_lock_is_answered_exactly_once(tmp_path: Path
                 lambda: (r := fake_slack.bot_messages("C0GEN")) and r[-1].text.endswith("hello during the lock") and r
             )
         assert meter.longest < STALL_BOUND, f"the event loop stalled for {meter.longest * 1000:.0f} ms"
-        await asyncio.sleep(0.3)  # room for a second answer to show up, if there were one
+        await settled(gw, fake_slack)  # nothing left that could post a second answer
         replies = fake_slack.bot_messages("C0GEN")
         assert len(replies) == 1 and replies[0].thread_ts == root.ts, "answered exactly once"
         if bound < LOCK_SECONDS:

@@ -10,7 +10,9 @@ from gateway.messages import ChatKind
 from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState, NotVisible, PlatformError, RateLimited, ReplyTarget
 from tests.fakes.slack import FakeSlack
 
-from .conftest import RecordingDispatcher, eventually
+from tests.support.dispatcher import FakeDispatcher
+
+from .conftest import eventually
 
 
 def target(channel: str = "C0GEN", thread: str | None = None, kind: ChatKind = ChatKind.CHANNEL) -> ReplyTarget:
@@ -97,7 +99,7 @@ async def test_tell_privately_is_ephemeral_in_the_thread(fake_slack: FakeSlack, 
 # --- approval cards -------------------------------------------------------------------------
 
 
-async def test_card_click_by_a_decider_reaches_decide_and_is_acked(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_card_click_by_a_decider_reaches_decide_and_is_acked(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     where = target(thread="9.9")
     card_ts = await adapter.post_card(where, approval_card(ItemState.PENDING, ItemState.PENDING))
     card_msg = fake_slack.message("C0GEN", card_ts)
@@ -115,7 +117,7 @@ async def test_card_click_by_a_decider_reaches_decide_and_is_acked(fake_slack: F
     assert "Approved* by Ada" not in str(updated.blocks) and "Approved by Ada" in str(updated.blocks)
 
 
-async def test_click_by_someone_else_gets_an_ephemeral_note(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_click_by_someone_else_gets_an_ephemeral_note(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     card_ts = await adapter.post_card(target(thread="9.9"), approval_card())
     envelope = await fake_slack.click("U0BOB", fake_slack.message("C0GEN", card_ts), "deny:appr-0")
     await fake_slack.wait_for(lambda: fake_slack.acked(envelope))
@@ -125,14 +127,14 @@ async def test_click_by_someone_else_gets_an_ephemeral_note(fake_slack: FakeSlac
     assert fake_slack.calls_to("chat.update") == []
 
 
-async def test_approve_all_carries_the_card_id(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_approve_all_carries_the_card_id(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     card_ts = await adapter.post_card(target(), approval_card())
     envelope = await fake_slack.click("U0ADA", fake_slack.message("C0GEN", card_ts), "approve_all:card-Q7")
     await fake_slack.wait_for(lambda: fake_slack.acked(envelope))
     assert [(c.approval_id, c.decision) for c in dispatcher.clicks] == [("card-Q7", Decision.APPROVE_ALL)]
 
 
-async def test_foreign_and_malformed_clicks_are_acked_and_decide_nothing(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_foreign_and_malformed_clicks_are_acked_and_decide_nothing(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     card_ts = await adapter.post_card(target(), approval_card())
     payload = fake_slack.block_actions("U0ADA", fake_slack.message("C0GEN", card_ts), "approve:appr-0")
     foreign = {**payload, "actions": [{**payload["actions"][0], "action_id": "someone_elses_button", "value": "approve:appr-0"}]}
@@ -212,7 +214,7 @@ async def test_directory_refusals_are_platform_errors(fake_slack: FakeSlack, ada
         await adapter.directory().channel_history(target(), limit=5)
 
 
-async def test_user_names_are_cached(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_user_names_are_cached(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     for n in range(3):
         await fake_slack.say("D0ADA", "U0ADA", f"hi {n}")
     await eventually(lambda: len(dispatcher.accepted) == 3)

@@ -1,6 +1,6 @@
 """The real slack-bolt app over Socket Mode against the fake Slack: events in, acks out.
 
-The core is a RecordingDispatcher here; these tests check the adapter's half: what it hands
+The core is a FakeDispatcher here; these tests check the adapter's half: what it hands
 to `submit`, when it acks, what it drops, and that it survives bad input and dropped sockets.
 """
 
@@ -13,7 +13,9 @@ from gateway.messages import ChatKind
 from gateway.outbound.adapter import ReplyTarget
 from tests.fakes.slack import FakeSlack
 
-from .conftest import RecordingDispatcher, eventually, start_adapter
+from tests.support.dispatcher import FakeDispatcher
+
+from .conftest import eventually, start_adapter
 
 
 def target(channel: str = "C0GEN", thread: str | None = None, kind: ChatKind = ChatKind.CHANNEL) -> ReplyTarget:
@@ -27,7 +29,7 @@ async def test_connects_with_hello_and_knows_itself(fake_slack: FakeSlack, adapt
     assert fake_slack.calls_to("auth.test")
 
 
-async def test_channel_mention_pair_runs_once_and_both_are_acked(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_channel_mention_pair_runs_once_and_both_are_acked(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     msg, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> what is our release date?")
     assert len(envelopes) == 2  # `message` and `app_mention`
     await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
@@ -41,13 +43,13 @@ async def test_channel_mention_pair_runs_once_and_both_are_acked(fake_slack: Fak
     assert accepted.message_id == msg.ts and accepted.thread is None and accepted.workspace == "T0TEAM"
 
 
-async def test_mention_first_order_also_runs_once(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_mention_first_order_also_runs_once(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi", mention_first=True)
     await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
     assert len(dispatcher.accepted) == 1
 
 
-async def test_ack_waits_for_submit(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_ack_waits_for_submit(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     dispatcher.gate = asyncio.Event()
     _, (envelope,) = await fake_slack.say("D0ADA", "U0ADA", "hello")
     await eventually(lambda: dispatcher.submitted)
@@ -60,7 +62,7 @@ async def test_ack_waits_for_submit(fake_slack: FakeSlack, adapter: SlackAdapter
     await fake_slack.wait_for(lambda: fake_slack.acked(envelope))
 
 
-async def test_dm_and_group_dm(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_dm_and_group_dm(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     await fake_slack.say("D0ADA", "U0ADA", "hi there")
     await fake_slack.say("G0TRIO", "U0BOB", "morning all")
     await eventually(lambda: len(dispatcher.accepted) == 2)
@@ -69,7 +71,7 @@ async def test_dm_and_group_dm(fake_slack: FakeSlack, adapter: SlackAdapter, dis
     assert group.chat_kind is ChatKind.GROUP and group.sender.display_name == "Bob"
 
 
-async def test_thread_reply_without_mention(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_thread_reply_without_mention(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> start")
     answer_ts = await adapter.post_message(target(thread=root.ts), "Sure.")
     await fake_slack.say("C0GEN", "U0ADA", "and then?", thread_ts=root.ts)
@@ -79,7 +81,7 @@ async def test_thread_reply_without_mention(fake_slack: FakeSlack, adapter: Slac
     assert answer_ts != root.ts
 
 
-async def test_mention_in_private_channel_asks_slack_for_the_kind(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_mention_in_private_channel_asks_slack_for_the_kind(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     # app_mention has no channel_type; a G… id may be a group DM, which only conversations.info tells.
     msg, events = fake_slack.user_posts("G0TRIO", "U0ADA", "<@U0BOT> ping")
     await fake_slack.send_event(events[1])  # only the app_mention
@@ -88,7 +90,7 @@ async def test_mention_in_private_channel_asks_slack_for_the_kind(fake_slack: Fa
     assert [c.args["channel"] for c in fake_slack.calls_to("conversations.info")] == ["G0TRIO"]
 
 
-async def test_files_are_named_to_the_core(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_files_are_named_to_the_core(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     files = [{"id": "F1", "name": "q3.csv", "title": "q3.csv", "mimetype": "text/csv", "filetype": "csv", "size": 2048, "url_private": "https://files.slack.test/q3.csv"}]
     await fake_slack.say("D0ADA", "U0ADA", "summarize this", files=files)
     await eventually(lambda: dispatcher.accepted)
@@ -96,14 +98,14 @@ async def test_files_are_named_to_the_core(fake_slack: FakeSlack, adapter: Slack
     assert (attachment.name, attachment.mime_type, attachment.size) == ("q3.csv", "text/csv", 2048)
 
 
-async def test_own_posts_echoed_back_are_acked_and_ignored(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_own_posts_echoed_back_are_acked_and_ignored(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     await adapter.post_message(target(), "I said something")
     echo = await fake_slack.wait_for(lambda: [e for e in fake_slack.sent_envelopes if e["payload"]["event"].get("bot_id") == "B0BOT"])
     await fake_slack.wait_for(lambda: fake_slack.acked(echo[0]["envelope_id"]))
     assert dispatcher.submitted == []
 
 
-async def test_system_events_and_other_types_are_acked_not_submitted(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_system_events_and_other_types_are_acked_not_submitted(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     envelopes = [
         await fake_slack.send_event({"type": "message", "subtype": "channel_join", "user": "U0BOB", "text": "<@U0BOB> has joined the channel", "channel": "C0GEN", "ts": "1.1", "channel_type": "channel"}),
         await fake_slack.send_event({"type": "message", "subtype": "message_deleted", "hidden": True, "channel": "C0GEN", "ts": "1.2", "deleted_ts": "1.1", "channel_type": "channel"}),
@@ -115,7 +117,7 @@ async def test_system_events_and_other_types_are_acked_not_submitted(fake_slack:
     assert dispatcher.submitted == []
 
 
-async def test_malformed_input_is_dropped_and_the_adapter_keeps_working(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_malformed_input_is_dropped_and_the_adapter_keeps_working(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     await fake_slack.send_raw("this is not json")
     broken = [
         await fake_slack.send_event({"type": "message", "user": "U0ADA", "text": "no channel, no ts"}),
@@ -129,7 +131,7 @@ async def test_malformed_input_is_dropped_and_the_adapter_keeps_working(fake_sla
     assert adapter.health().connected
 
 
-async def test_redelivery_with_retry_attempt_runs_nothing_new(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_redelivery_with_retry_attempt_runs_nothing_new(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     _, events = fake_slack.user_posts("D0ADA", "U0ADA", "hello once")
     body = fake_slack.event_callback(events[0])
     first = await fake_slack.send_event(events[0], body=body)
@@ -138,7 +140,7 @@ async def test_redelivery_with_retry_attempt_runs_nothing_new(fake_slack: FakeSl
     assert len(dispatcher.submitted) == 2 and len(dispatcher.accepted) == 1
 
 
-async def test_reconnects_after_a_dropped_socket(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_reconnects_after_a_dropped_socket(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     await fake_slack.drop_connections()
     await fake_slack.wait_for(lambda: fake_slack.connections_opened >= 2)
     await eventually(lambda: adapter.health().connected)
@@ -148,7 +150,7 @@ async def test_reconnects_after_a_dropped_socket(fake_slack: FakeSlack, adapter:
     assert len(fake_slack.calls_to("apps.connections.open")) >= 2  # a fresh URL each time
 
 
-async def test_follows_a_disconnect_frame(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: RecordingDispatcher) -> None:
+async def test_follows_a_disconnect_frame(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     await fake_slack.request_reconnect()
     await fake_slack.wait_for(lambda: fake_slack.connections_opened >= 2)
     _, (envelope,) = await fake_slack.say("D0ADA", "U0ADA", "after refresh")
@@ -156,7 +158,7 @@ async def test_follows_a_disconnect_frame(fake_slack: FakeSlack, adapter: SlackA
     assert [m.text for m in dispatcher.accepted] == ["after refresh"]
 
 
-async def test_a_failing_connection_open_is_retried(fake_slack: FakeSlack, dispatcher: RecordingDispatcher) -> None:
+async def test_a_failing_connection_open_is_retried(fake_slack: FakeSlack, dispatcher: FakeDispatcher) -> None:
     fake_slack.fail_next("apps.connections.open", status=500, error="internal_error", retry_after=None, times=2)
     adapter = await start_adapter(fake_slack, dispatcher)
     try:
@@ -166,7 +168,7 @@ async def test_a_failing_connection_open_is_retried(fake_slack: FakeSlack, dispa
         await adapter.stop()
 
 
-async def test_missing_secret_shows_in_health_without_the_value(fake_slack: FakeSlack, dispatcher: RecordingDispatcher, monkeypatch) -> None:
+async def test_missing_secret_shows_in_health_without_the_value(fake_slack: FakeSlack, dispatcher: FakeDispatcher, monkeypatch) -> None:
     from gateway.adapter_registry import AdapterContext
     from bindings.models import GatewayConfig
 
@@ -182,7 +184,7 @@ async def test_missing_secret_shows_in_health_without_the_value(fake_slack: Fake
     assert fake_slack.calls == []
 
 
-async def test_a_wrong_token_shows_in_health(fake_slack: FakeSlack, dispatcher: RecordingDispatcher, monkeypatch) -> None:
+async def test_a_wrong_token_shows_in_health(fake_slack: FakeSlack, dispatcher: FakeDispatcher, monkeypatch) -> None:
     from gateway.adapter_registry import AdapterContext
     from bindings.models import GatewayConfig
 
@@ -198,7 +200,7 @@ async def test_a_wrong_token_shows_in_health(fake_slack: FakeSlack, dispatcher: 
         await adapter.stop()
 
 
-async def test_no_secret_reaches_a_log_line(fake_slack: FakeSlack, dispatcher: RecordingDispatcher, caplog) -> None:
+async def test_no_secret_reaches_a_log_line(fake_slack: FakeSlack, dispatcher: FakeDispatcher, caplog) -> None:
     import logging
 
     from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET

@@ -19,7 +19,7 @@ from aiohttp import web
 from gateway.adapter_registry import AdapterContext
 from adapters.telegram.adapter import TelegramAdapter
 from bindings.models import BindingSpec, GatewayConfig
-from gateway.messages import ChatKind, InboundMessage
+from gateway.messages import ChatKind
 from gateway.outbound.adapter import (
     ApprovalCard,
     ApprovalItem,
@@ -30,10 +30,9 @@ from gateway.outbound.adapter import (
     PlatformError,
     RateLimited,
     ReplyTarget,
-    Sender,
-    SubmitResult,
 )
 from tests.fakes.telegram import FakeTelegram
+from tests.support.dispatcher import FakeDispatcher
 
 # python-telegram-bot's own RetryAfter reads its deprecated int property while building itself.
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
@@ -41,40 +40,6 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warning
 ADA = FakeTelegram.user(42, "Ada", "ada", last_name="Lovelace")
 BOB = FakeTelegram.user(43, "Bob", "bob")
 GROUP_ID, FORUM_ID = -100200, -100300
-
-
-class RecordingDispatcher:
-    """Records what the adapter hands over; `hold` makes submit of a given text wait forever."""
-
-    def __init__(self) -> None:
-        self.taken: list[InboundMessage] = []
-        self.state: dict[tuple[str, str], str] = {}
-        self.decisions: list[tuple[str, Decision, Sender]] = []
-        self.outcome = DecisionOutcome(True, "Approved.")
-        self.hold: set[str] = set()
-        self.held = asyncio.Event()
-
-    async def submit(self, message: InboundMessage) -> SubmitResult:
-        if message.text in self.hold:
-            self.held.set()
-            await asyncio.Event().wait()
-        self.taken.append(message)
-        return SubmitResult(True)
-
-    async def decide(self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str,
-                     surface: str) -> DecisionOutcome:
-        assert (binding_id, surface) == ("tg", "telegram")
-        self.decisions.append((approval_id, decision, decider))
-        return self.outcome
-
-    async def get_state(self, binding_id: str, key: str) -> str | None:
-        return self.state.get((binding_id, key))
-
-    async def set_state(self, binding_id: str, key: str, value: str) -> None:
-        self.state[(binding_id, key)] = value
-
-    def texts(self) -> list[str]:
-        return [m.text for m in self.taken]
 
 
 def make_adapter(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch, *, mode: str = "polling",
@@ -102,8 +67,8 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 
 @pytest.fixture
 async def polling(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
-        tuple[TelegramAdapter, RecordingDispatcher]]:
-    adapter, dispatcher = make_adapter(fake, monkeypatch), RecordingDispatcher()
+        tuple[TelegramAdapter, FakeDispatcher]]:
+    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
     await adapter.start(dispatcher)
     await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
     yield adapter, dispatcher
@@ -126,8 +91,8 @@ def card(*states: ItemState) -> ApprovalCard:
 async def test_private_message_is_taken_and_confirmed_after_submit(fake: FakeTelegram, polling: Any) -> None:
     adapter, dispatcher = polling
     update_id, _ = fake.push_message(ADA["id"], ADA, "hello there")
-    await fake.wait_for(lambda: dispatcher.taken, what="the message to be submitted")
-    msg = dispatcher.taken[0]
+    await fake.wait_for(lambda: dispatcher.submitted, what="the message to be submitted")
+    msg = dispatcher.submitted[0]
     assert (msg.chat_kind, msg.channel, msg.text, msg.event_id) == (ChatKind.DM, "42", "hello there", str(update_id))
     assert (msg.sender.account_id, msg.sender.display_name) == ("42", "Ada Lovelace")
     assert fake.calls_to("deleteWebhook"), "polling starts by removing any webhook"
@@ -140,17 +105,17 @@ async def test_group_mention_and_reply_to_bot(fake: FakeTelegram, polling: Any) 
     adapter, dispatcher = polling
     text = "👋 @gateway_bot summarize please"
     fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
-    await fake.wait_for(lambda: dispatcher.taken)
-    assert (dispatcher.taken[0].chat_kind, dispatcher.taken[0].mentioned) == (ChatKind.GROUP, True)
-    assert dispatcher.taken[0].text == "👋 summarize please"
+    await fake.wait_for(lambda: dispatcher.submitted)
+    assert (dispatcher.submitted[0].chat_kind, dispatcher.submitted[0].mentioned) == (ChatKind.GROUP, True)
+    assert dispatcher.submitted[0].text == "👋 summarize please"
 
     posted = await adapter.post_message(target(GROUP_ID, ChatKind.GROUP), adapter.render("**Summary:** all good"))
     answer = fake.messages[(GROUP_ID, int(posted))]
     assert answer.text == "Summary: all good" and answer.parse_mode == "HTML"
     fake.push_message(GROUP_ID, BOB, "why?", reply_to=answer)
     fake.push_message(GROUP_ID, BOB, "chatter not for the bot")
-    await fake.wait_for(lambda: len(dispatcher.taken) == 3)
-    assert [(m.text, m.mentioned, m.reply_to_bot) for m in dispatcher.taken[1:]] == [
+    await fake.wait_for(lambda: len(dispatcher.submitted) == 3)
+    assert [(m.text, m.mentioned, m.reply_to_bot) for m in dispatcher.submitted[1:]] == [
         ("why?", False, True), ("chatter not for the bot", False, False)]
 
 
@@ -159,8 +124,8 @@ async def test_forum_topic_replies_cards_and_typing_stay_in_the_topic(fake: Fake
     topic = fake.add_topic(FORUM_ID, "Deploys", ADA)
     text = "@gateway_bot status?"
     fake.push_message(FORUM_ID, ADA, text, entities=fake.mention(text), thread_id=topic)
-    await fake.wait_for(lambda: dispatcher.taken)
-    msg = dispatcher.taken[0]
+    await fake.wait_for(lambda: dispatcher.submitted)
+    msg = dispatcher.submitted[0]
     assert (msg.topic, msg.reply_to_bot) == (str(topic), False)
 
     where = target(FORUM_ID, ChatKind.GROUP, thread=msg.topic)
@@ -178,15 +143,15 @@ async def test_forum_topic_replies_cards_and_typing_stay_in_the_topic(fake: Fake
 async def test_edits_are_flagged_and_malformed_updates_dropped(fake: FakeTelegram, polling: Any) -> None:
     adapter, dispatcher = polling
     _, original = fake.push_message(ADA["id"], ADA, "frist")
-    await fake.wait_for(lambda: dispatcher.taken)
+    await fake.wait_for(lambda: dispatcher.submitted)
     fake.push_raw({"message": {"message_id": "not a number", "chat": "?"}})
     fake.push_raw({"message": {"message_id": 9, "date": 0}})
     fake.push_raw({"message": {"message_id": 10, "chat": {"id": [1]}, "is_topic_message": True,
                                "message_thread_id": {}}})  # unhashable where ids belong
     fake.push_raw({"no_update_id": True}, numbered=False)
     fake.push_edit(original, "first")
-    await fake.wait_for(lambda: len(dispatcher.taken) == 2, what="the edit after three malformed updates")
-    assert [(m.text, m.is_edit) for m in dispatcher.taken] == [("frist", False), ("first", True)]
+    await fake.wait_for(lambda: len(dispatcher.submitted) == 2, what="the edit after three malformed updates")
+    assert [(m.text, m.is_edit) for m in dispatcher.submitted] == [("frist", False), ("first", True)]
     assert adapter.health().connected
 
 
@@ -194,7 +159,7 @@ async def test_a_chat_waiting_on_the_core_does_not_hold_up_another_chat(
         fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> None:
     """One poll's batch is handed over per chat: each chat's updates in order, other chats meanwhile.
     The offset stays before the first update not yet taken, so a stop then loses nothing."""
-    dispatcher = RecordingDispatcher()
+    dispatcher = FakeDispatcher()
     dispatcher.hold = {"B"}
     fake.push_message(ADA["id"], ADA, "A")
     fake.push_message(ADA["id"], ADA, "B")
@@ -220,7 +185,7 @@ async def test_a_chat_waiting_on_the_core_does_not_hold_up_another_chat(
 
 async def test_restart_keeps_the_offset_nothing_replayed_nothing_dropped(
         fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> None:
-    dispatcher = RecordingDispatcher()
+    dispatcher = FakeDispatcher()
     dispatcher.hold = {"B"}
     first = make_adapter(fake, monkeypatch)
     await first.start(dispatcher)
@@ -235,10 +200,10 @@ async def test_restart_keeps_the_offset_nothing_replayed_nothing_dropped(
     second = make_adapter(fake, monkeypatch)
     await second.start(dispatcher)
     try:
-        await fake.wait_for(lambda: len(dispatcher.taken) >= 3, what="B and C after the restart")
+        await fake.wait_for(lambda: len(dispatcher.submitted) >= 3, what="B and C after the restart")
         assert dispatcher.texts() == ["A", "B", "C"]
         first_poll_after_restart = [c for c in fake.calls_to("getUpdates")][-1]
-        assert first_poll_after_restart.params["offset"] > int(dispatcher.taken[0].event_id)
+        assert first_poll_after_restart.params["offset"] > int(dispatcher.submitted[0].event_id)
     finally:
         await second.stop()
 
@@ -247,10 +212,10 @@ async def test_get_updates_429_is_waited_out_without_a_busy_loop(fake: FakeTeleg
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     fake.fail_next("getUpdates", retry_after=1)
     fake.push_message(ADA["id"], ADA, "after the flood wait")
-    adapter, dispatcher = make_adapter(fake, monkeypatch), RecordingDispatcher()
+    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
     await adapter.start(dispatcher)
     try:
-        await fake.wait_for(lambda: dispatcher.taken)
+        await fake.wait_for(lambda: dispatcher.submitted)
         refused, *later = fake.calls_to("getUpdates")
         assert later, "polling resumed"
         assert all(poll.at - refused.at >= 1.0 for poll in later), "no poll inside the retry_after window"
@@ -326,7 +291,8 @@ async def test_callback_approvals_including_a_click_by_someone_else(fake: FakeTe
     by_ada = fake.push_callback(ADA, shown, deny["callback_data"])
     await fake.wait_for(lambda: by_ada in fake.answers)
     assert fake.answers[by_ada].get("show_alert") is False
-    assert [(d[0], d[1], d[2].account_id) for d in dispatcher.decisions] == [
+    assert {(d.binding_id, d.surface) for d in dispatcher.clicks} == {("tg", "telegram")}
+    assert [(d.approval_id, d.decision, d.decider.account_id) for d in dispatcher.clicks] == [
         (pending.items[0].approval_id, Decision.APPROVE, "43"), (pending.items[0].approval_id, Decision.DENY, "42")]
 
     decided = ApprovalCard(pending.card_id, "run1", (ApprovalItem(
@@ -337,7 +303,7 @@ async def test_callback_approvals_including_a_click_by_someone_else(fake: FakeTe
 
     stale = fake.push_callback(ADA, shown, "something-else")
     await fake.wait_for(lambda: stale in fake.answers)
-    assert fake.answers[stale]["show_alert"] is True and len(dispatcher.decisions) == 2
+    assert fake.answers[stale]["show_alert"] is True and len(dispatcher.clicks) == 2
 
 
 # --- webhook -----------------------------------------------------------------------------
@@ -345,7 +311,7 @@ async def test_callback_approvals_including_a_click_by_someone_else(fake: FakeTe
 
 @pytest.fixture
 async def webhook(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
-        tuple[TelegramAdapter, RecordingDispatcher, str]]:
+        tuple[TelegramAdapter, FakeDispatcher, str]]:
     """The adapter in webhook mode, its routes served the way the daemon serves them."""
     app = web.Application()
     runner = web.AppRunner(app)
@@ -359,7 +325,7 @@ async def webhook(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncI
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    adapter, dispatcher = make_adapter(fake, monkeypatch, mode="webhook", public_url=base), RecordingDispatcher()
+    adapter, dispatcher = make_adapter(fake, monkeypatch, mode="webhook", public_url=base), FakeDispatcher()
     assert [r.path for r in adapter.http_routes()] == ["/telegram/webhook/tg"]  # type: ignore[attr-defined]
     holder["adapter"] = adapter
     await adapter.start(dispatcher)
@@ -374,7 +340,7 @@ async def test_webhook_delivers_with_the_secret_and_refuses_without(fake: FakeTe
     assert fake.webhook == {"url": url, "secret_token": "hook-secret_123",
                             "allowed_updates": ["message", "edited_message", "callback_query"]}
     update_id, _ = fake.push_message(ADA["id"], ADA, "via webhook")
-    await fake.wait_for(lambda: dispatcher.taken)
+    await fake.wait_for(lambda: dispatcher.submitted)
     assert dispatcher.texts() == ["via webhook"] and (update_id, 200) in fake.webhook_deliveries
 
     forged = {"update_id": 1, "message": {"message_id": 1, "date": 0, "chat": {"id": 42, "type": "private"},
@@ -424,11 +390,11 @@ async def test_secrets_never_reach_a_log_line(fake: FakeTelegram, monkeypatch: p
     caplog.set_level(logging.DEBUG)
     for name in ("aiohttp", "telegram", "adapters"):
         monkeypatch.setattr(logging.getLogger(name), "level", logging.DEBUG)
-    dispatcher = RecordingDispatcher()
+    dispatcher = FakeDispatcher()
     polling_adapter = make_adapter(fake, monkeypatch)
     await polling_adapter.start(dispatcher)
     fake.push_message(ADA["id"], ADA, "hi")
-    await fake.wait_for(lambda: dispatcher.taken)
+    await fake.wait_for(lambda: dispatcher.submitted)
     await polling_adapter.post_message(target(ADA["id"], ChatKind.DM), "reply")
     await polling_adapter.stop()
     hooked = make_adapter(fake, monkeypatch, mode="webhook", public_url="http://127.0.0.1:9")
@@ -445,7 +411,7 @@ async def test_a_rejected_token_shows_in_health_without_the_token(
     caplog.set_level(logging.DEBUG)
     adapter = make_adapter(fake, monkeypatch)
     monkeypatch.setenv("TG_TEST_TOKEN", "999:not-the-fake-token")  # the fake answers 401 Unauthorized
-    await adapter.start(RecordingDispatcher())
+    await adapter.start(FakeDispatcher())
     try:
         await fake.wait_for(lambda: "rejected" in adapter.health().detail, what="the rejection in health")
         assert not adapter.health().connected

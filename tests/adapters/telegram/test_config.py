@@ -12,7 +12,7 @@ from gateway.adapter_registry import AdapterContext
 from adapters.telegram.adapter import TelegramAdapter
 from bindings.models import BindingSpec, GatewayConfig
 
-from .test_adapter import RecordingDispatcher
+from tests.support.dispatcher import FakeDispatcher
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "config" / "examples" / "telegram.yaml"
 BASE = {"platform": "telegram", "agent": "a"}
@@ -51,7 +51,7 @@ async def test_a_secret_telegram_would_refuse_is_reported_in_health(monkeypatch:
     spec = BindingSpec.model_validate({**BASE, "id": "tg", "telegram": {
         "token": "env:T", "mode": "webhook", "webhook_secret": "env:S"}})
     adapter = TelegramAdapter(spec, AdapterContext(GatewayConfig()))
-    await adapter.start(RecordingDispatcher())
+    await adapter.start(FakeDispatcher())
     health = adapter.health()
     assert not health.connected and "webhook_secret" in health.detail
     await adapter.stop()
@@ -61,6 +61,6 @@ async def test_a_missing_token_is_reported_in_health_without_its_value(monkeypat
     monkeypatch.delenv("NOT_SET_TOKEN", raising=False)
     spec = BindingSpec.model_validate({**BASE, "id": "tg", "telegram": {"token": "env:NOT_SET_TOKEN"}})
     adapter = TelegramAdapter(spec, AdapterContext(GatewayConfig()))
-    await adapter.start(RecordingDispatcher())
+    await adapter.start(FakeDispatcher())
     assert not adapter.health().connected and "NOT_SET_TOKEN" in adapter.health().detail
     await adapter.stop()

@@ -23,7 +23,8 @@ from gateway.outbound.native_stream import NativeReplyStream
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
-from tests.adapters.telegram.test_adapter import ADA, RecordingDispatcher, make_adapter, target
+from tests.adapters.telegram.test_adapter import ADA, make_adapter, target
+from tests.support.dispatcher import FakeDispatcher
 from tests.fakes.telegram import FakeTelegram
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
@@ -44,7 +45,7 @@ async def adapter(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncI
     adapter = make_adapter(fake, monkeypatch)
     adapter.budget = TelegramBudget(scaled(RULES, SCALE))
     adapter.drafts = True
-    await adapter.start(RecordingDispatcher())
+    await adapter.start(FakeDispatcher())
     await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
     yield adapter
     await adapter.stop()

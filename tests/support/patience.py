@@ -1,0 +1,8 @@
+"""How long a test's wait may take before the test fails.
+
+Every wait in the suite ends when what it waits for happens; this bound only decides when to give
+up. It is generous because the suite runs on parallel workers on a small, shared machine, where a
+step that takes 50 ms alone can take seconds; a hang is caught sooner or later by pytest-timeout.
+"""
+
+PATIENCE = 30.0
