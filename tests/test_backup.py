@@ -115,6 +115,7 @@ async def test_postgresql_backup_names_the_pg_dump_to_run(tmp_path: Path) -> Non
 
 async def test_migrate_check_refuses_an_old_schema_until_db_upgrade(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c", gateway={"database": {"migrate": "check"}})
+    (config / "gateway.db").unlink()  # a new deployment: write_config copies in a migrated database
     code, out, err = await cli("run", "--config", str(config))
     assert code == 1
     assert "this version needs" in err and "run `agent-gateway db upgrade` first" in err

@@ -115,6 +115,7 @@ async def test_an_unusable_model_key_is_found_offline(tmp_path: Path) -> None:
     try:
         async with FakeSlack() as slack:
             config = deployment(tmp_path / "c", slack, model, api_key="env:DOCTOR_NO_KEY")
+            (config / "gateway.db").unlink(missing_ok=True)  # a new deployment: no database file yet
             code, lines, _ = await doctor(config)
     finally:
         await model.stop()

@@ -200,9 +200,9 @@ class Commands:
         """`/schedules`: what will post here on its own (anyone here sees those posts), told privately."""
         tasks = await ScheduleStore(self._store).listed(conversation_id=asked.existing.id) if asked.existing else []
         if not tasks:
-            self._tell(asked.message, "No tasks are scheduled in this conversation.")
+            await self._tell(asked, "No tasks are scheduled in this conversation.")
             return
-        self._tell(asked.message, "Scheduled here:\n" + "\n".join(f"- {task_line(t)}" for t in tasks))
+        await self._tell(asked, "Scheduled here:\n" + "\n".join(f"- {task_line(t)}" for t in tasks))
 
     async def _stop(self, asked: Asked) -> None:
         """`/stop`: the run in flight here, if the sender may stop it; only a refusal is answered (privately)."""

@@ -238,6 +238,6 @@ async def test_both_are_in_the_api_with_their_schemas_and_no_setting_permits_loc
     assert [t["id"] for t in fetch["tools"]] == ["web_fetch"] and fetch["scopes"] == ["web:fetch"]
     props = fetch["config_schema"]["properties"]
     assert {"default": 50000, "minimum": 1000, "maximum": 200000}.items() <= props["max_content_chars"].items()
-    assert set(props) == {"method", "allowed_domains", "blocked_domains", "max_content_chars"}, \
+    assert set(props) == {"method", "allowed_domains", "blocked_domains", "max_content_chars", "deadline_seconds"}, \
         "nothing an agent file can set reaches safe_download's allow_local"
     assert fetch["config_schema"]["additionalProperties"] is False
