@@ -2,8 +2,15 @@
 
 Buttons are `props.attachments[].actions[]` whose `integration.url` is the gateway's own
 callback. The server posts the action's `context` back verbatim on a click, and our callback
-URL is public, so the context is signed: an HMAC over binding, channel, approval id and
-decision. A request whose signature does not match gets 401 and runs nothing.
+URL is public, so the context is signed: an HMAC over binding, channel, approval id, decision
+and a random nonce. A request whose signature does not match gets 401 and runs nothing.
+
+The signature cannot cover the clicker (one post shows the same buttons to everyone), and the
+body's `user_id` is whatever its sender wrote; so the adapter asks the server who may have
+clicked (`adapters/mattermost/adapter.py`, `_on_action`) and binds each nonce to the first user
+who presents it: a context replayed under another user's id decides nothing. Every render of a
+card (`card_props`, `reissue`) gives its buttons fresh nonces, so someone else's refused click
+leaves the others a button they can still press.
 
 Without a public URL the server cannot reach us, so the card asks for a reaction instead
 (👍 approves, 👎 denies every pending call on the card).
@@ -11,9 +18,11 @@ Without a public URL the server cannot reach us, so the card asks for a reaction
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import re
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,9 +46,13 @@ def action_key(bot_token: str, binding_id: str) -> bytes:
     return hmac.new(bot_token.encode(), b"agent-gateway/mattermost/actions/" + binding_id.encode(), hashlib.sha256).digest()
 
 
-def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision) -> str:
-    msg = f"v1|{binding_id}|{channel_id}|{approval_id}|{decision.value}".encode("utf-8", "surrogatepass")
+def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision, nonce: str) -> str:
+    msg = f"v2|{binding_id}|{channel_id}|{approval_id}|{decision.value}|{nonce}".encode("utf-8", "surrogatepass")
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def new_nonce() -> str:
+    return secrets.token_urlsafe(12)
 
 
 def same_signature(expected: str, given: str) -> bool:
@@ -48,19 +61,42 @@ def same_signature(expected: str, given: str) -> bool:
     return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass"))
 
 
-def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision] | None:
-    """(approval id, decision) when the context was signed by us for this channel, else None."""
+def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision, str] | None:
+    """(approval id, decision, nonce) when the context was signed by us for this channel, else None."""
     if not isinstance(context, Mapping):
         return None
-    approval_id, decision, sig = context.get("approval_id"), context.get("decision"), context.get("sig")
-    if not (isinstance(approval_id, str) and isinstance(decision, str) and isinstance(sig, str)):
+    approval_id, decision, sig, nonce = (context.get(k) for k in ("approval_id", "decision", "sig", "nonce"))
+    if not (isinstance(approval_id, str) and isinstance(decision, str) and isinstance(sig, str)
+            and isinstance(nonce, str)):
         return None
     try:
         choice = Decision(decision)
     except ValueError:
         return None
-    expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice)
-    return (approval_id, choice) if same_signature(expected, sig) else None
+    expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice,
+                    nonce=nonce)
+    return (approval_id, choice, nonce) if same_signature(expected, sig) else None
+
+
+def _approval_contexts(props: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [action["integration"]["context"] for a in props.get("attachments") or []
+            for action in a.get("actions") or [] if "approval_id" in action.get("integration", {}).get("context", {})]
+
+
+def nonces(props: Mapping[str, Any]) -> list[str]:
+    """The nonces of a card's buttons, as rendered."""
+    return [c["nonce"] for c in _approval_contexts(props)]
+
+
+def reissue(props: Mapping[str, Any], *, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
+    """The same buttons with fresh nonces (and so fresh signatures): what a card is re-rendered with
+    after a click used one of them."""
+    fresh = copy.deepcopy(dict(props))
+    for context in _approval_contexts(fresh):
+        context["nonce"] = new_nonce()
+        context["sig"] = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=context["approval_id"],
+                              decision=Decision(context["decision"]), nonce=context["nonce"])
+    return fresh
 
 
 def _who(item: ApprovalItem) -> str:
@@ -97,6 +133,7 @@ def card_props(card: ApprovalCard, *, url: str, key: bytes, binding_id: str, cha
 
     def button(action_id: str, name: str, style: str, approval_id: str, decision: Decision) -> dict[str, Any]:
         # Action ids are letters and digits only: anything else is refused before we are called.
+        nonce = new_nonce()
         return {
             "id": action_id,
             "type": "button",
@@ -107,7 +144,9 @@ def card_props(card: ApprovalCard, *, url: str, key: bytes, binding_id: str, cha
                 "context": {
                     "approval_id": approval_id,
                     "decision": decision.value,
-                    "sig": sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=decision),
+                    "nonce": nonce,
+                    "sig": sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id,
+                                decision=decision, nonce=nonce),
                 },
             },
         }

@@ -190,6 +190,7 @@ class FakeMattermost:
         r.add_get("/api/v4/channels/{channel_id}", self._get_channel)
         r.add_get("/api/v4/channels/{channel_id}/stats", self._channel_stats)
         r.add_get("/api/v4/channels/{channel_id}/members", self._channel_members)
+        r.add_get("/api/v4/channels/{channel_id}/members/{user_id}", self._channel_member)
         r.add_get("/api/v4/channels/{channel_id}/posts", self._channel_posts)
         r.add_post("/api/v4/posts", self._create_post)
         r.add_post("/api/v4/posts/ephemeral", self._ephemeral_post)
@@ -759,6 +760,19 @@ class FakeMattermost:
                 for u in ids
             ]
         )
+
+    async def _channel_member(self, request: web.Request) -> web.Response:
+        """One membership, as the server answers it: the member, or 404 for someone not in the channel."""
+        channel, err = await self._channel_or_error(request)
+        if err:
+            return err
+        assert channel is not None
+        user_id = request.match_info["user_id"]
+        if user_id not in self.members[channel["id"]]:
+            return _app_error(404, "app.channel.get_member.missing.app_error", "No channel member found for that user ID and channel ID.")
+        return web.json_response({"channel_id": channel["id"], "user_id": user_id, "roles": "channel_user",
+                                  "last_viewed_at": 0, "msg_count": 0, "mention_count": 0, "notify_props": {},
+                                  "last_update_at": 0})
 
     async def _search_channels(self, request: web.Request) -> web.Response:
         uid, body, err = await self._authed(request)
