@@ -314,6 +314,14 @@ class Approvals:
             return None
         return next(i for i in (await self.card(found[1].id)).items if i.approval_id == approval_id)
 
+    async def item_on(self, binding_id: str, approval_id: str) -> ApprovalItem | None:
+        """The item, with its full arguments, when it is on a card of `binding_id` (a "Show all" button
+        there: whoever sees the card in that chat may read what it stands for)."""
+        found = await self.db.target_of(approval_id)
+        if found is None or found[0] is None or found[1].binding_id != binding_id:
+            return None
+        return next(i for i in (await self.card(found[1].id)).items if i.approval_id == approval_id)
+
     async def _decider_for(self, principal: Principal, found: tuple[Any, Any, Run | None],
                            conv: repo.ConversationRef) -> Sender | None:
         """The principal's account on the card's platform and workspace that may decide it, or None."""
