@@ -620,8 +620,6 @@ class MattermostAdapter(BaseAdapter):
         await self._remember_buttons(card_ref, props)
 
     def _card_props(self, target: ReplyTarget, card: ApprovalCard) -> dict[str, Any]:
-        if self._action_url is None or self._key is None:
-            return {}
         return cards.card_props(card, url=self._action_url, key=self._key, binding_id=self.binding_id,
                                 channel_id=target.channel)
 

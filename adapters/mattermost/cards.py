@@ -14,6 +14,10 @@ leaves the others a button they can still press.
 
 Without a public URL the server cannot reach us, so the card asks for a reaction instead
 (👍 approves, 👎 denies every pending call on the card).
+
+A post's message is at most 16,383 characters, its props far more: a call whose arguments do not fit
+the message shows their head, says how much more there is, and the whole text is in an attachment of
+the post ("All arguments of …"), buttons or not.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemS
 
 APPROVE_EMOJI = frozenset({"+1", "thumbsup"})
 DENY_EMOJI = frozenset({"-1", "thumbsdown"})
+
+MAX_MESSAGE = 16_383  # a post's message, in characters
+MAX_ARGUMENTS_ATTACHMENT = 700_000  # of the 800,000 a post's props may hold, what one call's full text may take
 
 _STATE_LINE = {
     ItemState.PENDING: "⏳ waiting for a decision",
@@ -104,6 +111,22 @@ def _who(item: ApprovalItem) -> str:
     return f"{item.delegate} wants to run " if item.delegate else ""
 
 
+def _per_item(card: ApprovalCard) -> int:
+    """The characters of arguments each call may show in the message, so the post stays under the limit."""
+    fixed = 600 + len(card.deciders) + len(card.note) + sum(len(i.tool_name) + len(i.capability) + 200 for i in card.items)
+    return max(200, (MAX_MESSAGE - fixed) // max(1, len(card.items)))
+
+
+def _cut(item: ApprovalItem, card: ApprovalCard) -> int:
+    """How many characters of the call's arguments the message cannot show (0: all of them fit)."""
+    return max(0, len(item.arguments) - _per_item(card))
+
+
+def _fenced(text: str) -> str:
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return f"{fence}json\n{text}\n{fence}"
+
+
 def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
     """The card's text, Markdown as Mattermost renders it. The whole state lives here, so the
     post still says what happened once the buttons are gone."""
@@ -112,8 +135,11 @@ def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
         lines.append("")
         lines.append(f"**{_who(item)}`{item.tool_name}`** ({item.capability}) · {_state(item)}")
         if item.arguments:
-            fence = "`" * max(3, _longest_backtick_run(item.arguments) + 1)
-            lines += [f"{fence}json", item.arguments, fence]
+            hidden = _cut(item, card)
+            lines.append(_fenced(item.arguments[: len(item.arguments) - hidden]))
+            if hidden:
+                lines.append(f"_…and {hidden:,} more characters: every argument is in the attachment "
+                             f"“All arguments of {item.tool_name}” below._")
     lines.append("")
     if card.pending:
         lines.append(f"_{card.deciders}_")
@@ -124,12 +150,30 @@ def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
     return "\n".join(lines).rstrip()
 
 
-def card_props(card: ApprovalCard, *, url: str, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
-    """`props` with one attachment of Approve / Deny per pending call and an "approve all";
-    `{}` once nothing is pending, which removes the buttons from the post."""
+def arguments_attachments(card: ApprovalCard) -> list[dict[str, Any]]:
+    """One attachment with the whole text of each call the message shows only the head of."""
+    out = []
+    for item in card.items:
+        if not _cut(item, card):
+            continue
+        text = item.arguments[:MAX_ARGUMENTS_ATTACHMENT]
+        more = len(item.arguments) - len(text)
+        out.append({"fallback": f"All arguments of {item.tool_name}", "title": f"All arguments of {item.tool_name}",
+                    "text": _fenced(text) + (f"\n_…and {more:,} more characters: too many for a Mattermost post. A "
+                                             f"decider can read them all at GET /api/v1/approvals/{item.approval_id} "
+                                             "on the gateway._" if more else "")})
+    return out
+
+
+def card_props(card: ApprovalCard, *, url: str | None, key: bytes | None, binding_id: str,
+               channel_id: str) -> dict[str, Any]:
+    """`props`: the full text of arguments the message cuts, then (with an action URL) one attachment of
+    Approve / Deny per pending call and an "approve all"; `{}` when there is neither, which removes the
+    buttons from the post."""
+    attachments = arguments_attachments(card)
     pending = [(i, item) for i, item in enumerate(card.items, start=1) if item.state is ItemState.PENDING]
-    if not pending:
-        return {}
+    if not pending or url is None or key is None:
+        return {"attachments": attachments} if attachments else {}
 
     def button(action_id: str, name: str, style: str, approval_id: str, decision: Decision) -> dict[str, Any]:
         # Action ids are letters and digits only: anything else is refused before we are called.
@@ -151,7 +195,6 @@ def card_props(card: ApprovalCard, *, url: str, key: bytes, binding_id: str, cha
             },
         }
 
-    attachments: list[dict[str, Any]] = []
     for i, item in pending:
         attachments.append({
             "fallback": f"Approve {item.tool_name}?",

@@ -43,6 +43,7 @@ import aiohttp
 from aiohttp import web
 
 MAX_MESSAGE_RUNES = 16_383
+MAX_PROPS_RUNES = 800_000  # model.PostPropsMaxRunes: a post's props, as JSON
 _DEAD_QUEUE_SIZE = 128
 _ACTION_ID = re.compile(r"^[A-Za-z0-9]+$")
 _CHANNEL_MENTIONS = re.compile(r"(?<![\w@])@(channel|all|here)\b", re.IGNORECASE)
@@ -443,6 +444,8 @@ class FakeMattermost:
             return None, _app_error(
                 400, "model.post.is_valid.msg.app_error", f"Invalid Message: over {MAX_MESSAGE_RUNES} characters."
             )
+        if len(json.dumps(body.get("props") or {}, ensure_ascii=False)) > MAX_PROPS_RUNES:
+            return None, _app_error(400, "model.post.is_valid.props.app_error", "Invalid props")
         root_id = body.get("root_id", "") or ""
         if root_id:
             root = self.posts.get(root_id)
@@ -895,6 +898,8 @@ class FakeMattermost:
         message = body["message"] if body.get("message") is not None else post["message"]
         if len(message) > MAX_MESSAGE_RUNES:
             return _app_error(400, "model.post.is_valid.msg.app_error", f"Invalid Message: over {MAX_MESSAGE_RUNES} characters.")
+        if len(json.dumps(body.get("props") or {}, ensure_ascii=False)) > MAX_PROPS_RUNES:
+            return _app_error(400, "model.post.is_valid.props.app_error", "Invalid props")
         await self._update(post, message=message, props=body.get("props"))
         return web.json_response(self.client_post(post))
 
