@@ -49,6 +49,17 @@ async def test_an_api_decision_on_a_slack_card_follows_the_slack_binding_decider
                 r = await s.post(f"/api/v1/approvals/{approval_id}", json={"decision": "approve"})
                 return r.status, await r.json()
 
+        async def read(token: str) -> tuple[int, dict[str, object]]:
+            async with aiohttp.ClientSession(gw.url, headers={"Authorization": f"Bearer {token}"}) as s:
+                r = await s.get(f"/api/v1/approvals/{approval_id}")
+                return r.status, await r.json()
+
+        # The full arguments are there for whoever may decide the card, and for nobody else.
+        status, body = await read("ada-token-" + "a" * 20)
+        assert status == 200 and json.loads(str(body["arguments"])) == {"branch": "old-feature"}
+        assert body["tool"] == "delete_branch" and body["state"] == "pending"
+        assert (await read("bob-token-" + "b" * 20))[0] == 404
+
         # Bob is in the channel but did not ask (deciders: requester): his token decides nothing.
         status, body = await decide("bob-token-" + "b" * 20)
         assert status == 403 and not body["accepted"] and "Only Ada can decide this" in str(body["message"])
