@@ -2,7 +2,9 @@
 
 It belongs to the core: an API client and the web page are one local person talking to the
 web binding, through the same inbound path, the same approval checks and the same stores as a
-chat platform. `adapters/web/` only serves the page and publishes replies onto the event bus.
+chat platform. A decision is made as the request's principal (`gateway.http.principals`: the
+token's person, or that local person), through their own account on the card's platform.
+`adapters/web/` only serves the page and publishes replies onto the event bus.
 """
 
 from __future__ import annotations
