@@ -36,7 +36,7 @@ from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
-from gateway.http.principals import Principal
+from gateway.approvals.principal import Principal
 
 log = logging.getLogger("gateway.approvals.service")
 

@@ -9,21 +9,11 @@ platform (`gateway.approvals.service.Approvals.decide_for`), so no token is a wi
 from __future__ import annotations
 
 import hmac
-from dataclasses import dataclass
 
 from aiohttp import web
 
 from bindings.models import HttpConfig
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """`ref` names who: a person id, `platform:account_id` or `platform:workspace:account_id`; None for
-    the web binding's local person (whoever it is configured to be when the request arrives)."""
-
-    ref: str | None = None
-    name: str | None = None
-
+from gateway.approvals.principal import Principal
 
 LOCAL = Principal()
 PRINCIPAL: web.RequestKey[Principal] = web.RequestKey("principal", Principal)
