@@ -25,7 +25,8 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from gateway.clock import Clock
-from gateway.http.principals import PRINCIPAL, ApiTokens, Principal
+from gateway.approvals.principal import Principal
+from gateway.http.principals import PRINCIPAL, ApiTokens
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROTECTED_PREFIXES = ("/api/",)
