@@ -1,14 +1,14 @@
 """Approval items keep the digest of the arguments a decision is bound to (and their full text).
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0013
+Revises: 0012
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0012"
-down_revision = "0011"
+revision = "0013"
+down_revision = "0012"
 
 
 def upgrade() -> None:
