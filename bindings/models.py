@@ -67,12 +67,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class ApiTokenConfig(Strict):
+    """One API client's token and who it acts as: its decisions are that person's, asked the same
+    question as their click on the card's own platform (docs/security.md)."""
+
+    token: SecretRef = Field(description="The bearer token, as a reference: env:NAME, file:/path, credential:NAME")
+    person: str = Field(
+        min_length=1, max_length=300,
+        description="Who the token acts as: a person id (`agent-gateway people`), or a platform account "
+        "`platform:account_id` or `platform:workspace:account_id`; on a card of another platform, that person's "
+        "linked account there decides",
+    )
+    name: str | None = Field(
+        default=None, min_length=1, max_length=200, description="How a card names them (\"Approved by …\"); "
+        "the account's or person's own name when unset")
+
+
 class HttpConfig(Strict):
     listen: str = Field(default="127.0.0.1:8788", description="host:port of the HTTP server")
     public_url: str | None = Field(default=None, description="How platforms reach this server (webhooks, buttons)")
     api_token: SecretRef | None = Field(
-        default=None, description="Bearer token for the HTTP API (the Authorization header only); required to"
-        " listen beyond loopback"
+        default=None, description="Bearer token for the HTTP API (the Authorization header only), acting as the"
+        " web binding's local person; a token (this or `api_tokens`) is required to listen beyond loopback"
     )
     allowed_hosts: list[str] = Field(
         default_factory=list, description="Host names requests may name besides the listen address, localhost and"
@@ -90,6 +106,21 @@ class HttpConfig(Strict):
         default=30.0, gt=0, le=300, description="A request body that sends nothing this long is answered 408"
         " and its connection closed"
     )
+    api_tokens: list[ApiTokenConfig] = Field(
+        default_factory=list, description="More API tokens, each acting as a named person (its decisions and "
+        "\"Approved by …\" are theirs)")
+
+    @field_validator("api_tokens")
+    @classmethod
+    def _distinct_tokens(cls, v: list[ApiTokenConfig]) -> list[ApiTokenConfig]:
+        refs = [t.token for t in v]
+        if len(set(map(str, refs))) != len(refs):
+            raise ValueError("two api_tokens name the same secret: each token must be its own")
+        return v
+
+    @property
+    def has_token(self) -> bool:
+        return self.api_token is not None or bool(self.api_tokens)
 
     @field_validator("listen")
     @classmethod
@@ -137,10 +168,10 @@ class HttpConfig(Strict):
         (bindings.loader), and a gateway started on another address (`Gateway(listen=…)`) here too.
         """
         listen = listen or self.listen
-        if is_loopback(listen.rpartition(":")[0]) or self.api_token is not None:
+        if is_loopback(listen.rpartition(":")[0]) or self.has_token:
             return None
-        return (f"{listen} listens beyond loopback but http.api_token is not set: set http.api_token "
-                "(e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1")
+        return (f"{listen} listens beyond loopback but http.api_token is not set (nor http.api_tokens): set "
+                "http.api_token (e.g. env:AGENT_GATEWAY_API_TOKEN) or listen on 127.0.0.1")
 
     @property
     def host(self) -> str:

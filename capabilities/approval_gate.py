@@ -17,10 +17,19 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
+import logging
+
+from gateway.approvals.arguments import APPROVAL_ID, mismatch, parked_metadata
 from gateway.approvals.policy import needs_approval
+from gateway.runs.delegated import decisions_of
 from gateway.runs.turn import Turn
 
 
+log = logging.getLogger("capabilities.approval_gate")
+
+NOT_THE_APPROVED_ARGUMENTS = ("This call was not run: its arguments are not the ones the person approved (the "
+                              "approval was for other arguments). Nothing happened. If it is still needed, call it "
+                              "again so they can decide on these arguments.")
 ALREADY_STARTED = ("This approved call was already started once, before the gateway restarted, and was not "
                    "started again: it may or may not have completed. Tell the person so; do not call it again "
                    "unless they ask.")
@@ -34,7 +43,16 @@ class _GateToolset(WrapperToolset[Turn]):
         turn = self.turn
         assert turn is not None
         if ctx.tool_call_approved:
-            approval = ctx.tool_call_metadata.get("approval_id") if isinstance(ctx.tool_call_metadata, dict) else None
+            metadata = ctx.tool_call_metadata
+            approval = metadata.get(APPROVAL_ID) if isinstance(metadata, dict) else None
+            # A decision is bound to the digest of the arguments the card showed: a call resumed with
+            # others (a stored transcript changed, a tool whose schema changed meanwhile) is refused.
+            # A `task` call carrying a delegate's decisions is not itself what was decided: the
+            # delegate's own gate checks each of its calls the same way.
+            if decisions_of(metadata) is None and mismatch(metadata, tool_args):
+                log.warning("run %s: approved call %s (approval %s) refused: its arguments differ from the "
+                            "ones approved", turn.run_id, name, approval, extra=turn.log_fields)
+                return NOT_THE_APPROVED_ARGUMENTS
             # An approved call starts at most once: a process killed after starting it resumes
             # the run again from the same decision, and a side effect a person allowed once must
             # not happen twice. The marker is written before the call, so a crash in between
@@ -42,7 +60,7 @@ class _GateToolset(WrapperToolset[Turn]):
             if approval and not await turn.state.add("approvals", "started", str(approval), turn.run_id):
                 return ALREADY_STARTED
         elif needs_approval(turn.tools.get(name), await turn.modes()):
-            raise ApprovalRequired
+            raise ApprovalRequired(metadata=parked_metadata(tool_args))
         return await super().call_tool(name, tool_args, ctx, tool)
 
 

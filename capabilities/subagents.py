@@ -55,7 +55,8 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.usage import UsageLimits
 
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
-from gateway.runs.delegated import (APPROVAL_IDS, DECISIONS, DELEGATED, DelegatedCall, approval_ids_of, decisions_of,
+from gateway.approvals.arguments import ARGUMENTS, DIGEST
+from gateway.runs.delegated import (APPROVED, DECISIONS, DELEGATED, DelegatedCall, approved_of, decisions_of,
                               delegated_calls)
 from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, clip
@@ -228,19 +229,19 @@ class _Delegation:
             return (f"The delegate {name}'s paused work was not found (its agent or its stored run is gone), so "
                     "nothing it asked for ran. Do this part yourself.")
         key, record = parked[0]
-        approval_ids = approval_ids_of(ctx.tool_call_metadata)
+        approved = approved_of(ctx.tool_call_metadata)
         results = DeferredToolResults()
         for pending in record["pending"]:
             if pending["nested"]:  # its own delegate's calls: that `task` goes on with the same decisions
                 results.approvals[pending["id"]] = ToolApproved()
-                results.metadata[pending["id"]] = {DECISIONS: decisions, APPROVAL_IDS: approval_ids}
+                results.metadata[pending["id"]] = {DECISIONS: decisions, APPROVED: approved}
             else:
                 decision = decisions.get(pending["id"], "Nobody approved this call in time.")
                 results.approvals[pending["id"]] = True if decision is True else ToolDenied(str(decision))
-                if decision is True and pending["id"] in approval_ids:
-                    # The delegate's gate starts it at most once, as it does a call of the run itself
-                    # (capabilities/approval_gate.py): this resume may be the second, after a kill.
-                    results.metadata[pending["id"]] = {"approval_id": approval_ids[pending["id"]]}
+                if decision is True and pending["id"] in approved:
+                    # The delegate's gate starts it at most once and only on the approved arguments, as it
+                    # does a call of the run itself (capabilities/approval_gate.py).
+                    results.metadata[pending["id"]] = approved[pending["id"]]
         history = ModelMessagesTypeAdapter.validate_python(record["transcript"])
         return await self._drive(ctx, found[1], key, record, history=history, deferred=results)
 
@@ -331,7 +332,9 @@ def _gated(child: Turn, name: str, requests: DeferredToolRequests) -> tuple[list
             calls.extend(c.model_copy(update={"delegate": f"{name} › {c.delegate}"}) for c in nested)
         else:
             info = child.tools.get(call.tool_name)
-            calls.append(DelegatedCall(tool_call_id=call.tool_call_id, tool_name=call.tool_name, args=call.args,
+            gate = requests.metadata.get(call.tool_call_id) or {}
+            calls.append(DelegatedCall(tool_call_id=call.tool_call_id, tool_name=call.tool_name,
+                                       args=gate.get(ARGUMENTS, call.args), arguments_digest=gate.get(DIGEST),
                                        tool_id=info.stable_id if info else call.tool_name,
                                        capability=info.capability if info else "unknown", delegate=name))
         pending.append({"id": call.tool_call_id, "nested": nested is not None})

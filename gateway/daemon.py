@@ -47,7 +47,7 @@ from gateway.store.availability import NotAccepting, StoreUnavailable
 from gateway.store.daemon_lock import DaemonLock, DatabaseInUse, sqlite_file
 from gateway.store.engine import SchemaError, create_engine, migrate
 from gateway.ops.systemd import Notifier
-from gateway.outbound.adapter import Adapter, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
+from gateway.outbound.adapter import Adapter, ApprovalItem, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
 from gateway.inbound.uploads import Uploads
 
 if TYPE_CHECKING:
@@ -382,6 +382,9 @@ class Gateway:
 
     async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
         return await self.stops.stop(run_id, who, binding_id=binding_id)
+
+    async def approval_item(self, approval_id: str, *, binding_id: str) -> ApprovalItem | None:
+        return await self.approvals.item_on(binding_id, approval_id)
 
     async def memory_click(self, click: MemoryClick) -> MemoryClickOutcome:
         return await self.memory_cards.click(click)

@@ -119,3 +119,19 @@ def test_schema_command_prints_json_schema() -> None:
     assert out.returncode == 0
     schema = json.loads(out.stdout)
     assert "platform" in schema["properties"] and schema["additionalProperties"] is False
+
+
+def test_api_tokens_name_a_person_and_nothing_else(tmp_path: Path) -> None:
+    """`http.api_tokens` (each token acts as its person: docs/security.md) are checked like every setting."""
+    cfg = write_config(tmp_path)
+    (cfg / "gateway.yaml").write_text("http:\n  api_tokens:\n    - {token: env:A, person: 'slack:U0ADA', name: Ada}\n"
+                                      "    - {token: env:B, persn: 'slack:U0BOB'}\n")
+    problems = "\n".join(_problems(cfg))
+    assert "api_tokens.1.persn: unknown setting" in problems
+    assert "api_tokens.1.person" in problems  # missing
+    (cfg / "gateway.yaml").write_text("http:\n  api_tokens:\n    - {token: env:A, person: 'slack:U0ADA'}\n"
+                                      "    - {token: env:A, person: p1}\n")
+    assert "two api_tokens name the same secret" in "\n".join(_problems(cfg))
+    cfg2 = write_config(tmp_path / "ok")
+    (cfg2 / "gateway.yaml").write_text("http:\n  api_tokens:\n    - {token: env:A, person: 'slack:U0ADA', name: Ada}\n")
+    assert load_config(cfg2).gateway.http.api_tokens[0].person == "slack:U0ADA"

@@ -420,8 +420,14 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             return web.json_response({"error": "bad signature"}, status=401)
         if self._dispatcher is None:
             return web.json_response({"error": "not started"}, status=503)
-        approval_id, decision = verified
-        decider = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
+        approval_id, decision, nonce = verified
+        post_id = str(body.get("post_id", ""))
+        # Always 200 from here: anything else fails the click in the clicker's client.
+        refusal = await self._clicker_refused(post_id, channel_id, user_id, nonce)
+        if refusal is not None:
+            return web.json_response({"ephemeral_text": refusal})
+        user = await self._user(user_id)  # the name the server gives, not the one the body claims
+        decider = Sender(account_id=user_id, display_name=user.get("username", "") or user_id)
         try:
             outcome = await self._dispatcher.decide(
                 approval_id, decision, decider, binding_id=self.binding_id, surface=self.platform
@@ -430,9 +436,63 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             self._log.exception("recording a decision failed")
             return web.json_response({"ephemeral_text": "The decision could not be recorded; please try again."})
         if not outcome.accepted:
-            # Always 200: anything else fails the click in the clicker's client.
+            # The clicked nonce is theirs now: the card gets fresh buttons for everyone else.
+            await self._reissue_buttons(post_id, channel_id)
             return web.json_response({"ephemeral_text": outcome.message})
         return web.json_response({})  # the core's update_card edits the card itself
+
+    async def _clicker_refused(self, post_id: str, channel_id: str, user_id: str, nonce: str) -> str | None:
+        """None when the server vouches for this click; else what the sender is told (and nothing is decided).
+
+        A signed context proves we rendered the button, not who pressed it: the body's user id is the
+        sender's word. So: the nonce must be one the card shows now; the first user who presented it
+        owns it (a replay under another user's id is refused); the post must be that card, by this bot,
+        in this channel; and the server must say the user is a member of that channel.
+        """
+        assert self._dispatcher is not None and self._ctx is not None
+        raw = await self._dispatcher.get_state(self.binding_id, _actions_key(post_id))
+        shown = json.loads(raw) if raw else None
+        owners: dict[str, str] = shown["nonces"] if isinstance(shown, dict) else {}
+        if nonce not in owners:
+            self._log.warning("action callback on post %s refused: a context the card no longer shows", post_id)
+            return "This card has changed since it was shown to you; press the button again."
+        if owners[nonce] and owners[nonce] != user_id:
+            self._log.warning("action callback on post %s refused: a context first presented by %s, replayed as %s",
+                              post_id, owners[nonce], user_id)
+            return "This button was already pressed by someone else; press the button again."
+        try:
+            post = await self._api().post(post_id)
+            member = await self._api().is_channel_member(channel_id, user_id)
+        except PlatformError as e:
+            self._log.warning("action callback on post %s refused: the server could not vouch for it: %s", post_id, e)
+            return "The click could not be checked with the server; please try again."
+        if post.get("channel_id") != channel_id or post.get("user_id") != self._ctx.bot_user_id or not member:
+            self._log.warning("action callback on post %s refused: not this channel's card, or %s is not a member",
+                              post_id, user_id)
+            return "Only members of this channel can decide its cards."
+        owners[nonce] = user_id
+        await self._dispatcher.set_state(self.binding_id, _actions_key(post_id), json.dumps(shown))
+        return None
+
+    async def _remember_buttons(self, post_id: str, props: dict[str, Any]) -> None:
+        """The buttons a card shows now, their nonces not yet presented by anyone (older ones stop working)."""
+        if self._dispatcher is not None and self._action_url is not None:
+            state = {"props": props, "nonces": {n: "" for n in cards.nonces(props)}}
+            await self._dispatcher.set_state(self.binding_id, _actions_key(post_id), json.dumps(state))
+
+    async def _reissue_buttons(self, post_id: str, channel_id: str) -> None:
+        assert self._dispatcher is not None and self._key is not None
+        raw = await self._dispatcher.get_state(self.binding_id, _actions_key(post_id))
+        if not raw:
+            return
+        props = cards.reissue(json.loads(raw)["props"], key=self._key, binding_id=self.binding_id,
+                              channel_id=channel_id)
+        try:
+            await self._api().patch_post(post_id, props=props)
+        except PlatformError as e:
+            self._log.warning("could not give card %s fresh buttons: %s", post_id, e)
+            return
+        await self._remember_buttons(post_id, props)
 
     async def _on_stop(self, body: dict[str, Any], user_id: str, channel_id: str) -> web.Response:
         """A Stop click: signed for this channel or 401; a refusal is told to the clicker alone."""
@@ -524,14 +584,16 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         by_reaction = self._action_url is None
+        props = self._card_props(target, card)
         post = await self._api().create_post(
             target.channel,
             cards.card_message(card, by_reaction=by_reaction),
             root_id=target.thread or "",
-            props=self._card_props(target, card),
+            props=props,
             pending_post_id=self._pending_id(),
         )
         post_id = post.get("id", "")
+        await self._remember_buttons(post_id, props)
         if by_reaction and self._dispatcher is not None:
             # Reactions name only the post: remember which calls it stands for, in the store,
             # so another replica or a restarted process can decide them too.
@@ -558,15 +620,15 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         return [(str(p.get("id", "")), str(p.get("message", ""))) for p in mine]
 
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
+        props = self._card_props(target, card)  # fresh nonces: every render issues new contexts
         await self._api().patch_post(
             card_ref,
             message=cards.card_message(card, by_reaction=self._action_url is None),
-            props=self._card_props(target, card),
+            props=props,
         )
+        await self._remember_buttons(card_ref, props)
 
     def _card_props(self, target: ReplyTarget, card: ApprovalCard) -> dict[str, Any]:
-        if self._action_url is None or self._key is None:
-            return {}
         return cards.card_props(card, url=self._action_url, key=self._key, binding_id=self.binding_id,
                                 channel_id=target.channel)
 
@@ -614,3 +676,8 @@ def server_name(url: str) -> str:
 
 def _card_key(post_id: str) -> str:
     return f"card:{post_id}"
+
+
+def _actions_key(post_id: str) -> str:
+    """Adapter state: a card's buttons as shown now, and which user first presented each nonce."""
+    return f"card-actions:{post_id}"

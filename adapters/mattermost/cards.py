@@ -2,18 +2,31 @@
 
 Buttons are `props.attachments[].actions[]` whose `integration.url` is the gateway's own
 callback. The server posts the action's `context` back verbatim on a click, and our callback
-URL is public, so the context is signed: an HMAC over binding, channel, approval id and
-decision. A request whose signature does not match gets 401 and runs nothing.
+URL is public, so the context is signed: an HMAC over binding, channel, approval id, decision
+and a random nonce. A request whose signature does not match gets 401 and runs nothing.
+
+The signature cannot cover the clicker (one post shows the same buttons to everyone), and the
+body's `user_id` is whatever its sender wrote; so the adapter asks the server who may have
+clicked (`adapters/mattermost/adapter.py`, `_on_action`) and binds each nonce to the first user
+who presents it: a context replayed under another user's id decides nothing. Every render of a
+card (`card_props`, `reissue`) gives its buttons fresh nonces, so someone else's refused click
+leaves the others a button they can still press.
 
 Without a public URL the server cannot reach us, so the card asks for a reaction instead
 (👍 approves, 👎 denies every pending call on the card).
+
+A post's message is at most 16,383 characters, its props far more: a call whose arguments do not fit
+the message shows their head, says how much more there is, and the whole text is in an attachment of
+the post ("All arguments of …"), buttons or not.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import re
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +35,9 @@ from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemS
 
 APPROVE_EMOJI = frozenset({"+1", "thumbsup"})
 DENY_EMOJI = frozenset({"-1", "thumbsdown"})
+
+MAX_MESSAGE = 16_383  # a post's message, in characters
+MAX_ARGUMENTS_ATTACHMENT = 700_000  # of the 800,000 a post's props may hold, what one call's full text may take
 
 _STATE_LINE = {
     ItemState.PENDING: "⏳ waiting for a decision",
@@ -37,9 +53,13 @@ def action_key(bot_token: str, binding_id: str) -> bytes:
     return hmac.new(bot_token.encode(), b"agent-gateway/mattermost/actions/" + binding_id.encode(), hashlib.sha256).digest()
 
 
-def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision) -> str:
-    msg = f"v1|{binding_id}|{channel_id}|{approval_id}|{decision.value}".encode("utf-8", "surrogatepass")
+def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision, nonce: str) -> str:
+    msg = f"v2|{binding_id}|{channel_id}|{approval_id}|{decision.value}|{nonce}".encode("utf-8", "surrogatepass")
     return hmac.new(key, msg, hashlib.sha256).hexdigest()
+
+
+def new_nonce() -> str:
+    return secrets.token_urlsafe(12)
 
 
 def same_signature(expected: str, given: str) -> bool:
@@ -48,24 +68,63 @@ def same_signature(expected: str, given: str) -> bool:
     return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass"))
 
 
-def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision] | None:
-    """(approval id, decision) when the context was signed by us for this channel, else None."""
+def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision, str] | None:
+    """(approval id, decision, nonce) when the context was signed by us for this channel, else None."""
     if not isinstance(context, Mapping):
         return None
-    approval_id, decision, sig = context.get("approval_id"), context.get("decision"), context.get("sig")
-    if not (isinstance(approval_id, str) and isinstance(decision, str) and isinstance(sig, str)):
+    approval_id, decision, sig, nonce = (context.get(k) for k in ("approval_id", "decision", "sig", "nonce"))
+    if not (isinstance(approval_id, str) and isinstance(decision, str) and isinstance(sig, str)
+            and isinstance(nonce, str)):
         return None
     try:
         choice = Decision(decision)
     except ValueError:
         return None
-    expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice)
-    return (approval_id, choice) if same_signature(expected, sig) else None
+    expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice,
+                    nonce=nonce)
+    return (approval_id, choice, nonce) if same_signature(expected, sig) else None
+
+
+def _approval_contexts(props: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [action["integration"]["context"] for a in props.get("attachments") or []
+            for action in a.get("actions") or [] if "approval_id" in action.get("integration", {}).get("context", {})]
+
+
+def nonces(props: Mapping[str, Any]) -> list[str]:
+    """The nonces of a card's buttons, as rendered."""
+    return [c["nonce"] for c in _approval_contexts(props)]
+
+
+def reissue(props: Mapping[str, Any], *, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
+    """The same buttons with fresh nonces (and so fresh signatures): what a card is re-rendered with
+    after a click used one of them."""
+    fresh = copy.deepcopy(dict(props))
+    for context in _approval_contexts(fresh):
+        context["nonce"] = new_nonce()
+        context["sig"] = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=context["approval_id"],
+                              decision=Decision(context["decision"]), nonce=context["nonce"])
+    return fresh
 
 
 def _who(item: ApprovalItem) -> str:
     """A delegate's call says who asked (its headline, with the tool name kept as code)."""
     return f"{item.delegate} wants to run " if item.delegate else ""
+
+
+def _per_item(card: ApprovalCard) -> int:
+    """The characters of arguments each call may show in the message, so the post stays under the limit."""
+    fixed = 600 + len(card.deciders) + len(card.note) + sum(len(i.tool_name) + len(i.capability) + 200 for i in card.items)
+    return max(200, (MAX_MESSAGE - fixed) // max(1, len(card.items)))
+
+
+def _cut(item: ApprovalItem, card: ApprovalCard) -> int:
+    """How many characters of the call's arguments the message cannot show (0: all of them fit)."""
+    return max(0, len(item.arguments) - _per_item(card))
+
+
+def _fenced(text: str) -> str:
+    fence = "`" * max(3, _longest_backtick_run(text) + 1)
+    return f"{fence}json\n{text}\n{fence}"
 
 
 def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
@@ -76,8 +135,11 @@ def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
         lines.append("")
         lines.append(f"**{_who(item)}`{item.tool_name}`** ({item.capability}) · {_state(item)}")
         if item.arguments:
-            fence = "`" * max(3, _longest_backtick_run(item.arguments) + 1)
-            lines += [f"{fence}json", item.arguments, fence]
+            hidden = _cut(item, card)
+            lines.append(_fenced(item.arguments[: len(item.arguments) - hidden]))
+            if hidden:
+                lines.append(f"_…and {hidden:,} more characters: every argument is in the attachment "
+                             f"“All arguments of {item.tool_name}” below._")
     lines.append("")
     if card.pending:
         lines.append(f"_{card.deciders}_")
@@ -88,15 +150,34 @@ def card_message(card: ApprovalCard, *, by_reaction: bool) -> str:
     return "\n".join(lines).rstrip()
 
 
-def card_props(card: ApprovalCard, *, url: str, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
-    """`props` with one attachment of Approve / Deny per pending call and an "approve all";
-    `{}` once nothing is pending, which removes the buttons from the post."""
+def arguments_attachments(card: ApprovalCard) -> list[dict[str, Any]]:
+    """One attachment with the whole text of each call the message shows only the head of."""
+    out = []
+    for item in card.items:
+        if not _cut(item, card):
+            continue
+        text = item.arguments[:MAX_ARGUMENTS_ATTACHMENT]
+        more = len(item.arguments) - len(text)
+        out.append({"fallback": f"All arguments of {item.tool_name}", "title": f"All arguments of {item.tool_name}",
+                    "text": _fenced(text) + (f"\n_…and {more:,} more characters: too many for a Mattermost post. A "
+                                             f"decider can read them all at GET /api/v1/approvals/{item.approval_id} "
+                                             "on the gateway._" if more else "")})
+    return out
+
+
+def card_props(card: ApprovalCard, *, url: str | None, key: bytes | None, binding_id: str,
+               channel_id: str) -> dict[str, Any]:
+    """`props`: the full text of arguments the message cuts, then (with an action URL) one attachment of
+    Approve / Deny per pending call and an "approve all"; `{}` when there is neither, which removes the
+    buttons from the post."""
+    attachments = arguments_attachments(card)
     pending = [(i, item) for i, item in enumerate(card.items, start=1) if item.state is ItemState.PENDING]
-    if not pending:
-        return {}
+    if not pending or url is None or key is None:
+        return {"attachments": attachments} if attachments else {}
 
     def button(action_id: str, name: str, style: str, approval_id: str, decision: Decision) -> dict[str, Any]:
         # Action ids are letters and digits only: anything else is refused before we are called.
+        nonce = new_nonce()
         return {
             "id": action_id,
             "type": "button",
@@ -107,12 +188,13 @@ def card_props(card: ApprovalCard, *, url: str, key: bytes, binding_id: str, cha
                 "context": {
                     "approval_id": approval_id,
                     "decision": decision.value,
-                    "sig": sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=decision),
+                    "nonce": nonce,
+                    "sig": sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id,
+                                decision=decision, nonce=nonce),
                 },
             },
         }
 
-    attachments: list[dict[str, Any]] = []
     for i, item in pending:
         attachments.append({
             "fallback": f"Approve {item.tool_name}?",

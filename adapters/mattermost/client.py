@@ -208,6 +208,15 @@ class MattermostClient:
             "GET", f"/channels/{channel_id}/members", params={"page": page, "per_page": per_page},
             call="GET /channels/{id}/members"))
 
+    async def is_channel_member(self, channel_id: str, user_id: str) -> bool:
+        """Whether the server says `user_id` is a member of the channel (`GET /channels/{id}/members/{user_id}`)."""
+        try:
+            await self.request("GET", f"/channels/{channel_id}/members/{user_id}",
+                               call="GET /channels/{id}/members/{user_id}")
+        except MattermostNotVisible:
+            return False
+        return True
+
     async def search_team_channels(self, team_id: str, term: str) -> list[Channel]:
         return cast(list[Channel], await self.request(
             "POST", f"/teams/{team_id}/channels/search", body={"term": term}, call="POST /teams/{id}/channels/search"))

@@ -68,7 +68,8 @@ from . import scopes
 from .api import SlackConnection, UserNames, call
 from .budget import RULES, SlackBudget
 from .native_stream import SlackNativeStream
-from .cards import ACTION_PREFIX, MEMORY_ACTION_PREFIX, card_message, memory_message, parse_action_value
+from .cards import (ACTION_PREFIX, MEMORY_ACTION_PREFIX, SHOW_ACTION_PREFIX, arguments_view, card_message, memory_message,
+                    parse_action_value, parse_show_value)
 from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient, payload_problem
@@ -406,6 +407,9 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         if str(first.get("action_id", "")).startswith(MEMORY_ACTION_PREFIX):
             await self._on_memory_action(ack, body, first)
             return
+        if str(first.get("action_id", "")).startswith(SHOW_ACTION_PREFIX):
+            await self._on_show_arguments(ack, body, first)
+            return
         try:
             action = body["actions"][0]
             action_id, value = str(action.get("action_id", "")), str(action.get("value") or "")
@@ -441,6 +445,22 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         if not outcome.accepted and channel:
             # After the ack (bolt sends it when this returns): the note must not delay it.
             self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
+
+    async def _on_show_arguments(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """"Show all arguments": a modal with every argument of the call, opened for the clicker with
+        the click's trigger_id (valid 3 s, once). Only calls on this binding's cards are shown."""
+        approval_id = parse_show_value(str(action.get("value") or ""))
+        trigger = body.get("trigger_id")
+        await ack()
+        if approval_id is None or not isinstance(trigger, str):
+            return
+        item = await self._require_dispatcher().approval_item(approval_id, binding_id=self.binding_id)
+        if item is None:
+            return
+        try:
+            await call("views.open", self._require_client().views_open(trigger_id=trigger, view=arguments_view(item)))
+        except PlatformError as e:
+            self._log.warning("could not show the arguments of approval %s: %s", approval_id, e)
 
     async def _on_memory_action(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
         """A `/memory` card's button: the core acts (on the store of the channel clicked in and the

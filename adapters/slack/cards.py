@@ -1,8 +1,11 @@
 """Approval cards as Block Kit, and the button values that come back. Pure.
 
 A button carries only `decision:id`, the id being the core's unguessable approval id (or the
-card id for "approve all"): nothing in a click can name a different call or forge a decision
-the core would not check anyway.
+card id for "approve all"): everyone in the channel can read it, and nothing in a click can name a
+different call or forge a decision the core would not check anyway (the card's deciders apply to
+whoever clicks, on every surface). Arguments too long for a section show their head, say how much
+more there is, and get a "Show all arguments" button (`show:<id>`) that opens a modal with all of
+them (`arguments_view`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,10 @@ from .render import escape
 ACTION_PREFIX = "gw_"  # action ids of our buttons; any other block action is acked and ignored
 MAX_ITEMS = 22  # Slack allows 50 blocks: 2 per call, plus the header, "approve all" and context
 MAX_ARGS_CHARS = 2_500  # a section's text is capped at 3,000 characters
-_TRUNCATED = "\n… (truncated)"
+SHOW_ACTION_PREFIX = "gw_show_"  # "Show all arguments": opens a modal, decides nothing
+SHOW_PREFIX = "show:"
+MODAL_BLOCKS = 100  # Slack's limit on a modal's blocks
+SECTION_CHARS = 3_000
 
 _STATE_LINE = {
     ItemState.APPROVED: ":white_check_mark: Approved",
@@ -37,17 +43,14 @@ def card_message(card: ApprovalCard) -> tuple[str, list[dict[str, Any]]]:
     ]
     for n, item in enumerate(items):
         blocks.append({"type": "section", "block_id": f"gw_call_{n}", "text": {"type": "mrkdwn", "text": _item_text(item)}})
+        elements = []
         if item.state is ItemState.PENDING:
-            blocks.append(
-                {
-                    "type": "actions",
-                    "block_id": f"gw_buttons_{n}",
-                    "elements": [
-                        _button(f"gw_approve_{n}", "Approve", f"{Decision.APPROVE}:{item.approval_id}", "primary"),
-                        _button(f"gw_deny_{n}", "Deny", f"{Decision.DENY}:{item.approval_id}", "danger"),
-                    ],
-                }
-            )
+            elements += [_button(f"gw_approve_{n}", "Approve", f"{Decision.APPROVE}:{item.approval_id}", "primary"),
+                         _button(f"gw_deny_{n}", "Deny", f"{Decision.DENY}:{item.approval_id}", "danger")]
+        if _cut(item) is not None:
+            elements.append(_button(f"{SHOW_ACTION_PREFIX}{n}", "Show all arguments", f"{SHOW_PREFIX}{item.approval_id}"))
+        if elements:
+            blocks.append({"type": "actions", "block_id": f"gw_buttons_{n}", "elements": elements})
     if len(card.items) > MAX_ITEMS:
         more = len(card.items) - MAX_ITEMS
         blocks.append(_context(f"…and {more} more call(s) not shown: use “Approve all” or the web chat to decide them."))
@@ -77,17 +80,53 @@ def parse_action_value(value: str) -> tuple[Decision, str] | None:
         return None
 
 
+def parse_show_value(value: str) -> str | None:
+    """`show:<id>` → id; None for any other value."""
+    return value[len(SHOW_PREFIX):] or None if value.startswith(SHOW_PREFIX) else None
+
+
+def _cut(item: ApprovalItem) -> tuple[str, int] | None:
+    """(the head shown, how many characters are not) when the arguments do not fit a section; else None."""
+    head = _fitting(item.arguments, MAX_ARGS_CHARS)
+    return None if len(head) == len(item.arguments) else (head, len(item.arguments) - len(head))
+
+
+def _fitting(text: str, limit: int) -> str:
+    """The longest head of `text` whose escaped form fits `limit` (escaping makes `&<>` longer)."""
+    head = text[:limit]
+    while len(escape(head)) > limit:  # shrink in proportion to how much escaping grew it
+        head = head[: min(len(head) - 1, len(head) * limit // len(escape(head)))]
+    return head
+
+
 def _item_text(item: ApprovalItem) -> str:
-    args = item.arguments
-    if len(args) > MAX_ARGS_CHARS:
-        args = args[: MAX_ARGS_CHARS - len(_TRUNCATED)] + _TRUNCATED
+    cut = _cut(item)
+    args = cut[0] if cut else item.arguments
     text = f"*{escape(item.headline)}*  _{escape(item.capability)}_"
     if args.strip():
         text += f"\n```{escape(args)}```"
+    if cut:
+        text += f"\n_…and {cut[1]:,} more characters not shown here: press “Show all arguments” to read them all._"
     if item.state in _STATE_LINE:
         by = f" by {escape(item.decided_by)}" if item.decided_by else ""
         text += f"\n{_STATE_LINE[item.state]}{by}"
     return text
+
+
+def arguments_view(item: ApprovalItem) -> dict[str, Any]:
+    """A modal (views.open) with every argument of one call, in as many sections as it takes; past a
+    modal's 100 blocks it says how much is left and where to read it."""
+    blocks: list[dict[str, Any]] = [{"type": "section", "text": {"type": "mrkdwn", "text": f"*{escape(item.headline)}*"}}]
+    rest = item.arguments
+    while rest and len(blocks) < MODAL_BLOCKS - 1:
+        piece = _fitting(rest, SECTION_CHARS - 6)
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f"```{escape(piece)}```"}})
+        rest = rest[len(piece):]
+    if rest:
+        blocks.append(_context(f"…and {len(rest):,} more characters: too many for Slack to show. A decider can read "
+                               f"them all at GET /api/v1/approvals/{item.approval_id} on the gateway."))
+    return {"type": "modal", "title": {"type": "plain_text", "text": "All arguments"},
+            "close": {"type": "plain_text", "text": "Close"}, "blocks": blocks}
 
 
 def _button(action_id: str, label: str, value: str, style: str | None = None) -> dict[str, Any]:

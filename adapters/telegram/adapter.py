@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
-from telegram import Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, Update
+from telegram import (Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, ReplyParameters,
+                      Update)
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 
@@ -60,7 +61,7 @@ from .budget import RULES, TelegramBudget
 from .native_stream import TelegramNativeStream
 from .request import AiohttpRequest
 from .stop import stop_keyboard
-from .cards import card_html, card_keyboard, memory_html, memory_keyboard
+from .cards import arguments_messages, card_html, card_keyboard, memory_html, memory_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
 from .normalize import BotIdentity, ButtonClick, normalize_update
@@ -348,6 +349,8 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                 text, alert = ("" if stopped.stopped else stopped.message), not stopped.stopped
             elif click.memory is not None:
                 text, alert = await self._on_memory_click(click)
+            elif click.show is not None:
+                text, alert = await self._on_show_click(click)
             elif click.decision is None:
                 text, alert = "This button is no longer valid.", True
             else:
@@ -364,6 +367,24 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                 await bot.answer_callback_query(click.query_id, text=_clip(text, 200) or None, show_alert=alert)
             except TelegramError as e:  # e.g. the query expired while the core decided
                 self._log.warning("answerCallbackQuery failed: %s", e)
+
+    async def _on_show_click(self, click: ButtonClick) -> tuple[str, bool]:
+        """"Show all" on a card: every argument of the call, sent in the card's chat (and topic) as a reply
+        to it, in messages under 4,096 characters. Only calls on this binding's cards. (answer, as alert)."""
+        assert click.show is not None
+        item = await self._require_dispatcher().approval_item(click.show, binding_id=self.binding_id)
+        if item is None or click.chat_id is None:
+            return "This approval no longer exists.", True
+        bot = self._require_bot()
+        chat_id = int(click.chat_id)
+        for n, html in enumerate(arguments_messages(item)):
+            async with self.pacer.paced(self.budget.message(chat_id)):
+                with translated("sendMessage"):
+                    reply = (ReplyParameters(int(click.message_id), allow_sending_without_reply=True)
+                             if n == 0 and click.message_id else None)
+                    await bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, message_thread_id=click.thread_id,
+                                           reply_parameters=reply)
+        return "Every argument is in the messages below the card.", False
 
     async def _on_memory_click(self, click: ButtonClick) -> tuple[str, bool]:
         """A `/memory` card's button: the core acts on the store of the chat clicked in (and the

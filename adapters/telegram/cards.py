@@ -2,7 +2,11 @@
 
 A button's `callback_data` is `a:<approval_id>`, `d:<approval_id>` or `all:<card_id>`: the
 decision and the unguessable id the core issued, nothing else (Telegram caps it at 64 bytes,
-and a click carries it back verbatim, so it must not need a lookup table of our own).
+and a click carries it back verbatim, so it must not need a lookup table of our own). Everyone in
+the chat can read it; that is harmless, since the core asks the card's deciders about whoever
+presents it, on every surface. A call whose arguments do not fit the message shows their head,
+says how much more there is, and gets a "Show all" button (`s:<approval_id>`) answered with the
+whole text in as many messages as it takes (`arguments_messages`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ _STATE_LINE = {
     ItemState.EXPIRED: "⌛ Expired",
 }
 _TRUNCATED = "\n… (truncated)"
+SHOW_PREFIX = "s:"
+_PRE = len("<pre></pre>")
 
 
 def callback_data(decision: Decision, target_id: str) -> str:
@@ -43,22 +49,49 @@ def parse_callback_data(data: str | None) -> tuple[Decision, str] | None:
     return decision, target_id
 
 
+def parse_show_data(data: str | None) -> str | None:
+    """The approval id a "Show all" button carries, or None."""
+    return data[len(SHOW_PREFIX):] or None if data and data.startswith(SHOW_PREFIX) else None
+
+
+def _per_item(card: ApprovalCard) -> int:
+    """The characters of escaped arguments each call's <pre> may take, so the card stays under 4,096."""
+    budget = MAX_TEXT - 200 - sum(len(i.headline) + len(i.capability) + 140 for i in card.items)
+    budget -= len(card.deciders) + len(card.note)
+    return max(40, budget // max(1, len(card.items)))
+
+
+def _head(text: str, limit: int) -> str:
+    """The longest head of `text` whose escaped form fits `limit`."""
+    head = text[:limit]
+    while len(escape(head)) > limit:  # shrink in proportion to how much escaping grew it
+        head = head[: min(len(head) - 1, len(head) * limit // len(escape(head)))]
+    return head
+
+
+def _hidden(item: ApprovalItem, card: ApprovalCard) -> int:
+    """How many characters of the call's arguments the card cannot show (0: all of them fit)."""
+    return len(item.arguments) - len(_head(item.arguments, _per_item(card)))
+
+
 def card_html(card: ApprovalCard) -> str:
     """The card's text: each call with its arguments, its state, and who may decide.
 
-    Arguments are already pretty-printed, redacted and truncated by the core; they are cut
-    further here only if the whole card would pass Telegram's 4,096 characters.
+    Arguments come whole from the core; a call whose arguments would take the card past
+    Telegram's 4,096 characters shows their head and says how much more "Show all" sends.
     """
     title = "🔐 <b>Approval needed</b>" if card.pending else "🔐 <b>Approval</b>"
     fixed = [title]
-    budget = MAX_TEXT - 200 - sum(len(i.headline) + len(i.capability) + 60 for i in card.items)
-    budget -= len(card.deciders) + len(card.note)
-    per_item = max(40, budget // max(1, len(card.items)))
+    per_item = _per_item(card)
     for n, item in enumerate(card.items, 1):
         number = f"{n}. " if len(card.items) > 1 else ""
         fixed.append(f"\n{number}<b>{escape(item.headline)}</b> <i>({escape(item.capability)})</i>")
         if item.arguments.strip():
-            fixed.append(f"<pre>{escape(_cut(item.arguments, per_item))}</pre>")
+            head = _head(item.arguments, per_item)
+            fixed.append(f"<pre>{escape(head)}</pre>")
+            if len(head) < len(item.arguments):
+                fixed.append(f"<i>…and {len(item.arguments) - len(head):,} more characters: press “Show all” "
+                             "to read every argument.</i>")
         fixed.append(_state(item))
     if card.pending and card.deciders:
         fixed.append(f"\n<i>{escape(_sentence(card.deciders))}</i>")
@@ -83,7 +116,31 @@ def card_keyboard(card: ApprovalCard) -> InlineKeyboardMarkup:
     if pending:
         rows.append([InlineKeyboardButton("✅ Approve all in this conversation",
                                           callback_data=callback_data(Decision.APPROVE_ALL, card.card_id))])
+    for item in card.items:
+        if _hidden(item, card):
+            label = f" {_short(item.tool_name)}" if len(card.items) > 1 else " arguments"
+            rows.append([InlineKeyboardButton(f"📄 Show all{label}", callback_data=_show_data(item.approval_id))])
     return InlineKeyboardMarkup(rows)
+
+
+def _show_data(approval_id: str) -> str:
+    data = SHOW_PREFIX + approval_id
+    if len(data.encode()) > MAX_CALLBACK_BYTES:
+        raise ValueError(f"callback data for show is {len(data.encode())} bytes; Telegram allows 64")
+    return data
+
+
+def arguments_messages(item: ApprovalItem) -> list[str]:
+    """Every argument of one call, as HTML messages each under 4,096 characters. Each opens with a line
+    saying which part it is (Telegram refuses a message that is only whitespace, and a long value can be)."""
+    name = escape(_short(item.headline, 200))
+    room = MAX_TEXT - _PRE - len(name) - 60  # the header line: "📄 All arguments of <name> (part n of m)"
+    heads, rest = [], item.arguments or "{}"
+    while rest:
+        heads.append(_head(rest, room))
+        rest = rest[len(heads[-1]):]
+    return [f"📄 <b>All arguments of {name}</b> (part {n} of {len(heads)})\n<pre>{escape(head)}</pre>"
+            for n, head in enumerate(heads, 1)]
 
 
 def _state(item: ApprovalItem) -> str:

@@ -21,7 +21,7 @@ from telegram import Message, MessageEntity, Update, User
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.outbound.adapter import Decision
 
-from .cards import parse_callback_data, parse_memory_data
+from .cards import parse_callback_data, parse_memory_data, parse_show_data
 from .stop import parse_stop
 
 PLATFORM = "telegram"
@@ -50,6 +50,8 @@ class ButtonClick:
     memory: str | None = None  # a `/memory` card's button: the core's data, for `Dispatcher.memory_click`
     chat_kind: ChatKind | None = None
     stop_run: str | None = None  # a Stop press on a streaming reply: the run it names
+    show: str | None = None  # "Show all" on a card: the approval whose arguments to send whole
+    thread_id: int | None = None  # the forum topic the clicked message is in
 
 
 def normalize_update(
@@ -115,6 +117,8 @@ def _click(update: Update) -> ButtonClick:
         memory=parse_memory_data(query.data),
         chat_kind=_CHAT_KINDS.get(message.chat.type) if message is not None else None,
         stop_run=parse_stop(query.data),
+        show=parse_show_data(query.data),
+        thread_id=message.message_thread_id if message is not None and getattr(message, "is_topic_message", False) else None,
     )
 
 

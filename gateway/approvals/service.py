@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +24,8 @@ from pydantic_ai.messages import ModelMessage
 
 from bindings.models import BindingSpec
 
-from gateway.runs.delegated import APPROVAL_IDS, DECISIONS, delegated_calls
+from gateway.approvals import arguments
+from gateway.runs.delegated import APPROVED, DECISIONS, delegated_calls
 from gateway.outbound.delivery import Outbound, ReplyStream
 from gateway.http.events import EventBus
 from gateway.ops.metrics import Metrics
@@ -37,38 +37,14 @@ from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
+from gateway.approvals.principal import Principal
 
 log = logging.getLogger("gateway.approvals.service")
 
-ARGS_LIMIT = 1500
 EXPIRY_CHECK_EVERY = 60.0
-_SECRET_KEY = re.compile(r"(token|secret|passw|api[_-]?key|authorization|credential|cookie)", re.I)
 
 
 # --- presentation -------------------------------------------------------------------------
-
-
-def redact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: ("***" if _SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
-
-
-def show_arguments(args: str | dict[str, Any] | None) -> str:
-    """Pretty-printed, secrets redacted, truncated with a visible marker."""
-    if isinstance(args, str):
-        try:
-            parsed: Any = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            parsed = args
-    else:
-        parsed = args or {}
-    text = json.dumps(redact(parsed), indent=2, ensure_ascii=False, default=str) if not isinstance(parsed, str) else parsed
-    if len(text) > ARGS_LIMIT:
-        text = text[:ARGS_LIMIT] + f"\n… (truncated: {len(text) - ARGS_LIMIT} more characters)"
-    return text
 
 
 def deciders_text(deciders: Any, requester_name: str) -> str:
@@ -212,12 +188,16 @@ class Approvals:
         for call in calls:
             delegated = delegated_calls(requests.metadata.get(call.tool_call_id))
             if delegated is not None:  # a sync delegate's gated calls, made inside this `task` call
-                items.extend(NewItem(d.tool_call_id, d.tool_id, d.tool_name, d.capability, show_arguments(d.args),
-                                     delegate=d.delegate, parent_call_id=call.tool_call_id) for d in delegated)
+                items.extend(NewItem(d.tool_call_id, d.tool_id, d.tool_name, d.capability, arguments.shown(d.args),
+                                     d.arguments_digest, delegate=d.delegate, parent_call_id=call.tool_call_id)
+                             for d in delegated)
                 continue
             info = turn.tools.get(call.tool_name)
+            # The gate said what the tool would receive (validated, defaults filled in) and its digest.
+            gate = requests.metadata.get(call.tool_call_id) or {}
             items.append(NewItem(call.tool_call_id, info.stable_id if info else call.tool_name, call.tool_name,
-                                 info.capability if info else "unknown", show_arguments(call.args)))
+                                 info.capability if info else "unknown",
+                                 arguments.shown(gate.get(arguments.ARGUMENTS, call.args)), gate.get(arguments.DIGEST)))
         card_id = await self.db.create_card(
             run_id=turn.run_id, conversation_id=turn.conversation.id, binding_id=turn.binding.id,
             deciders=turn.binding.approvals.deciders,
@@ -284,8 +264,10 @@ class Approvals:
 
     async def decide(self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str,
                      surface: str) -> DecisionOutcome:
+        """A decision by `decider`, an account on the platform of `binding_id`, which must be the card's:
+        a click decides only cards of the binding it came through (the API goes through `decide_for`)."""
         found = await self.db.target_of(approval_id)
-        if found is None or (surface != "api" and found[1].binding_id != binding_id):
+        if found is None or found[1].binding_id != binding_id:
             return DecisionOutcome(False, "This approval no longer exists.")
         item, card_row, run = found
         conv = await self.store.conversation(card_row.conversation_id)
@@ -311,6 +293,60 @@ class Approvals:
             self._wake(conv.id)
         await self._refresh_card(card_row.id)
         return DecisionOutcome(True, said, private=True)
+
+    async def decide_for(self, approval_id: str, decision: Decision, principal: Principal) -> DecisionOutcome:
+        """An API client's decision: made as the principal's own account on the card's platform, so the
+        card's binding asks it exactly what it would ask that account's click. A principal with no
+        account there decides nothing (never a wildcard that reaches every binding's cards)."""
+        found = await self.db.target_of(approval_id)
+        conv = await self.store.conversation(found[1].conversation_id) if found else None
+        if found is None or conv is None:
+            return DecisionOutcome(False, "This approval no longer exists.")
+        decider = await self._decider_for(principal, found, conv)
+        if decider is None:
+            deciders = json.loads(found[1].deciders)
+            said = (deciders_text(deciders, found[2].requester_name if found[2] else "")
+                    .replace("Anyone in this chat", "Only someone in this chat").replace("can decide", "can decide this"))
+            if not await self._accounts_of(principal, conv.platform, conv.workspace):
+                said += (f" Deciding through the API acts as your own {conv.platform} account, and none is linked to "
+                         "you: link it, or use a token whose person may decide.")
+            return DecisionOutcome(False, said)
+        return await self.decide(approval_id, decision, decider, binding_id=found[1].binding_id, surface="api")
+
+    async def readable_by(self, approval_id: str, principal: Principal) -> ApprovalItem | None:
+        """The item with its full arguments, for someone who may decide it; None for anyone else."""
+        found = await self.db.target_of(approval_id)
+        conv = await self.store.conversation(found[1].conversation_id) if found else None
+        if found is None or found[0] is None or conv is None or await self._decider_for(principal, found, conv) is None:
+            return None
+        return next(i for i in (await self.card(found[1].id)).items if i.approval_id == approval_id)
+
+    async def item_on(self, binding_id: str, approval_id: str) -> ApprovalItem | None:
+        """The item, with its full arguments, when it is on a card of `binding_id` (a "Show all" button
+        there: whoever sees the card in that chat may read what it stands for)."""
+        found = await self.db.target_of(approval_id)
+        if found is None or found[0] is None or found[1].binding_id != binding_id:
+            return None
+        return next(i for i in (await self.card(found[1].id)).items if i.approval_id == approval_id)
+
+    async def _decider_for(self, principal: Principal, found: tuple[Any, Any, Run | None],
+                           conv: repo.ConversationRef) -> Sender | None:
+        """The principal's account on the card's platform and workspace that may decide it, or None."""
+        run = found[2]
+        if run is None:
+            return None
+        deciders = json.loads(found[1].deciders)
+        for account, name in await self._accounts_of(principal, conv.platform, conv.workspace):
+            sender = Sender(account, principal.name or name or account)
+            if await self._may_decide(deciders, sender, run, conv):
+                return sender
+        return None
+
+    async def _accounts_of(self, principal: Principal, platform: str, workspace: str) -> list[tuple[str, str]]:
+        """(account id, display name) of the principal on one platform and workspace: the account it
+        names, and every account linked to its person there."""
+        assert principal.ref is not None, "the API resolves the local person before asking"
+        return await self.db.accounts_of(principal.ref, platform, workspace)
 
     async def _already(self, approval_id: str | None, card_id: str) -> str:
         row = await self.db.decided_item(approval_id, card_id)
@@ -365,15 +401,16 @@ class Approvals:
                 # A delegate's call: the run's `task` call goes on, and hands each decision down to the
                 # delegate it resumes (a denial reaches the delegate's model, not the parent's).
                 results.approvals[row.parent_call_id] = ToolApproved()
-                handed = results.metadata.setdefault(row.parent_call_id, {DECISIONS: {}, APPROVAL_IDS: {}})
+                handed = results.metadata.setdefault(row.parent_call_id, {DECISIONS: {}, APPROVED: {}})
                 handed[DECISIONS][row.tool_call_id] = decision
-                if decision is True:  # the delegate's gate starts it at most once, keyed as below
-                    handed[APPROVAL_IDS][row.tool_call_id] = row.id
+                if decision is True:  # the delegate's gate checks it as below
+                    handed[APPROVED][row.tool_call_id] = arguments.approved_metadata(row.id, row.arguments_digest)
             else:
                 results.approvals[row.tool_call_id] = True if decision is True else ToolDenied(str(decision))
                 if decision is True:
-                    # The gate starts each approved call at most once (capabilities/approval_gate.py).
-                    results.metadata[row.tool_call_id] = {"approval_id": row.id}
+                    # The gate starts each approved call at most once, and only on the arguments the
+                    # decision was made on (capabilities/approval_gate.py).
+                    results.metadata[row.tool_call_id] = arguments.approved_metadata(row.id, row.arguments_digest)
         return results
 
     async def stop_parked(self, run: Run, conv: repo.ConversationRef, who: Sender) -> bool:

@@ -1,4 +1,8 @@
-"""Who may use the API: the `http.api_token` in the Authorization header, and stream tokens.
+"""Who may use the API: an API token in the Authorization header, and stream tokens.
+
+Each configured token (`http.api_token`, `http.api_tokens`) stands for a principal
+(`gateway.http.principals`); the request carries it on (`PRINCIPAL`) for the routes that act as
+someone (a decision).
 
 The API token is read from `Authorization: Bearer <token>` only, never from a URL (a URL ends
 up in proxy logs, browser history and Referer headers). The one route a browser cannot send a
@@ -21,6 +25,8 @@ from datetime import UTC, datetime
 from aiohttp import web
 
 from gateway.clock import Clock
+from gateway.approvals.principal import Principal
+from gateway.http.principals import PRINCIPAL, ApiTokens
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 PROTECTED_PREFIXES = ("/api/",)
@@ -29,25 +35,28 @@ STREAM_TOKENS_PATH = "/api/v1/stream-tokens"
 
 
 class Access:
-    """The API token check and the stream tokens, for one gateway's token (None: the API is open)."""
+    """The API token check and the stream tokens, for one gateway's tokens (none: the API is open)."""
 
-    def __init__(self, token: str | None, clock: Clock, stream_route: str) -> None:
-        self._token = token.encode() if token is not None else None
-        # A key of its own, so a stream token can never be turned back into the API token.
-        seed = self._token if self._token is not None else secrets.token_bytes(32)
+    def __init__(self, tokens: ApiTokens, clock: Clock, stream_route: str) -> None:
+        self._tokens = tokens
+        # A key of its own, so a stream token can never be turned back into an API token.
+        seed = tokens.seed() if tokens.required else secrets.token_bytes(32)
         self._stream_key = hmac.new(seed, b"agent-gateway stream token v1", hashlib.sha256).digest()
         self._clock, self._stream_route = clock, stream_route
 
     @property
     def open(self) -> bool:
-        return self._token is None
+        return not self._tokens.required
 
     def has_token(self, request: web.Request) -> bool:
-        """Whether the request carries the API token in its Authorization header."""
-        if self._token is None:
+        """Whether the request carries an API token in its Authorization header."""
+        if self.open:
             return True
+        return self._principal(request) is not None
+
+    def _principal(self, request: web.Request) -> Principal | None:
         scheme, _, offered = request.headers.get("Authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(offered.strip().encode(), self._token)
+        return self._tokens.match(offered.strip()) if scheme.lower() == "bearer" else None
 
     def mint(self, conversation_id: str) -> tuple[str, datetime]:
         expires = int(self._clock.now().timestamp()) + STREAM_TOKEN_SECONDS
@@ -76,13 +85,16 @@ class Access:
     def middleware(self) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
         @web.middleware
         async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-            if (not self.open and request.path.startswith(PROTECTED_PREFIXES) and not self.has_token(request)
-                    and not self._stream_request_allowed(request)):
-                return web.json_response(
-                    {"error": "unauthorized", "message": "send the API token as 'Authorization: Bearer <token>' "
-                     "(the event stream: a ?stream_token= from POST /api/v1/stream-tokens)"},
-                    status=401,
-                )
+            if not self.open and request.path.startswith(PROTECTED_PREFIXES):
+                principal = self._principal(request)
+                if principal is None and not self._stream_request_allowed(request):
+                    return web.json_response(
+                        {"error": "unauthorized", "message": "send the API token as 'Authorization: Bearer <token>' "
+                         "(the event stream: a ?stream_token= from POST /api/v1/stream-tokens)"},
+                        status=401,
+                    )
+                if principal is not None:
+                    request[PRINCIPAL] = principal  # who the request acts as (a decision is theirs)
             return await handler(request)
 
         return authenticate

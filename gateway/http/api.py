@@ -2,7 +2,9 @@
 
 It belongs to the core: an API client and the web page are one local person talking to the
 web binding, through the same inbound path, the same approval checks and the same stores as a
-chat platform. `adapters/web/` only serves the page and publishes replies onto the event bus.
+chat platform. A decision is made as the request's principal (`gateway.http.principals`: the
+token's person, or that local person), through their own account on the card's platform.
+`adapters/web/` only serves the page and publishes replies onto the event bus.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from gateway.inbound.memory_card import MemoryButton, MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, CommandAnswer, InboundMessage, Sender
 from gateway.store import repo
 from gateway.store.notes import Note, NoteStore
-from gateway.outbound.adapter import ApprovalCard, Decision
+from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision
 from gateway.inbound.uploads import UploadRefused, read_form
+from gateway.http.principals import Principal, principal_of
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -61,6 +64,7 @@ def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
         web.post(MESSAGES_ROUTE, api.post_message),
         web.get(EVENTS_ROUTE, api.events),
         web.post("/api/v1/conversations/{id}/modes", api.set_modes),
+        web.get("/api/v1/approvals/{id}", api.approval),
         web.post("/api/v1/approvals/{id}", api.decide),
         web.post("/api/v1/runs/{id}/stop", api.stop_run),
         web.get("/api/v1/me/memory", api.my_memory),
@@ -155,21 +159,35 @@ class _Api:
             return _bad(429, "busy", "this conversation has too many messages waiting; try again shortly")
         return _bad(403, "not_admitted", result.reason or "message not accepted")
 
-    async def decide(self, request: web.Request) -> web.Response:
-        """An API client's decision: the same checks as a click, made as the local person."""
+    async def _principal(self, request: web.Request) -> Principal:
+        """Who the request acts as: its token's person, or the web binding's local person."""
+        principal = principal_of(request)
+        if principal.ref is not None:
+            return principal
         binding = self._binding()
+        return Principal(await self._me(binding), principal.name or self._person(binding))
+
+    async def decide(self, request: web.Request) -> web.Response:
+        """An API client's decision, as its principal: the same question the card's binding asks a click
+        by that principal's account on the card's platform (`Approvals.decide_for`)."""
         body = await _json_object(request)
         try:
             decision = Decision(body.get("decision"))
         except ValueError:
             return _bad(400, "bad_request", "decision must be one of: approve, deny, approve_all")
-        person = self._person(binding)
-        outcome = await self.gw.decide(_path_id(request), decision, Sender(person, person),
-                                       binding_id=binding.id, surface="api")
+        outcome = await self.gw.approvals.decide_for(_path_id(request), decision, await self._principal(request))
         status = 200 if outcome.accepted else (404 if "no longer exists" in outcome.message else 409)
         if not outcome.accepted and outcome.message.startswith("Only "):
             status = 403
         return web.json_response({"accepted": outcome.accepted, "message": outcome.message}, status=status)
+
+    async def approval(self, request: web.Request) -> web.Response:
+        """One gated call with its full arguments, for someone who may decide it (404 for anyone else,
+        the same answer as for an id that does not exist)."""
+        item = await self.gw.approvals.readable_by(_path_id(request), await self._principal(request))
+        if item is None:
+            return _bad(404, "not_found", "no approval you may decide has this id")
+        return web.json_response(item_json(item))
 
     async def stop_run(self, request: web.Request) -> web.Response:
         """The web Stop button: the same rule as a Stop click or `/stop` in a chat, as the local person."""
@@ -456,10 +474,12 @@ def card_json(card: ApprovalCard) -> dict[str, Any]:
         "deciders": card.deciders,
         "note": card.note,
         "pending": card.pending,
-        "items": [
-            {"approval_id": i.approval_id, "tool": i.tool_name, "delegate": i.delegate, "headline": i.headline,
-             "capability": i.capability, "arguments": i.arguments,
-             "state": i.state.value, "decided_by": i.decided_by}
-            for i in card.items
-        ],
+        "items": [item_json(i) for i in card.items],
     }
+
+
+def item_json(item: ApprovalItem) -> dict[str, Any]:
+    """One call on a card, its arguments whole (`GET /api/v1/approvals/{id}` and the cards' JSON)."""
+    return {"approval_id": item.approval_id, "tool": item.tool_name, "delegate": item.delegate,
+            "headline": item.headline, "capability": item.capability, "arguments": item.arguments,
+            "state": item.state.value, "decided_by": item.decided_by}

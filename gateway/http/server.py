@@ -23,6 +23,7 @@ from aiohttp import web
 
 from gateway.http import api, guard, openapi, slow_clients
 from gateway.http.access import Access
+from gateway.http.principals import ApiTokens
 from gateway.store.availability import StoreUnavailable
 
 if TYPE_CHECKING:
@@ -66,8 +67,7 @@ class AdapterRoutes:
 
 def build_app(gateway: Gateway) -> web.Application:
     http_config = gateway.config.gateway.http
-    token_ref = http_config.api_token
-    access = Access(token_ref.resolve().reveal() if token_ref is not None else None, gateway.clock, api.EVENTS_ROUTE)
+    access = Access(ApiTokens(http_config), gateway.clock, api.EVENTS_ROUTE)
     rules = guard.SurfaceRules.of(http_config, gateway.listen, upload_routes={api.MESSAGES_ROUTE})
     app = web.Application(
         middlewares=[guard.middleware(rules), access.middleware(), _busy_middleware,

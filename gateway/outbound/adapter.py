@@ -94,7 +94,7 @@ class ApprovalItem:
     approval_id: str
     tool_name: str  # the name the model sees
     capability: str
-    arguments: str  # pretty-printed, secrets redacted, truncated with a visible marker
+    arguments: str  # pretty-printed, secrets masked, whole: each platform shows what fits and says where the rest is
     state: ItemState = ItemState.PENDING
     decided_by: str | None = None
     delegate: str | None = None  # the delegate that made the call; None when the agent made it itself
@@ -223,6 +223,11 @@ class Dispatcher(Protocol):
 
     async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
         """A Stop control pressed: only the run's requester or a decider stops it."""
+        ...
+
+    async def approval_item(self, approval_id: str, *, binding_id: str) -> ApprovalItem | None:
+        """One call of a card this binding shows, its arguments whole (a "Show all" button in the chat
+        where the card is); None when no card of this binding has it."""
         ...
 
     async def memory_click(self, click: MemoryClick) -> MemoryClickOutcome:

@@ -4,9 +4,11 @@ A delegate runs inside its parent's `task` tool call, so when one of its tools n
 parent's run is what parks: `task` raises pydantic-ai's `ApprovalRequired` with the delegate's pending
 calls in its metadata (`DELEGATED`), the card lists those calls (naming the delegate), and on resume the
 parent's `task` call is approved with the people's decisions in `DeferredToolResults.metadata`
-(`DECISIONS`), which `task` hands on to the delegate it resumes. Each approved call also carries its
-card item's approval id (`APPROVAL_IDS`), which the delegate's approval gate keys its at-most-once
-marker on, as it does for a call of the run itself: a process killed after the delegate started the
+(`DECISIONS`), which `task` hands on to the delegate it resumes. Each approved call also carries what
+the delegate's approval gate checks it with (`APPROVED`: its card item's approval id and the digest of
+the arguments it was approved on, `gateway.approvals.arguments`), as it does for a call of the run
+itself: the gate keys its at-most-once marker on the id, and refuses arguments that are not the
+approved ones. At most once because a process killed after the delegate started the
 call resumes it from the same decision again, and the call must not start twice. Shared by
 `capabilities.subagents` (which makes and reads them) and `gateway.approvals.service` (which shows and answers them).
 """
@@ -19,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 DELEGATED = "delegated"  # ApprovalRequired.metadata key: the delegate's pending calls
 DECISIONS = "decisions"  # DeferredToolResults.metadata key: {tool_call_id: True | denial message}
-APPROVAL_IDS = "approval_ids"  # DeferredToolResults.metadata key: {tool_call_id: approval id}, approved calls
+APPROVED = "approved"  # DeferredToolResults.metadata key: {tool_call_id: the gate's metadata}, approved calls
 
 
 class DelegatedCall(BaseModel):
@@ -30,7 +32,8 @@ class DelegatedCall(BaseModel):
     tool_id: str  # the stable id the policy is keyed on
     tool_name: str
     capability: str
-    args: str | dict[str, Any] | None = None  # as the model wrote them; redacted when shown
+    args: Any = None  # as the delegate's tool would receive them (the model's own when no gate said); masked when shown
+    arguments_digest: str | None = None  # what the decision is bound to (`gateway.approvals.arguments`)
     delegate: str  # who asked: "researcher", or "researcher › checker" when nested
 
 
@@ -48,8 +51,8 @@ def decisions_of(metadata: Any) -> dict[str, bool | str] | None:
     return dict(metadata[DECISIONS])
 
 
-def approval_ids_of(metadata: Any) -> dict[str, str]:
-    """The card item each approved call of a resumed `task` call was decided on, by the call's id."""
+def approved_of(metadata: Any) -> dict[str, dict[str, Any]]:
+    """What each approved call of a resumed `task` call is checked with by its gate, by the call's id."""
     if not isinstance(metadata, dict):
         return {}
-    return dict(metadata.get(APPROVAL_IDS) or {})
+    return dict(metadata.get(APPROVED) or {})

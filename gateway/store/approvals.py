@@ -27,7 +27,8 @@ class NewItem:
     tool_id: str
     tool_name: str
     capability: str
-    arguments: str
+    arguments: str  # shown in full: secrets masked, never cut
+    arguments_digest: str | None  # sha256 of the canonical arguments the decision is bound to
     delegate: str | None = None  # the delegate that made the call (None: the run's own agent)
     parent_call_id: str | None = None  # the run's `task` call it was made inside
 
@@ -130,7 +131,7 @@ class ApprovalStore:
                 s.add(ApprovalRow(id=unguessable_id(), card_id=card_id, run_id=run_id,
                                   conversation_id=conversation_id, tool_call_id=item.tool_call_id,
                                   tool_id=item.tool_id, tool_name=item.tool_name, capability=item.capability,
-                                  arguments=item.arguments, state="pending", position=i, created_at=now,
+                                  arguments=item.arguments, arguments_digest=item.arguments_digest, state="pending", position=i, created_at=now,
                                   delegate=item.delegate, parent_call_id=item.parent_call_id))
         return card_id
 
@@ -222,6 +223,29 @@ class ApprovalStore:
         async with self._sessions() as s:
             return await s.scalar(select(Account.person_id).where(
                 Account.platform == platform, Account.workspace == workspace, Account.account_id == account_id))
+
+    async def accounts_of(self, ref: str, platform: str, workspace: str) -> list[tuple[str, str]]:
+        """(account id, display name) on one platform and workspace for `ref`: a person id (its accounts
+        there), or `platform:account` / `platform:workspace:account` (that account, if it is there, and
+        the accounts linked to its person)."""
+        kind, _, rest = ref.partition(":")
+        named: str | None = None
+        async with self._sessions() as s:
+            if rest:
+                space, _, account = rest.rpartition(":")
+                if kind == platform and (not space or space == workspace):
+                    named = account
+                where = [Account.platform == kind, Account.account_id == account]
+                person = await s.scalar(select(Account.person_id).where(*where, *([Account.workspace == space] if space else [])))
+            else:
+                person = ref
+            rows = list(await s.execute(select(Account.account_id, Account.display_name).where(
+                Account.person_id == person, Account.platform == platform, Account.workspace == workspace)
+                .order_by(Account.id))) if person else []
+        found = [(a, n) for a, n in rows]
+        if named is not None and named not in {a for a, _ in found}:
+            found.insert(0, (named, ""))
+        return found
 
     async def latest_decisions(self, run_id: str) -> list[ApprovalRow]:
         """The items of a run's latest card, as decided."""

@@ -232,7 +232,10 @@ class ApprovalRow(Base):
     tool_id: Mapped[str] = mapped_column(String(200))  # the stable id the policy is keyed on
     tool_name: Mapped[str] = mapped_column(String(200))  # the name the model saw
     capability: Mapped[str] = mapped_column(String(100))
-    arguments: Mapped[str] = mapped_column(Text)  # shown on the card: redacted, truncated
+    arguments: Mapped[str] = mapped_column(Text)  # shown on the card, in full: secrets masked, never cut
+    # sha256 of the canonical JSON of the arguments the tool would receive: the decision is bound to it
+    # (None on items stored before migration 0013, whose decision is then not applied).
+    arguments_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)
     state: Mapped[str] = mapped_column(String(20))
     decided_by: Mapped[str | None] = mapped_column(String(200), nullable=True)
     decided_by_account: Mapped[str | None] = mapped_column(String(200), nullable=True)

@@ -252,7 +252,7 @@ async def _request(http: aiohttp.ClientSession, method: str, url: str, *, deadli
 
 async def web_conversation(w: World, tally: Tally, until: Until, *, wait: float, tag: str) -> None:
     async with aiohttp.ClientSession() as http:
-        status, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + wait)
+        status, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", json={}, deadline=time.monotonic() + wait)
         if status != 201:
             tally.problems.append(f"web {tag}: could not create a conversation ({status})")
             return

@@ -135,7 +135,7 @@ async def web_gated(w: World, tally: Tally, parked: Parked, going: Callable[[], 
         while going():
             service = f"{tag}-{n}"
             n += 1
-            status, body = await _request(http, "POST", f"{w.api}/api/v1/conversations",
+            status, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", json={},
                                           deadline=time.monotonic() + wait)
             if status != 201:
                 tally.problems.append(f"web {service}: could not create a conversation ({status})")

@@ -37,7 +37,7 @@ async def _approved_then_killed_after_the_call(w: World, text: str, *,
     `deploy` ran (or, later, once `kill_when()`; the model's answers after it stream slowly, so the
     run has not ended), restarts it, and returns the conversation's turns once an answer is final."""
     async with aiohttp.ClientSession() as http:
-        _, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", deadline=time.monotonic() + 30)
+        _, body = await _request(http, "POST", f"{w.api}/api/v1/conversations", json={}, deadline=time.monotonic() + 30)
         conv = body["id"]
         status, _ = await _request(http, "POST", f"{w.api}/api/v1/conversations/{conv}/messages",
                                    json={"text": text}, deadline=time.monotonic() + 30)

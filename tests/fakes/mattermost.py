@@ -46,6 +46,7 @@ from tests.fakes.inflight import InFlight
 from tests.support.patience import PATIENCE
 
 MAX_MESSAGE_RUNES = 16_383
+MAX_PROPS_RUNES = 800_000  # model.PostPropsMaxRunes: a post's props, as JSON
 _DEAD_QUEUE_SIZE = 128
 _ACTION_ID = re.compile(r"^[A-Za-z0-9]+$")
 _CHANNEL_MENTIONS = re.compile(r"(?<![\w@])@(channel|all|here)\b", re.IGNORECASE)
@@ -198,6 +199,7 @@ class FakeMattermost:
         r.add_get("/api/v4/channels/{channel_id}", self._get_channel)
         r.add_get("/api/v4/channels/{channel_id}/stats", self._channel_stats)
         r.add_get("/api/v4/channels/{channel_id}/members", self._channel_members)
+        r.add_get("/api/v4/channels/{channel_id}/members/{user_id}", self._channel_member)
         r.add_get("/api/v4/channels/{channel_id}/posts", self._channel_posts)
         r.add_post("/api/v4/posts", self._create_post)
         r.add_post("/api/v4/posts/ephemeral", self._ephemeral_post)
@@ -450,6 +452,8 @@ class FakeMattermost:
             return None, _app_error(
                 400, "model.post.is_valid.msg.app_error", f"Invalid Message: over {MAX_MESSAGE_RUNES} characters."
             )
+        if len(json.dumps(body.get("props") or {}, ensure_ascii=False)) > MAX_PROPS_RUNES:
+            return None, _app_error(400, "model.post.is_valid.props.app_error", "Invalid props")
         root_id = body.get("root_id", "") or ""
         if root_id:
             root = self.posts.get(root_id)
@@ -768,6 +772,19 @@ class FakeMattermost:
             ]
         )
 
+    async def _channel_member(self, request: web.Request) -> web.Response:
+        """One membership, as the server answers it: the member, or 404 for someone not in the channel."""
+        channel, err = await self._channel_or_error(request)
+        if err:
+            return err
+        assert channel is not None
+        user_id = request.match_info["user_id"]
+        if user_id not in self.members[channel["id"]]:
+            return _app_error(404, "app.channel.get_member.missing.app_error", "No channel member found for that user ID and channel ID.")
+        return web.json_response({"channel_id": channel["id"], "user_id": user_id, "roles": "channel_user",
+                                  "last_viewed_at": 0, "msg_count": 0, "mention_count": 0, "notify_props": {},
+                                  "last_update_at": 0})
+
     async def _search_channels(self, request: web.Request) -> web.Response:
         uid, body, err = await self._authed(request)
         if err:
@@ -889,6 +906,8 @@ class FakeMattermost:
         message = body["message"] if body.get("message") is not None else post["message"]
         if len(message) > MAX_MESSAGE_RUNES:
             return _app_error(400, "model.post.is_valid.msg.app_error", f"Invalid Message: over {MAX_MESSAGE_RUNES} characters.")
+        if len(json.dumps(body.get("props") or {}, ensure_ascii=False)) > MAX_PROPS_RUNES:
+            return _app_error(400, "model.post.is_valid.props.app_error", "Invalid props")
         await self._update(post, message=message, props=body.get("props"))
         return web.json_response(self.client_post(post))
 

@@ -190,6 +190,9 @@ class FakeSlack:
         self.messages: list[PostedMessage] = []
         self.deleted: list[PostedMessage] = []  # removed by chat.delete
         self.ephemerals: list[Ephemeral] = []
+        # views.open: the modals opened, with the click they answered; a trigger id is good once.
+        self.views: list[dict[str, Any]] = []
+        self._triggers: dict[str, str] = {}  # trigger id -> the user whose click issued it
         self.channels: dict[str, Channel] = {}
         self.users: dict[str, User] = {bot_user_id: User(bot_user_id, "agent", "Agent", "agent", is_bot=True)}
         self.connections_opened = 0
@@ -488,6 +491,37 @@ class FakeSlack:
         msg.streaming = False
         return {"ok": True, "channel": msg.channel, "ts": msg.ts, "message": self._message_json(msg)}
 
+    async def _m_views_open(self, args: dict[str, Any]) -> dict[str, Any]:
+        """As Slack: the trigger id of a click, used once; a modal's title and close at most 24
+        characters, at most 100 blocks, a section's text at most 3,000."""
+        trigger = str(args.get("trigger_id", ""))
+        if trigger not in self._triggers:
+            return {"ok": False, "error": "invalid_trigger_id"}
+        user = self._triggers.pop(trigger)
+        if user == "":
+            return {"ok": False, "error": "exchanged_trigger_id"}
+        self._triggers[trigger] = ""  # spent
+        view = _maybe_json(args.get("view"))
+        problems = []
+        if not isinstance(view, dict) or view.get("type") != "modal":
+            problems.append("view.type must be modal")
+        else:
+            for key in ("title", "close"):
+                text = (view.get(key) or {}).get("text", "")
+                if (key == "title" and not text) or len(text) > 24:
+                    problems.append(f"must be less than 25 characters [json-pointer:/view/{key}/text]")
+            blocks = view.get("blocks") or []
+            if len(blocks) > 100:
+                problems.append("no more than 100 items allowed [json-pointer:/view/blocks]")
+            for n, b in enumerate(blocks):
+                if b.get("type") == "section" and len((b.get("text") or {}).get("text", "")) > 3000:
+                    problems.append(f"must be less than 3001 characters [json-pointer:/view/blocks/{n}/text/text]")
+        if problems:
+            return {"ok": False, "error": "invalid_arguments", "response_metadata": {"messages": problems}}
+        opened = {"id": f"V{len(self.views) + 1:08d}", "user": user, **view}
+        self.views.append(opened)
+        return {"ok": True, "view": opened}
+
     async def _m_chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
         self.ephemerals.append(Ephemeral(args["channel"], args["user"], args.get("text", ""), args.get("thread_ts") or None))
         return {"ok": True, "message_ts": self.next_ts()}
@@ -761,13 +795,15 @@ class FakeSlack:
         if action is None:
             raise LookupError(f"no button with value {value!r} on message {msg.ts}")
         person = self.users.get(user, User(user, user))
+        trigger = f"{next(self._ts)}.{next(self._ts)}.fake"
+        self._triggers[trigger] = user
         return {
             "type": "block_actions",
             "user": {"id": user, "username": person.name, "name": person.name, "team_id": self.team_id},
             "api_app_id": self.app_id,
             "token": "verification-token",
             "container": {"type": "message", "message_ts": msg.ts, "channel_id": msg.channel, "is_ephemeral": False, "thread_ts": msg.thread_ts},
-            "trigger_id": f"{next(self._ts)}.{next(self._ts)}.fake",
+            "trigger_id": trigger,
             "team": {"id": self.team_id, "domain": "fake"},
             "enterprise": None,
             "is_enterprise_install": False,

@@ -64,7 +64,7 @@ if "test_ops" not in REGISTRY:
 
 async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
     """Calls the tools named in the prompt ("deploy api", "deploy+status api"), then reports the results;
-    "count N" streams "1 2 … N" one number at a time (after "1", waiting for the file $OPS_GATE if set)."""
+    "deploy {JSON}" calls it with those arguments; "count N" streams "1 2 … N" one number at a time (after "1", waiting for the file $OPS_GATE if set)."""
     last = messages[-1]
     returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
     if returns:
@@ -89,8 +89,10 @@ async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterato
         yield f"echo: {prompt}"
         return
     yield "Let me do that. "
-    yield {i: DeltaToolCall(name=name, json_args=json.dumps({"service": words[-1]}), tool_call_id=f"call-{i}")
-           for i, name in enumerate(calls)}
+    # "deploy {JSON}": the call's arguments exactly as written (a value may hold spaces).
+    written = str(prompt).partition(" ")[2].strip()
+    args = written if written.startswith("{") else json.dumps({"service": words[-1]})
+    yield {i: DeltaToolCall(name=name, json_args=args, tool_call_id=f"call-{i}") for i, name in enumerate(calls)}
 
 
 register_model("test:ops", lambda: FunctionModel(stream_function=_script))

@@ -70,6 +70,30 @@
   // Said aloud by a screen reader: what needs the person (a card), not every streamed word.
   function say(text) { announce.textContent = ""; setTimeout(() => { announce.textContent = text; }, 50); }
 
+  // A call's arguments: what fits at a glance, then every character behind "Show all" (the decider
+  // decides on all of them, never on a cut).
+  const ARGS_HEAD = 1500;
+  function argumentsOf(text) {
+    const box = document.createElement("div");
+    box.className = "args";
+    const head = document.createElement("pre");
+    head.textContent = text.length > ARGS_HEAD ? text.slice(0, ARGS_HEAD) : text;
+    box.appendChild(head);
+    if (text.length > ARGS_HEAD) {
+      const more = document.createElement("details");
+      const summary = document.createElement("summary");
+      summary.textContent = "…and " + (text.length - ARGS_HEAD).toLocaleString("en") + " more characters: show all arguments";
+      const full = document.createElement("pre");
+      full.className = "full";
+      full.textContent = text;
+      more.appendChild(summary);
+      more.appendChild(full);
+      more.ontoggle = () => { head.hidden = more.open; };
+      box.appendChild(more);
+    }
+    return box;
+  }
+
   function renderCard(card) {
     let el = cards.get(card.card_id);
     if (!el) {
@@ -86,7 +110,8 @@
     card.items.forEach((item) => {
       const row = document.createElement("div");
       row.className = "item";
-      row.innerHTML = "<div><strong>" + esc(item.headline || item.tool) + "</strong> <span class=who>(" + esc(item.capability) + ")</span></div><pre>" + esc(item.arguments) + "</pre>";
+      row.innerHTML = "<div><strong>" + esc(item.headline || item.tool) + "</strong> <span class=who>(" + esc(item.capability) + ")</span></div>";
+      row.appendChild(argumentsOf(item.arguments || ""));
       if (item.state === "pending") {
         [["approve", "Approve"], ["deny", "Deny"]].forEach(([decision, label]) => {
           const b = document.createElement("button");

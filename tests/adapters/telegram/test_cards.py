@@ -48,5 +48,5 @@ def test_pending_card_text_is_valid_html_within_the_limit() -> None:
     card = _card(ItemState.PENDING, ItemState.PENDING, args="<script>&" * 2000)
     visible = parse_html(card_html(card))
     assert len(visible) <= 4096
-    assert "… (truncated)" in visible and "Only Ada can decide." in visible
+    assert "more characters: press “Show all”" in visible and "Only Ada can decide." in visible
     assert "<script>&" in visible  # escaped on the way out, intact for the reader
