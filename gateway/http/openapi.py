@@ -137,6 +137,17 @@ PATHS: dict[str, dict[str, Schema]] = {
                                                   "expires_at": {"type": "string", "format": "date-time"}}))}},
     },
     "/api/v1/approvals/{id}": {
+        "get": {"summary": "One gated call with every argument it will receive, for someone who may decide it "
+                           "(404 for anyone else, as for an id that does not exist)",
+                "parameters": [_ID],
+                "responses": {"200": _json(_obj({
+                    "approval_id": {"type": "string"}, "tool": {"type": "string"},
+                    "delegate": {"type": ["string", "null"]}, "headline": {"type": ["string", "null"]},
+                    "capability": {"type": ["string", "null"]},
+                    "arguments": {"type": "string", "description": "every argument, whole (secret-named values masked)"},
+                    "state": {"type": "string"}, "decided_by": {"type": ["string", "null"]}},
+                    ["approval_id", "tool", "arguments", "state"])),
+                    "404": {"$ref": "#/components/responses/Error"}}},
         "post": {"summary": "Decide an approval (or approve_all with a card's id): the same checks as a click",
                  "parameters": [_ID],
                  "requestBody": _body(_obj({"decision": {"type": "string", "enum": ["approve", "deny", "approve_all"]}},

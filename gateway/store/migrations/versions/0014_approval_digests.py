@@ -1,14 +1,14 @@
 """Approval items keep the digest of the arguments a decision is bound to (and their full text).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 
 
 def upgrade() -> None:
