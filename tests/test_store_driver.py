@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gateway.approvals.arguments import digest
 from gateway.clock import ManualClock
 from gateway.store.approvals import ApprovalStore, NewItem
 from gateway.store.engine import create_engine, migrate
@@ -91,7 +92,7 @@ async def test_a_parked_run_resumes_and_its_answer_is_dated_from_the_resume(stor
     approvals = ApprovalStore(store.sessions, store.clock)
     card = await approvals.create_card(run_id=asked.run_id, conversation_id=conv.id, binding_id="web",
                                        deciders="requester", expires_at=START + timedelta(days=1),
-                                       items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}")])
+                                       items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}", digest({}))])
     await store.end_run(asked.run_id, "parked", state="[]", reply="Let me do that.")
     run = await store.run(asked.run_id)
     assert run is not None and run.status == "parked" and run.state == "[]" and run.finished_at is None
