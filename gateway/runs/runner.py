@@ -50,6 +50,7 @@ from gateway.runs.agent_run import run_agent
 from gateway.runs.background import post_report, report_prompt
 from gateway.runs.scheduled import scheduled_prompt
 from gateway.outbound.delivery import ReplyStream
+from gateway.outbound.files import share_files
 from gateway.outbound.typing_indicator import show_typing
 from gateway.runs.handoffs import is_handoff
 from gateway.outbound.native_stream import NativeReplyStream
@@ -218,6 +219,9 @@ class Runner:
             skills=gw.config.skills,
             tell=lambda line: self.tell(run.id, line),
             status=lambda line: show_status(adapter, turn.target, line),
+            share_files=lambda files, caption: share_files(
+                adapter, turn.target, gw.store, run.id, files, caption,
+                on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()),
         )
         return Prepared(turn, adapter)
 

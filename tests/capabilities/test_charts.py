@@ -1,0 +1,80 @@
+"""create_chart: a chart asked for in a conversation arrives there as a PNG that decodes, through each
+platform's own upload (the real SDKs against the fakes); a chart with nothing in it is a retry naming
+what is missing, and nothing is posted."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
+from tests.conftest import running_gateway, write_config
+from tests.fakes.slack import FakeSlack
+
+from . import support
+from .scripted import say_calls
+
+SIGNUPS = {"kind": "bar", "title": "Signups last week", "x_values": ["Mon", "Tue", "Wed", "Thu", "Fri"],
+           "series": [{"name": "signups", "values": [12, 30, 18, 44, 25]}], "x_label": "day", "y_label": "signups"}
+AGENT = {"name": "Charts", "model": "scripted", "instructions": "Draw.", "capabilities": [{"id": "charts"}]}
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """A PNG's width and height from its IHDR chunk, after checking the signature."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def slack_config(tmp_path: Path, fake: FakeSlack) -> Path:
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake.api_url}
+    return write_config(tmp_path / "config", agents={"assistant": AGENT},
+                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+
+
+@pytest.mark.parametrize("where", ["dm", "thread"])
+async def test_a_chart_asked_for_on_slack_arrives_there_as_a_png(tmp_path: Path, fake_slack: FakeSlack, where: str) -> None:
+    support.SEEN.append(support.Seen())
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        if where == "dm":
+            channel, text, thread = "D0ADA", say_calls(("create_chart", SIGNUPS)), None
+        else:
+            channel, text = "C0GEN", "<@U0BOT> " + say_calls(("create_chart", SIGNUPS))
+        root, _ = await fake_slack.say(channel, "U0ADA", text)
+        thread = None if where == "dm" else root.ts
+        (shared,) = await fake_slack.wait_for(lambda: fake_slack.shared_files)
+        await fake_slack.wait_for(lambda: any("posted" in m.text or "shared" in m.text
+                                              for m in fake_slack.bot_messages(channel) if not m.files))
+
+    assert (shared.channel, shared.thread_ts) == (channel, thread)
+    assert shared.title == "signups-last-week.png"
+    assert png_size(shared.data) == (1200, 720)
+    assert not fake_slack.calls_to("files.upload"), "the retired files.upload was called"
+    upload_url = fake_slack.calls_to("files.getUploadURLExternal")[0].args
+    assert upload_url["filename"] == "signups-last-week.png" and int(upload_url["length"]) == len(shared.data)
+    (result,) = support.SEEN[-1].tool_results
+    assert "PNG" not in result and "shared signups-last-week.png" in result
+
+
+async def test_an_empty_chart_is_a_retry_naming_what_is_missing(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    support.SEEN.append(support.Seen())
+    empty_axis = {**SIGNUPS, "x_values": []}
+    no_series = {**SIGNUPS, "series": []}
+    short = {**SIGNUPS, "series": [{"name": "signups", "values": [1, 2]}]}
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await fake_slack.say("D0ADA", "U0ADA", say_calls(("create_chart", empty_axis), ("create_chart", no_series),
+                                                        ("create_chart", short)))
+        await fake_slack.wait_for(lambda: fake_slack.bot_messages("D0ADA"))
+    seen = support.SEEN[-1]
+    # A retry while the tool's retries last (the middle call used the last: its words come back as text).
+    assert "`x_values` has no points" in seen.retries[0]
+    assert "`series` is empty" in seen.tool_results[0] and seen.tool_results[0].startswith("This call is still not valid")
+    assert "series 'signups' has 2 values but `x_values` has 5 points" in seen.retries[1]
+    assert not fake_slack.shared_files and not fake_slack.calls_to("files.getUploadURLExternal")
