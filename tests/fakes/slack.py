@@ -247,6 +247,7 @@ class FakeSlack:
         self.pending_uploads: dict[str, tuple[str, int, bytes | None]] = {}
         self.shared_files: list[SharedFile] = []  # files completeUploadExternal put into a channel
         self.max_file_bytes = MAX_FILE_BYTES
+        self.complete_hold: asyncio.Event | None = None  # set up: completeUploadExternal shares, then waits for it
         self.file_fetches: list[str | None] = []  # the Authorization header of each file download
         self._event_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -501,6 +502,9 @@ class FakeSlack:
             msg.files.append({"id": f["id"], "name": name, "title": title, "size": len(data)})
             out.append({"id": f["id"], "title": title})
         self.messages.append(msg)
+        if self.complete_hold is not None:  # shared; the answer is held (a client killed meanwhile never hears it)
+            await self._notify()
+            await self.complete_hold.wait()
         return {"ok": True, "files": out}
 
     async def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:

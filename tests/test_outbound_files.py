@@ -1,0 +1,80 @@
+"""Files go out once: a share refused or cut short is never shown twice, and never lost silently.
+
+The real SlackAdapter (slack_sdk) against the fake Slack, the real delivery rows in a SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from gateway.messages import ChatKind
+from gateway.outbound.adapter import OutboundFile, PlatformError, ReplyTarget
+from gateway.outbound.files import FileRefused, share_files
+from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
+from tests.capabilities.test_charts import slack_config
+from tests.conftest import running_gateway
+from tests.fakes.slack import FakeSlack
+
+REPORT = OutboundFile("report.csv", b"day,signups\nMon,12\nTue,30\n", "text/csv")
+THREAD = ReplyTarget("slack", "acme", "T0TEAM", "C0GEN", "1700000001.000002", ChatKind.CHANNEL)
+
+
+async def test_a_refused_share_is_tried_again_and_shares_once(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        fake_slack.fail_next("files.completeUploadExternal", status=500, error="internal_error", retry_after=None)
+        shared = await share_files(gw.adapters["acme"], THREAD, gw.store, "run-a", [REPORT])
+    assert [f.title for f in fake_slack.shared_files] == ["report.csv"]
+    assert fake_slack.shared_files[0].data == REPORT.data and fake_slack.shared_files[0].thread_ts == THREAD.thread
+    assert len(fake_slack.calls_to("files.completeUploadExternal")) == 2
+    assert len(fake_slack.calls_to("files.getUploadURLExternal")) == 1
+    assert "shared report.csv" in shared.note
+
+
+async def test_a_run_stopped_between_upload_and_share_shares_on_resume_without_uploading_again(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        fake_slack.fail_next("files.completeUploadExternal", status=500, error="internal_error", retry_after=None,
+                             times=5)
+        with pytest.raises(PlatformError):
+            await share_files(gw.adapters["acme"], THREAD, gw.store, "run-b", [REPORT])
+        assert not fake_slack.shared_files
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:  # the process restarted
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await share_files(gw.adapters["acme"], THREAD, gw.store, "run-b", [REPORT])
+        again = await share_files(gw.adapters["acme"], THREAD, gw.store, "run-b", [REPORT])
+    assert [f.title for f in fake_slack.shared_files] == ["report.csv"]
+    assert len(fake_slack.calls_to("files.getUploadURLExternal")) == 1  # the bytes went up once
+    assert "already shared" in again.note
+
+
+async def test_a_kill_during_the_share_never_shares_twice_and_says_so(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    fake_slack.complete_hold = asyncio.Event()
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        sharing = asyncio.create_task(share_files(gw.adapters["acme"], THREAD, gw.store, "run-c", [REPORT]))
+        await fake_slack.wait_for(lambda: fake_slack.shared_files)
+        sharing.cancel()  # the kill: Slack shared it, the gateway never heard
+        with pytest.raises(asyncio.CancelledError):
+            await sharing
+    fake_slack.complete_hold.set()
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        resumed = await share_files(gw.adapters["acme"], THREAD, gw.store, "run-c", [REPORT])
+    assert len(fake_slack.shared_files) == 1
+    assert resumed.message_id is None and "may have been shared" in resumed.note and "not sent again" in resumed.note
+
+
+async def test_a_file_over_the_platform_limit_is_refused_in_words_and_nothing_is_sent(
+        tmp_path: Path, fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        adapter = gw.adapters["acme"]
+        limits = adapter.file_limits  # type: ignore[attr-defined]
+        monkeypatch.setattr(adapter, "file_limits", type(limits)({k: 10 for k in limits.max_bytes}, 10, 3900))
+        with pytest.raises(FileRefused, match=r"report.csv is 26 bytes; slack takes document files of at most 10 bytes"):
+            await share_files(adapter, THREAD, gw.store, "run-d", [REPORT])
+    assert not fake_slack.calls_to("files.getUploadURLExternal")
