@@ -93,9 +93,10 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
     platform kept refusing (nothing was shared: the model may try again)."""
     out = check(adapter, files)
     names = ", ".join(f"{f.name} ({size_text(len(f.data))})" for f in files)
-    caption = adapter.render(caption) if caption else ""
-    if len(caption) > out.file_limits.max_caption_chars:
-        caption = caption[: out.file_limits.max_caption_chars - 1] + "…"
+    # Cut before rendering: a platform counts a caption's visible characters (Telegram's 1,024 after
+    # its HTML is parsed), and a cut through rendered markup would leave a tag open.
+    cap = out.file_limits.max_caption_chars
+    caption = adapter.render(caption if len(caption) <= cap else caption[: cap - 1] + "…") if caption else ""
     key = delivery_key(run_id, files)
     rows = await store.deliveries(key)
     row = rows[0] if rows else None

@@ -5,14 +5,16 @@ what is missing, and nothing is posted."""
 from __future__ import annotations
 
 import struct
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
-from tests.conftest import running_gateway, write_config
+from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeTelegram
 
 from . import support
 from .scripted import say_calls
@@ -78,3 +80,43 @@ async def test_an_empty_chart_is_a_retry_naming_what_is_missing(tmp_path: Path, 
     assert "`series` is empty" in seen.tool_results[0] and seen.tool_results[0].startswith("This call is still not valid")
     assert "series 'signups' has 2 values but `x_values` has 5 points" in seen.retries[1]
     assert not fake_slack.shared_files and not fake_slack.calls_to("files.getUploadURLExternal")
+
+
+ADA_TG = FakeTelegram.user(42, "Ada", "ada")
+FORUM_ID = -100300
+
+
+@pytest.fixture
+async def fake_telegram(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
+        server.private_chat(ADA_TG)
+        server.add_chat(FORUM_ID, "supergroup", title="Forum", is_forum=True)
+        yield server
+
+
+@pytest.mark.parametrize("where", ["private", "topic"])
+async def test_a_chart_asked_for_on_telegram_arrives_there_as_a_photo(tmp_path: Path, fake_telegram: FakeTelegram,
+                                                                     where: str) -> None:
+    support.SEEN.append(support.Seen())
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake_telegram.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                       bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram,
+                                        "admission": {"dm": "open"}}})
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        if where == "private":
+            chat, topic = ADA_TG["id"], None
+            fake_telegram.push_message(chat, ADA_TG, say_calls(("create_chart", SIGNUPS)))
+        else:
+            chat, topic = FORUM_ID, fake_telegram.add_topic(FORUM_ID, "Metrics", ADA_TG)
+            text = "@gateway_bot " + say_calls(("create_chart", SIGNUPS))
+            fake_telegram.push_message(chat, ADA_TG, text, entities=fake_telegram.mention(text), thread_id=topic)
+        photo = await fake_telegram.wait_for(lambda: [m for m in fake_telegram.sent(chat) if m.files], what="a photo")
+        await fake_telegram.wait_for(lambda: support.SEEN[-1].tool_results, what="the tool's answer")
+    (msg,) = photo
+    ((kind, name, data),) = msg.files
+    assert kind == "photo" and msg.thread_id == topic
+    assert png_size(data) == (1200, 720)
+    assert name == "signups-last-week.png" and msg.text == "Signups last week"  # the title as its caption
+    assert "shared" in support.SEEN[-1].tool_results[0]
