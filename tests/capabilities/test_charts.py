@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_BOT_TOKEN, World, world  # noqa: F401  (fixture)
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack
@@ -120,3 +121,24 @@ async def test_a_chart_asked_for_on_telegram_arrives_there_as_a_photo(tmp_path: 
     assert png_size(data) == (1200, 720)
     assert name == "signups-last-week.png" and msg.text == "Signups last week"  # the title as its caption
     assert "shared" in support.SEEN[-1].tool_results[0]
+
+
+async def test_a_chart_asked_for_in_a_mattermost_thread_arrives_in_that_thread(
+        tmp_path: Path, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    support.SEEN.append(support.Seen())
+    monkeypatch.setenv("MM_CHARTS_TOKEN", MM_BOT_TOKEN)
+    cfg = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                       bindings={"mm": {"platform": "mattermost", "agent": "assistant",
+                                        "mattermost": {"url": world.url, "token": "env:MM_CHARTS_TOKEN"}}})
+    fake, town = world.fake, world.town["id"]
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["mm"].health().connected, what="the websocket")
+        root = await fake.user_post(world.alice["id"], town, "@agentbot " + say_calls(("create_chart", SIGNUPS)))
+        (post,) = await wait_for(lambda: [p for p in fake.posts_in(town) if p["file_ids"]], what="the chart's post")
+        await wait_for(lambda: support.SEEN[-1].tool_results, what="the tool's answer")
+    assert post["root_id"] == root["id"] and post["user_id"] == world.bot["id"]
+    (file_id,) = post["file_ids"]
+    info, data = fake.files[file_id]
+    assert info["name"] == "signups-last-week.png" and info["post_id"] == post["id"]
+    assert png_size(data) == (1200, 720)
+    assert post["message"] == "Signups last week"
