@@ -142,3 +142,27 @@ async def test_a_chart_asked_for_in_a_mattermost_thread_arrives_in_that_thread(
     assert info["name"] == "signups-last-week.png" and info["post_id"] == post["id"]
     assert png_size(data) == (1200, 720)
     assert post["message"] == "Signups last week"
+
+
+
+async def test_a_workspace_file_shared_into_a_slack_thread_arrives_with_its_name(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    support.SEEN.append(support.Seen())
+    # Gated by default (side-effecting); this binding's author waived the gate for share_file.
+    agent = {**AGENT, "capabilities": [{"id": "sandbox", "tool_approval": {"share_file": "never"}}]}
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake_slack.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": agent},
+                       bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+    table = "day,signups\nMon,12\nTue,30\n"
+    script = say_calls(("write_file", {"path": "out/signups.csv", "content": table}),
+                       ("share_file", {"path": "out/signups.csv"}))
+    async with running_gateway(cfg) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> " + script)
+        (shared,) = await fake_slack.wait_for(lambda: fake_slack.shared_files)
+        await eventually(lambda: len(support.SEEN[-1].tool_results) == 2)
+    assert (shared.title, shared.data, shared.channel, shared.thread_ts) == ("signups.csv", table.encode(), "C0GEN", root.ts)
+    assert "Shared signups.csv" in support.SEEN[-1].tool_results[1]
+    from capabilities.registry import REGISTRY  # noqa: PLC0415
+    assert next(t for t in REGISTRY["sandbox"].tools if t.id == "share_file").side_effecting
