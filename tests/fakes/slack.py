@@ -61,7 +61,7 @@ PER_CHANNEL = {  # (limit, seconds) per channel: Slack's special limits
 BOT_TOKEN = "xoxb-fake-bot-token"
 MANIFEST_SCOPES = ("app_mentions:read", "chat:write", "chat:write.customize", "channels:history", "groups:history",
                    "im:history", "mpim:history", "channels:read", "groups:read", "im:read", "mpim:read", "users:read",
-                   "commands", "files:read")
+                   "commands", "files:read", "files:write")
 APP_TOKEN = "xapp-fake-app-token"
 SIGNING_SECRET = "fake-signing-secret"
 
