@@ -640,7 +640,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         since = int(anchor.get("create_at") or 0)
         mine = [p for p in posts.values()
                 if p.get("user_id") == self._ctx.bot_user_id and int(p.get("create_at") or 0) > since
-                and not cards.is_card(p)]
+                and not cards.is_card(p) and not p.get("file_ids")]  # a post of shared files is no reply text
         mine.sort(key=lambda p: int(p.get("create_at") or 0))
         return [(str(p.get("id", "")), str(p.get("message", ""))) for p in mine]
 

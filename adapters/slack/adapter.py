@@ -669,7 +669,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         mine = [
             m for m in response.get("messages") or []
             if m.get("bot_id") == self._conn.bot_id and float(m.get("ts") or 0) > float(message_id)
-            and is_reply(m.get("blocks"))
+            and is_reply(m.get("blocks")) and not m.get("files")  # a shared file is no part of a reply's text
         ]
         return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
 

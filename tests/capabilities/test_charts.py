@@ -145,11 +145,11 @@ async def test_a_chart_asked_for_in_a_mattermost_thread_arrives_in_that_thread(
 
 
 
-async def test_a_workspace_file_shared_into_a_slack_thread_arrives_with_its_name(
+
+async def test_a_workspace_file_shared_into_a_slack_thread_arrives_with_its_name_once_approved(
         tmp_path: Path, fake_slack: FakeSlack) -> None:
     support.SEEN.append(support.Seen())
-    # Gated by default (side-effecting); this binding's author waived the gate for share_file.
-    agent = {**AGENT, "capabilities": [{"id": "sandbox", "tool_approval": {"share_file": "never"}}]}
+    agent = {**AGENT, "capabilities": [{"id": "sandbox"}]}  # share_file is side-effecting: gated by default
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
              "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake_slack.api_url}
     cfg = write_config(tmp_path / "config", agents={"assistant": agent},
@@ -160,9 +160,17 @@ async def test_a_workspace_file_shared_into_a_slack_thread_arrives_with_its_name
     async with running_gateway(cfg) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> " + script)
+        card = await fake_slack.wait_for(lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.blocks), None))
+        assert "share_file" in str(card.blocks) and not fake_slack.shared_files  # parked: nothing posted yet
+        approve = next(e["value"] for b in card.blocks or [] if b["type"] == "actions" for e in b["elements"]
+                       if e["value"].startswith("approve:"))
+        await fake_slack.click("U0ADA", card, approve)
         (shared,) = await fake_slack.wait_for(lambda: fake_slack.shared_files)
-        await eventually(lambda: len(support.SEEN[-1].tool_results) == 2)
+        answer = await fake_slack.wait_for(lambda: next((m for m in fake_slack.bot_messages("C0GEN")
+                                                         if "Shared signups.csv" in m.text), None))
     assert (shared.title, shared.data, shared.channel, shared.thread_ts) == ("signups.csv", table.encode(), "C0GEN", root.ts)
-    assert "Shared signups.csv" in support.SEEN[-1].tool_results[1]
-    from capabilities.registry import REGISTRY  # noqa: PLC0415
-    assert next(t for t in REGISTRY["sandbox"].tools if t.id == "share_file").side_effecting
+    assert len(fake_slack.shared_files) == 1
+    # The answer below the card is a message of its own: the file's message was not taken for the reply.
+    assert not answer.files and answer.ts != shared.message_ts
+    file_message = fake_slack.message("C0GEN", shared.message_ts)
+    assert file_message is not None and file_message.text == "" and not file_message.edits
