@@ -38,7 +38,7 @@ DECLARED: dict[type, set[str]] = {
                       "AnswersDirectory", "FetchesAttachments", "SendsFiles"},
     MattermostAdapter: {"ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards", "AnswersDirectory",
                         "FetchesAttachments", "FindsOwnPosts", "SendsFiles"},
-    WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl"},
+    WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl", "SendsFiles"},
 }
 
 

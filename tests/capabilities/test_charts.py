@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
 from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_BOT_TOKEN, World, world  # noqa: F401  (fixture)
@@ -174,3 +175,57 @@ async def test_a_workspace_file_shared_into_a_slack_thread_arrives_with_its_name
     assert not answer.files and answer.ts != shared.message_ts
     file_message = fake_slack.message("C0GEN", shared.message_ts)
     assert file_message is not None and file_message.text == "" and not file_message.edits
+
+
+async def test_a_chart_asked_for_in_the_web_chat_is_listed_and_served_under_the_api_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    support.SEEN.append(support.Seen())
+    monkeypatch.setenv("TEST_API_TOKEN", "s3cret-token")
+    cfg = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                       gateway={"http": {"listen": "127.0.0.1:0", "api_token": "env:TEST_API_TOKEN"}})
+    auth = {"Authorization": "Bearer s3cret-token"}
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url, headers=auth) as s:
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+        r = await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": say_calls(("create_chart", SIGNUPS))})
+        assert r.status == 202
+        await wait_for(lambda: support.SEEN[-1].tool_results, what="the tool's answer")
+        listing = await (await s.get(f"/api/v1/conversations/{conv}/messages")).json()
+        (share,) = listing["files"]
+        (chart,) = share["files"]
+        assert chart["name"] == "signups-last-week.png" and share["caption"] == "Signups last week"
+        async with s.get(chart["url"]) as got:
+            assert got.status == 200 and got.headers["Content-Type"] == "image/png"
+            assert got.headers["X-Content-Type-Options"] == "nosniff"
+            assert png_size(await got.read()) == (1200, 720)
+        async with aiohttp.ClientSession(gw.url) as stranger:  # the same auth as the API
+            assert (await stranger.get(chart["url"])).status == 401
+        other = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+        assert (await s.get(chart["url"].replace(conv, other))).status == 404  # only in its own conversation
+
+
+@pytest.mark.browser
+async def test_the_web_page_shows_the_chart_it_asked_for(tmp_path: Path) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    from tests.test_web_browser import _launch_args
+
+    support.SEEN.append(support.Seen())
+    cfg = write_config(tmp_path / "config", agents={"assistant": AGENT})
+    async with running_gateway(cfg) as gw, async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+        try:
+            page = await context.new_page()
+            await page.goto(gw.url + "/")
+            await page.wait_for_url("**/#*", timeout=10_000)
+            await page.locator("textarea#text").fill(say_calls(("create_chart", SIGNUPS)))
+            await page.locator("button#send").click()
+            image = page.locator("img.shared-file")
+            await expect(image).to_have_attribute("alt", "signups-last-week.png", timeout=10_000)
+            await page.wait_for_function("() => document.querySelector('img.shared-file')?.naturalWidth > 0",
+                                         timeout=10_000)
+            assert await image.evaluate("i => [i.naturalWidth, i.naturalHeight]") == [1200, 720]
+            await page.reload()  # from the conversation's listing, not only the live event
+            await page.wait_for_function("() => document.querySelector('img.shared-file')?.naturalWidth === 1200",
+                                         timeout=10_000)
+        finally:
+            await context.close()
