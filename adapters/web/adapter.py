@@ -114,7 +114,7 @@ class WebAdapter(PostsReportCards, PostsMemoryCards, ShowsStatus, ShowsStopContr
         dispatcher = self._require_dispatcher()
         file_id = unguessable_id()
         stored = web_files.StoredFile(target.channel, file.name, file.media_type, file.data)
-        await dispatcher.set_state(self.binding_id, web_files.file_key(file_id), stored.to_state())
+        await dispatcher.set_state(self.binding_id, web_files.file_key(target.channel, file_id), stored.to_state())
         return file_id
 
     async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:

@@ -280,7 +280,7 @@ class _Api:
         binding = self._binding()
         conv = await self._conversation(request, binding)
         file_id = request.match_info["file_id"]
-        value = await self.gw.store.get_state(binding.id, web_files.file_key(file_id))
+        value = await self.gw.store.get_state(binding.id, web_files.file_key(conv.id, file_id))
         stored = web_files.StoredFile.from_state(value) if value else None
         if stored is None or stored.conversation_id != conv.id:
             raise _error(404, "not_found", f"no file {file_id!r} in this conversation")

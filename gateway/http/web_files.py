@@ -2,7 +2,7 @@
 
 The web chat is a platform the gateway itself is: a chart or a shared file has to live somewhere
 the page can fetch it later, so the adapter keeps each file's bytes as adapter state (one row per
-file, under an unguessable id) and an index of the conversation's shares (one row per
+file, under an unguessable id, keyed under the conversation so that deleting it erases them) and an index of the conversation's shares (one row per
 conversation). The API lists the index with the conversation's messages and serves a file at
 `FILE_ROUTE` under the API's own auth (the page fetches it with its token, never in a URL).
 Only the four image types a browser shows safely are served inline; everything else (SVG and
@@ -50,12 +50,13 @@ class Share:
         return asdict(self)
 
 
-def file_key(file_id: str) -> str:
-    return f"file:{file_id}"
+def file_key(conversation_id: str, file_id: str) -> str:
+    """Under the conversation (`<what>:<conversation id>:…`), so deleting it erases its files too."""
+    return f"file:{conversation_id}:{file_id}"
 
 
 def index_key(conversation_id: str) -> str:
-    return f"files:{conversation_id}"
+    return f"files:{conversation_id}"  # the shares listed, in order
 
 
 def file_url(conversation_id: str, file_id: str) -> str:

@@ -201,6 +201,10 @@ async def test_a_chart_asked_for_in_the_web_chat_is_listed_and_served_under_the_
             assert (await stranger.get(chart["url"])).status == 401
         other = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
         assert (await s.get(chart["url"].replace(conv, other))).status == 404  # only in its own conversation
+        # Deleting the conversation erases its files with it.
+        assert (await s.delete(f"/api/v1/conversations/{conv}", json={})).status in (200, 204)
+        assert await gw.store.get_state("web", f"files:{conv}") is None
+        assert await gw.store.get_state("web", f"file:{conv}:{chart['id']}") is None
 
 
 @pytest.mark.browser
