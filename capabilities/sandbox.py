@@ -332,9 +332,9 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             path: The workspace file to post, e.g. out/signups.csv. Required. Its name is what people see.
 
         Returns:
-            A sentence saying the file was posted (its name and size), or why not: a missing file lists
+            A sentence saying the file was posted (its name and size), or why not (a missing file lists
             the files that do exist, an off-limits path is refused, and a file over what this platform
-            takes is named with both sizes.
+            takes is named with both sizes).
         """
         a = access(ctx)
         if isinstance(a, str):

@@ -28,6 +28,7 @@ from gateway.store.capability_state import CapabilityState
 from gateway.store.conversation_log import ConversationLog
 from gateway.store.notes import NoteStore, Scope
 from gateway.store.repo import ConversationRef
+from gateway.messages import Attachment
 from gateway.outbound.adapter import ChannelDirectory, OutboundFile, ReplyTarget
 from gateway.outbound.files import FileRefused, Shared
 
@@ -89,6 +90,9 @@ class Turn:
     # Files into this conversation (a chart, a workspace file) beside the reply, once across restarts
     # (`gateway.outbound.files.share_files`); FileRefused says why not, in words for the model.
     share_files: Callable[[Sequence[OutboundFile], str], Awaitable[Shared]] = field(default=_no_files)
+    # A file shared earlier in this conversation, fetched again from the platform with the bot's own
+    # credentials and the gateway's attachment cap (None where this platform cannot fetch files).
+    fetch_attachment: Callable[[Attachment], Awaitable[bytes | None]] | None = None
     # Levels of delegation this run may still start; None for a run a person started (its agent's own
     # subagents max_depth applies). A delegate's run carries what its parent left it.
     levels_left: int | None = None
