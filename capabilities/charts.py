@@ -163,7 +163,7 @@ def _toolset() -> FunctionToolset[Turn]:
                                              "try fewer points")
         chart = OutboundFile(file_name(title), png, "image/png")
         try:
-            shared = await ctx.deps.share_files([chart], title)
+            shared = await ctx.deps.share_files([chart], title, "")
         except FileRefused as e:
             return f"The chart was not posted: {e}."
         except PlatformError as e:

@@ -351,7 +351,7 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         media_type = mimetypes.guess_type(name)[0] or "text/plain"
         file = OutboundFile(posixpath.basename(name), text.encode(), media_type)
         try:
-            shared = await ctx.deps.share_files([file], "")
+            shared = await ctx.deps.share_files([file], "", "")
         except FileRefused as e:
             return f"{name} was not posted: {e}."
         except PlatformError as e:

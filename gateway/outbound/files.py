@@ -76,17 +76,22 @@ def check(adapter: Adapter, files: Sequence[OutboundFile]) -> SendsFiles:
     return out
 
 
-def delivery_key(run_id: str, files: Sequence[OutboundFile]) -> str:
-    """The delivery row's id (in `deliveries.run_id`, 40 characters): the run and what it shares."""
+def delivery_key(run_id: str, files: Sequence[OutboundFile], what: str = "") -> str:
+    """The delivery row's id (in `deliveries.run_id`, 40 characters): the run and what it shares, or
+    `what` in place of the contents when the same request makes different bytes each time (a
+    generated image drawn again after a restart is still the one the person approved)."""
     h = hashlib.sha256(run_id.encode())
-    for f in files:
-        h.update(b"\0" + f.name.encode() + b"\0" + hashlib.sha256(f.data).digest())
+    if what:
+        h.update(b"\0key\0" + what.encode())
+    else:
+        for f in files:
+            h.update(b"\0" + f.name.encode() + b"\0" + hashlib.sha256(f.data).digest())
     return "file-" + h.hexdigest()[:32]
 
 
 async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_id: str,
                       files: Sequence[OutboundFile], caption: str = "",
-                      on_platform_error: Callable[[str], None] = lambda kind: None) -> Shared:
+                      on_platform_error: Callable[[str], None] = lambda kind: None, *, what: str = "") -> Shared:
     """Post `files` into `target` once, whatever restarts happen (see the module docstring).
 
     Raises FileRefused for files this platform cannot take (nothing is sent), PlatformError when the
@@ -97,7 +102,7 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
     # its HTML is parsed), and a cut through rendered markup would leave a tag open.
     cap = out.file_limits.max_caption_chars
     caption = adapter.render(caption if len(caption) <= cap else caption[: cap - 1] + "…") if caption else ""
-    key = delivery_key(run_id, files)
+    key = delivery_key(run_id, files, what)
     rows = await store.deliveries(key)
     row = rows[0] if rows else None
     if row is not None and row.final:

@@ -221,8 +221,8 @@ class Runner:
             tell=lambda line: self.tell(run.id, line),
             status=lambda line: show_status(adapter, turn.target, line),
             fetch_attachment=self._fetcher(adapter),
-            share_files=lambda files, caption: share_files(
-                adapter, turn.target, gw.store, run.id, files, caption,
+            share_files=lambda files, caption, what="": share_files(
+                adapter, turn.target, gw.store, run.id, files, caption, what=what,
                 on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()),
         )
         return Prepared(turn, adapter)

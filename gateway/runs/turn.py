@@ -58,7 +58,7 @@ async def _nothing() -> None:
     return None
 
 
-async def _no_files(files: Sequence[OutboundFile], caption: str) -> Shared:
+async def _no_files(files: Sequence[OutboundFile], caption: str, what: str = "") -> Shared:
     raise FileRefused("files cannot be shown in this conversation")
 
 
@@ -89,7 +89,8 @@ class Turn:
     status: Callable[[str], Awaitable[None]] = field(default=lambda line: _nothing())
     # Files into this conversation (a chart, a workspace file) beside the reply, once across restarts
     # (`gateway.outbound.files.share_files`); FileRefused says why not, in words for the model.
-    share_files: Callable[[Sequence[OutboundFile], str], Awaitable[Shared]] = field(default=_no_files)
+    # `what`: what the files are, when their bytes differ each time they are made (a generated image).
+    share_files: Callable[[Sequence[OutboundFile], str, str], Awaitable[Shared]] = field(default=_no_files)
     # A file shared earlier in this conversation, fetched again from the platform with the bot's own
     # credentials and the gateway's attachment cap (None where this platform cannot fetch files).
     fetch_attachment: Callable[[Attachment], Awaitable[bytes | None]] | None = None
