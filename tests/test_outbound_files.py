@@ -78,3 +78,32 @@ async def test_a_file_over_the_platform_limit_is_refused_in_words_and_nothing_is
         with pytest.raises(FileRefused, match=r"report.csv is 26 bytes; slack takes document files of at most 10 bytes"):
             await share_files(adapter, THREAD, gw.store, "run-d", [REPORT])
     assert not fake_slack.calls_to("files.getUploadURLExternal")
+
+
+async def test_telegram_posts_several_images_as_one_album_with_the_caption_cut_to_its_limit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.capabilities.test_charts import AGENT, FORUM_ID, png_size
+    from tests.conftest import wait_for, write_config
+    from tests.fakes.telegram import FakeTelegram
+
+    from capabilities.charts import Series, render_png
+
+    pngs = [render_png("line", f"Week {i}", ["Mon", "Tue"], [Series(name="n", values=[1, i])], "", "") for i in (1, 2)]
+    async with FakeTelegram() as fake:
+        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", fake.token)
+        fake.add_chat(FORUM_ID, "supergroup", title="Forum", is_forum=True)
+        topic = fake.add_topic(FORUM_ID, "Metrics", FakeTelegram.user(42, "Ada", "ada"))
+        telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url}
+        cfg = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                           bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram}})
+        async with running_gateway(cfg) as gw:
+            await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+            target = ReplyTarget("telegram", "tg", "", str(FORUM_ID), str(topic), ChatKind.GROUP)
+            files = [OutboundFile(f"week-{i}.png", png, "image/png") for i, png in enumerate(pngs, 1)]
+            await share_files(gw.adapters["tg"], target, gw.store, "run-album", files, "x" * 3000)
+        album = [m for m in fake.sent(FORUM_ID) if m.files]
+    assert [c.method for c in fake.calls if c.method.startswith("send")] == ["sendMediaGroup"]
+    assert [m.files[0][:2] for m in album] == [("photo", "week-1.png"), ("photo", "week-2.png")]
+    assert all(m.thread_id == topic for m in album)
+    assert len(album[0].text) == 1024 and album[0].text.endswith("…") and album[1].text == ""
+    assert png_size(album[1].files[0][2])[0] == 1200

@@ -509,7 +509,8 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         items = [f for f, _ in files]
         where: dict[str, Any] = {"message_thread_id": thread}
         if len(items) > 1 and len({f.kind for f in items}) == 1:
-            media = [_MEDIA[f.kind](InputFile(f.data, filename=f.name), caption=caption if i == 0 else None,
+            # attach=True: each file goes as its own multipart part that the album names (attach://…).
+            media = [_MEDIA[f.kind](InputFile(f.data, filename=f.name, attach=True), caption=caption if i == 0 else None,
                                     parse_mode=ParseMode.HTML if i == 0 and caption else None)
                      for i, f in enumerate(items)]
             for _ in items[1:]:  # every photo of an album is a message of the chat's budgets

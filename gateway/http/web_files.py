@@ -2,8 +2,8 @@
 
 The web chat is a platform the gateway itself is: a chart or a shared file has to live somewhere
 the page can fetch it later, so the adapter keeps each file's bytes as adapter state (one row per
-file, under an unguessable id, keyed under the conversation so that deleting it erases them) and an index of the conversation's shares (one row per
-conversation). The API lists the index with the conversation's messages and serves a file at
+file, under an unguessable id, keyed under the conversation so that deleting it erases them) and an
+index of the conversation's shares (one row per conversation). The API lists the index with the conversation's messages and serves a file at
 `FILE_ROUTE` under the API's own auth (the page fetches it with its token, never in a URL).
 Only the four image types a browser shows safely are served inline; everything else (SVG and
 HTML included) is a download, with `nosniff`.

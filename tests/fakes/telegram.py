@@ -835,7 +835,8 @@ async def _read_params(request: web.Request) -> JSON:
         params.update(body if isinstance(body, dict) else {})
     elif request.can_read_body:
         form = await request.post()
-        params.update(_decode_form({k: v for k, v in form.items() if isinstance(v, str)}))
+        params.update(_decode_form({k: v if isinstance(v, str) else bytes(v).decode()
+                                    for k, v in form.items() if isinstance(v, (str, bytes, bytearray))}))
         # Files come as multipart parts: (filename, bytes), by field name, as `attach://<name>` refers to them.
         uploads = {k: (v.filename, v.file.read()) for k, v in form.items() if isinstance(v, web.FileField)}
         if uploads:
