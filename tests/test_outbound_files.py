@@ -107,3 +107,30 @@ async def test_telegram_posts_several_images_as_one_album_with_the_caption_cut_t
     assert all(m.thread_id == topic for m in album)
     assert len(album[0].text) == 1024 and album[0].text.endswith("…") and album[1].text == ""
     assert png_size(album[1].files[0][2])[0] == 1200
+
+
+async def test_a_file_over_a_servers_own_limit_is_refused_in_words_after_one_try(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_TOKEN
+    from tests.fakes.mattermost import FakeMattermost
+    from tests.conftest import write_config
+
+    fake = FakeMattermost()
+    url = await fake.start()
+    try:
+        bot = fake.add_user("agentbot", is_bot=True, token=MM_TOKEN)
+        team = fake.add_team("acme")
+        town = fake.add_channel(team["id"], "town-square", members=[bot["id"]])
+        fake.max_file_bytes = 10  # an admin set Maximum File Size far below the default
+        monkeypatch.setenv("MM_FILES_TOKEN", MM_TOKEN)
+        cfg = write_config(tmp_path / "config", bindings={"mm": {
+            "platform": "mattermost", "agent": "assistant", "mattermost": {"url": url, "token": "env:MM_FILES_TOKEN"}}})
+        async with running_gateway(cfg) as gw:
+            await eventually(lambda: gw.adapters["mm"].health().connected)
+            target = ReplyTarget("mattermost", "mm", team["id"], town["id"], None, ChatKind.CHANNEL)
+            with pytest.raises(FileRefused, match=r"mattermost refused it as too large"):
+                await share_files(gw.adapters["mm"], target, gw.store, "run-e", [REPORT])
+    finally:
+        await fake.stop()
+    assert [r for r in fake.requests if r[:2] == ("POST", "/api/v4/files")] == [("POST", "/api/v4/files", None)]
+    assert not [p for p in fake.posts_in(town["id"]) if p["file_ids"]]

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 
 from adapters.base import CLOSE_TIMEOUT, read_capped
-from gateway.outbound.adapter import NotVisible, PlatformError, RateLimited
+from gateway.outbound.adapter import FileTooLarge, NotVisible, PlatformError, RateLimited
 
 from .budget import ServerLimit
 
@@ -256,6 +256,8 @@ class MattermostClient:
                 answer = await resp.json(content_type=None) if resp.status < 500 else {}
                 if resp.status == 429:
                     raise RateLimited(retry_after(resp.headers), method="POST /files")
+                if resp.status == 413:  # over this server's FileSettings.MaxFileSize
+                    raise FileTooLarge(f"{name}: over this server's maximum file size")
                 if resp.status >= 400:
                     err = answer if isinstance(answer, dict) else {}
                     raise MattermostAPIError(resp.status, str(err.get("id", "")), str(err.get("message", "")),

@@ -527,6 +527,11 @@ class AttachmentTooLarge(PlatformError):
     """A shared file is over the configured size cap: it is not read, and the run goes on."""
 
 
+class FileTooLarge(PlatformError):
+    """The platform refused a file for its size (a server's own cap below the published one): told to
+    the model in words, never tried again."""
+
+
 class RateLimited(PlatformError):
     """The platform said to slow down. The core waits `retry_after` seconds, never busy-loops."""
 

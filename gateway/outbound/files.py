@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from gateway.outbound.adapter import (
     Adapter,
+    FileTooLarge,
     OutboundFile,
     PlatformError,
     RateLimited,
@@ -114,7 +115,10 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
                             "so tell the person to say if they do not see it")
     refs: list[str] = state.get("refs") or []
     if len(refs) != len(files):
-        refs = [await _patiently(lambda f=f: out.upload(target, f), "upload", on_platform_error) for f in files]
+        try:
+            refs = [await _patiently(lambda f=f: out.upload(target, f), "upload", on_platform_error) for f in files]
+        except FileTooLarge as e:  # this server's own cap: nothing was shared, and trying again will not help
+            raise FileRefused(f"{adapter.platform} refused it as too large ({e})") from None
         await store.save_delivery(key, 0, None, json.dumps({"stage": UPLOADED, "refs": refs}), False,
                                   new=row is None)
     shared = list(zip(files, refs, strict=True))
@@ -141,6 +145,8 @@ async def _patiently(call: Callable[[], object], what: str, on_platform_error: C
             wait = min(e.retry_after, MAX_WAIT)
             log.info("rate limited on a file %s; waiting %.1fs", what, wait)
             await asyncio.sleep(wait)
+        except FileTooLarge:
+            raise
         except PlatformError as e:
             on_platform_error("error")
             if attempt == ATTEMPTS - 1:
