@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mimetypes
 import posixpath
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
@@ -45,6 +46,8 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
+from gateway.outbound.adapter import OutboundFile, PlatformError
+from gateway.outbound.files import FileRefused
 from gateway.patterns import PatternRefused, compile_pattern, glob_match
 from gateway.store.capability_state import CapabilityState
 from gateway.runs.turn import Turn
@@ -318,6 +321,44 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             if last < len(lines) else ""
         return a.labelled(f"{head}\n{body}{tail}")
 
+    async def share_file(ctx: RunContext[Turn], path: str) -> str:
+        """Post a file of your workspace into this conversation, under its name, for the person to open or download.
+
+        Use it when the person asked for a file ("give me that as a CSV") or a result reads better as a
+        download than as text in the reply. Write the file first (write_file); for numbers to look at,
+        create_chart draws them instead. People in this conversation see the file as soon as it is posted.
+
+        Args:
+            path: The workspace file to post, e.g. out/signups.csv. Required. Its name is what people see.
+
+        Returns:
+            A sentence saying the file was posted (its name and size), or why not (a missing file lists
+            the files that do exist, an off-limits path is refused, and a file over what this platform
+            takes is named with both sizes).
+        """
+        a = access(ctx)
+        if isinstance(a, str):
+            return a
+        name, refused = file_path(ctx, path, "share_file")
+        if name is None:
+            return refused
+        try:
+            text = await a.state.get(CAPABILITY, a.workspace.scope, name)
+            if text is None:
+                return await missing(ctx, a, name, "share_file")
+        except OperationalError:
+            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+        media_type = mimetypes.guess_type(name)[0] or "text/plain"
+        file = OutboundFile(posixpath.basename(name), text.encode(), media_type)
+        try:
+            shared = await ctx.deps.share_files([file], "", "")
+        except FileRefused as e:
+            return f"{name} was not posted: {e}."
+        except PlatformError as e:
+            return trouble(ctx, "transient", f"the platform did not take {name} ({e})")
+        await a.audit("share_file", name)
+        return f"{shared.note[:1].upper()}{shared.note[1:]}."
+
     async def missing(ctx: RunContext[Turn], a: _Access, name: str, tool: str) -> str:
         names = sorted(await a.state.keys(CAPABILITY, a.workspace.scope))
         shown = ", ".join(names[:30]) or "none yet"
@@ -504,7 +545,7 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         replaced = count if replace_all else 1
         return a.labelled(f"Replaced {replaced} passage{'s' if replaced != 1 else ''} in {name}. {room}")
 
-    return FunctionToolset([ls, read_file, glob, grep, write_file, edit_file])
+    return FunctionToolset([ls, read_file, glob, grep, write_file, edit_file, share_file])
 
 
 def instructions_for(turn: Turn, scope: Scope) -> str:
@@ -547,6 +588,8 @@ register(CapabilityDecl(
         ToolDecl("grep", summary="Search the text of workspace files."),
         ToolDecl("write_file", summary="Create or replace a workspace file."),
         ToolDecl("edit_file", summary="Replace an exact passage of a workspace file."),
+        ToolDecl("share_file", side_effecting=True,
+                 summary="Post a workspace file into the conversation (people see it at once: gated)."),
         ToolDecl("execute", side_effecting=True,
                  summary="Run a shell command (declared, not offered: needs a container backend)."),
     ),

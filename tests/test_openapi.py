@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import aiohttp
@@ -27,4 +28,4 @@ async def test_every_api_route_is_in_the_openapi_document_and_only_those(config_
             for method, operation in item.items():
                 assert operation["summary"] and operation["responses"], (path, method)
                 named = {p["name"] for p in operation.get("parameters", []) if p["in"] == "path"}
-                assert named == ({"id"} if "{id}" in path else set()), (path, method)
+                assert named == set(re.findall(r"{(\w+)}", path)), (path, method)  # every placeholder, and only those

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import re
 import time
@@ -33,6 +34,10 @@ from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
     ChannelDirectory,
+    FileKind,
+    FileLimits,
+    OutboundFile,
+    SendsFiles,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -74,9 +79,16 @@ SINCE_KEY = "reading_since_ms"  # the binding's first start: nothing older is an
 _THREAD_CACHE_SIZE = 10_000
 
 
+# A server takes files up to its FileSettings.MaxFileSize (100 MB unless its admin changed it: a
+# smaller one refuses with 413, which the model is told) and ten files to a post.
+MATTERMOST_FILE_LIMITS = FileLimits(max_bytes=dict.fromkeys(FileKind, 100 * 1024 * 1024), max_files=10,
+                                    max_caption_chars=MAX_MESSAGE_CHARS)
+
+
 class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards, AnswersDirectory,
-                        FetchesAttachments, FindsOwnPosts):
+                        FetchesAttachments, FindsOwnPosts, SendsFiles):
     platform = "mattermost"
+    file_limits = MATTERMOST_FILE_LIMITS
     limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True,
                             first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
@@ -563,6 +575,19 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         self._remember_thread(target.thread or post.get("id", ""), True)
         return post.get("id", "")
 
+    async def upload(self, target: ReplyTarget, file: OutboundFile) -> str:
+        """`POST /api/v4/files` into the target's channel: the file id a post then names."""
+        return await self._api().upload_file(target.channel, file.name, file.data, file.media_type)
+
+    async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
+        """A post with `file_ids` (in the thread). Its pending_post_id comes from the files, so a share
+        whose answer was lost and is sent again is answered with the post the server already made."""
+        ids = [ref for _, ref in files]
+        pending = "files-" + hashlib.sha256(",".join(ids).encode()).hexdigest()[:20]
+        post = await self._api().create_post(target.channel, caption, root_id=target.thread or "",
+                                             pending_post_id=pending, file_ids=ids)
+        return post.get("id", "")
+
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         _, final = self._stops.for_edit(message_id)  # the action rides in props, which a text patch leaves
         if final:
@@ -615,7 +640,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         since = int(anchor.get("create_at") or 0)
         mine = [p for p in posts.values()
                 if p.get("user_id") == self._ctx.bot_user_id and int(p.get("create_at") or 0) > since
-                and not cards.is_card(p)]
+                and not cards.is_card(p) and not p.get("file_ids")]  # a post of shared files is no reply text
         mine.sort(key=lambda p: int(p.get("create_at") or 0))
         return [(str(p.get("id", "")), str(p.get("message", ""))) for p in mine]
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 import aiohttp
 
 from adapters.base import CLOSE_TIMEOUT, read_capped
-from gateway.outbound.adapter import NotVisible, PlatformError, RateLimited
+from gateway.outbound.adapter import FileTooLarge, NotVisible, PlatformError, RateLimited
 
 from .budget import ServerLimit
 
@@ -241,14 +241,41 @@ class MattermostClient:
 
     # --- posts -----------------------------------------------------------------------------
 
+    async def upload_file(self, channel_id: str, name: str, data: bytes, media_type: str) -> str:
+        """`POST /files`, multipart (channel_id and one file): the file's id, for a post's `file_ids`.
+        Nobody sees the file until a post names it."""
+        if self._session.closed:
+            raise MattermostUnavailable(f"upload {name}: the adapter is stopped")
+        form = aiohttp.FormData()
+        form.add_field("channel_id", channel_id)
+        form.add_field("files", data, filename=name, content_type=media_type)
+        try:
+            async with self.server_limit.call() as limited, self._session.post(
+                    f"{self.base_url}/api/v4/files", data=form, headers=self._headers()) as resp:
+                limited.answered(resp.headers)
+                answer = await resp.json(content_type=None) if resp.status < 500 else {}
+                if resp.status == 429:
+                    raise RateLimited(retry_after(resp.headers), method="POST /files")
+                if resp.status == 413:  # over this server's FileSettings.MaxFileSize
+                    raise FileTooLarge(f"{name}: over this server's maximum file size")
+                if resp.status >= 400:
+                    err = answer if isinstance(answer, dict) else {}
+                    raise MattermostAPIError(resp.status, str(err.get("id", "")), str(err.get("message", "")),
+                                             "POST /files")
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as e:
+            raise MattermostUnavailable(f"POST /files: {type(e).__name__}: {e}") from None
+        return str(answer["file_infos"][0]["id"])
+
     async def create_post(self, channel_id: str, message: str, *, root_id: str = "", props: dict[str, Any] | None = None,
-                          pending_post_id: str = "") -> Post:
+                          pending_post_id: str = "", file_ids: list[str] | None = None) -> Post:
         """Create a post. A connection lost mid-call is retried once with the same
         `pending_post_id`, which the server answers with the post it already made."""
         body: dict[str, Any] = {"channel_id": channel_id, "message": message, "root_id": root_id,
                                 "pending_post_id": pending_post_id or f"{int(time.time() * 1000)}"}
         if props is not None:
             body["props"] = props
+        if file_ids:
+            body["file_ids"] = file_ids
         try:
             return cast(Post, await self.request("POST", "/posts", body=body))
         except MattermostUnavailable as e:

@@ -47,6 +47,10 @@ from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
+    FileKind,
+    FileLimits,
+    OutboundFile,
+    SendsFiles,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -87,17 +91,22 @@ THINKING_STATUS = "is thinking…"
 WEB_API_CONNECTIONS = 16
 REMEMBERED_POSTS = 256  # recent replies' texts, for putting a Stop button on one (chat.update needs the text)
 # An assistant thread's status lasts two minutes unless a message is sent (assistant.threads.setStatus).
+# Slack takes files up to 1 GB (files.getUploadURLExternal's `length`); ten to a message.
+SLACK_FILE_BYTES = 1 << 30
+SLACK_FILE_LIMITS = FileLimits(max_bytes=dict.fromkeys(FileKind, SLACK_FILE_BYTES), max_files=10,
+                               max_caption_chars=3_900)
 SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, supports_edit=True, typing_lasts=120.0,
                               first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
 
 class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop,
                    PostsMemoryCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
-                   SpeaksAs):
+                   SpeaksAs, SendsFiles):
     """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
 
     platform = "slack"
     limits = SLACK_LIMITS
+    file_limits = SLACK_FILE_LIMITS
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         if binding.slack is None:
@@ -520,6 +529,36 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         self._remember(target.channel, ts, text)
         return ts
 
+    async def upload(self, target: ReplyTarget, file: OutboundFile) -> str:
+        """Slack's external upload, its first two steps: an upload URL for the file, then its bytes
+        POSTed there. Nobody sees the file until `share` completes it (never the retired files.upload)."""
+        client, session = self._require_client(), self._session
+        if session is None:
+            raise PlatformError(f"slack binding {self.binding_id} is not started")
+        got = await self._call("files.getUploadURLExternal", target.channel,
+                               client.files_getUploadURLExternal(filename=file.name, length=len(file.data)))
+        url, file_id = str(got["upload_url"]), str(got["file_id"])
+        try:
+            # The upload URL is a file host's, not a Web API method: no tier counts it.
+            async with session.post(url, data=file.data, headers={"Content-Type": file.media_type}) as answer:
+                if answer.status == 429:
+                    raise RateLimited(float(answer.headers.get("Retry-After", "1")), "file upload")
+                if answer.status != 200:
+                    raise PlatformError(f"slack file upload: HTTP {answer.status}")
+        except aiohttp.ClientError as e:
+            raise PlatformError(f"slack file upload: {type(e).__name__}") from None
+        return file_id
+
+    async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
+        """files.completeUploadExternal into the channel (and thread): the files show as one message."""
+        where = {"channel_id": target.channel, **({"thread_ts": target.thread} if target.thread else {})}
+        comment = {"initial_comment": caption} if caption else {}
+        done = await self._call("files.completeUploadExternal", target.channel,
+                                self._require_client().files_completeUploadExternal(
+                                    files=[{"id": ref, "title": f.name} for f, ref in files], **where, **comment))
+        shared = done.get("files") or [{}]
+        return str(shared[0].get("id") or files[0][1])
+
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         key = (target.channel, message_id)
         run_id, final = self._stops.for_edit(key)  # the reply's final edit: `text` alone, which drops the button
@@ -630,7 +669,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         mine = [
             m for m in response.get("messages") or []
             if m.get("bot_id") == self._conn.bot_id and float(m.get("ts") or 0) > float(message_id)
-            and is_reply(m.get("blocks"))
+            and is_reply(m.get("blocks")) and not m.get("files")  # a shared file is no part of a reply's text
         ]
         return [(str(m["ts"]), str(m.get("text") or "")) for m in sorted(mine, key=lambda m: float(m["ts"]))]
 

@@ -18,7 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
-from gateway.outbound.adapter import NotVisible, PlatformError, RateLimited
+from gateway.outbound.adapter import FileTooLarge, NotVisible, PlatformError, RateLimited
 
 DEFAULT_RETRY_AFTER = 1.0
 NOT_VISIBLE = frozenset({"channel_not_found", "not_in_channel", "is_archived", "thread_not_found"})
@@ -34,6 +34,8 @@ async def call(method: str, request: Awaitable[AsyncSlackResponse]) -> AsyncSlac
             raise RateLimited(_retry_after(response.headers), method) from None
         error = response.get("error")
         kind = NotVisible if error in NOT_VISIBLE else PlatformError  # the bot's token cannot see it
+        if error == "file_too_large":  # over the workspace's limit for an upload
+            kind = FileTooLarge
         raise kind(f"slack {method}: {error or response.status_code}") from None
     except SlackClientError as e:
         raise PlatformError(f"slack {method}: {type(e).__name__}") from None

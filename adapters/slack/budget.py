@@ -5,7 +5,8 @@ Tier 3: 50, Tier 4: 100). Checked against each method's reference page: `chat.up
 `chat.postEphemeral` Tier 4, `chat.startStream` Tier 2, `chat.appendStream` Tier 4,
 `chat.stopStream` Tier 2; the channel tools' reads `conversations.list` Tier 2,
 `conversations.info`, `conversations.history` and `conversations.replies` Tier 3,
-`conversations.members` and `users.info` Tier 4 (a commercially distributed app that is not in
+`conversations.members` and `users.info` Tier 4; the external upload's
+`files.getUploadURLExternal` and `files.completeUploadExternal` Tier 4 (a commercially distributed app that is not in
 the Marketplace gets 1 a minute for history and replies: Slack's rule, not paced here). Two methods have special limits, counted per channel rather than per
 workspace: `chat.postMessage`, about one message a second in a channel, and
 `assistant.threads.setStatus`, which Slack's reference marks "special" and its own SDKs treat
@@ -33,6 +34,8 @@ TIERS = (
     Rule("conversations.replies", 50, 60.0),
     Rule("conversations.members", 100, 60.0),
     Rule("users.info", 100, 60.0),
+    Rule("files.getUploadURLExternal", 100, 60.0),
+    Rule("files.completeUploadExternal", 100, 60.0),
 )
 PER_CHANNEL = Rule("channel", 1, 1.0)  # chat.postMessage
 STATUS_PER_CHANNEL = Rule("assistant.threads.setStatus", 60, 60.0)

@@ -21,6 +21,7 @@ NEEDED = {
     "mpim:read": "the channel tools fail in group DMs",
     "users:read": "people show as ids, not names",
     "files:read": "files shared with a message are not read",
+    "files:write": "charts and shared files are not posted into the conversation",
 }
 # In the manifest, but a binding works without them.
 OPTIONAL = {

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from aiohttp import web
-from telegram import (Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, ReplyParameters,
-                      Update)
+from telegram import (Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, InputFile,
+                      InputMediaAudio, InputMediaDocument, InputMediaPhoto, ReplyParameters, Update)
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 
@@ -45,6 +45,10 @@ from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
     AttachmentTooLarge,
+    FileKind,
+    FileLimits,
+    OutboundFile,
+    SendsFiles,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -85,11 +89,20 @@ _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
+# Sending files (core.telegram.org/bots/api#sending-files): a photo up to 10 MB, anything else up to
+# 50 MB through the Bot API; a caption up to 1,024 characters; an album (sendMediaGroup) of 2-10.
+TELEGRAM_FILE_LIMITS = FileLimits(
+    max_bytes={FileKind.IMAGE: 10 * 1024 * 1024, FileKind.DOCUMENT: 50 * 1024 * 1024, FileKind.AUDIO: 50 * 1024 * 1024},
+    max_files=10, max_caption_chars=1024)
+_MEDIA = {FileKind.IMAGE: InputMediaPhoto, FileKind.DOCUMENT: InputMediaDocument, FileKind.AUDIO: InputMediaAudio}
+
+
 class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
-                      AnswersDirectory, FetchesAttachments):
+                      AnswersDirectory, FetchesAttachments, SendsFiles):
     """One bot token, one binding."""
 
     platform = "telegram"
+    file_limits = TELEGRAM_FILE_LIMITS
     limits = PlatformLimits(max_message_chars=4096, min_edit_interval=1.0, supports_edit=True,
                             first_draft_after=CHAT_FIRST_DRAFT_AFTER)
 
@@ -483,6 +496,45 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                     self._log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", e)
                     sent = await bot.send_message(chat_id, html_to_plain(text), message_thread_id=thread)
         return str(sent.message_id)
+
+    async def upload(self, target: ReplyTarget, file: OutboundFile) -> str:
+        """Nothing ahead: Telegram's sendPhoto / sendDocument take the bytes and post in one call."""
+        return ""
+
+    async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
+        """sendPhoto / sendDocument / sendAudio for one file, sendMediaGroup (an album) for several of one
+        family (photos; documents; audio), else one send each with the caption on the first."""
+        bot = self._require_bot()
+        chat_id, thread = _chat(target)
+        items = [f for f, _ in files]
+        where: dict[str, Any] = {"message_thread_id": thread}
+        if len(items) > 1 and len({f.kind for f in items}) == 1:
+            # attach=True: each file goes as its own multipart part that the album names (attach://…).
+            media = [_MEDIA[f.kind](InputFile(f.data, filename=f.name, attach=True), caption=caption if i == 0 else None,
+                                    parse_mode=ParseMode.HTML if i == 0 and caption else None)
+                     for i, f in enumerate(items)]
+            for _ in items[1:]:  # every photo of an album is a message of the chat's budgets
+                await self.pacer.take(self.budget.message(chat_id))
+            async with self.pacer.paced(self.budget.message(chat_id)):
+                with translated("sendMediaGroup"):
+                    sent = await bot.send_media_group(chat_id, media, **where)
+            return str(sent[0].message_id)
+        first = ""
+        for i, f in enumerate(items):
+            text = {"caption": caption, "parse_mode": ParseMode.HTML} if i == 0 and caption else {}
+            upload = InputFile(f.data, filename=f.name)
+            async with self.pacer.paced(self.budget.message(chat_id)):
+                if f.kind is FileKind.IMAGE:
+                    with translated("sendPhoto"):
+                        sent_one = await bot.send_photo(chat_id, upload, **text, **where)
+                elif f.kind is FileKind.AUDIO:
+                    with translated("sendAudio"):
+                        sent_one = await bot.send_audio(chat_id, upload, **text, **where)
+                else:
+                    with translated("sendDocument"):
+                        sent_one = await bot.send_document(chat_id, upload, **text, **where)
+            first = first or str(sent_one.message_id)
+        return first
 
     async def edit_message(self, target: ReplyTarget, message_id: str, text: str) -> None:
         bot = self._require_bot()

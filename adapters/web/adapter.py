@@ -8,6 +8,7 @@ stream; the HTTP API the page talks to (`/api/v1`, the stream itself) is the cor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,14 @@ from bindings.models import BindingSpec
 from gateway.adapter_registry import AdapterContext
 from gateway.http.api import card_json, memory_card_json
 from gateway.inbound.memory_card import MemoryCard
-from gateway.clock import new_id
+from gateway.clock import new_id, unguessable_id
+from gateway.http import web_files
 from gateway.outbound.adapter import (
+    FileKind,
+    FileLimits,
+    OutboundFile,
+    PlatformError,
+    SendsFiles,
     AdapterHealth,
     ApprovalCard,
     Dispatcher,
@@ -35,19 +42,26 @@ from gateway.outbound.adapter import (
 STATIC = Path(__file__).parent / "static"
 
 
-class WebAdapter(PostsReportCards, PostsMemoryCards, ShowsStatus, ShowsStopControl):
+# The gateway keeps the web chat's files itself (in its store): a few megabytes each, ten a message.
+WEB_FILE_LIMITS = FileLimits(max_bytes=dict.fromkeys(FileKind, 10 * 1024 * 1024), max_files=10,
+                             max_caption_chars=4000)
+
+
+class WebAdapter(PostsReportCards, PostsMemoryCards, ShowsStatus, ShowsStopControl, SendsFiles):
     """The page streams every delta itself (no native stream needed), has no channel to look up, and
     takes files through the API's uploads, not through the adapter."""
 
     platform = "web"
     # The browser renders Markdown itself and can take every delta: pace lightly, never split.
     limits = PlatformLimits(max_message_chars=1_000_000, min_edit_interval=0.05, supports_edit=True)
+    file_limits = WEB_FILE_LIMITS
 
     def __init__(self, binding: BindingSpec, context: AdapterContext) -> None:
         self.binding = binding
         self.binding_id = binding.id
         self._dispatcher: Dispatcher | None = None
         self._shown: dict[str, str] = {}  # message id -> text the browser has
+        self._clock = context.clock
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -94,6 +108,32 @@ class WebAdapter(PostsReportCards, PostsMemoryCards, ShowsStatus, ShowsStopContr
     async def show_status(self, target: ReplyTarget, text: str) -> None:
         """The page's status line under the conversation ("tracker: 40 %"), cleared when the run ends."""
         self._publish(target, {"type": "status", "text": text})
+
+    async def upload(self, target: ReplyTarget, file: OutboundFile) -> str:
+        """The bytes kept in the store under an unguessable id; not in the listing until shared."""
+        dispatcher = self._require_dispatcher()
+        file_id = unguessable_id()
+        stored = web_files.StoredFile(target.channel, file.name, file.media_type, file.data)
+        await dispatcher.set_state(self.binding_id, web_files.file_key(target.channel, file_id), stored.to_state())
+        return file_id
+
+    async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
+        """An entry in the conversation's listing (an image shows, anything else is a download link),
+        and an event so an open page shows it now."""
+        dispatcher = self._require_dispatcher()
+        share = web_files.Share(new_id(), self._clock.now().isoformat(), caption, [
+            {"id": ref, "name": f.name, "media_type": f.media_type, "url": web_files.file_url(target.channel, ref)}
+            for f, ref in files])
+        key = web_files.index_key(target.channel)
+        listed = web_files.shares(await dispatcher.get_state(self.binding_id, key))
+        await dispatcher.set_state(self.binding_id, key, json.dumps([*listed, share.as_json()]))
+        self._publish(target, {"type": "files", **share.as_json()})
+        return share.id
+
+    def _require_dispatcher(self) -> Dispatcher:
+        if self._dispatcher is None:
+            raise PlatformError(f"web binding {self.binding_id} is not started")
+        return self._dispatcher
 
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         self._publish(target, {"type": "card", "card": card_json(card)})

@@ -17,6 +17,7 @@ import json
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -36,6 +37,7 @@ from gateway.store.notes import Note, NoteStore
 from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision
 from gateway.inbound.uploads import UploadRefused, read_form
 from gateway.http.principals import Principal, principal_of
+from gateway.http import web_files
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -63,6 +65,7 @@ def routes(gateway: Gateway) -> list[web.AbstractRouteDef]:
         web.get(MESSAGES_ROUTE, api.list_messages),
         web.post(MESSAGES_ROUTE, api.post_message),
         web.get(EVENTS_ROUTE, api.events),
+        web.get(web_files.FILE_ROUTE, api.get_file),
         web.post("/api/v1/conversations/{id}/modes", api.set_modes),
         web.get("/api/v1/approvals/{id}", api.approval),
         web.post("/api/v1/approvals/{id}", api.decide),
@@ -271,6 +274,22 @@ class _Api:
             out["card"] = memory_card_json(await self.gw.memory_cards.card(holder))
         return out
 
+    async def get_file(self, request: web.Request) -> web.Response:
+        """A file the agent posted in this conversation, under the API's auth: an image the page shows,
+        anything else a download (never rendered by the browser: `nosniff`, an attachment)."""
+        binding = self._binding()
+        conv = await self._conversation(request, binding)
+        file_id = request.match_info["file_id"]
+        value = await self.gw.store.get_state(binding.id, web_files.file_key(conv.id, file_id))
+        stored = web_files.StoredFile.from_state(value) if value else None
+        if stored is None or stored.conversation_id != conv.id:
+            raise _error(404, "not_found", f"no file {file_id!r} in this conversation")
+        inline = stored.media_type in web_files.INLINE
+        disposition = "inline" if inline else "attachment"
+        return web.Response(body=stored.data, content_type=stored.media_type if inline else "application/octet-stream",
+                            headers={"Content-Disposition": f"{disposition}; filename*=UTF-8''{quote(stored.name)}",
+                                     "X-Content-Type-Options": "nosniff", "Cache-Control": "private, no-store"})
+
     async def list_messages(self, request: web.Request) -> web.Response:
         binding = self._binding()
         conv = await self._conversation(request, binding)
@@ -309,6 +328,8 @@ class _Api:
             "messages": turns,
             # Timed, so a page can show each card where it happened among the messages.
             "cards": [{**card_json(card), "time": created.isoformat()} for card, created in await approvals.cards(conv.id)],
+            # Files the agent posted (a chart, a shared file), timed like the cards.
+            "files": web_files.shares(await store.get_state(binding.id, web_files.index_key(conv.id))),
             "decisions": await approvals.decisions(conv.id),
             "modes": {"approve_all": modes.approve_all, "ask_every_tool": modes.ask_every_tool},
         })

@@ -102,6 +102,13 @@ PATHS: dict[str, dict[str, Schema]] = {
                 "responses": {"200": _json(_obj({"conversation_id": {"type": "string"},
                                                  "messages": {"type": "array", "items": _TURN},
                                                  "cards": {"type": "array", "items": _ref("ApprovalCard")},
+                                                 "files": {"type": "array", "items": _obj({
+                                                     "id": {"type": "string"}, "time": {"type": "string"},
+                                                     "caption": {"type": "string"},
+                                                     "files": {"type": "array", "items": _obj({
+                                                         "id": {"type": "string"}, "name": {"type": "string"},
+                                                         "media_type": {"type": "string"},
+                                                         "url": {"type": "string"}})}})},
                                                  "decisions": {"type": "array", "items": {"type": "object"}},
                                                  "modes": _ref("Modes")})),
                               "404": {"$ref": "#/components/responses/Error"}}},
@@ -118,9 +125,16 @@ PATHS: dict[str, dict[str, Schema]] = {
                      "409": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
                      "429": {"$ref": "#/components/responses/Error"}}},
     },
+    "/api/v1/conversations/{id}/files/{file_id}": {
+        "get": {"summary": "A file the agent posted in the conversation (a chart, a shared file): PNG, JPEG, GIF "
+                           "and WebP inline, anything else as a download",
+                "parameters": [_ID, {"name": "file_id", "in": "path", "required": True, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "the file's bytes", "content": {"application/octet-stream": {}}},
+                              "404": {"$ref": "#/components/responses/Error"}}},
+    },
     "/api/v1/conversations/{id}/events": {
         "get": {"summary": "Server-sent events: delta, card, notice, memory_card, report, status, typing, "
-                           "stop_control, run_end",
+                           "stop_control, files, run_end",
                 "parameters": [_ID, {"name": "stream_token", "in": "query", "schema": {"type": "string"},
                                      "description": "from POST /api/v1/stream-tokens (EventSource sends no headers)"}],
                 "responses": {"200": {"description": "the stream", "content": {"text/event-stream": {}}}}},

@@ -438,9 +438,59 @@ class SpeaksAs(Protocol):
     the agent who gives it. Elsewhere the core heads the reply with "**<name>:**"."""
 
 
+class FileKind(StrEnum):
+    IMAGE = "image"  # shown inline where the platform can (Telegram's sendPhoto, the web page's <img>)
+    AUDIO = "audio"
+    DOCUMENT = "document"  # anything else: a download
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundFile:
+    """A file a reply or a tool puts into the conversation: its name, its bytes, its media type."""
+
+    name: str
+    data: bytes
+    media_type: str
+
+    @property
+    def kind(self) -> FileKind:
+        if self.media_type in ("image/png", "image/jpeg", "image/gif", "image/webp"):
+            return FileKind.IMAGE
+        return FileKind.AUDIO if self.media_type.startswith("audio/") else FileKind.DOCUMENT
+
+
+@dataclass(frozen=True, slots=True)
+class FileLimits:
+    """What one platform takes in one share: bytes per file (by kind), files per share, a caption's length."""
+
+    max_bytes: Mapping[FileKind, int]
+    max_files: int = 10
+    max_caption_chars: int = 4000
+
+
+class SendsFiles(Protocol):
+    """Files (images, documents, audio) posted into a conversation, the platform's own way, in two
+    steps so that a kill between them never shares twice: `upload` puts the bytes on the platform
+    (Slack's upload URL, Mattermost's /files) and returns a reference to them, `share` makes the
+    uploaded files a message in the target. A platform whose one call does both (Telegram's
+    sendPhoto) uploads nothing and shares the bytes. The core keeps a delivery row across both
+    (`gateway.outbound.files`); an adapter never retries a share on its own."""
+
+    file_limits: FileLimits
+
+    async def upload(self, target: ReplyTarget, file: OutboundFile) -> str:
+        """The bytes on the platform, not yet shown to anyone: a reference `share` takes ("" for none)."""
+        ...
+
+    async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
+        """One message in `target` showing `files` (each with its `upload` reference) under `caption`
+        (already rendered); the platform's message id."""
+        ...
+
+
 FEATURES: tuple[type, ...] = (StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
                               PostsReportCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
-                              SpeaksAs)
+                              SpeaksAs, SendsFiles)
 
 F = TypeVar("F")
 
@@ -475,6 +525,11 @@ class NativeUnavailable(PlatformError):
 
 class AttachmentTooLarge(PlatformError):
     """A shared file is over the configured size cap: it is not read, and the run goes on."""
+
+
+class FileTooLarge(PlatformError):
+    """The platform refused a file for its size (a server's own cap below the published one): told to
+    the model in words, never tried again."""
 
 
 class RateLimited(PlatformError):

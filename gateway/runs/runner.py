@@ -50,13 +50,14 @@ from gateway.runs.agent_run import run_agent
 from gateway.runs.background import post_report, report_prompt
 from gateway.runs.scheduled import scheduled_prompt
 from gateway.outbound.delivery import ReplyStream
+from gateway.outbound.files import share_files
 from gateway.outbound.typing_indicator import show_typing
 from gateway.runs.handoffs import is_handoff
 from gateway.outbound.native_stream import NativeReplyStream
 from gateway.runs.llm import ModelConfigError
 from gateway.runs.memory import resolve_scope
 from gateway.runs.slow_calls import SlowCalls
-from gateway.messages import ChatKind
+from gateway.messages import Attachment, ChatKind
 from gateway.store import repo
 from gateway.store.availability import StoreUnavailable
 from gateway.store.background import REPORT
@@ -65,7 +66,8 @@ from gateway.store.conversation_log import ConversationLog
 from gateway.store.models import Run
 from gateway.store.notes import NoteStore
 from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, stopped_notice
-from gateway.outbound.adapter import Adapter, AnswersDirectory, ReplyTarget, ShowsStatus, StreamsNatively, offered
+from gateway.outbound.adapter import (Adapter, AnswersDirectory, FetchesAttachments, ReplyTarget, ShowsStatus,
+                                     StreamsNatively, offered)
 from gateway.runs.turn import Memory, Requester, Turn
 
 if TYPE_CHECKING:
@@ -218,8 +220,20 @@ class Runner:
             skills=gw.config.skills,
             tell=lambda line: self.tell(run.id, line),
             status=lambda line: show_status(adapter, turn.target, line),
+            fetch_attachment=self._fetcher(adapter),
+            share_files=lambda files, caption, what="": share_files(
+                adapter, turn.target, gw.store, run.id, files, caption, what=what,
+                on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()),
         )
         return Prepared(turn, adapter)
+
+    def _fetcher(self, adapter: Adapter) -> Callable[[Attachment], Awaitable[bytes | None]] | None:
+        """The adapter's own fetch of a shared file, under the gateway's cap; None where it has none."""
+        fetches = offered(adapter, FetchesAttachments)
+        if fetches is None:
+            return None
+        cap = self.gateway.config.gateway.limits.attachment_max_bytes
+        return lambda attachment: fetches.fetch_attachment(attachment, cap)
 
     async def tell(self, run_id: str, line: str) -> None:
         """A capability's one-line note for the person, in the reply of the run streaming it (if any)."""

@@ -13,7 +13,7 @@ Capabilities import this module (and `gateway.store`), never `gateway.runs.runne
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,7 +28,9 @@ from gateway.store.capability_state import CapabilityState
 from gateway.store.conversation_log import ConversationLog
 from gateway.store.notes import NoteStore, Scope
 from gateway.store.repo import ConversationRef
-from gateway.outbound.adapter import ChannelDirectory, ReplyTarget
+from gateway.messages import Attachment
+from gateway.outbound.adapter import ChannelDirectory, OutboundFile, ReplyTarget
+from gateway.outbound.files import FileRefused, Shared
 
 
 # Names every model provider accepts for a tool: what a visible name in `Turn.tools` may be.
@@ -56,6 +58,10 @@ async def _nothing() -> None:
     return None
 
 
+async def _no_files(files: Sequence[OutboundFile], caption: str, what: str = "") -> Shared:
+    raise FileRefused("files cannot be shown in this conversation")
+
+
 @dataclass
 class Turn:
     """One run's grant. Tools receive it as `ctx.deps`."""
@@ -81,6 +87,13 @@ class Turn:
     tell: Callable[[str], Awaitable[None]] = field(default=lambda line: _nothing())
     # The thread's status line while the run works ("tracker: 40 %"), where the platform has one; a nicety.
     status: Callable[[str], Awaitable[None]] = field(default=lambda line: _nothing())
+    # Files into this conversation (a chart, a workspace file) beside the reply, once across restarts
+    # (`gateway.outbound.files.share_files`); FileRefused says why not, in words for the model.
+    # `what`: what the files are, when their bytes differ each time they are made (a generated image).
+    share_files: Callable[[Sequence[OutboundFile], str, str], Awaitable[Shared]] = field(default=_no_files)
+    # A file shared earlier in this conversation, fetched again from the platform with the bot's own
+    # credentials and the gateway's attachment cap (None where this platform cannot fetch files).
+    fetch_attachment: Callable[[Attachment], Awaitable[bytes | None]] | None = None
     # Levels of delegation this run may still start; None for a run a person started (its agent's own
     # subagents max_depth applies). A delegate's run carries what its parent left it.
     levels_left: int | None = None

@@ -39,3 +39,12 @@ class ConversationLog:
             query = query.where((Message.run_id.is_(None)) | (Message.run_id.not_in(list(exclude_runs))))
         async with self._sessions() as s:
             return [(r[0], r[1], r[2]) for r in await s.execute(query)]
+
+    async def run_ids(self, limit: int = 200) -> list[str]:
+        """The runs that answered this conversation's messages, newest first (at most `limit`)."""
+        query = (select(Message.run_id, func.max(Message.id).label("last"))
+                 .where(Message.conversation_id == self.conversation_id, Message.role == "user",
+                        Message.run_id.is_not(None))
+                 .group_by(Message.run_id).order_by(func.max(Message.id).desc()).limit(limit))
+        async with self._sessions() as s:
+            return [str(r[0]) for r in await s.execute(query)]

@@ -390,7 +390,8 @@ class Store:
         approval cards and decisions, modes and their changes, stream events, scheduled tasks: a
         table added later is covered by being so named), and what hangs off its runs and tasks:
         deliveries, schedule occurrences, and the capability state kept under the conversation or
-        its runs (attachment references, plans, snapshots, spills). Kept: the inbound ledger (a
+        its runs (attachment references, plans, snapshots, spills), and an adapter's state kept under
+        it (the web chat's files). Kept: the inbound ledger (a
         redelivery must still be dropped) and notes, which belong to the person or the chat and
         name no conversation.
         """
@@ -404,6 +405,10 @@ class Store:
             yield q.run(f"DELETE FROM capability_state WHERE scope = :c OR scope IN ({runs})"
                         " OR scope IN (SELECT 'run:' || id FROM runs WHERE conversation_id = :c)", c=conv.id)
             yield q.run(f"DELETE FROM deliveries WHERE run_id IN ({runs})", c=conv.id)
+            # An adapter's state kept under the conversation is keyed `<what>:<conversation id>[:…]`
+            # (the web chat's files). Ids are hex: nothing in them is a LIKE wildcard.
+            yield q.run("DELETE FROM adapter_state WHERE binding_id = :b AND (key LIKE :k OR key LIKE :under)",
+                        b=conv.binding_id, k=f"%:{conv.id}", under=f"%:{conv.id}:%")
             yield q.run("DELETE FROM schedule_occurrences WHERE task_id IN"
                         " (SELECT id FROM scheduled_tasks WHERE conversation_id = :c)", c=conv.id)
             for table in CONVERSATION_TABLES:

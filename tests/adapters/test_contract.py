@@ -33,12 +33,12 @@ from ..fakes.chat import FakeChatAdapter, fake_platforms
 # What each platform offers, as its class line declares it: a change here is a change of product.
 DECLARED: dict[type, set[str]] = {
     SlackAdapter: {"StreamsNatively", "ShowsStatus", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
-                   "AnswersDirectory", "FetchesAttachments", "FindsOwnPosts", "FindsOwnCards", "SpeaksAs"},
+                   "AnswersDirectory", "FetchesAttachments", "FindsOwnPosts", "FindsOwnCards", "SpeaksAs", "SendsFiles"},
     TelegramAdapter: {"StreamsNatively", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
-                      "AnswersDirectory", "FetchesAttachments"},
+                      "AnswersDirectory", "FetchesAttachments", "SendsFiles"},
     MattermostAdapter: {"ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards", "AnswersDirectory",
-                        "FetchesAttachments", "FindsOwnPosts"},
-    WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl"},
+                        "FetchesAttachments", "FindsOwnPosts", "SendsFiles"},
+    WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl", "SendsFiles"},
 }
 
 

@@ -110,7 +110,7 @@ async def test_the_catalog_over_http_comes_from_the_running_registry(tmp_path: P
     assert served["clock"]["tools"] == [] and served["clock"]["config_schema"]["properties"]["timezone"]
 
 
-async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> None:
+async def test_every_registered_tool_says_what_comes_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Build every capability's tools as a run sees them and read the definitions pydantic-ai made."""
     shipped = [decl for decl in load_all().values() if decl.build.__module__.startswith("capabilities.")]
     assert {d.id for d in shipped} >= {"clock", "thinking", "memory_files", "channel_tools"}
@@ -121,7 +121,10 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path) -> Non
                "knowledge": {"collections": ["docs"]},
                "subagents": {"mode": "auto", "inline": [{"name": "helper", "model": "recorder"}],
                              "allow_questions": True, "allow_dynamic": True}}
-    agents = {"assistant": agent(*({"id": d.id, "config": configs.get(d.id, {})} for d in with_tools)),
+    monkeypatch.setenv("TEST_CAPABILITY_KEY", "a-key")  # for those that need one (image_generation)
+    keys = {"secret_id": "env:TEST_CAPABILITY_KEY"}
+    agents = {"assistant": agent(*({"id": d.id, "config": configs.get(d.id, {}),
+                                    **(keys if d.needs_key == "required" else {})} for d in with_tools)),
               "other": agent()}  # someone for handoffs to send to
     bindings = {"slack": slack_binding(channel_tools={"tools": list(CHANNEL_TOOL_IDS)})}
     shutil.copytree(Path(__file__).parents[2] / "config" / "examples" / "skills", tmp_path / "skills")

@@ -169,6 +169,8 @@ class FakeMattermost:
         self._released = asyncio.Event()  # set on stop: silent sockets may end now
         self._pending: dict[tuple[str, str], str] = {}  # (user, pending_post_id) -> post id
         self.files: dict[str, tuple[dict[str, Any], bytes]] = {}  # file id -> (FileInfo, contents)
+        self.max_file_bytes = 100 * 1024 * 1024  # FileSettings.MaxFileSize, the server's default
+        self.uploads: list[str] = []  # file ids POST /files made, in order
         self.file_downloads: list[str] = []  # file ids fetched with a valid token
         self._conns: dict[str, _Conn] = {}
         self._clock = 0
@@ -209,6 +211,7 @@ class FakeMattermost:
         r.add_post("/api/v4/posts/{post_id}/actions/{action_id}", self._do_action)
         r.add_post("/api/v4/reactions", self._create_reaction)
         r.add_get("/api/v4/files/{file_id}", self._get_file)
+        r.add_post("/api/v4/files", self._upload_file)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -348,6 +351,33 @@ class FakeMattermost:
         self.file_downloads.append(request.match_info["file_id"])
         return web.Response(body=found[1], content_type=found[0]["mime_type"])
 
+    async def _upload_file(self, request: web.Request) -> web.Response:
+        """`POST /api/v4/files`: multipart with `channel_id` and `files`; the uploader must be in the channel."""
+        self._record((request.method, request.path, None))
+        uid = self._auth(request)
+        if uid is None:
+            return _app_error(401, "api.context.session_expired.app_error", "Invalid or expired session, please login again.")
+        if request.content_type != "multipart/form-data":
+            return _app_error(400, "api.file.upload_file.read_request.app_error", "Unable to read the request.")
+        form = await request.post()
+        channel_id = form.get("channel_id")
+        files = [v for k, v in form.items() if k == "files" and isinstance(v, web.FileField)]
+        if not isinstance(channel_id, str) or channel_id not in self.channels or not files:
+            return _app_error(400, "api.file.upload_file.incorrect_channelId.app_error", "Unable to upload the file.")
+        if uid not in self.members[channel_id]:
+            return _app_error(403, "api.context.permissions.app_error", "You do not have the appropriate permissions.")
+        infos = []
+        for f in files:
+            data = f.file.read()
+            if len(data) > self.max_file_bytes:
+                return _app_error(413, "api.file.upload_file.too_large_detailed.app_error",
+                                  f"Unable to upload file {f.filename}. File is too large.")
+            file_id = self.add_file(uid, f.filename, f.content_type or "application/octet-stream", data)
+            self.files[file_id][0]["channel_id"] = channel_id
+            self.uploads.append(file_id)
+            infos.append(self.files[file_id][0])
+        return web.json_response({"file_infos": infos, "client_ids": []}, status=201)
+
     async def redeliver(self, post_id: str) -> None:
         """Send the `posted` event of an existing post again (a second replica's view, a replay)."""
         await self._broadcast_posted(self.posts[post_id])
@@ -464,6 +494,13 @@ class FakeMattermost:
         pending = body.get("pending_post_id", "") or ""
         if pending and (user_id, pending) in self._pending:
             return self.posts[self._pending[(user_id, pending)]], None
+        file_ids = body.get("file_ids") or []
+        if len(file_ids) > 10:
+            return None, _app_error(400, "model.post.is_valid.file_ids.app_error", "Invalid file ids.")
+        for f in file_ids:  # the poster's own uploads, into this channel, not on a post yet
+            info = self.files.get(f, ({}, b""))[0]
+            if info.get("user_id") != user_id or info.get("post_id") or info.get("channel_id", channel_id) != channel_id:
+                return None, _app_error(400, "api.post.create_post.file_ids.app_error", "Invalid file ids.")
         now = self._now()
         post = {
             "id": new_id(),
@@ -486,6 +523,8 @@ class FakeMattermost:
             "metadata": {},
         }
         if post["file_ids"]:  # the server fills in each file's FileInfo, as `posted` events carry it
+            for f in post["file_ids"]:
+                self.files[f][0]["post_id"] = post["id"]
             post["metadata"]["files"] = [self.files[f][0] for f in post["file_ids"] if f in self.files]
         if self.users[user_id].get("is_bot"):
             post["props"].setdefault("from_bot", "true")

@@ -8,6 +8,7 @@ so a test can hold a run in flight. Records every request it received, and the c
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import time
 import uuid
@@ -33,6 +34,9 @@ class FakeOpenAI:
         self._runner: web.AppRunner | None = None
         self.port = 0
         self.in_flight = InFlight()
+        # Images API (`POST /v1/images/generations`): what it draws (PNG bytes) and what it was asked.
+        self.image: bytes = b""
+        self.image_requests: list[tuple[dict[str, Any], str | None]] = []  # (body, Authorization header)
 
     def busy(self) -> list[str]:
         """What the fake is still doing (`tests.support.settled`)."""
@@ -45,6 +49,7 @@ class FakeOpenAI:
     async def start(self) -> FakeOpenAI:
         app = web.Application(middlewares=[self.in_flight.middleware])
         app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_post("/v1/images/generations", self._images)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -55,6 +60,20 @@ class FakeOpenAI:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+    async def _images(self, request: web.Request) -> web.Response:
+        """OpenAI's images.generate: the image as `b64_json` (GPT Image models answer only so), and usage."""
+        body = await request.json()
+        self.image_requests.append((body, request.headers.get("Authorization")))
+        if not body.get("prompt"):
+            return web.json_response({"error": {"message": "prompt is required", "type": "invalid_request_error"}},
+                                     status=400)
+        return web.json_response({
+            "created": int(time.time()), "data": [{"b64_json": base64.b64encode(self.image).decode()}],
+            "output_format": "png", "size": "1024x1024", "quality": "low",
+            "usage": {"input_tokens": 12, "output_tokens": 272, "total_tokens": 284,
+                      "input_tokens_details": {"text_tokens": 12, "image_tokens": 0}},
+        })
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

@@ -50,7 +50,10 @@ TIERS = {
     "conversations.replies": (50, 60.0),
     "conversations.members": (100, 60.0),
     "users.info": (100, 60.0),
+    "files.getUploadURLExternal": (100, 60.0),
+    "files.completeUploadExternal": (100, 60.0),
 }
+MAX_FILE_BYTES = 1 << 30  # what files.getUploadURLExternal takes as `length`
 PER_CHANNEL = {  # (limit, seconds) per channel: Slack's special limits
     "chat.postMessage": (1, 1.0),  # one a second in a channel (short bursts aside)
     "assistant.threads.setStatus": (60, 60.0),  # as Slack's SDKs count it: 60 a minute per DM
@@ -58,7 +61,7 @@ PER_CHANNEL = {  # (limit, seconds) per channel: Slack's special limits
 BOT_TOKEN = "xoxb-fake-bot-token"
 MANIFEST_SCOPES = ("app_mentions:read", "chat:write", "chat:write.customize", "channels:history", "groups:history",
                    "im:history", "mpim:history", "channels:read", "groups:read", "im:read", "mpim:read", "users:read",
-                   "commands", "files:read")
+                   "commands", "files:read", "files:write")
 APP_TOKEN = "xapp-fake-app-token"
 SIGNING_SECRET = "fake-signing-secret"
 
@@ -91,6 +94,18 @@ class PostedMessage:
     block_edits: list[list[dict[str, Any]] | None] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     username: str | None = None  # chat.postMessage's username (chat:write.customize): the name Slack shows
+
+
+@dataclass
+class SharedFile:
+    """One file as files.completeUploadExternal shared it: where, under which title, its bytes."""
+
+    file_id: str
+    title: str
+    data: bytes
+    channel: str
+    thread_ts: str | None
+    message_ts: str
 
 
 @dataclass
@@ -228,6 +243,11 @@ class FakeSlack:
         self._sockets: list[web.WebSocketResponse] = []
         self._ts = itertools.count(1)
         self.files: dict[str, bytes] = {}  # file id → contents, served at url_private with the bot token
+        # The external upload: file id → (filename, declared length, bytes POSTed to its upload URL or None).
+        self.pending_uploads: dict[str, tuple[str, int, bytes | None]] = {}
+        self.shared_files: list[SharedFile] = []  # files completeUploadExternal put into a channel
+        self.max_file_bytes = MAX_FILE_BYTES
+        self.complete_hold: asyncio.Event | None = None  # set up: completeUploadExternal shares, then waits for it
         self.file_fetches: list[str | None] = []  # the Authorization header of each file download
         self._event_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
@@ -252,6 +272,7 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/link/", self._socket)
         app.router.add_get("/files-pri/{team_file}/{name}", self._file)
+        app.router.add_post("/upload/{file_id}", self._upload)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -427,6 +448,64 @@ class FakeSlack:
         while time.monotonic() - held < self.post_answer_delay:  # re-read: setting 0 releases it
             await asyncio.sleep(0.05)
         return {"ok": True, "channel": channel, "ts": msg.ts, "message": self._message_json(msg)}
+
+    async def _m_files_upload(self, args: dict[str, Any]) -> dict[str, Any]:
+        # Retired: Slack refuses it for new apps and ends it for all (Nov 2025). Nothing may call it.
+        return {"ok": False, "error": "method_deprecated"}
+
+    async def _m_files_getUploadURLExternal(self, args: dict[str, Any]) -> dict[str, Any]:
+        filename, length = args.get("filename"), int(args.get("length") or 0)
+        if not filename or length <= 0:
+            return {"ok": False, "error": "invalid_arguments"}
+        if length > self.max_file_bytes:
+            return {"ok": False, "error": "file_too_large"}
+        file_id = f"F{len(self.files) + len(self.pending_uploads) + 1:08d}U"
+        self.pending_uploads[file_id] = (filename, length, None)
+        return {"ok": True, "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}", "file_id": file_id}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        """The upload URL: the bytes, exactly `length` of them (Slack refuses a mismatch)."""
+        file_id = request.match_info["file_id"]
+        data = await request.read()
+        pending = self.pending_uploads.get(file_id)
+        try:
+            if pending is None:
+                return web.Response(status=404, text="unknown upload")
+            if len(data) != pending[1]:
+                return web.Response(status=400, text="length mismatch")
+            self.pending_uploads[file_id] = (pending[0], pending[1], data)
+            return web.Response(text=f"OK - {len(data)}")
+        finally:
+            await self._notify()
+
+    async def _m_files_completeUploadExternal(self, args: dict[str, Any]) -> dict[str, Any]:
+        files = _maybe_json(args.get("files"))
+        channel = args.get("channel_id") or ""
+        if not isinstance(files, list) or not files or channel not in self.channels:
+            return {"ok": False, "error": "invalid_arguments" if channel in self.channels else "channel_not_found"}
+        for f in files:
+            pending = self.pending_uploads.get(f.get("id", ""))
+            if pending is None:
+                return {"ok": False, "error": "file_not_found"}  # never uploaded, or completed already
+            if pending[2] is None:
+                return {"ok": False, "error": "file_upload_not_completed"}
+        thread_ts = args.get("thread_ts") or None
+        msg = PostedMessage(channel, self.next_ts(), args.get("initial_comment", ""), self.bot_user_id, thread_ts,
+                            self.bot_id)
+        out = []
+        for f in files:
+            name, _, data = self.pending_uploads.pop(f["id"])
+            assert data is not None
+            self.files[f["id"]] = data
+            title = f.get("title") or name
+            self.shared_files.append(SharedFile(f["id"], title, data, channel, thread_ts, msg.ts))
+            msg.files.append({"id": f["id"], "name": name, "title": title, "size": len(data)})
+            out.append({"id": f["id"], "title": title})
+        self.messages.append(msg)
+        if self.complete_hold is not None:  # shared; the answer is held (a client killed meanwhile never hears it)
+            await self._notify()
+            await self.complete_hold.wait()
+        return {"ok": True, "files": out}
 
     async def _m_chat_update(self, args: dict[str, Any]) -> dict[str, Any]:
         msg = self.message(args["channel"], args["ts"])

@@ -56,7 +56,11 @@ _HTML_TAGS = frozenset(
 )
 MAX_TEXT = 4096
 # The methods that count against the budgets, and the budgets: (limit, seconds) per chat, per group, per bot.
-_BUDGETED = frozenset({"sendMessage", "editMessageText", "editMessageReplyMarkup"})
+_BUDGETED = frozenset({"sendMessage", "editMessageText", "editMessageReplyMarkup", "sendPhoto", "sendDocument",
+                       "sendAudio", "sendMediaGroup"})
+# Uploads (core.telegram.org/bots/api#sending-files): a photo up to 10 MB, another file up to 50 MB;
+# a caption up to 1,024 characters after entities are parsed; an album of 2-10 items of one family.
+MAX_PHOTO_BYTES, MAX_FILE_BYTES, MAX_CAPTION = 10 * 1024 * 1024, 50 * 1024 * 1024, 1024
 BUDGETS = {"chat": (1, 1.0), "group": (20, 60.0), "bot": (30, 1.0)}
 
 
@@ -90,6 +94,7 @@ class ChatMessage:
     thread_id: int | None = None
     reply_markup: JSON | None = None
     edits: list[str] = field(default_factory=list)  # visible texts of earlier versions, oldest first
+    files: list[tuple[str, str, bytes]] = field(default_factory=list)  # (photo|document|audio, file name, bytes)
     date: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -606,6 +611,62 @@ class FakeTelegram:
                           raw=p["text"], parse_mode=p.get("parse_mode"), reply_markup=markup)
         return self._message_json(msg)
 
+    def _upload(self, p: JSON, field: str, value: Any, kind: str) -> tuple[str, bytes]:
+        """The file a send names: a multipart part (its field, or `attach://<part>`), within its kind's limit."""
+        files = p.get("__files__", {})
+        part = value[len("attach://"):] if isinstance(value, str) and value.startswith("attach://") else field
+        if part not in files:
+            raise ApiError(400, f"Bad Request: there is no {kind} in the request")
+        name, data = files[part]
+        if len(data) > (MAX_PHOTO_BYTES if kind == "photo" else MAX_FILE_BYTES):
+            raise ApiError(413, "Request Entity Too Large")
+        return name, data
+
+    def _caption(self, p: JSON) -> str:
+        raw = p.get("caption") or ""
+        visible = parse_html(raw) if raw and (p.get("parse_mode") or "").lower() == "html" else raw
+        if len(visible) > MAX_CAPTION:
+            raise ApiError(400, "Bad Request: message caption is too long")
+        return visible
+
+    def _file_message(self, p: JSON, files: list[tuple[str, str, bytes]], caption: str) -> ChatMessage:
+        chat = self._chat(p["chat_id"])
+        thread_id = p.get("message_thread_id")
+        if thread_id is not None and chat.is_forum and thread_id not in chat.topics:
+            raise ApiError(400, "Bad Request: message thread not found")
+        msg = self._store(chat.id, self.bot_user, caption, thread_id=thread_id if chat.is_forum else None,
+                          raw=p.get("caption") or "", parse_mode=p.get("parse_mode"))
+        msg.files = files
+        return msg
+
+    async def _send_one(self, p: JSON, kind: str) -> JSON:
+        caption = self._caption(p)
+        name, data = self._upload(p, kind, p.get(kind), kind)
+        return self._message_json(self._file_message(p, [(kind, name, data)], caption))
+
+    async def _api_sendPhoto(self, p: JSON) -> JSON:
+        return await self._send_one(p, "photo")
+
+    async def _api_sendDocument(self, p: JSON) -> JSON:
+        return await self._send_one(p, "document")
+
+    async def _api_sendAudio(self, p: JSON) -> JSON:
+        return await self._send_one(p, "audio")
+
+    async def _api_sendMediaGroup(self, p: JSON) -> list[JSON]:
+        media = p["media"] if isinstance(p["media"], list) else json.loads(p["media"])
+        if not 2 <= len(media) <= 10:
+            raise ApiError(400, "Bad Request: wrong number of media in the album: must be 2-10")
+        kinds = {m["type"] for m in media}
+        if len(kinds) > 1 and not kinds <= {"photo", "video"}:
+            raise ApiError(400, "Bad Request: documents and audio can't be mixed with other media types")
+        sent = []
+        for i, m in enumerate(media):
+            caption = self._caption({**m, "caption": m.get("caption")})
+            name, data = self._upload(p, "", m["media"], m["type"])
+            sent.append(self._message_json(self._file_message(p, [(m["type"], name, data)], caption)))
+        return sent
+
     async def _api_editMessageText(self, p: JSON) -> JSON:
         msg = self._bot_message(p)
         visible = self._visible(p)
@@ -774,7 +835,12 @@ async def _read_params(request: web.Request) -> JSON:
         params.update(body if isinstance(body, dict) else {})
     elif request.can_read_body:
         form = await request.post()
-        params.update(_decode_form({k: v for k, v in form.items() if isinstance(v, str)}))
+        params.update(_decode_form({k: v if isinstance(v, str) else bytes(v).decode()
+                                    for k, v in form.items() if isinstance(v, (str, bytes, bytearray))}))
+        # Files come as multipart parts: (filename, bytes), by field name, as `attach://<name>` refers to them.
+        uploads = {k: (v.filename, v.file.read()) for k, v in form.items() if isinstance(v, web.FileField)}
+        if uploads:
+            params["__files__"] = uploads
     return params
 
 

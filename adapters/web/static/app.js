@@ -216,6 +216,34 @@
   }
 
   // The conversation id comes from the URL fragment: encoded wherever it goes into a path.
+  // Files the agent posted: fetched with the token (never in a URL), shown from a blob: an image
+  // inline, anything else as a download link under its name.
+  async function blobOf(url) {
+    const headers = token() ? { Authorization: "Bearer " + token() } : {};
+    const r = await fetch(url, { headers });
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    return URL.createObjectURL(await r.blob());
+  }
+  function renderFiles(share) {
+    const el = bubble("assistant", share.caption || "", "final");
+    for (const f of share.files) {
+      if (/^image\/(png|jpeg|gif|webp)$/.test(f.media_type)) {
+        const img = document.createElement("img");
+        img.alt = f.name;
+        img.className = "shared-file";
+        blobOf(f.url).then((u) => { img.src = u; }).catch((err) => flash(err.message));
+        el.appendChild(img);
+      } else {
+        const a = document.createElement("a");
+        a.textContent = f.name;
+        a.download = f.name;
+        a.href = "#";
+        blobOf(f.url).then((u) => { a.href = u; }).catch((err) => flash(err.message));
+        el.appendChild(a);
+      }
+    }
+  }
+
   function path(tail) { return "/api/v1/conversations/" + encodeURIComponent(conversation) + tail; }
 
   async function load() {
@@ -228,7 +256,8 @@
     const show = (m) => (m.role === "notice" ? notice(m.text) : m.role === "memory" && m.card ? renderMemory("m" + m.id, m.card)
       : bubble(m.role, m.text, m.role === "command" ? "" : m.status));
     const items = data.messages.map((m) => ({ time: m.time, show: () => show(m) }))
-      .concat((data.cards || []).map((c) => ({ time: c.time, show: () => renderCard(c) })));
+      .concat((data.cards || []).map((c) => ({ time: c.time, show: () => renderCard(c) })))
+      .concat((data.files || []).map((f) => ({ time: f.time, show: () => renderFiles(f) })));
     items.sort((a, b) => (a.time < b.time ? -1 : a.time > b.time ? 1 : 0));
     items.forEach((i) => i.show());
   }
@@ -265,6 +294,7 @@
     // Notices and `/memory` cards are kept in the conversation: drawn from it, so each shows once.
     source.addEventListener("notice", () => reload());
     source.addEventListener("memory_card", () => reload());
+    source.addEventListener("files", (e) => renderFiles(JSON.parse(e.data)));
     source.addEventListener("report", (e) => bubble("report", JSON.parse(e.data).text, ""));
     source.addEventListener("status", (e) => { status.textContent = JSON.parse(e.data).text; status.hidden = false; });
     source.addEventListener("run_end", () => { status.hidden = true; reload(); conversations().catch(() => {}); });

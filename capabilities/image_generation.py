@@ -1,0 +1,123 @@
+"""image_generation: `generate_image` draws a picture with a dedicated image model and posts it here.
+
+The drawing is pydantic-ai's own (`pydantic_ai.images.ImageGenerator` over the provider's image
+model: OpenAI's GPT Image through `OpenAIImageGenerationModel`), separate from the agent's model, so
+it works whatever model the agent runs on. The key comes from the entry's `secret_id` (required:
+refused at load without it); `base_url` points it at an OpenAI-compatible server. The tool is
+side-effecting (it spends money and posts what people see), so it asks for approval by default; once
+approved the image is drawn and posted through the one outbound file path, keyed by the request so
+a restart never posts the same request twice. Its cost, where the price is known, goes in the line
+the model gets back and the log; the bytes never reach the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ContentFilterError, ModelAPIError, ModelHTTPError
+from pydantic_ai.images import ImageGenerator
+from pydantic_ai.images.openai import OpenAIImageGenerationModel
+from pydantic_ai.providers.openai import OpenAIProvider
+from pydantic_ai.tools import RunContext
+from pydantic_ai.toolsets import FunctionToolset
+
+from gateway.outbound.adapter import OutboundFile, PlatformError
+from gateway.outbound.files import FileRefused
+from gateway.runs.turn import Turn
+
+from .failures import trouble
+from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+
+log = logging.getLogger("capabilities.image_generation")
+PROMPT_CHARS = 4000
+
+
+class ImageGenerationConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    provider: Literal["openai"] = Field(default="openai", description="The image provider (its model class takes a key)")
+    model: str = Field(default="gpt-image-2", min_length=1, description="That provider's image model")
+    base_url: str | None = Field(default=None, description="An OpenAI-compatible server's URL (default: OpenAI's)")
+    quality: Literal["low", "medium", "high", "auto"] | None = None
+    size: Literal["auto", "1024x1024", "1024x1536", "1536x1024"] | None = None
+    background: Literal["transparent", "opaque", "auto"] | None = None
+    output_format: Literal["png", "webp", "jpeg"] | None = None
+
+
+def _generator(cfg: ImageGenerationConfig, key: str) -> ImageGenerator:
+    provider = OpenAIProvider(base_url=cfg.base_url, api_key=key)
+    settings: dict[str, Any] = {f"openai_{name}": value for name, value in
+                                (("quality", cfg.quality), ("size", cfg.size), ("background", cfg.background),
+                                 ("output_format", cfg.output_format)) if value is not None}
+    return ImageGenerator(OpenAIImageGenerationModel(cfg.model, provider=provider), settings=settings or None)  # type: ignore[arg-type]
+
+
+def _name(prompt: str, media_type: str) -> str:
+    stem = re.sub(r"[^A-Za-z0-9]+", "-", prompt).strip("-").lower()[:40] or "image"
+    return f"{stem}.{media_type.rsplit('/', 1)[-1].replace('jpeg', 'jpg')}"
+
+
+def _toolset(cfg: ImageGenerationConfig, key: str) -> FunctionToolset[Turn]:
+    generator = _generator(cfg, key)
+
+    async def generate_image(ctx: RunContext[Turn], prompt: str) -> str:
+        """Draw an image from a written description and post it in this conversation.
+
+        Use it when someone asks for a picture, an illustration or a visual idea. For numbers, use
+        create_chart instead (it plots data exactly; this draws, and may invent details). Each image is
+        drawn by a separate image model and costs money, so draw what was asked, once.
+
+        Args:
+            prompt: What to draw, in detail: the subject, the style, the colours, any text to show.
+                At most 4000 characters.
+
+        Returns:
+            A sentence saying the image was posted (its file name and size, and its cost where the price
+            is known), or why not (the provider refused the description, the platform takes no files).
+        """
+        if not prompt.strip():
+            return trouble(ctx, "mistake", "`prompt` is empty: describe what to draw")
+        if len(prompt) > PROMPT_CHARS:
+            return trouble(ctx, "mistake", f"`prompt` has {len(prompt)} characters; keep it within {PROMPT_CHARS}")
+        try:
+            result = await generator.generate(prompt)
+        except ContentFilterError:
+            return "The image provider refused this description (content moderation); nothing was drawn."
+        except (ModelHTTPError, ModelAPIError) as e:
+            return trouble(ctx, "transient", f"the image provider did not answer with an image ({type(e).__name__})")
+        image = result.image
+        cost = ""
+        try:
+            cost = f", about ${float(result.cost().total_price):.3f}"
+        except Exception:  # an unpriced model or a provider genai-prices does not know: no cost line
+            cost = ""
+        log.info("image generated", extra={**ctx.deps.log_fields, "model": result.model_name, "cost": cost.strip(", ")})
+        file = OutboundFile(_name(prompt, image.media_type), image.data, image.media_type)
+        try:
+            shared = await ctx.deps.share_files([file], "", f"generate_image:{prompt}")
+        except FileRefused as e:
+            return f"The image was drawn but not posted: {e}."
+        except PlatformError as e:
+            return trouble(ctx, "transient", f"the platform did not take the image ({e})")
+        return f"{shared.note[:1].upper()}{shared.note[1:]}{cost}. The person sees it; do not paste it as text."
+
+    return FunctionToolset([generate_image])
+
+
+def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
+    cfg = ctx.config
+    assert isinstance(cfg, ImageGenerationConfig)
+    if ctx.secret is None:  # refused at load (needs_key); nothing to build with
+        return None
+    return simple(toolsets=[_toolset(cfg, ctx.secret.reveal())])
+
+
+register(CapabilityDecl(
+    id="image_generation", name="Image generation", category="analysis",
+    tools=(ToolDecl("generate_image", side_effecting=True, summary="Draw an image and post it (gated: it costs money)."),),
+    build=build, config_model=ImageGenerationConfig, needs_key="required",
+    description="Draws an image with a dedicated image model (OpenAI's GPT Image) and posts it in the conversation.",
+))

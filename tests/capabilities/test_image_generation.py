@@ -1,0 +1,77 @@
+"""generate_image: drawn by pydantic-ai's ImageGenerator against a fake OpenAI images endpoint over HTTP,
+with the key from secret_id; gated (it spends money and posts), so nothing is drawn or posted until a
+person approves, and then the image is posted once in the thread; refused at load without a key."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from bindings.loader import load_config
+from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
+from tests.conftest import running_gateway, write_config
+from tests.fakes.openai import FakeOpenAI
+from tests.fakes.slack import FakeSlack
+
+from . import support
+from .scripted import say_calls
+from .test_charts import png_size
+
+
+def _png() -> bytes:
+    from matplotlib.figure import Figure
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = Figure(figsize=(2, 2), dpi=64)
+    FigureCanvasAgg(fig)
+    out = io.BytesIO()
+    fig.savefig(out, format="png")
+    return out.getvalue()
+
+
+def _config(tmp_path: Path, fake: FakeSlack, images: FakeOpenAI, **entry: object) -> Path:
+    agent = {"name": "Painter", "model": "scripted", "instructions": "Draw.",
+             "capabilities": [{"id": "image_generation", "config": {"base_url": images.base_url}, **entry}]}
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake.api_url}
+    return write_config(tmp_path / "config", agents={"assistant": agent},
+                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+
+
+async def test_a_generated_image_is_gated_and_posted_once_after_approval(
+        tmp_path: Path, fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    support.SEEN.append(support.Seen())
+    try:
+        async with running_gateway(_config(tmp_path, fake_slack, images, secret_id="env:TEST_IMAGE_KEY")) as gw:
+            await eventually(lambda: gw.adapters["acme"].health().connected)
+            root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> " + say_calls(
+                ("generate_image", {"prompt": "A lighthouse at dusk, watercolour"})))
+            card = await fake_slack.wait_for(lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.blocks), None))
+            assert "generate_image" in str(card.blocks)
+            assert not images.image_requests and not fake_slack.shared_files  # nothing drawn, nothing posted
+            approve = next(e["value"] for b in card.blocks or [] if b["type"] == "actions" for e in b["elements"]
+                           if e["value"].startswith("approve:"))
+            await fake_slack.click("U0ADA", card, approve)
+            (shared,) = await fake_slack.wait_for(lambda: fake_slack.shared_files)
+            await eventually(lambda: support.SEEN[-1].tool_results)
+    finally:
+        await images.stop()
+    ((body, auth),) = images.image_requests
+    assert body["prompt"] == "A lighthouse at dusk, watercolour" and body["model"] == "gpt-image-2"
+    assert auth == "Bearer sk-image-key"
+    assert (shared.channel, shared.thread_ts) == ("C0GEN", root.ts) and shared.data == images.image
+    assert shared.title == "a-lighthouse-at-dusk-watercolour.png" and png_size(shared.data) == (128, 128)
+    assert len(fake_slack.shared_files) == 1
+    assert "Shared a-lighthouse-at-dusk-watercolour.png" in support.SEEN[-1].tool_results[0]
+
+
+def test_image_generation_without_a_key_is_refused_at_load(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path / "config", agents={"assistant": {
+        "name": "Painter", "model": "demo", "capabilities": [{"id": "image_generation"}]}})
+    with pytest.raises(Exception, match=r"image_generation needs a key: set secret_id"):
+        load_config(cfg)
