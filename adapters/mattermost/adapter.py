@@ -33,6 +33,7 @@ from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
     ChannelDirectory,
+    ConfirmsMembership,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -75,7 +76,7 @@ _THREAD_CACHE_SIZE = 10_000
 
 
 class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards, AnswersDirectory,
-                        FetchesAttachments, FindsOwnPosts):
+                        FetchesAttachments, FindsOwnPosts, ConfirmsMembership):
     platform = "mattermost"
     limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True,
                             first_draft_after=CHAT_FIRST_DRAFT_AFTER)
@@ -641,8 +642,11 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             channel_id = self._dm_channels[account_id] = channel.get("id", "")
         await self._api().create_post(channel_id, text, pending_post_id=self._pending_id())
 
-    def directory(self) -> ChannelDirectory | None:
+    def directory(self) -> MattermostDirectory:
         return MattermostDirectory(self._api, team_ids=lambda: self._bot_teams, channel=self._channel)
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        return await self.directory().is_member(target, account_id)
 
     # --- helpers ---------------------------------------------------------------------------
 

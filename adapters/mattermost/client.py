@@ -103,6 +103,9 @@ class MattermostNotVisible(MattermostAPIError, NotVisible):
     """403 or 404: the bot's token may not see this (a channel it is not in, or one that is gone)."""
 
 
+MISSING_MEMBER = "app.channel.get_member.missing.app_error"  # the server's id for "not in this channel"
+
+
 def retry_after(headers: Mapping[str, str]) -> float:
     """Seconds to wait after a 429: `Retry-After`, else `X-Ratelimit-Reset` (both in seconds)."""
     for name in ("Retry-After", "X-Ratelimit-Reset"):
@@ -209,12 +212,16 @@ class MattermostClient:
             call="GET /channels/{id}/members"))
 
     async def is_channel_member(self, channel_id: str, user_id: str) -> bool:
-        """Whether the server says `user_id` is a member of the channel (`GET /channels/{id}/members/{user_id}`)."""
+        """Whether the server says `user_id` is in the channel now (`GET /channels/{id}/members/{user_id}`):
+        False only on its 404 "not a member" (`MISSING_MEMBER`); any other refusal (403: the bot may not
+        read the channel) is raised, so a caller that cannot be told fails closed and can say why."""
         try:
-            await self.request("GET", f"/channels/{channel_id}/members/{user_id}",
+            await self.request("GET", f"/channels/{quote(channel_id, safe='')}/members/{quote(user_id, safe='')}",
                                call="GET /channels/{id}/members/{user_id}")
-        except MattermostNotVisible:
-            return False
+        except MattermostNotVisible as e:
+            if e.status == 404 and e.error_id == MISSING_MEMBER:
+                return False
+            raise
         return True
 
     async def search_team_channels(self, team_id: str, term: str) -> list[Channel]:

@@ -47,6 +47,7 @@ from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
+    ConfirmsMembership,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -93,7 +94,7 @@ SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, su
 
 class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop,
                    PostsMemoryCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
-                   SpeaksAs):
+                   SpeaksAs, ConfirmsMembership):
     """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
 
     platform = "slack"
@@ -669,6 +670,9 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
     def directory(self) -> SlackDirectory:
         return self._directory
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        return await self._directory.is_member(target, account_id)
 
     # --- helpers --------------------------------------------------------------------------
 

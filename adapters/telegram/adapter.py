@@ -45,6 +45,7 @@ from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
     AttachmentTooLarge,
+    ConfirmsMembership,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -86,7 +87,7 @@ _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 
 class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
-                      AnswersDirectory, FetchesAttachments):
+                      AnswersDirectory, FetchesAttachments, ConfirmsMembership):
     """One bot token, one binding."""
 
     platform = "telegram"
@@ -589,6 +590,12 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
 
     def directory(self) -> TelegramDirectory | None:
         return TelegramDirectory(self._bot) if self._bot is not None else None
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        directory = self.directory()
+        if directory is None:
+            raise PlatformError(f"telegram binding {self.binding_id} is not started")
+        return await directory.is_member(target, account_id)
 
     # --- helpers -------------------------------------------------------------------------
 

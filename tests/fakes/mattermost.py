@@ -295,6 +295,10 @@ class FakeMattermost:
         if team_id:
             self.team_members[team_id].add(user_id)
 
+    def leave(self, channel_id: str, user_id: str) -> None:
+        """The user leaves the channel (or is removed from it), as `DELETE /channels/{id}/members/{user_id}` does."""
+        self.members[channel_id].remove(user_id)
+
     def direct_channel(self, a: str, b: str) -> dict[str, Any]:
         name = "__".join(sorted((a, b)))
         for ch in self.channels.values():
@@ -773,7 +777,7 @@ class FakeMattermost:
         )
 
     async def _channel_member(self, request: web.Request) -> web.Response:
-        """One membership, as the server answers it: the member, or 404 for someone not in the channel."""
+        """One membership; 404 with the server's own error id when the user is not in the channel."""
         channel, err = await self._channel_or_error(request)
         if err:
             return err
