@@ -47,6 +47,7 @@ from gateway.outbound.adapter import (
 )
 
 from . import cards, stop
+from .commands import COMMAND_PATH, NativeCommands
 from .client import Channel, MattermostClient, MattermostSocket, User
 from .directory import MattermostDirectory
 from .normalize import (
@@ -88,6 +89,8 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         self._section: MattermostSection = binding.mattermost
         public = context.gateway.http.public_url
         self._action_url = f"{public.rstrip('/')}/mattermost/actions/{binding.id}" if public else None
+        self._commands = NativeCommands(
+            f"{public.rstrip('/')}{COMMAND_PATH.format(binding_id=binding.id)}" if public else None, self._log)
         self._client: MattermostClient | None = None
         self._socket: MattermostSocket | None = None
         self._key: bytes | None = None
@@ -141,6 +144,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             await self._identify()
         if self._seen is None:
             await self._load_seen()
+        await self._commands.register(self._client, self._bot_teams)  # once per start; a refusal is only logged
         await self._socket.connect()
         assert self._ctx is not None
         self._health.up(f"connected as @{self._ctx.bot_username}")
@@ -398,7 +402,43 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
     # --- action callbacks ------------------------------------------------------------------
 
     def http_routes(self) -> Sequence[web.AbstractRouteDef]:
-        return [web.post(f"/mattermost/actions/{self.binding_id}", self._on_action)]
+        return [web.post(f"/mattermost/actions/{self.binding_id}", self._on_action),
+                web.post(COMMAND_PATH.format(binding_id=self.binding_id), self._on_command)]
+
+    async def _on_command(self, request: web.Request) -> web.Response:
+        """A slash command, posted by the Mattermost server with the token it issued for it, or 401
+        and nothing runs. The core answers as for `!`: a private answer comes back ephemerally
+        (`tell_privately` through the command's response_url), a public one is posted."""
+        try:
+            form = await request.post()
+            header = request.headers.get("Authorization", "")
+            token = str(form.get("token") or (header[6:] if header.startswith("Token ") else ""))
+            command, user_id, channel_id = str(form["command"]), str(form["user_id"]), str(form["channel_id"])
+        except (ValueError, KeyError) as e:
+            self._log.warning("dropping a malformed slash command request: %s", type(e).__name__)
+            return web.json_response({"error": "malformed command request"}, status=400)
+        registered = self._commands.verify(token, command) if token else None
+        if registered is None:
+            self._log.warning("slash command request with a token that is not ours refused (%s)", command[:40])
+            return web.json_response({"error": "bad token"}, status=401)
+        if self._dispatcher is None or self._client is None:
+            return web.json_response({"error": "not started"}, status=503)
+        trigger_id = str(form.get("trigger_id") or f"{channel_id}.{user_id}.{time.time_ns()}")
+        try:
+            kind = CHAT_KINDS.get((await self._channel(channel_id)).get("type", ""), ChatKind.CHANNEL)
+        except PlatformError as e:
+            self._log.warning("slash command in channel %s: cannot tell its kind (%s)", channel_id, e)
+            return web.json_response({"text": "Sorry, that command could not be run here just now."})
+        self._commands.owe_answer(channel_id, user_id, str(form.get("response_url") or ""), self._client.base_url)
+        message = InboundMessage(
+            platform=self.platform, binding_id=self.binding_id, workspace=server_name(self._section.url),
+            channel=channel_id, chat_kind=kind, sender=Sender(user_id, str(form.get("user_name") or "")),
+            text=f"{command} {form.get('text') or ''}".strip(), event_id=f"command:{trigger_id}",
+            message_id=trigger_id, thread=str(form.get("root_id") or "") or None,
+            mentioned=True,  # addressed to the bot by its command
+        )
+        await self._dispatcher.submit(message)
+        return web.json_response({})  # the answer comes from the core, on the response_url or as a post
 
     async def _on_action(self, request: web.Request) -> web.Response:
         """A button click, posted by the Mattermost server. Signed context or 401, nothing runs."""
@@ -634,7 +674,12 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
                                 channel_id=target.channel)
 
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
-        """A DM from the bot: ephemeral posts need a system-admin bot, a DM needs nothing."""
+        """The answer to a slash command just sent: an ephemeral on its response_url. Otherwise a DM
+        from the bot: ephemeral posts need a system-admin bot, a DM needs nothing."""
+        answer_url = self._commands.answer_url(target.channel, account_id)
+        if answer_url is not None:
+            await self._api().command_response(answer_url, {"response_type": "ephemeral", "text": text})
+            return
         channel_id = self._dm_channels.get(account_id)
         if channel_id is None:
             assert self._ctx is not None

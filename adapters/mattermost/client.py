@@ -62,6 +62,16 @@ class ChannelMember(TypedDict, total=False):
     user_id: str
 
 
+class SlashCommand(TypedDict, total=False):
+    id: str
+    token: str
+    team_id: str
+    trigger: str
+    url: str
+    method: str
+    delete_at: int
+
+
 class Post(TypedDict, total=False):
     id: str
     create_at: int
@@ -196,6 +206,32 @@ class MattermostClient:
     async def typing(self, user_id: str, channel_id: str, parent_id: str = "") -> None:
         await self.request("POST", f"/users/{user_id}/typing", body={"channel_id": channel_id, "parent_id": parent_id},
                            call="POST /users/{id}/typing")
+
+    # --- slash commands --------------------------------------------------------------------
+
+    async def team_commands(self, team_id: str) -> list[SlashCommand]:
+        """The team's custom slash commands, tokens included (needs manage_slash_commands)."""
+        return cast(list[SlashCommand], await self.request(
+            "GET", "/commands", params={"team_id": team_id, "custom_only": "true"}, call="GET /commands"))
+
+    async def create_command(self, command: Mapping[str, Any]) -> SlashCommand:
+        return cast(SlashCommand, await self.request("POST", "/commands", body=dict(command), call="POST /commands"))
+
+    async def command_response(self, response_url: str, answer: Mapping[str, Any]) -> None:
+        """An answer to a slash command on its `response_url` (the server's own, checked by the caller):
+        the URL is the credential, so the bot token is not sent."""
+        if self._session.closed:
+            raise MattermostUnavailable("POST response_url: the adapter is stopped")
+        try:
+            async with self._session.post(response_url, json=dict(answer)) as resp:
+                await resp.read()
+                if resp.status == 429:
+                    raise RateLimited(retry_after(resp.headers), method="POST response_url")
+                if resp.status >= 400:
+                    raise MattermostAPIError(resp.status, "", "the command's response_url refused the answer",
+                                             "POST response_url")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise MattermostUnavailable(f"POST response_url: {type(e).__name__}") from None
 
     # --- channels --------------------------------------------------------------------------
 
