@@ -33,11 +33,12 @@ from ..fakes.chat import FakeChatAdapter, fake_platforms
 # What each platform offers, as its class line declares it: a change here is a change of product.
 DECLARED: dict[type, set[str]] = {
     SlackAdapter: {"StreamsNatively", "ShowsStatus", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
-                   "AnswersDirectory", "FetchesAttachments", "FindsOwnPosts", "FindsOwnCards", "SpeaksAs"},
+                   "AnswersDirectory", "FetchesAttachments", "FindsOwnPosts", "FindsOwnCards", "SpeaksAs",
+                   "ConfirmsMembership"},
     TelegramAdapter: {"StreamsNatively", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
-                      "AnswersDirectory", "FetchesAttachments"},
+                      "AnswersDirectory", "FetchesAttachments", "ConfirmsMembership"},
     MattermostAdapter: {"ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards", "AnswersDirectory",
-                        "FetchesAttachments", "FindsOwnPosts"},
+                        "FetchesAttachments", "FindsOwnPosts", "ConfirmsMembership"},
     WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl"},
 }
 
