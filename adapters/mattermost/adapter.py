@@ -32,7 +32,6 @@ from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
-    ChannelDirectory,
     ConfirmsMembership,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,

@@ -59,6 +59,10 @@ async def test_a_private_channel_thread_is_found_while_a_member_and_gone_after_l
         found = await _ask(world, "find zebrafish")
         assert "1 conversation matched 'zebrafish'" in found and "Mattermost channel" in found, found
         conversation = search_model.conversation_id(found)
+        asked_once = len(_membership_asked(world))
+        assert asked_once == 1
+        await _ask(world, "find zebrafish")
+        assert len(_membership_asked(world)) == asked_once, "answered from the cache within its minute"
 
         # The bot is taken out of the channel: the server will not say whether Alice is still in it.
         world.fake.leave(world.secret["id"], world.bot["id"])
@@ -77,6 +81,9 @@ async def test_a_private_channel_thread_is_found_while_a_member_and_gone_after_l
         assert f"There is no conversation '{conversation}' among this person's" in opened
         assert "codename" not in opened
 
-        asked: list[Any] = [r for r in world.fake.requests
-                            if r[1] == f"/api/v4/channels/{world.secret['id']}/members/{world.alice['id']}"]
-        assert asked, "membership was confirmed against the server"
+        assert len(_membership_asked(world)) > asked_once, "asked the server again once the minute was over"
+
+
+def _membership_asked(world: World) -> list[Any]:
+    return [r for r in world.fake.requests
+            if r[1] == f"/api/v4/channels/{world.secret['id']}/members/{world.alice['id']}"]
