@@ -429,11 +429,14 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             self._log.warning("slash command in channel %s: cannot tell its kind (%s)", channel_id, e)
             return web.json_response({"text": "Sorry, that command could not be run here just now."})
         self._commands.owe_answer(channel_id, user_id, str(form.get("response_url") or ""), self._client.base_url)
+        root_id = str(form.get("root_id") or "")
+        if not root_id and kind is not ChatKind.DM:
+            self._commands.anchor(trigger_id)  # no post to thread under: a public answer goes to the channel
         message = InboundMessage(
             platform=self.platform, binding_id=self.binding_id, workspace=server_name(self._section.url),
             channel=channel_id, chat_kind=kind, sender=Sender(user_id, str(form.get("user_name") or "")),
             text=f"{command} {form.get('text') or ''}".strip(), event_id=f"command:{trigger_id}",
-            message_id=trigger_id, thread=str(form.get("root_id") or "") or None,
+            message_id=trigger_id, thread=root_id or None,
             mentioned=True,  # addressed to the bot by its command
         )
         await self._dispatcher.submit(message)
@@ -570,7 +573,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         """Buttons only where the server can reach us (`http.public_url`); else the text answer."""
         if self._action_url is None or self._key is None:
             return None
-        post = await self._api().create_post(target.channel, cards.memory_message(card), root_id=target.thread or "",
+        post = await self._api().create_post(target.channel, cards.memory_message(card), root_id=self._commands.root_id(target.thread),
                                              props=self._memory_props(target.channel, card),
                                              pending_post_id=self._pending_id())
         return post.get("id", "")
@@ -598,7 +601,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
 
     async def post_message(self, target: ReplyTarget, text: str) -> str:
         post = await self._api().create_post(
-            target.channel, text, root_id=target.thread or "", pending_post_id=self._pending_id()
+            target.channel, text, root_id=self._commands.root_id(target.thread), pending_post_id=self._pending_id()
         )
         self._remember_thread(target.thread or post.get("id", ""), True)
         return post.get("id", "")
@@ -628,7 +631,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         post = await self._api().create_post(
             target.channel,
             cards.card_message(card, by_reaction=by_reaction),
-            root_id=target.thread or "",
+            root_id=self._commands.root_id(target.thread),
             props=props,
             pending_post_id=self._pending_id(),
         )

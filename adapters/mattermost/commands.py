@@ -18,6 +18,7 @@ import hmac
 import logging
 import time
 import urllib.parse
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from gateway.inbound.commands import COMMANDS, CommandSpec
@@ -60,6 +61,9 @@ class NativeCommands:
         self._registered: list[Registered] = []
         self.done = False  # registered (or found nothing to do) since start
         self._answers: dict[tuple[str, str], tuple[str, float, int]] = {}  # (channel, user) -> (url, until, uses)
+        # Trigger ids standing in for a post a top-level command in a channel never made (the core threads
+        # its answers under the message): what is posted "in that thread" goes to the channel itself.
+        self._anchors: OrderedDict[str, None] = OrderedDict()
 
     async def register(self, client: MattermostClient, team_ids: list[str]) -> None:
         """Register (or find) every command on every team; a refusal is logged, never raised."""
@@ -124,6 +128,15 @@ class NativeCommands:
         if found is None or command.lower() != f"/{found.trigger}":
             return None
         return found
+
+    def anchor(self, trigger_id: str) -> None:
+        self._anchors[trigger_id] = None
+        while len(self._anchors) > _MAX_PENDING:
+            self._anchors.popitem(last=False)
+
+    def root_id(self, thread: str | None) -> str:
+        """The `root_id` for a post in `thread`: none for a top-level command's stand-in thread."""
+        return "" if not thread or thread in self._anchors else thread
 
     def owe_answer(self, channel_id: str, user_id: str, response_url: str, server: str) -> None:
         """A command just came: private answers to this person here go to its `response_url`

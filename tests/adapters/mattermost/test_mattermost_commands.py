@@ -119,3 +119,19 @@ async def test_without_public_url_nothing_is_registered_and_the_log_says_why(
         await world.fake.user_post(world.alice["id"], world.dm["id"], "!whoami")
         await wait_for(lambda: [p for p in world.fake.posts_in(world.dm["id"]) if p["user_id"] == world.bot["id"]],
                        what="the !whoami answer")
+
+
+async def test_a_public_answer_to_a_top_level_command_is_posted_in_the_channel(
+        tmp_path: Path, world: World, model: str) -> None:
+    """`/memory` in a channel answers with a card for everyone there: a top-level command has no post
+    to thread under, so the card goes to the channel itself (a root_id nobody posted would be refused)."""
+    world.fake.command_managers.add(world.bot["id"])
+    port = free_port()
+    async with running_gateway(_config(tmp_path, world, model, port)) as gw:
+        await wait_for(lambda: gw.adapters["mm"].health().connected, what="the websocket")
+        await wait_for(lambda: len(_ours(world, port)) == TEAMS * len(NATIVE), what="the commands")
+        status, _ = await world.fake.run_command(world.alice["id"], world.town["id"], "/memory")
+        assert status == 200
+        [card] = await wait_for(lambda: [p for p in world.fake.posts_in(world.town["id"])
+                                         if p["user_id"] == world.bot["id"]], what="the memory card")
+        assert card["root_id"] == "" and card["message"].startswith("#### What agents keep for this chat"), card
