@@ -89,7 +89,8 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         public = context.gateway.http.public_url
         self._action_url = f"{public.rstrip('/')}/mattermost/actions/{binding.id}" if public else None
         self._commands = NativeCommands(
-            f"{public.rstrip('/')}{COMMAND_PATH.format(binding_id=binding.id)}" if public else None, self._log)
+            f"{public.rstrip('/')}{COMMAND_PATH.format(binding_id=binding.id)}" if public else None, self._log,
+            self._clock)
         self._client: MattermostClient | None = None
         self._socket: MattermostSocket | None = None
         self._key: bytes | None = None

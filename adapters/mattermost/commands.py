@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 import urllib.parse
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from gateway.clock import Clock
 from gateway.inbound.commands import COMMANDS, CommandSpec
 from gateway.outbound.adapter import PlatformError
 
@@ -55,9 +55,10 @@ def _request(spec: CommandSpec, team_id: str, url: str) -> dict[str, object]:
 class NativeCommands:
     """One binding's slash commands: what it registered, and the answers owed to recent commands."""
 
-    def __init__(self, callback_url: str | None, log: logging.Logger) -> None:
+    def __init__(self, callback_url: str | None, log: logging.Logger, clock: Clock) -> None:
         self.callback_url = callback_url
         self._log = log
+        self._clock = clock  # the gateway's: how long an answer is owed
         self._registered: list[Registered] = []
         self.done = False  # registered (or found nothing to do) since start
         self._answers: dict[tuple[str, str], tuple[str, float, int]] = {}  # (channel, user) -> (url, until, uses)
@@ -144,7 +145,7 @@ class NativeCommands:
         mine, theirs = urllib.parse.urlsplit(server), urllib.parse.urlsplit(response_url)
         if (theirs.scheme, theirs.netloc) != (mine.scheme, mine.netloc):
             return
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if len(self._answers) > _MAX_PENDING:
             self._answers = {k: v for k, v in self._answers.items() if v[1] > now}
         self._answers[(channel_id, user_id)] = (response_url, now + ANSWER_WINDOW, 0)
@@ -155,7 +156,7 @@ class NativeCommands:
         if owed is None:
             return None
         url, until, uses = owed
-        if until < time.monotonic() or uses >= ANSWER_USES:
+        if until < self._clock.monotonic() or uses >= ANSWER_USES:
             del self._answers[(channel_id, user_id)]
             return None
         self._answers[(channel_id, user_id)] = (url, until, uses + 1)
