@@ -1,7 +1,9 @@
 """conversation_search: find what was said before in the person's own conversations, and open one.
 
 Whose: the person the run is answering — the conversations they said something in, on any
-platform (linked accounts are one person). Where: only where that person is the only listener;
+platform (linked accounts are one person); a channel or group thread only while they are still a
+member of that channel, confirmed against the platform (`gateway.membership`), so a person who left
+a private channel no longer finds or opens its threads. Where: only where that person is the only listener;
 in a group chat or a channel both tools refuse, saying why, because the corpus is personal.
 How: full-text search in the database we run (gateway/store/conversation_search.py): words
 matched whole and case-folded, not stemmed; "quoted phrases", `or` and a leading `-` work.
@@ -21,6 +23,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.exc import OperationalError
 
+from gateway.membership import unconfirmed_note
 from gateway.store.conversation_search import ConversationSearch
 from gateway.store.fulltext import QueryError
 from gateway.runs.turn import Turn
@@ -92,20 +95,22 @@ def _toolset(search: ConversationSearch, cfg: ConversationSearchConfig) -> Funct
         person = ctx.deps.requester.person_id
         assert person is not None
         try:
-            found = await search.search(person, query, limit or cfg.default_limit, skip_run=ctx.deps.run_id)
+            results = await search.search(person, query, limit or cfg.default_limit, skip_run=ctx.deps.run_id)
         except QueryError as e:
             return trouble(ctx, "mistake", f"{e}. For example: search_conversations(query=\"pricing -draft\").")
         except OperationalError:
             return trouble(ctx, "transient", "the database did not answer; try again")
+        found = results.found
+        left_out = f"\n{unconfirmed_note(results.unconfirmed)}" if results.unconfirmed else ""
         if not found:
             return (f"Nothing in this person's conversations matched {query!r}. Words are matched whole and not "
-                    "stemmed: try another form of a word (meeting / meetings) or a synonym.")
+                    f"stemmed: try another form of a word (meeting / meetings) or a synonym.{left_out}")
         lines = [f"{len(found)} conversation{'s' if len(found) != 1 else ''} matched {query!r}, best first:"]
         for i, f in enumerate(found, 1):
             lines.append(f"{i}. id {f.conversation_id} — {_where(f.platform, f.chat_kind)} — \"{f.title}\" — last "
                          f"active {f.last_active:%Y-%m-%d %H:%M} UTC — {f.matched} message"
                          f"{'s' if f.matched != 1 else ''} matched\n   > {f.passage}")
-        return "\n".join(lines)
+        return "\n".join(lines) + left_out
 
     async def read_conversation(ctx: RunContext[Turn], conversation_id: str,
                                 window: Annotated[int, Field(ge=1)] = 1) -> str:
@@ -130,7 +135,12 @@ def _toolset(search: ConversationSearch, cfg: ConversationSearchConfig) -> Funct
         person = ctx.deps.requester.person_id
         assert person is not None
         try:
-            if not await search.took_part(person, conversation_id):
+            theirs = await search.took_part(person, conversation_id)
+            if theirs is None:
+                return trouble(ctx, "transient", f"Conversation {conversation_id} happened in a channel, and the chat "
+                                                 "platform could not confirm this person is still a member of it; "
+                                                 "try again later")
+            if not theirs:
                 return trouble(ctx, "mistake", f"There is no conversation {conversation_id!r} among this person's. "
                                                "Use an id from search_conversations.")
             got = await search.read(conversation_id, (window - 1) * size, size)

@@ -36,7 +36,8 @@ class CapabilitiesExtension(Extension):
         assembly.parts.append(indexer)  # started and stopped with the gateway
         parts: dict[str, Any] = {
             "context": ContextLibrary(assembly.config),
-            "conversation_search": ConversationSearch(assembly.store.sessions),
+            # A channel thread counts while its person is still in the channel, confirmed against the platform.
+            "conversation_search": ConversationSearch(assembly.store.sessions, assembly.membership.counts),
             "knowledge": indexer,
         }
         # The gate first: its wrapper is outermost, so it sees the names the model calls.

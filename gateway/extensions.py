@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from gateway.clock import Clock
     from gateway.daemon import Gateway
     from gateway.mcp.pool import McpPool
+    from gateway.membership import Membership
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.runner import CapabilityBuilder, TurnPreparer
     from gateway.runs.scheduled import Schedules
@@ -93,6 +94,7 @@ class Assembly:
     background: BackgroundRuns
     schedules: Schedules  # scheduled tasks fire from their own sweep, through the queue
     start_handoff: Callable[[Turn, str, str, Callable[[str], Awaitable[None]]], Awaitable[str]]
+    membership: Membership  # whether a person is still in a channel, asked of its binding's adapter
 
 
 class Extension:
@@ -128,6 +130,7 @@ def install(gateway: Gateway) -> None:
     # and handoff conversations. Built before the extensions so they can be handed them, and started
     # after (appended after), so stopped before what the extensions added.
     from gateway.mcp.pool import McpPool
+    from gateway.membership import Membership
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.handoffs import HandoffStarter
     from gateway.runs.scheduled import Schedules
@@ -144,7 +147,9 @@ def install(gateway: Gateway) -> None:
                         capability_builders=runner.capability_builders, turn_preparers=runner.turn_preparers,
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,
                         mcp=pool, background=background, schedules=schedules,
-                        start_handoff=HandoffStarter(gateway).start)
+                        start_handoff=HandoffStarter(gateway).start,
+                        # The adapter is looked up on each question: the dict is replaced at start and on a reload.
+                        membership=Membership(lambda binding_id: gateway.adapters.get(binding_id), gateway.clock))
     for extension in installed():
         extension.install(assembly)
     gateway.extensions.append(pool)

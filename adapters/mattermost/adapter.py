@@ -38,6 +38,7 @@ from gateway.outbound.adapter import (
     FileLimits,
     OutboundFile,
     SendsFiles,
+    ConfirmsMembership,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -51,6 +52,7 @@ from gateway.outbound.adapter import (
 )
 
 from . import cards, stop
+from .commands import COMMAND_PATH, NativeCommands
 from .client import Channel, MattermostClient, MattermostSocket, User
 from .directory import MattermostDirectory
 from .normalize import (
@@ -86,7 +88,7 @@ MATTERMOST_FILE_LIMITS = FileLimits(max_bytes=dict.fromkeys(FileKind, 100 * 1024
 
 
 class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards, AnswersDirectory,
-                        FetchesAttachments, FindsOwnPosts, SendsFiles):
+                        FetchesAttachments, FindsOwnPosts, SendsFiles, ConfirmsMembership):
     platform = "mattermost"
     file_limits = MATTERMOST_FILE_LIMITS
     limits = PlatformLimits(max_message_chars=MAX_MESSAGE_CHARS, min_edit_interval=1.0, supports_edit=True,
@@ -99,6 +101,9 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         self._section: MattermostSection = binding.mattermost
         public = context.gateway.http.public_url
         self._action_url = f"{public.rstrip('/')}/mattermost/actions/{binding.id}" if public else None
+        self._commands = NativeCommands(
+            f"{public.rstrip('/')}{COMMAND_PATH.format(binding_id=binding.id)}" if public else None, self._log,
+            self._clock)
         self._client: MattermostClient | None = None
         self._socket: MattermostSocket | None = None
         self._key: bytes | None = None
@@ -152,6 +157,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             await self._identify()
         if self._seen is None:
             await self._load_seen()
+        await self._commands.register(self._client, self._bot_teams)  # once per start; a refusal is only logged
         await self._socket.connect()
         assert self._ctx is not None
         self._health.up(f"connected as @{self._ctx.bot_username}")
@@ -409,7 +415,46 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
     # --- action callbacks ------------------------------------------------------------------
 
     def http_routes(self) -> Sequence[web.AbstractRouteDef]:
-        return [web.post(f"/mattermost/actions/{self.binding_id}", self._on_action)]
+        return [web.post(f"/mattermost/actions/{self.binding_id}", self._on_action),
+                web.post(COMMAND_PATH.format(binding_id=self.binding_id), self._on_command)]
+
+    async def _on_command(self, request: web.Request) -> web.Response:
+        """A slash command, posted by the Mattermost server with the token it issued for it, or 401
+        and nothing runs. The core answers as for `!`: a private answer comes back ephemerally
+        (`tell_privately` through the command's response_url), a public one is posted."""
+        try:
+            form = await request.post()
+            header = request.headers.get("Authorization", "")
+            token = str(form.get("token") or (header[6:] if header.startswith("Token ") else ""))
+            command, user_id, channel_id = str(form["command"]), str(form["user_id"]), str(form["channel_id"])
+        except (ValueError, KeyError) as e:
+            self._log.warning("dropping a malformed slash command request: %s", type(e).__name__)
+            return web.json_response({"error": "malformed command request"}, status=400)
+        registered = self._commands.verify(token, command) if token else None
+        if registered is None:
+            self._log.warning("slash command request with a token that is not ours refused (%s)", command[:40])
+            return web.json_response({"error": "bad token"}, status=401)
+        if self._dispatcher is None or self._client is None:
+            return web.json_response({"error": "not started"}, status=503)
+        trigger_id = str(form.get("trigger_id") or f"{channel_id}.{user_id}.{time.time_ns()}")
+        try:
+            kind = CHAT_KINDS.get((await self._channel(channel_id)).get("type", ""), ChatKind.CHANNEL)
+        except PlatformError as e:
+            self._log.warning("slash command in channel %s: cannot tell its kind (%s)", channel_id, e)
+            return web.json_response({"text": "Sorry, that command could not be run here just now."})
+        self._commands.owe_answer(channel_id, user_id, str(form.get("response_url") or ""), self._client.base_url)
+        root_id = str(form.get("root_id") or "")
+        if not root_id and kind is not ChatKind.DM:
+            self._commands.anchor(trigger_id)  # no post to thread under: a public answer goes to the channel
+        message = InboundMessage(
+            platform=self.platform, binding_id=self.binding_id, workspace=server_name(self._section.url),
+            channel=channel_id, chat_kind=kind, sender=Sender(user_id, str(form.get("user_name") or "")),
+            text=f"{command} {form.get('text') or ''}".strip(), event_id=f"command:{trigger_id}",
+            message_id=trigger_id, thread=root_id or None,
+            mentioned=True,  # addressed to the bot by its command
+        )
+        await self._dispatcher.submit(message)
+        return web.json_response({})  # the answer comes from the core, on the response_url or as a post
 
     async def _on_action(self, request: web.Request) -> web.Response:
         """A button click, posted by the Mattermost server. Signed context or 401, nothing runs."""
@@ -542,7 +587,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         """Buttons only where the server can reach us (`http.public_url`); else the text answer."""
         if self._action_url is None or self._key is None:
             return None
-        post = await self._api().create_post(target.channel, cards.memory_message(card), root_id=target.thread or "",
+        post = await self._api().create_post(target.channel, cards.memory_message(card), root_id=self._commands.root_id(target.thread),
                                              props=self._memory_props(target.channel, card),
                                              pending_post_id=self._pending_id())
         return post.get("id", "")
@@ -570,7 +615,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
 
     async def post_message(self, target: ReplyTarget, text: str) -> str:
         post = await self._api().create_post(
-            target.channel, text, root_id=target.thread or "", pending_post_id=self._pending_id()
+            target.channel, text, root_id=self._commands.root_id(target.thread), pending_post_id=self._pending_id()
         )
         self._remember_thread(target.thread or post.get("id", ""), True)
         return post.get("id", "")
@@ -613,7 +658,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         post = await self._api().create_post(
             target.channel,
             cards.card_message(card, by_reaction=by_reaction),
-            root_id=target.thread or "",
+            root_id=self._commands.root_id(target.thread),
             props=props,
             pending_post_id=self._pending_id(),
         )
@@ -658,7 +703,12 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
                                 channel_id=target.channel)
 
     async def tell_privately(self, target: ReplyTarget, account_id: str, text: str) -> None:
-        """A DM from the bot: ephemeral posts need a system-admin bot, a DM needs nothing."""
+        """The answer to a slash command just sent: an ephemeral on its response_url. Otherwise a DM
+        from the bot: ephemeral posts need a system-admin bot, a DM needs nothing."""
+        answer_url = self._commands.answer_url(target.channel, account_id)
+        if answer_url is not None:
+            await self._api().command_response(answer_url, {"response_type": "ephemeral", "text": text})
+            return
         channel_id = self._dm_channels.get(account_id)
         if channel_id is None:
             assert self._ctx is not None
@@ -666,8 +716,11 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             channel_id = self._dm_channels[account_id] = channel.get("id", "")
         await self._api().create_post(channel_id, text, pending_post_id=self._pending_id())
 
-    def directory(self) -> ChannelDirectory | None:
+    def directory(self) -> MattermostDirectory:
         return MattermostDirectory(self._api, team_ids=lambda: self._bot_teams, channel=self._channel)
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        return await self.directory().is_member(target, account_id)
 
     # --- helpers ---------------------------------------------------------------------------
 

@@ -62,6 +62,16 @@ class ChannelMember(TypedDict, total=False):
     user_id: str
 
 
+class SlashCommand(TypedDict, total=False):
+    id: str
+    token: str
+    team_id: str
+    trigger: str
+    url: str
+    method: str
+    delete_at: int
+
+
 class Post(TypedDict, total=False):
     id: str
     create_at: int
@@ -101,6 +111,9 @@ class MattermostAPIError(PlatformError):
 
 class MattermostNotVisible(MattermostAPIError, NotVisible):
     """403 or 404: the bot's token may not see this (a channel it is not in, or one that is gone)."""
+
+
+MISSING_MEMBER = "app.channel.get_member.missing.app_error"  # the server's id for "not in this channel"
 
 
 def retry_after(headers: Mapping[str, str]) -> float:
@@ -194,6 +207,32 @@ class MattermostClient:
         await self.request("POST", f"/users/{user_id}/typing", body={"channel_id": channel_id, "parent_id": parent_id},
                            call="POST /users/{id}/typing")
 
+    # --- slash commands --------------------------------------------------------------------
+
+    async def team_commands(self, team_id: str) -> list[SlashCommand]:
+        """The team's custom slash commands, tokens included (needs manage_slash_commands)."""
+        return cast(list[SlashCommand], await self.request(
+            "GET", "/commands", params={"team_id": team_id, "custom_only": "true"}, call="GET /commands"))
+
+    async def create_command(self, command: Mapping[str, Any]) -> SlashCommand:
+        return cast(SlashCommand, await self.request("POST", "/commands", body=dict(command), call="POST /commands"))
+
+    async def command_response(self, response_url: str, answer: Mapping[str, Any]) -> None:
+        """An answer to a slash command on its `response_url` (the server's own, checked by the caller):
+        the URL is the credential, so the bot token is not sent."""
+        if self._session.closed:
+            raise MattermostUnavailable("POST response_url: the adapter is stopped")
+        try:
+            async with self._session.post(response_url, json=dict(answer)) as resp:
+                await resp.read()
+                if resp.status == 429:
+                    raise RateLimited(retry_after(resp.headers), method="POST response_url")
+                if resp.status >= 400:
+                    raise MattermostAPIError(resp.status, "", "the command's response_url refused the answer",
+                                             "POST response_url")
+        except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+            raise MattermostUnavailable(f"POST response_url: {type(e).__name__}") from None
+
     # --- channels --------------------------------------------------------------------------
 
     async def channel(self, channel_id: str) -> Channel:
@@ -209,12 +248,16 @@ class MattermostClient:
             call="GET /channels/{id}/members"))
 
     async def is_channel_member(self, channel_id: str, user_id: str) -> bool:
-        """Whether the server says `user_id` is a member of the channel (`GET /channels/{id}/members/{user_id}`)."""
+        """Whether the server says `user_id` is in the channel now (`GET /channels/{id}/members/{user_id}`):
+        False only on its 404 "not a member" (`MISSING_MEMBER`); any other refusal (403: the bot may not
+        read the channel) is raised, so a caller that cannot be told fails closed and can say why."""
         try:
-            await self.request("GET", f"/channels/{channel_id}/members/{user_id}",
+            await self.request("GET", f"/channels/{quote(channel_id, safe='')}/members/{quote(user_id, safe='')}",
                                call="GET /channels/{id}/members/{user_id}")
-        except MattermostNotVisible:
-            return False
+        except MattermostNotVisible as e:
+            if e.status == 404 and e.error_id == MISSING_MEMBER:
+                return False
+            raise
         return True
 
     async def search_team_channels(self, team_id: str, term: str) -> list[Channel]:

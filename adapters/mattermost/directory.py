@@ -66,6 +66,10 @@ class MattermostDirectory:
         ]
         return out, cut
 
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        """`GET /channels/{id}/members/{user_id}`: one call, whatever the channel's size."""
+        return await self._client.is_channel_member(target.channel, account_id)
+
     async def search_channels(self, target: ReplyTarget, query: str, limit: int) -> tuple[list[ChannelInfo], bool]:
         """Public channels whose name or purpose matches, in the channel's team (or the bot's teams)."""
         team_id = (await self._channel(target.channel)).get("team_id", "")

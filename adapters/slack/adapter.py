@@ -51,6 +51,7 @@ from gateway.outbound.adapter import (
     FileLimits,
     OutboundFile,
     SendsFiles,
+    ConfirmsMembership,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -101,7 +102,7 @@ SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, su
 
 class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop,
                    PostsMemoryCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
-                   SpeaksAs, SendsFiles):
+                   SpeaksAs, SendsFiles, ConfirmsMembership):
     """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
 
     platform = "slack"
@@ -708,6 +709,9 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
     def directory(self) -> SlackDirectory:
         return self._directory
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        return await self._directory.is_member(target, account_id)
 
     # --- helpers --------------------------------------------------------------------------
 

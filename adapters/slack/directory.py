@@ -13,7 +13,14 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway.outbound.adapter import CHANNEL_TOOL_IDS, ChannelInfo, ChannelMember, HistoryMessage, ReplyTarget
+from gateway.outbound.adapter import (
+    CHANNEL_TOOL_IDS,
+    ChannelInfo,
+    ChannelMember,
+    HistoryMessage,
+    PlatformError,
+    ReplyTarget,
+)
 
 from .api import Send, SlackConnection, UserNames, display_name
 from .normalize import plain_text
@@ -21,6 +28,7 @@ from .normalize import plain_text
 PAGE = 200  # Slack's recommended page size for conversations.* and users.*
 MAX_LIST_PAGES = 10  # search_channels reads at most this many pages of conversations.list
 MAX_REPLY_PAGES = 10  # a thread longer than this is read from its start only
+MAX_MEMBER_PAGES = 25  # is_member reads up to 5,000 members; past that it cannot say
 
 
 class SlackDirectory:
@@ -70,6 +78,22 @@ class SlackDirectory:
                 )
             )
         return members, more
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        """Whether `account_id` is in the channel now: conversations.members, paged (users.conversations
+        would need the person's own token to list their private channels)."""
+        cursor = ""
+        for _ in range(MAX_MEMBER_PAGES):
+            response = await self._send(
+                "conversations.members", "",
+                self._client.conversations_members(channel=target.channel, limit=PAGE, cursor=cursor or None),
+            )
+            if account_id in (response.get("members") or []):
+                return True
+            cursor = (response.get("response_metadata") or {}).get("next_cursor") or ""
+            if not cursor:
+                return False
+        raise PlatformError(f"more than {MAX_MEMBER_PAGES * PAGE} members: membership not confirmed")
 
     async def search_channels(self, target: ReplyTarget, query: str, limit: int) -> tuple[list[ChannelInfo], bool]:
         """Channels whose name or purpose contains `query` (case-insensitive); no messages are read."""

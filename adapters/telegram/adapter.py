@@ -49,6 +49,7 @@ from gateway.outbound.adapter import (
     FileLimits,
     OutboundFile,
     SendsFiles,
+    ConfirmsMembership,
     CHAT_FIRST_DRAFT_AFTER,
     FetchesAttachments,
     FinalEditTakesStop,
@@ -98,7 +99,7 @@ _MEDIA = {FileKind.IMAGE: InputMediaPhoto, FileKind.DOCUMENT: InputMediaDocument
 
 
 class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
-                      AnswersDirectory, FetchesAttachments, SendsFiles):
+                      AnswersDirectory, FetchesAttachments, SendsFiles, ConfirmsMembership):
     """One bot token, one binding."""
 
     platform = "telegram"
@@ -641,6 +642,12 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
 
     def directory(self) -> TelegramDirectory | None:
         return TelegramDirectory(self._bot) if self._bot is not None else None
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        directory = self.directory()
+        if directory is None:
+            raise PlatformError(f"telegram binding {self.binding_id} is not started")
+        return await directory.is_member(target, account_id)
 
     # --- helpers -------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
 
-from telegram import Bot, ChatMemberOwner
+from telegram import Bot, ChatMember, ChatMemberOwner, ChatMemberRestricted
 from telegram.error import BadRequest, Forbidden
 
 from gateway.outbound.adapter import ChannelInfo, ChannelMember, HistoryMessage, NotVisible, PlatformError, ReplyTarget
@@ -73,6 +73,15 @@ class TelegramDirectory:
             for m in ordered
         ]
         return members[:limit], len(members) > limit
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        """getChatMember: an owner, administrator or member is in the chat; one who left or was
+        banned is not, and a restricted member is while Telegram says `is_member`."""
+        with _visible("getChatMember"):
+            member = await self._bot.get_chat_member(int(target.channel), int(account_id))
+        if isinstance(member, ChatMemberRestricted):
+            return member.is_member
+        return member.status in (ChatMember.OWNER, ChatMember.ADMINISTRATOR, ChatMember.MEMBER)
 
     async def search_channels(self, target: ReplyTarget, query: str, limit: int) -> tuple[list[ChannelInfo], bool]:
         raise PlatformError("the Telegram Bot API cannot search chats")

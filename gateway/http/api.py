@@ -349,7 +349,7 @@ class _Api:
         search = ConversationSearch(self.gw.store.sessions)
         if "q" in request.query:
             try:
-                found = await search.search(person, request.query["q"], limit, binding_id=binding.id)
+                found = (await search.search(person, request.query["q"], limit, binding_id=binding.id)).found
             except QueryError as e:
                 return _bad(400, "bad_query", str(e))
             return web.json_response({"conversations": [

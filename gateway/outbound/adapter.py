@@ -488,9 +488,21 @@ class SendsFiles(Protocol):
         ...
 
 
+class ConfirmsMembership(Protocol):
+    """The platform says whether one person is in a channel now (Slack's conversations.members,
+    Telegram's getChatMember, Mattermost's channel member): conversation search counts a channel or
+    group thread only while the person who spoke in it still is (`gateway.membership`). Without it
+    those threads are left out of a search, and the result says some were."""
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        """Whether `account_id` is in `target`'s channel now. Raises `PlatformError` when the
+        platform cannot say (the bot is no longer in the channel, the call failed)."""
+        ...
+
+
 FEATURES: tuple[type, ...] = (StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
                               PostsReportCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
-                              SpeaksAs, SendsFiles)
+                              SpeaksAs, SendsFiles, ConfirmsMembership)
 
 F = TypeVar("F")
 

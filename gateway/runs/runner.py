@@ -451,16 +451,25 @@ class Runner:
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
-        """Show the platform's working indicator until the first text is posted."""
+        """Show the platform's working indicator until the reply's final (the runner cancels this then).
+
+        Where the platform has a status line (`ShowsStatus`: Slack's assistant threads, the web page),
+        the indicator goes once the first text is out and the status says what the run does meanwhile
+        ("using web_fetch…"). Elsewhere (Telegram, Mattermost) the indicator is the only sign of work:
+        without it a long tool call after the first draft would look like a reply that stopped. Each
+        renewal skips itself when the platform's budget has no room (`show_typing`), and on Telegram
+        counts against the bot's budget only, never the chat's or the group's, so a final never waits for it.
+        """
         # The sign shown on the message's arrival is not sent again while the platform still shows it:
         # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
         lasts = stream.adapter.limits.typing_lasts
         shown = self.gateway.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
-        while not stream.posted:
+        until_final = offered(stream.adapter, ShowsStatus) is None
+        while until_final or not stream.posted:
             if not shown:
                 await show_typing(stream.adapter, turn.target)
             shown = False
-            await asyncio.sleep(TYPING_EVERY)
+            await self.gateway.clock.sleep(TYPING_EVERY)  # the gateway's clock: a test moves it
 
     def cancel_all(self) -> int:
         """Ask every run in flight to stop (SIGTERM after the grace period); completed work is kept."""

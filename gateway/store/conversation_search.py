@@ -5,16 +5,22 @@ that is theirs now), on any platform. Matching uses the full-text objects of mig
 `websearch_to_tsquery('simple', ...)` / `ts_rank_cd` over a stored tsvector with a GIN index on PostgreSQL —
 which the database keeps in step with `messages` on every insert, whichever code path wrote it.
 Whole words, case-folded, not stemmed, on both engines.
+
+A channel or group conversation counts only while the person is still in that channel, which only
+the platform knows: `counts` (`gateway.membership.Membership.counts`) is asked for each candidate,
+best first, before it is returned or opened.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gateway.membership import Place
 from gateway.store.fulltext import MESSAGES_PG_CONFIG, fts5_query, parse
 from gateway.store.models import UTCDateTime
 
@@ -42,6 +48,20 @@ class Listed:
     conversation_id: str
     title: str
     last_active: datetime
+
+
+@dataclass(frozen=True)
+class Results:
+    found: list[Found] = field(default_factory=list)
+    unconfirmed: int = 0  # channel conversations left out: the platform could not confirm membership
+
+
+Counts = Callable[[Place], Awaitable[bool | None]]
+
+
+async def personal_only(place: Place) -> bool | None:
+    """Without a membership check, only what is always the person's own counts (fail closed)."""
+    return True if place.personal else None
 
 
 @dataclass(frozen=True)
@@ -88,9 +108,25 @@ def _when(value: object, dialect: str) -> datetime:
     return result
 
 
+# Where a conversation happened, and which of the person's accounts spoke in it.
+_PLACE = ("SELECT c.platform, c.binding_id, c.workspace, c.channel, c.chat_kind, m.account_id"
+          " FROM conversations c LEFT JOIN messages m ON m.conversation_id = c.id AND m.role = 'user'"
+          " AND m.account_id IN (SELECT a.account_id FROM accounts a WHERE a.person_id = :person"
+          " AND a.platform = c.platform AND a.workspace = c.workspace)"
+          " WHERE c.id = :c GROUP BY c.platform, c.binding_id, c.workspace, c.channel, c.chat_kind, m.account_id")
+
+
 class ConversationSearch:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], counts: Counts = personal_only) -> None:
         self._sessions = sessions
+        self._counts = counts  # whether a conversation is still the person's (channel membership)
+
+    async def _place(self, s: AsyncSession, person_id: str, conversation_id: str) -> Place | None:
+        rows = (await s.execute(text(_PLACE), {"c": conversation_id, "person": person_id})).all()
+        if not rows:
+            return None
+        first = rows[0]
+        return Place(first[0], first[1], first[2], first[3], first[4], tuple(sorted({r[5] for r in rows if r[5]})))
 
     async def listing(self, person_id: str, binding_id: str, limit: int,
                       before: tuple[datetime, str] | None = None) -> list[Listed]:
@@ -111,9 +147,9 @@ class ConversationSearch:
         return [Listed(r[0], title_of(r[1], r[2]), _when(r[3], dialect)) for r in rows]
 
     async def search(self, person_id: str, query: str, limit: int, *, skip_run: str | None = None,
-                     binding_id: str | None = None) -> list[Found]:
-        """The person's best-matching conversations, best first (under one binding, when given).
-        Raises QueryError for a query that cannot match."""
+                     binding_id: str | None = None) -> Results:
+        """The person's best-matching conversations, best first (under one binding, when given), and how
+        many channel conversations were left out unconfirmed. Raises QueryError for a query that cannot match."""
         parse(query)  # the same refusals on both engines
         within = " AND m.conversation_id IN (SELECT id FROM conversations WHERE binding_id = :b)" if binding_id else ""
         async with self._sessions() as s:
@@ -143,21 +179,37 @@ class ConversationSearch:
             for conversation_id, passage, _score in rows:  # ordered best first
                 first, count = best.get(conversation_id, (passage, 0))
                 best[conversation_id] = (first, count + 1)
-            found: list[Found] = []
-            for conversation_id in list(best)[:limit]:
+        # Best first until `limit` count; the platform is asked outside any database session.
+        found: list[Found] = []
+        unconfirmed = 0
+        for conversation_id in best:
+            if len(found) >= limit:
+                break
+            async with self._sessions() as s:
+                place = await self._place(s, person_id, conversation_id)
+            still = None if place is None else await self._counts(place)
+            if not still:
+                unconfirmed += still is None
+                continue
+            async with self._sessions() as s:
                 info = (await s.execute(text(
                     f"SELECT c.platform, c.chat_kind, c.title, {_FIRST}, {_LAST}"
                     " FROM conversations c WHERE c.id = :c"), {"c": conversation_id})).one()
-                passage, matched = best[conversation_id]
-                found.append(Found(conversation_id, info[0], info[1], title_of(info[2], info[3]),
-                                   _when(info[4], dialect), matched, " ".join(passage.split())))
-            return found
+            passage, matched = best[conversation_id]
+            found.append(Found(conversation_id, info[0], info[1], title_of(info[2], info[3]),
+                               _when(info[4], dialect), matched, " ".join(passage.split())))
+        return Results(found, unconfirmed)
 
-    async def took_part(self, person_id: str, conversation_id: str) -> bool:
+    async def took_part(self, person_id: str, conversation_id: str) -> bool | None:
+        """Whether the conversation is the person's now: they spoke in it, and (a channel's) are still
+        in its channel. None when the platform could not confirm the membership."""
         async with self._sessions() as s:
             found = await s.scalar(text(f"SELECT 1 FROM ({_MINE}) mine WHERE mine.conversation_id = :c"),
                                    {"c": conversation_id, "person": person_id})
-        return found is not None
+            if found is None:
+                return False
+            place = await self._place(s, person_id, conversation_id)
+        return False if place is None else await self._counts(place)
 
     async def read(self, conversation_id: str, offset: int, count: int) -> Window | None:
         """`count` messages of a conversation from `offset`, in the order they were written."""

@@ -33,11 +33,12 @@ from ..fakes.chat import FakeChatAdapter, fake_platforms
 # What each platform offers, as its class line declares it: a change here is a change of product.
 DECLARED: dict[type, set[str]] = {
     SlackAdapter: {"StreamsNatively", "ShowsStatus", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
-                   "AnswersDirectory", "FetchesAttachments", "FindsOwnPosts", "FindsOwnCards", "SpeaksAs", "SendsFiles"},
+                   "AnswersDirectory", "FetchesAttachments", "FindsOwnPosts", "FindsOwnCards", "SpeaksAs", "SendsFiles",
+                   "ConfirmsMembership"},
     TelegramAdapter: {"StreamsNatively", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
-                      "AnswersDirectory", "FetchesAttachments", "SendsFiles"},
+                      "AnswersDirectory", "FetchesAttachments", "SendsFiles", "ConfirmsMembership"},
     MattermostAdapter: {"ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards", "AnswersDirectory",
-                        "FetchesAttachments", "FindsOwnPosts", "SendsFiles"},
+                        "FetchesAttachments", "FindsOwnPosts", "SendsFiles", "ConfirmsMembership"},
     WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl", "SendsFiles"},
 }
 

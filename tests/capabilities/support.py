@@ -101,12 +101,19 @@ class World:
         assert isinstance(adapter, FakeChatAdapter)
         return adapter
 
+    def _arrive(self, who: Account, where: Place) -> None:
+        """Whoever speaks in a channel is in it (until a test takes them out of `members`)."""
+        adapter = self.gw.adapters.get(where.binding)
+        if isinstance(adapter, FakeChatAdapter):
+            adapter.members.setdefault(where.channel, set()).add(who.account_id)
+
     async def say(self, who: Account, where: Place, text: str, *, thread: str | None = None,
                   timeout: float = PATIENCE) -> Seen:
         """Send a message and wait (up to `timeout` s) for its run to end; what the model was shown comes back."""
         n = next(self._ids)
         seen = Seen()
         SEEN.append(seen)
+        self._arrive(who, where)
         result = await self.gw.submit(InboundMessage(
             platform=where.platform, binding_id=where.binding, workspace=where.workspace, channel=where.channel,
             chat_kind=where.kind, sender=Sender(who.account_id, who.name), text=text, event_id=f"e{n}",
@@ -131,6 +138,7 @@ class World:
         fast: the reply is not streamed to the platform.
         """
         n = next(self._ids)
+        self._arrive(who, where)
         store = self.gw.store
         identity = await store.identify(who.platform, who.workspace, who.account_id, who.name)
         msg = InboundMessage(

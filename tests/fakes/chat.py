@@ -22,6 +22,7 @@ from gateway.outbound.adapter import (
     ApprovalCard,
     ChannelInfo,
     ChannelMember,
+    ConfirmsMembership,
     HistoryMessage,
     NotVisible,
     PlatformLimits,
@@ -69,8 +70,9 @@ class FakeDirectory:
 DIRECTORIES: dict[str, FakeDirectory | None] = {}  # by binding id: what `directory()` answers
 
 
-class FakeChatAdapter(AnswersDirectory):
+class FakeChatAdapter(AnswersDirectory, ConfirmsMembership):
     """Records posts and private messages; serves the directory set for its binding in DIRECTORIES.
+    Who is in a channel is `members` (channel id -> account ids); anyone else is not.
 
     No other feature: no buttons (`/memory` answers in text), no native stream, no status line, and
     its files are named, never fetched."""
@@ -83,6 +85,8 @@ class FakeChatAdapter(AnswersDirectory):
         self.posts: dict[str, tuple[ReplyTarget, str]] = {}
         self.private: list[tuple[ReplyTarget, str, str]] = []  # (target, account, text)
         self.cards: list[ApprovalCard] = []
+        self.members: dict[str, set[str]] = {}
+        self.membership_asked: list[tuple[str, str]] = []  # (channel, account) per is_member call
 
     async def start(self, dispatcher: Any) -> None:
         self.dispatcher = dispatcher
@@ -122,6 +126,10 @@ class FakeChatAdapter(AnswersDirectory):
 
     def directory(self) -> FakeDirectory | None:
         return DIRECTORIES.get(self.binding_id)
+
+    async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
+        self.membership_asked.append((target.channel, account_id))
+        return account_id in self.members.get(target.channel, set())
 
     def forget(self, message_ids: Sequence[str]) -> None:
         return None

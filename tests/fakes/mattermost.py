@@ -23,6 +23,15 @@ Facts reproduced on purpose:
   `integration.url`; anything but 200 fails the click; `update` without `message` blanks the
   post; `update.props` replaces the props (`{}` drops the buttons); `ephemeral_text` is shown
   to the clicker only.
+- Custom slash commands (`app/command.go`, `api4/command.go`): `POST /commands` needs
+  `manage_slash_commands` on the team (here: system admins and `command_managers`), lower-cases the
+  trigger and refuses one already used on the team or by a built-in command (`/help`, `/join`, ...)
+  with a 400 `api.command.duplicate_trigger.app_error`; `GET /commands?team_id=&custom_only=true`
+  lists the team's with their tokens. Running one (`run_command`) POSTs a form (`token`,
+  `command`, `text`, `user_id`, `channel_id`, `team_id`, `response_url`, `trigger_id`, ...) with
+  `Authorization: Token <token>` to its URL; the JSON answer's `response_type` (`ephemeral`, the
+  default, or `in_channel`) decides who sees its `text`; `response_url` takes up to 5 more answers
+  within 30 minutes.
 """
 
 from __future__ import annotations
@@ -49,6 +58,12 @@ MAX_MESSAGE_RUNES = 16_383
 MAX_PROPS_RUNES = 800_000  # model.PostPropsMaxRunes: a post's props, as JSON
 _DEAD_QUEUE_SIZE = 128
 _ACTION_ID = re.compile(r"^[A-Za-z0-9]+$")
+# Triggers of the server's own commands (`app/slashcommands/command_*.go`): no custom command may take one.
+BUILT_IN_COMMANDS = frozenset({
+    "away", "code", "collapse", "dnd", "echo", "expand", "groupmsg", "header", "help", "invite", "invite_people",
+    "join", "kick", "leave", "logout", "me", "msg", "mute", "offline", "online", "open", "purpose", "remove",
+    "rename", "search", "settings", "shortcuts", "shrug", "status",
+})
 _CHANNEL_MENTIONS = re.compile(r"(?<![\w@])@(channel|all|here)\b", re.IGNORECASE)
 
 
@@ -171,6 +186,9 @@ class FakeMattermost:
         self.files: dict[str, tuple[dict[str, Any], bytes]] = {}  # file id -> (FileInfo, contents)
         self.max_file_bytes = 100 * 1024 * 1024  # FileSettings.MaxFileSize, the server's default
         self.uploads: list[str] = []  # file ids POST /files made, in order
+        self.commands: dict[str, dict[str, Any]] = {}  # custom slash commands by id, as stored
+        self.command_managers: set[str] = set()  # users with manage_slash_commands (besides system admins)
+        self._hooks: dict[str, dict[str, Any]] = {}  # response_url id -> {user_id, channel_id, root_id, uses, until}
         self.file_downloads: list[str] = []  # file ids fetched with a valid token
         self._conns: dict[str, _Conn] = {}
         self._clock = 0
@@ -212,6 +230,9 @@ class FakeMattermost:
         r.add_post("/api/v4/reactions", self._create_reaction)
         r.add_get("/api/v4/files/{file_id}", self._get_file)
         r.add_post("/api/v4/files", self._upload_file)
+        r.add_post("/api/v4/commands", self._create_command)
+        r.add_get("/api/v4/commands", self._list_commands)
+        r.add_post("/hooks/commands/{hook_id}", self._command_hook)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -297,6 +318,10 @@ class FakeMattermost:
         team_id = self.channels[channel_id]["team_id"]
         if team_id:
             self.team_members[team_id].add(user_id)
+
+    def leave(self, channel_id: str, user_id: str) -> None:
+        """The user leaves the channel (or is removed from it), as `DELETE /channels/{id}/members/{user_id}` does."""
+        self.members[channel_id].remove(user_id)
 
     def direct_channel(self, a: str, b: str) -> dict[str, Any]:
         name = "__".join(sorted((a, b)))
@@ -664,6 +689,121 @@ class FakeMattermost:
             )
         return ClickResult(200, ephemeral_text=text)
 
+    # --- slash commands ---------------------------------------------------------------------
+
+    def _manages_commands(self, uid: str, team_id: str) -> bool:
+        return uid in self.system_admins or (uid in self.command_managers and uid in self.team_members.get(team_id, set()))
+
+    async def _create_command(self, request: web.Request) -> web.Response:
+        uid, body, err = await self._authed(request)
+        if err:
+            return err
+        assert uid is not None
+        if not isinstance(body, dict):
+            return _app_error(400, "api.context.invalid_body_param.app_error", "Invalid or missing command in request body.")
+        team_id = str(body.get("team_id", ""))
+        if team_id not in self.teams or not self._manages_commands(uid, team_id):
+            return _app_error(403, "api.context.permissions.app_error", "You do not have the appropriate permissions.")
+        trigger = str(body.get("trigger", "")).lower()
+        url = str(body.get("url", ""))
+        if not trigger or trigger.startswith("/") or " " in trigger or len(trigger) > 128:
+            return _app_error(400, "model.command.is_valid.trigger.app_error", "Invalid trigger.")
+        if not re.match(r"^https?://", url):
+            return _app_error(400, "model.command.is_valid.url.app_error", "Invalid URL.")
+        if body.get("method") not in ("P", "G"):
+            return _app_error(400, "model.command.is_valid.method.app_error", "Invalid Method.")
+        if len(str(body.get("display_name", ""))) > 64 or len(str(body.get("description", ""))) > 128:
+            return _app_error(400, "model.command.is_valid.display_name.app_error", "Invalid title or description.")
+        taken = {c["trigger"] for c in self.commands.values() if c["team_id"] == team_id and not c["delete_at"]}
+        if trigger in taken or trigger in BUILT_IN_COMMANDS:
+            return _app_error(400, "api.command.duplicate_trigger.app_error",
+                              "This trigger word is already in use. Please choose another word.")
+        now = self._now()
+        command = {
+            "id": new_id(), "token": new_id(), "create_at": now, "update_at": now, "delete_at": 0, "creator_id": uid,
+            "team_id": team_id, "trigger": trigger, "method": body["method"], "username": body.get("username", ""),
+            "icon_url": body.get("icon_url", ""), "auto_complete": bool(body.get("auto_complete")),
+            "auto_complete_desc": body.get("auto_complete_desc", ""), "auto_complete_hint": body.get("auto_complete_hint", ""),
+            "display_name": body.get("display_name", ""), "description": body.get("description", ""), "url": url,
+        }
+        self.commands[command["id"]] = command
+        return web.json_response(command, status=201)
+
+    async def _list_commands(self, request: web.Request) -> web.Response:
+        uid, _, err = await self._authed(request)
+        if err:
+            return err
+        assert uid is not None
+        team_id = request.query.get("team_id", "")
+        if request.query.get("custom_only") != "true":
+            return _app_error(501, "fake.not_implemented", "the fake lists custom commands only")
+        if team_id not in self.teams or not self._manages_commands(uid, team_id):
+            return _app_error(403, "api.context.permissions.app_error", "You do not have the appropriate permissions.")
+        return web.json_response([c for c in self.commands.values() if c["team_id"] == team_id and not c["delete_at"]])
+
+    async def run_command(self, user_id: str, channel_id: str, line: str, *, team_id: str | None = None,
+                          root_id: str = "") -> tuple[int, Any]:
+        """A person sends `/trigger text` in a channel, as their client does (`POST /commands/execute`):
+        the command's URL gets the server's form; returns its status and decoded answer."""
+        trigger, _, text = line.lstrip("/").partition(" ")
+        channel = self.channels[channel_id]
+        team = team_id if team_id is not None else channel["team_id"]
+        command = next((c for c in self.commands.values() if c["team_id"] == team and c["trigger"] == trigger.lower()
+                        and not c["delete_at"]), None)
+        if command is None:
+            raise AssertionError(f"no custom command /{trigger} on team {team}")
+        hook_id = new_id()
+        self._hooks[hook_id] = {"user_id": user_id, "channel_id": channel_id, "root_id": root_id, "uses": 0,
+                                "until": time.monotonic() + 30 * 60}
+        form = {
+            "channel_id": channel_id, "channel_name": channel["name"], "command": f"/{command['trigger']}",
+            "response_url": f"{self.url}/hooks/commands/{hook_id}", "team_domain": self.teams.get(team, {}).get("name", ""),
+            "team_id": team, "text": text.strip(), "token": command["token"],
+            "trigger_id": base64.urlsafe_b64encode(uuid.uuid4().bytes * 3).decode(), "user_id": user_id,
+            "user_name": self.users[user_id]["username"], "root_id": root_id,
+        }
+        assert self._session is not None
+        async with self._session.post(command["url"], data=form, headers={
+            "Authorization": f"Token {command['token']}", "Accept": "application/json"}) as resp:
+            raw = await resp.read()
+            status = resp.status
+        answer: Any = None
+        if raw:
+            try:
+                answer = json.loads(raw)
+            except ValueError:
+                answer = raw.decode(errors="replace")
+        if status == 200 and isinstance(answer, dict):
+            self._command_answer(self._hooks[hook_id], command, answer)
+        return status, answer
+
+    def _command_answer(self, hook: dict[str, Any], command: dict[str, Any] | None, answer: dict[str, Any]) -> None:
+        text = str(answer.get("text") or "")
+        if not text:
+            return
+        if answer.get("response_type") == "in_channel":
+            creator = command["creator_id"] if command else next(iter(self.users))
+            post = {"id": new_id(), "create_at": self._now(), "update_at": 0, "edit_at": 0, "delete_at": 0,
+                    "user_id": creator, "channel_id": hook["channel_id"], "root_id": hook["root_id"], "message": text,
+                    "type": "", "props": {"from_webhook": "true"}, "file_ids": [], "pending_post_id": "", "metadata": {}}
+            self.posts[post["id"]] = post
+            self.edit_history[post["id"]] = [text]
+        else:
+            self.ephemerals.append({"user_id": hook["user_id"], "channel_id": hook["channel_id"],
+                                    "root_id": hook["root_id"], "message": text, "via": "command"})
+
+    async def _command_hook(self, request: web.Request) -> web.Response:
+        """A command's `response_url`: no session needed, the id is the secret; 5 uses in 30 minutes."""
+        hook = self._hooks.get(request.match_info["hook_id"])
+        body = await self._body(request)
+        if hook is None or hook["uses"] >= 5 or time.monotonic() > hook["until"]:
+            return _app_error(400, "web.command_webhook.invalid.app_error", "Invalid webhook.")
+        if not isinstance(body, dict):
+            return _app_error(400, "web.command_webhook.parse.app_error", "Unable to parse incoming data.")
+        hook["uses"] += 1
+        self._command_answer(hook, None, body)
+        return web.Response(text="ok")
+
     # --- internals: REST -------------------------------------------------------------------
 
     @web.middleware
@@ -812,7 +952,7 @@ class FakeMattermost:
         )
 
     async def _channel_member(self, request: web.Request) -> web.Response:
-        """One membership, as the server answers it: the member, or 404 for someone not in the channel."""
+        """One membership; 404 with the server's own error id when the user is not in the channel."""
         channel, err = await self._channel_or_error(request)
         if err:
             return err

@@ -118,6 +118,7 @@ class FakeChat:
     description: str | None = None
     member_count: int = 2
     admins: list[JSON] = field(default_factory=list)  # ChatMember objects
+    members: set[int] = field(default_factory=set)  # user ids in the chat besides its admins (getChatMember)
     topics: set[int] = field(default_factory=set)
 
     def as_chat(self) -> JSON:
@@ -731,6 +732,16 @@ class FakeTelegram:
 
     async def _api_getChatMemberCount(self, p: JSON) -> int:
         return self._chat(p["chat_id"]).member_count
+
+    async def _api_getChatMember(self, p: JSON) -> JSON:
+        """As Telegram answers: the admin's entry, "member", or "left" for anyone not in the chat now."""
+        chat = self._chat(p["chat_id"])
+        user_id = int(p["user_id"])
+        for admin in chat.admins:
+            if admin["user"]["id"] == user_id:
+                return admin
+        user = {"id": user_id, "is_bot": False, "first_name": str(user_id)}
+        return {"status": "member" if user_id in chat.members else "left", "user": user}
 
     async def _api_getChatAdministrators(self, p: JSON) -> list[JSON]:
         chat = self._chat(p["chat_id"])

@@ -419,3 +419,17 @@ async def test_a_rejected_token_shows_in_health_without_the_token(
         assert "connection lost" in caplog.text and "not-the-fake-token" not in caplog.text
     finally:
         await adapter.stop()
+
+
+async def test_membership_is_asked_with_get_chat_member(fake: FakeTelegram, polling: Any) -> None:
+    """Conversation search's question: is this person in the group now (an admin, a member), or gone?"""
+    adapter, _ = polling
+    chat = fake.chats[GROUP_ID]
+    chat.admins, chat.members = [fake.admin_member(BOB, owner=True)], {ADA["id"]}
+    assert await adapter.is_member(target(GROUP_ID, ChatKind.GROUP), str(ADA["id"])) is True
+    assert await adapter.is_member(target(GROUP_ID, ChatKind.GROUP), str(BOB["id"])) is True
+    chat.members.clear()  # Ada left the group
+    assert await adapter.is_member(target(GROUP_ID, ChatKind.GROUP), str(ADA["id"])) is False
+    assert [c.params["user_id"] for c in fake.calls_to("getChatMember")] == [ADA["id"], BOB["id"], ADA["id"]]
+    with pytest.raises(NotVisible):  # a chat the bot is not in cannot say: the caller leaves it out
+        await adapter.is_member(target(-100999, ChatKind.GROUP), str(ADA["id"]))

@@ -1,0 +1,73 @@
+"""While a tool runs after the reply's first draft, Telegram still shows the bot typing: sendChatAction
+(which lasts 5 s) renewed at its interval on the gateway's clock, and none after the final."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway.clock import ManualClock
+from gateway.outbound.adapter import PlatformLimits
+from gateway.runs.runner import TYPING_EVERY
+from tests.conftest import running_gateway, wait_for, write_config
+from tests.fakes.telegram import FakeTelegram
+from tests.support.settled import settled
+from tests.support.slow_tool import AGENT, FIRST, SlowTool, slow_tool
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
+
+ADA = FakeTelegram.user(42, "Ada", "ada")
+GROUP_ID = -100200
+
+
+@pytest.fixture
+async def fake(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
+        server.add_chat(GROUP_ID, "group", title="Team")
+        yield server
+
+
+@pytest.fixture
+def tool() -> Iterator[SlowTool]:
+    with slow_tool() as t:
+        yield t
+
+
+async def test_typing_goes_on_during_a_long_tool_call_and_stops_at_the_final(
+        tmp_path: Path, fake: FakeTelegram, tool: SlowTool) -> None:
+    clock = ManualClock()
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
+    config = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                          bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram}})
+    async with running_gateway(config, clock=clock) as gw:
+        adapter = gw.adapters["tg"]
+        adapter.limits = PlatformLimits(max_message_chars=4096, min_edit_interval=0.0)  # type: ignore[misc]
+        await wait_for(lambda: adapter.health().connected, what="the Telegram binding to connect")
+
+        def typing() -> int:
+            return sum(1 for c in fake.calls_to("sendChatAction") if c.params.get("chat_id") == GROUP_ID)
+
+        def said() -> list[str]:
+            return [m.text for m in fake.sent(GROUP_ID)]
+
+        text = "@gateway_bot what is the weather?"
+        fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
+        await asyncio.wait_for(tool.started.wait(), 30)
+        await fake.wait_for(lambda: said() == [FIRST], what="the first draft")
+        before = typing()
+        for n in (1, 2, 3):  # the tool is still running: each interval renews the indicator
+            clock.advance(TYPING_EVERY)
+            await fake.wait_for(lambda: typing() >= before + n, what=f"typing renewal {n} during the tool call")
+
+        tool.release.set()
+        await fake.wait_for(lambda: len(m := said()) == 1 and m[0].endswith("Found: sunny"), what="the final")
+        await settled(gw, fake)
+        at_final = typing()
+        for _ in range(3):
+            clock.advance(TYPING_EVERY)
+        await settled(gw, fake)
+        assert typing() == at_final, "no typing after the final"
