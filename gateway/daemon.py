@@ -28,6 +28,7 @@ from gateway.inbound import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
 from gateway.approvals.service import Approvals
 from gateway.clock import Clock
+from gateway.periodic import every
 from gateway.ops.retention import Pruning
 from gateway.inbound.commands import Commands
 from gateway.runs.queue import Scheduler
@@ -294,15 +295,12 @@ class Gateway:
 
     async def _sweep_forever(self) -> None:
         pruning = Pruning(self.store, self.config.gateway.retention, self.clock)
-        while True:
-            await asyncio.sleep(min(SWEEP_EVERY, self.store.lease_seconds / 3))
-            try:
-                await self.sweep()
-                await pruning.when_due()
-            except StoreUnavailable as e:  # the next sweep does it; one line, not a traceback
-                log.warning("sweep skipped: the database is busy (%s)", e)
-            except Exception:
-                log.exception("sweep failed")
+
+        async def sweep_and_prune() -> None:
+            await self.sweep()
+            await pruning.when_due()
+
+        await every(min(SWEEP_EVERY, self.store.lease_seconds / 3), sweep_and_prune, "sweep", log)
 
     async def stop(self, grace: float = 10.0) -> None:
         """Finish what is in flight, then close. Messages that arrive meanwhile are still recorded

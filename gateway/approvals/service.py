@@ -30,6 +30,7 @@ from gateway.outbound.delivery import Outbound, ReplyStream
 from gateway.http.events import EventBus
 from gateway.ops.metrics import Metrics
 from gateway.outbound.orphans import unrecorded_card
+from gateway.periodic import every
 from gateway.approvals.policy import Modes
 from gateway.messages import CommandAnswer
 from gateway.store import repo
@@ -85,12 +86,7 @@ class Approvals:
                 await self._expiry
 
     async def _expire_forever(self) -> None:
-        while True:
-            await asyncio.sleep(EXPIRY_CHECK_EVERY)
-            try:
-                await self.expire_due()
-            except Exception:
-                log.exception("approval expiry check failed")
+        await every(EXPIRY_CHECK_EVERY, self.expire_due, "approval expiry check", log)
 
     # --- modes --------------------------------------------------------------------------
 

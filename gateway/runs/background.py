@@ -29,6 +29,7 @@ from pydantic_ai import CancellationToken
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse, TextPart, ToolCallPart
 
 from gateway.clock import Clock, new_id
+from gateway.periodic import every
 from gateway.outbound.delivery import ReplyStream
 from gateway.http.events import EventBus
 from gateway.store import repo
@@ -42,7 +43,6 @@ from gateway.store.background import (
     NewBackground,
     Usage,
 )
-from gateway.store.availability import StoreUnavailable
 from gateway.store.models import BackgroundRun
 from gateway.outbound.adapter import PostsReportCards, ReplyTarget, offered
 
@@ -125,7 +125,8 @@ class BackgroundRuns:
     async def start(self) -> None:
         """End what the last process left running as partial (its reports queue), then keep sweeping."""
         await self._end_interrupted(at_start=True)
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="background:sweep")
+        self._sweeper = asyncio.create_task(every(self._sweep_every, self.sweep, "background sweep", log),
+                                            name="background:sweep")
 
     async def stop(self) -> None:
         """The gateway is stopping: every run here ends as partial, with what it did, and reports (the
@@ -181,16 +182,6 @@ class BackgroundRuns:
             self._wake(row.conversation_id)
             self.poke()  # a turn waiting on this run (wait_tasks) hears of it now
         return queued
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._sweep_every)
-            try:
-                await self.sweep()
-            except StoreUnavailable as e:  # the next sweep does it; one line, not a traceback
-                log.warning("background sweep skipped: the database is unavailable (%s)", e)
-            except Exception:
-                log.exception("background sweep failed")
 
     # --- starting -------------------------------------------------------------------------
 

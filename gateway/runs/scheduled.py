@@ -28,10 +28,10 @@ from bindings.cron import local_text
 from bindings.loader import LoadedConfig
 
 from gateway.clock import Clock
+from gateway.periodic import every
 from gateway.inbound.admission import admit
 from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.store import repo
-from gateway.store.availability import StoreUnavailable
 from gateway.store.models import ScheduledTask
 from gateway.store.pairing import PairingStore
 from gateway.store.schedules import ADMIN, FIRED, MISSED, NewTask, ScheduleStore
@@ -81,23 +81,14 @@ class Schedules:
         """Queue what came due while no gateway ran (the gateway's start-up sweep wakes those
         conversations once the adapters are up), then keep sweeping."""
         await self.sweep(wake=False)
-        self._sweeper = asyncio.create_task(self._sweep_forever(), name="schedules:sweep")
+        self._sweeper = asyncio.create_task(every(self._sweep_every, self.sweep, "schedules sweep", log),
+                                            name="schedules:sweep")
 
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-
-    async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self._sweep_every)
-            try:
-                await self.sweep()
-            except StoreUnavailable as e:  # the next sweep does it; one line, not a traceback
-                log.warning("schedules sweep skipped: the database is unavailable (%s)", e)
-            except Exception:
-                log.exception("schedules sweep failed")
 
     # --- firing ---------------------------------------------------------------------------
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,8 +16,9 @@ from gateway.clock import ManualClock
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import PlatformLimits, ReplyTarget
 from gateway.outbound.delivery import ReplyStream, split_paragraphs
-from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
+
+from ..test_delivery import store  # noqa: F401 (a fixture: one migrated SQLite store)
 
 AFTER = "That is the whole script; run it with python."
 
@@ -67,14 +66,6 @@ PLATFORMS = {
     "telegram": (markdown_to_html, 4096, _telegram_code),
     "mattermost": (lambda markdown: markdown, MATTERMOST_LIMIT, _commonmark_code),
 }
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> Any:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
-    await migrate(engine)
-    yield Store(engine)
-    await engine.dispose()
 
 
 @pytest.mark.parametrize("platform", sorted(PLATFORMS))
