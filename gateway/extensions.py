@@ -177,7 +177,7 @@ def online_problems(config: LoadedConfig) -> list[Any]:
 
 def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
     """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP) and the extensions."""
-    from gateway.approvals.service import add_cli
+    from gateway.approvals.cli import add_cli
     from gateway.inbound.pairing import add_cli as add_pairing_cli
     from gateway.mcp import cli as mcp_cli
     from gateway.ops import db_cli, doctor, people, schedules

@@ -29,6 +29,7 @@ from gateway.runs.delegated import APPROVED, DECISIONS, delegated_calls
 from gateway.outbound.delivery import Outbound, ReplyStream
 from gateway.http.events import EventBus
 from gateway.ops.metrics import Metrics
+from gateway.approvals.audit import decisions
 from gateway.outbound.orphans import unrecorded_card
 from gateway.periodic import every
 from gateway.approvals.policy import Modes
@@ -447,30 +448,6 @@ class Approvals:
         return [(await self.card(card_id), created) for card_id, created in await self.db.cards_of(conversation_id)]
 
 
-async def decisions(store: repo.Store, conversation_id: str | None = None) -> list[dict[str, Any]]:
-    """Every recorded decision and mode switch: who, when, which call or mode, from which surface."""
-    db = ApprovalStore(store.sessions, store.clock)
-    rows: list[dict[str, Any]] = [
-        {"approval_id": r.id, "card_id": r.card_id, "run_id": r.run_id, "conversation_id": r.conversation_id,
-         "tool": r.tool_name, "tool_id": r.tool_id, "capability": r.capability, "state": r.state,
-         "decided_by": r.decided_by, "decided_at": r.decided_at.isoformat() if r.decided_at else None,
-         "surface": r.surface}
-        for r in await db.decisions(conversation_id)
-    ]
-    return rows
-
-
-async def mode_changes(store: repo.Store, conversation_id: str | None = None) -> list[dict[str, Any]]:
-    """Every switch of a conversation's approval modes (the audit): who, from where, to what, when."""
-    db = ApprovalStore(store.sessions, store.clock)
-    return [
-        {"conversation_id": m.conversation_id, "changed_by": m.who, "account_id": m.account_id,
-         "surface": m.surface, "approve_all": m.approve_all, "ask_every_tool": m.ask_every_tool,
-         "at": m.at.isoformat()}
-        for m in await db.mode_changes(conversation_id)
-    ]
-
-
 def _names(conv: repo.ConversationRef, sender: Sender, person: str | None) -> set[str]:
     return _names_on(conv.platform, sender, person)
 
@@ -478,38 +455,6 @@ def _names(conv: repo.ConversationRef, sender: Sender, person: str | None) -> se
 def _names_on(platform: str, sender: Sender, person: str | None) -> set[str]:
     """The ways a decider list may name `sender`: account, platform:account, person id."""
     return {sender.account_id, f"{platform}:{sender.account_id}"} | ({person} if person else set())
-
-
-def add_cli(sub: Any, load: Any) -> None:
-    """`agent-gateway approvals list`: every decision and mode switch, who made it, when and from where."""
-    from gateway.ops.subcommand import on_store, subcommand
-
-    def run(args: Any, config: Any) -> int:
-        async def main(store: repo.Store) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-            return await decisions(store, args.conversation), await mode_changes(store, args.conversation)
-
-        rows, switches = on_store(config, main)
-        for r in rows:
-            if args.json:
-                print(json.dumps(r))
-            else:
-                print(f"{r['decided_at'] or '-':32} {r['state']:9} {r['tool']:24} by {r['decided_by'] or '-':16} "
-                      f"via {r['surface'] or '-':6} run {r['run_id']} conversation {r['conversation_id']}")
-        for m in switches:
-            if args.json:
-                print(json.dumps({"kind": "mode", **m}))
-            else:
-                mode = "approve all" if m["approve_all"] else "ask every tool" if m["ask_every_tool"] else "normal policy"
-                print(f"{m['at']:32} mode      {mode:24} by {m['changed_by']:16} via {m['surface']:6} "
-                      f"conversation {m['conversation_id']}")
-        if not rows and not switches:
-            print("no approvals recorded")
-        return 0
-
-    p = subcommand(sub, "approvals", "list approval decisions and approval-mode switches", load, run,
-                   actions={"list": ""})
-    p.add_argument("--conversation", help="only this conversation")
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
 
 
 def _calls_in_order(messages: list[ModelMessage]) -> list[Any]:

@@ -105,7 +105,7 @@ async def test_a_deciders_switch_works_and_is_audited(tmp_path: Path, fake_slack
         assert cards(fake_slack) == [] and RAN == ["old-feature"]
 
         # The audit reaches the operator's command too.
-        from gateway.approvals.service import mode_changes
+        from gateway.approvals.audit import mode_changes
 
         [row] = await mode_changes(gw.store, conversation_id)
         assert row["changed_by"] == "Ada" and row["surface"] == "command" and row["approve_all"] is True
