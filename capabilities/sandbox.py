@@ -236,6 +236,22 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
     async def files(a: _Access) -> dict[str, str]:
         return await a.state.items(CAPABILITY, a.workspace.scope)
 
+    async def one_file(ctx: RunContext[Turn], path: str, tool: str) -> tuple[_Access, str, str] | str:
+        """(access, the file's name, its text) for a tool that reads one file; else what to answer."""
+        a = access(ctx)
+        if isinstance(a, str):
+            return a
+        name, refused = file_path(ctx, path, tool)
+        if name is None:
+            return refused
+        try:
+            text = await a.state.get(CAPABILITY, a.workspace.scope, name)
+            if text is None:
+                return await missing(ctx, a, name, tool)
+        except OperationalError:
+            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+        return a, name, text
+
     async def ls(ctx: RunContext[Turn], path: str = "") -> str:
         """List the files and folders directly inside a folder of your workspace, with each file's size.
 
@@ -296,18 +312,10 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             how to read on with offset. A missing file is an error listing files that do exist; an
             off-limits path (credentials, the system tree) is refused.
         """
-        a = access(ctx)
-        if isinstance(a, str):
-            return a
-        name, refused = file_path(ctx, path, "read_file")
-        if name is None:
-            return refused
-        try:
-            text = await a.state.get(CAPABILITY, a.workspace.scope, name)
-            if text is None:
-                return await missing(ctx, a, name, "read_file")
-        except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+        found = await one_file(ctx, path, "read_file")
+        if isinstance(found, str):
+            return found
+        a, name, text = found
         await a.audit("read_file", name)
         lines = text.splitlines()
         if offset > max(len(lines), 1):
@@ -336,18 +344,10 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             the files that do exist, an off-limits path is refused, and a file over what this platform
             takes is named with both sizes).
         """
-        a = access(ctx)
-        if isinstance(a, str):
-            return a
-        name, refused = file_path(ctx, path, "share_file")
-        if name is None:
-            return refused
-        try:
-            text = await a.state.get(CAPABILITY, a.workspace.scope, name)
-            if text is None:
-                return await missing(ctx, a, name, "share_file")
-        except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+        found = await one_file(ctx, path, "share_file")
+        if isinstance(found, str):
+            return found
+        a, name, text = found
         media_type = mimetypes.guess_type(name)[0] or "text/plain"
         file = OutboundFile(posixpath.basename(name), text.encode(), media_type)
         try:

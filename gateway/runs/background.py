@@ -30,6 +30,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 
 from gateway.clock import Clock, new_id
 from gateway.periodic import every
+from gateway.runs.in_flight import InFlight
 from gateway.outbound.delivery import ReplyStream
 from gateway.http.events import EventBus
 from gateway.store import repo
@@ -115,8 +116,7 @@ class BackgroundRuns:
         self._limits, self._wake, self._events = limits, wake, events
         self._sweep_every = sweep_every
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._tokens: dict[str, CancellationToken] = {}
-        self._stopped_by: dict[str, str] = {}  # run id -> who pressed Stop (not the gateway stopping)
+        self._in_flight = InFlight()
         self._sweeper: asyncio.Task[None] | None = None
         self._changed = asyncio.Event()  # set (and replaced) whenever a run here ends or its inbox changes
 
@@ -135,9 +135,7 @@ class BackgroundRuns:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
-        for token in list(self._tokens.values()):
-            with contextlib.suppress(Exception):
-                token.cancel()
+        self._in_flight.cancel_all()
         tasks = list(self._tasks.values())
         if tasks:
             _done, pending = await asyncio.wait(tasks, timeout=5.0)
@@ -147,7 +145,7 @@ class BackgroundRuns:
 
     async def sweep(self) -> None:
         """Keep our leases, take Stops pressed on another replica, end runs whose replica died."""
-        here = list(self._tokens)
+        here = self._in_flight.ids()
         await self.db.renew(here)
         for run_id, who in (await self.db.stop_requests(here)).items():
             self.stop_here(run_id, who)
@@ -199,8 +197,7 @@ class BackgroundRuns:
                 why = "the gateway already has as many background runs in flight as it allows"
             return Launched(refusal=f"Not started: {why}. Wait for one to report back, run this one with the answer "
                                     "awaited if you may, or do this part yourself.")
-        token = CancellationToken()
-        self._tokens[run_id] = token
+        token = self._in_flight.start(run_id)
         self._tasks[run_id] = asyncio.create_task(self._drive(run_id, work, token), name=f"background:{run_id}")
         return Launched(run_id=run_id)
 
@@ -217,7 +214,7 @@ class BackgroundRuns:
                 ended = Ended(FAILED, "", "", reason=f"{type(e).__name__}: {e}")
             status, reason = ended.status, ended.reason
             if status == STOPPED:
-                who = self._stopped_by.get(run_id)
+                who = self._in_flight.stopped_by(run_id)
                 status, reason = (STOPPED, f"stopped by {who}") if who else (PARTIAL, "the gateway stopped while it worked")
             row = await self.db.get(run_id)
             if row is None:
@@ -227,8 +224,7 @@ class BackgroundRuns:
                                                 transcript=ended.transcript, usage=ended.usage))
         finally:
             self._tasks.pop(run_id, None)
-            self._tokens.pop(run_id, None)
-            self._stopped_by.pop(run_id, None)
+            self._in_flight.done(run_id)
 
     async def _end_from_saved(self, run_id: str, reason: str) -> None:
         row = await self.db.get(run_id)
@@ -241,7 +237,7 @@ class BackgroundRuns:
 
     async def _end_interrupted(self, *, at_start: bool) -> None:
         for row in await self.db.interrupted(at_start=at_start):
-            if row.id not in self._tokens:
+            if row.id not in self._in_flight:
                 log.info("background run %s was interrupted; ending it as partial", row.id)
                 await self._end_from_saved(row.id, "the gateway restarted while it worked")
 
@@ -256,12 +252,7 @@ class BackgroundRuns:
     # --- stopping -------------------------------------------------------------------------
 
     def stop_here(self, run_id: str, who: str) -> bool:
-        token = self._tokens.get(run_id)
-        if token is None:
-            return False
-        self._stopped_by.setdefault(run_id, who)
-        token.cancel()
-        return True
+        return self._in_flight.stop(run_id, who)
 
     async def stop_run(self, run_id: str, who: str) -> bool:
         """Stop one background run wherever it works; False when it is not running. A question it asked
@@ -290,7 +281,7 @@ class BackgroundRuns:
 
     @property
     def running_here(self) -> list[str]:
-        return list(self._tokens)
+        return self._in_flight.ids()
 
 
 def so_far(transcript: str) -> tuple[str, list[str]]:

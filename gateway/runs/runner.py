@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import (
     Agent,
-    CancellationToken,
     DeferredToolRequests,
     DeferredToolResults,
     FunctionToolCallEvent,
@@ -55,6 +54,7 @@ from gateway.outbound.typing_indicator import show_typing
 from gateway.runs.handoffs import is_handoff
 from gateway.outbound.native_stream import NativeReplyStream
 from gateway.runs.llm import ModelConfigError
+from gateway.runs.in_flight import InFlight
 from gateway.runs.memory import resolve_scope
 from gateway.runs.slow_calls import SlowCalls
 from gateway.messages import Attachment, ChatKind
@@ -174,9 +174,8 @@ class Runner:
         self.turn_preparers: list[TurnPreparer] = []
         self.park_handler: ParkHandler | None = None
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
-        self._tokens: dict[str, CancellationToken] = {}
+        self._in_flight = InFlight()
         self._streams: dict[str, ReplyStream] = {}
-        self._stopped_by: dict[str, str] = {}  # run id -> who pressed Stop (a stop, not a shutdown)
 
     # --- building -----------------------------------------------------------------------
 
@@ -337,8 +336,7 @@ class Runner:
         """Run the agent to an outcome: finished, parked, or an end the person is told about."""
         gw = self.gateway
         started = gw.clock.monotonic()
-        token = CancellationToken()
-        self._tokens[turn.run_id] = token
+        token = self._in_flight.start(turn.run_id)
         self._streams[turn.run_id] = stream
         typing = asyncio.create_task(self._keep_typing(turn, stream))
         usage: tuple[int, int, int] | None = None
@@ -419,7 +417,7 @@ class Runner:
         except Exception as e:
             typing.cancel()
             outcome = explain_failure(e, turn.agent)
-            stopped_by = self._stopped_by.get(turn.run_id)
+            stopped_by = self._in_flight.stopped_by(turn.run_id)
             if isinstance(e, RunCancelled) and stopped_by is not None:
                 outcome = Outcome(repo.STOPPED, f"stopped by {stopped_by}",
                                   stopped_notice(stopped_by, tools_done, bool(stream.text.strip())))
@@ -441,9 +439,8 @@ class Runner:
             typing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await typing
-            self._tokens.pop(turn.run_id, None)
+            self._in_flight.done(turn.run_id)
             self._streams.pop(turn.run_id, None)
-            self._stopped_by.pop(turn.run_id, None)
             if control:  # the reply is final (or parked, or stopped): nothing left to stop
                 await set_stop_control(stream.adapter, turn.target, stream.first_message_id, turn.run_id, False)
             gw.metrics.run_took(turn, gw.clock.monotonic() - started)
@@ -473,19 +470,11 @@ class Runner:
 
     def cancel_all(self) -> int:
         """Ask every run in flight to stop (SIGTERM after the grace period); completed work is kept."""
-        for token in list(self._tokens.values()):
-            with contextlib.suppress(Exception):
-                token.cancel()
-        return len(self._tokens)
+        return self._in_flight.cancel_all()
 
     def stop(self, run_id: str, who: str) -> bool:
         """A person's Stop for a run in flight here (False when it is not running in this process)."""
-        token = self._tokens.get(run_id)
-        if token is None:
-            return False
-        self._stopped_by.setdefault(run_id, who)
-        token.cancel()
-        return True
+        return self._in_flight.stop(run_id, who)
 
     def uses(self, adapter: Adapter) -> bool:
         """Whether a run in flight here replies through `adapter`."""
@@ -498,7 +487,7 @@ class Runner:
 
     @property
     def running_ids(self) -> list[str]:
-        return list(self._tokens)
+        return self._in_flight.ids()
 
 
 async def show_status(adapter: Adapter, target: ReplyTarget, text: str) -> None:
