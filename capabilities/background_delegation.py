@@ -276,6 +276,13 @@ class _Detaching(_Delegation):
         row = await self.background.db.get(task_id.strip())
         return row if row is not None and row.conversation_id == ctx.deps.conversation.id else None
 
+    async def _running(self, ctx: RunContext[Turn], task_id: str, why_not: str) -> BackgroundRun | str:
+        """This conversation's run `task_id` while it runs; else the answer: unknown, or ended (`why_not`)."""
+        row = await self._own(ctx, task_id)
+        if row is None:
+            return _unknown(task_id)
+        return row if row.status == RUNNING else _ended(row, why_not)
+
     def _who(self, ctx: RunContext[Turn]) -> str:
         return f"{ctx.deps.agent.name or ctx.deps.agent.id} (the agent that started it)"
 
@@ -397,11 +404,9 @@ class _Detaching(_Delegation):
         message = message.strip()
         if not message or len(message) > MAX_MESSAGE_CHARS:
             return trouble(ctx, "mistake", f"Send a message of 1 to {MAX_MESSAGE_CHARS} characters.")
-        row = await self._own(ctx, task_id)
-        if row is None:
-            return _unknown(task_id)
-        if row.status != RUNNING:
-            return _ended(row, "nothing reads messages for it any more")
+        row = await self._running(ctx, task_id, "nothing reads messages for it any more")
+        if isinstance(row, str):
+            return row
         await Inbox(ctx.deps.state, row.id).send(message)
         return (f"Sent to {row.delegate} (run {row.id}): it reads it before its next model request. Its report "
                 "still arrives by itself when it ends.")
@@ -420,11 +425,9 @@ class _Detaching(_Delegation):
             That it was asked to wrap up (its partial answer arrives as its report, or through wait_tasks), or
             why not: no such run in this conversation, it has ended, or it was asked already.
         """
-        row = await self._own(ctx, task_id)
-        if row is None:
-            return _unknown(task_id)
-        if row.status != RUNNING:
-            return _ended(row, "there is nothing to wrap up")
+        row = await self._running(ctx, task_id, "there is nothing to wrap up")
+        if isinstance(row, str):
+            return row
         inbox = Inbox(ctx.deps.state, row.id)
         if not await inbox.ask_wrap_up(self._who(ctx)):
             return f"Run {row.id} ({row.delegate}) was already asked to wrap up; its answer is on its way."
@@ -473,11 +476,9 @@ class _Detaching(_Delegation):
         answer = answer.strip()
         if not answer or len(answer) > MAX_MESSAGE_CHARS:
             return trouble(ctx, "mistake", f"Answer in 1 to {MAX_MESSAGE_CHARS} characters.")
-        row = await self._own(ctx, task_id)
-        if row is None:
-            return _unknown(task_id)
-        if row.status != RUNNING:
-            return _ended(row, "it is not waiting for an answer")
+        row = await self._running(ctx, task_id, "it is not waiting for an answer")
+        if isinstance(row, str):
+            return row
         inbox = Inbox(ctx.deps.state, row.id)
         if not await inbox.answer(answer):
             return (f"Run {row.id} ({row.delegate}) is not waiting for an answer: it has asked nothing, or its "
