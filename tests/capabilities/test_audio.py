@@ -1,0 +1,120 @@
+"""audio: a voice note or audio clip is heard before the run (transcribed by the provider's OpenAI-compatible
+audio API, here the fake model server over HTTP), and the model reads the transcript, marked as one, with its
+duration; a failed or over-long transcription is said in the chat; generate_speech posts a voice note that
+decodes as OGG/Opus on Telegram and an audio file on Slack and Mattermost. The real SDKs against the fakes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+import capabilities.audio  # noqa: F401  (registers `audio` before its entry point is installed)
+from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_BOT_TOKEN, World, world  # noqa: F401  (fixture)
+from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
+from gateway.store.models import Message
+from tests.conftest import running_gateway, wait_for, write_config
+from tests.fakes.openai import FakeOpenAI
+from tests.fakes.slack import FakeSlack
+from tests.fakes.telegram import FakeTelegram
+from tests.support.audio import decode, tone
+
+from . import support
+from .scripted import say_calls
+
+ADA = FakeTelegram.user(42, "Ada", "ada")
+FORUM_ID = -100300
+HEARD = "Could you book the meeting room for Thursday at ten?"
+
+
+@pytest.fixture
+async def model_server() -> AsyncIterator[FakeOpenAI]:
+    server = await FakeOpenAI(chunks=["Booked ", "for ", "Thursday."]).start()
+    server.transcript = HEARD
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+async def telegram(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as server:
+        monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
+        server.private_chat(ADA)
+        server.add_chat(FORUM_ID, "supergroup", title="Forum", is_forum=True)
+        yield server
+
+
+def _agent(model: str = "fake:gpt-test", **audio: Any) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": "audio"}
+    if audio:
+        entry["config"] = audio
+    return {"name": "Voice", "model": model, "instructions": "Be brief.", "capabilities": [entry]}
+
+
+def _providers(server: FakeOpenAI) -> dict[str, Any]:
+    return {"providers": {"fake": {"kind": "openai-chat", "base_url": server.base_url}}}
+
+
+def _telegram_config(tmp_path: Path, fake: FakeTelegram, server: FakeOpenAI, agent: dict[str, Any]) -> Path:
+    section = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url}
+    return write_config(tmp_path / "config", agents={"assistant": agent}, gateway=_providers(server),
+                        bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": section,
+                                         "admission": {"dm": "open"}}})
+
+
+def _voice(fake: FakeTelegram, data: bytes, seconds: int) -> dict[str, Any]:
+    """A voice note's message fields as Telegram sends them (the file is served by getFile)."""
+    return {"voice": {"file_id": fake.add_file(data), "file_unique_id": f"v{len(fake.files)}", "duration": seconds,
+                      "mime_type": "audio/ogg", "file_size": len(data)}}
+
+
+def _prompts(server: FakeOpenAI) -> list[str]:
+    """The user messages of every chat request the model server received, as text."""
+    return [json.dumps(m["content"]) for r in server.requests for m in r["messages"] if m["role"] == "user"]
+
+
+async def _user_texts(gw: Any) -> list[str]:
+    async with gw.store.sessions() as s:
+        return list(await s.scalars(select(Message.text).where(Message.role == "user").order_by(Message.id)))
+
+
+async def _say_in_topic(fake: FakeTelegram, topic: int, text: str) -> None:
+    text = "@gateway_bot " + text
+    fake.push_message(FORUM_ID, ADA, text, entities=fake.mention(text), thread_id=topic)
+
+
+@pytest.mark.parametrize("where", ["private", "topic"])
+async def test_a_telegram_voice_note_is_transcribed_and_answered(tmp_path: Path, telegram: FakeTelegram,
+                                                                 model_server: FakeOpenAI, where: str) -> None:
+    note = tone(2.0, "ogg")
+    async with running_gateway(_telegram_config(tmp_path, telegram, model_server, _agent())) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        reply_to = None
+        if where == "private":
+            chat, topic = ADA["id"], None
+        else:  # in a group a voice note cannot mention the bot: it replies to the bot's answer in the topic
+            chat, topic = FORUM_ID, telegram.add_topic(FORUM_ID, "Rooms", ADA)
+            await _say_in_topic(telegram, topic, "hello")
+            (reply_to,) = await telegram.wait_for(lambda: [m for m in telegram.sent(chat) if "Thursday" in m.text],
+                                                  what="an answer to reply to")
+        answered = len([m for m in telegram.sent(chat) if "Thursday" in m.text])
+        telegram.push_message(chat, ADA, "", thread_id=topic, reply_to=reply_to, extra=_voice(telegram, note, 2))
+        await telegram.wait_for(lambda: len([m for m in telegram.sent(chat) if "Booked for Thursday." in m.text])
+                                > answered, what="the answer to the voice note")
+        stored = await _user_texts(gw)
+    (asked,) = model_server.transcriptions
+    assert asked["model"] == "gpt-4o-mini-transcribe" and asked["response_format"] == "json"
+    assert asked["file_bytes"] == note and asked["file_name"] == "voice.ogg"
+    # The model read the transcript, marked as one, with the clip's length.
+    heard = [p for p in _prompts(model_server) if HEARD in p]
+    assert heard and "Transcript of a voice message (voice.ogg, 0:02 long)" in heard[-1]
+    answer = [m for m in telegram.sent(chat) if "Booked for Thursday." in m.text][-1]
+    assert answer.thread_id == topic
+    # The transcript is the message's stored text (what later turns read); the bytes are nowhere.
+    assert any(t.startswith("[Transcript of a voice message") and HEARD in t for t in stored)
