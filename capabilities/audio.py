@@ -215,8 +215,8 @@ class VoiceListener:
         try:
             t = await self.audio.transcribe(name, mime_type, data)
         except Refused as e:
-            message = str(e).removeprefix(f"{name} ")
-            raise NotHeard(message) from None
+            said = str(e)  # "voice.ogg is 12:30 long, …" reads "I could not transcribe voice.ogg: it is 12:30 long, …"
+            raise NotHeard(f"it {said[len(name) + 1:]}" if said.startswith(f"{name} ") else said) from None
         return Heard(t.text, t.duration_seconds, t.language, self.audio.cfg.transcription_model)
 
 

@@ -16,10 +16,10 @@ from sqlalchemy import select
 import capabilities.audio  # noqa: F401  (registers `audio` before its entry point is installed)
 from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_BOT_TOKEN, World, world  # noqa: F401  (fixture)
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
-from gateway.store.models import Message
+from gateway.store.models import CapabilityStateRow, Message
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.openai import FakeOpenAI
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import BOT_TOKEN, FakeSlack
 from tests.fakes.telegram import FakeTelegram
 from tests.support.audio import decode, tone
 
@@ -118,3 +118,66 @@ async def test_a_telegram_voice_note_is_transcribed_and_answered(tmp_path: Path,
     assert answer.thread_id == topic
     # The transcript is the message's stored text (what later turns read); the bytes are nowhere.
     assert any(t.startswith("[Transcript of a voice message") and HEARD in t for t in stored)
+
+
+async def _private_voice_note(tmp_path: Path, telegram: FakeTelegram, server: FakeOpenAI, note: bytes,
+                              agent: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """A voice note in Ada's private chat; the bot's whole answer, and the audio usage recorded with the run."""
+    async with running_gateway(_telegram_config(tmp_path, telegram, server, agent)) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        telegram.push_message(ADA["id"], ADA, "", extra=_voice(telegram, note, int(len(note) > 0)))
+        (answer,) = await telegram.wait_for(lambda: [m for m in telegram.sent(ADA["id"]) if "Thursday." in m.text],
+                                            what="the answer")
+        async with gw.store.sessions() as s:
+            rows = list(await s.scalars(select(CapabilityStateRow.value).where(CapabilityStateRow.capability == "audio")))
+    return answer.text, [json.loads(r) for r in rows]
+
+
+async def test_the_cost_of_a_transcription_is_recorded_with_the_run(tmp_path: Path, telegram: FakeTelegram,
+                                                                     model_server: FakeOpenAI) -> None:
+    _, usage = await _private_voice_note(tmp_path, telegram, model_server, tone(1.5, "ogg"), _agent())
+    (row,) = usage
+    assert row["what"] == "transcription" and row["model"] == "gpt-4o-mini-transcribe" and row["provider"] == "fake"
+    assert 1.4 < row["seconds"] < 1.7 and row["input_tokens"] > 0 and row["output_tokens"] > 0
+    assert row["cost_usd"] > 0  # priced by genai-prices from the tokens the service reported
+
+
+async def test_a_failed_transcription_is_said_in_the_chat(tmp_path: Path, telegram: FakeTelegram,
+                                                         model_server: FakeOpenAI) -> None:
+    model_server.transcription_status = 400
+    answer, _ = await _private_voice_note(tmp_path, telegram, model_server, tone(1.0, "ogg"), _agent())
+    assert "I could not transcribe voice.ogg: the transcription service answered with an error (HTTP 400)." in answer
+    assert not any(HEARD in p for p in _prompts(model_server))
+    assert any("voice message that was not transcribed" in p for p in _prompts(model_server))  # the model knows too
+
+
+async def test_a_voice_note_over_the_length_limit_is_refused_naming_it(tmp_path: Path, telegram: FakeTelegram,
+                                                                        model_server: FakeOpenAI) -> None:
+    answer, usage = await _private_voice_note(tmp_path, telegram, model_server, tone(2.5, "ogg"),
+                                              _agent(max_seconds=2))
+    assert "I could not transcribe voice.ogg: it is 0:03 long, over the 0:02 limit for audio here." in answer
+    assert not model_server.transcriptions and not usage  # nothing was sent to the service, nothing paid
+
+
+async def test_a_slack_audio_clip_in_a_thread_is_transcribed_and_answered(
+        tmp_path: Path, fake_slack: FakeSlack, model_server: FakeOpenAI) -> None:
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake_slack.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": _agent()}, gateway=_providers(model_server),
+                       bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+    clip = tone(3.0, "mp3")
+    async with running_gateway(cfg) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hello")
+        await fake_slack.wait_for(lambda: [m for m in fake_slack.bot_messages("C0GEN") if "Thursday." in m.text])
+        # The thread the bot answers in: a clip there needs no mention.
+        await fake_slack.say("C0GEN", "U0ADA", "", thread_ts=root.ts,
+                             files=[fake_slack.add_file("audio_message.mp3", "audio/mpeg", clip)])
+        await fake_slack.wait_for(lambda: len([m for m in fake_slack.bot_messages("C0GEN") if "Thursday." in m.text]) == 2)
+    answer = [m for m in fake_slack.bot_messages("C0GEN") if "Thursday." in m.text][-1]
+    assert answer.thread_ts == root.ts
+    (asked,) = model_server.transcriptions
+    assert asked["file_bytes"] == clip and asked["file_name"] == "audio_message.mp3"
+    assert fake_slack.file_fetches == [f"Bearer {BOT_TOKEN}"]  # fetched with the bot's token
+    heard = [p for p in _prompts(model_server) if HEARD in p]
+    assert heard and "Transcript of a voice message (audio_message.mp3, 0:03 long)" in heard[-1]
