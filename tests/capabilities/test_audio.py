@@ -5,6 +5,7 @@ decodes as OGG/Opus on Telegram and an audio file on Slack and Mattermost. The r
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from sqlalchemy import select
 import capabilities.audio  # noqa: F401  (registers `audio` before its entry point is installed)
 from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_BOT_TOKEN, World, world  # noqa: F401  (fixture)
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
+from gateway.outbound.files import size_text
 from gateway.store.models import CapabilityStateRow, Message
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.openai import FakeOpenAI
@@ -181,3 +183,95 @@ async def test_a_slack_audio_clip_in_a_thread_is_transcribed_and_answered(
     assert fake_slack.file_fetches == [f"Bearer {BOT_TOKEN}"]  # fetched with the bot's token
     heard = [p for p in _prompts(model_server) if HEARD in p]
     assert heard and "Transcript of a voice message (audio_message.mp3, 0:03 long)" in heard[-1]
+
+
+SPOKEN = "Your meeting room is booked for Thursday at ten."
+
+
+def _speaking_agent(server: FakeOpenAI) -> dict[str, Any]:
+    """The scripted model (its message says which tools to call), with audio on the fake model server's provider."""
+    return _agent(model="scripted", provider="fake")
+
+
+@pytest.mark.parametrize("where", ["private", "topic"])
+async def test_generate_speech_sends_a_telegram_voice_note_that_decodes_as_ogg_opus(
+        tmp_path: Path, telegram: FakeTelegram, model_server: FakeOpenAI, where: str) -> None:
+    support.SEEN.append(support.Seen())
+    async with running_gateway(_telegram_config(tmp_path, telegram, model_server, _speaking_agent(model_server))) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        script = say_calls(("generate_speech", {"text": SPOKEN}))
+        if where == "private":
+            chat, topic = ADA["id"], None
+            telegram.push_message(chat, ADA, script)
+        else:
+            chat, topic = FORUM_ID, telegram.add_topic(FORUM_ID, "Rooms", ADA)
+            await _say_in_topic(telegram, topic, script)
+        (note,) = await telegram.wait_for(lambda: [m for m in telegram.sent(chat) if m.files], what="a voice note")
+        await telegram.wait_for(lambda: support.SEEN[-1].tool_results, what="the tool's answer")
+    assert note.thread_id == topic
+    ((kind, name, data),) = note.files
+    assert kind == "voice" and len(telegram.calls_to("sendVoice")) == 1 and not telegram.calls_to("sendAudio")
+    heard = decode(data)
+    assert (heard.container, heard.codec, heard.channels, heard.rate) == ("ogg", "opus", 1, 48000)
+    assert heard.samples > 48000  # over a second of speech, decoded to the last frame
+    (asked,) = model_server.speech_requests
+    assert asked["input"] == SPOKEN and asked["voice"] == "alloy" and asked["model"] == "gpt-4o-mini-tts"
+    result = ast.literal_eval(support.SEEN[-1].tool_results[0])  # the dict the model got back
+    assert result["name"] == name and result["size_bytes"] == len(data) and result["duration_seconds"] > 1
+    assert result["shared"] == f"shared {name} ({size_text(len(data))}) in the conversation"
+
+
+async def test_generate_speech_posts_an_audio_file_in_a_slack_thread(tmp_path: Path, fake_slack: FakeSlack,
+                                                                      model_server: FakeOpenAI) -> None:
+    support.SEEN.append(support.Seen())
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake_slack.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": _speaking_agent(model_server)},
+                       gateway=_providers(model_server),
+                       bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+    async with running_gateway(cfg) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> " + say_calls(("generate_speech", {"text": SPOKEN,
+                                                                                                     "voice": "nova"})))
+        (shared,) = await fake_slack.wait_for(lambda: fake_slack.shared_files)
+        await eventually(lambda: support.SEEN[-1].tool_results)
+    assert (shared.channel, shared.thread_ts) == ("C0GEN", root.ts)
+    assert shared.title.endswith(".ogg")
+    heard = decode(shared.data)
+    assert (heard.container, heard.codec) == ("ogg", "opus") and heard.samples > 48000
+    assert model_server.speech_requests[0]["voice"] == "nova"
+
+
+async def test_generate_speech_posts_an_audio_file_in_a_mattermost_thread(
+        tmp_path: Path, world: World, model_server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    support.SEEN.append(support.Seen())
+    monkeypatch.setenv("MM_AUDIO_TOKEN", MM_BOT_TOKEN)
+    cfg = write_config(tmp_path / "config", agents={"assistant": _speaking_agent(model_server)},
+                       gateway=_providers(model_server),
+                       bindings={"mm": {"platform": "mattermost", "agent": "assistant",
+                                        "mattermost": {"url": world.url, "token": "env:MM_AUDIO_TOKEN"}}})
+    fake, town = world.fake, world.town["id"]
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["mm"].health().connected, what="the websocket")
+        root = await fake.user_post(world.alice["id"], town,
+                                    "@agentbot " + say_calls(("generate_speech", {"text": SPOKEN})))
+        (post,) = await wait_for(lambda: [p for p in fake.posts_in(town) if p["file_ids"]], what="the audio's post")
+        await wait_for(lambda: support.SEEN[-1].tool_results, what="the tool's answer")
+    assert post["root_id"] == root["id"] and post["user_id"] == world.bot["id"]
+    (file_id,) = post["file_ids"]
+    info, data = fake.files[file_id]
+    assert info["name"].endswith(".ogg")
+    heard = decode(data)
+    assert (heard.container, heard.codec) == ("ogg", "opus") and heard.samples > 48000
+
+
+async def test_speech_past_4096_characters_is_a_retry_naming_the_limit(tmp_path: Path, telegram: FakeTelegram,
+                                                                       model_server: FakeOpenAI) -> None:
+    support.SEEN.append(support.Seen())
+    async with running_gateway(_telegram_config(tmp_path, telegram, model_server, _speaking_agent(model_server))) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        telegram.push_message(ADA["id"], ADA, say_calls(("generate_speech", {"text": "a" * 4097})))
+        await telegram.wait_for(lambda: support.SEEN[-1].retries, what="the retry prompt")
+        await telegram.wait_for(lambda: telegram.sent(ADA["id"]), what="the answer")
+    assert "`text` has 4,097 characters; speech takes at most 4,096" in support.SEEN[-1].retries[0]
+    assert not model_server.speech_requests and not [m for m in telegram.sent(ADA["id"]) if m.files]
