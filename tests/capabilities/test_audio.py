@@ -275,3 +275,28 @@ async def test_speech_past_4096_characters_is_a_retry_naming_the_limit(tmp_path:
         await telegram.wait_for(lambda: telegram.sent(ADA["id"]), what="the answer")
     assert "`text` has 4,097 characters; speech takes at most 4,096" in support.SEEN[-1].retries[0]
     assert not model_server.speech_requests and not [m for m in telegram.sent(ADA["id"]) if m.files]
+
+
+async def test_transcribe_audio_reads_a_shared_voice_note_with_timings_and_refuses_an_internal_url(
+        tmp_path: Path, telegram: FakeTelegram, model_server: FakeOpenAI) -> None:
+    support.SEEN.append(support.Seen())
+    agent = _agent(model="scripted", provider="fake", transcription_model="whisper-1", transcribe_voice_messages=False)
+    note = tone(2.0, "ogg")
+    async with running_gateway(_telegram_config(tmp_path, telegram, model_server, agent)) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        telegram.push_message(ADA["id"], ADA, "", extra=_voice(telegram, note, 2))
+        await telegram.wait_for(lambda: telegram.sent(ADA["id"]), what="the answer to the voice note")
+        assert not model_server.transcriptions  # not heard before the run: transcribe_voice_messages is off
+        telegram.push_message(ADA["id"], ADA, say_calls(
+            ("transcribe_audio", {"url": "http://127.0.0.1:9/memo.mp3"}),
+            ("transcribe_audio", {"file_id": "voice.ogg", "language": "en"})))
+        await telegram.wait_for(lambda: support.SEEN[-1].tool_results, what="the transcript")
+    assert "that URL cannot be fetched" in support.SEEN[-1].retries[0]  # loopback: never fetched for the model
+    (asked,) = model_server.transcriptions
+    assert (asked["model"], asked["response_format"], asked["language"]) == ("whisper-1", "verbose_json", "en")
+    assert asked["file_bytes"] == note
+    result = ast.literal_eval(support.SEEN[-1].tool_results[0])
+    assert result["text"] == HEARD and result["language"] == "en" and 1.9 < result["duration_seconds"] < 2.2
+    first, second = result["segments"]
+    assert first["start_seconds"] == 0 and first["end_seconds"] == second["start_seconds"]
+    assert " ".join([first["text"], second["text"]]) == HEARD
