@@ -6,6 +6,7 @@ decodes as OGG/Opus on Telegram and an audio file on Slack and Mattermost. The r
 from __future__ import annotations
 
 import ast
+import base64
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -120,6 +121,8 @@ async def test_a_telegram_voice_note_is_transcribed_and_answered(tmp_path: Path,
     assert answer.thread_id == topic
     # The transcript is the message's stored text (what later turns read); the bytes are nowhere.
     assert any(t.startswith("[Transcript of a voice message") and HEARD in t for t in stored)
+    database = b"".join(p.read_bytes() for p in (tmp_path / "config").glob("gateway.db*"))
+    assert note[200:264] not in database and base64.b64encode(note)[300:364] not in database  # nor its base64
 
 
 async def _private_voice_note(tmp_path: Path, telegram: FakeTelegram, server: FakeOpenAI, note: bytes,
