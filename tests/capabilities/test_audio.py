@@ -8,10 +8,12 @@ from __future__ import annotations
 import ast
 import base64
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from sqlalchemy import select
 
@@ -303,3 +305,53 @@ async def test_transcribe_audio_reads_a_shared_voice_note_with_timings_and_refus
     first, second = result["segments"]
     assert first["start_seconds"] == 0 and first["end_seconds"] == second["start_seconds"]
     assert " ".join([first["text"], second["text"]]) == HEARD
+
+
+def _web_config(tmp_path: Path, server: FakeOpenAI, **gateway: Any) -> Path:
+    return write_config(tmp_path / "config", agents={"assistant": _speaking_agent(server)},
+                        gateway={**_providers(server), **gateway})
+
+
+async def test_speech_in_the_web_chat_is_listed_and_served_inline_as_ogg(tmp_path: Path, model_server: FakeOpenAI,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    support.SEEN.append(support.Seen())
+    monkeypatch.setenv("TEST_API_TOKEN", "s3cret-token")
+    cfg = _web_config(tmp_path, model_server, http={"listen": "127.0.0.1:0", "api_token": "env:TEST_API_TOKEN"})
+    async with running_gateway(cfg) as gw, aiohttp.ClientSession(
+            gw.url, headers={"Authorization": "Bearer s3cret-token"}) as s:
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+        r = await s.post(f"/api/v1/conversations/{conv}/messages",
+                         json={"text": say_calls(("generate_speech", {"text": SPOKEN}))})
+        assert r.status == 202
+        await wait_for(lambda: support.SEEN[-1].tool_results, what="the tool's answer")
+        (share,) = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["files"]
+        (speech,) = share["files"]
+        async with s.get(speech["url"]) as got:
+            assert got.status == 200 and got.headers["Content-Type"] == "audio/ogg"  # the page plays it in place
+            assert got.headers["X-Content-Type-Options"] == "nosniff"
+            heard = decode(await got.read())
+    assert speech["media_type"] == "audio/ogg" and (heard.container, heard.codec) == ("ogg", "opus")
+
+
+@pytest.mark.browser
+async def test_the_web_page_plays_the_speech_it_asked_for(tmp_path: Path, model_server: FakeOpenAI) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    from tests.test_web_browser import _launch_args
+
+    support.SEEN.append(support.Seen())
+    async with running_gateway(_web_config(tmp_path, model_server)) as gw, async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+        try:
+            page = await context.new_page()
+            await page.goto(gw.url + "/")
+            await page.wait_for_url("**/#*", timeout=10_000)
+            await page.locator("textarea#text").fill(say_calls(("generate_speech", {"text": SPOKEN})))
+            await page.locator("button#send").click()
+            player = page.locator("audio.shared-file")
+            await expect(player).to_have_attribute("title", re.compile(r"\.ogg$"), timeout=10_000)
+            # The browser decoded the file's header: it knows how long the speech is.
+            await page.wait_for_function("() => document.querySelector('audio.shared-file')?.duration > 1",
+                                         timeout=10_000)
+        finally:
+            await context.close()
