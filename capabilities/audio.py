@@ -243,9 +243,9 @@ def _toolset(audio: Audio) -> FunctionToolset[Turn]:
             language: The spoken language as an ISO-639-1 code ("en", "de"), if known; default: detected.
 
         Returns:
-            {text, language, duration_seconds, segments}: the words heard, the language (where the service
-            says), the clip's length, and up to 500 segments {start_seconds, end_seconds, text} where the
-            service gives timings (else []). Audio longer than the gateway's limit (max_seconds) or larger than
+            The transcript as {text, language, duration_seconds, segments}, that is the words heard, the
+            language (where the service says), the clip's length, and up to 500 segments {start_seconds,
+            end_seconds, text} where the service gives timings (else []). Audio longer than the gateway's limit (max_seconds) or larger than
             its max_bytes is refused in words naming the limit.
         """
         if (file_id is None) == (url is None):
@@ -285,9 +285,9 @@ def _toolset(audio: Audio) -> FunctionToolset[Turn]:
             model: The speech model; default: this agent's configured one.
 
         Returns:
-            {shared, name, size_bytes, duration_seconds, sha256}: what was posted (on Telegram a voice note,
-            elsewhere an OGG/Opus audio file), or a sentence saying why not (this conversation takes no files,
-            the speech service failed).
+            What was posted as {shared, name, size_bytes, duration_seconds, sha256} (on Telegram a voice
+            note, elsewhere an OGG/Opus audio file), or a sentence saying why not (this conversation takes
+            no files, the speech service failed).
         """
         if not text.strip():
             return trouble(ctx, "mistake", "`text` is empty: give the words to speak")
