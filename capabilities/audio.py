@@ -184,13 +184,14 @@ class Audio:
 
 
 def _price(model: str, input_tokens: int, output_tokens: int, audio_tokens: int) -> float | None:
-    """What the request cost in US dollars where genai-prices knows the model, else None."""
-    try:
-        from genai_prices import Usage, calc_price
+    """What the request cost in US dollars where pydantic-ai's prices (genai-prices) know the model, else None."""
+    from pydantic_ai.messages import ModelResponse
+    from pydantic_ai.usage import RequestUsage
 
-        price = calc_price(Usage(input_tokens=input_tokens, output_tokens=output_tokens,
-                                 input_audio_tokens=audio_tokens or None), model_ref=model, provider_id="openai")
-        return round(float(price.total_price), 6)
+    usage = RequestUsage(input_tokens=input_tokens, output_tokens=output_tokens, input_audio_tokens=audio_tokens)
+    try:
+        return round(float(ModelResponse(parts=[], usage=usage, model_name=model, provider_name="openai")
+                           .cost().total_price), 6)
     except Exception:  # an unpriced model (a local server's): the tokens are still recorded
         return None
 
