@@ -106,7 +106,7 @@ class Audio:
         try:
             seconds = await off_loop(duration, data)
         except NotAudio as e:
-            raise Refused(f"{name} could not be read as audio ({e})") from None
+            raise Refused(f"{name} {e}") from None
         if seconds > self.cfg.max_seconds:
             raise Refused(f"{name} is {clock_text(seconds)} long, over the {clock_text(self.cfg.max_seconds)} "
                           "limit for audio here")
@@ -161,7 +161,7 @@ class Audio:
             ogg = await off_loop(to_ogg_opus, data)
             seconds = await off_loop(duration, ogg)
         except NotAudio as e:
-            raise Refused(f"the speech service's answer is not audio ({e})", transient=True) from None
+            raise Refused(f"the speech service's answer {e}", transient=True) from None
         await self.record("speech", model, seconds=seconds, characters=len(text))
         return ogg
 

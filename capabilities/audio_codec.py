@@ -23,14 +23,15 @@ CODEC_SECONDS = 30.0  # one decode or encode; audio capped at the configured byt
 
 
 class NotAudio(Exception):
-    """The bytes are not audio FFmpeg can read (or took too long to read)."""
+    """The bytes are not audio FFmpeg can read (or took too long to read). `str()` completes a sentence
+    about the file: "voice.ogg " + "is not audio that can be read"."""
 
 
 def _av():  # type: ignore[no-untyped-def]
     try:
         import av
     except ImportError as e:  # a missing optional piece fails when used, with the install line
-        raise NotAudio("PyAV is not installed (pip install av)") from e
+        raise NotAudio("cannot be read: PyAV is not installed (pip install av)") from e
     return av
 
 
@@ -39,7 +40,7 @@ async def off_loop(job: Callable[[bytes], T], data: bytes) -> T:
     try:
         return await asyncio.wait_for(asyncio.to_thread(job, data), CODEC_SECONDS)
     except TimeoutError:
-        raise NotAudio(f"reading it took longer than {CODEC_SECONDS:g} s") from None
+        raise NotAudio(f"took longer than {CODEC_SECONDS:g} s to read") from None
 
 
 def duration(data: bytes) -> float:
@@ -49,7 +50,7 @@ def duration(data: bytes) -> float:
         with av.open(io.BytesIO(data), mode="r") as container:
             stream = next((s for s in container.streams if s.type == "audio"), None)
             if stream is None:
-                raise NotAudio("it has no audio in it")
+                raise NotAudio("has no audio in it")
             if container.duration:
                 return float(container.duration / av.time_base)
             if stream.duration and stream.time_base:
@@ -60,7 +61,7 @@ def duration(data: bytes) -> float:
                     total += float(packet.duration * packet.time_base)
             return total
     except av.FFmpegError as e:
-        raise NotAudio("it is not audio that can be read") from e
+        raise NotAudio("is not audio that can be read") from e
 
 
 def to_ogg_opus(data: bytes) -> bytes:
@@ -71,7 +72,7 @@ def to_ogg_opus(data: bytes) -> bytes:
         with av.open(io.BytesIO(data), mode="r") as src, av.open(out, mode="w", format="ogg") as dst:
             audio = next((s for s in src.streams if s.type == "audio"), None)
             if audio is None:
-                raise NotAudio("it has no audio in it")
+                raise NotAudio("has no audio in it")
             opus = dst.add_stream("libopus", rate=48000, layout="mono")
             for frame in src.decode(audio):
                 frame.pts = None  # the encoder re-times what its resampler regroups
@@ -80,5 +81,5 @@ def to_ogg_opus(data: bytes) -> bytes:
             for packet in opus.encode(None):
                 dst.mux(packet)
     except av.FFmpegError as e:
-        raise NotAudio("it is not audio that can be read") from e
+        raise NotAudio("is not audio that can be read") from e
     return out.getvalue()

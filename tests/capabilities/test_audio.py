@@ -369,3 +369,15 @@ async def test_guardrails_screen_a_transcript_as_the_persons_words(tmp_path: Pat
                                             what="the refusal")
     assert "your message contains a term this agent's guardrails block" in answer.text
     assert model_server.transcriptions and not model_server.requests  # heard, and never sent to the model
+
+
+async def test_a_voice_note_that_is_not_audio_is_refused_and_never_sent_on(tmp_path: Path, telegram: FakeTelegram,
+                                                                           model_server: FakeOpenAI) -> None:
+    fake_note = b"OggS" + b"\x00not audio at all, whatever the platform says\xff" * 40
+    async with running_gateway(_telegram_config(tmp_path, telegram, model_server, _agent())) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        telegram.push_message(ADA["id"], ADA, "", extra=_voice(telegram, fake_note, 3))
+        (answer,) = await telegram.wait_for(lambda: [m for m in telegram.sent(ADA["id"]) if "Thursday." in m.text],
+                                            what="the answer")
+    assert "I could not transcribe voice.ogg: it is not audio that can be read." in answer.text
+    assert not model_server.transcriptions
