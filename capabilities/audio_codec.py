@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
-CODEC_SECONDS = 30.0  # one decode or encode; audio capped at the configured bytes takes well under a second
+CODEC_SECONDS = 60.0  # one decode or encode: 5 min of speech re-encodes in ~9 s on a loaded 2-core machine
 
 
 class NotAudio(Exception):
