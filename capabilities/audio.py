@@ -138,8 +138,8 @@ class Audio:
         await self.record("transcription", model, seconds=seconds, usage=getattr(result, "usage", None))
         return Transcript(text, heard_language, round(seconds, 2), segments)
 
-    async def speak(self, text: str, voice: str, model: str) -> bytes:
-        """Speech for `text` as OGG/Opus bytes (mono, 48 kHz), or Refused."""
+    async def speak(self, text: str, voice: str, model: str) -> tuple[bytes, float]:
+        """Speech for `text` as OGG/Opus bytes (mono, 48 kHz) and its seconds, or Refused."""
         try:
             client = self.clients.client(self.provider)
             # MP3: what every OpenAI-compatible speech server answers; re-encoded here for voice notes.
@@ -163,7 +163,7 @@ class Audio:
         except NotAudio as e:
             raise Refused(f"the speech service's answer {e}", transient=True) from None
         await self.record("speech", model, seconds=seconds, characters=len(text))
-        return ogg
+        return ogg, seconds
 
     async def record(self, what: str, model: str, *, seconds: float, characters: int = 0, usage: Any = None) -> None:
         """One request's usage and cost with the run (capability state), and a log line."""
@@ -300,7 +300,7 @@ def _toolset(audio: Audio) -> FunctionToolset[Turn]:
             if not _NAME.match(value):
                 return trouble(ctx, "mistake", f"`{label}` {value!r} is not a name the speech service knows")
         try:
-            ogg = await audio.speak(text, voice, model)
+            ogg, seconds = await audio.speak(text, voice, model)
         except Refused as e:
             if e.transient:
                 return trouble(ctx, "transient", str(e))
@@ -312,7 +312,6 @@ def _toolset(audio: Audio) -> FunctionToolset[Turn]:
             return f"The speech was made but not posted: {e}."
         except PlatformError as e:
             return trouble(ctx, "transient", f"the platform did not take the voice message ({e})")
-        seconds = await off_loop(duration, ogg)
         return {"shared": shared.note, "name": file.name, "size_bytes": len(ogg),
                 "duration_seconds": round(seconds, 2), "sha256": hashlib.sha256(ogg).hexdigest()}
 
