@@ -12,7 +12,6 @@ with `DeferredToolResults` — in this process or the next one. The queries live
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -39,6 +38,7 @@ from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
 from gateway.approvals.principal import Principal
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.approvals.service")
 
@@ -66,10 +66,7 @@ class Approvals:
         self._expiry = asyncio.create_task(self._expire_forever(), name="approvals:expiry")
 
     async def stop(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
+        await cancel_and_wait(self._expiry)
 
     async def _expire_forever(self) -> None:
         await every(EXPIRY_CHECK_EVERY, self.expire_due, "approval expiry check", log)
