@@ -381,3 +381,21 @@ async def test_a_voice_note_that_is_not_audio_is_refused_and_never_sent_on(tmp_p
                                             what="the answer")
     assert "I could not transcribe voice.ogg: it is not audio that can be read." in answer.text
     assert not model_server.transcriptions
+
+
+def test_audio_without_an_openai_compatible_provider_is_refused_at_load(tmp_path: Path) -> None:
+    from bindings.loader import ConfigError, load_config
+    from gateway import extensions
+
+    extensions.register_checks()
+    gateway = {"providers": {"claude": {"kind": "anthropic"}, "local": {"kind": "openai-chat",
+                                                                      "base_url": "http://127.0.0.1:9/v1"}}}
+    refused = write_config(tmp_path / "refused", gateway=gateway,
+                           agents={"assistant": _agent(model="claude:claude-sonnet-4-5")})
+    with pytest.raises(ConfigError) as e:
+        load_config(refused)
+    assert "provider 'claude' is an Anthropic one, which has no audio API: set the audio capability's `provider`" \
+        in str(e.value)
+    # Named explicitly, a local OpenAI-compatible server does it for an agent on any model.
+    load_config(write_config(tmp_path / "named", gateway=gateway,
+                             agents={"assistant": _agent(model="claude:claude-sonnet-4-5", provider="local")}))
