@@ -28,7 +28,8 @@ class CapabilitiesExtension(Extension):
         from .context import ContextLibrary
         from .handoffs import Switchboard
         from .knowledge_index import KnowledgeIndexer
-        from .registry import build_for_turn
+        from .audio_clients import AudioClients
+        from .registry import build_for_turn, listener_for
         from .subagents import Delegator
 
         # Collaborators built once per daemon, handed to the capabilities that use them.
@@ -39,10 +40,14 @@ class CapabilitiesExtension(Extension):
             # A channel thread counts while its person is still in the channel, confirmed against the platform.
             "conversation_search": ConversationSearch(assembly.store.sessions, assembly.membership.counts),
             "knowledge": indexer,
+            # One OpenAI-compatible audio client per provider, shared by every run (closed at stop).
+            "audio": AudioClients(lambda: assembly.config().gateway.providers),
         }
+        assembly.parts.append(parts["audio"])
         # The gate first: its wrapper is outermost, so it sees the names the model calls.
         assembly.capability_builders.append(approval_gate.build_for_turn)
         assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts))
+        assembly.listeners.append(lambda turn: listener_for(turn, parts))
         assembly.routes.extend(catalog.http_routes(lambda: assembly.config().gateway.scopes.granted))
         # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
         assembly.parts.append(web_search.CLIENTS)
@@ -58,11 +63,12 @@ class CapabilitiesExtension(Extension):
         parts["schedules"] = assembly.schedules
 
     def checks(self) -> Sequence[ExtraCheck]:
-        from . import context, handoffs, knowledge, mcp_servers, sandbox, skills, subagents
+        from . import audio_clients, context, handoffs, knowledge, mcp_servers, sandbox, skills, subagents
         from .registry import validate_config
 
         return (validate_config, context.validate_config, knowledge.validate_config, mcp_servers.validate_config,
-                skills.validate_config, sandbox.validate_config, subagents.validate_config, handoffs.validate_config)
+                skills.validate_config, sandbox.validate_config, subagents.validate_config, handoffs.validate_config,
+                audio_clients.validate_config)
 
     def add_commands(self, sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
         def capabilities(args: argparse.Namespace) -> int:

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from gateway.mcp.pool import McpPool
     from gateway.membership import Membership
     from gateway.runs.background import BackgroundRuns
-    from gateway.runs.runner import CapabilityBuilder, TurnPreparer
+    from gateway.runs.runner import CapabilityBuilder, ListenerFor, TurnPreparer
     from gateway.runs.scheduled import Schedules
     from gateway.runs.turn import Turn
     from gateway.store.repo import Store
@@ -87,6 +87,7 @@ class Assembly:
     clock: Clock
     capability_builders: list[CapabilityBuilder]  # run in order for every turn; the first wraps outermost
     turn_preparers: list[TurnPreparer]
+    listeners: list[ListenerFor]  # what hears a turn's voice messages before it runs (gateway.inbound.attachments)
     build_agent: Callable[[Turn], Agent[Turn, Any]]  # the runner's: a delegate's agent is built like any
     parts: list[Any]  # objects with optional start/stop/readiness, started in order, stopped in reverse
     routes: list[web.AbstractRouteDef]  # served on the daemon's HTTP server
@@ -145,6 +146,7 @@ def install(gateway: Gateway) -> None:
     schedules = Schedules.of(gateway)
     assembly = Assembly(config=lambda: gateway.config, store=gateway.store, clock=gateway.clock,
                         capability_builders=runner.capability_builders, turn_preparers=runner.turn_preparers,
+                        listeners=runner.listeners,
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,
                         mcp=pool, background=background, schedules=schedules,
                         start_handoff=HandoffStarter(gateway).start,
