@@ -5,6 +5,8 @@ names the file, the name and the entry-point group."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -63,3 +65,37 @@ def test_a_capability_module_is_imported_only_when_a_config_names_it(tmp_path: P
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['capabilities.clock']"
+
+
+# What a deployment that binds none of it must never load: the platform SDKs, PostgreSQL's driver, the
+# capabilities' heavy libraries, the model providers' SDKs with no key, MCP with no server, and Alembic
+# for a database already at head.
+NEVER_FOR_THE_SHIPPED_CONFIG = ("slack_sdk", "slack_bolt", "telegram", "asyncpg", "matplotlib", "av", "pypdf", "bs4",
+                                "markdownify", "pydantic_ai_skills", "re2", "mcp", "fastmcp", "openai", "anthropic",
+                                "tiktoken", "alembic")
+
+
+def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_path: Path) -> None:
+    """The daemon assembled and started on `config/` as shipped (the web chat, the offline model), on a
+    database at head: none of the packages above is imported (bench/startup.py measures what that saves)."""
+    from tests.support.template_db import copy_migrated_sqlite
+
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    copy_migrated_sqlite(tmp_path / "var" / "gateway.db")  # the shipped database.url, relative to the cwd
+    script = ("import asyncio, sys\n"
+              "from gateway import extensions\n"
+              "from bindings.loader import load_config\n"
+              "from gateway.daemon import Gateway\n"
+              "extensions.register_checks()\n"
+              "async def main():\n"
+              "    gateway = Gateway(load_config('config'), listen='127.0.0.1:0')\n"
+              "    await gateway.start()\n"
+              "    await gateway.stop()\n"
+              "asyncio.run(main())\n"
+              f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({NEVER_FOR_THE_SHIPPED_CONFIG!r})))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
