@@ -453,3 +453,4 @@ def freeze_startup_objects() -> None:
     """
     gc.collect()
     gc.freeze()
+    gc.enable()  # `agent-gateway run` keeps the collector off until here (gateway.ops.cli.main)
