@@ -69,10 +69,10 @@ def test_a_capability_module_is_imported_only_when_a_config_names_it(tmp_path: P
 
 # What a deployment that binds none of it must never load: the platform SDKs, PostgreSQL's driver, the
 # capabilities' heavy libraries, the model providers' SDKs with no key, MCP with no server, and Alembic
-# for a database already at head.
+# for a database already at head; nor SQLAlchemy's PostgreSQL dialect on SQLite.
 NEVER_FOR_THE_SHIPPED_CONFIG = ("slack_sdk", "slack_bolt", "telegram", "asyncpg", "matplotlib", "av", "pypdf", "bs4",
                                 "markdownify", "pydantic_ai_skills", "re2", "mcp", "fastmcp", "openai", "anthropic",
-                                "tiktoken", "alembic")
+                                "tiktoken", "alembic", "sqlalchemy.dialects.postgresql")
 
 
 def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_path: Path) -> None:
@@ -92,7 +92,8 @@ def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_p
               "    await gateway.start()\n"
               "    await gateway.stop()\n"
               "asyncio.run(main())\n"
-              f"print(sorted({{m.partition('.')[0] for m in sys.modules}} & set({NEVER_FOR_THE_SHIPPED_CONFIG!r})))\n")
+              f"print(sorted({{p for m in sys.modules for p in (m, m.partition('.')[0])}} "
+              f"& set({NEVER_FOR_THE_SHIPPED_CONFIG!r})))\n")
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
