@@ -51,6 +51,13 @@ TARGET_RSS_SHIPPED_MIB = 80.0
 TARGET_RSS_PLATFORMS_MIB = 100.0
 CEILING_S = 60.0  # a daemon not READY by then is killed and the round counts as a miss
 MODEL_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")  # the shipped agent: the offline model
+# The libraries every deployment imports (the agent framework, the ORM and its SQLite driver, the HTTP
+# server, the config parser, the metrics), and those the three platforms add: imported alone, in a bare
+# process, they are the floor under the daemon's figures, printed beside them.
+FLOOR_SHIPPED = ("pydantic_ai", "sqlalchemy.ext.asyncio", "sqlalchemy.orm", "aiosqlite", "aiohttp.web",
+                 "ruamel.yaml", "prometheus_client")
+FLOOR_PLATFORMS = (*FLOOR_SHIPPED, "slack_bolt.app.async_app", "slack_sdk.socket_mode.aiohttp", "telegram",
+                   "telegram.request")
 
 
 @dataclass
@@ -65,6 +72,8 @@ class Round:
 class Figures:
     name: str
     rss_target: float
+    floor_modules: tuple[str, ...]
+    floor: tuple[float, float] | None = None  # (CPU s, RSS MiB) of importing floor_modules alone
     fresh: Round | None = None
     restarts: list[Round] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
@@ -130,6 +139,22 @@ async def one_round(workdir: Path, config: Path, idle: float, env: dict[str, str
             log.close()
 
 
+def library_floor(modules: tuple[str, ...], rounds: int = 3) -> tuple[float, float]:
+    """CPU seconds and VmRSS (MiB) of a bare process that imports `modules` and nothing of ours (median)."""
+    script = ("import gc, os, resource\n"
+              "gc.disable()\n"  # as `agent-gateway run` imports (gateway.ops.cli.main)
+              f"import {', '.join(modules)}\n"
+              "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+              "rss = next(l for l in open('/proc/self/status') if l.startswith('VmRSS:')).split()[1]\n"
+              "print(usage.ru_utime + usage.ru_stime, int(rss) / 1024)\n")
+    figures = []
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+        cpu, rss = out.stdout.split()
+        figures.append((float(cpu), float(rss)))
+    return statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
+
+
 def shipped_config(workdir: Path) -> Path:
     config = workdir / "config"
     shutil.copytree(ROOT / "config", config)
@@ -179,6 +204,9 @@ def report(figures: Figures) -> bool:
     if figures.fresh is not None:
         print(f"{figures.name}: first start on an empty database (migrations run): READY in "
               f"{figures.fresh.ready_s:.2f} s, RSS {figures.fresh.rss_idle_mib:.1f} MiB [printed]")
+    if figures.floor is not None:
+        print(f"{figures.name}: the libraries alone ({', '.join(figures.floor_modules)}), imported by a bare process: "
+              f"CPU {figures.floor[0]:.2f} s, RSS {figures.floor[1]:.1f} MiB [printed: the floor under the figures above]")
     for failure in figures.failures:
         print(f"{figures.name}: {failure} MISS")
     return ok_ready and ok_rss and not figures.failures
@@ -187,15 +215,17 @@ def report(figures: Figures) -> bool:
 async def main(rounds: int, idle: float) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
-        shipped = Figures("shipped config", TARGET_RSS_SHIPPED_MIB)
+        shipped = Figures("shipped config", TARGET_RSS_SHIPPED_MIB, FLOOR_SHIPPED)
         work = Path(tmp) / "shipped"
         work.mkdir()
         await measure(shipped, work, shipped_config(work), rounds, idle)
-        platforms = Figures("slack + telegram + mattermost bound", TARGET_RSS_PLATFORMS_MIB)
+        platforms = Figures("slack + telegram + mattermost bound", TARGET_RSS_PLATFORMS_MIB, FLOOR_PLATFORMS)
         async with fake_platforms() as fakes:
             work = Path(tmp) / "platforms"
             work.mkdir()
             await measure(platforms, work, platforms_config(work, fakes), rounds, idle)
+        for figures in (shipped, platforms):
+            figures.floor = await asyncio.to_thread(library_floor, figures.floor_modules)
         results = [report(shipped), report(platforms)]
     return 0 if all(results) else 1
 
