@@ -228,6 +228,7 @@ class Gateway:
         """Re-read the config directory; on problems keep the last good config and log each one."""
         from gateway import extensions
 
+        extensions.rescan()  # a capability or adapter package installed since start is found now
         extensions.register_checks()
         self.notifier.reloading()
         try:

@@ -31,11 +31,16 @@ def _without(name: str) -> Any:
 def test_a_binding_whose_platform_has_no_adapter_installed_is_a_config_error(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(extensions, "entry_points", _without("telegram"))
-    extensions.register_checks()
-    config = write_config(tmp_path, bindings={"tg": {"platform": "telegram", "agent": "assistant",
-                                                     "telegram": {"token": "env:TG_TOKEN"}}})
-    with pytest.raises(ConfigError) as e:
-        load_config(config)
+    extensions.rescan()  # the entry points are read once per process: forget what was read before the patch
+    try:
+        extensions.register_checks()
+        config = write_config(tmp_path, bindings={"tg": {"platform": "telegram", "agent": "assistant",
+                                                         "telegram": {"token": "env:TG_TOKEN"}}})
+        with pytest.raises(ConfigError) as e:
+            load_config(config)
+    finally:
+        monkeypatch.undo()
+        extensions.rescan()  # and the patched reading, for the tests after this one
     assert [str(p) for p in e.value.problems if not p.warning] == [
         f"{config / 'bindings' / 'tg.yaml'}:2:1: platform: no adapter for platform 'telegram': no entry point "
         "'telegram' in group agent_gateway.adapters (installed: mattermost, slack, web); install the package that "
