@@ -18,6 +18,7 @@ those are judged.
     .venv/bin/python bench/startup.py              # 5 rounds of each
     .venv/bin/python bench/startup.py --rounds 9 --idle 10
     .venv/bin/python bench/startup.py --quick      # 3 rounds, 1 s idle
+    .venv/bin/python bench/startup.py --gateway-src /tmp/old-checkout   # another checkout's daemon
     .venv/bin/python -X importtime -m gateway.ops.cli run --config config   # where the time goes
 
 Exit status 0 when every judged figure is within its target, 1 otherwise.
@@ -106,6 +107,9 @@ async def _await_ready(sock: socket.socket, popen: subprocess.Popen[bytes], dead
             return True
 
 
+SRC = ROOT  # the checkout whose daemon is measured (--gateway-src)
+
+
 async def one_round(workdir: Path, config: Path, idle: float, env: dict[str, str]) -> Round | str:
     """Start the daemon once, measure it, stop it with SIGTERM."""
     notify = workdir / "notify.sock"
@@ -157,7 +161,7 @@ def library_floor(modules: tuple[str, ...], rounds: int = 3) -> tuple[float, flo
 
 def shipped_config(workdir: Path) -> Path:
     config = workdir / "config"
-    shutil.copytree(ROOT / "config", config)
+    shutil.copytree(SRC / "config", config)
     return config
 
 
@@ -170,7 +174,7 @@ def platforms_config(workdir: Path, platforms: Platforms) -> Path:
 
 async def measure(figures: Figures, workdir: Path, config: Path, rounds: int, idle: float) -> None:
     env = {k: v for k, v in os.environ.items() if k not in MODEL_KEYS}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
     env.update(ENV)  # the platform bindings' tokens (env:STOP_...)
     for i in range(rounds):
         result = await one_round(workdir, config, idle, env)
@@ -235,7 +239,9 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5, help="starts per config, the first on an empty database (default 5)")
     parser.add_argument("--idle", type=float, default=3.0, help="seconds idle after READY before RSS is read again (default 3)")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 s idle (make bench BENCH_ARGS=--quick)")
+    parser.add_argument("--gateway-src", type=Path, default=ROOT, help="measure another checkout's daemon and config/")
     args = parser.parse_args()
+    SRC = args.gateway_src.resolve()
     if args.quick:
         args.rounds, args.idle = 3, 1.0
     if args.rounds < 2:
