@@ -89,6 +89,9 @@ class CapabilityDecl:
     # Whether lending it (share_with_delegates) lends its state too (`Turn.owner`): a plan or a workspace,
     # yes; a compaction snapshot is the conversation's history, which a delegate's run is never part of.
     lends_state: bool = True
+    # What the capability holds for the daemon's lifetime (shared HTTP clients): objects with an async
+    # `stop()`, awaited when the gateway stops if the capability was loaded (`LoadedCapabilities`).
+    holds: tuple[Any, ...] = ()
     # Extra publish-time checks: (config) -> list of (field path, message).
     check: Callable[[BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
     # Checks that need the whole entry (approval, secret_id beside the config):
@@ -134,6 +137,18 @@ def decl_for(capability_id: str) -> CapabilityDecl | None:
         if ep is not None:
             ep.load()  # the module registers its declaration
     return REGISTRY.get(capability_id)
+
+
+class LoadedCapabilities:
+    """A part of the gateway that stops what the loaded capabilities hold (`CapabilityDecl.holds`).
+
+    Only what a config named is loaded, so this is asked at stop rather than handed each holding at
+    start: a capability first named by a reload is stopped too, and one never named is never imported."""
+
+    async def stop(self) -> None:
+        for decl in list(REGISTRY.values()):
+            for held in decl.holds:
+                await held.stop()
 
 
 def load_all() -> dict[str, CapabilityDecl]:

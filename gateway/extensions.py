@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
@@ -58,15 +59,27 @@ class NotInstalled(LookupError):
         self.group, self.name = group, name
 
 
+@functools.cache
+def _declared(group: str) -> tuple[EntryPoint, ...]:
+    """`group`'s entry points, read once: each read scans every installed distribution's metadata
+    (5-17 ms here), and start-up asked ten times. `rescan` forgets them (a reload does)."""
+    return tuple(entry_points(group=group))
+
+
+def rescan() -> None:
+    """Read the installed distributions again at the next question: a package installed since start
+    is found by the next reload."""
+    _declared.cache_clear()
+
+
 def entry_point(group: str, name: str) -> EntryPoint | None:
     """The entry point `name` of `group`, if an installed distribution declares it."""
-    found = entry_points(group=group, name=name)
-    return next(iter(found), None)
+    return next((ep for ep in _declared(group) if ep.name == name), None)
 
 
 def names(group: str) -> list[str]:
     """Every name declared in `group`, sorted."""
-    return sorted({ep.name for ep in entry_points(group=group)})
+    return sorted({ep.name for ep in _declared(group)})
 
 
 def load(group: str, name: str, what: str) -> Any:
