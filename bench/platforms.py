@@ -440,14 +440,15 @@ class Proc:
 
 
 def write_gateway_config(directory: Path, port: int, platforms: list[Platform], limits: dict[str, Any] | None = None,
-                         database_url: str | None = None, model: str = MODEL) -> None:
+                         database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None) -> None:
     """`platforms`' bindings (none: the web API alone, a web binding), the bench agent on `model`."""
     (directory / "agents").mkdir(parents=True)
     (directory / "bindings").mkdir()
     # The fakes here do not enforce the platforms' budgets (budget_scale=0), and the daemon does
     # not pace by them: this bench measures the bots, not Slack's one post a second in a channel.
     gateway = {"database": {"url": database_url or f"sqlite+aiosqlite:///{directory / 'gateway.db'}"},
-               "http": {"listen": f"127.0.0.1:{port}"}, "limits": {"platform_budget_scale": 0, **(limits or {})}}
+               "http": {"listen": f"127.0.0.1:{port}"}, "limits": {"platform_budget_scale": 0, **(limits or {})},
+               **({"runtime": runtime} if runtime else {})}  # only when set: an older checkout has no `runtime`
     (directory / "gateway.yaml").write_text(json.dumps(gateway))
     (directory / "agents" / "assistant.yaml").write_text(json.dumps(
         {"name": "Bench agent", "model": model, "instructions": INSTRUCTIONS}))
@@ -459,13 +460,13 @@ def write_gateway_config(directory: Path, port: int, platforms: list[Platform], 
 
 async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Platform],
                         limits: dict[str, Any] | None = None, *,
-                        database_url: str | None = None, model: str = MODEL) -> Proc:
+                        database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None) -> Proc:
     """The daemon in its own process, ready (`/readyz`)."""
     from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
     port = free_port()
     config = tmp / "config"
-    write_gateway_config(config, port, platforms, limits, database_url, model)
+    write_gateway_config(config, port, platforms, limits, database_url, model, runtime)
     pythonpath = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     env = {**_model_env(model_url), "PYTHONPATH": pythonpath,
            "BENCH_SLACK_BOT_TOKEN": BOT_TOKEN, "BENCH_SLACK_APP_TOKEN": APP_TOKEN,
@@ -790,11 +791,14 @@ async def main(args: argparse.Namespace) -> int:
     ok = True
     try:
         with tempfile.TemporaryDirectory(prefix="gw-platform-bench-") as tmp:
-            gateway = await start_gateway(src, Path(tmp), model_url, gw_side)
+            runtime = {**({"event_loop": args.event_loop} if args.event_loop != "asyncio" else {}),
+                       **({"eager_tasks": True} if args.eager_tasks else {})}
+            gateway = await start_gateway(src, Path(tmp), model_url, gw_side, runtime=runtime)
             procs.append(gateway)
             bare = await start_bare({p.name: p for p in bare_side})
             procs.append(bare)
-            print(f"gateway from {src} (pid {gateway.pid}); bare bots pid {bare.pid}; model server {model_url}")
+            print(f"gateway from {src} (pid {gateway.pid}, Python {sys.version.split()[0]}, runtime {runtime}); "
+                  f"bare bots pid {bare.pid}; model server {model_url}")
             print("load average at the start: %.2f %.2f %.2f on %d CPUs (other work on the machine skews every "
                   "figure; the ratios less)" % (*os.getloadavg(), os.cpu_count() or 0))
             print(f"latency: {rounds} rounds, interleaved ...", flush=True)
@@ -931,6 +935,9 @@ if __name__ == "__main__":
     parser.add_argument("--latency-only", action="store_true", help="only the latency rounds (to try a change)")
     parser.add_argument("--profile", metavar="DIR", help="after the latency rounds, sample the daemon with py-spy over "
                         f"{PROFILE_MESSAGES} messages per platform: DIR/<platform>.svg and .txt, and a summary")
+    parser.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the daemon's runtime.event_loop")
+    parser.add_argument("--eager-tasks", action="store_true", help="the daemon's runtime.eager_tasks (Python 3.12+)")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pydantic-ai-alone", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pydantic-ai-rounds", action="store_true", help=argparse.SUPPRESS)

@@ -3,7 +3,9 @@
 1. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
 2. Identity: the platform account resolves to a person.
 3. A chat command (answered by the gateway), or ingest (message, queued run), the first sign of
-   work (`gateway/outbound/typing_indicator.py`: the typing indicator) and wake the queue.
+   work (`gateway/outbound/typing_indicator.py`: the typing indicator) and wake the queue. In an
+   idle conversation with a slot free (`Scheduler.reserve`) the ingest claims the run in its own
+   transaction, and it starts here (`Scheduler.start`): no wake, no claim of its own.
 
 Every path's first write is the ledger, under every id the message has (the platform's event
 id and, where a platform delivers one message as two events, its dedupe key): a redelivery, or
