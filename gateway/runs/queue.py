@@ -42,10 +42,7 @@ class Scheduler:
         if task is not None and not task.done():
             self._again.add(conversation_id)  # it may be past its last claim: look once more
             return
-        self._workers[conversation_id] = asyncio.create_task(
-            self._work(conversation_id), name=f"conversation:{conversation_id}"
-        )
-        self._on_active(len(self._workers))
+        self._keep(conversation_id, asyncio.create_task(self._work(conversation_id), name=f"conversation:{conversation_id}"))
 
     async def reserve(self, conversation_id: str | None) -> bool:
         """A slot under the limit for a run that starts from its message's ingest (`start`), taken now
@@ -66,10 +63,15 @@ class Scheduler:
         """Run a run claimed with its ingest, in the slot `reserve` took; the worker then goes on
         with the conversation's queue like any other."""
         conversation_id = claimed.run.conversation_id
-        self._workers[conversation_id] = asyncio.create_task(
-            self._work(conversation_id, claimed), name=f"conversation:{conversation_id}"
-        )
-        self._on_active(len(self._workers))
+        self._keep(conversation_id, asyncio.create_task(self._work(conversation_id, claimed),
+                                                        name=f"conversation:{conversation_id}"))
+
+    def _keep(self, conversation_id: str, task: asyncio.Task[None]) -> None:
+        # Under an eager task factory (runtime.eager_tasks) a worker with nothing to do has already
+        # ended here, before it could be kept: keeping it would leave a dead entry per conversation.
+        if not task.done():
+            self._workers[conversation_id] = task
+            self._on_active(len(self._workers))
 
     async def _work(self, conversation_id: str, first: Claimed | None = None) -> None:
         backoff = 0.0
