@@ -776,7 +776,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> int:
     rounds = 15 if args.quick else 50
-    messages = 300 if args.quick else 1000
+    messages = args.burst or (300 if args.quick else 1000)
     warm_up = 100
     src = Path(args.gateway_src).resolve()
     names = (Slack, Telegram, Mattermost)
@@ -931,6 +931,7 @@ if __name__ == "__main__":
     parser.add_argument("--gateway-src", default=str(ROOT), help="the checkout whose daemon is measured")
     parser.add_argument("--pause", type=float, default=0.01, help="seconds between messages in the latency rounds")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
+    parser.add_argument("--burst", type=int, help="messages in a burst (default 300 with --quick, else 1,000)")
     parser.add_argument("--keep-log", help="copy the daemon's log here")
     parser.add_argument("--latency-only", action="store_true", help="only the latency rounds (to try a change)")
     parser.add_argument("--profile", metavar="DIR", help="after the latency rounds, sample the daemon with py-spy over "
