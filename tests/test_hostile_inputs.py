@@ -42,6 +42,8 @@ MARKDOWN = {
     "mixed": "**a __b ~~c *d _e `f [g](h " * 1200,
     "heading": "# a" + " " * 32000 + "b",
     "item": "- " + " " * 32000 + "x",
+    "fence": "```" + " " * 16000 + "`" * 16000 + "x",  # gateway/markdown.py's FENCE looks ahead for a backtick
+    "fences": "```\n" * 8000 + "~~~ x\n" * 4000,
 }
 DEEP = "/".join("d" for _ in range(80)) + "/x.txt"  # 80 folders deep
 
