@@ -522,6 +522,9 @@ class MemoryConfig(Strict):
 class ApprovalsConfig(Strict):
     deciders: Literal["requester", "channel"] | list[str] = "requester"
     timeout: float = Field(default=86_400, gt=0, description="Seconds a parked run waits for a decision")
+    question_timeout: float = Field(default=600, gt=0, le=86_400, description="Seconds a question put to a person "
+                                    "in the thread (an MCP server's, a delegate's) waits for an answer; then it is "
+                                    "cancelled and the asker told")
 
 
 class ChannelOverride(Strict):
