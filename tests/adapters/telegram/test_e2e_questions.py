@@ -1,7 +1,7 @@
 """A question put to the person in a Telegram chat, end to end: an MCP server's elicitation through the real
 daemon, python-telegram-bot and the fake Bot API — declined with a button, left to expire (the server is
 told `cancel`), a press on the expired card, and a server that asks two questions at once (one is shown,
-the other cancelled unasked)."""
+the other cancelled unasked); and a handshake-era server's sampling request under `sampling: ask`."""
 
 from __future__ import annotations
 
@@ -81,3 +81,31 @@ async def test_declined_expired_and_flooding_elicitations(tmp_path: Path, fake: 
         fake.push_callback(ADA, pester, button(pester, "Yes"))
         await said(fake, "[tracker_pester success: pester api: [\"accepted {'sure': True}\", 'cancel']]")
         assert len(cards(fake)) == 3
+
+
+LEGACY = Path(__file__).resolve().parents[2] / "support" / "legacy_mcp_server.py"
+
+
+async def test_sampling_ask_shows_each_request_and_answers_only_when_accepted(tmp_path: Path, fake: FakeTelegram) -> None:
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
+    cfg = write_config(tmp_path / "c", agents={"ops": {"name": "Ops", "model": "test:mcp", "mcp_servers": [
+        {"name": "legacy", "command": sys.executable, "args": [str(LEGACY)], "env": {"MCP_LOG": str(tmp_path / "l")},
+         "tools": {"ask_model": "allow"}, "sampling": "ask"}]}},
+        bindings={"tg": {"platform": "telegram", "agent": "ops", "telegram": telegram, "admission": {"dm": "open"}}},
+        gateway={"plugins": ["tests.support.plugin_mcp"]})
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding")
+        await wait_for(lambda: gw.mcp.existing("ops", "legacy").state == "up", timeout=30, what="the server")
+        fake.push_message(ADA["id"], ADA, 'legacy_ask_model {"question": "what is 2+2?"}')
+        card = await fake.wait_for(lambda: next(iter(cards(fake)), None), what="the sampling request's card")
+        # What the server asks the model, and its ceiling, before anyone lets the model answer.
+        assert "wants this agent's model to answer:\nwhat is 2+2?" in card.text and "At most 50 tokens." in card.text
+        assert [b["text"] for b in card.buttons] == ["Let the model answer", "Refuse"]
+        fake.push_callback(ADA, card, button(card, "Let the model answer"))
+        await said(fake, "[legacy_ask_model success: the model said: echo: what is 2+2?]")
+        await fake.wait_for(lambda: "Answered by Ada." in card.text, what="the card closed")
+
+        fake.push_message(ADA["id"], ADA, 'legacy_ask_model {"question": "and 3+3?"}')
+        second = await fake.wait_for(lambda: len(cards(fake)) == 2 and cards(fake)[-1], what="the second card")
+        fake.push_callback(ADA, second, button(second, "Refuse"))
+        await said(fake, "[legacy_ask_model success: sampling refused: Sampling declined by the person.]")
