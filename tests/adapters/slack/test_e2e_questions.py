@@ -85,3 +85,39 @@ async def test_an_elicitation_is_a_card_answered_by_the_person_who_asked(tmp_pat
         await settled(gw, fake_slack)
         assert not any("echo: the outage fix" in m.text for m in fake_slack.bot_messages("C0GEN"))
         assert [t for t, _ in ran(log)] == ["release"]
+
+
+ASK_COLOR = json.dumps({"questions": [{"header": "Color", "question": "Which color should the logo be?",
+                                       "options": [{"label": "red"}, {"label": "blue"}]}]})
+
+
+async def test_a_sync_delegates_question_is_answered_by_the_person_never_a_model(tmp_path: Path,
+                                                                                  fake_slack: FakeSlack) -> None:
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "mode": "socket", "api_url": fake_slack.api_url}
+    cfg = write_config(tmp_path / "c", agents={
+        "ops": {"name": "Ops", "model": "test:mcp", "subagents": ["designer"],
+                "capabilities": [{"id": "subagents", "config": {"allow_questions": True}}]},
+        "designer": {"name": "Designer", "description": "Draws logos", "model": "test:mcp"}},
+        bindings={"acme": {"platform": "slack", "agent": "ops", "slack": slack}},
+        gateway={"plugins": ["tests.support.plugin_mcp"]})
+    async with running_gateway(cfg) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        task = json.dumps({"agent": "designer", "prompt": f"ask_parent {ASK_COLOR}"})
+        root, _ = await fake_slack.say("C0GEN", "U0ADA", f"<@U0BOT> task {task}")
+        card = await fake_slack.wait_for(lambda: question(fake_slack, root))
+        assert "The delegate designer asks" in shown(card) and "Color: Which color should the logo be?" in shown(card)
+        assert list(buttons(card)) == ["red", "blue", "Decline"] and "reply in this thread" in shown(card)
+
+        # Bob may not answer: his click is refused to him, his reply is an ordinary message (a turn of its own).
+        await fake_slack.click("U0BOB", card, buttons(card)["red"])
+        await fake_slack.wait_for(lambda: "Only Ada can answer this." in ephemerals_to(fake_slack, "U0BOB"))
+        await fake_slack.say("C0GEN", "U0BOB", "purple", thread_ts=root.ts)
+        # Ada's own answer, typed: the delegate gets it as a custom answer, and the parent its result.
+        await fake_slack.say("C0GEN", "U0ADA", "teal", thread_ts=root.ts)
+        done = "[task success: [ask_parent success: {'Color': ['teal']}]]"
+        await fake_slack.wait_for(lambda: any(m.text == done for m in fake_slack.bot_messages("C0GEN")))
+        assert "Answered by Ada." in shown(card)
+        await fake_slack.wait_for(lambda: any(m.text == "echo: purple" for m in fake_slack.bot_messages("C0GEN")))
+        await settled(gw, fake_slack)
+        assert not any("echo: teal" in m.text for m in fake_slack.bot_messages("C0GEN")), "the answer is no turn"
