@@ -1,7 +1,8 @@
 """A question put to the person in a Telegram chat, end to end: an MCP server's elicitation through the real
 daemon, python-telegram-bot and the fake Bot API — declined with a button, left to expire (the server is
 told `cancel`), a press on the expired card, and a server that asks two questions at once (one is shown,
-the other cancelled unasked); and a handshake-era server's sampling request under `sampling: ask`."""
+the other cancelled unasked), or keeps asking (cut off after five a run); and a handshake-era server's
+sampling request under `sampling: ask`."""
 
 from __future__ import annotations
 
@@ -109,3 +110,23 @@ async def test_sampling_ask_shows_each_request_and_answers_only_when_accepted(tm
         second = await fake.wait_for(lambda: len(cards(fake)) == 2 and cards(fake)[-1], what="the second card")
         fake.push_callback(ADA, second, button(second, "Refuse"))
         await said(fake, "[legacy_ask_model success: sampling refused: Sampling declined by the person.]")
+
+
+async def test_a_server_that_keeps_asking_is_cut_off_after_five_questions_a_run(tmp_path: Path, fake: FakeTelegram) -> None:
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
+    cfg = write_config(tmp_path / "c", agents={"ops": {"name": "Ops", "model": "test:mcp", "mcp_servers": [
+        {"name": "legacy", "command": sys.executable, "args": [str(LEGACY)], "env": {"MCP_LOG": str(tmp_path / "l")},
+         "tools": {"nag": "allow"}, "elicitation": "ask"}]}},
+        bindings={"tg": {"platform": "telegram", "agent": "ops", "telegram": telegram, "admission": {"dm": "open"}}},
+        gateway={"plugins": ["tests.support.plugin_mcp"]})
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding")
+        await wait_for(lambda: gw.mcp.existing("ops", "legacy").state == "up", timeout=30, what="the server")
+        fake.push_message(ADA["id"], ADA, 'legacy_nag {"times": 7}')  # a handshake-era server: asked beside the call
+        for n in range(1, 6):
+            card = await fake.wait_for(lambda: len(cards(fake)) == n and cards(fake)[-1].buttons and cards(fake)[-1],
+                                       what=f"question {n}")
+            assert f"Are we there yet? ({n})" in card.text
+            fake.push_callback(ADA, card, button(card, "Decline"))
+        await said(fake, "[legacy_nag success: nag: decline,decline,decline,decline,decline,cancel,cancel]")
+        assert len(cards(fake)) == 5, "past five questions a run, the server is told cancel without anyone asked"
