@@ -206,6 +206,8 @@ class Questions:
             return DecisionOutcome(False, NO_LONGER_OPEN)
         if not await self._may_answer(q, who):
             return DecisionOutcome(False, q.card().deciders.replace("can answer", "can answer this"))
+        if q.future.done():  # it closed (answered, expired) while the deciders were asked
+            return DecisionOutcome(False, NO_LONGER_OPEN)
         step, n = divmod(choice, 100)
         buttons = q.buttons()
         if step != q.step or not 0 <= n < len(buttons):
@@ -227,6 +229,8 @@ class Questions:
                   and not q.future.done()), None)
         if q is None or not await self._may_answer(q, who) or not await record():
             return None
+        if q.future.done():  # it closed while the deciders were asked: the message was one, too late
+            return NO_LONGER_OPEN
         f = q.current
         assert f is not None
         value, refusal = _typed(f, text.strip()[:MAX_REPLY], q.ask.free_text)
