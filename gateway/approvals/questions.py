@@ -33,7 +33,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gateway.approvals.service import Approvals, deciders_text
+from gateway.approvals.cards import who_decides
+from gateway.approvals.service import Approvals
 from gateway.outbound.adapter import (Adapter, AsksQuestions, DecisionOutcome, QuestionCard, ReplyTarget, Sender,
                                       offered)
 from gateway.runs.turn import Turn
@@ -135,7 +136,7 @@ class _Open:
             if f.kind == "enum" and len(f.options) > MAX_CHOICES:
                 prompt += ": one of " + ", ".join(f.options)
         answered = tuple((g.title, _shown(self.values[g.name])) for g in self.ask.fields if g.name in self.values)
-        who = deciders_text(self.deciders, self.requester.name).replace("can decide", "can answer")
+        who = f"{who_decides(self.deciders, self.requester.name)} can answer."
         buttons = self.buttons() if not note else []
         return QuestionCard(question_id=self.id, asker=self.ask.asker, text=_clip(self.ask.text), answered=answered,
                             prompt=prompt, choices=tuple(label for label, _ in buttons),
@@ -205,7 +206,7 @@ class Questions:
         if q is None or q.binding_id != binding_id or q.future.done():
             return DecisionOutcome(False, NO_LONGER_OPEN)
         if not await self._may_answer(q, who):
-            return DecisionOutcome(False, q.card().deciders.replace("can answer", "can answer this"))
+            return DecisionOutcome(False, f"{who_decides(q.deciders, q.requester.name)} can answer this.")
         if q.future.done():  # it closed (answered, expired) while the deciders were asked
             return DecisionOutcome(False, NO_LONGER_OPEN)
         step, n = divmod(choice, 100)
