@@ -17,7 +17,8 @@ the click's short-lived trigger). Decline is always a button.
 In-process, with a timeout (`approvals.question_timeout`, 10 minutes by default): every asker holds a live
 request while it waits (an MCP server's open `tools/call`, a delegate inside its parent's tool call), so a
 question cannot outlive its process the way a parked approval does. An answer to a question that is no
-longer open (answered, expired, its process gone) is told so and changes nothing.
+longer open (answered, expired, its process gone) is told so and changes nothing; so is one a platform
+delivers to another replica (the limit of keeping it in memory, docs/approvals.md).
 
 Bounded against an asker that floods: one open question per run at a time (a second, meanwhile, is
 cancelled without being shown) and `MAX_PER_RUN` per run; the text is clipped, the buttons capped.
