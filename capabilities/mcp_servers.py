@@ -74,7 +74,7 @@ class _ServerTools(WrapperToolset[Any]):
             detail = f" ({connection.detail})" if connection is not None and connection.detail else ""
             return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
                                              "the call did not run.")
-        run_call = RunCall(self.server, ctx.deps.status, ctx.deps.tell, ctx.usage)
+        run_call = RunCall(self.server, ctx.deps.status, ctx.deps.tell, ctx.usage, ctx.deps.ask)
         call = CURRENT_CALL.set(run_call)
         try:
             with connection.in_call(run_call):

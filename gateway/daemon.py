@@ -27,6 +27,7 @@ from gateway import private_api
 from gateway.inbound import pairing
 from gateway.adapter_registry import AdapterContext, create_adapter
 from gateway.approvals.service import Approvals
+from gateway.approvals.questions import Questions
 from gateway.clock import Clock
 from gateway.periodic import every
 from gateway.ops.retention import Pruning
@@ -86,6 +87,7 @@ class Gateway:
         # The parts start() builds on the store, each handed what it uses (no service locator).
         self.outbound: Outbound
         self.approvals: Approvals
+        self.questions: Questions | None = None
         self.stops: Stops
         self.memory_cards: MemoryCards
         self.inbound: Inbound
@@ -149,6 +151,7 @@ class Gateway:
         self.approvals = Approvals(self.store, self.outbound, adapter_for, lambda: self.config.bindings,
                                    self.events, self.metrics, self.scheduler.wake)
         self.extensions.append(self.approvals)
+        self.questions = Questions(self.approvals, adapter_for)
         self.runner.park_handler = self.approvals.park
         self.runner.resume_results = self.approvals.results_for
         self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY)
@@ -159,7 +162,8 @@ class Gateway:
                                                  self.memory_cards),
                                outbound=self.outbound, scheduler=self.scheduler, metrics=self.metrics,
                                show_typing=lambda conv: self.typing_indicator.show(adapter_for(conv.binding_id),
-                                                                                   conv.target(), conv.id))
+                                                                                   conv.target(), conv.id),
+                               answer_reply=self.questions.reply)
         try:
             from gateway import extensions
 
@@ -377,6 +381,10 @@ class Gateway:
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:
         return await self.approvals.decide(approval_id, decision, decider, binding_id=binding_id, surface=surface)
+
+    async def answer(self, question_id: str, choice: int, who: Sender, *, binding_id: str) -> DecisionOutcome:
+        assert self.questions is not None
+        return await self.questions.answer(question_id, choice, who, binding_id=binding_id)
 
     async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
         return await self.stops.stop(run_id, who, binding_id=binding_id)

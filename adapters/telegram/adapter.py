@@ -44,6 +44,8 @@ from gateway.outbound.adapter import (
     AdapterHealth,
     AnswersDirectory,
     ApprovalCard,
+    AsksQuestions,
+    QuestionCard,
     AttachmentTooLarge,
     FileKind,
     FileLimits,
@@ -67,6 +69,7 @@ from .native_stream import TelegramNativeStream
 from .request import AiohttpRequest
 from .stop import stop_keyboard
 from .cards import arguments_messages, card_html, card_keyboard, memory_html, memory_keyboard
+from .questions import question_html, question_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
 from .normalize import BotIdentity, ButtonClick, normalize_update
@@ -100,7 +103,7 @@ _MEDIA = {FileKind.IMAGE: InputMediaPhoto, FileKind.DOCUMENT: InputMediaDocument
 
 
 class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
-                      AnswersDirectory, FetchesAttachments, SendsFiles, ConfirmsMembership):
+                      AnswersDirectory, FetchesAttachments, SendsFiles, ConfirmsMembership, AsksQuestions):
     """One bot token, one binding."""
 
     platform = "telegram"
@@ -366,6 +369,10 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                 text, alert = await self._on_memory_click(click)
             elif click.show is not None:
                 text, alert = await self._on_show_click(click)
+            elif click.question is not None:  # the core asks who may answer; anyone else is told, alone
+                outcome = await dispatcher.answer(click.question[0], click.question[1], click.clicker,
+                                                  binding_id=self.binding_id)
+                text, alert = outcome.message, not outcome.accepted
             elif click.decision is None:
                 text, alert = "This button is no longer valid.", True
             else:
@@ -615,15 +622,23 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         return await self._post_with_buttons(target, card_html(card), card_keyboard(card))
 
+    async def post_question(self, target: ReplyTarget, card: QuestionCard) -> str:
+        return await self._post_with_buttons(target, question_html(card), question_keyboard(card))
+
+    async def update_question(self, target: ReplyTarget, ref: str, card: QuestionCard) -> None:
+        await self._edit_with_buttons(target, ref, question_html(card), question_keyboard(card))
+
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
+        # An empty keyboard once decided: the edit removes the buttons.
+        await self._edit_with_buttons(target, card_ref, card_html(card), card_keyboard(card))
+
+    async def _edit_with_buttons(self, target: ReplyTarget, ref: str, html: str, keyboard: Any) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("editMessageText"):
                 try:
-                    # An empty keyboard once decided: the edit removes the buttons.
-                    await bot.edit_message_text(card_html(card), chat_id, int(card_ref), parse_mode=ParseMode.HTML,
-                                                reply_markup=card_keyboard(card))
+                    await bot.edit_message_text(html, chat_id, int(ref), parse_mode=ParseMode.HTML, reply_markup=keyboard)
                 except TelegramError as e:
                     if not is_not_modified(e):
                         raise

@@ -318,12 +318,17 @@ class Approvals:
         return binding is not None and await self._may_decide(binding.approvals.deciders, who, run, conv)
 
     async def _may_decide(self, deciders: Any, decider: Sender, run: Run, conv: repo.ConversationRef) -> bool:
+        return await self.may_decide_as(deciders, decider, run.requester_account, run.requester_person_id, conv)
+
+    async def may_decide_as(self, deciders: Any, decider: Sender, requester_account: str | None,
+                            requester_person: str | None, conv: repo.ConversationRef) -> bool:
+        """The one deciders rule, for a card and for a question put to the person (`questions.py`)."""
         if deciders == "channel":
             return True
         person = await self.db.person_of(conv.platform, conv.workspace, decider.account_id)
         if deciders == "requester":
-            return decider.account_id == run.requester_account or (
-                person is not None and person == run.requester_person_id
+            return decider.account_id == requester_account or (
+                person is not None and person == requester_person
             )
         return bool(_names(conv, decider, person) & set(deciders))
 

@@ -358,6 +358,10 @@ class McpConnection:
         spec = self.spec
         handlers = {"message_handler": self._on_message, "log_handler": self._on_log,
                     "connect_timeout": self.settings.connect_timeout_seconds}
+        if spec.elicitation == "ask":
+            from gateway.mcp.elicitation import asking_handler
+
+            handlers["elicitation_handler"] = asking_handler(self.label, spec.name, self.sole_call)
         if spec.url is not None:
             headers = {k: self._resolve(v) for k, v in spec.headers.items()}
             toolset = pooled_toolset(spec, url=spec.url, headers=headers, **handlers)
@@ -366,13 +370,14 @@ class McpConnection:
             env = {k: self._resolve(v) for k, v in spec.env.items()}
             toolset = pooled_toolset(spec, command=spec.command, args=list(spec.args), env=env, stderr=stderr.writer,
                                      **handlers)
-        if spec.sampling == "allow" and self.sampling_model is not None:
+        if spec.sampling in ("allow", "ask") and self.sampling_model is not None:
             # pydantic-ai answers `sampling/createMessage` with the model; without it the client offers no
             # sampling and the SDK refuses a request ("Sampling not supported").
             try:
                 from gateway.mcp.sampling import CountedModel
 
-                toolset.set_sampling_model(CountedModel(self.sampling_model(), self.sole_call))
+                toolset.set_sampling_model(CountedModel(self.sampling_model(), self.sole_call, spec.name,
+                                                        asks=spec.sampling == "ask"))
             except Exception as e:  # the agent's model cannot be built: its runs say why; sampling stays refused
                 self.warn_once("sampling", "MCP server %s: sampling: allow, but the agent's model cannot be built "
                                "(%s); its requests are refused", self.label, e)
@@ -440,7 +445,7 @@ class McpConnection:
 def _transport(spec: McpServerSpec) -> tuple[Any, ...]:
     """What the connection is made of; a change to anything else (permissions) keeps it."""
     return (spec.url, spec.command, tuple(spec.args), tuple(sorted(spec.env.items())),
-            tuple(sorted(spec.headers.items())), spec.timeout_seconds, spec.sampling)
+            tuple(sorted(spec.headers.items())), spec.timeout_seconds, spec.sampling, spec.elicitation)
 
 
 _loaded: asyncio.Future[None] | None = None

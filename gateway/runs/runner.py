@@ -233,6 +233,8 @@ class Runner:
                 adapter, turn.target, gw.store, run.id, files, caption, what=what,
                 on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()),
         )
+        if gw.questions is not None:
+            turn.ask = gw.questions.asker_for(turn, adapter)
         return Prepared(turn, adapter)
 
     def _fetcher(self, adapter: Adapter) -> Callable[[Attachment], Awaitable[bytes | None]] | None:

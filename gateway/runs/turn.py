@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from bindings.models import AgentSpec, BindingSpec
 from bindings.skills import SkillBundle
@@ -104,6 +104,9 @@ class Turn:
     # is shared with it (share_with_delegates). Everything else a delegate keeps is its own (`scope`).
     parent: Turn | None = None
     borrowed: frozenset[str] = frozenset()
+    # Put a question to the person in the thread and wait for the answer (`gateway.approvals.questions`:
+    # an `Ask` in, an `Answer` out); None where the platform cannot show one. A delegate asks through its parent's.
+    ask: Callable[[Any], Awaitable[Any]] | None = None
     _modes: Modes | None = None
 
     async def modes(self) -> Modes:
