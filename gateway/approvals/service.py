@@ -40,6 +40,7 @@ from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
 from gateway.approvals.principal import Principal
+from gateway.membership import Membership, Place
 
 log = logging.getLogger("gateway.approvals.service")
 
@@ -57,6 +58,10 @@ def deciders_text(deciders: Any, requester_name: str) -> str:
     return f"Only {', '.join(deciders)} can decide."
 
 
+NOT_IN_CHANNEL = ("Only someone in this chat can {what}, and the chat platform does not confirm you are in it now "
+                  "(or could not be asked; try again in a minute).")
+
+
 # --- the service --------------------------------------------------------------------------
 
 
@@ -69,8 +74,9 @@ class Approvals:
 
     def __init__(self, store: repo.Store, outbound: Outbound, adapter_for: Callable[[str], Adapter | None],
                  bindings: Callable[[], Mapping[str, BindingSpec]], events: EventBus, metrics: Metrics,
-                 wake: Callable[[str], None]) -> None:
+                 wake: Callable[[str], None], membership: Membership) -> None:
         self.store = store
+        self._membership = membership
         self.db = ApprovalStore(store.sessions, store.clock)
         self._outbound, self._adapter_for, self._bindings = outbound, adapter_for, bindings
         self._events, self._metrics, self._wake = events, metrics, wake
@@ -104,7 +110,7 @@ class Approvals:
         binding = self._bindings().get(conv.binding_id)
         deciders = binding.approvals.deciders if binding is not None else "requester"
         if deciders == "channel":
-            return None
+            return None if await self._in_channel(conv, sender) else NOT_IN_CHANNEL.format(what="change approvals")
         person = await self.db.person_of(conv.platform, conv.workspace, sender.account_id)
         if deciders == "requester":
             others = [s for s in await self.db.speakers(conv.id)
@@ -272,6 +278,8 @@ class Approvals:
             return DecisionOutcome(False, "This approval no longer exists.")
         deciders = json.loads(card_row.deciders)
         if not await self._may_decide(deciders, decider, run, conv):
+            if deciders == "channel":
+                return DecisionOutcome(False, NOT_IN_CHANNEL.format(what="decide this"))
             return DecisionOutcome(False, deciders_text(deciders, run.requester_name).replace("can decide", "can decide this"))
         state = ItemState.DENIED if decision is Decision.DENY else ItemState.APPROVED
         won, requeued = await self.db.decide(card_id=card_row.id, approval_id=approval_id if item is not None else None,
@@ -302,9 +310,11 @@ class Approvals:
         decider = await self._decider_for(principal, found, conv)
         if decider is None:
             deciders = json.loads(found[1].deciders)
-            said = (deciders_text(deciders, found[2].requester_name if found[2] else "")
+            linked = await self._accounts_of(principal, conv.platform, conv.workspace)
+            said = (NOT_IN_CHANNEL.format(what="decide this") if deciders == "channel" and linked
+                    else deciders_text(deciders, found[2].requester_name if found[2] else "")
                     .replace("Anyone in this chat", "Only someone in this chat").replace("can decide", "can decide this"))
-            if not await self._accounts_of(principal, conv.platform, conv.workspace):
+            if not linked:
                 said += (f" Deciding through the API acts as your own {conv.platform} account, and none is linked to "
                          "you: link it, or use a token whose person may decide.")
             return DecisionOutcome(False, said)
@@ -361,14 +371,25 @@ class Approvals:
         return binding is not None and await self._may_decide(binding.approvals.deciders, who, run, conv)
 
     async def _may_decide(self, deciders: Any, decider: Sender, run: Run, conv: repo.ConversationRef) -> bool:
+        """The one deciders rule, asked by every door: a click, a command, a Stop and the API."""
         if deciders == "channel":
-            return True
+            return await self._in_channel(conv, decider)
         person = await self.db.person_of(conv.platform, conv.workspace, decider.account_id)
         if deciders == "requester":
             return decider.account_id == run.requester_account or (
                 person is not None and person == run.requester_person_id
             )
         return bool(_names(conv, decider, person) & set(deciders))
+
+    async def _in_channel(self, conv: repo.ConversationRef, sender: Sender) -> bool:
+        """Whether `sender` is in the conversation's channel now, as its platform says (cached briefly).
+
+        A click arrives from inside the chat, but the API (a linked account) does not: a person who
+        left the channel would otherwise still decide its cards. Asked on every door all the same, so
+        one answer holds everywhere; a platform that cannot say counts as no (fail closed)."""
+        place = Place(conv.platform, conv.binding_id, conv.workspace, conv.channel, conv.chat_kind,
+                      (sender.account_id,))
+        return await self._membership.counts(place) is True
 
     async def _refresh_card(self, card_id: str) -> None:
         found = await self.db.card(card_id)
