@@ -66,7 +66,7 @@ test-chaos: $(STAMP)
 # missed a target. bench/replicas.py needs the PostgreSQL the tests use (127.0.0.1:5432).
 BENCH_ARGS ?=
 bench: $(STAMP)
-	s=0; for b in run platforms streaming replicas; do $(BIN)/python bench/$$b.py $(BENCH_ARGS) || s=1; done; \
+	s=0; for b in run platforms streaming replicas startup; do $(BIN)/python bench/$$b.py $(BENCH_ARGS) || s=1; done; \
 	$(BIN)/python bench/stop.py || s=1; exit $$s
 
 clean:

@@ -133,11 +133,6 @@ def _why_not(connection: Any) -> str:
     return f"MCP server unavailable: {detail}" if detail else "MCP server unavailable"
 
 
-def builder(pool: McpPool) -> Callable[[Turn], list[Any]]:
-    """The runner's capability builder for the MCP servers `pool` keeps connected."""
-    return lambda turn: build_for_turn(pool, turn)
-
-
 def build_for_turn(pool: McpPool, turn: Turn) -> list[Any]:
     """The MCP servers' tools for one run (after `McpPool.prepare` ran for this turn)."""
     toolsets: list[AbstractToolset[Any]] = []

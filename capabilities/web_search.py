@@ -26,8 +26,8 @@ refusal the model cannot fix (a rejected key, a spent quota: text).
 
 HTTP clients: one `httpx.AsyncClient` per method and base URL, built on first use and shared by
 every run after it (`SearchClients`); the key travels per request, so no run builds a client or
-an SSL context. The gateway closes them at shutdown: `gateway/extensions.py` adds `CLIENTS` to
-the gateway's extensions, whose `stop()` is awaited in reverse order of start.
+an SSL context. The gateway closes them at shutdown: the declaration `holds` `CLIENTS`, which
+`registry.LoadedCapabilities` stops with the gateway once this module was loaded.
 
 Base URLs are fixed; `_test_base_urls` is the seam through which tests point a method at a
 loopback fake. No config field, environment variable or API reaches it.
@@ -345,7 +345,7 @@ register(CapabilityDecl(
     id="web_research", name="Web search", category="research",
     tools=(ToolDecl("web_search", summary="Search the public web for current information"),),
     build=builder(CLIENTS), config_model=WebSearchConfig, scopes=("web:read",), needs_key="conditional",
-    check_entry=check_entry,
+    check_entry=check_entry, holds=(CLIENTS,),
     description="Searches the web with DuckDuckGo (free, no key), Tavily, Brave or Exa (a key in secret_id), "
     "or the model provider's own search. A search that could not run says so; it never reads as 'nothing found'.",
 ))

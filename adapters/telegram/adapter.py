@@ -95,6 +95,7 @@ _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 TELEGRAM_FILE_LIMITS = FileLimits(
     max_bytes={FileKind.IMAGE: 10 * 1024 * 1024, FileKind.DOCUMENT: 50 * 1024 * 1024, FileKind.AUDIO: 50 * 1024 * 1024},
     max_files=10, max_caption_chars=1024)
+VOICE_NOTE = "audio/ogg"  # sent as a voice note (sendVoice); other audio as a music file (sendAudio)
 _MEDIA = {FileKind.IMAGE: InputMediaPhoto, FileKind.DOCUMENT: InputMediaDocument, FileKind.AUDIO: InputMediaAudio}
 
 
@@ -503,8 +504,9 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         return ""
 
     async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
-        """sendPhoto / sendDocument / sendAudio for one file, sendMediaGroup (an album) for several of one
-        family (photos; documents; audio), else one send each with the caption on the first."""
+        """sendPhoto / sendDocument / sendAudio (sendVoice for OGG/Opus) for one file, sendMediaGroup (an
+        album) for several of one family (photos; documents; audio), else one send each with the caption
+        on the first."""
         bot = self._require_bot()
         chat_id, thread = _chat(target)
         items = [f for f, _ in files]
@@ -528,6 +530,10 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                 if f.kind is FileKind.IMAGE:
                     with translated("sendPhoto"):
                         sent_one = await bot.send_photo(chat_id, upload, **text, **where)
+                elif f.kind is FileKind.AUDIO and f.media_type == VOICE_NOTE:
+                    # OGG/Opus is what Telegram shows as a voice note (a waveform, played in place).
+                    with translated("sendVoice"):
+                        sent_one = await bot.send_voice(chat_id, upload, **text, **where)
                 elif f.kind is FileKind.AUDIO:
                     with translated("sendAudio"):
                         sent_one = await bot.send_audio(chat_id, upload, **text, **where)

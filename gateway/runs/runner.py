@@ -91,6 +91,8 @@ class Prepared:
 CapabilityBuilder = Callable[[Turn], Sequence[Any]]
 # Awaited before the agent is built (e.g. MCP connections made ready); may add `turn.notices`.
 TurnPreparer = Callable[[Turn], Awaitable[None]]
+# What hears the run's voice messages before it starts, where a capability bound to the turn offers it.
+ListenerFor = Callable[[Turn], "attachments.Listens | None"]
 # (turn, messages, requests, stream, parked): `parked()` records the run as parked, once its card exists.
 ParkHandler = Callable[[Turn, list[ModelMessage], DeferredToolRequests, ReplyStream, Callable[[], Awaitable[None]]],
                       Awaitable[None]]
@@ -172,6 +174,7 @@ class Runner:
         self.gateway = gateway
         self.capability_builders: list[CapabilityBuilder] = []
         self.turn_preparers: list[TurnPreparer] = []
+        self.listeners: list[ListenerFor] = []
         self.park_handler: ParkHandler | None = None
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._in_flight = InFlight()
@@ -296,13 +299,23 @@ class Runner:
         if claimed.files:
             files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
                                               max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
-                                              profile=self._profile(turn), uploads=self.gateway.uploads)
+                                              profile=self._profile(turn), uploads=self.gateway.uploads,
+                                              listener=self._listener(turn),
+                                              keep_transcript=self.gateway.store.keep_transcript)
         if files.parts:
             prompt = [prompt, *files.parts]
             turn.notices.extend(files.notices)
         history = history_messages(claimed.history, turn.chat_kind)
         # A run that never started has posted nothing: no delivery rows to look up.
         await self.drive(turn, prompt=prompt, history=history, stream=self.stream_for(prepared, fresh=claimed.fresh))
+
+    def _listener(self, turn: Turn) -> attachments.Listens | None:
+        """The first listener a capability of this turn offers (the `audio` capability's), else None."""
+        for listener_for in self.listeners:
+            listener = listener_for(turn)
+            if listener is not None:
+                return listener
+        return None
 
     def _profile(self, turn: Turn) -> Mapping[str, Any]:
         """What the model takes (images, documents); a model that cannot be built fails later, in `drive`."""

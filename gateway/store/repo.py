@@ -456,6 +456,14 @@ class Store:
             await s.flush()
             return msg.id
 
+    async def keep_transcript(self, message_id: int, line: str) -> None:
+        """A voice message's transcript becomes its stored text, ahead of the note naming its files, so
+        later turns (and conversation search) read what was said. Once: a resumed run's second try is a no-op."""
+        async with self.sessions() as s, s.begin():
+            msg = await s.get(Message, message_id)
+            if msg is not None and line not in msg.text:
+                msg.text = f"{line}\n\n{msg.text}".strip()
+
     async def conversations_with_queued_runs(self) -> list[str]:
         async with self.sessions() as s:
             rows = await s.scalars(select(Run.conversation_id).where(Run.status == QUEUED).distinct())

@@ -119,6 +119,7 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path, monkey
     configs = {"skills": {"skills": ["incident-summary"]},  # the shipped example, copied below
                "planning": {"enable_subtasks": True}, "context": {"default_mode": "link"},
                "knowledge": {"collections": ["docs"]},
+               "audio": {"provider": "openai"},  # the agent's model is in-process: no provider of its own
                "subagents": {"mode": "auto", "inline": [{"name": "helper", "model": "recorder"}],
                              "allow_questions": True, "allow_dynamic": True}}
     monkeypatch.setenv("TEST_CAPABILITY_KEY", "a-key")  # for those that need one (image_generation)
