@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import json
 import os
+import shutil
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,7 +63,11 @@ TARGET_SIGN = 2.0  # first sign p50 <= 2x the bare bot's reply
 TARGET_FINAL = 1.5
 TARGET_FDS = 20  # open fds may grow by at most this over the burst
 TARGET_RSS_MIB = 20.0  # and RSS by at most this much ("flat")
-TARGET_THROUGHPUT = 0.5  # of pydantic-ai alone
+TARGET_THROUGHPUT = 0.9  # of pydantic-ai alone at the same concurrency (issue 37)
+TARGET_SHARE_MS = 2.0  # the gateway's share of the final answer (final - pydantic-ai alone), p50
+TARGET_TO_MODEL_MS = 6.0  # event -> the model server receiving the run's request, p50
+TARGET_CPU = 1.2  # the daemon's CPU per message, at most this times pydantic-ai alone's per run
+PROFILE_MESSAGES = 150  # messages one at a time per platform under the sampling profiler (--profile)
 
 
 # =========================================================================================
@@ -68,9 +76,20 @@ TARGET_THROUGHPUT = 0.5  # of pydantic-ai alone
 
 
 async def serve_model() -> None:
+    """The instant model server; after its port, one line per completion: when its request arrived
+    and when its answer was written (time.monotonic, the same clock in every process here)."""
+    from aiohttp import web
+
     from tests.fakes.openai import FakeOpenAI
 
-    fake = await FakeOpenAI().start()
+    class Timed(FakeOpenAI):
+        async def _completions(self, request: web.Request) -> web.StreamResponse:
+            at = time.monotonic()
+            response = await super()._completions(request)
+            print(f"{at:.6f} {time.monotonic():.6f}", flush=True)
+            return response
+
+    fake = await Timed().start()
     print(fake.port, flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
     await fake.stop()
@@ -171,6 +190,8 @@ class Record:
     sign: float | None = None  # first typing / status / post
     text: float | None = None  # first post with text
     final: float | None = None  # the answer as it ends up
+    model: float | None = None  # the model server received the run's request (gateway only)
+    answered: float | None = None  # and had written its answer
 
 
 class Tracker:
@@ -419,14 +440,15 @@ class Proc:
 
 
 def write_gateway_config(directory: Path, port: int, platforms: list[Platform], limits: dict[str, Any] | None = None,
-                         database_url: str | None = None, model: str = MODEL) -> None:
+                         database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None) -> None:
     """`platforms`' bindings (none: the web API alone, a web binding), the bench agent on `model`."""
     (directory / "agents").mkdir(parents=True)
     (directory / "bindings").mkdir()
     # The fakes here do not enforce the platforms' budgets (budget_scale=0), and the daemon does
     # not pace by them: this bench measures the bots, not Slack's one post a second in a channel.
     gateway = {"database": {"url": database_url or f"sqlite+aiosqlite:///{directory / 'gateway.db'}"},
-               "http": {"listen": f"127.0.0.1:{port}"}, "limits": {"platform_budget_scale": 0, **(limits or {})}}
+               "http": {"listen": f"127.0.0.1:{port}"}, "limits": {"platform_budget_scale": 0, **(limits or {})},
+               **({"runtime": runtime} if runtime else {})}  # only when set: an older checkout has no `runtime`
     (directory / "gateway.yaml").write_text(json.dumps(gateway))
     (directory / "agents" / "assistant.yaml").write_text(json.dumps(
         {"name": "Bench agent", "model": model, "instructions": INSTRUCTIONS}))
@@ -437,23 +459,21 @@ def write_gateway_config(directory: Path, port: int, platforms: list[Platform], 
 
 
 async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Platform],
-                        limits: dict[str, Any] | None = None, *, profile: str | None = None,
-                        database_url: str | None = None, model: str = MODEL) -> Proc:
-    """The daemon in its own process, ready (`/readyz`); `profile`: run it under cProfile, the
-    stats written to that file when it exits (SIGTERM)."""
+                        limits: dict[str, Any] | None = None, *,
+                        database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None) -> Proc:
+    """The daemon in its own process, ready (`/readyz`)."""
     from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
     port = free_port()
     config = tmp / "config"
-    write_gateway_config(config, port, platforms, limits, database_url, model)
+    write_gateway_config(config, port, platforms, limits, database_url, model, runtime)
     pythonpath = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     env = {**_model_env(model_url), "PYTHONPATH": pythonpath,
            "BENCH_SLACK_BOT_TOKEN": BOT_TOKEN, "BENCH_SLACK_APP_TOKEN": APP_TOKEN,
            "BENCH_SLACK_SIGNING_SECRET": SIGNING_SECRET, "BENCH_MM_TOKEN": Mattermost.TOKEN,
            "BENCH_TELEGRAM_TOKEN": next((p.fake.token for p in platforms if isinstance(p, Telegram)), "")}
     log = open(tmp / "gateway.log", "wb")  # noqa: SIM115 (closed with the process)
-    profiler = ["-m", "cProfile", "-o", profile] if profile else []
-    popen = subprocess.Popen([sys.executable, *profiler, "-m", "gateway.ops.cli", "run", "--config", str(config)], cwd=src,
+    popen = subprocess.Popen([sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(config)], cwd=src,
                              env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     proc = Proc("gateway", popen, port)
     deadline = time.monotonic() + 60
@@ -487,11 +507,36 @@ async def start_bare(platforms: dict[str, Platform]) -> Proc:
     return Proc("bare", popen)
 
 
-async def start_model_server() -> tuple[Proc, str]:
+class ModelTimes:
+    """When the model server received each completion request and wrote its answer (`serve_model`'s
+    lines, read in a thread of their own: the pipe must never fill, or the server would block)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.times: list[tuple[float, float]] = []
+        self._popen = popen
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._popen.stdout is not None
+        for line in self._popen.stdout:
+            arrived, answered = line.split()
+            self.times.append((float(arrived), float(answered)))
+
+    def attribute(self, records: list[Record]) -> None:
+        """Each record's model request: the first arrival between its event and its final answer
+        (the latency rounds send one message at a time, and only the gateway calls this server then)."""
+        times = sorted(self.times)
+        for r in records:
+            i = bisect.bisect_left(times, (r.event, 0.0))
+            if i < len(times) and r.final is not None and times[i][0] <= r.final:
+                r.model, r.answered = times[i]
+
+
+async def start_model_server() -> tuple[Proc, str, ModelTimes]:
     popen = subprocess.Popen([sys.executable, __file__, "--serve-model"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert popen.stdout is not None
     line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, popen.stdout.readline), 60)
-    return Proc("model", popen), f"http://127.0.0.1:{int(line)}/v1"
+    return Proc("model", popen), f"http://127.0.0.1:{int(line)}/v1", ModelTimes(popen)
 
 
 class AloneRounds:
@@ -562,12 +607,24 @@ class Latency:
     sign: list[float] = field(default_factory=list)
     text: list[float] = field(default_factory=list)
     final: list[float] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
 
     def add(self, r: Record) -> None:
         assert r.sign is not None and r.text is not None and r.final is not None
         self.sign.append((r.sign - r.event) * 1000)
         self.text.append((r.text - r.event) * 1000)
         self.final.append((r.final - r.event) * 1000)
+        self.records.append(r)
+
+    @property
+    def to_model(self) -> list[float]:
+        """Event -> the model server received the run's request, ms (after `ModelTimes.attribute`)."""
+        return [(r.model - r.event) * 1000 for r in self.records if r.model is not None]
+
+    @property
+    def after_model(self) -> list[float]:
+        """The model server's answer written -> the final answer seen on the platform, ms."""
+        return [(r.final - r.answered) * 1000 for r in self.records if r.answered is not None and r.final is not None]
 
 
 async def latency_rounds(pairs: list[tuple[Platform, Platform]], rounds: int, pause: float,
@@ -592,6 +649,94 @@ async def latency_rounds(pairs: list[tuple[Platform, Platform]], rounds: int, pa
                 out[(p.name, p.bot)].add(record)
                 await asyncio.sleep(pause)
     return out
+
+
+# Where a sample's time goes, by the first of these frames found in its stack (outbound first: the reply
+# is streamed from inside pydantic-ai's event loop), and by the file its innermost frame is in.
+PHASES = (("outbound: posting the reply", ("gateway/outbound/",)),
+          ("the run's end", ("end_run (",)),
+          ("claim", ("claim_next_run (",)),
+          ("inbound: admission, identity, ingest", ("gateway/inbound/",)),
+          ("the model run (pydantic-ai, the OpenAI SDK)", ("run_agent (",)),
+          ("the run's preparation (prepare, the agent)", ("gateway/runs/",)),
+          ("the adapter receiving the event", ("adapters/",)))
+KINDS = (("pydantic-ai", ("pydantic_ai/", "pydantic_ai_harness/", "pydantic_graph/", "pydantic/", "pydantic_core/")),
+         ("OpenAI SDK, httpx, anyio", ("openai/", "httpx/", "httpcore/", "anyio/", "h11/")),
+         ("platform SDKs, aiohttp", ("slack_sdk/", "slack_bolt/", "telegram/", "aiohttp/", "yarl/", "multidict/")),
+         ("the store (our SQL, SQLite, SQLAlchemy)", ("gateway/store/", "sqlalchemy/", "aiosqlite/", "sqlite3/")),
+         ("the gateway's own Python", ("gateway/", "adapters/", "capabilities/", "bindings/")),
+         ("the event loop (asyncio, selectors)", ("asyncio/", "selectors.py")))
+
+
+async def profile_platforms(platforms: list[Platform], proc: Proc, directory: Path, messages: int, pause: float) -> None:
+    """Each platform in turn, `messages` messages one at a time (a new conversation every
+    CONVERSATION_LENGTH), while py-spy samples the daemon: DIR/<platform>.svg (a flame graph) and
+    DIR/<platform>.txt (the collapsed stacks), and a summary printed of where the time went."""
+    directory.mkdir(parents=True, exist_ok=True)
+    # Installed into the venv (`pip install py-spy`): a development tool, not a dependency.
+    py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if py_spy is None:
+        raise SystemExit("--profile needs py-spy: .venv/bin/pip install py-spy")
+    for p in platforms:
+        name = p.name.lower()
+        # --gil: only the thread holding the GIL is sampled, so a thread waiting (the loop in epoll, the
+        # SQLite thread on its queue) is not counted as work.
+        spies = [subprocess.Popen([py_spy, "record", "--nonblocking", "--gil", "-r", "500", "-p", str(proc.pid), "-f", kind,
+                                   "-o", str(directory / f"{name}.{ext}")], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL) for kind, ext in (("flamegraph", "svg"), ("raw", "txt"))]
+        await asyncio.sleep(1.0)  # py-spy attached
+        cpu0 = proc.cpu()
+        key = None
+        for i in range(messages):
+            key, _ = await one_message(p, key if i % CONVERSATION_LENGTH else None, f"profiled {i}",
+                                       new=i % CONVERSATION_LENGTH == 0)
+            await asyncio.sleep(pause)
+        cpu_ms = (proc.cpu() - cpu0) * 1000 / messages
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            spy.wait(30)
+        summarise_profile(p.name, directory / f"{name}.txt", messages, cpu_ms)
+
+
+IDLE = ("EpollSelector.select (", "Condition.wait (", "_connection_worker_thread (")  # a thread waiting, not working
+
+
+def summarise_profile(platform: str, collapsed: Path, messages: int, cpu_ms: float) -> None:
+    """py-spy's collapsed stacks ("frame;frame;... count"), by phase of a message and by kind of code;
+    each share also as ms of the daemon's CPU per message (its /proc CPU over the profiled messages)."""
+    phases: dict[str, int] = {}
+    kinds: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        frames = stack.split(";")
+        if frames[-1].startswith(IDLE):
+            continue
+        total += n
+        phase = next((label for label, marks in PHASES if any(m in stack for m in marks)), "other (the loop between)")
+        phases[phase] = phases.get(phase, 0) + n
+        # The innermost frame that is not the standard library says whose work it is.
+        kind = next((label for f in reversed(frames) for label, marks in KINDS
+                     if label != KINDS[-1][0] and any(m in f for m in marks)), None)
+        if kind is None:
+            kind = KINDS[-1][0] if "asyncio/" in stack else "the standard library, the rest"
+        kinds[kind] = kinds.get(kind, 0) + n
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+    if not total:
+        print(f"  {platform}: no samples in {collapsed}")
+        return
+    print(f"\nprofile, {platform}: {total} samples over {messages} messages one at a time, {cpu_ms:.2f} ms of the "
+          f"daemon's CPU per message; {collapsed.with_suffix('.svg')}")
+    for title, table in (("phase of a message", phases), ("whose code", kinds)):
+        print(f"| {title} | share | CPU ms per message |\n| --- | --- | --- |")
+        for label, n in sorted(table.items(), key=lambda kv: -kv[1]):
+            print(f"| {label} | {n / total:.0%} | {n / total * cpu_ms:.2f} |")
+    print("top own time: " + "; ".join(f"{f} {n / total:.1%}" for f, n in sorted(own.items(), key=lambda kv: -kv[1])[:12]))
 
 
 @dataclass
@@ -631,7 +776,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> int:
     rounds = 15 if args.quick else 50
-    messages = 300 if args.quick else 1000
+    messages = args.burst or (300 if args.quick else 1000)
     warm_up = 100
     src = Path(args.gateway_src).resolve()
     names = (Slack, Telegram, Mattermost)
@@ -641,16 +786,19 @@ async def main(args: argparse.Namespace) -> int:
         await p.start()
     stop = asyncio.Event()
     poller = asyncio.create_task(poll(gw_side + bare_side, stop))
-    model, model_url = await start_model_server()
+    model, model_url, model_times = await start_model_server()
     procs = [model]
     ok = True
     try:
         with tempfile.TemporaryDirectory(prefix="gw-platform-bench-") as tmp:
-            gateway = await start_gateway(src, Path(tmp), model_url, gw_side, profile=args.profile)
+            runtime = {**({"event_loop": args.event_loop} if args.event_loop != "asyncio" else {}),
+                       **({"eager_tasks": True} if args.eager_tasks else {})}
+            gateway = await start_gateway(src, Path(tmp), model_url, gw_side, runtime=runtime)
             procs.append(gateway)
             bare = await start_bare({p.name: p for p in bare_side})
             procs.append(bare)
-            print(f"gateway from {src} (pid {gateway.pid}); bare bots pid {bare.pid}; model server {model_url}")
+            print(f"gateway from {src} (pid {gateway.pid}, Python {sys.version.split()[0]}, runtime {runtime}); "
+                  f"bare bots pid {bare.pid}; model server {model_url}")
             print("load average at the start: %.2f %.2f %.2f on %d CPUs (other work on the machine skews every "
                   "figure; the ratios less)" % (*os.getloadavg(), os.cpu_count() or 0))
             print(f"latency: {rounds} rounds, interleaved ...", flush=True)
@@ -658,9 +806,11 @@ async def main(args: argparse.Namespace) -> int:
             procs.append(rounds_alone.proc)
             lat = await latency_rounds(list(zip(gw_side, bare_side)), rounds, args.pause, rounds_alone)
             rounds_alone.proc.stop()
+            model_times.attribute([r for (_, bot), la in lat.items() if bot == "gateway" for r in la.records])
+            if args.profile:
+                await profile_platforms(gw_side, gateway, Path(args.profile), PROFILE_MESSAGES, args.pause)
             if args.latency_only:
-                report_latency(lat, rounds_alone.final)
-                return 0
+                return 0 if report_latency(lat, rounds_alone.final) else 1
             bursts: dict[tuple[str, str], Burst] = {}
             print(f"pydantic-ai alone: {messages} runs at concurrency {CONCURRENT_RUNS} ...", flush=True)
             alone = [await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS)]
@@ -678,7 +828,9 @@ async def main(args: argparse.Namespace) -> int:
             print("pydantic-ai alone again ...", flush=True)
             alone.append(await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS))
             # Before and after the bursts, averaged: the machine's speed drifts over minutes.
-            ok = report(lat, rounds_alone.final, bursts, {k: statistics.mean(a[k] for a in alone) for k in alone[0]}, messages)
+            throttled = {p.name: len(p.fake.throttled) for p in gw_side}  # type: ignore[attr-defined]
+            ok = report(lat, rounds_alone.final, bursts, {k: statistics.mean(a[k] for a in alone) for k in alone[0]},
+                        messages, throttled)
             print("during the warm-up bursts, gateway fds / RSS MiB: " + ", ".join(
                 f"{name} {w.fds[0]} -> {w.fds[1]} / {w.rss[0]:.0f} -> {w.rss[1]:.0f}" for name, w in warm.items()))
             if args.keep_log:
@@ -695,11 +847,14 @@ async def main(args: argparse.Namespace) -> int:
 
 
 def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float]) -> bool:
-    """The latency table. The final answer is judged against a bare bot that runs the same agent:
-    the bare echo bot's reply plus pydantic-ai alone's result on the same conversation (measured
-    in the same rounds). Against the echo alone (the issue's first wording) the ratio is printed
-    but not judged: pydantic-ai's own run is 4-5x a Slack or Telegram echo and 10x a Mattermost
-    one on this fake model, so that ratio measures pydantic-ai, not the gateway (bench/README.md)."""
+    """The latency tables, each judged figure beside its target (issue 37).
+
+    The final answer is judged against a bare bot that runs the same agent: the bare echo bot's reply
+    plus pydantic-ai alone's result on the same conversation (measured in the same rounds), and the
+    gateway's share of it is the final answer minus pydantic-ai alone's result. Against the echo alone
+    (the issue's first wording) the ratio is printed but not judged: pydantic-ai's own run is 4-5x a
+    Slack or Telegram echo and 10x a Mattermost one on this fake model (bench/README.md). The time to
+    the model request is read where the model server received it."""
     ok = True
 
     def judge(good: bool) -> str:
@@ -721,16 +876,25 @@ def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float]) -> b
               f"| {pct(g.text, 0.5):.1f} / {pct(g.text, 0.99):.1f} | {pct(g.final, 0.5):.1f} / {pct(g.final, 0.99):.1f} "
               f"| {sign_ratio:.2f}x {judge(sign_ratio <= TARGET_SIGN)} | {final_ratio:.2f}x "
               f"| {agent_ratio:.2f}x {judge(agent_ratio <= TARGET_FINAL)} |")
+    print()
+    print(f"| gateway, ms (p50 / p99) | event -> model request (<= {TARGET_TO_MODEL_MS:g} ms) | model answer -> final "
+          f"| final - pydantic-ai alone: the gateway's share (<= {TARGET_SHARE_MS:g} ms) |")
+    print("| --- | --- | --- | --- |")
+    for name in ("Slack", "Telegram", "Mattermost"):
+        g = lat[(name, "gateway")]
+        to_model, share = pct(g.to_model, 0.5), pct(g.final, 0.5) - alone50
+        print(f"| {name} | {to_model:.1f} / {pct(g.to_model, 0.99):.1f} {judge(to_model <= TARGET_TO_MODEL_MS)} "
+              f"| {pct(g.after_model, 0.5):.1f} / {pct(g.after_model, 0.99):.1f} "
+              f"| {share:.1f} {judge(share <= TARGET_SHARE_MS)} |")
     print(f"\npydantic-ai alone in the same rounds, the same agent on the same conversations: result {alone50:.1f} / "
-          f"{pct(alone, 0.99):.1f} ms (p50 / p99). The gateway's share of the final answer (final - pydantic-ai alone), "
-          "p50: " + ", ".join(f"{name} {pct(lat[(name, 'gateway')].final, 0.5) - alone50:.1f} ms"
-                               f" ({(pct(lat[(name, 'gateway')].final, 0.5) - alone50) / pct(lat[(name, 'bare')].final, 0.5):.1f}x"
-                               " the bare echo)" for name in ("Slack", "Telegram", "Mattermost")))
+          f"{pct(alone, 0.99):.1f} ms (p50 / p99); model requests timed: "
+          + ", ".join(f"{n} {len(lat[(n, 'gateway')].to_model)}/{len(lat[(n, 'gateway')].records)}"
+                      for n in ("Slack", "Telegram", "Mattermost")))
     return ok
 
 
 def report(lat: dict[tuple[str, str], Latency], alone_rounds: list[float], bursts: dict[tuple[str, str], Burst],
-           alone: dict[str, float], messages: int) -> bool:
+           alone: dict[str, float], messages: int, throttled: dict[str, int]) -> bool:
     ok = report_latency(lat, alone_rounds)
 
     def judge(good: bool) -> str:
@@ -739,20 +903,23 @@ def report(lat: dict[tuple[str, str], Latency], alone_rounds: list[float], burst
         return "PASS" if good else "MISS"
 
     print()
-    print(f"| burst of {messages} | bare msg/s | gateway msg/s | gateway / pydantic-ai alone (>= 50%) "
-          "| CPU ms/msg bare / gateway | gateway fds before -> after | gateway RSS MiB before -> after |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| burst of {messages} | bare msg/s | gateway msg/s | gateway / pydantic-ai alone (>= {TARGET_THROUGHPUT:.0%}) "
+          f"| CPU ms/msg bare / gateway | gateway CPU / pydantic-ai alone's (<= {TARGET_CPU:g}x) "
+          "| gateway fds before -> after | gateway RSS MiB before -> after | 429s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in ("Slack", "Telegram", "Mattermost"):
         g, b = bursts[(name, "gateway")], bursts[(name, "bare")]
         share = g.rate / alone["rate"]
+        cpu = g.cpu_ms / alone["cpu_ms"]
         flat = g.fds[1] - g.fds[0] <= TARGET_FDS and g.rss[1] - g.rss[0] <= TARGET_RSS_MIB and g.messages == messages
         print(f"| {name} | {b.rate:.0f} | {g.rate:.0f} | {share:.0%} {judge(share >= TARGET_THROUGHPUT and g.messages == messages)} "
-              f"| {b.cpu_ms:.2f} / {g.cpu_ms:.2f} | {g.fds[0]} -> {g.fds[1]} "
-              f"| {g.rss[0]:.0f} -> {g.rss[1]:.0f} {judge(flat)} |")
+              f"| {b.cpu_ms:.2f} / {g.cpu_ms:.2f} | {cpu:.2f}x {judge(cpu <= TARGET_CPU)} | {g.fds[0]} -> {g.fds[1]} "
+              f"| {g.rss[0]:.0f} -> {g.rss[1]:.0f} {judge(flat)} | {throttled[name]} {judge(throttled[name] == 0)} |")
     print()
     print(f"pydantic-ai alone, same agent and model server: one run at a time, first text {alone['first_ms']:.1f} ms, "
           f"result {alone['final_ms']:.1f} ms (p50); at concurrency {CONCURRENT_RUNS}: {alone['rate']:.0f} runs/s, "
-          f"{alone['cpu_ms']:.2f} ms CPU per run")
+          f"{alone['cpu_ms']:.2f} ms CPU per run. 429s: calls the gateway's fakes refused (their budgets are off here, "
+          "`budget_scale` 0; bench/streaming.py runs under the real ones)")
     print("load average at the end: %.2f %.2f %.2f" % os.getloadavg())
     print("targets:", "all met" if ok else "NOT all met")
     return ok
@@ -764,9 +931,14 @@ if __name__ == "__main__":
     parser.add_argument("--gateway-src", default=str(ROOT), help="the checkout whose daemon is measured")
     parser.add_argument("--pause", type=float, default=0.01, help="seconds between messages in the latency rounds")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
+    parser.add_argument("--burst", type=int, help="messages in a burst (default 300 with --quick, else 1,000)")
     parser.add_argument("--keep-log", help="copy the daemon's log here")
     parser.add_argument("--latency-only", action="store_true", help="only the latency rounds (to try a change)")
-    parser.add_argument("--profile", help="run the daemon under cProfile, its stats written to this file at the end")
+    parser.add_argument("--profile", metavar="DIR", help="after the latency rounds, sample the daemon with py-spy over "
+                        f"{PROFILE_MESSAGES} messages per platform: DIR/<platform>.svg and .txt, and a summary")
+    parser.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="the daemon's runtime.event_loop")
+    parser.add_argument("--eager-tasks", action="store_true", help="the daemon's runtime.eager_tasks (Python 3.12+)")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--pydantic-ai-alone", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pydantic-ai-rounds", action="store_true", help=argparse.SUPPRESS)

@@ -301,8 +301,22 @@ class McpConfig(Strict):
     )
 
 
+class RuntimeConfig(Strict):
+    """How the daemon's process runs: what bench/platforms.py measured decides the defaults (bench/README.md)."""
+
+    event_loop: Literal["asyncio", "uvloop"] = Field(
+        default="asyncio", description="The event loop: uvloop needs the optional extra (pip install "
+        "'agent-gateway[uvloop]'); the daemon refuses to start without it rather than fall back silently"
+    )
+    eager_tasks: bool = Field(
+        default=False, description="asyncio.eager_task_factory (Python 3.12+): a new task runs its first "
+        "step at once, not a loop pass later; refused at start on Python 3.11"
+    )
+
+
 class GatewayConfig(Strict):
     database: DatabaseConfig = DatabaseConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
     retention: RetentionConfig = RetentionConfig()
     http: HttpConfig = HttpConfig()
     providers: dict[str, ProviderConfig] = Field(default_factory=dict)

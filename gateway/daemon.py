@@ -160,7 +160,7 @@ class Gateway:
                                pairing=pairing.through(self.store, self.outbound),
                                commands=Commands(self.store, self.approvals, self.outbound, self.stops,
                                                  self.memory_cards),
-                               outbound=self.outbound, wake=self.scheduler.wake, metrics=self.metrics,
+                               outbound=self.outbound, scheduler=self.scheduler, metrics=self.metrics,
                                show_typing=lambda conv: self.typing_indicator.show(adapter_for(conv.binding_id),
                                                                                    conv.target(), conv.id))
         try:

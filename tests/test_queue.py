@@ -91,3 +91,25 @@ async def test_conversations_run_in_parallel(tmp_path: Path) -> None:
             await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": f"c{i}"})
         await wait_for(lambda: ACTIVE[0] == 3, what="three conversations running at once")
         GATE[0].set()
+
+
+async def test_runs_started_with_their_ingest_keep_to_the_limit_and_give_their_slots_back(tmp_path: Path) -> None:
+    """A message into an idle conversation is claimed with its ingest when a slot is free: never more
+    runs at once than `limits.concurrent_runs`, and every slot comes back (a second wave runs the same)."""
+    config = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "test:gated"}},
+                          gateway={"limits": {"concurrent_runs": 2}})
+    async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
+        for wave in range(2):
+            GATE[:] = [asyncio.Event()]; SEEN.clear(); ACTIVE[:] = [0, 0]
+            convs = [(await (await s.post("/api/v1/conversations", json={})).json())["id"] for _ in range(5)]
+            await asyncio.gather(*(s.post(f"/api/v1/conversations/{c}/messages", json={"text": f"w{wave} {c}"})
+                                   for c in convs))
+            await wait_for(lambda: ACTIVE[0] == 2, what="two runs at once")
+            GATE[0].set()
+
+            async def answered() -> bool:
+                turns = [await _turns(s, c) for c in convs]
+                return all(any(t["role"] == "assistant" for t in ts) for ts in turns)
+
+            await wait_for(answered, what=f"wave {wave}: every conversation answered")
+            assert ACTIVE[1] == 2, f"wave {wave}: {ACTIVE[1]} runs at once under a limit of 2"

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from bindings.models import RuntimeConfig
+from gateway.ops.cli import event_loop_factory
 
 from .conftest import ROOT, write_config
 
@@ -52,3 +58,17 @@ def test_a_database_that_cannot_be_opened_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr, done.stderr
     [line] = [text for text in done.stderr.splitlines() if "cannot start" in text]
     assert "database.url" in line
+
+
+def test_an_event_loop_the_process_cannot_give_is_refused_in_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`runtime` in gateway.yaml: a daemon never runs on another loop than the one configured."""
+    assert event_loop_factory(RuntimeConfig()) is None, "asyncio's own loop by default"
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed: its import fails
+    with pytest.raises(RuntimeError, match=r"pip install 'agent-gateway\[uvloop\]'"):
+        event_loop_factory(RuntimeConfig(event_loop="uvloop"))
+    eager = RuntimeConfig(eager_tasks=True)
+    if hasattr(asyncio, "eager_task_factory"):
+        assert event_loop_factory(eager) is None
+    else:
+        with pytest.raises(RuntimeError, match="runtime.eager_tasks needs Python 3.12 or later"):
+            event_loop_factory(eager)

@@ -22,6 +22,7 @@ from gateway.store.repo import (
     Duplicate,
     FinalRow,
     Identity,
+    Ingested,
     Line,
     QueueFull,
     Store,
@@ -134,6 +135,42 @@ async def test_claim_gives_prompt_and_history_and_end_run_records_the_reply(stor
     # The answer is dated when it began streaming, right after the turn it answers.
     answer = [m for m in await store.messages(conv.id) if m.role == "assistant"]
     assert answer[0].created_at == START
+
+
+async def test_a_message_into_an_idle_conversation_is_claimed_with_its_ingest(store: Store) -> None:
+    async def say(event: str, text: str, conv: ConversationRef) -> Ingested:
+        return await store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN,
+                                  account_id="ann", text=text, agent_id="assistant", platform_message_id=event,
+                                  queue_limit=10, start=True)
+
+    new = ConversationRef("", "web:local:c9", "web", "web", "local", "c9", None, "dm")
+    first = await say("e1", "what time is it?", new)
+    claimed = first.claimed
+    assert claimed is not None and claimed.fresh and not claimed.more and not claimed.files
+    assert claimed.prompt == [Line("user", "what time is it?", "Ann")] and claimed.history == []
+    # Stored as the claim would have left it: running, leased to this process; nothing left to claim.
+    run = await store.run(first.run_id)
+    assert run is not None and run.status == "running" and run.lease_owner == store.owner and run.started_at == START
+    assert run.lease_expires == START + timedelta(seconds=store.lease_seconds)
+    assert [m.status for m in await store.messages(first.conversation.id)] == ["processing"]
+    assert await store.claim_next_run(first.conversation.id) is None
+
+    # While that run goes on, the next message is queued behind it, not started.
+    _clock(store).advance(1)
+    second = await say("e2", "and the date?", first.conversation)
+    assert second.claimed is None and second.run_id != first.run_id
+    await store.end_run(first.run_id, "finished", reply="Noon.")
+    _clock(store).advance(1)
+    queued = await store.claim_next_run(first.conversation.id)
+    assert queued is not None and queued.run.id == second.run_id
+    await store.end_run(second.run_id, "finished", reply="The first.")
+    _clock(store).advance(1)
+
+    # Idle again: started at once, reminded of the conversation so far, as a claim would be.
+    third = await say("e3", "thanks", first.conversation)
+    assert third.claimed is not None and third.claimed.run.id == third.run_id
+    assert third.claimed.history == [Line("user", "what time is it?", "Ann"), Line("assistant", "Noon.", ""),
+                                     Line("user", "and the date?", "Ann"), Line("assistant", "The first.", "")]
 
 
 async def test_redelivery_and_a_full_queue_store_nothing(store: Store) -> None:

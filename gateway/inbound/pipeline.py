@@ -3,7 +3,9 @@
 1. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
 2. Identity: the platform account resolves to a person.
 3. A chat command (answered by the gateway), or ingest (message, queued run), the first sign of
-   work (`gateway/outbound/typing_indicator.py`: the typing indicator) and wake the queue.
+   work (`gateway/outbound/typing_indicator.py`: the typing indicator) and wake the queue. In an
+   idle conversation with a slot free (`Scheduler.reserve`) the ingest claims the run in its own
+   transaction, and it starts here (`Scheduler.start`): no wake, no claim of its own.
 
 Every path's first write is the ledger, under every id the message has (the platform's event
 id and, where a platform delivers one message as two events, its dedupe key): a redelivery, or
@@ -43,6 +45,7 @@ from gateway.outbound.delivery import Outbound
 from gateway.messages import ChatKind, InboundMessage
 from gateway.ops.metrics import Metrics
 from gateway.inbound.pairing import Pairing
+from gateway.runs.queue import Scheduler
 from gateway.store import repo
 from gateway.outbound.adapter import SubmitResult, target_for
 
@@ -78,10 +81,10 @@ class _Stored:
 
 class Inbound:
     def __init__(self, *, config: Callable[[], LoadedConfig], store: repo.Store, pairing: Pairing,
-                 commands: Commands, outbound: Outbound, wake: Callable[[str], None], metrics: Metrics,
+                 commands: Commands, outbound: Outbound, scheduler: Scheduler, metrics: Metrics,
                  show_typing: Callable[[repo.ConversationRef], Awaitable[None]]) -> None:
         self._config, self._store, self._pairing = config, store, pairing
-        self._commands, self._outbound, self._wake, self._metrics = commands, outbound, wake, metrics
+        self._commands, self._outbound, self._scheduler, self._metrics = commands, outbound, scheduler, metrics
         self._show_typing = show_typing  # the typing indicator, out before the run is even woken
         self._locks = KeyedLocks()
         self._stored = _Stored()
@@ -137,11 +140,15 @@ class Inbound:
             return SubmitResult(False, reason="command", conversation_id=touched, answers=tuple(asked.answers))
         if self._stored.any_of(binding.id, ids):  # what ingest would say, without asking the store
             return self._duplicate(platform)
+        # A slot for the run now, if there is one: in an idle conversation the ingest then claims the
+        # run in its own transaction and it starts here, without the queue's wake and claim.
+        conversation = existing or ref
+        reserved = await self._scheduler.reserve(conversation.id)
         try:
             ingested = await store.ingest(
                 binding_id=binding.id,
                 event_ids=ids,
-                conversation=existing or ref,
+                conversation=conversation,
                 identity=identity,
                 account_id=message.sender.account_id,
                 text=_with_attachments(message),
@@ -149,17 +156,29 @@ class Inbound:
                 platform_message_id=message.message_id,
                 queue_limit=self._config().gateway.limits.queued_messages_per_conversation,
                 files=attachments.recorded(message),
+                start=reserved,
             )
-        except repo.Duplicate:
-            return self._duplicate(platform)
-        except repo.QueueFull:
-            self._metrics.messages_in.labels(platform, "busy").inc()
-            self._outbound.send(target_for(message), BUSY, private_to=message.sender.account_id)
-            return SubmitResult(False, reason="busy")
+        except BaseException as e:
+            if reserved:
+                self._scheduler.unreserve()
+            if isinstance(e, repo.Duplicate):
+                return self._duplicate(platform)
+            if isinstance(e, repo.QueueFull):
+                self._metrics.messages_in.labels(platform, "busy").inc()
+                self._outbound.send(target_for(message), BUSY, private_to=message.sender.account_id)
+                return SubmitResult(False, reason="busy")
+            raise
+        if reserved and ingested.claimed is None:
+            self._scheduler.unreserve()
         self._stored.add(binding.id, ids)
         self._metrics.messages_in.labels(platform, "accepted").inc()
-        await self._show_typing(ingested.conversation)
-        self._wake(ingested.conversation.id)
+        try:
+            await self._show_typing(ingested.conversation)
+        finally:  # the run goes on whatever became of its sign
+            if ingested.claimed is not None:
+                self._scheduler.start(ingested.claimed)
+            else:
+                self._scheduler.wake(ingested.conversation.id)
         return SubmitResult(True, conversation_id=ingested.conversation.id, message_id=str(ingested.message_id),
                             run_id=ingested.run_id)
 

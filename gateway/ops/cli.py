@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
+    from bindings.models import RuntimeConfig
 
 # Nothing heavy at module level: `main` turns the collector off before the imports start (see there).
 
@@ -89,9 +90,18 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     open_files.raise_limit()
 
+    runtime = config.gateway.runtime
+    try:
+        loop_factory = event_loop_factory(runtime)
+    except RuntimeError as e:
+        log.error("cannot start: %s", e)
+        return 1
+
     async def main() -> int:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
+        if runtime.eager_tasks:
+            loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined]  # 3.12+, checked above
         open_files.quiet_accept_errors(loop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -118,7 +128,22 @@ def cmd_run(args: argparse.Namespace) -> int:
             await gateway.stop(grace=config.gateway.limits.shutdown_grace_seconds)
         return 0
 
-    return asyncio.run(main())
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(main())
+
+
+def event_loop_factory(runtime: RuntimeConfig) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop `runtime` asks for (None: asyncio's own). RuntimeError, in words, when this
+    interpreter or installation cannot give it: a daemon never runs on another loop than configured."""
+    if runtime.eager_tasks and not hasattr(asyncio, "eager_task_factory"):
+        raise RuntimeError(f"runtime.eager_tasks needs Python 3.12 or later (this is {sys.version.split()[0]})")
+    if runtime.event_loop == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        raise RuntimeError("runtime.event_loop is uvloop, which is not installed: pip install 'agent-gateway[uvloop]'") from None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 def _write_port(path: Path, port: int) -> None:

@@ -3,6 +3,11 @@
 The queue itself is the store (queued runs and their messages), so what was acknowledged to
 a platform survives a restart. In memory there is only one worker task per conversation with
 work waiting; `wake` starts it, and it drains the conversation's queued runs one by one.
+
+A message into an idle conversation skips the queue's round trip: the inbound step `reserve`s a
+slot under the limit first, the store takes the message and claims its run in one transaction
+(`Store.ingest(start=True)`), and `start` runs it at once in a new worker, which then drains the
+queue as any other. Nothing waits in memory holding a claimed run: the slot is taken before the claim.
 """
 
 from __future__ import annotations
@@ -37,20 +42,49 @@ class Scheduler:
         if task is not None and not task.done():
             self._again.add(conversation_id)  # it may be past its last claim: look once more
             return
-        self._workers[conversation_id] = asyncio.create_task(
-            self._work(conversation_id), name=f"conversation:{conversation_id}"
-        )
-        self._on_active(len(self._workers))
+        self._keep(conversation_id, asyncio.create_task(self._work(conversation_id), name=f"conversation:{conversation_id}"))
 
-    async def _work(self, conversation_id: str) -> None:
+    async def reserve(self, conversation_id: str | None) -> bool:
+        """A slot under the limit for a run that starts from its message's ingest (`start`), taken now
+        or not at all: only when the limit has room and the conversation has no worker (an unknown
+        conversation has none). `unreserve` gives it back when the ingest did not claim the run."""
+        if self._closed or self.limit.locked():
+            return False
+        task = self._workers.get(conversation_id) if conversation_id else None
+        if task is not None and not task.done():
+            return False
+        await self.limit.acquire()  # not locked: taken without waiting
+        return True
+
+    def unreserve(self) -> None:
+        self.limit.release()
+
+    def start(self, claimed: Claimed) -> None:
+        """Run a run claimed with its ingest, in the slot `reserve` took; the worker then goes on
+        with the conversation's queue like any other."""
+        conversation_id = claimed.run.conversation_id
+        self._keep(conversation_id, asyncio.create_task(self._work(conversation_id, claimed),
+                                                        name=f"conversation:{conversation_id}"))
+
+    def _keep(self, conversation_id: str, task: asyncio.Task[None]) -> None:
+        # Under an eager task factory (runtime.eager_tasks) a worker with nothing to do has already
+        # ended here, before it could be kept: keeping it would leave a dead entry per conversation.
+        if not task.done():
+            self._workers[conversation_id] = task
+            self._on_active(len(self._workers))
+
+    async def _work(self, conversation_id: str, first: Claimed | None = None) -> None:
         backoff = 0.0
         try:
-            while not self._closed:
+            while not self._closed or first is not None:
                 self._again.discard(conversation_id)
                 if backoff:
                     await asyncio.sleep(backoff)  # outside the limit: other conversations go on
-                async with self.limit:
-                    claimed = await self.store.claim_next_run(conversation_id)
+                if first is None:
+                    await self.limit.acquire()
+                try:  # the slot is held from here (`first`: since its `reserve`)
+                    claimed = first or await self.store.claim_next_run(conversation_id)
+                    first = None
                     if claimed is None:
                         if conversation_id in self._again:
                             continue
@@ -72,6 +106,8 @@ class Scheduler:
                         continue
                     except Exception:  # the runner records outcomes; this is a bug guard
                         log.exception("run %s crashed", claimed.run.id)
+                finally:
+                    self.limit.release()
                 # With one process on the database every message queued since the claim woke
                 # this worker, and the claim said what was queued before it: an empty look can
                 # be skipped. Replicas must look, another one may have queued work.

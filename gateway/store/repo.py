@@ -112,6 +112,7 @@ class Ingested:
     message_id: int
     run_id: str
     new_run: bool
+    claimed: Claimed | None = None  # `ingest(start=True)` in an idle conversation: its run, already running
 
 
 LEASE_SECONDS = 60.0
@@ -255,11 +256,17 @@ class Store:
         platform_message_id: str | None,
         queue_limit: int,
         files: str | None = None,
+        start: bool = False,
     ) -> Ingested:
         """Ledger, conversation, queued run and the user's message, in one transaction.
 
         `files` (JSON, `gateway.inbound.attachments`) names the files shared with the message: kept with
         it as capability state ("attachments", "run:<run id>", message id), in the same transaction.
+
+        `start`: the caller holds a slot to run it now (`Scheduler.reserve`). If the conversation is idle
+        (no run queued, running or parked) the run is stored running, leased to this process, and
+        returned as `claimed`, with the history the claim would have read: one transaction instead of
+        ingest, wake and `claim_next_run`, and nothing read back that this one just wrote.
 
         Raises Duplicate for a redelivery and QueueFull when the conversation's queue is full
         (in which case nothing is stored, not even the ledger row, so the person can retry).
@@ -271,39 +278,45 @@ class Store:
             # A conversation the caller already found exists: no need to read it again. A new
             # one is created under a lock on its key; either way the conversation's own lock is
             # held before its queue is read, as claim_next_run holds it to take the queued run.
-            conv = conversation
+            conv, created = conversation, False
             if not conversation.id:
                 yield from self._lock(q, conversation.key)
-                conv = yield from self._conversation_raw(q, conversation, now)
+                conv, created = yield from self._conversation_raw(q, conversation, now)
             yield from self._lock(q, conv.id)
             # A message joins a queued run only if that run never started: one that started before
             # (interrupted by a crash, queued again) may already have shown its answer. Never a
             # report run: that one runs as the person who started the background run.
-            queued, run_id = (yield q.one(
+            queued, run_id, live = (yield q.one(
                 "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
                 " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued' AND started_at IS NULL"
-                " AND kind = 'turn' ORDER BY created_at LIMIT 1)",
+                " AND kind = 'turn' ORDER BY created_at LIMIT 1),"
+                " (SELECT count(*) FROM runs WHERE conversation_id = :c AND status IN ('queued', 'running', 'parked'))",
                 c=conv.id,
-            )) or (0, None)
+            )) or (0, None, 0)
             if (queued or 0) >= queue_limit:
                 raise QueueFull
             new_run = run_id is None
+            # Started here only in an idle conversation: a run queued, running (a lease perhaps lapsed)
+            # or parked goes first, through the claim.
+            claim = start and new_run and not live
+            lease = now + timedelta(seconds=self.lease_seconds)
             if run_id is None:
                 run_id = new_id()
                 yield q.run(
                     "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
                     " requester_person_id, requester_account, requester_name, requests, input_tokens,"
-                    " output_tokens, created_at)"
-                    " VALUES (:id, :c, :b, :a, 'queued', '', :p, :acc, :name, 0, 0, 0, :t)",
+                    " output_tokens, created_at, started_at, lease_owner, lease_expires)"
+                    " VALUES (:id, :c, :b, :a, :st, '', :p, :acc, :name, 0, 0, 0, :t, :s, :o, :e)",
                     id=run_id, c=conv.id, b=binding_id, a=agent_id, p=identity.person_id, acc=account_id,
-                    name=identity.display_name, t=now,
+                    name=identity.display_name, t=now, st=RUNNING if claim else QUEUED,
+                    s=now if claim else None, o=self.owner if claim else None, e=lease if claim else None,
                 )
             row = yield q.one(
                 "INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
                 " sender_name, platform_message_id, created_at)"
-                " VALUES (:c, :r, 'user', :text, 'queued', :p, :acc, :name, :pm, :t) RETURNING id",
+                " VALUES (:c, :r, 'user', :text, :st, :p, :acc, :name, :pm, :t) RETURNING id",
                 c=conv.id, r=run_id, text=text, p=identity.person_id, acc=account_id, name=identity.display_name,
-                pm=platform_message_id, t=now,
+                pm=platform_message_id, t=now, st="processing" if claim else "queued",
             )
             assert row is not None
             if files is not None:
@@ -312,7 +325,21 @@ class Store:
                     " VALUES ('attachments', :s, :k, :v, :t)",
                     s=f"run:{run_id}", k=f"{int(row[0]):012d}", v=files, t=now,
                 )
-            return Ingested(conv, int(row[0]), run_id, new_run)
+            claimed = None
+            if claim:
+                # What the claim would read: the run as stored, this message as its prompt, and the
+                # conversation's earlier turns (none in a conversation this transaction created).
+                rows = [] if created else (yield from _history(q, conv.id))
+                run = Run(id=run_id, conversation_id=conv.id, binding_id=binding_id, agent_id=agent_id,
+                          status=RUNNING, reason="", requester_person_id=identity.person_id,
+                          requester_account=account_id, requester_name=identity.display_name, requests=0,
+                          input_tokens=0, output_tokens=0, state=None, created_at=now, started_at=now,
+                          finished_at=None, lease_owner=self.owner, lease_expires=lease, kind="turn")
+                claimed = Claimed(run, [Line("user", text, identity.display_name)],
+                                  [Line(r[0], r[1], r[2]) for r in reversed(rows)
+                                   if r[3] != run_id and r[4] in ("processed", "final")],
+                                  fresh=True, files=files is not None)
+            return Ingested(conv, int(row[0]), run_id, new_run, claimed)
 
         ingested = await driver.transaction(self.engine, program)
         self._remember(ingested.conversation)
@@ -320,21 +347,22 @@ class Store:
 
     def _conversation_raw(
         self, q: driver.Statements, ref: ConversationRef, now: datetime
-    ) -> driver.Program[ConversationRef]:
+    ) -> driver.Program[tuple[ConversationRef, bool]]:
+        """The conversation under `ref.key`, created if there is none; and whether it was created."""
         row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
         if row is not None:
-            return ConversationRef(*row)
+            return ConversationRef(*row), False
         created = ConversationRef(**{**asdict(ref), "id": ref.id or new_id()})
         yield q.run(
             f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
             " VALUES (:id, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)",
             **asdict(created), t=now,
         )
-        return created
+        return created, True
 
     async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
         now = self.clock.now()
-        created = await driver.transaction(self.engine, lambda q: self._conversation_raw(q, ref, now))
+        created, _ = await driver.transaction(self.engine, lambda q: self._conversation_raw(q, ref, now))
         return self._remember(created)
 
     async def conversation_by_key(self, key: str) -> ConversationRef | None:
@@ -556,13 +584,7 @@ class Store:
             yield q.run(
                 "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
             )
-            # The newest turns only: a long conversation must not grow every request without bound.
-            rows = yield q.all(
-                "SELECT role, text, sender_name, run_id, status FROM messages"
-                " WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
-                " ORDER BY created_at DESC, id DESC LIMIT :n",
-                c=conversation_id, n=HISTORY_MESSAGES,
-            )
+            rows = yield from _history(q, conversation_id)
             # Whether its messages came with files, here where it costs no round trip of its own:
             # most runs have none, and then the run need not look them up.
             files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
@@ -719,6 +741,18 @@ class Store:
                         " ON CONFLICT (binding_id, key) DO UPDATE SET value = excluded.value", b=binding_id, k=key, v=value)
 
         await driver.transaction(self.engine, program)
+
+
+def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[driver.Row]]:
+    """A conversation's messages a run is reminded of, newest first: (role, text, sender_name, run_id, status).
+    The newest turns only: a long conversation must not grow every request without bound."""
+    rows: list[driver.Row] = yield q.all(
+        "SELECT role, text, sender_name, run_id, status FROM messages"
+        " WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
+        " ORDER BY created_at DESC, id DESC LIMIT :n",
+        c=conversation_id, n=HISTORY_MESSAGES,
+    )
+    return rows
 
 
 def _save_delivery(q: driver.Statements, run_id: str, seq: int, platform_message_id: str | None, text: str,

@@ -1,6 +1,6 @@
 """What one Slack message costs the store: its transactions, counted (each is a thread round trip
-on SQLite). A mention starting a thread is stored with its new conversation in one, its twin
-event costs none, and its reply's final row goes with the run's end."""
+on SQLite). A mention starting a thread is stored with its new conversation and its run claimed in
+one, its twin event costs none, and its reply's final row goes with the run's end."""
 
 from __future__ import annotations
 
@@ -36,10 +36,10 @@ async def test_a_mention_starting_a_thread_costs_one_transaction_per_step(
             lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text == FINAL.format(n=1)), None))
         assert len(reply.edits) >= 1, "a draft was posted, then edited"  # so the draft's row is counted
         await eventually(lambda: "end_run" in transactions)
-        # Ada's person (a first contact); the message with its new conversation and queued run; the
-        # claim; the draft's row; the run's end with the reply's final row. No lookup of the
-        # conversation before it is stored, no transaction for the mention's twin event (dropped
-        # as the duplicate it is: one reply, below).
+        # Ada's person (a first contact); the message with its new conversation and its run, claimed in
+        # the same transaction (the conversation is idle); the draft's row; the run's end with the
+        # reply's final row. No lookup of the conversation before it is stored, no claim of its own,
+        # no transaction for the mention's twin event (dropped as the duplicate it is: one reply, below).
         assert Counter(transactions) == Counter(
-            {"_identify": 1, "ingest": 1, "claim_next_run": 1, "save_delivery": 1, "end_run": 1}), transactions
+            {"_identify": 1, "ingest": 1, "save_delivery": 1, "end_run": 1}), transactions
         assert len(fake_slack.bot_messages("C0GEN")) == 1
