@@ -39,6 +39,7 @@ from gateway.http.events import EventBus
 from gateway.outbound.typing_indicator import TypingIndicator
 from gateway.inbound.pipeline import Inbound
 from gateway.inbound.memory_card import MemoryCards, MemoryClick, MemoryClickOutcome
+from gateway.membership import Membership
 from gateway.messages import InboundMessage
 from gateway.ops.metrics import Metrics
 from gateway.runs.models_cache import ModelCache
@@ -86,6 +87,7 @@ class Gateway:
         self.scheduler: Scheduler
         # The parts start() builds on the store, each handed what it uses (no service locator).
         self.outbound: Outbound
+        self.membership: Membership
         self.approvals: Approvals
         self.questions: Questions | None = None
         self.stops: Stops
@@ -148,8 +150,9 @@ class Gateway:
         self.outbound = Outbound(adapter_for, self.store, self.clock,
                                  lambda platform, kind: self.metrics.platform_errors.labels(platform, kind).inc())
         self.metrics.outbound_pending.set_function(self.outbound.pending)
+        self.membership = Membership(adapter_for, self.clock)  # who is in a channel now: deciders, search
         self.approvals = Approvals(self.store, self.outbound, adapter_for, lambda: self.config.bindings,
-                                   self.events, self.metrics, self.scheduler.wake)
+                                   self.events, self.metrics, self.scheduler.wake, self.membership)
         self.extensions.append(self.approvals)
         self.questions = Questions(self.approvals, adapter_for)
         self.runner.park_handler = self.approvals.park

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from gateway.clock import Clock
     from gateway.daemon import Gateway
     from gateway.mcp.pool import McpPool
-    from gateway.membership import Membership
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.runner import CapabilityBuilder, ListenerFor, TurnPreparer
     from gateway.runs.scheduled import Schedules
@@ -144,7 +143,6 @@ def install(gateway: Gateway) -> None:
     # and handoff conversations. Built before the extensions so they can be handed them, and started
     # after (appended after), so stopped before what the extensions added.
     from gateway.mcp.pool import McpPool
-    from gateway.membership import Membership
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.handoffs import HandoffStarter
     from gateway.runs.scheduled import Schedules
@@ -163,8 +161,7 @@ def install(gateway: Gateway) -> None:
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,
                         mcp=pool, background=background, schedules=schedules,
                         start_handoff=HandoffStarter(gateway).start,
-                        # The adapter is looked up on each question: the dict is replaced at start and on a reload.
-                        membership=Membership(lambda binding_id: gateway.adapters.get(binding_id), gateway.clock))
+                        membership=gateway.membership)
     for extension in installed():
         extension.install(assembly)
     gateway.extensions.append(pool)

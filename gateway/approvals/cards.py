@@ -23,8 +23,6 @@ from gateway.store.models import ApprovalCardRow, ApprovalRow, Run
 log = logging.getLogger("gateway.approvals.cards")
 
 ANYONE = "Anyone in this chat"
-# A refusal through the API: "anyone in this chat" may decide, but the caller is not in it.
-SOMEONE_IN_CHAT = "Only someone in this chat"
 
 # The note of a card closed without a decision on every item, by the card's stored state.
 CLOSED_NOTES = {
@@ -34,11 +32,11 @@ CLOSED_NOTES = {
 }
 
 
-def who_decides(deciders: Any, requester_name: str, *, anyone: str = ANYONE) -> str:
+def who_decides(deciders: Any, requester_name: str) -> str:
     """The subject of every "… can decide" sentence: a binding's `deciders` ("channel", "requester" or
     a list of names) said as people read it."""
     if deciders == "channel":
-        return anyone
+        return ANYONE
     if deciders == "requester":
         return f"Only {requester_name or 'the person who asked'}"
     return f"Only {', '.join(deciders)}"
@@ -49,10 +47,18 @@ def deciders_text(deciders: Any, requester_name: str) -> str:
     return f"{who_decides(deciders, requester_name)} can decide."
 
 
-def refusal(deciders: Any, requester_name: str, *, through_api: bool = False) -> str:
+def refusal(deciders: Any, requester_name: str) -> str:
     """What someone who may not answer a card reads (the clicker alone, or the API client)."""
-    anyone = SOMEONE_IN_CHAT if through_api else ANYONE
-    return f"{who_decides(deciders, requester_name, anyone=anyone)} can decide this."
+    if deciders == "channel":  # anyone in the chat may: the platform does not say this person is
+        return not_in_chat("decide this")
+    return f"{who_decides(deciders, requester_name)} can decide this."
+
+
+def not_in_chat(what: str) -> str:
+    """Why someone `deciders: channel` would let act may not: the platform does not confirm they are in
+    the chat now (they left, or it could not be asked)."""
+    return (f"Only someone in this chat can {what}, and the chat platform does not confirm you are in it now "
+            "(or could not be asked; try again in a minute).")
 
 
 def too_late(state: str | None, decided_by: str | None) -> str:

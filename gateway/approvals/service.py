@@ -38,6 +38,7 @@ from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
 from gateway.approvals.principal import Principal
+from gateway.membership import Membership, Place
 from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.approvals.service")
@@ -54,8 +55,9 @@ class Approvals:
 
     def __init__(self, store: repo.Store, outbound: Outbound, adapter_for: Callable[[str], Adapter | None],
                  bindings: Callable[[], Mapping[str, BindingSpec]], events: EventBus, metrics: Metrics,
-                 wake: Callable[[str], None]) -> None:
+                 wake: Callable[[str], None], membership: Membership) -> None:
         self.store = store
+        self._membership = membership
         self.db = ApprovalStore(store.sessions, store.clock)
         self._outbound, self._adapter_for, self._bindings = outbound, adapter_for, bindings
         self._events, self._metrics, self._wake = events, metrics, wake
@@ -86,7 +88,7 @@ class Approvals:
         binding = self._bindings().get(conv.binding_id)
         deciders = binding.approvals.deciders if binding is not None else "requester"
         if deciders == "channel":
-            return None
+            return None if await self._in_channel(conv, sender) else cards.not_in_chat("change approvals here")
         person = await self.db.person_of(conv.platform, conv.workspace, sender.account_id)
         if deciders == "requester":
             others = [s for s in await self.db.speakers(conv.id)
@@ -263,8 +265,7 @@ class Approvals:
             return DecisionOutcome(False, "This approval no longer exists.")
         decider = await self._decider_for(principal, found, conv)
         if decider is None:
-            said = cards.refusal(json.loads(found[1].deciders), found[2].requester_name if found[2] else "",
-                                 through_api=True)
+            said = cards.refusal(json.loads(found[1].deciders), found[2].requester_name if found[2] else "")
             if not await self._accounts_of(principal, conv.platform, conv.workspace):
                 said += (f" Deciding through the API acts as your own {conv.platform} account, and none is linked to "
                          "you: link it, or use a token whose person may decide.")
@@ -322,15 +323,26 @@ class Approvals:
 
     async def may_decide_as(self, deciders: Any, decider: Sender, requester_account: str | None,
                             requester_person: str | None, conv: repo.ConversationRef) -> bool:
-        """The one deciders rule, for a card and for a question put to the person (`questions.py`)."""
+        """The one deciders rule, asked by every door: a click, a command, a Stop, the API, and a
+        question put to the person (`questions.py`)."""
         if deciders == "channel":
-            return True
+            return await self._in_channel(conv, decider)
         person = await self.db.person_of(conv.platform, conv.workspace, decider.account_id)
         if deciders == "requester":
             return decider.account_id == requester_account or (
                 person is not None and person == requester_person
             )
         return bool(_names(conv, decider, person) & set(deciders))
+
+    async def _in_channel(self, conv: repo.ConversationRef, sender: Sender) -> bool:
+        """Whether `sender` is in the conversation's channel now, as its platform says (cached briefly).
+
+        A click arrives from inside the chat, but the API (a linked account) does not: a person who
+        left the channel would otherwise still decide its cards. Asked on every door all the same, so
+        one answer holds everywhere; a platform that cannot say counts as no (fail closed)."""
+        place = Place(conv.platform, conv.binding_id, conv.workspace, conv.channel, conv.chat_kind,
+                      (sender.account_id,))
+        return await self._membership.counts(place) is True
 
     async def _refresh_card(self, card_id: str) -> None:
         found = await self.db.card(card_id)
