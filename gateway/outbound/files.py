@@ -38,7 +38,7 @@ from gateway.outbound.adapter import (
     SendsFiles,
     offered,
 )
-from gateway.store.repo import Store
+from gateway.store.repo import FILE_DELIVERY, Store
 
 log = logging.getLogger("gateway.outbound.files")
 
@@ -89,7 +89,7 @@ def delivery_key(run_id: str, files: Sequence[OutboundFile], what: str = "") -> 
     else:
         for f in files:
             h.update(b"\0" + f.name.encode() + b"\0" + hashlib.sha256(f.data).digest())
-    return "file-" + h.hexdigest()[:32]
+    return FILE_DELIVERY + h.hexdigest()[:32]
 
 
 async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_id: str,
