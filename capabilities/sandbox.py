@@ -1,4 +1,5 @@
-"""sandbox: files in a workspace that survives between turns (`ls`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`).
+"""sandbox: files in a workspace that survives between turns (`ls`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`;
+`share_file` out into the conversation, `fetch_file` in from its attachments: capabilities/sandbox_read_back.py).
 
 The `state` backend: a workspace is rows in this gateway's database (capability state, capability
 "sandbox", one row per file: key = path, value = text), capped at `max_bytes` per workspace. There
@@ -52,6 +53,7 @@ from gateway.patterns import PatternRefused, compile_pattern, glob_match
 from gateway.store.capability_state import CapabilityState
 from gateway.runs.turn import Turn
 
+from . import sandbox_read_back as read_back
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 
@@ -545,7 +547,7 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         replaced = count if replace_all else 1
         return a.labelled(f"Replaced {replaced} passage{'s' if replaced != 1 else ''} in {name}. {room}")
 
-    return FunctionToolset([ls, read_file, glob, grep, write_file, edit_file, share_file])
+    return FunctionToolset([ls, read_file, glob, grep, write_file, edit_file, share_file, read_back.tool(access)])
 
 
 def instructions_for(turn: Turn, scope: Scope) -> str:
@@ -553,7 +555,8 @@ def instructions_for(turn: Turn, scope: Scope) -> str:
     if isinstance(found, NoWorkspace):
         return ("You have workspace file tools, but this conversation has no workspace for you: the tools will say "
                 "why. Do not promise to keep files here.")
-    return (f"You have a workspace that keeps files between turns (ls, read_file, glob, grep, write_file, edit_file): "
+    return (f"You have a workspace that keeps files between turns (ls, read_file, glob, grep, write_file, edit_file; "
+            f"share_file posts one here, fetch_file copies in a file people attached): "
             f"{found.label}. There is no shell. Keep drafts and work in progress there.")
 
 
@@ -590,6 +593,7 @@ register(CapabilityDecl(
         ToolDecl("edit_file", summary="Replace an exact passage of a workspace file."),
         ToolDecl("share_file", side_effecting=True,
                  summary="Post a workspace file into the conversation (people see it at once: gated)."),
+        ToolDecl("fetch_file", summary="Copy files attached in this conversation into the workspace."),
         ToolDecl("execute", side_effecting=True,
                  summary="Run a shell command (declared, not offered: needs a container backend)."),
     ),

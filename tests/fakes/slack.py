@@ -828,7 +828,7 @@ class FakeSlack:
         """A file a person uploads: its `files[]` object as events carry it (`size` may lie, as a test wants)."""
         file_id = f"F{len(self.files) + 1:08d}"
         self.files[file_id] = data
-        url = f"http://127.0.0.1:{self.port}/files-pri/{self.team_id}-{file_id}/{quote(name)}"
+        url = f"http://127.0.0.1:{self.port}/files-pri/{self.team_id}-{file_id}/{quote(name, safe='')}"
         return {"id": file_id, "name": name, "title": name, "mimetype": mimetype, "filetype": name.rsplit(".", 1)[-1],
                 "size": len(data) if size is None else size, "url_private": url, "url_private_download": url + "?dl=1",
                 "permalink": f"https://fake.slack.com/files/U0ADA/{file_id}/{quote(name)}"}
