@@ -65,6 +65,8 @@ class OpenWorkspace(Protocol):
     workspace: Any  # .scope (the capability-state scope), .audited
     config: Any  # .max_bytes
 
+    async def files(self) -> dict[str, str]: ...
+
     async def audit(self, tool: str, path: str) -> None: ...
 
     def labelled(self, text: str) -> str: ...
@@ -116,7 +118,7 @@ def tool(open_workspace: Callable[[RunContext[Turn]], OpenWorkspace | str]) -> C
             file that is not text, or a folder outside the workspace is refused by name, and then
             nothing is written.
         """
-        from .sandbox import CAPABILITY, normalize, off_limits  # the sandbox imports this module
+        from .sandbox import CAPABILITY, STORE_SILENT, normalize, off_limits  # the sandbox imports this module
 
         a = open_workspace(ctx)
         if isinstance(a, str):
@@ -136,9 +138,9 @@ def tool(open_workspace: Callable[[RunContext[Turn]], OpenWorkspace | str]) -> C
                                            "Nothing was written.")
         try:
             shared = await shared_earlier(turn)
-            stored = await a.state.items(CAPABILITY, a.workspace.scope)
+            stored = await a.files()
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         entries = []
         for name in wanted:
             entry = next((f for f in shared if f.get("name") == name), None)
@@ -199,7 +201,7 @@ def tool(open_workspace: Callable[[RunContext[Turn]], OpenWorkspace | str]) -> C
             for _, path, _, text in landed:
                 await a.state.put(CAPABILITY, a.workspace.scope, path, text)
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         for _, path, _, _ in landed:
             await a.audit("fetch_file", path)
         lines = [f"{name} -> {path} ({len(text.encode()):,} bytes)" for name, path, _, text in landed]

@@ -50,6 +50,7 @@ from gateway.store.engine import SchemaError, create_engine, migrate
 from gateway.ops.systemd import Notifier
 from gateway.outbound.adapter import Adapter, ApprovalItem, Decision, DecisionOutcome, Sender, StopOutcome, SubmitResult
 from gateway.inbound.uploads import Uploads
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.mcp.pool import McpPool
@@ -308,9 +309,7 @@ class Gateway:
         self.notifier.stopping()
         await self.metrics.stop()
         if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+            await cancel_and_wait(self._sweeper)
             self._sweeper = None
         if hasattr(self, "scheduler"):
             if not await self.scheduler.drain(grace):

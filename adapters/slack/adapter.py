@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 import re
 import time
 import urllib.parse
@@ -68,6 +69,7 @@ from gateway.outbound.adapter import (
     StreamsNatively,
     Trouble,
 )
+from gateway.tasks import cancel_and_wait
 
 from . import scopes
 from .api import SlackConnection, UserNames, call
@@ -764,9 +766,7 @@ async def _close_socket(socket: SocketModeClient) -> None:
     socket.auto_reconnect_enabled = False
     tasks = [t for t in (socket.message_receiver, socket.current_session_monitor, socket.message_processor)
              if t is not None]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_and_wait(*tasks, level=logging.DEBUG)
     if socket.current_session is not None:
         await within(socket.current_session.close())
     await socket.aiohttp_client_session.close()

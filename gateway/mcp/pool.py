@@ -30,6 +30,7 @@ from bindings.secrets import SecretRef
 
 from gateway.mcp.server_log import ServerLog, StderrPipe
 from gateway.reconnect import Backoff
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -124,7 +125,7 @@ class McpConnection:
                 with contextlib.suppress(Exception, asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(task), 5.0)
             # Kept until it has ended: a stop that is itself cancelled leaves it for the next stop to finish.
-            await _cancel_and_wait(task, f"MCP server {self.label}")
+            await cancel_and_wait(task, what=f"MCP server {self.label}", level=logging.DEBUG)
             self._task = None
         self._set("stopped", "stopped")
 
@@ -271,7 +272,7 @@ class McpConnection:
                     await self._probe(toolset)
         finally:
             if listener is not None:
-                await _cancel_and_wait(listener, f"MCP server {self.label}'s change stream")
+                await cancel_and_wait(listener, what=f"MCP server {self.label}'s change stream", level=logging.DEBUG)
 
     async def _probe(self, toolset: Any) -> None:
         """Is the server still there? Any JSON-RPC answer says yes, an error answer too."""
@@ -480,15 +481,6 @@ def _can_listen(toolset: Any) -> bool:
         return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(toolset.capabilities.tools_list_changed)
     except Exception:
         return False
-
-
-async def _cancel_and_wait(task: asyncio.Task[Any], what: str) -> None:
-    """Cancel `task` and wait until it has ended. What it raised on its way out is logged, never raised;
-    a cancellation of the caller itself is (the task stays cancelled): a stop that is cut short ends."""
-    task.cancel()
-    await asyncio.wait([task])  # unlike `await task`, raises only the caller's own cancellation
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("%s ended with %s", what, _describe_error(task.exception()))  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager

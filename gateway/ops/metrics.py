@@ -8,7 +8,6 @@ for one release, as aliases (`_Aliases`): the same series summed over the labels
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TypeVar
 
@@ -20,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from gateway import version
 
 from gateway.ops.loop_watchdog import LoopWatchdog
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.runs.runner import Turn
@@ -96,9 +96,7 @@ class Metrics:
     async def stop(self) -> None:
         self.watchdog.stop()
         if self._lag_probe is not None:
-            self._lag_probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lag_probe
+            await cancel_and_wait(self._lag_probe)
             self._lag_probe = None
 
     def run_ended(self, turn: Turn, outcome: str) -> None:

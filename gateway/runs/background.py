@@ -46,6 +46,7 @@ from gateway.store.background import (
 )
 from gateway.store.models import BackgroundRun
 from gateway.outbound.adapter import PostsReportCards, ReplyTarget, offered
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.runs.background")
 
@@ -131,10 +132,7 @@ class BackgroundRuns:
     async def stop(self) -> None:
         """The gateway is stopping: every run here ends as partial, with what it did, and reports (the
         report waits in the queue for the next start)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await cancel_and_wait(self._sweeper)
         self._in_flight.cancel_all()
         tasks = list(self._tasks.values())
         if tasks:

@@ -40,6 +40,7 @@ from bindings.models import ProviderConfig
 from bindings.secrets import SecretError
 
 from gateway.runs import llm
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.models")
 
@@ -159,9 +160,7 @@ class ModelCache:
 
     async def close(self) -> None:
         """Close every provider's HTTP client (the gateway's stop, after runs have drained)."""
-        for task in list(self._retiring):
-            task.cancel()
-        await asyncio.gather(*self._retiring, return_exceptions=True)
+        await cancel_and_wait(*self._retiring)
         closing = self._retired + [e.provider for e in self._providers.values()]
         self._retired, self._providers, self._models = [], {}, {}
         for provider in closing:

@@ -10,7 +10,6 @@ config stay here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -69,6 +68,7 @@ from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, st
 from gateway.outbound.adapter import (Adapter, AnswersDirectory, FetchesAttachments, ReplyTarget, ShowsStatus,
                                      StreamsNatively, offered)
 from gateway.runs.turn import Memory, Requester, Turn
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -444,9 +444,7 @@ class Runner:
             gw.metrics.run_ended(turn, outcome.status)
         finally:
             stream.close()
-            typing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await typing
+            await cancel_and_wait(typing)
             self._in_flight.done(turn.run_id)
             self._streams.pop(turn.run_id, None)
             if control:  # the reply is final (or parked, or stopped): nothing left to stop
