@@ -232,7 +232,11 @@ class Runner:
         self.gateway.metrics.images.labels(model, turn.agent.id).inc()
         if cost_usd is not None:
             self.gateway.metrics.image_cost.labels(model, turn.agent.id).inc(cost_usd)
-        await run_costs.add_image(self.gateway.store.sessions, run_id, cost_usd)
+        try:
+            await run_costs.add_image(self.gateway.store.sessions, run_id, cost_usd)
+        except Exception as e:  # bookkeeping: the image is drawn and still goes out; the metrics have it
+            log.warning("an image's cost was not recorded with run %s: %s", run_id, type(e).__name__,
+                        extra=turn.log_fields)
 
     def _fetcher(self, adapter: Adapter) -> Callable[[Attachment], Awaitable[bytes | None]] | None:
         """The adapter's own fetch of a shared file, under the gateway's cap; None where it has none."""
