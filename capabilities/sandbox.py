@@ -1,4 +1,5 @@
-"""sandbox: files in a workspace that survives between turns (`ls`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`).
+"""sandbox: files in a workspace that survives between turns (`ls`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`;
+`share_file` out into the conversation, `fetch_file` in from its attachments: capabilities/sandbox_read_back.py).
 
 The `state` backend: a workspace is rows in this gateway's database (capability state, capability
 "sandbox", one row per file: key = path, value = text), capped at `max_bytes` per workspace. There
@@ -52,6 +53,7 @@ from gateway.patterns import PatternRefused, compile_pattern, glob_match
 from gateway.store.capability_state import CapabilityState
 from gateway.runs.turn import Turn
 
+from . import sandbox_read_back as read_back
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 
@@ -250,7 +252,7 @@ class WorkspaceTools:
 
     def toolset(self) -> FunctionToolset[Turn]:
         return FunctionToolset([self.ls, self.read_file, self.glob, self.grep, self.write_file, self.edit_file,
-                                self.share_file])
+                                self.share_file, read_back.tool(self._open)])
 
     # --- the preamble ---------------------------------------------------------------------
 
@@ -543,8 +545,8 @@ class WorkspaceTools:
         return a.labelled(f"Replaced {replaced} passage{'s' if replaced != 1 else ''} in {name}. {room}")
 
     # --- between the workspace and the conversation ---------------------------------------
-    # A tool that brings a file in (an attachment of this conversation read into the workspace) goes
-    # here too: `_file` for the name it is kept under, `_Access.put` for the room, like write_file.
+    # The tool that brings a file in (an attachment of this conversation copied into the workspace),
+    # fetch_file, is capabilities/sandbox_read_back.py's, on this workspace (`_open`): see `toolset`.
 
     async def share_file(self, ctx: RunContext[Turn], path: str) -> str:
         """Post a file of your workspace into this conversation, under its name, for the person to open or download.
@@ -578,7 +580,7 @@ class WorkspaceTools:
 
 
 def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
-    """The six file tools on the one workspace `config.session_scope` gives each run (and share_file)."""
+    """The six file tools on the one workspace `config.session_scope` gives each run (and share_file, fetch_file)."""
     return WorkspaceTools(config).toolset()
 
 
@@ -587,7 +589,8 @@ def instructions_for(turn: Turn, scope: Scope) -> str:
     if isinstance(found, NoWorkspace):
         return ("You have workspace file tools, but this conversation has no workspace for you: the tools will say "
                 "why. Do not promise to keep files here.")
-    return (f"You have a workspace that keeps files between turns (ls, read_file, glob, grep, write_file, edit_file): "
+    return (f"You have a workspace that keeps files between turns (ls, read_file, glob, grep, write_file, edit_file; "
+            f"share_file posts one here, fetch_file copies in a file people attached): "
             f"{found.label}. There is no shell. Keep drafts and work in progress there.")
 
 
@@ -624,6 +627,7 @@ register(CapabilityDecl(
         ToolDecl("edit_file", summary="Replace an exact passage of a workspace file."),
         ToolDecl("share_file", side_effecting=True,
                  summary="Post a workspace file into the conversation (people see it at once: gated)."),
+        ToolDecl("fetch_file", summary="Copy files attached in this conversation into the workspace."),
         ToolDecl("execute", side_effecting=True,
                  summary="Run a shell command (declared, not offered: needs a container backend)."),
     ),

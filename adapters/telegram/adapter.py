@@ -33,6 +33,7 @@ from adapters.read_position import ReadPosition
 from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
 from gateway.outbound.budget import Pacer, impatient, scaled
+from gateway.outbound.files import size_text
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
@@ -49,6 +50,7 @@ from gateway.outbound.adapter import (
     AttachmentTooLarge,
     FileKind,
     FileLimits,
+    FileTooLarge,
     OutboundFile,
     SendsFiles,
     ConfirmsMembership,
@@ -513,10 +515,18 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
     async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
         """sendPhoto / sendDocument / sendAudio (sendVoice for OGG/Opus) for one file, sendMediaGroup (an
         album) for several of one family (photos; documents; audio), else one send each with the caption
-        on the first."""
+        on the first. A file the Bot API refuses as too large is FileTooLarge naming its limits (the send
+        is the upload here)."""
+        try:
+            return await self._send_files(target, [f for f, _ in files], caption)
+        except FileTooLarge as e:
+            limits = self.file_limits.max_bytes
+            raise FileTooLarge(f"{e}; the Bot API takes a photo of at most {size_text(limits[FileKind.IMAGE])} and "
+                               f"any other file of at most {size_text(limits[FileKind.DOCUMENT])}") from None
+
+    async def _send_files(self, target: ReplyTarget, items: list[OutboundFile], caption: str) -> str:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
-        items = [f for f, _ in files]
         where: dict[str, Any] = {"message_thread_id": thread}
         if len(items) > 1 and len({f.kind for f in items}) == 1:
             # attach=True: each file goes as its own multipart part that the album names (attach://…).

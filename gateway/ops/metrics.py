@@ -63,6 +63,12 @@ class Metrics:
                                                    "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"],
                                                    registry=r))
         self.tokens = aliases.add(Counter(f"{PREFIX}model_tokens", "Model tokens", ["direction"], registry=r))
+        # Images a tool drew (generate_image) and what they cost where the model's price is known: a
+        # separate model, priced apart from the tokens above. New: no `gateway_` alias.
+        self.images = Counter(f"{PREFIX}images_generated", "Images drawn by an image model", ["model", "agent"],
+                              registry=r)
+        self.image_cost = Counter(f"{PREFIX}image_cost_usd", "What the drawn images cost, in US dollars (priced "
+                                  "models only)", ["model", "agent"], registry=r)
         # New since the rename: no old name to alias.
         self.schedule_occurrences = Counter(f"{PREFIX}schedule_occurrences", "Scheduled tasks' occurrences: fired "
                                             "(queued to run), missed (skipped or collapsed after an outage), failed "

@@ -63,7 +63,7 @@ from gateway.runs.in_flight import InFlight
 from gateway.runs.memory import resolve_scope
 from gateway.runs.slow_calls import SlowCalls
 from gateway.messages import Attachment, ChatKind
-from gateway.store import repo
+from gateway.store import repo, run_costs
 from gateway.store.availability import StoreUnavailable
 from gateway.store.background import REPORT
 from gateway.store.schedules import SCHEDULED
@@ -229,6 +229,7 @@ class Runner:
             tell=lambda line: self.tell(run.id, line),
             status=lambda line: show_status(adapter, turn.target, line),
             fetch_attachment=self._fetcher(adapter),
+            record_image=lambda model, cost: self._record_image(run.id, turn, model, cost),
             share_files=lambda files, caption, what="": share_files(
                 adapter, turn.target, gw.store, run.id, files, caption, what=what,
                 on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()),
@@ -236,6 +237,17 @@ class Runner:
         if gw.questions is not None:
             turn.ask = gw.questions.asker_for(turn, adapter)
         return Prepared(turn, adapter)
+
+    async def _record_image(self, run_id: str, turn: Turn, model: str, cost_usd: float | None) -> None:
+        """An image drawn for the run `run_id` (a delegate's count as its parent's: `turn` is the parent's)."""
+        self.gateway.metrics.images.labels(model, turn.agent.id).inc()
+        if cost_usd is not None:
+            self.gateway.metrics.image_cost.labels(model, turn.agent.id).inc(cost_usd)
+        try:
+            await run_costs.add_image(self.gateway.store.sessions, run_id, cost_usd)
+        except Exception as e:  # bookkeeping: the image is drawn and still goes out; the metrics have it
+            log.warning("an image's cost was not recorded with run %s: %s", run_id, type(e).__name__,
+                        extra=turn.log_fields)
 
     def _fetcher(self, adapter: Adapter) -> Callable[[Attachment], Awaitable[bytes | None]] | None:
         """The adapter's own fetch of a shared file, under the gateway's cap; None where it has none."""

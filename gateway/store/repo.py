@@ -36,6 +36,8 @@ V = TypeVar("V")
 QUEUED, RUNNING, PARKED = "queued", "running", "parked"
 FINISHED, FAILED, STOPPED, EXPIRED = "finished", "failed", "stopped", "expired"
 GUARDRAIL_BLOCKED, BUDGET_EXCEEDED = "guardrail_blocked", "budget_exceeded"
+# A file share's delivery row is keyed by this and a hash, not by its run (gateway/outbound/files.py).
+FILE_DELIVERY = "file-"
 ENDED = frozenset({FINISHED, FAILED, STOPPED, EXPIRED, GUARDRAIL_BLOCKED, BUDGET_EXCEEDED})
 
 

@@ -243,6 +243,9 @@ class FakeTelegram:
         self.in_flight = InFlight(listening=("/getUpdates",))
         self._webhook_kick = asyncio.Event()
         self.files: dict[str, bytes] = {}  # file_id → contents: getFile, then /file/bot<token>/<file_path>
+        # What a send takes (core.telegram.org/bots/api#sending-files); over it the Bot API answers 413
+        # "Request Entity Too Large" (JSON, as api.telegram.org does). Lower them to test a smaller cap.
+        self.max_photo_bytes, self.max_file_bytes = MAX_PHOTO_BYTES, MAX_FILE_BYTES
         self.downloads: list[str] = []  # file paths downloaded with the right token
         # A share of getUpdates long polls cut, as a proxy or a flaky network does: answered 502
         # (an HTML page, not the Bot API's JSON) or, after the poll took its updates, closed
@@ -619,7 +622,7 @@ class FakeTelegram:
         if part not in files:
             raise ApiError(400, f"Bad Request: there is no {kind} in the request")
         name, data = files[part]
-        if len(data) > (MAX_PHOTO_BYTES if kind == "photo" else MAX_FILE_BYTES):
+        if len(data) > (self.max_photo_bytes if kind == "photo" else self.max_file_bytes):
             raise ApiError(413, "Request Entity Too Large")
         return name, data
 
