@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from gateway.messages import ChatKind
 
 from .capabilities.scripted import say_calls
 from .capabilities.support import Account, Place, World, agent, slack_binding, world
+from .support.loop_lag import own_lag
 
 ALICE = Account("slack", "T1", "U1", "alice")
 DM = Place("slack", "slack", "T1", "D1", ChatKind.DM)
@@ -49,23 +49,16 @@ DEEP = "/".join("d" for _ in range(80)) + "/x.txt"  # 80 folders deep
 
 
 class LagProbe:
-    """The largest delay the loop's own work put on a short timer while each case ran.
-
-    A delay counts only as far as the loop's thread was busy for it (`time.thread_time`): code
-    holding the loop burns that thread's CPU, while a machine busy with other processes delays
-    the timer without it (and work sent off the loop runs on other threads). So a loaded CI
-    machine does not read as a stall, and a pattern that backtracks on the loop still does."""
+    """The largest delay the loop's own work put on a short timer while each case ran (a busy
+    machine's delay not counted: `tests/support/loop_lag.py`)."""
 
     def __init__(self) -> None:
         self.case = "start"
         self.worst: dict[str, float] = {}
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            asked, cpu = loop.time() + PROBE_EVERY, time.thread_time()
-            await asyncio.sleep(PROBE_EVERY)
-            lag = min(loop.time() - asked, time.thread_time() - cpu)
+            lag = await own_lag(PROBE_EVERY)
             self.worst[self.case] = max(self.worst.get(self.case, 0.0), lag)
 
     def stalls(self) -> dict[str, float]:
