@@ -265,6 +265,29 @@ async def test_the_characters_spoken_are_recorded_with_the_run_and_unpriced_spee
     assert f"{len(SPOKEN)} characters spoken, $0.000 (partial))" in line
 
 
+async def test_a_delegates_speech_counts_on_its_parents_run(tmp_path: Path, telegram: FakeTelegram,
+                                                              model_server: FakeOpenAI) -> None:
+    support.SEEN.append(support.Seen())
+    parent = {**_agent(model="scripted"), "capabilities": [{"id": "subagents", "config": {}}], "subagents": ["speaker"]}
+    speaker = {**_speaking_agent(model_server), "name": "Speaker", "description": "Says things aloud"}
+    section = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": telegram.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": parent, "speaker": speaker},
+                       gateway=_providers(model_server),
+                       bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": section,
+                                        "admission": {"dm": "open"}}})
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        telegram.push_message(ADA["id"], ADA, say_calls(("task", {"agent": "speaker", "prompt": say_calls(
+            ("generate_speech", {"text": SPOKEN}))})))
+        (run,) = await wait_for(lambda: gw.store.runs_in(["finished"]), what="the run to end")
+        metrics = gw.metrics.render().decode()
+    assert len(model_server.speech_requests) == 1
+    assert (run.agent_id, run.spoken_characters, run.media_unpriced) == ("assistant", len(SPOKEN), 1)
+    # Counted once, under the agent a person spoke to (as a delegate's images are).
+    assert ('agent_gateway_media_requests_total{agent="assistant",kind="speech",model="gpt-4o-mini-tts",priced="no"} 1.0'
+            in metrics) and 'agent="speaker"' not in metrics
+
+
 async def test_generate_speech_posts_an_audio_file_in_a_slack_thread(tmp_path: Path, fake_slack: FakeSlack,
                                                                       model_server: FakeOpenAI) -> None:
     support.SEEN.append(support.Seen())
