@@ -29,8 +29,8 @@ from pydantic_ai import (
     RunCancelled,
     UsageLimitExceeded,
 )
-from pydantic_ai.agent import WrapperAgent
-from pydantic_ai.capabilities import AbstractCapability, Capability
+from pydantic_ai.agent import AbstractAgent, WrapperAgent
+from pydantic_ai.capabilities import AbstractCapability, Capability, ToolSearch
 from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import (
     ModelMessage,
@@ -272,7 +272,7 @@ class Runner:
             parts.append(override.prompt.strip())
         return "\n\n".join(p for p in parts if p)
 
-    def build_agent(self, turn: Turn) -> TurnAgent:
+    def build_agent(self, turn: Turn) -> AbstractAgent[Turn, Any]:
         model = self.gateway.models.get(turn.agent.model, self.gateway.config.gateway.providers)
         # The approval gate is the first builder, so it wraps outermost and sees the names the model calls.
         capabilities: list[Any] = []
@@ -280,8 +280,16 @@ class Runner:
             capabilities.extend(build(turn))
         capabilities.append(SlowCalls(self.gateway.config.gateway.limits.slow_tool_seconds, self.gateway.clock,
                                       self._slow_call))
+        settings = dict(turn.agent.model_settings) or None
+        if any(isinstance(c, ToolSearch) for c in capabilities):
+            # pydantic-ai adds its own ToolSearch to an agent built without one, and then refuses a run's
+            # ToolSearch subclass (capabilities/tool_search.py) under the same id as a second class. An
+            # agent with tool search is built for its run with its capabilities, as every agent once was.
+            return Agent(model, deps_type=Turn, output_type=[str, DeferredToolRequests],
+                         instructions=self.instructions(turn), model_settings=settings,  # type: ignore[arg-type]
+                         capabilities=capabilities, name=turn.agent.id)
         return TurnAgent(_agent_named(turn.agent.id), model=model, instructions=self.instructions(turn),
-                         model_settings=dict(turn.agent.model_settings) or None,  # type: ignore[arg-type]
+                         model_settings=settings,  # type: ignore[arg-type]
                          capabilities=capabilities)
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
