@@ -10,9 +10,9 @@ core's one attachment path (`gateway.inbound.attachments.Listens`).
   transcribed before the run; the model reads the transcript, marked as one, with its duration.
 - Limits: `max_seconds` and `max_bytes` for every clip, checked before the provider is paid (the
   duration is measured here, never taken from the platform or the model).
-- What each request cost, where the provider reports it (tokens, priced by genai-prices) or at least
-  its seconds and characters, is recorded with the run: capability state "audio", scope "run:<run id>",
-  one row per request, and a log line.
+- What each request made and cost (seconds transcribed, characters spoken; dollars where the provider
+  reports tokens genai-prices can price) is recorded with the run the way an image is
+  (`Turn.record_media`: the run's row, `runs list`, the media metrics), and in a log line.
 - Neither tool asks for approval by default (the seed: "on by default with permission allow"); a
   binding gates or denies them like any tool.
 """
@@ -20,10 +20,8 @@ core's one attachment path (`gateway.inbound.attachments.Listens`).
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import re
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +36,7 @@ from gateway.messages import Attachment
 from gateway.outbound.adapter import AttachmentTooLarge, OutboundFile, PlatformError
 from gateway.outbound.files import FileRefused, size_text
 from gateway.runs.turn import Turn
+from gateway.store.run_costs import MediaKind, MediaSpend
 
 from .audio_clients import CAPABILITY, AudioClients, AudioUnavailable, provider_name
 from .audio_codec import NotAudio, duration, off_loop, to_ogg_opus
@@ -165,21 +164,25 @@ class Audio:
         await self.record("speech", model, seconds=seconds, characters=len(text))
         return ogg, seconds
 
-    async def record(self, what: str, model: str, *, seconds: float, characters: int = 0, usage: Any = None) -> None:
-        """One request's usage and cost with the run (capability state), and a log line."""
+    async def record(self, what: MediaKind, model: str, *, seconds: float, characters: int = 0,
+                     usage: Any = None) -> None:
+        """One request's spend with the run (`Turn.record_media`, as images are) and a log line with its detail."""
         row: dict[str, Any] = {"what": what, "provider": self.provider, "model": model, "seconds": round(seconds, 2)}
+        cost: float | None = None
         if characters:
             row["characters"] = characters
         if getattr(usage, "type", None) == "tokens":
             row.update(input_tokens=int(usage.input_tokens or 0), output_tokens=int(usage.output_tokens or 0))
             details = getattr(usage, "input_token_details", None)
             audio_tokens = int(getattr(details, "audio_tokens", 0) or 0) if details is not None else 0
-            row["cost_usd"] = _price(model, row["input_tokens"], row["output_tokens"], audio_tokens)
+            cost = _price(model, row["input_tokens"], row["output_tokens"], audio_tokens)
         elif getattr(usage, "type", None) == "duration":
             row["billed_seconds"] = float(usage.seconds)
+        row["cost_usd"] = cost
         turn = self.turn
-        await turn.state.put(CAPABILITY, f"run:{turn.run_id}", f"{turn.clock.now().isoformat()}-{uuid.uuid4().hex[:6]}",
-                             json.dumps(row))
+        # Transcription is counted in the seconds heard (measured here), speech in the characters spoken.
+        await turn.record_media(MediaSpend(what, model, round(seconds, 2) if what == "transcription" else characters,
+                                           cost))
         log.info("audio %s", what, extra={**turn.log_fields, **{k: v for k, v in row.items() if v is not None}})
 
 
@@ -194,12 +197,6 @@ def _price(model: str, input_tokens: int, output_tokens: int, audio_tokens: int)
                            .cost().total_price), 6)
     except Exception:  # an unpriced model (a local server's): the tokens are still recorded
         return None
-
-
-async def usage_of(turn: Turn) -> list[dict[str, Any]]:
-    """The audio requests recorded with this run, oldest first."""
-    rows = await turn.state.items(CAPABILITY, f"run:{turn.run_id}")
-    return [json.loads(v) for v in rows.values()]
 
 
 @dataclass

@@ -8,7 +8,7 @@ side-effecting (it spends money and posts what people see), so it asks for appro
 approved the image is drawn and posted through the one outbound file path, keyed by the request so
 a restart never posts the same request twice. Its cost (pydantic-ai's `ImageGenerationResult.cost()`
 over the provider's reported usage, where genai-prices knows the model) is recorded with the run
-(`Turn.record_image`: the run's row, `agent-gateway runs list`, the metrics), and goes in the line the
+(`Turn.record_media`: the run's row, `agent-gateway runs list`, the metrics), and goes in the line the
 model gets back and the log; the bytes never reach the model.
 """
 
@@ -30,6 +30,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from gateway.outbound.adapter import OutboundFile, PlatformError
 from gateway.outbound.files import FileRefused
 from gateway.runs.turn import Turn
+from gateway.store.run_costs import MediaSpend
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
@@ -99,7 +100,8 @@ def _toolset(cfg: ImageGenerationConfig, key: str) -> FunctionToolset[Turn]:
         cost = f", about ${price:.3f}" if price is not None else ""
         log.info("image generated", extra={**ctx.deps.log_fields, "model": result.model_name,
                                            "cost": cost.strip(", ") or "unpriced"})
-        await ctx.deps.record_image(result.model_name, price)  # drawn is paid for, posted or not
+        # Drawn is paid for, posted or not.
+        await ctx.deps.record_media(MediaSpend("image", result.model_name, 1, price))
         file = OutboundFile(_name(prompt, image.media_type), image.data, image.media_type)
         try:
             shared = await ctx.deps.share_files([file], "", f"generate_image:{prompt}")

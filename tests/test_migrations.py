@@ -74,3 +74,40 @@ async def test_a_database_one_migration_behind_is_brought_to_head(tmp_path: Path
         assert versions == [head_revision()]
     finally:
         await engine.dispose()
+
+
+async def test_0016_moves_what_images_cost_into_the_media_columns_and_back(tmp_path: Path) -> None:
+    """Runs 0015 recorded keep their images and dollars; an image counted with no dollars is unpriced."""
+    from alembic import command
+
+    from gateway.store.engine import alembic_config
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'images.db'}"
+    engine = create_engine(url)
+
+    def insert(sync: object, run_id: str, images: int, cost: float) -> None:
+        sync.exec_driver_sql(  # type: ignore[attr-defined]
+            "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason, requester_name, requests,"
+            " input_tokens, output_tokens, created_at, kind, images, image_cost_usd)"
+            f" VALUES ('{run_id}', 'c1', 'b', 'a', 'finished', '', '', 1, 1, 1, '2026-12-01 00:00:00', 'turn',"
+            f" {images}, {cost})")
+
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), "0015"))
+            await conn.exec_driver_sql(
+                "INSERT INTO conversations (id, key, platform, binding_id, workspace, channel, chat_kind, created_at,"
+                " updated_at) VALUES ('c1', 'k', 'slack', 'b', 'T', 'C', 'channel', '2026-12-01 00:00:00',"
+                " '2026-12-01 00:00:00')")
+            for run_id, images, cost in (("priced", 2, 0.08), ("unpriced", 1, 0.0), ("none", 0, 0.0)):
+                await conn.run_sync(insert, run_id, images, cost)
+            await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), "0016"))
+            rows = (await conn.exec_driver_sql("SELECT id, images, media_cost_usd, media_unpriced, transcribed_seconds,"
+                                               " spoken_characters FROM runs ORDER BY id")).all()
+            assert [tuple(r) for r in rows] == [("none", 0, 0.0, 0, 0.0, 0), ("priced", 2, 0.08, 0, 0.0, 0),
+                                                ("unpriced", 1, 0.0, 1, 0.0, 0)]
+            await conn.run_sync(lambda sync: command.downgrade(alembic_config(sync), "0015"))
+            back = (await conn.exec_driver_sql("SELECT id, images, image_cost_usd FROM runs ORDER BY id")).all()
+            assert [tuple(r) for r in back] == [("none", 0, 0.0), ("priced", 2, 0.08), ("unpriced", 1, 0.0)]
+    finally:
+        await engine.dispose()

@@ -63,12 +63,17 @@ class Metrics:
                                                    "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"],
                                                    registry=r))
         self.tokens = aliases.add(Counter(f"{PREFIX}model_tokens", "Model tokens", ["direction"], registry=r))
-        # Images a tool drew (generate_image) and what they cost where the model's price is known: a
-        # separate model, priced apart from the tokens above. New: no `gateway_` alias.
-        self.images = Counter(f"{PREFIX}images_generated", "Images drawn by an image model", ["model", "agent"],
-                              registry=r)
-        self.image_cost = Counter(f"{PREFIX}image_cost_usd", "What the drawn images cost, in US dollars (priced "
-                                  "models only)", ["model", "agent"], registry=r)
+        # Media other models made for a run (images drawn, clips transcribed, speech spoken) and what it
+        # cost where the model's price is known: priced apart from the tokens above, one family per figure
+        # with the kind as a label (gateway/store/run_costs.py). New: no `gateway_` alias.
+        media = ["kind", "model", "agent"]
+        self.media_requests = Counter(f"{PREFIX}media_requests", "Requests to media models (image, transcription, "
+                                      "speech); priced=no where the model has no known price", [*media, "priced"],
+                                      registry=r)
+        self.media_amount = Counter(f"{PREFIX}media_amount", "What media models made, in the kind's unit: images, "
+                                    "seconds (transcription), characters (speech)", [*media, "unit"], registry=r)
+        self.media_cost = Counter(f"{PREFIX}media_cost_usd", "What media models' requests cost, in US dollars "
+                                  "(priced models only)", media, registry=r)
         # New since the rename: no old name to alias.
         self.schedule_occurrences = Counter(f"{PREFIX}schedule_occurrences", "Scheduled tasks' occurrences: fired "
                                             "(queued to run), missed (skipped or collapsed after an outage), failed "

@@ -229,7 +229,7 @@ class Runner:
             tell=lambda line: self.tell(run.id, line),
             status=lambda line: show_status(adapter, turn.target, line),
             fetch_attachment=self._fetcher(adapter),
-            record_image=lambda model, cost: self._record_image(run.id, turn, model, cost),
+            record_media=lambda spend: self._record_media(run.id, turn, spend),
             share_files=lambda files, caption, what="": share_files(
                 adapter, turn.target, gw.store, run.id, files, caption, what=what,
                 on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()),
@@ -238,15 +238,17 @@ class Runner:
             turn.ask = gw.questions.asker_for(turn, adapter)
         return Prepared(turn, adapter)
 
-    async def _record_image(self, run_id: str, turn: Turn, model: str, cost_usd: float | None) -> None:
-        """An image drawn for the run `run_id` (a delegate's count as its parent's: `turn` is the parent's)."""
-        self.gateway.metrics.images.labels(model, turn.agent.id).inc()
-        if cost_usd is not None:
-            self.gateway.metrics.image_cost.labels(model, turn.agent.id).inc(cost_usd)
+    async def _record_media(self, run_id: str, turn: Turn, spend: run_costs.MediaSpend) -> None:
+        """Media made for the run `run_id` (a delegate's count as its parent's: `turn` is the parent's)."""
+        labels = (spend.kind, spend.model, turn.agent.id)
+        self.gateway.metrics.media_requests.labels(*labels, "no" if spend.cost_usd is None else "yes").inc()
+        self.gateway.metrics.media_amount.labels(*labels, run_costs.UNIT[spend.kind]).inc(spend.amount)
+        if spend.cost_usd is not None:
+            self.gateway.metrics.media_cost.labels(*labels).inc(spend.cost_usd)
         try:
-            await run_costs.add_image(self.gateway.store.sessions, run_id, cost_usd)
-        except Exception as e:  # bookkeeping: the image is drawn and still goes out; the metrics have it
-            log.warning("an image's cost was not recorded with run %s: %s", run_id, type(e).__name__,
+            await run_costs.add_media(self.gateway.store.sessions, run_id, spend)
+        except Exception as e:  # bookkeeping: the media is made and still goes out; the metrics have it
+            log.warning("a %s's cost was not recorded with run %s: %s", spend.kind, run_id, type(e).__name__,
                         extra=turn.log_fields)
 
     def _fetcher(self, adapter: Adapter) -> Callable[[Attachment], Awaitable[bytes | None]] | None:

@@ -28,6 +28,7 @@ from gateway.store.capability_state import CapabilityState
 from gateway.store.conversation_log import ConversationLog
 from gateway.store.notes import NoteStore, Scope
 from gateway.store.repo import ConversationRef
+from gateway.store.run_costs import MediaSpend
 from gateway.messages import Attachment
 from gateway.outbound.adapter import ChannelDirectory, OutboundFile, ReplyTarget
 from gateway.outbound.files import FileRefused, Shared
@@ -58,7 +59,7 @@ async def _nothing() -> None:
     return None
 
 
-async def _not_counted(model: str, cost_usd: float | None) -> None:
+async def _not_counted(spend: MediaSpend) -> None:
     return None
 
 
@@ -95,9 +96,10 @@ class Turn:
     # (`gateway.outbound.files.share_files`); FileRefused says why not, in words for the model.
     # `what`: what the files are, when their bytes differ each time they are made (a generated image).
     share_files: Callable[[Sequence[OutboundFile], str, str], Awaitable[Shared]] = field(default=_no_files)
-    # An image a tool drew for this run (its model, its price in US dollars where known): counted on the
-    # run a person started (a delegate's images are its parent's), in the metrics and `runs list`.
-    record_image: Callable[[str, float | None], Awaitable[None]] = field(default=_not_counted)
+    # Media a tool had another model make for this run (an image drawn, a clip transcribed, speech spoken;
+    # its price where known): counted on the run a person started (a delegate's spend is its parent's), in
+    # the metrics and `runs list`. The one way any media spend is recorded (gateway/store/run_costs.py).
+    record_media: Callable[[MediaSpend], Awaitable[None]] = field(default=_not_counted)
     # A file shared earlier in this conversation, fetched again from the platform with the bot's own
     # credentials and the gateway's attachment cap (None where this platform cannot fetch files).
     fetch_attachment: Callable[[Attachment], Awaitable[bytes | None]] | None = None

@@ -130,10 +130,13 @@ class Run(Base):
     requests: Mapped[int] = mapped_column(Integer, default=0)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
-    # Images a tool drew for this run (generate_image) and their price where the model's is known: a
-    # separate model, priced apart from the tokens above (gateway/store/run_costs.py).
+    # Media other models made for this run (gateway/store/run_costs.py): images drawn, seconds
+    # transcribed, characters spoken; their dollars where priced, and how many requests had no price.
     images: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
-    image_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    transcribed_seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    spoken_characters: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    media_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    media_unpriced: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     state: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(TS)
     started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.store.models import Run
+from gateway.store.run_costs import media_text, media_usage
 
 
 async def ended_runs(sessions: async_sessionmaker[AsyncSession], *, status: str | None = None,
@@ -27,7 +28,7 @@ async def ended_runs(sessions: async_sessionmaker[AsyncSession], *, status: str 
                  "conversation_id": r.conversation_id, "requester": r.requester_name,
                  "finished_at": r.finished_at.isoformat() if r.finished_at else None,
                  "usage": {"requests": r.requests, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
-                           "images": r.images, "image_cost_usd": round(r.image_cost_usd, 6)}}
+                           **media_usage(r)}}
                 for r in await s.scalars(query)]
 
 
@@ -45,11 +46,10 @@ def add_cli(sub: Any, load: Any) -> None:
                 print(json.dumps(r))
             else:
                 u = r["usage"]
-                images = f", {u['images']} image{'s' if u['images'] != 1 else ''} ${u['image_cost_usd']:.3f}" \
-                    if u["images"] else ""
+                media = f", {spent}" if (spent := media_text(u)) else ""
                 print(f"{r['finished_at']:32} {r['status']:17} run {r['run_id']} agent {r['agent']} "
                       f"conversation {r['conversation_id']}: {r['reason'] or '-'} "
-                      f"({u['input_tokens']}+{u['output_tokens']} tokens{images})")
+                      f"({u['input_tokens']}+{u['output_tokens']} tokens{media})")
         if not rows:
             print("no runs recorded" + (f" with status {args.status}" if args.status else ""))
         return 0

@@ -6,6 +6,7 @@ decodes as OGG/Opus on Telegram and an audio file on Slack and Mattermost. The r
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import json
 import re
@@ -21,7 +22,8 @@ import capabilities.audio  # noqa: F401  (registers `audio` before its entry poi
 from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_BOT_TOKEN, World, world  # noqa: F401  (fixture)
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
 from gateway.outbound.files import size_text
-from gateway.store.models import CapabilityStateRow, Message
+from gateway.ops import cli
+from gateway.store.models import Message, Run
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
@@ -128,31 +130,46 @@ async def test_a_telegram_voice_note_is_transcribed_and_answered(tmp_path: Path,
 
 
 async def _private_voice_note(tmp_path: Path, telegram: FakeTelegram, server: FakeOpenAI, note: bytes,
-                              agent: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
-    """A voice note in Ada's private chat; the bot's whole answer, and the audio usage recorded with the run."""
+                              agent: dict[str, Any]) -> tuple[str, Run, str]:
+    """A voice note in Ada's private chat; the bot's whole answer, the run's row once ended, and the metrics."""
     async with running_gateway(_telegram_config(tmp_path, telegram, server, agent)) as gw:
         await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
         telegram.push_message(ADA["id"], ADA, "", extra=_voice(telegram, note, int(len(note) > 0)))
         (answer,) = await telegram.wait_for(lambda: [m for m in telegram.sent(ADA["id"]) if "Thursday." in m.text],
                                             what="the answer")
-        async with gw.store.sessions() as s:
-            rows = list(await s.scalars(select(CapabilityStateRow.value).where(CapabilityStateRow.capability == "audio")))
-    return answer.text, [json.loads(r) for r in rows]
+        (run,) = await wait_for(lambda: gw.store.runs_in(["finished"]), what="the run to end")
+        metrics = gw.metrics.render().decode()
+    return answer.text, run, metrics
 
 
-async def test_the_cost_of_a_transcription_is_recorded_with_the_run(tmp_path: Path, telegram: FakeTelegram,
-                                                                     model_server: FakeOpenAI) -> None:
-    _, usage = await _private_voice_note(tmp_path, telegram, model_server, tone(1.5, "ogg"), _agent())
-    (row,) = usage
-    assert row["what"] == "transcription" and row["model"] == "gpt-4o-mini-transcribe" and row["provider"] == "fake"
-    assert 1.4 < row["seconds"] < 1.7 and row["input_tokens"] > 0 and row["output_tokens"] > 0
-    assert row["cost_usd"] > 0  # priced by genai-prices from the tokens the service reported
+async def _runs_list(tmp_path: Path, capsys: pytest.CaptureFixture[str], *flags: str) -> list[str]:
+    capsys.readouterr()
+    assert await asyncio.to_thread(cli.main, ["runs", "list", *flags, "--config", str(tmp_path / "config")]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
+async def test_the_cost_of_a_transcription_is_recorded_with_the_run(
+        tmp_path: Path, telegram: FakeTelegram, model_server: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    _, run, metrics = await _private_voice_note(tmp_path, telegram, model_server, tone(1.5, "ogg"), _agent())
+    # The seconds heard and their price (genai-prices, from the tokens the service reported), on the run's row.
+    assert 1.4 < run.transcribed_seconds < 1.7 and run.media_cost_usd > 0 and run.media_unpriced == 0
+    assert (run.images, run.spoken_characters) == (0, 0)
+    labels = 'agent="assistant",kind="transcription",model="gpt-4o-mini-transcribe"'
+    assert f'agent_gateway_media_requests_total{{{labels},priced="yes"}} 1.0' in metrics
+    assert f'agent_gateway_media_amount_total{{{labels},unit="seconds"}} {run.transcribed_seconds}' in metrics
+    assert f'agent_gateway_media_cost_usd_total{{{labels}}} {run.media_cost_usd}' in metrics
+    (listed,) = [json.loads(line) for line in await _runs_list(tmp_path, capsys, "--json")]
+    assert listed["run_id"] == run.id and listed["usage"]["transcribed_seconds"] == round(run.transcribed_seconds, 2)
+    assert listed["usage"]["media_cost_usd"] == round(run.media_cost_usd, 6)
+    assert not listed["usage"]["media_cost_partial"]
+    (line,) = await _runs_list(tmp_path, capsys)
+    assert f"{round(run.transcribed_seconds, 2):g} s transcribed, ${run.media_cost_usd:.3f})" in line
 
 
 async def test_a_failed_transcription_is_said_in_the_chat(tmp_path: Path, telegram: FakeTelegram,
                                                          model_server: FakeOpenAI) -> None:
     model_server.transcription_status = 400
-    answer, _ = await _private_voice_note(tmp_path, telegram, model_server, tone(1.0, "ogg"), _agent())
+    answer, _, _ = await _private_voice_note(tmp_path, telegram, model_server, tone(1.0, "ogg"), _agent())
     assert "I could not transcribe voice.ogg: the transcription service answered with an error (HTTP 400)." in answer
     assert not any(HEARD in p for p in _prompts(model_server))
     assert any("voice message that was not transcribed" in p for p in _prompts(model_server))  # the model knows too
@@ -160,10 +177,11 @@ async def test_a_failed_transcription_is_said_in_the_chat(tmp_path: Path, telegr
 
 async def test_a_voice_note_over_the_length_limit_is_refused_naming_it(tmp_path: Path, telegram: FakeTelegram,
                                                                         model_server: FakeOpenAI) -> None:
-    answer, usage = await _private_voice_note(tmp_path, telegram, model_server, tone(2.5, "ogg"),
-                                              _agent(max_seconds=2))
+    answer, run, metrics = await _private_voice_note(tmp_path, telegram, model_server, tone(2.5, "ogg"),
+                                                     _agent(max_seconds=2))
     assert "I could not transcribe voice.ogg: it is 0:03 long, over the 0:02 limit for audio here." in answer
-    assert not model_server.transcriptions and not usage  # nothing was sent to the service, nothing paid
+    assert not model_server.transcriptions  # nothing was sent to the service, nothing paid
+    assert (run.transcribed_seconds, run.media_cost_usd) == (0, 0) and "media_requests_total{" not in metrics
 
 
 async def test_a_slack_audio_clip_in_a_thread_is_transcribed_and_answered(
@@ -224,6 +242,50 @@ async def test_generate_speech_sends_a_telegram_voice_note_that_decodes_as_ogg_o
     result = ast.literal_eval(support.SEEN[-1].tool_results[0])  # the dict the model got back
     assert result["name"] == name and result["size_bytes"] == len(data) and result["duration_seconds"] > 1
     assert result["shared"] == f"shared {name} ({size_text(len(data))}) in the conversation"
+
+
+async def test_the_characters_spoken_are_recorded_with_the_run_and_unpriced_speech_makes_its_cost_partial(
+        tmp_path: Path, telegram: FakeTelegram, model_server: FakeOpenAI, capsys: pytest.CaptureFixture[str]) -> None:
+    support.SEEN.append(support.Seen())
+    async with running_gateway(_telegram_config(tmp_path, telegram, model_server, _speaking_agent(model_server))) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        telegram.push_message(ADA["id"], ADA, say_calls(("generate_speech", {"text": SPOKEN})))
+        await telegram.wait_for(lambda: [m for m in telegram.sent(ADA["id"]) if m.files], what="a voice note")
+        (run,) = await wait_for(lambda: gw.store.runs_in(["finished"]), what="the run to end")
+        metrics = gw.metrics.render().decode()
+    # The speech endpoint reports no usage, so no price: the characters count, the dollars are partial.
+    assert (run.spoken_characters, run.media_cost_usd, run.media_unpriced) == (len(SPOKEN), 0, 1)
+    labels = 'agent="assistant",kind="speech",model="gpt-4o-mini-tts"'
+    assert f'agent_gateway_media_requests_total{{{labels},priced="no"}} 1.0' in metrics
+    assert f'agent_gateway_media_amount_total{{{labels},unit="characters"}} {float(len(SPOKEN))}' in metrics
+    assert "agent_gateway_media_cost_usd_total{" not in metrics
+    (listed,) = [json.loads(line) for line in await _runs_list(tmp_path, capsys, "--json")]
+    assert listed["usage"]["spoken_characters"] == len(SPOKEN) and listed["usage"]["media_cost_partial"]
+    (line,) = await _runs_list(tmp_path, capsys)
+    assert f"{len(SPOKEN)} characters spoken, $0.000 (partial))" in line
+
+
+async def test_a_delegates_speech_counts_on_its_parents_run(tmp_path: Path, telegram: FakeTelegram,
+                                                              model_server: FakeOpenAI) -> None:
+    support.SEEN.append(support.Seen())
+    parent = {**_agent(model="scripted"), "capabilities": [{"id": "subagents", "config": {}}], "subagents": ["speaker"]}
+    speaker = {**_speaking_agent(model_server), "name": "Speaker", "description": "Says things aloud"}
+    section = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": telegram.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": parent, "speaker": speaker},
+                       gateway=_providers(model_server),
+                       bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": section,
+                                        "admission": {"dm": "open"}}})
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        telegram.push_message(ADA["id"], ADA, say_calls(("task", {"agent": "speaker", "prompt": say_calls(
+            ("generate_speech", {"text": SPOKEN}))})))
+        (run,) = await wait_for(lambda: gw.store.runs_in(["finished"]), what="the run to end")
+        metrics = gw.metrics.render().decode()
+    assert len(model_server.speech_requests) == 1
+    assert (run.agent_id, run.spoken_characters, run.media_unpriced) == ("assistant", len(SPOKEN), 1)
+    # Counted once, under the agent a person spoke to (as a delegate's images are).
+    assert ('agent_gateway_media_requests_total{agent="assistant",kind="speech",model="gpt-4o-mini-tts",priced="no"} 1.0'
+            in metrics) and 'agent="speaker"' not in metrics
 
 
 async def test_generate_speech_posts_an_audio_file_in_a_slack_thread(tmp_path: Path, fake_slack: FakeSlack,

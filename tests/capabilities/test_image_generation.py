@@ -73,13 +73,15 @@ async def test_a_generated_image_is_gated_and_posted_once_after_approval_and_its
     # Its cost, recorded with the run: pydantic-ai's price for the usage the image endpoint reported.
     expected = float(ImageGenerationResult([], prompt="", model_name="gpt-image-2", provider_name="openai",
                                            usage=RequestUsage(input_tokens=12, output_tokens=272)).cost().total_price)
-    assert expected > 0 and (run.images, round(run.image_cost_usd, 6)) == (1, round(expected, 6))
-    assert 'agent_gateway_images_generated_total{agent="assistant",model="gpt-image-2"} 1.0' in metrics
-    assert f'agent_gateway_image_cost_usd_total{{agent="assistant",model="gpt-image-2"}} {expected}' in metrics
+    assert expected > 0 and (run.images, round(run.media_cost_usd, 6), run.media_unpriced) == (1, round(expected, 6), 0)
+    labels = 'agent="assistant",kind="image",model="gpt-image-2"'
+    assert f'agent_gateway_media_requests_total{{{labels},priced="yes"}} 1.0' in metrics
+    assert f'agent_gateway_media_amount_total{{{labels},unit="images"}} 1.0' in metrics
+    assert f'agent_gateway_media_cost_usd_total{{{labels}}} {expected}' in metrics
     assert await asyncio.to_thread(cli.main, ["runs", "list", "--json", "--config", str(tmp_path / "config")]) == 0
     (listed,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert listed["run_id"] == run.id and listed["usage"]["images"] == 1
-    assert listed["usage"]["image_cost_usd"] == round(expected, 6)
+    assert listed["usage"]["media_cost_usd"] == round(expected, 6) and not listed["usage"]["media_cost_partial"]
     assert f"about ${expected:.3f}" in support.SEEN[-1].tool_results[0]
     ((body, auth),) = images.image_requests
     assert body["prompt"] == "A lighthouse at dusk, watercolour" and body["model"] == "gpt-image-2"
