@@ -32,8 +32,7 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
 from gateway.inbound.attachments import Heard, NotHeard, clock_text, kind
-from gateway.messages import Attachment
-from gateway.outbound.adapter import AttachmentTooLarge, OutboundFile, PlatformError
+from gateway.outbound.adapter import OutboundFile, PlatformError
 from gateway.outbound.files import FileRefused, size_text
 from gateway.runs.turn import Turn
 from gateway.store.run_costs import MediaKind, MediaSpend
@@ -42,7 +41,7 @@ from .audio_clients import CAPABILITY, AudioClients, AudioUnavailable, provider_
 from .audio_codec import NotAudio, duration, off_loop, to_ogg_opus
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
-from .view_image import shared_earlier
+from .shared_files import fetch_again, find, shared_earlier
 
 log = logging.getLogger("capabilities.audio")
 
@@ -317,27 +316,20 @@ def _toolset(audio: Audio) -> FunctionToolset[Turn]:
 
 async def _shared_audio(ctx: RunContext[Turn], file_id: str) -> tuple[str, str, bytes] | str:
     """An audio file shared in this conversation, fetched again from the platform; or a sentence why not."""
-    turn = ctx.deps
-    files = await shared_earlier(turn)
-    entry = next((f for f in files if f.get("name") == file_id
-                  or (file_id.startswith("sha256:") and str(f.get("sha256", "")).startswith(file_id[7:]))), None)
-    if entry is None:
-        known = ", ".join(sorted({str(f.get("name")) for f in files if kind(str(f.get("name")), str(f.get("type")))
-                                  == "audio"})[:20]) or "none"
-        return trouble(ctx, "mistake", f"no file {file_id!r} was shared in this conversation (audio shared here: {known})")
+    def is_audio(f: dict[str, Any]) -> bool:
+        return kind(str(f.get("name")), str(f.get("type"))) == "audio"
+
+    digest = file_id[7:] if file_id.startswith("sha256:") else None
+    entry = find(ctx, await shared_earlier(ctx.deps), file_id, listed=is_audio, what="audio shared here",
+                 matches=(lambda f: str(f.get("sha256", "")).startswith(digest)) if digest else None)
+    if isinstance(entry, str):
+        return entry
     name, mime = str(entry.get("name")), str(entry.get("type") or "")
-    if kind(name, mime) != "audio":
+    if not is_audio(entry):
         return f"Not transcribed: {name} is {mime or 'of an unknown type'}, not audio."
-    if turn.fetch_attachment is None:
-        return "Files cannot be fetched again on this platform: ask the person to send the recording again."
-    try:
-        data = await turn.fetch_attachment(Attachment(name, mime, entry.get("size"), ref=entry.get("ref")))
-    except AttachmentTooLarge:
-        return f"Not transcribed: {name} is larger than this gateway fetches."
-    except PlatformError as e:
-        return trouble(ctx, "transient", f"the platform did not give {name} back ({e})")
-    if data is None:
-        return f"Not transcribed: {name} can no longer be fetched from the platform."
+    data = await fetch_again(ctx, entry, "Not transcribed")
+    if isinstance(data, str):
+        return data
     return name, mime or "application/octet-stream", data
 
 

@@ -43,14 +43,12 @@ from typing import Any, Protocol
 from pydantic_ai.tools import RunContext
 from sqlalchemy.exc import OperationalError
 
-from gateway.messages import Attachment
-from gateway.outbound.adapter import AttachmentTooLarge, PlatformError
 from gateway.outbound.files import size_text
 from gateway.runs.turn import Turn
 from gateway.store.capability_state import CapabilityState
 
 from .failures import trouble
-from .view_image import shared_earlier
+from .shared_files import fetch_again, find, media_type, shared_earlier
 
 MAX_FILES = 8
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -143,31 +141,22 @@ def tool(open_workspace: Callable[[RunContext[Turn]], OpenWorkspace | str]) -> C
             return trouble(ctx, "transient", STORE_SILENT)
         entries = []
         for name in wanted:
-            entry = next((f for f in shared if f.get("name") == name), None)
-            if entry is None:
-                known = ", ".join(sorted({str(f.get("name")) for f in shared})[:20]) or "none"
-                return trouble(ctx, "mistake", f"no file named {name!r} was shared in this conversation "
-                                               f"(shared here: {known})")
+            entry = find(ctx, shared, name)
+            if isinstance(entry, str):
+                return entry
             entries.append((name, entry))
         cap = MAX_FILE_BYTES
         fetched: list[tuple[str, str, str, str]] = []  # (name, content type, text, reference)
         for name, entry in entries:
-            mime = str(entry.get("type") or "").split(";")[0].strip().lower()
-            size = entry.get("size")
+            mime, size = media_type(entry), entry.get("size")
             if mime.startswith("image/"):
                 return f"Not copied: {name} is an image ({mime}); look at it with view_image. Nothing was written."
             if isinstance(size, int) and size > cap:
                 return (f"Not copied: {name} is {size_text(size)}; fetch_file takes files of at most "
                         f"{size_text(cap)}. Nothing was written.")
-            try:
-                data = await turn.fetch_attachment(Attachment(name, mime, size, ref=entry.get("ref")))
-            except AttachmentTooLarge:
-                shown = f" ({size_text(size)})" if isinstance(size, int) else ""
-                return f"Not copied: {name}{shown} is larger than this gateway reads. Nothing was written."
-            except PlatformError as e:
-                return trouble(ctx, "transient", f"the platform did not give {name} back ({e}); nothing was written")
-            if data is None:
-                return f"Not copied: {name} can no longer be fetched from the platform. Nothing was written."
+            data = await fetch_again(ctx, entry, "Not copied", " Nothing was written.")
+            if isinstance(data, str):
+                return data
             if len(data) > cap:
                 return (f"Not copied: {name} is {size_text(len(data))}; fetch_file takes files of at most "
                         f"{size_text(cap)}. Nothing was written.")

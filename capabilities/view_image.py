@@ -11,7 +11,6 @@ GIF and WebP; anything else is refused by name, so the model never describes a f
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
@@ -19,26 +18,14 @@ from pydantic_ai.messages import BinaryContent
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import FunctionToolset
 
-from gateway.inbound.attachments import CAPABILITY as ATTACHMENTS
-from gateway.messages import Attachment
-from gateway.outbound.adapter import AttachmentTooLarge, PlatformError
 from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+from .shared_files import fetch_again, find, media_type, shared_earlier
 
 VIEWABLE = ("image/png", "image/jpeg", "image/gif", "image/webp")
 MAX_IMAGES = 4
-RUNS_LOOKED_AT = 200  # the conversation's latest runs searched for the file
-
-
-async def shared_earlier(turn: Turn) -> list[dict[str, Any]]:
-    """The files shared in this conversation, newest first, as recorded with their messages."""
-    found: list[dict[str, Any]] = []
-    for run_id in await turn.history.run_ids(RUNS_LOOKED_AT):
-        for value in (await turn.state.items(ATTACHMENTS, f"run:{run_id}")).values():
-            found.extend(reversed(json.loads(value)))
-    return found
 
 
 def _toolset() -> FunctionToolset[Turn]:
@@ -65,26 +52,19 @@ def _toolset() -> FunctionToolset[Turn]:
         files = await shared_earlier(turn)
         chosen = []
         for name in names:
-            entry = next((f for f in files if f.get("name") == name), None)
-            if entry is None:
-                known = ", ".join(sorted({str(f.get("name")) for f in files})[:20]) or "none"
-                return trouble(ctx, "mistake", f"no file named {name!r} was shared in this conversation "
-                                               f"(shared here: {known})")
-            mime = str(entry.get("type") or "").split(";")[0].strip().lower()
+            entry = find(ctx, files, name)
+            if isinstance(entry, str):
+                return entry
+            mime = media_type(entry)
             if mime not in VIEWABLE:
                 return (f"Not opened: {name} is {mime or 'of an unknown type'}; only PNG, JPEG, GIF and WebP "
                         "images can be looked at.")
             chosen.append((name, mime, entry))
         out: list[str | BinaryContent] = []
         for name, mime, entry in chosen:
-            try:
-                data = await turn.fetch_attachment(Attachment(name, mime, entry.get("size"), ref=entry.get("ref")))
-            except AttachmentTooLarge:
-                return f"Not opened: {name} is larger than this gateway reads."
-            except PlatformError as e:
-                return trouble(ctx, "transient", f"the platform did not give {name} back ({e})")
-            if data is None:
-                return f"Not opened: {name} can no longer be fetched from the platform."
+            data = await fetch_again(ctx, entry, "Not opened")
+            if isinstance(data, str):
+                return data
             out += [f"{name} ({mime}, {len(data)} bytes):", BinaryContent(data, media_type=mime, identifier=name)]
         return out
 
