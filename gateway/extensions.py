@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from aiohttp import web
-    from pydantic_ai import Agent
+    from pydantic_ai.agent import AbstractAgent
 
     from bindings.loader import ExtraCheck, LoadedConfig
     from gateway.clock import Clock
@@ -87,7 +87,7 @@ class Assembly:
     clock: Clock
     capability_builders: list[CapabilityBuilder]  # run in order for every turn; the first wraps outermost
     turn_preparers: list[TurnPreparer]
-    build_agent: Callable[[Turn], Agent[Turn, Any]]  # the runner's: a delegate's agent is built like any
+    build_agent: Callable[[Turn], AbstractAgent[Turn, Any]]  # the runner's: a delegate's agent is built like any
     parts: list[Any]  # objects with optional start/stop/readiness, started in order, stopped in reverse
     routes: list[web.AbstractRouteDef]  # served on the daemon's HTTP server
     mcp: McpPool

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ from pydantic_ai import (
     RunCancelled,
     UsageLimitExceeded,
 )
+from pydantic_ai.agent import WrapperAgent
+from pydantic_ai.capabilities import AbstractCapability, Capability
 from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import (
     ModelMessage,
@@ -39,6 +42,8 @@ from pydantic_ai.messages import (
     UserContent,
     UserPromptPart,
 )
+from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import UsageLimits
 from pydantic_ai_harness.guardrails import GuardrailError, InputBlocked, OutputBlocked
 
@@ -247,7 +252,7 @@ class Runner:
             parts.append(override.prompt.strip())
         return "\n\n".join(p for p in parts if p)
 
-    def build_agent(self, turn: Turn) -> Agent[Turn, Any]:
+    def build_agent(self, turn: Turn) -> TurnAgent:
         model = self.gateway.models.get(turn.agent.model, self.gateway.config.gateway.providers)
         # The approval gate is the first builder, so it wraps outermost and sees the names the model calls.
         capabilities: list[Any] = []
@@ -255,15 +260,9 @@ class Runner:
             capabilities.extend(build(turn))
         capabilities.append(SlowCalls(self.gateway.config.gateway.limits.slow_tool_seconds, self.gateway.clock,
                                       self._slow_call))
-        return Agent(
-            model,
-            deps_type=Turn,
-            output_type=[str, DeferredToolRequests],
-            instructions=self.instructions(turn),
-            model_settings=dict(turn.agent.model_settings) or None,  # type: ignore[arg-type]
-            capabilities=capabilities,
-            name=turn.agent.id,
-        )
+        return TurnAgent(_agent_named(turn.agent.id), model=model, instructions=self.instructions(turn),
+                         model_settings=dict(turn.agent.model_settings) or None,  # type: ignore[arg-type]
+                         capabilities=capabilities)
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
         log.warning("slow tool call: %s took %.1f s%s", tool, seconds, " and failed" if failed else "",
@@ -488,6 +487,44 @@ class Runner:
     @property
     def running_ids(self) -> list[str]:
         return self._in_flight.ids()
+
+
+@functools.lru_cache(maxsize=256)
+def _agent_named(name: str) -> Agent[Turn, Any]:
+    """The pydantic-ai Agent every run of the agent `name` goes through, built once (its constructor
+    cost ~0.3 ms a message, building the output schema and its toolsets again). It holds nothing of
+    the config: the model, instructions, settings and capabilities are each run's (`TurnAgent`), so a
+    reload needs no new one. Bounded: delegates' dynamic agents are named by the model."""
+    return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name)
+
+
+class TurnAgent(WrapperAgent[Turn, Any]):
+    """One run's agent: the shared `_agent_named` with this run's model, instructions, model settings and
+    capabilities, which pydantic-ai takes per run (`Agent.iter`), so nothing is built per message but
+    them. Capabilities a caller adds for its run (a background delegate's inbox) come after these."""
+
+    def __init__(self, wrapped: Agent[Turn, Any], *, model: Model, instructions: str,
+                 model_settings: ModelSettings | None, capabilities: Sequence[AbstractCapability[Turn]]) -> None:
+        super().__init__(wrapped)
+        self._model, self._settings = model, model_settings
+        # The agent's instructions as the first capability: a run's own `instructions` would come after
+        # the capabilities' (a constructor's come before), and the model must see them as it did.
+        self._capabilities = [Capability(instructions=instructions), *capabilities] if instructions else list(capabilities)
+
+    @property
+    def model(self) -> Model:
+        return self._model
+
+    @contextlib.asynccontextmanager
+    async def iter(self, user_prompt: Any = None, *, model: Any = None, instructions: Any = None,  # type: ignore[override]
+                   model_settings: Any = None, capabilities: Sequence[Any] | None = None,
+                   **kwargs: Any) -> AsyncIterator[Any]:
+        async with self.wrapped.iter(
+            user_prompt, model=model or self._model, instructions=instructions,
+            model_settings=model_settings if model_settings is not None else self._settings,
+            capabilities=[*self._capabilities, *(capabilities or ())], **kwargs,
+        ) as run:
+            yield run
 
 
 async def show_status(adapter: Adapter, target: ReplyTarget, text: str) -> None:
