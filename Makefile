@@ -49,9 +49,14 @@ PYTEST_ARGS ?=
 # pytest exits 5 when it collected nothing: a lane whose marker selects nothing must not pass.
 NOT_EMPTY := rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 
-# The browser test needs Debian's chromium; install it once if it is missing.
+# The browser test needs Debian's chromium, and tests/test_mcp_everything.py the MCP reference
+# server from npm (pinned there and here; node 20 runs it); each is installed once if it is missing.
+MCP_EVERYTHING := @modelcontextprotocol/server-everything@2026.8.31
+MCP_EVERYTHING_DIR := .cache/mcp-everything
 test: $(STAMP)
 	@command -v chromium >/dev/null || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null)
+	@grep -qs '"version": "$(lastword $(subst @, ,$(MCP_EVERYTHING)))"' $(MCP_EVERYTHING_DIR)/node_modules/@modelcontextprotocol/server-everything/package.json \
+		|| npm install -s --no-audit --no-fund --prefix $(MCP_EVERYTHING_DIR) $(MCP_EVERYTHING)
 	$(PYTEST) -m "not chaos or chaos_smoke" $(PYTEST_ARGS); $(NOT_EMPTY)
 
 test-chaos: $(STAMP)
@@ -61,8 +66,8 @@ test-chaos: $(STAMP)
 # missed a target. bench/replicas.py needs the PostgreSQL the tests use (127.0.0.1:5432).
 BENCH_ARGS ?=
 bench: $(STAMP)
-	s=0; for b in run platforms streaming replicas; do $(BIN)/python bench/$$b.py $(BENCH_ARGS) || s=1; done; \
+	s=0; for b in run platforms streaming replicas startup; do $(BIN)/python bench/$$b.py $(BENCH_ARGS) || s=1; done; \
 	$(BIN)/python bench/stop.py || s=1; exit $$s
 
 clean:
-	rm -rf $(VENV) var
+	rm -rf $(VENV) var .cache

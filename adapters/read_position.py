@@ -12,11 +12,11 @@ events read again are dropped by the inbound ledger.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from gateway.clock import Clock
 from gateway.outbound.adapter import Dispatcher
+from gateway.tasks import cancel_and_wait
 
 
 class ReadPosition:
@@ -59,9 +59,7 @@ class ReadPosition:
     async def close(self) -> None:
         """Stop saving in the background and write what is left."""
         if self._saver is not None:
-            self._saver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._saver
+            await cancel_and_wait(self._saver)
             self._saver = None
         await self.flush()
 

@@ -441,8 +441,10 @@ class Proc:
 
 
 def write_gateway_config(directory: Path, port: int, platforms: list[Platform], limits: dict[str, Any] | None = None,
-                         database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None) -> None:
-    """`platforms`' bindings (none: the web API alone, a web binding), the bench agent on `model`."""
+                         database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None,
+                         capabilities: list[dict[str, Any]] | None = None) -> None:
+    """`platforms`' bindings (none: the web API alone, a web binding), the bench agent on `model` with
+    `capabilities` (none by default)."""
     (directory / "agents").mkdir(parents=True)
     (directory / "bindings").mkdir()
     # The fakes here do not enforce the platforms' budgets (budget_scale=0), and the daemon does
@@ -452,7 +454,7 @@ def write_gateway_config(directory: Path, port: int, platforms: list[Platform], 
                **({"runtime": runtime} if runtime else {})}  # only when set: an older checkout has no `runtime`
     (directory / "gateway.yaml").write_text(json.dumps(gateway))
     (directory / "agents" / "assistant.yaml").write_text(json.dumps(
-        {"name": "Bench agent", "model": model, "instructions": INSTRUCTIONS}))
+        {"name": "Bench agent", "model": model, "instructions": INSTRUCTIONS, "capabilities": capabilities or []}))
     for p in platforms:
         (directory / "bindings" / f"{p.name.lower()}.yaml").write_text(json.dumps(p.binding()))
     if not platforms:
@@ -461,13 +463,14 @@ def write_gateway_config(directory: Path, port: int, platforms: list[Platform], 
 
 async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Platform],
                         limits: dict[str, Any] | None = None, *,
-                        database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None) -> Proc:
+                        database_url: str | None = None, model: str = MODEL, runtime: dict[str, Any] | None = None,
+                        capabilities: list[dict[str, Any]] | None = None) -> Proc:
     """The daemon in its own process, ready (`/readyz`)."""
     from tests.fakes.slack import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET
 
     port = free_port()
     config = tmp / "config"
-    write_gateway_config(config, port, platforms, limits, database_url, model, runtime)
+    write_gateway_config(config, port, platforms, limits, database_url, model, runtime, capabilities)
     pythonpath = os.pathsep.join(p for p in (str(src), os.environ.get("PYTHONPATH", "")) if p)
     env = {**_model_env(model_url), "PYTHONPATH": pythonpath,
            "BENCH_SLACK_BOT_TOKEN": BOT_TOKEN, "BENCH_SLACK_APP_TOKEN": APP_TOKEN,

@@ -404,10 +404,16 @@ class McpServerSpec(Strict):
         "There is no server-wide allow: trust is given per tool",
     )
     timeout_seconds: float = Field(default=60, gt=0, le=3600, description="How long one tool call may take")
-    sampling: Literal["refuse", "allow"] = Field(
+    sampling: Literal["refuse", "allow", "ask"] = Field(
         default="refuse",
         description="A server's request for a model completion (MCP sampling, handshake-era protocol revisions "
-        "only): refuse (the default), or allow to answer it with this agent's own model",
+        "only): refuse (the default), allow to answer it with this agent's own model, or ask to show each "
+        "request to a decider in the thread first",
+    )
+    elicitation: Literal["refuse", "ask"] = Field(
+        default="refuse",
+        description="A server's request for input from the person (MCP elicitation): refuse (the default: not "
+        "offered), or ask to put it to the person in the thread, answered by the binding's deciders",
     )
 
     @field_validator("name")
@@ -536,6 +542,9 @@ class MemoryConfig(Strict):
 class ApprovalsConfig(Strict):
     deciders: Literal["requester", "channel"] | list[str] = "requester"
     timeout: float = Field(default=86_400, gt=0, description="Seconds a parked run waits for a decision")
+    question_timeout: float = Field(default=600, gt=0, le=86_400, description="Seconds a question put to a person "
+                                    "in the thread (an MCP server's, a delegate's) waits for an answer; then it is "
+                                    "cancelled and the asker told")
 
 
 class ChannelOverride(Strict):

@@ -1,6 +1,7 @@
 """subagents, the async path: a delegation detached from the turn, and the tools that follow, steer and
 stop one (check_task, wait_tasks, list_active_tasks, send_message_to_subagent, soft_cancel_task,
-hard_cancel_task, and answer_subagent under allow_questions).
+hard_cancel_task). A background delegate is not given ask_parent: it has handed back a task id with
+nobody left to answer (allow_questions is for sync delegates, `capabilities.delegate_questions`).
 
 Built instead of the sync-only `task` when a background delegation is reachable (the mode, or one
 delegate's own mode, is async or auto, and this run is a person's, not a delegate's). `task` then
@@ -21,7 +22,7 @@ through `BackgroundRuns.stop_run`, the same door as `/stop`.
 Why not pydantic-ai-harness `SubAgents`: its `delegate_task` runs a child inside the tool call, in
 memory. A background delegation here outlives the turn (a stored row, a lease, a report queued in the
 transaction that ends it, a partial report after a restart), a sync delegate's gated call parks the
-whole run on a card and resumes from stored messages, and steering and questions cross replicas; none
+whole run on a card and resumes from stored messages, and steering crosses replicas; none
 of that fits a call that returns when the child does. Steering itself is pydantic-ai's own
 `RunContext.enqueue`.
 """
@@ -54,7 +55,6 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from bindings.models import AgentSpec
 from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, Ended, NewBackground, Progress, Usage, as_json, clip, last_text
-from gateway.approvals.policy import ToolInfo
 from gateway.store.background import FAILED, FINISHED, PARTIAL, RUNNING, STOPPED
 from gateway.store.models import BackgroundRun
 from gateway.runs.turn import Turn
@@ -180,17 +180,17 @@ class _Detaching(_Delegation):
         parent = ctx.deps
         # Its own delegations run in the foreground (levels_left is set): one report per detached run.
         # Its run id is its background run's (given to the work below), so its state is its own.
-        child = replace(self.child(parent, name, spec, parent.run_id, self.levels_left - 1), tell=_silent)
+        # Nobody is asked anything from the background: its person's question channel is not lent (ask=None),
+        # so a sync delegate of its own is not given ask_parent either.
+        child = replace(self.child(parent, name, spec, parent.run_id, self.levels_left - 1), tell=_silent, ask=None)
         new = NewBackground(
             conversation_id=parent.conversation.id, parent_run_id=parent.run_id, binding_id=parent.binding.id,
             agent_id=parent.agent.id, delegate=name, kind=kind, prompt=prompt,
             requester_person_id=parent.requester.person_id, requester_account=parent.requester.account_id,
             requester_name=parent.requester.name,
         )
-        asks = self.config.allow_questions and kind != "dynamic"  # a specialist the model wrote never asks
         launched = await self.background.launch(
-            new, lambda token, progress: self._work(replace(child, run_id=progress.run_id), prompt, token, progress,
-                                                    asks=asks))
+            new, lambda token, progress: self._work(replace(child, run_id=progress.run_id), prompt, token, progress))
         if launched.refusal:
             self.made -= 1  # nothing started: the slot is not spent
             return launched.refusal
@@ -199,14 +199,11 @@ class _Detaching(_Delegation):
                 f"conversation by itself when it ends, and you continue then; check_task(\"{launched.run_id}\") says "
                 "how it is going meanwhile.")
 
-    async def _work(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress, *,
-                    asks: bool = False) -> Ended:
+    async def _work(self, child: Turn, prompt: str, token: CancellationToken, progress: Progress) -> Ended:
         """The delegate's agent loop, in the background; how it ended, for the report. Its own state goes
         with it when it ends (its inbox goes with its row's end)."""
         inbox = Inbox(child.state, child.run_id)
-        steering = Steering(inbox, self.background, allow_questions=asks)
-        if asks:  # the gate's map: a tool the run does not know is gated, and a background run cannot ask
-            child.tools["ask_parent"] = ToolInfo(stable_id="ask_parent", capability="subagents")
+        steering = Steering(inbox)
         try:
             ended = await self._loop(child, prompt, token, progress, steering)
             who = await inbox.wrap_up()
@@ -292,10 +289,6 @@ class _Detaching(_Delegation):
                 f"{info['started_at']}; {row.requests} model requests so far.")
         if row.status != RUNNING:
             return line
-        question = await Inbox(ctx.deps.state, row.id).question()
-        if question is not None:
-            return line + (f" It is waiting for your answer to: {question!r} — answer with "
-                           f"answer_subagent(task_id=\"{row.id}\", answer=...).")
         return line + " Still working: its report arrives in this conversation by itself when it ends."
 
     async def check_task(self, ctx: RunContext[Turn], task_id: str) -> str:
@@ -324,8 +317,7 @@ class _Detaching(_Delegation):
         """Wait for one or more of your background delegations to end, and get what each answered.
 
         Use it when the rest of your reply needs their answers now; otherwise end your reply and let each
-        report arrive by itself. A run you waited for here does not report again. It returns early when one
-        of them is waiting for your answer to a question (answer it with answer_subagent, then wait again).
+        report arrive by itself. A run you waited for here does not report again.
 
         Args:
             task_ids: The run ids `task` returned, 1 to 10.
@@ -342,12 +334,7 @@ class _Detaching(_Delegation):
         async def settled() -> list[BackgroundRun] | None:
             rows = [await self._own(ctx, i) for i in ids]
             known = [r for r in rows if r is not None]
-            if all(r.status != RUNNING for r in known):
-                return known
-            for r in known:
-                if r.status == RUNNING and await Inbox(ctx.deps.state, r.id).question() is not None:
-                    return known
-            return None
+            return known if all(r.status != RUNNING for r in known) else None
 
         # Half the reply's own wall clock at most: a wait must leave the reply time to use what it waited for.
         waited = min(float(timeout_seconds), ctx.deps.agent.limits.wall_clock_seconds / 2)
@@ -431,10 +418,6 @@ class _Detaching(_Delegation):
         inbox = Inbox(ctx.deps.state, row.id)
         if not await inbox.ask_wrap_up(self._who(ctx)):
             return f"Run {row.id} ({row.delegate}) was already asked to wrap up; its answer is on its way."
-        if await inbox.answer("No answer: you were asked to wrap up. Finish now with what you have."):
-            self.background.poke()  # a delegate waiting on its question stops waiting
-            await self.background.db.drop_question(row.id, "its run was asked to wrap up before the question was "
-                                                   "read")
         return (f"Asked {row.delegate} (run {row.id}) to wrap up: its next answer is its last, and comes back as "
                 f"its report, marked partial. wait_tasks([\"{row.id}\"]) waits for it here; hard_cancel_task "
                 "stops it at once if it does not finish.")
@@ -459,36 +442,6 @@ class _Detaching(_Delegation):
         return (f"Stopped run {row.id} ({row.delegate}). Its report arrives in this conversation, marked stopped, "
                 "with what it had written so far.")
 
-    async def answer_subagent(self, ctx: RunContext[Turn], task_id: str, answer: str) -> str:
-        """Answer the question one of your background delegations asked you; it is waiting for it.
-
-        Its question reaches you in this conversation (or in check_task / wait_tasks). Answer from what you
-        know; if only the person can answer, ask them first and answer once they have replied.
-
-        Args:
-            task_id: The run id of the delegation that asked.
-            answer: The answer, self-contained; at most 4000 characters.
-
-        Returns:
-            That it was answered (it goes on, and its report arrives when it ends), or why not (no such run in
-            this conversation, it has ended, or it is not waiting for an answer).
-        """
-        answer = answer.strip()
-        if not answer or len(answer) > MAX_MESSAGE_CHARS:
-            return trouble(ctx, "mistake", f"Answer in 1 to {MAX_MESSAGE_CHARS} characters.")
-        row = await self._running(ctx, task_id, "it is not waiting for an answer")
-        if isinstance(row, str):
-            return row
-        inbox = Inbox(ctx.deps.state, row.id)
-        if not await inbox.answer(answer):
-            return (f"Run {row.id} ({row.delegate}) is not waiting for an answer: it has asked nothing, or its "
-                    "question was answered already.")
-        self.background.poke()
-        # Answered before the turn its question queued ran: that turn has nothing left to do.
-        await self.background.db.drop_question(row.id, f"answered in run {ctx.deps.run_id}")
-        return (f"Answered: {row.delegate} (run {row.id}) goes on with it. Its report arrives in this conversation "
-                "when it ends.")
-
 
 def _unknown(task_id: str) -> str:
     return (f"No background run {task_id.strip()!r} in this conversation. list_active_tasks lists the ones "
@@ -501,8 +454,8 @@ def _ended(row: BackgroundRun, what: str) -> str:
 
 
 def build_detaching(turn: Turn, config: SubagentsConfig, delegator: Delegator, left: int) -> AbstractCapability[Any] | None:
-    """`task` with the lifecycle tools; answer_subagent under allow_questions, create_agent and delegate under
-    allow_dynamic (`capabilities.dynamic_agents`). Tools left out are not offered at all."""
+    """`task` with the lifecycle tools, create_agent and delegate under allow_dynamic
+    (`capabilities.dynamic_agents`). Tools left out are not offered at all (answer_subagent never is)."""
     from .dynamic_agents import Dynamic
 
     delegation: _Detaching = Dynamic(turn, config, delegator, left) if config.allow_dynamic else \
@@ -520,8 +473,6 @@ def build_detaching(turn: Turn, config: SubagentsConfig, delegator: Delegator, l
         Tool(delegation.soft_cancel_task, name="soft_cancel_task"),
         Tool(delegation.hard_cancel_task, name="hard_cancel_task"),
     ]
-    if config.allow_questions:
-        tools.append(Tool(delegation.answer_subagent, name="answer_subagent"))
     if isinstance(delegation, Dynamic):
         tools += delegation.tools()
     return simple(instructions=delegation.instructions(), tools=tools)

@@ -8,6 +8,7 @@ found by id in group `agent_gateway.capabilities` when a config names them (`reg
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 from gateway.extensions import Assembly, Extension
 
 if TYPE_CHECKING:
-    from bindings.loader import ExtraCheck
+    from bindings.loader import ExtraCheck, LoadedConfig
+    from gateway.runs.turn import Turn
 
 
 class CapabilitiesExtension(Extension):
@@ -24,11 +26,12 @@ class CapabilitiesExtension(Extension):
         from gateway.store.conversation_search import ConversationSearch
         from gateway.store.knowledge import KnowledgeStore
 
-        from . import approval_gate, catalog, mcp_servers, web_search
+        from . import approval_gate, catalog
         from .context import ContextLibrary
         from .handoffs import Switchboard
         from .knowledge_index import KnowledgeIndexer
-        from .registry import build_for_turn
+        from .audio_clients import AudioClients
+        from .registry import LoadedCapabilities, build_for_turn, listener_for
         from .subagents import Delegator
 
         # Collaborators built once per daemon, handed to the capabilities that use them.
@@ -39,15 +42,19 @@ class CapabilitiesExtension(Extension):
             # A channel thread counts while its person is still in the channel, confirmed against the platform.
             "conversation_search": ConversationSearch(assembly.store.sessions, assembly.membership.counts),
             "knowledge": indexer,
+            # One OpenAI-compatible audio client per provider, shared by every run (closed at stop).
+            "audio": AudioClients(lambda: assembly.config().gateway.providers),
         }
+        assembly.parts.append(parts["audio"])
         # The gate first: its wrapper is outermost, so it sees the names the model calls.
         assembly.capability_builders.append(approval_gate.build_for_turn)
         assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts))
+        assembly.listeners.append(lambda turn: listener_for(turn, parts))
         assembly.routes.extend(catalog.http_routes(lambda: assembly.config().gateway.scopes.granted))
-        # web_search's HTTP clients are built once and shared by every run; the gateway closes them at stop.
-        assembly.parts.append(web_search.CLIENTS)
+        # What loaded capabilities hold for the daemon's life (web_search's HTTP clients), closed at stop.
+        assembly.parts.append(LoadedCapabilities())
         # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
-        assembly.capability_builders.append(mcp_servers.builder(assembly.mcp))
+        assembly.capability_builders.append(_mcp_tools(assembly))
         # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its
         # own. Background delegations (mode async) run in this process and report back through the queue.
         delegator = Delegator(lambda: assembly.config().agents, assembly.build_agent, assembly.turn_preparers,
@@ -58,11 +65,11 @@ class CapabilitiesExtension(Extension):
         parts["schedules"] = assembly.schedules
 
     def checks(self) -> Sequence[ExtraCheck]:
-        from . import context, handoffs, knowledge, mcp_servers, sandbox, skills, subagents
+        from . import context, handoffs, knowledge, subagents
         from .registry import validate_config
 
-        return (validate_config, context.validate_config, knowledge.validate_config, mcp_servers.validate_config,
-                skills.validate_config, sandbox.validate_config, subagents.validate_config, handoffs.validate_config)
+        return (validate_config, context.validate_config, knowledge.validate_config, *_CHECKS_WHEN_NAMED,
+                subagents.validate_config, handoffs.validate_config)
 
     def add_commands(self, sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
         def capabilities(args: argparse.Namespace) -> int:
@@ -85,6 +92,46 @@ class CapabilitiesExtension(Extension):
         p.add_argument("--json", action="store_true", help="as JSON, config schemas included")
         p.add_argument("--config", help="config directory whose gateway.yaml grants the scopes (default ./config)")
         p.set_defaults(fn=capabilities)
+
+
+# A capability's module is imported once a config names it, its check included: skills' (the
+# pydantic-ai-skills package), sandbox's (RE2) and the MCP servers' modules cost a daemon that
+# binds none of them megabytes and tens of milliseconds at every start (bench/README.md,
+# "Start-up and memory"). Each predicate is exactly what that check reads: nothing else, nothing to report.
+
+
+def _names(capability_id: str) -> Callable[[LoadedConfig], bool]:
+    def named(config: LoadedConfig) -> bool:
+        return any(e.id == capability_id for agent in config.agents.values() for e in agent.capabilities)
+    return named
+
+
+def _names_mcp_servers(config: LoadedConfig) -> bool:
+    return any(agent.mcp_servers for agent in config.agents.values())
+
+
+def _when(applies: Callable[[LoadedConfig], bool], module: str) -> ExtraCheck:
+    """`capabilities.<module>.validate_config`, imported and run only for a config `applies` to."""
+    def check(config: LoadedConfig, report: Callable[..., None]) -> None:
+        if applies(config):
+            importlib.import_module(f"{__package__}.{module}").validate_config(config, report)
+    return check
+
+
+# Built once: the loader keeps each check once (by identity), and checks are registered at every load.
+_CHECKS_WHEN_NAMED = (_when(_names_mcp_servers, "mcp_servers"), _when(_names("skills"), "skills"),
+                      _when(_names("sandbox"), "sandbox"), _when(_names("audio"), "audio_clients"))
+
+
+def _mcp_tools(assembly: Assembly) -> Callable[[Turn], list[Any]]:
+    """The MCP servers' capability builder, imported with the first turn of an agent that has any."""
+    def build(turn: Turn) -> list[Any]:
+        if not turn.agent.mcp_servers:
+            return []
+        from . import mcp_servers
+
+        return mcp_servers.build_for_turn(assembly.mcp, turn)
+    return build
 
 
 EXTENSION = CapabilitiesExtension()

@@ -6,8 +6,10 @@ it works whatever model the agent runs on. The key comes from the entry's `secre
 refused at load without it); `base_url` points it at an OpenAI-compatible server. The tool is
 side-effecting (it spends money and posts what people see), so it asks for approval by default; once
 approved the image is drawn and posted through the one outbound file path, keyed by the request so
-a restart never posts the same request twice. Its cost, where the price is known, goes in the line
-the model gets back and the log; the bytes never reach the model.
+a restart never posts the same request twice. Its cost (pydantic-ai's `ImageGenerationResult.cost()`
+over the provider's reported usage, where genai-prices knows the model) is recorded with the run
+(`Turn.record_image`: the run's row, `agent-gateway runs list`, the metrics), and goes in the line the
+model gets back and the log; the bytes never reach the model.
 """
 
 from __future__ import annotations
@@ -89,12 +91,15 @@ def _toolset(cfg: ImageGenerationConfig, key: str) -> FunctionToolset[Turn]:
         except (ModelHTTPError, ModelAPIError) as e:
             return trouble(ctx, "transient", f"the image provider did not answer with an image ({type(e).__name__})")
         image = result.image
-        cost = ""
+        price: float | None = None
         try:
-            cost = f", about ${float(result.cost().total_price):.3f}"
-        except Exception:  # an unpriced model or a provider genai-prices does not know: no cost line
-            cost = ""
-        log.info("image generated", extra={**ctx.deps.log_fields, "model": result.model_name, "cost": cost.strip(", ")})
+            price = float(result.cost().total_price)
+        except Exception:  # an unpriced model or a provider genai-prices does not know: counted, no dollars
+            price = None
+        cost = f", about ${price:.3f}" if price is not None else ""
+        log.info("image generated", extra={**ctx.deps.log_fields, "model": result.model_name,
+                                           "cost": cost.strip(", ") or "unpriced"})
+        await ctx.deps.record_image(result.model_name, price)  # drawn is paid for, posted or not
         file = OutboundFile(_name(prompt, image.media_type), image.data, image.media_type)
         try:
             shared = await ctx.deps.share_files([file], "", f"generate_image:{prompt}")

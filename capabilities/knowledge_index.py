@@ -14,7 +14,6 @@ a citation `collection/path#anchor` stays the same while the heading does.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import io
 import logging
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 from bindings import config_files
 from gateway import markdown
 from gateway.store.knowledge import Chunk, Document, KnowledgeStore
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
@@ -255,9 +255,7 @@ class KnowledgeIndexer:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:

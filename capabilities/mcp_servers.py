@@ -74,7 +74,7 @@ class _ServerTools(WrapperToolset[Any]):
             detail = f" ({connection.detail})" if connection is not None and connection.detail else ""
             return trouble(ctx, "transient", f"The {self.server} MCP server cannot be reached right now{detail}; "
                                              "the call did not run.")
-        run_call = RunCall(self.server, ctx.deps.status, ctx.deps.tell, ctx.usage)
+        run_call = RunCall(self.server, ctx.deps.status, ctx.deps.tell, ctx.usage, ctx.deps.ask)
         call = CURRENT_CALL.set(run_call)
         try:
             with connection.in_call(run_call):
@@ -131,11 +131,6 @@ def _why_not(connection: Any) -> str:
         return "MCP server still starting"
     detail = connection.detail if connection is not None and connection.state == "down" else ""
     return f"MCP server unavailable: {detail}" if detail else "MCP server unavailable"
-
-
-def builder(pool: McpPool) -> Callable[[Turn], list[Any]]:
-    """The runner's capability builder for the MCP servers `pool` keeps connected."""
-    return lambda turn: build_for_turn(pool, turn)
 
 
 def build_for_turn(pool: McpPool, turn: Turn) -> list[Any]:

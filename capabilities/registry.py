@@ -31,6 +31,7 @@ from gateway.runs.turn import TOOL_NAME
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
+    from gateway.inbound.attachments import Listens
     from gateway.runs.turn import Turn
 
 P = TypeVar("P")
@@ -69,6 +70,8 @@ class BuildContext:
 
 
 Builder = Callable[[BuildContext], AbstractCapability[Any] | None]
+# What hears a turn's voice messages before it runs (gateway.inbound.attachments.Listens), or None.
+ListenerBuilder = Callable[[BuildContext], "Listens | None"]
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,16 @@ class CapabilityDecl:
     # Whether lending it (share_with_delegates) lends its state too (`Turn.owner`): a plan or a workspace,
     # yes; a compaction snapshot is the conversation's history, which a delegate's run is never part of.
     lends_state: bool = True
+    # What the capability holds for the daemon's lifetime (shared HTTP clients): objects with an async
+    # `stop()`, awaited when the gateway stops if the capability was loaded (`LoadedCapabilities`).
+    holds: tuple[Any, ...] = ()
     # Extra publish-time checks: (config) -> list of (field path, message).
     check: Callable[[BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
     # Checks that need the whole entry (approval, secret_id beside the config):
     # (entry, config) -> list of (path within the entry, message).
     check_entry: Callable[[CapabilityEntry, BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
+    # Hears the turn's voice messages before the run starts (audio's transcribe_voice_messages).
+    listens: ListenerBuilder | None = None
 
     @property
     def tool_ids(self) -> frozenset[str]:
@@ -129,6 +137,18 @@ def decl_for(capability_id: str) -> CapabilityDecl | None:
         if ep is not None:
             ep.load()  # the module registers its declaration
     return REGISTRY.get(capability_id)
+
+
+class LoadedCapabilities:
+    """A part of the gateway that stops what the loaded capabilities hold (`CapabilityDecl.holds`).
+
+    Only what a config named is loaded, so this is asked at stop rather than handed each holding at
+    start: a capability first named by a reload is stopped too, and one never named is never imported."""
+
+    async def stop(self) -> None:
+        for decl in list(REGISTRY.values()):
+            for held in decl.holds:
+                await held.stop()
 
 
 def load_all() -> dict[str, CapabilityDecl]:
@@ -232,6 +252,25 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[A
         built.append(_Bound(capability, renames=renames, descriptions=descriptions, hidden=hidden)
                      if (renames or descriptions or hidden) else capability)
     return built
+
+
+def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens | None:
+    """The runner's listener: the first capability bound to this turn that hears voice messages."""
+    for entry in entries_for(turn):
+        decl = decl_for(entry.id)
+        if decl is None or decl.listens is None:
+            continue
+        secret = None
+        if entry.secret_id is not None:
+            try:
+                secret = entry.secret_id.resolve()
+            except SecretError:
+                secret = None
+        listener = decl.listens(BuildContext(turn, entry, decl.config_model.model_validate(entry.config), secret,
+                                             parts or {}))
+        if listener is not None:
+            return listener
+    return None
 
 
 def simple(instructions: Any = None, toolsets: list[Any] | None = None, tools: list[Any] | None = None) -> Capability[Any]:

@@ -1,4 +1,5 @@
-"""sandbox: files in a workspace that survives between turns (`ls`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`).
+"""sandbox: files in a workspace that survives between turns (`ls`, `read_file`, `glob`, `grep`, `write_file`, `edit_file`;
+`share_file` out into the conversation, `fetch_file` in from its attachments: capabilities/sandbox_read_back.py).
 
 The `state` backend: a workspace is rows in this gateway's database (capability state, capability
 "sandbox", one row per file: key = path, value = text), capped at `max_bytes` per workspace. There
@@ -52,6 +53,7 @@ from gateway.patterns import PatternRefused, compile_pattern, glob_match
 from gateway.store.capability_state import CapabilityState
 from gateway.runs.turn import Turn
 
+from . import sandbox_read_back as read_back
 from .failures import trouble
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 
@@ -185,12 +187,37 @@ REFUSED_PATH = ("Refused: {path} is off limits (credentials such as .env, *.pem,
                 "and the system tree /etc, /usr, /proc … cannot be read, written or edited). Use another name.")
 
 
+STORE_SILENT = "the workspace store did not answer; try again"
+
+
 @dataclass
 class _Access:
+    """One tool call's open workspace: the run, whose files it may touch, and the operations on them."""
+
     ctx: RunContext[Turn]
     state: CapabilityState
     workspace: Workspace
     config: SandboxConfig
+
+    async def files(self) -> dict[str, str]:
+        return await self.state.items(CAPABILITY, self.workspace.scope)
+
+    async def put(self, name: str, content: str, stored: dict[str, str]) -> tuple[bool, str]:
+        """Store the file if the workspace has room: (saved, the sentence about room)."""
+        used = sum(len(t.encode()) for n, t in stored.items() if n != name)
+        size = len(content.encode())
+        if used + size > self.config.max_bytes:
+            return False, (f"Not saved: the workspace holds at most {self.config.max_bytes:,} bytes and {used:,} are "
+                           f"used by other files; {name} would need {size:,}. Shorten files (write_file with shorter "
+                           "text) or keep less.")
+        await self.state.put(CAPABILITY, self.workspace.scope, name, content)
+        return True, f"{name} is {size:,} bytes; the workspace uses {used + size:,} of {self.config.max_bytes:,} bytes."
+
+    async def missing(self, name: str, tool: str) -> str:
+        names = sorted(await self.state.keys(CAPABILITY, self.workspace.scope))
+        shown = ", ".join(names[:30]) or "none yet"
+        return trouble(self.ctx, "mistake", f"There is no file {name!r} in the workspace. Files here: {shown}. "
+                                            f"Call {tool} with one of those paths, or use glob to find one.")
 
     async def audit(self, tool: str, path: str) -> None:
         if not self.workspace.audited:
@@ -211,48 +238,73 @@ async def audit_log(state: CapabilityState, agent_id: str) -> list[dict[str, Any
     return [json.loads(v) for v in (await state.items(AUDIT, agent_id)).values()]
 
 
-def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
-    """The six file tools on the one workspace `config.session_scope` gives each run."""
+class WorkspaceTools:
+    """The file tools on the one workspace `config.session_scope` gives each run: one method a tool.
 
-    def access(ctx: RunContext[Turn]) -> _Access | str:
-        found = workspace_for(ctx.deps, config.session_scope)
+    Every tool starts with the same preamble, so no tool checks a path its own way: `_open` (whose
+    workspace, or the refusal), then `_folder` (a folder, "" the top) or `_file` (a file's name, never
+    an off-limits one) on the path the model gave; `_one_file` also reads the file. The tools that
+    move a file between the workspace and the conversation are together below `share_file`.
+    """
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+
+    def toolset(self) -> FunctionToolset[Turn]:
+        return FunctionToolset([self.ls, self.read_file, self.glob, self.grep, self.write_file, self.edit_file,
+                                self.share_file, read_back.tool(self._open)])
+
+    # --- the preamble ---------------------------------------------------------------------
+
+    def _open(self, ctx: RunContext[Turn]) -> _Access | str:
+        found = workspace_for(ctx.deps, self.config.session_scope)
         if isinstance(found, NoWorkspace):
             return trouble(ctx, "refusal", found.reason)
-        return _Access(ctx, ctx.deps.state, found, config)
+        return _Access(ctx, ctx.deps.state, found, self.config)
 
-    def bad_path(ctx: RunContext[Turn], path: str, tool: str) -> str:
+    @staticmethod
+    def _bad_path(ctx: RunContext[Turn], path: str, tool: str) -> str:
         return trouble(ctx, "mistake", f"{path!r} is not a workspace path: use {PATH_RULE}, at most {MAX_PATH} "
                                        f"characters. For example {tool}(path=\"notes/draft.md\").")
 
-    def file_path(ctx: RunContext[Turn], path: str, tool: str) -> tuple[str, None] | tuple[None, str]:
-        """A file's workspace name, or why the path cannot be one (a mistake, or off limits)."""
-        name = normalize(path)
-        if not name:
-            return None, bad_path(ctx, path, tool)
-        if off_limits(name):
-            return None, trouble(ctx, "refusal", REFUSED_PATH.format(path=name))
-        return name, None
-
-    async def files(a: _Access) -> dict[str, str]:
-        return await a.state.items(CAPABILITY, a.workspace.scope)
-
-    async def one_file(ctx: RunContext[Turn], path: str, tool: str) -> tuple[_Access, str, str] | str:
-        """(access, the file's name, its text) for a tool that reads one file; else what to answer."""
-        a = access(ctx)
+    def _folder(self, ctx: RunContext[Turn], path: str, tool: str) -> tuple[_Access, str] | str:
+        """(the workspace, a folder's name: "" is the top) for a tool that looks at a folder; else what to answer."""
+        a = self._open(ctx)
         if isinstance(a, str):
             return a
-        name, refused = file_path(ctx, path, tool)
-        if name is None:
-            return refused
+        folder = normalize(path)
+        return (a, folder) if folder is not None else self._bad_path(ctx, path, tool)
+
+    def _file(self, ctx: RunContext[Turn], path: str, tool: str) -> tuple[_Access, str] | str:
+        """(the workspace, a file's name) for a tool that touches one file; else what to answer (a mistake,
+        or a refusal for an off-limits path)."""
+        a = self._open(ctx)
+        if isinstance(a, str):
+            return a
+        name = normalize(path)
+        if not name:
+            return self._bad_path(ctx, path, tool)
+        if off_limits(name):
+            return trouble(ctx, "refusal", REFUSED_PATH.format(path=name))
+        return a, name
+
+    async def _one_file(self, ctx: RunContext[Turn], path: str, tool: str) -> tuple[_Access, str, str] | str:
+        """(the workspace, the file's name, its text) for a tool that reads one file; else what to answer."""
+        opened = self._file(ctx, path, tool)
+        if isinstance(opened, str):
+            return opened
+        a, name = opened
         try:
             text = await a.state.get(CAPABILITY, a.workspace.scope, name)
             if text is None:
-                return await missing(ctx, a, name, tool)
+                return await a.missing(name, tool)
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         return a, name, text
 
-    async def ls(ctx: RunContext[Turn], path: str = "") -> str:
+    # --- looking ---------------------------------------------------------------------------
+
+    async def ls(self, ctx: RunContext[Turn], path: str = "") -> str:
         """List the files and folders directly inside a folder of your workspace, with each file's size.
 
         The workspace keeps files across turns (who shares it is this agent's setting, and the
@@ -267,16 +319,14 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             at most 100 lines, then a line saying how many more there are. "The workspace is empty"
             or "No folder named …" when there is nothing there.
         """
-        a = access(ctx)
-        if isinstance(a, str):
-            return a
-        folder = normalize(path)
-        if folder is None:
-            return bad_path(ctx, path, "ls")
+        opened = self._folder(ctx, path, "ls")
+        if isinstance(opened, str):
+            return opened
+        a, folder = opened
         try:
-            stored = await files(a)
+            stored = await a.files()
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         await a.audit("ls", folder)
         if folder in stored:
             return a.labelled(f"{folder} is a file ({len(stored[folder].encode())} bytes); read it with read_file.")
@@ -294,78 +344,7 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         lines = lines[:LIST_CEILING] + ([f"({more} more not shown; list a subfolder)"] if more > 0 else [])
         return a.labelled("\n".join(lines))
 
-    async def read_file(ctx: RunContext[Turn], path: str, offset: Annotated[int, Field(ge=1)] = 1,
-                        limit: Annotated[int, Field(ge=1, le=READ_LINES)] = READ_LINES) -> str:
-        """Read a text file from your workspace.
-
-        Use it to pick up a draft or notes kept in an earlier turn, or a file you just wrote. To
-        find a file, use ls or glob; to find a passage, grep.
-
-        Args:
-            path: The file, e.g. notes/draft.md. Required.
-            offset: The first line to show, counting from 1; default 1.
-            limit: How many lines to show; default and at most 2000.
-
-        Returns:
-            A line naming the file, its size and which lines are shown, then the text itself (each
-            line cut at 2,000 characters). When the file has more lines than shown, a last line says
-            how to read on with offset. A missing file is an error listing files that do exist; an
-            off-limits path (credentials, the system tree) is refused.
-        """
-        found = await one_file(ctx, path, "read_file")
-        if isinstance(found, str):
-            return found
-        a, name, text = found
-        await a.audit("read_file", name)
-        lines = text.splitlines()
-        if offset > max(len(lines), 1):
-            return trouble(ctx, "mistake", f"{name} has {len(lines)} lines, so there is no line {offset}: "
-                                           f"call read_file(path=\"{name}\") to read it from the start.")
-        shown = lines[offset - 1:offset - 1 + limit]
-        body = "\n".join(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " …(line cut)" for line in shown)
-        last = offset - 1 + len(shown)
-        head = f"{name} ({len(text.encode())} bytes, {len(lines)} lines; showing {offset}-{last}):"
-        tail = f"\n(lines {last + 1}-{len(lines)} not shown; call read_file(path=\"{name}\", offset={last + 1}))" \
-            if last < len(lines) else ""
-        return a.labelled(f"{head}\n{body}{tail}")
-
-    async def share_file(ctx: RunContext[Turn], path: str) -> str:
-        """Post a file of your workspace into this conversation, under its name, for the person to open or download.
-
-        Use it when the person asked for a file ("give me that as a CSV") or a result reads better as a
-        download than as text in the reply. Write the file first (write_file); for numbers to look at,
-        create_chart draws them instead. People in this conversation see the file as soon as it is posted.
-
-        Args:
-            path: The workspace file to post, e.g. out/signups.csv. Required. Its name is what people see.
-
-        Returns:
-            A sentence saying the file was posted (its name and size), or why not (a missing file lists
-            the files that do exist, an off-limits path is refused, and a file over what this platform
-            takes is named with both sizes).
-        """
-        found = await one_file(ctx, path, "share_file")
-        if isinstance(found, str):
-            return found
-        a, name, text = found
-        media_type = mimetypes.guess_type(name)[0] or "text/plain"
-        file = OutboundFile(posixpath.basename(name), text.encode(), media_type)
-        try:
-            shared = await ctx.deps.share_files([file], "", "")
-        except FileRefused as e:
-            return f"{name} was not posted: {e}."
-        except PlatformError as e:
-            return trouble(ctx, "transient", f"the platform did not take {name} ({e})")
-        await a.audit("share_file", name)
-        return f"{shared.note[:1].upper()}{shared.note[1:]}."
-
-    async def missing(ctx: RunContext[Turn], a: _Access, name: str, tool: str) -> str:
-        names = sorted(await a.state.keys(CAPABILITY, a.workspace.scope))
-        shown = ", ".join(names[:30]) or "none yet"
-        return trouble(ctx, "mistake", f"There is no file {name!r} in the workspace. Files here: {shown}. "
-                                       f"Call {tool} with one of those paths, or use glob to find one.")
-
-    async def glob(ctx: RunContext[Turn], pattern: str) -> str:
+    async def glob(self, ctx: RunContext[Turn], pattern: str) -> str:
         """Find files in your workspace whose paths match a pattern, in every folder below.
 
         Unlike ls, glob searches recursively: `**/*.md` finds Markdown files at any depth, `*.csv`
@@ -379,15 +358,15 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             Matching paths with their sizes, one per line, sorted; at most 100, then a line saying
             how many more matched. "No file matches" when none does.
         """
-        a = access(ctx)
+        a = self._open(ctx)  # a pattern, not a path: it names no file to check
         if isinstance(a, str):
             return a
         if not pattern.strip():
             return trouble(ctx, "mistake", "pattern is empty: e.g. glob(pattern=\"**/*.md\").")
         try:
-            stored = await files(a)
+            stored = await a.files()
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         await a.audit("glob", pattern)
         wanted = normalize(pattern) or ""
         hits = [f"{n} ({len(t.encode())} bytes)" for n, t in stored.items() if glob_match(wanted, n)]
@@ -396,7 +375,7 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         more = len(hits) - LIST_CEILING
         return a.labelled("\n".join(hits[:LIST_CEILING] + ([f"({more} more matched; narrow the pattern)"] if more > 0 else [])))
 
-    async def grep(ctx: RunContext[Turn], pattern: str, path: str = "",
+    async def grep(self, ctx: RunContext[Turn], pattern: str, path: str = "",
                    ignore_case: bool = False) -> str:
         """Search the text of the files in your workspace for a regular expression.
 
@@ -413,21 +392,19 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             cut at 300 characters), in path order; at most 100 lines, then a line saying how many more matched. "No match" when
             none. Lines inside off-limits files (credentials, the system tree) are never returned.
         """
-        a = access(ctx)
-        if isinstance(a, str):
-            return a
-        where = normalize(path)
-        if where is None:
-            return bad_path(ctx, path, "grep")
+        opened = self._folder(ctx, path, "grep")
+        if isinstance(opened, str):
+            return opened
+        a, where = opened
         try:
             rx = compile_pattern(pattern, ignore_case=ignore_case)
         except PatternRefused as e:
             return trouble(ctx, "mistake", f"{pattern[:200]!r} is not a regular expression grep can run ({e}); "
                                            "escape special characters, e.g. grep(pattern=\"total\\\\(s\\\\)\").")
         try:
-            stored = await files(a)
+            stored = await a.files()
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         await a.audit("grep", where)
         hits: list[str] = []
         total = 0
@@ -447,7 +424,44 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
         more = total - len(hits)
         return a.labelled("\n".join(hits + ([f"({more} more matching lines; narrow path or pattern)"] if more > 0 else [])))
 
-    async def write_file(ctx: RunContext[Turn], path: str, content: str) -> str:
+    async def read_file(self, ctx: RunContext[Turn], path: str, offset: Annotated[int, Field(ge=1)] = 1,
+                        limit: Annotated[int, Field(ge=1, le=READ_LINES)] = READ_LINES) -> str:
+        """Read a text file from your workspace.
+
+        Use it to pick up a draft or notes kept in an earlier turn, or a file you just wrote. To
+        find a file, use ls or glob; to find a passage, grep.
+
+        Args:
+            path: The file, e.g. notes/draft.md. Required.
+            offset: The first line to show, counting from 1; default 1.
+            limit: How many lines to show; default and at most 2000.
+
+        Returns:
+            A line naming the file, its size and which lines are shown, then the text itself (each
+            line cut at 2,000 characters). When the file has more lines than shown, a last line says
+            how to read on with offset. A missing file is an error listing files that do exist; an
+            off-limits path (credentials, the system tree) is refused.
+        """
+        found = await self._one_file(ctx, path, "read_file")
+        if isinstance(found, str):
+            return found
+        a, name, text = found
+        await a.audit("read_file", name)
+        lines = text.splitlines()
+        if offset > max(len(lines), 1):
+            return trouble(ctx, "mistake", f"{name} has {len(lines)} lines, so there is no line {offset}: "
+                                           f"call read_file(path=\"{name}\") to read it from the start.")
+        shown = lines[offset - 1:offset - 1 + limit]
+        body = "\n".join(line if len(line) <= LINE_CHARS else line[:LINE_CHARS] + " …(line cut)" for line in shown)
+        last = offset - 1 + len(shown)
+        head = f"{name} ({len(text.encode())} bytes, {len(lines)} lines; showing {offset}-{last}):"
+        tail = f"\n(lines {last + 1}-{len(lines)} not shown; call read_file(path=\"{name}\", offset={last + 1}))" \
+            if last < len(lines) else ""
+        return a.labelled(f"{head}\n{body}{tail}")
+
+    # --- changing ------------------------------------------------------------------------
+
+    async def write_file(self, ctx: RunContext[Turn], path: str, content: str) -> str:
         """Create a file in your workspace or replace its whole text; it is kept for later turns.
 
         Use it to keep a draft, notes, a table you computed, anything worth picking up later. To
@@ -463,14 +477,12 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             workspace's room is used; a sentence saying the workspace is full when the text would
             not fit. An off-limits path (credentials, the system tree) is refused.
         """
-        a = access(ctx)
-        if isinstance(a, str):
-            return a
-        name, refused = file_path(ctx, path, "write_file")
-        if name is None:
-            return refused
+        opened = self._file(ctx, path, "write_file")
+        if isinstance(opened, str):
+            return opened
+        a, name = opened
         try:
-            stored = await files(a)
+            stored = await a.files()
             if any(other.startswith(name + "/") for other in stored):
                 return trouble(ctx, "mistake", f"{name!r} is a folder here; write to a file inside it, "
                                                f"e.g. {name}/notes.md")
@@ -478,26 +490,15 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             if clash := next((p for p in parents if p in stored), None):
                 return trouble(ctx, "mistake", f"{clash!r} is a file, so it cannot hold {name!r}: choose another path")
             existed = name in stored
-            saved, room = await put(a, name, content, stored)
+            saved, room = await a.put(name, content, stored)
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         await a.audit("write_file", name)
         if not saved:
             return a.labelled(room)
         return a.labelled(f"{'Replaced' if existed else 'Created'} {name}. {room}")
 
-    async def put(a: _Access, name: str, content: str, stored: dict[str, str]) -> tuple[bool, str]:
-        """Store the file if the workspace has room: (saved, the sentence about room)."""
-        used = sum(len(t.encode()) for n, t in stored.items() if n != name)
-        size = len(content.encode())
-        if used + size > config.max_bytes:
-            return False, (f"Not saved: the workspace holds at most {config.max_bytes:,} bytes and {used:,} are used "
-                           f"by other files; {name} would need {size:,}. Shorten files (write_file with shorter "
-                           "text) or keep less.")
-        await a.state.put(CAPABILITY, a.workspace.scope, name, content)
-        return True, f"{name} is {size:,} bytes; the workspace uses {used + size:,} of {config.max_bytes:,} bytes."
-
-    async def edit_file(ctx: RunContext[Turn], path: str, old_text: str, new_text: str,
+    async def edit_file(self, ctx: RunContext[Turn], path: str, old_text: str, new_text: str,
                         replace_all: bool = False) -> str:
         """Change part of a file in your workspace: replace an exact passage with new text.
 
@@ -516,19 +517,17 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             replace_all) is an error saying how to call again; an off-limits path is refused; a
             sentence says so when the workspace would be over its size limit.
         """
-        a = access(ctx)
-        if isinstance(a, str):
-            return a
-        name, refused = file_path(ctx, path, "edit_file")
-        if name is None:
-            return refused
+        opened = self._file(ctx, path, "edit_file")
+        if isinstance(opened, str):
+            return opened
+        a, name = opened
         if not old_text:
             return trouble(ctx, "mistake", "old_text is empty: copy the exact passage to replace from read_file.")
         try:
-            stored = await files(a)
+            stored = await a.files()
             text = stored.get(name)
             if text is None:
-                return await missing(ctx, a, name, "edit_file")
+                return await a.missing(name, "edit_file")
             count = text.count(old_text)
             if count == 0:
                 return trouble(ctx, "mistake", f"old_text does not occur in {name}. Read it with "
@@ -536,16 +535,53 @@ def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
             if count > 1 and not replace_all:
                 return trouble(ctx, "mistake", f"old_text occurs {count} times in {name}: include more of the "
                                                "surrounding text so it occurs once, or pass replace_all=true.")
-            saved, room = await put(a, name, text.replace(old_text, new_text), stored)
+            saved, room = await a.put(name, text.replace(old_text, new_text), stored)
         except OperationalError:
-            return trouble(ctx, "transient", "the workspace store did not answer; try again")
+            return trouble(ctx, "transient", STORE_SILENT)
         await a.audit("edit_file", name)
         if not saved:
             return a.labelled(room)
         replaced = count if replace_all else 1
         return a.labelled(f"Replaced {replaced} passage{'s' if replaced != 1 else ''} in {name}. {room}")
 
-    return FunctionToolset([ls, read_file, glob, grep, write_file, edit_file, share_file])
+    # --- between the workspace and the conversation ---------------------------------------
+    # The tool that brings a file in (an attachment of this conversation copied into the workspace),
+    # fetch_file, is capabilities/sandbox_read_back.py's, on this workspace (`_open`): see `toolset`.
+
+    async def share_file(self, ctx: RunContext[Turn], path: str) -> str:
+        """Post a file of your workspace into this conversation, under its name, for the person to open or download.
+
+        Use it when the person asked for a file ("give me that as a CSV") or a result reads better as a
+        download than as text in the reply. Write the file first (write_file); for numbers to look at,
+        create_chart draws them instead. People in this conversation see the file as soon as it is posted.
+
+        Args:
+            path: The workspace file to post, e.g. out/signups.csv. Required. Its name is what people see.
+
+        Returns:
+            A sentence saying the file was posted (its name and size), or why not (a missing file lists
+            the files that do exist, an off-limits path is refused, and a file over what this platform
+            takes is named with both sizes).
+        """
+        found = await self._one_file(ctx, path, "share_file")
+        if isinstance(found, str):
+            return found
+        a, name, text = found
+        media_type = mimetypes.guess_type(name)[0] or "text/plain"
+        file = OutboundFile(posixpath.basename(name), text.encode(), media_type)
+        try:
+            shared = await ctx.deps.share_files([file], "", "")
+        except FileRefused as e:
+            return f"{name} was not posted: {e}."
+        except PlatformError as e:
+            return trouble(ctx, "transient", f"the platform did not take {name} ({e})")
+        await a.audit("share_file", name)
+        return f"{shared.note[:1].upper()}{shared.note[1:]}."
+
+
+def toolset(config: SandboxConfig) -> FunctionToolset[Turn]:
+    """The six file tools on the one workspace `config.session_scope` gives each run (and share_file, fetch_file)."""
+    return WorkspaceTools(config).toolset()
 
 
 def instructions_for(turn: Turn, scope: Scope) -> str:
@@ -553,7 +589,8 @@ def instructions_for(turn: Turn, scope: Scope) -> str:
     if isinstance(found, NoWorkspace):
         return ("You have workspace file tools, but this conversation has no workspace for you: the tools will say "
                 "why. Do not promise to keep files here.")
-    return (f"You have a workspace that keeps files between turns (ls, read_file, glob, grep, write_file, edit_file): "
+    return (f"You have a workspace that keeps files between turns (ls, read_file, glob, grep, write_file, edit_file; "
+            f"share_file posts one here, fetch_file copies in a file people attached): "
             f"{found.label}. There is no shell. Keep drafts and work in progress there.")
 
 
@@ -590,6 +627,7 @@ register(CapabilityDecl(
         ToolDecl("edit_file", summary="Replace an exact passage of a workspace file."),
         ToolDecl("share_file", side_effecting=True,
                  summary="Post a workspace file into the conversation (people see it at once: gated)."),
+        ToolDecl("fetch_file", summary="Copy files attached in this conversation into the workspace."),
         ToolDecl("execute", side_effecting=True,
                  summary="Run a shell command (declared, not offered: needs a container backend)."),
     ),

@@ -27,9 +27,11 @@ at the depth bound the delegate is built without this capability at all.
 
 All ten tools the seed lists are declared here, so each can be gated or renamed; a run is offered only
 those that can act: the lifecycle tools where a background delegation is reachable
-(`capabilities.background_delegation`), answer_subagent under `allow_questions`, create_agent and
-delegate under `allow_dynamic` (`capabilities.dynamic_agents`, models from the config only). The
-three that act on paid-for work (steer, soft and hard cancel) ask for approval by default.
+(`capabilities.background_delegation`), create_agent and delegate under `allow_dynamic`
+(`capabilities.dynamic_agents`, models from the config only). answer_subagent is declared (so policy can
+name it) and offered to no model: under `allow_questions` a sync delegate asks the parent's person
+(`ask_parent`, `capabilities.delegate_questions`), and a background delegate is not given ask_parent.
+The three that act on paid-for work (steer, soft and hard cancel) ask for approval by default.
 
 pydantic-ai-harness `SubAgents` is the library's delegation: one sync tool over live `Agent`s, in
 memory. It is not used because a delegate here is built per run from its `AgentSpec` through the
@@ -56,12 +58,14 @@ from pydantic_ai.usage import UsageLimits
 
 from bindings.models import AgentSpec, BindingSpec, CapabilityEntry
 from gateway.approvals.arguments import ARGUMENTS, DIGEST
+from gateway.approvals.policy import ToolInfo
 from gateway.runs.delegated import (APPROVED, DECISIONS, DELEGATED, DelegatedCall, approved_of, decisions_of,
                               delegated_calls)
 from gateway.runs.agent_run import run_agent
 from gateway.runs.background import BackgroundRuns, clip
 from gateway.runs.turn import Turn
 
+from .delegate_questions import ASK_PARENT, AsksParent, answerer
 from .registry import BuildContext, CapabilityDecl, ToolDecl, decl_for, register, simple
 
 log = logging.getLogger("capabilities.subagents")
@@ -97,8 +101,9 @@ class SubagentsConfig(BaseModel):
                                   "keeping both ends, with a marker")
     share_with_delegates: list[str] = Field(default_factory=list, description="Capability ids this agent is "
                                             "itself bound to, lent to its delegates (never subagents)")
-    allow_questions: bool = Field(default=False, description="A delegate running in the background may ask this "
-                                  "agent a question (ask_parent) and waits; this agent answers with answer_subagent")
+    allow_questions: bool = Field(default=False, description="A delegate that waits (mode sync) may ask the person "
+                                  "who asked this agent a question (ask_parent), answered in the thread, never by "
+                                  "a model")
     allow_dynamic: bool = Field(default=False, description="The model may write specialists of its own "
                                 "(create_agent, then delegate), on a model this config already names")
 
@@ -252,6 +257,12 @@ class _Delegation:
         name = record["agent"]
         # Its run id is its record's key: the same when a decided card resumes it, so it finds its own state.
         child = self.child(parent, name, spec, key, record["levels_left"])
+        asking: list[Any] = []
+        # allow_questions: this delegate waits, so it may ask the parent's person (a specialist the model wrote
+        # never asks); where the platform cannot show a question, it is not given the tool at all.
+        if self.config.allow_questions and record["kind"] != "dynamic" and parent.ask is not None:
+            asking.append(AsksParent(answerer=answerer(parent.ask, name)))
+            child.tools[ASK_PARENT] = ToolInfo(stable_id=ASK_PARENT, capability=ID)
         before = (ctx.usage.requests, ctx.usage.input_tokens or 0, ctx.usage.output_tokens or 0)
         answer = ""
         outcome, reason = "failed", ""
@@ -263,7 +274,7 @@ class _Delegation:
                 agent = self.delegator.build_agent(child)
                 # The runner's loop; under the parent's usage and request limit, inside its tool call.
                 result = await run_agent(agent, prompt, deps=child, history=history, deferred=deferred,
-                                         usage=ctx.usage,
+                                         usage=ctx.usage, capabilities=asking,
                                          usage_limits=UsageLimits(request_limit=parent.agent.limits.model_requests))
                 if isinstance(result.output, DeferredToolRequests):
                     parked = result.output
@@ -366,6 +377,13 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     return simple(instructions=instructions, tools=[Tool(delegation.task, name="task")])
 
 
+def _waits(config: SubagentsConfig, pinned: Sequence[str]) -> bool:
+    """Whether any configured delegate may run inside the parent's call (sync, or auto choosing so)."""
+    modes = [config.modes.get(name, config.mode) for name in pinned]
+    modes += [sp.mode or config.mode for sp in config.inline]
+    return any(m in ("sync", "auto") for m in modes)
+
+
 def _detaches(config: SubagentsConfig) -> bool:
     """Whether any delegate may run in the background: async or auto, for all or for one of them."""
     modes = {config.mode, *config.modes.values(), *(sp.mode for sp in config.inline if sp.mode)}
@@ -415,10 +433,11 @@ def validate_config(config: Any, report: Callable[..., None]) -> None:
                     report(key, ("capabilities", i, "config", "modes", name),
                            f"{name!r} is not a pinned delegate of this agent (they are: "
                            f"{', '.join(agent.subagents) or 'none'}); a specialist sets its own mode:")
-            if cfg.allow_questions and not _detaches(cfg):
+            if cfg.allow_questions and not _waits(cfg, agent.subagents):
                 report(key, ("capabilities", i, "config", "allow_questions"),
-                       "allow_questions reaches only delegates that run in the background, and every delegate here "
-                       "waits (mode sync): set mode: async or auto (or one delegate's own mode), or remove it")
+                       "allow_questions reaches only delegates that wait (mode sync), and every delegate here runs in "
+                       "the background (mode async), where nobody is left to answer: set mode: sync (or one "
+                       "delegate's own mode), or remove it")
             if not agent.subagents and not cfg.inline and not cfg.allow_dynamic:
                 report(key, ("capabilities", i, "id"), "subagents has no delegates: name agents under subagents: at "
                        "the top of this file, or define specialists under inline:")
@@ -434,7 +453,8 @@ register(CapabilityDecl(
            ToolDecl("wait_tasks", summary="Wait (bounded) for background delegations to end; each one's state and "
                     "answer."),
            ToolDecl("list_active_tasks", summary="The background delegations still running in this conversation."),
-           ToolDecl("answer_subagent", summary="Answer the question a background delegate asked (allow_questions)."),
+           ToolDecl("answer_subagent", summary="Declared and offered to no model: a delegate's question goes to the "
+                    "person (allow_questions: ask_parent, sync delegates only)."),
            ToolDecl("send_message_to_subagent", side_effecting=True,
                     summary="Steer a running background delegation: the message reaches its next model request."),
            ToolDecl("soft_cancel_task", side_effecting=True,

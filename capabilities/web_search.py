@@ -6,8 +6,18 @@ provider's own search (`method: native`, pydantic-ai's `WebSearch` capability).
 
 Why our own broker rather than pydantic-ai's search tools: the seed's failure rule. A search that
 did not run must say so and why, never come back as an empty list that reads "nothing exists".
-pydantic-ai's DuckDuckGo tool goes through `ddgs`, a metasearch scraper that raises the same
-exception for "no results" and "every backend failed" and runs each call in a worker thread;
+pydantic-ai's DuckDuckGo tool goes through `ddgs`. Read at ddgs 9.16.1 (issue 33 asked to move to it),
+it cannot stand behind that rule, even wrapped in a thread with a deadline:
+- "no results" and "blocked" are one answer. `BaseSearchEngine.request` returns None for any status
+  but 200 (DuckDuckGo's 202 and 403 rate-limit answers, a 429, a 5xx), `search` passes the None on,
+  `DDGS._search_sync` skips it, and with nothing found raises `DDGSException("No results found.")`,
+  the same exception an empty result raises; `RatelimitException` is declared but never raised.
+- its endpoint is fixed: `engines.duckduckgo.Duckduckgo.search_url` is a class attribute
+  ("https://html.duckduckgo.com/html/") and `DDGS(proxy, timeout, verify)` takes no base URL, so a
+  loopback fake means patching the library; its client (`primp`, browser impersonation) is not httpx.
+- no deadline of its own: `timeout` bounds each request and each `wait`, but leaving its
+  `ThreadPoolExecutor` joins every engine still running, and a thread `asyncio.wait_for` gives up on
+  keeps running; `backend="auto"` also sends the query to a dozen other engines nobody configured.
 tavily-python opens a new HTTP client (and TLS context) on every call; Brave has no tool there;
 and each SDK folds status codes into exceptions of its own shape. Here every provider answers
 through one function that tells the four outcomes apart: results, no results (bad news, as text),
@@ -16,8 +26,8 @@ refusal the model cannot fix (a rejected key, a spent quota: text).
 
 HTTP clients: one `httpx.AsyncClient` per method and base URL, built on first use and shared by
 every run after it (`SearchClients`); the key travels per request, so no run builds a client or
-an SSL context. The gateway closes them at shutdown: `gateway/extensions.py` adds `CLIENTS` to
-the gateway's extensions, whose `stop()` is awaited in reverse order of start.
+an SSL context. The gateway closes them at shutdown: the declaration `holds` `CLIENTS`, which
+`registry.LoadedCapabilities` stops with the gateway once this module was loaded.
 
 Base URLs are fixed; `_test_base_urls` is the seam through which tests point a method at a
 loopback fake. No config field, environment variable or API reaches it.
@@ -335,7 +345,7 @@ register(CapabilityDecl(
     id="web_research", name="Web search", category="research",
     tools=(ToolDecl("web_search", summary="Search the public web for current information"),),
     build=builder(CLIENTS), config_model=WebSearchConfig, scopes=("web:read",), needs_key="conditional",
-    check_entry=check_entry,
+    check_entry=check_entry, holds=(CLIENTS,),
     description="Searches the web with DuckDuckGo (free, no key), Tavily, Brave or Exa (a key in secret_id), "
     "or the model provider's own search. A search that could not run says so; it never reads as 'nothing found'.",
 ))

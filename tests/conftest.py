@@ -176,8 +176,8 @@ def _uses_postgres(item: pytest.Item) -> bool:
     return callspec is not None and any(isinstance(v, str) and v in PG_PARAMS for v in callspec.params.values())
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # One rule for the `postgres` marker, so `-m "not postgres"` really leaves the server alone;
     # a test that opens `pg_database()` in its body carries the marker itself.
     for item in items:
@@ -186,3 +186,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # One Chromium at a time (`--dist loadgroup`): two on two cores starve every other worker.
         if item.get_closest_marker("browser") is not None:
             item.add_marker(pytest.mark.xdist_group("browser"))
+        if getattr(config.option, "loadgroup", False):
+            _group_in_nodeid(item)
+
+
+def _group_in_nodeid(item: pytest.Item) -> None:
+    """Put a test's xdist group into its node id ("...::test@browser"), the suffix xdist's loadgroup
+    scheduler groups by.
+
+    xdist does this itself by assigning `item._nodeid`, but since pytest 9.2 `nodeid` is read from a
+    structured `item._id` and that assignment changes nothing (pytest-xdist issue 1386): every group
+    was scattered over the workers. Set where pytest 9.2 reads it, and only when xdist's own did not
+    take, so a fixed xdist finds the suffix already there. Workers send these ids to the controller
+    at the end of collection, after this hook.
+    """
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})
+    suffix = f"@{'_'.join(groups)}"
+    if not groups or item.nodeid.endswith(suffix):
+        return
+    node_id = getattr(item, "_id", None)
+    if node_id is None or not hasattr(type(node_id), "parse"):
+        return  # a pytest before 9.2: xdist's `_nodeid` assignment works there
+    item._id = type(node_id).parse(item.nodeid + suffix)

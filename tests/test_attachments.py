@@ -33,7 +33,8 @@ def test_each_file_is_sorted_by_what_the_model_can_take() -> None:
     assert kind("main.py", "text/x-python; charset=utf-8") == "text"
     assert kind("data.json", "application/json") == "text"
     assert kind("archive.zip", "application/zip") == "other"
-    assert kind("voice.ogg", "audio/ogg") == "other"
+    assert kind("voice.ogg", "audio/ogg") == "audio"  # heard where the audio capability listens, else named
+    assert kind("memo.m4a", "application/octet-stream") == "audio"
 
 
 def test_a_paused_run_keeps_the_names_of_its_files_never_their_contents() -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from gateway.outbound.budget import Pacer, Rule
 
 RULE = Rule("chat", 1, 0.2)  # one call per 0.2 s, per key
@@ -38,10 +40,14 @@ async def test_calls_that_wake_late_together_still_go_a_window_apart() -> None:
     assert all(gap >= RULE.per for gap in gaps), gaps
 
 
-async def test_a_call_woken_late_goes_before_the_calls_reserved_after_it() -> None:
+@pytest.mark.parametrize("stall", [0.5, 0.6])
+async def test_a_call_woken_late_goes_before_the_calls_reserved_after_it(stall: float) -> None:
+    """At 0.6 s the third call's reserved moment (two windows in, 0.54 s) has passed too when the
+    second wakes: it is still behind the second, so the second does not wait for it. (A loaded
+    machine's lag once turned 0.5 into this and sent the second call last.)"""
     pacer, sent = Pacer(), []
     early = await _calls(pacer, 3, sent)
-    time.sleep(0.5)  # the loop stalls: the second and third wake late
+    time.sleep(stall)  # the loop stalls: the second and third wake late
     later = await _calls(pacer, 3, sent, first=3)  # reserved after them
     await asyncio.gather(*early, *later)
     assert [i for i, _ in sent] == list(range(6))  # nobody overtaken

@@ -5,6 +5,8 @@ names the file, the name and the entry-point group."""
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,11 +31,16 @@ def _without(name: str) -> Any:
 def test_a_binding_whose_platform_has_no_adapter_installed_is_a_config_error(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(extensions, "entry_points", _without("telegram"))
-    extensions.register_checks()
-    config = write_config(tmp_path, bindings={"tg": {"platform": "telegram", "agent": "assistant",
-                                                     "telegram": {"token": "env:TG_TOKEN"}}})
-    with pytest.raises(ConfigError) as e:
-        load_config(config)
+    extensions.rescan()  # the entry points are read once per process: forget what was read before the patch
+    try:
+        extensions.register_checks()
+        config = write_config(tmp_path, bindings={"tg": {"platform": "telegram", "agent": "assistant",
+                                                         "telegram": {"token": "env:TG_TOKEN"}}})
+        with pytest.raises(ConfigError) as e:
+            load_config(config)
+    finally:
+        monkeypatch.undo()
+        extensions.rescan()  # and the patched reading, for the tests after this one
     assert [str(p) for p in e.value.problems if not p.warning] == [
         f"{config / 'bindings' / 'tg.yaml'}:2:1: platform: no adapter for platform 'telegram': no entry point "
         "'telegram' in group agent_gateway.adapters (installed: mattermost, slack, web); install the package that "
@@ -63,3 +70,38 @@ def test_a_capability_module_is_imported_only_when_a_config_names_it(tmp_path: P
     out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['capabilities.clock']"
+
+
+# What a deployment that binds none of it must never load: the platform SDKs, PostgreSQL's driver, the
+# capabilities' heavy libraries, the model providers' SDKs with no key, MCP with no server, and Alembic
+# for a database already at head; nor SQLAlchemy's PostgreSQL dialect on SQLite.
+NEVER_FOR_THE_SHIPPED_CONFIG = ("slack_sdk", "slack_bolt", "telegram", "asyncpg", "matplotlib", "av", "pypdf", "bs4",
+                                "markdownify", "pydantic_ai_skills", "re2", "mcp", "fastmcp", "openai", "anthropic",
+                                "tiktoken", "alembic", "sqlalchemy.dialects.postgresql")
+
+
+def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_path: Path) -> None:
+    """The daemon assembled and started on `config/` as shipped (the web chat, the offline model), on a
+    database at head: none of the packages above is imported (bench/startup.py measures what that saves)."""
+    from tests.support.template_db import copy_migrated_sqlite
+
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    copy_migrated_sqlite(tmp_path / "var" / "gateway.db")  # the shipped database.url, relative to the cwd
+    script = ("import asyncio, sys\n"
+              "from gateway import extensions\n"
+              "from bindings.loader import load_config\n"
+              "from gateway.daemon import Gateway\n"
+              "extensions.register_checks()\n"
+              "async def main():\n"
+              "    gateway = Gateway(load_config('config'), listen='127.0.0.1:0')\n"
+              "    await gateway.start()\n"
+              "    await gateway.stop()\n"
+              "asyncio.run(main())\n"
+              f"print(sorted({{p for m in sys.modules for p in (m, m.partition('.')[0])}} "
+              f"& set({NEVER_FOR_THE_SHIPPED_CONFIG!r})))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

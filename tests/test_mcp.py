@@ -39,8 +39,19 @@ def ran(log: Path) -> list[tuple[str, dict[str, Any]]]:
     return [(r["tool"], r["args"]) for r in map(json.loads, log.read_text().splitlines())]
 
 
+def _connected(gw: Any) -> bool:
+    """No server of the gateway is still on its first connection attempt."""
+    return gw.mcp is None or all(s["state"] != "connecting" for s in gw.mcp.readiness()["mcp"].values())
+
+
 async def ask(gw: Any, chat: Chat, text: str) -> str:
-    """Send `text`, wait for the run to finish, return its reply."""
+    """Send `text` once the servers' first connections have ended, wait for the run, return its reply.
+
+    A run waits for a server still starting only briefly (pool.FIRST_WAIT), then answers without
+    it; on a loaded machine a test server's start can take longer than that. These tests are about
+    what a connected server does, so they wait for the connection; the bounded wait itself is
+    tested in tests/test_mcp_liveness.py."""
+    await wait_for(lambda: _connected(gw), what="the MCP servers' first connections")
     sent = await chat.say(text)
     await wait_for(lambda: run_finished(gw, sent["run_id"]), what=f"the run for {text!r}")
     return (await chat.replies())[-1]

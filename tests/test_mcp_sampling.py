@@ -33,7 +33,7 @@ async def test_sampling_is_refused_by_default_and_a_quiet_handshake_server_is_pi
     async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
         chat = await Chat(s).open()
         # A tool the server runs only as a task is not offered: this revision's client cannot drive one.
-        assert await ask(gw, chat, "tools") == "tools: legacy_ask_model, legacy_ask_person"
+        assert await ask(gw, chat, "tools") == "tools: legacy_ask_model, legacy_ask_person, legacy_nag"
         assert await ask(gw, chat, QUESTION) == "[legacy_ask_model success: sampling refused: Sampling not supported]"
         # Elicitation is not offered either: a server that asks the person anyway is told no, and the run goes on.
         assert await ask(gw, chat, 'legacy_ask_person {"question": "your password?"}') == (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+from adapters.mattermost import actions as mattermost_actions
 from adapters.mattermost import cards as mattermost
 from adapters.slack.cards import memory_message
 from adapters.telegram.cards import MAX_CALLBACK_BYTES, memory_keyboard, parse_callback_data, parse_memory_data
@@ -47,12 +48,12 @@ def test_slack_blocks_stay_under_fifty_and_mattermost_signs_per_channel() -> Non
                       footer="Changing them is for the people who may decide approvals here.")
     _, blocks = memory_message(card)
     assert len(blocks) <= 50
-    key = mattermost.action_key("token", "mm")
+    key = mattermost_actions.action_key("token", "mm")
     props = mattermost.memory_props(card, url="http://gw/mattermost/actions/mm", key=key, binding_id="mm", channel_id="C1")
     context = props["attachments"][0]["actions"][0]["integration"]["context"]
-    assert mattermost.memory_verify(key, context, binding_id="mm", channel_id="C1") == context["memory"]
-    assert mattermost.memory_verify(key, context, binding_id="mm", channel_id="C2") is None, "signed for one channel"
-    assert mattermost.verify(key, context, binding_id="mm", channel_id="C1") is None, "not an approval"
+    signed = mattermost_actions.verify(key, context, binding_id="mm", channel_id="C1")
+    assert signed is not None and signed.kind == "memory" and signed.values == (context["memory"],)
+    assert mattermost_actions.verify(key, context, binding_id="mm", channel_id="C2") is None, "signed for one channel"
 
 
 def test_erase_all_asks_first_and_an_empty_store_offers_nothing() -> None:

@@ -47,3 +47,30 @@ async def test_postgres_schema_matches_models() -> None:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+def test_the_head_read_from_the_migration_files_is_alembics() -> None:
+    """Start-up skips Alembic when the database records this head (gateway.store.engine.head_revision)."""
+    from gateway.store.engine import _scripts, head_revision
+
+    assert head_revision() == _scripts().get_current_head()
+
+
+async def test_a_database_one_migration_behind_is_brought_to_head(tmp_path: Path) -> None:
+    """The fast path that leaves a database at head alone must not leave one behind it."""
+    from alembic import command
+
+    from gateway.store.engine import _scripts, alembic_config, head_revision
+
+    previous = _scripts().get_revision(head_revision()).down_revision
+    url = f"sqlite+aiosqlite:///{tmp_path / 'behind.db'}"
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), str(previous)))
+        assert await _diff(url) == []  # migrate() inside brought it to head
+        async with engine.connect() as conn:
+            versions = (await conn.exec_driver_sql("SELECT version_num FROM alembic_version")).scalars().all()
+        assert versions == [head_revision()]
+    finally:
+        await engine.dispose()

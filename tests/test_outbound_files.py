@@ -128,9 +128,22 @@ async def test_a_file_over_a_servers_own_limit_is_refused_in_words_after_one_try
         async with running_gateway(cfg) as gw:
             await eventually(lambda: gw.adapters["mm"].health().connected)
             target = ReplyTarget("mattermost", "mm", team["id"], town["id"], None, ChatKind.CHANNEL)
-            with pytest.raises(FileRefused, match=r"mattermost refused it as too large"):
+            with pytest.raises(FileRefused, match=r"mattermost refused report.csv \(26 bytes\) as too large \(.*"
+                                                  r"FileSettings.MaxFileSize: 100 MB unless changed\); nothing was posted"):
                 await share_files(gw.adapters["mm"], target, gw.store, "run-e", [REPORT])
     finally:
         await fake.stop()
     assert [r for r in fake.requests if r[:2] == ("POST", "/api/v4/files")] == [("POST", "/api/v4/files", None)]
     assert not [p for p in fake.posts_in(town["id"]) if p["file_ids"]]
+
+
+async def test_a_file_over_a_slack_workspaces_own_limit_is_refused_in_words_after_one_try(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    fake_slack.max_file_bytes = 10  # the team's admins restricted uploads of large files
+    async with running_gateway(slack_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        with pytest.raises(FileRefused, match=r"slack refused report.csv \(26 bytes\) as too large \(.*"
+                                              r"file_upload_size_restricted: this workspace's admins restrict"):
+            await share_files(gw.adapters["acme"], THREAD, gw.store, "run-f", [REPORT])
+    assert len(fake_slack.calls_to("files.getUploadURLExternal")) == 1
+    assert not fake_slack.calls_to("files.completeUploadExternal") and not fake_slack.shared_files

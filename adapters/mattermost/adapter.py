@@ -33,6 +33,7 @@ from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
+    Decision,
     ChannelDirectory,
     FileKind,
     FileLimits,
@@ -51,7 +52,7 @@ from gateway.outbound.adapter import (
     Trouble,
 )
 
-from . import cards, stop
+from . import actions, cards, stop
 from .commands import COMMAND_PATH, NativeCommands
 from .client import Channel, MattermostClient, MattermostSocket, User
 from .directory import MattermostDirectory
@@ -124,7 +125,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
 
     async def _open(self) -> None:
         token = self._secret("token", self._section.token).reveal()
-        self._key = cards.action_key(token, self.binding_id)
+        self._key = actions.action_key(token, self.binding_id)
         self._client = MattermostClient(self._section.url, token)
         self._socket = MattermostSocket(self._client)
 
@@ -457,7 +458,12 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         return web.json_response({})  # the answer comes from the core, on the response_url or as a post
 
     async def _on_action(self, request: web.Request) -> web.Response:
-        """A button click, posted by the Mattermost server. Signed context or 401, nothing runs."""
+        """A button click, posted by the Mattermost server: an approval, a Stop or a `/memory` card's.
+
+        Every kind passes the same two checks before anything runs: a context we signed for this
+        channel (else 401), and the server vouching for the clicker (`_vouched`, else the clicker
+        alone is told why). Only then is the click the core's, as the user the server names.
+        """
         try:
             body = json.loads(await request.read())
             if not isinstance(body, dict):
@@ -465,26 +471,30 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             user_id, channel_id = str(body["user_id"]), str(body.get("channel_id", ""))
         except (ValueError, KeyError, TypeError):
             return web.json_response({"error": "malformed action request"}, status=400)
-        if self._key is not None and isinstance(body.get("context"), dict) and "stop_run" in body["context"]:
-            return await self._on_stop(body, user_id, channel_id)
-        if self._key is not None and isinstance(body.get("context"), dict) and "memory" in body["context"]:
-            return await self._on_memory(body, user_id, channel_id)
-        verified = None
+        signed = None
         if self._key is not None:
-            verified = cards.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
-        if verified is None:
+            signed = actions.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
+        if signed is None:
             self._log.warning("action callback with a bad signature refused (post %s)", body.get("post_id", "?"))
             return web.json_response({"error": "bad signature"}, status=401)
         if self._dispatcher is None:
             return web.json_response({"error": "not started"}, status=503)
-        approval_id, decision, nonce = verified
         post_id = str(body.get("post_id", ""))
         # Always 200 from here: anything else fails the click in the clicker's client.
-        refusal = await self._clicker_refused(post_id, channel_id, user_id, nonce)
+        refusal = await self._vouched(post_id, channel_id, user_id, signed.nonce)
         if refusal is not None:
             return web.json_response({"ephemeral_text": refusal})
         user = await self._user(user_id)  # the name the server gives, not the one the body claims
-        decider = Sender(account_id=user_id, display_name=user.get("username", "") or user_id)
+        clicker = Sender(account_id=user_id, display_name=user.get("username", "") or user_id)
+        if signed.kind == "stop":
+            return await self._on_stop(signed.values[0], clicker, post_id, channel_id)
+        if signed.kind == "memory":
+            return await self._on_memory(signed.values[0], clicker, post_id, channel_id)
+        return await self._on_decision(signed.values[0], Decision(signed.values[1]), clicker, post_id, channel_id)
+
+    async def _on_decision(self, approval_id: str, decision: Decision, decider: Sender, post_id: str,
+                           channel_id: str) -> web.Response:
+        assert self._dispatcher is not None
         try:
             outcome = await self._dispatcher.decide(
                 approval_id, decision, decider, binding_id=self.binding_id, surface=self.platform
@@ -498,21 +508,21 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             return web.json_response({"ephemeral_text": outcome.message})
         return web.json_response({})  # the core's update_card edits the card itself
 
-    async def _clicker_refused(self, post_id: str, channel_id: str, user_id: str, nonce: str) -> str | None:
-        """None when the server vouches for this click; else what the sender is told (and nothing is decided).
+    async def _vouched(self, post_id: str, channel_id: str, user_id: str, nonce: str) -> str | None:
+        """None when the server vouches for this click; else what the sender is told (and nothing runs).
 
         A signed context proves we rendered the button, not who pressed it: the body's user id is the
-        sender's word. So: the nonce must be one the card shows now; the first user who presented it
-        owns it (a replay under another user's id is refused); the post must be that card, by this bot,
-        in this channel; and the server must say the user is a member of that channel.
+        sender's word. So: the nonce must be one the post shows now; the first user who presented it
+        owns it (a replay under another user's id is refused); the post must be ours, in this channel;
+        and the server must say the user is a member of that channel.
         """
         assert self._dispatcher is not None and self._ctx is not None
         raw = await self._dispatcher.get_state(self.binding_id, _actions_key(post_id))
         shown = json.loads(raw) if raw else None
         owners: dict[str, str] = shown["nonces"] if isinstance(shown, dict) else {}
         if nonce not in owners:
-            self._log.warning("action callback on post %s refused: a context the card no longer shows", post_id)
-            return "This card has changed since it was shown to you; press the button again."
+            self._log.warning("action callback on post %s refused: a context the post no longer shows", post_id)
+            return "This message has changed since it was shown to you; press the button again."
         if owners[nonce] and owners[nonce] != user_id:
             self._log.warning("action callback on post %s refused: a context first presented by %s, replayed as %s",
                               post_id, owners[nonce], user_id)
@@ -524,17 +534,17 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
             self._log.warning("action callback on post %s refused: the server could not vouch for it: %s", post_id, e)
             return "The click could not be checked with the server; please try again."
         if post.get("channel_id") != channel_id or post.get("user_id") != self._ctx.bot_user_id or not member:
-            self._log.warning("action callback on post %s refused: not this channel's card, or %s is not a member",
+            self._log.warning("action callback on post %s refused: not this channel's post, or %s is not a member",
                               post_id, user_id)
-            return "Only members of this channel can decide its cards."
+            return "Only members of this channel can use its buttons."
         owners[nonce] = user_id
         await self._dispatcher.set_state(self.binding_id, _actions_key(post_id), json.dumps(shown))
         return None
 
     async def _remember_buttons(self, post_id: str, props: dict[str, Any]) -> None:
-        """The buttons a card shows now, their nonces not yet presented by anyone (older ones stop working)."""
+        """The buttons a post shows now, their nonces not yet presented by anyone (older ones stop working)."""
         if self._dispatcher is not None and self._action_url is not None:
-            state = {"props": props, "nonces": {n: "" for n in cards.nonces(props)}}
+            state = {"props": props, "nonces": {n: "" for n in actions.nonces(props)}}
             await self._dispatcher.set_state(self.binding_id, _actions_key(post_id), json.dumps(state))
 
     async def _reissue_buttons(self, post_id: str, channel_id: str) -> None:
@@ -542,40 +552,40 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         raw = await self._dispatcher.get_state(self.binding_id, _actions_key(post_id))
         if not raw:
             return
-        props = cards.reissue(json.loads(raw)["props"], key=self._key, binding_id=self.binding_id,
-                              channel_id=channel_id)
+        props = actions.reissue(json.loads(raw)["props"], key=self._key, binding_id=self.binding_id,
+                                channel_id=channel_id)
         try:
             await self._api().patch_post(post_id, props=props)
         except PlatformError as e:
-            self._log.warning("could not give card %s fresh buttons: %s", post_id, e)
+            self._log.warning("could not give post %s fresh buttons: %s", post_id, e)
             return
         await self._remember_buttons(post_id, props)
 
-    async def _on_stop(self, body: dict[str, Any], user_id: str, channel_id: str) -> web.Response:
-        """A Stop click: signed for this channel or 401; a refusal is told to the clicker alone."""
-        assert self._key is not None
-        run_id = stop.verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
-        if run_id is None or self._dispatcher is None:
-            return web.json_response({"error": "bad signature"}, status=401 if run_id is None else 503)
-        who = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
+    async def _on_stop(self, run_id: str, who: Sender, post_id: str, channel_id: str) -> web.Response:
+        """A Stop click: the core asks who may stop; a refusal is told to the clicker alone, and the
+        reply, while it still shows Stop, gets a fresh one (the clicked nonce is the clicker's now)."""
+        assert self._dispatcher is not None
         outcome = await self._dispatcher.stop_run(run_id, who, binding_id=self.binding_id)
-        return web.json_response({} if outcome.stopped else {"ephemeral_text": outcome.message})
+        if outcome.stopped:
+            return web.json_response({})
+        if post_id in self._stops:  # not once the final edit took it away: that would put Stop back
+            await self._reissue_buttons(post_id, channel_id)
+        return web.json_response({"ephemeral_text": outcome.message})
 
-    async def _on_memory(self, body: dict[str, Any], user_id: str, channel_id: str) -> web.Response:
-        """A `/memory` card's button: signed for this channel or 401. The core acts on the store of
-        the channel clicked in (and the clicker); the answer updates the post in place."""
-        assert self._key is not None
-        data = cards.memory_verify(self._key, body.get("context"), binding_id=self.binding_id, channel_id=channel_id)
-        if data is None or self._dispatcher is None:
-            return web.json_response({"error": "bad signature"}, status=401 if data is None else 503)
+    async def _on_memory(self, data: str, who: Sender, post_id: str, channel_id: str) -> web.Response:
+        """A `/memory` card's button. The core acts on the store of the channel clicked in (and the
+        clicker); the answer updates the post in place, with fresh buttons."""
+        assert self._dispatcher is not None
         kind = CHAT_KINDS.get((await self._channel(channel_id)).get("type", ""), ChatKind.CHANNEL)
-        who = Sender(account_id=user_id, display_name=str(body.get("user_name", "")))
         outcome = await self._dispatcher.memory_click(MemoryClick(
             self.binding_id, server_name(self._section.url), channel_id, kind, who, data))
         answer: dict[str, Any] = {"ephemeral_text": outcome.message} if outcome.message else {}
         if outcome.card is not None:
-            answer["update"] = {"message": cards.memory_message(outcome.card),
-                                "props": self._memory_props(channel_id, outcome.card)}
+            props = self._memory_props(channel_id, outcome.card)
+            await self._remember_buttons(post_id, props)  # before the server shows them
+            answer["update"] = {"message": cards.memory_message(outcome.card), "props": props}
+        else:
+            await self._reissue_buttons(post_id, channel_id)
         return web.json_response(answer)
 
     def _memory_props(self, channel_id: str, card: MemoryCard) -> dict[str, Any]:
@@ -587,9 +597,10 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         """Buttons only where the server can reach us (`http.public_url`); else the text answer."""
         if self._action_url is None or self._key is None:
             return None
+        props = self._memory_props(target.channel, card)
         post = await self._api().create_post(target.channel, cards.memory_message(card), root_id=self._commands.root_id(target.thread),
-                                             props=self._memory_props(target.channel, card),
-                                             pending_post_id=self._pending_id())
+                                             props=props, pending_post_id=self._pending_id())
+        await self._remember_buttons(post.get("id", ""), props)
         return post.get("id", "")
 
     async def stop_control(self, target: ReplyTarget, message_id: str, run_id: str, present: bool) -> None:
@@ -603,6 +614,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
         await self._api().patch_post(message_id, props=props)
         if present:
             self._stops.shown(message_id, run_id)
+            await self._remember_buttons(message_id, props)
 
     def stop_control_ends_with_edit(self, target: ReplyTarget, message_id: str) -> None:
         """The reply's final patch carries empty props, which takes the Stop action away: one call, not two."""

@@ -1,16 +1,7 @@
 """ApprovalCard -> a Mattermost post: Markdown text plus interactive buttons. Pure.
 
-Buttons are `props.attachments[].actions[]` whose `integration.url` is the gateway's own
-callback. The server posts the action's `context` back verbatim on a click, and our callback
-URL is public, so the context is signed: an HMAC over binding, channel, approval id, decision
-and a random nonce. A request whose signature does not match gets 401 and runs nothing.
-
-The signature cannot cover the clicker (one post shows the same buttons to everyone), and the
-body's `user_id` is whatever its sender wrote; so the adapter asks the server who may have
-clicked (`adapters/mattermost/adapter.py`, `_on_action`) and binds each nonce to the first user
-who presents it: a context replayed under another user's id decides nothing. Every render of a
-card (`card_props`, `reissue`) gives its buttons fresh nonces, so someone else's refused click
-leaves the others a button they can still press.
+Buttons are interactive actions whose context is signed (`adapters/mattermost/actions.py`: the one
+signature and check every button of ours shares, and why a click is also vouched for by the server).
 
 Without a public URL the server cannot reach us, so the card asks for a reaction instead
 (👍 approves, 👎 denies every pending call on the card).
@@ -22,16 +13,14 @@ the post ("All arguments of …"), buttons or not.
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import hmac
 import re
-import secrets
 from collections.abc import Mapping
 from typing import Any
 
 from gateway.inbound.memory_card import MemoryButton, MemoryCard
 from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState
+
+from . import actions
 
 APPROVE_EMOJI = frozenset({"+1", "thumbsup"})
 DENY_EMOJI = frozenset({"-1", "thumbsdown"})
@@ -45,65 +34,6 @@ _STATE_LINE = {
     ItemState.DENIED: "❌ Denied",
     ItemState.EXPIRED: "⌛ Expired",
 }
-
-
-def action_key(bot_token: str, binding_id: str) -> bytes:
-    """The signing key: derived from the bot token, so every replica agrees without shared state
-    and nobody without the token (who could do anything anyway) can forge a click."""
-    return hmac.new(bot_token.encode(), b"agent-gateway/mattermost/actions/" + binding_id.encode(), hashlib.sha256).digest()
-
-
-def sign(key: bytes, *, binding_id: str, channel_id: str, approval_id: str, decision: Decision, nonce: str) -> str:
-    msg = f"v2|{binding_id}|{channel_id}|{approval_id}|{decision.value}|{nonce}".encode("utf-8", "surrogatepass")
-    return hmac.new(key, msg, hashlib.sha256).hexdigest()
-
-
-def new_nonce() -> str:
-    return secrets.token_urlsafe(12)
-
-
-def same_signature(expected: str, given: str) -> bool:
-    """Constant-time, and False (not TypeError) for a forged signature that is not ASCII:
-    `hmac.compare_digest` refuses to compare such strings, and a click body is anyone's to write."""
-    return hmac.compare_digest(expected.encode(), given.encode("utf-8", "surrogatepass"))
-
-
-def verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> tuple[str, Decision, str] | None:
-    """(approval id, decision, nonce) when the context was signed by us for this channel, else None."""
-    if not isinstance(context, Mapping):
-        return None
-    approval_id, decision, sig, nonce = (context.get(k) for k in ("approval_id", "decision", "sig", "nonce"))
-    if not (isinstance(approval_id, str) and isinstance(decision, str) and isinstance(sig, str)
-            and isinstance(nonce, str)):
-        return None
-    try:
-        choice = Decision(decision)
-    except ValueError:
-        return None
-    expected = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id, decision=choice,
-                    nonce=nonce)
-    return (approval_id, choice, nonce) if same_signature(expected, sig) else None
-
-
-def _approval_contexts(props: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [action["integration"]["context"] for a in props.get("attachments") or []
-            for action in a.get("actions") or [] if "approval_id" in action.get("integration", {}).get("context", {})]
-
-
-def nonces(props: Mapping[str, Any]) -> list[str]:
-    """The nonces of a card's buttons, as rendered."""
-    return [c["nonce"] for c in _approval_contexts(props)]
-
-
-def reissue(props: Mapping[str, Any], *, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
-    """The same buttons with fresh nonces (and so fresh signatures): what a card is re-rendered with
-    after a click used one of them."""
-    fresh = copy.deepcopy(dict(props))
-    for context in _approval_contexts(fresh):
-        context["nonce"] = new_nonce()
-        context["sig"] = sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=context["approval_id"],
-                              decision=Decision(context["decision"]), nonce=context["nonce"])
-    return fresh
 
 
 def _who(item: ApprovalItem) -> str:
@@ -177,23 +107,10 @@ def card_props(card: ApprovalCard, *, url: str | None, key: bytes | None, bindin
 
     def button(action_id: str, name: str, style: str, approval_id: str, decision: Decision) -> dict[str, Any]:
         # Action ids are letters and digits only: anything else is refused before we are called.
-        nonce = new_nonce()
-        return {
-            "id": action_id,
-            "type": "button",
-            "name": name,
-            "style": style,
-            "integration": {
-                "url": url,
-                "context": {
-                    "approval_id": approval_id,
-                    "decision": decision.value,
-                    "nonce": nonce,
-                    "sig": sign(key, binding_id=binding_id, channel_id=channel_id, approval_id=approval_id,
-                                decision=decision, nonce=nonce),
-                },
-            },
-        }
+        signed = actions.context(key, "approval", binding_id=binding_id, channel_id=channel_id,
+                                 approval_id=approval_id, decision=decision.value)
+        return {"id": action_id, "type": "button", "name": name, "style": style,
+                "integration": {"url": url, "context": signed}}
 
     for i, item in pending:
         attachments.append({
@@ -234,22 +151,6 @@ def _longest_backtick_run(text: str) -> int:
 # --- /memory cards ------------------------------------------------------------------------
 
 
-def memory_sign(key: bytes, *, binding_id: str, channel_id: str, data: str) -> str:
-    msg = f"v1|memory|{binding_id}|{channel_id}|{data}".encode("utf-8", "surrogatepass")
-    return hmac.new(key, msg, hashlib.sha256).hexdigest()
-
-
-def memory_verify(key: bytes, context: Any, *, binding_id: str, channel_id: str) -> str | None:
-    """The core's data when `context` is a memory button we signed for this channel, else None.
-    (The core checks the note against the store of the channel clicked in all the same.)"""
-    if not isinstance(context, Mapping):
-        return None
-    data, sig = context.get("memory"), context.get("sig")
-    if not (isinstance(data, str) and isinstance(sig, str)):
-        return None
-    return data if same_signature(memory_sign(key, binding_id=binding_id, channel_id=channel_id, data=data), sig) else None
-
-
 def memory_message(card: MemoryCard) -> str:
     """The card's text; the buttons are in `memory_props`, one attachment a note, in the same order."""
     lines = [f"#### {card.title}"]
@@ -260,7 +161,7 @@ def memory_message(card: MemoryCard) -> str:
 
 def memory_props(card: MemoryCard, *, url: str, key: bytes, binding_id: str, channel_id: str) -> dict[str, Any]:
     def button(action_id: str, b: MemoryButton) -> dict[str, Any]:
-        context = {"memory": b.data, "sig": memory_sign(key, binding_id=binding_id, channel_id=channel_id, data=b.data)}
+        context = actions.context(key, "memory", binding_id=binding_id, channel_id=channel_id, memory=b.data)
         return {"id": action_id, "type": "button", "name": b.label, "style": _STYLES.get(b.style, "default"),
                 "integration": {"url": url, "context": context}}
 

@@ -300,7 +300,8 @@ class MattermostClient:
                 if resp.status == 429:
                     raise RateLimited(retry_after(resp.headers), method="POST /files")
                 if resp.status == 413:  # over this server's FileSettings.MaxFileSize
-                    raise FileTooLarge(f"{name}: over this server's maximum file size")
+                    raise FileTooLarge(f"{name}: over this server's maximum file size, its admin's "
+                                       "FileSettings.MaxFileSize: 100 MB unless changed")
                 if resp.status >= 400:
                     err = answer if isinstance(answer, dict) else {}
                     raise MattermostAPIError(resp.status, str(err.get("id", "")), str(err.get("message", "")),

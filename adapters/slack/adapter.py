@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+import logging
 import re
 import time
 import urllib.parse
@@ -47,6 +48,8 @@ from gateway.store.availability import StoreUnavailable
 from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
+    AsksQuestions,
+    QuestionCard,
     FileKind,
     FileLimits,
     OutboundFile,
@@ -68,6 +71,7 @@ from gateway.outbound.adapter import (
     StreamsNatively,
     Trouble,
 )
+from gateway.tasks import cancel_and_wait
 
 from . import scopes
 from .api import SlackConnection, UserNames, call
@@ -76,6 +80,7 @@ from .native_stream import SlackNativeStream
 from .cards import (ACTION_PREFIX, MEMORY_ACTION_PREFIX, SHOW_ACTION_PREFIX, arguments_view, card_message, memory_message,
                     parse_action_value, parse_show_value)
 from .stop import control_blocks, is_reply, parse_stop, reply_blocks
+from .questions import QUESTION_ACTION_PREFIX, parse_question_value, question_message
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient, payload_problem
 from .normalize import BotIdentity, chat_kind, normalize_event
@@ -102,7 +107,7 @@ SLACK_LIMITS = PlatformLimits(max_message_chars=3_900, min_edit_interval=1.0, su
 
 class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop,
                    PostsMemoryCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
-                   SpeaksAs, SendsFiles, ConfirmsMembership):
+                   SpeaksAs, SendsFiles, ConfirmsMembership, AsksQuestions):
     """Socket Mode (default) or HTTP Events API, chosen by `slack.mode` in the binding."""
 
     platform = "slack"
@@ -420,6 +425,9 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         if str(first.get("action_id", "")).startswith(SHOW_ACTION_PREFIX):
             await self._on_show_arguments(ack, body, first)
             return
+        if str(first.get("action_id", "")).startswith(QUESTION_ACTION_PREFIX):
+            await self._on_question_action(ack, body, first)
+            return
         try:
             action = body["actions"][0]
             action_id, value = str(action.get("action_id", "")), str(action.get("value") or "")
@@ -454,6 +462,26 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         await ack()
         if not outcome.accepted and channel:
             # After the ack (bolt sends it when this returns): the note must not delay it.
+            self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
+
+    async def _on_question_action(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """A question card's button: the core asks who may answer; anyone else is told alone, after the ack."""
+        parsed = parse_question_value(str(action.get("value") or ""))
+        try:
+            user_id = str(body["user"]["id"])
+            channel = str((body.get("container") or {}).get("channel_id") or (body.get("channel") or {}).get("id") or "")
+            thread = (body.get("container") or {}).get("thread_ts") or (body.get("message") or {}).get("thread_ts")
+        except (KeyError, TypeError, AttributeError) as e:
+            self._log.warning("dropping malformed question action: %s: %s", type(e).__name__, e)
+            parsed = None
+        if parsed is None:
+            await ack()
+            return
+        name = await self._require_users().display_name(user_id)
+        outcome = await self._require_dispatcher().answer(parsed[0], parsed[1], Sender(user_id, name),
+                                                          binding_id=self.binding_id)
+        await ack()
+        if not outcome.accepted and channel:
             self._spawn(self._ephemeral(channel, user_id, outcome.message, thread))
 
     async def _on_show_arguments(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -652,6 +680,17 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
                                     self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
         return str(response["ts"])
 
+    async def post_question(self, target: ReplyTarget, card: QuestionCard) -> str:
+        text, blocks = question_message(card)
+        response = await self._call("chat.postMessage", target.channel,
+                                    self._require_client().chat_postMessage(**_where(target), text=text, blocks=blocks))
+        return str(response["ts"])
+
+    async def update_question(self, target: ReplyTarget, ref: str, card: QuestionCard) -> None:
+        text, blocks = question_message(card)
+        await self._call("chat.update", target.channel,
+                         self._require_client().chat_update(channel=target.channel, ts=ref, text=text, blocks=blocks))
+
     async def post_memory_card(self, target: ReplyTarget, card: MemoryCard) -> str | None:
         text, blocks = memory_message(card)
         response = await self._call("chat.postMessage", target.channel,
@@ -764,9 +803,7 @@ async def _close_socket(socket: SocketModeClient) -> None:
     socket.auto_reconnect_enabled = False
     tasks = [t for t in (socket.message_receiver, socket.current_session_monitor, socket.message_processor)
              if t is not None]
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    await cancel_and_wait(*tasks, level=logging.DEBUG)
     if socket.current_session is not None:
         await within(socket.current_session.close())
     await socket.aiohttp_client_session.close()

@@ -21,6 +21,10 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from gateway.outbound.adapter import FileTooLarge, NotVisible, PlatformError, RateLimited
 
 DEFAULT_RETRY_AFTER = 1.0
+# files.getUploadURLExternal's refusal of a `length` over the team's own cap ("The size of provided file is
+# too large, as the team has restricted uploads of large files": docs.slack.dev/reference/methods/
+# files.getUploadURLExternal, Errors). Slack has no `file_too_large` code for it.
+TOO_LARGE = "file_upload_size_restricted"
 NOT_VISIBLE = frozenset({"channel_not_found", "not_in_channel", "is_archived", "thread_not_found"})
 
 
@@ -34,8 +38,9 @@ async def call(method: str, request: Awaitable[AsyncSlackResponse]) -> AsyncSlac
             raise RateLimited(_retry_after(response.headers), method) from None
         error = response.get("error")
         kind = NotVisible if error in NOT_VISIBLE else PlatformError  # the bot's token cannot see it
-        if error == "file_too_large":  # over the workspace's limit for an upload
-            kind = FileTooLarge
+        if error == TOO_LARGE:
+            raise FileTooLarge(f"slack {method}: {error}: this workspace's admins restrict the size of uploads "
+                               "(Slack itself takes files up to 1 GB)") from None
         raise kind(f"slack {method}: {error or response.status_code}") from None
     except SlackClientError as e:
         raise PlatformError(f"slack {method}: {type(e).__name__}") from None

@@ -6,7 +6,9 @@ Tier 3: 50, Tier 4: 100). Checked against each method's reference page: `chat.up
 `chat.stopStream` Tier 2; the channel tools' reads `conversations.list` Tier 2,
 `conversations.info`, `conversations.history` and `conversations.replies` Tier 3,
 `conversations.members` and `users.info` Tier 4; the external upload's
-`files.getUploadURLExternal` and `files.completeUploadExternal` Tier 4 (a commercially distributed app that is not in
+`files.getUploadURLExternal` and `files.completeUploadExternal` Tier 4 (each page's Facts, "Rate limits: Tier 4":
+api.slack.com/methods/files.getUploadURLExternal and api.slack.com/methods/files.completeUploadExternal, read
+2026-12-01; the upload URL itself is a file host's and no tier counts it) (a commercially distributed app that is not in
 the Marketplace gets 1 a minute for history and replies: Slack's rule, not paced here). Two methods have special limits, counted per channel rather than per
 workspace: `chat.postMessage`, about one message a second in a channel, and
 `assistant.threads.setStatus`, which Slack's reference marks "special" and its own SDKs treat
@@ -34,8 +36,8 @@ TIERS = (
     Rule("conversations.replies", 50, 60.0),
     Rule("conversations.members", 100, 60.0),
     Rule("users.info", 100, 60.0),
-    Rule("files.getUploadURLExternal", 100, 60.0),
-    Rule("files.completeUploadExternal", 100, 60.0),
+    Rule("files.getUploadURLExternal", 100, 60.0),  # Tier 4 (api.slack.com/methods/files.getUploadURLExternal)
+    Rule("files.completeUploadExternal", 100, 60.0),  # Tier 4 (api.slack.com/methods/files.completeUploadExternal)
 )
 PER_CHANNEL = Rule("channel", 1, 1.0)  # chat.postMessage
 STATUS_PER_CHANNEL = Rule("assistant.threads.setStatus", 60, 60.0)

@@ -11,12 +11,7 @@ import re
 
 from gateway import markdown as spans
 
-_FENCE = re.compile(r"^(\s*)(```|~~~)")
-_BULLET = re.compile(r"^(\s*)[-*+]\s+(?:\[([ xX])\]\s+)?(.*)$")
-_ORDERED = re.compile(r"^(\s*)(\d+)[.)]\s+(.*)$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_TASK_BOX = re.compile(r"^\[([ xX])\]\s+(.*)$")
 
 # Inline tokens kept out of escaping and emphasis: code spans, images, links, autolinks. Every
 # span is bounded and linear (gateway/markdown.py says why), as Telegram's are.
@@ -40,50 +35,34 @@ def escape(text: str) -> str:
 
 
 def markdown_to_mrkdwn(markdown: str) -> str:
+    """The reply's blocks (gateway/markdown.py reads them, as for Telegram) in Slack's markup."""
     out: list[str] = []
-    lines = markdown.replace("\r\n", "\n").split("\n")
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        if fence:
-            marker = fence.group(2)
-            body: list[str] = []
-            i += 1
-            while i < len(lines) and not lines[i].strip().startswith(marker):
-                body.append(lines[i])
-                i += 1
-            i += 1  # the closing fence (or the end of an unclosed block)
-            out.append("```\n" + escape("\n".join(body)) + "\n```")
-            continue
-        if _TABLE_ROW.match(line):
+    for block in spans.blocks(markdown):
+        if block.kind == "code":
+            out.append("```\n" + escape("\n".join(block.lines)) + "\n```")
+        elif block.kind == "table":
             # Slack has no tables; a code block keeps the columns aligned and readable.
-            rows: list[str] = []
-            while i < len(lines) and _TABLE_ROW.match(lines[i]):
-                rows.append(lines[i].strip())
-                i += 1
-            out.append("```\n" + escape("\n".join(rows)) + "\n```")
-            continue
-        out.append(_line(line))
-        i += 1
+            out.append("```\n" + escape("\n".join(row.strip() for row in block.lines)) + "\n```")
+        elif block.kind == "quote":
+            out.extend(f"> {_inline(text)}" if text else ">" for text in block.lines)
+        else:
+            out.append(_line(block.lines[0]))
     return "\n".join(out)
 
 
 def _line(line: str) -> str:
-    if _RULE.match(line):
+    if spans.is_rule(line):
         return "―――"
     if h := spans.heading(line):
         # A heading is a bold line; markers inside would nest `*` and break the bold.
         return f"*{_inline(h[1], plain=True)}*" if h[1] else ""
-    if m := _BULLET.match(line):
-        indent, box, text = m.groups()
-        bullet = {None: "•", " ": "☐", "x": "☑", "X": "☑"}[box]
-        return f"{_indent(indent)}{bullet} {_inline(text)}"
-    if m := _ORDERED.match(line):
-        indent, number, text = m.groups()
-        return f"{_indent(indent)}{number}. {_inline(text)}"
-    if m := _QUOTE.match(line):
-        return f">{_inline(m.group(1))}" if not m.group(1) else f"> {_inline(m.group(1))}"
+    if item := spans.list_item(line):
+        indent, marker, text = item
+        if marker in "-*+":
+            box = _TASK_BOX.match(text)
+            bullet = "•" if box is None else "☐" if box.group(1) == " " else "☑"
+            return f"{_indent(indent)}{bullet} {_inline(box.group(2) if box else text)}"
+        return f"{_indent(indent)}{marker[:-1]}. {_inline(text)}"
     return _inline(line)
 
 

@@ -33,6 +33,7 @@ from adapters.read_position import ReadPosition
 from adapters.stop_buttons import StopButtons
 from gateway.adapter_registry import AdapterContext
 from gateway.outbound.budget import Pacer, impatient, scaled
+from gateway.outbound.files import size_text
 from gateway.reconnect import Backoff
 from bindings.models import BindingSpec, TelegramSection
 from bindings.secrets import Secret
@@ -44,9 +45,12 @@ from gateway.outbound.adapter import (
     AdapterHealth,
     AnswersDirectory,
     ApprovalCard,
+    AsksQuestions,
+    QuestionCard,
     AttachmentTooLarge,
     FileKind,
     FileLimits,
+    FileTooLarge,
     OutboundFile,
     SendsFiles,
     ConfirmsMembership,
@@ -67,6 +71,7 @@ from .native_stream import TelegramNativeStream
 from .request import AiohttpRequest
 from .stop import stop_keyboard
 from .cards import arguments_messages, card_html, card_keyboard, memory_html, memory_keyboard
+from .questions import question_html, question_keyboard
 from .directory import TelegramDirectory
 from .errors import is_not_modified, is_parse_error, retry_after_seconds, translated
 from .normalize import BotIdentity, ButtonClick, normalize_update
@@ -95,11 +100,12 @@ _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
 TELEGRAM_FILE_LIMITS = FileLimits(
     max_bytes={FileKind.IMAGE: 10 * 1024 * 1024, FileKind.DOCUMENT: 50 * 1024 * 1024, FileKind.AUDIO: 50 * 1024 * 1024},
     max_files=10, max_caption_chars=1024)
+VOICE_NOTE = "audio/ogg"  # sent as a voice note (sendVoice); other audio as a music file (sendAudio)
 _MEDIA = {FileKind.IMAGE: InputMediaPhoto, FileKind.DOCUMENT: InputMediaDocument, FileKind.AUDIO: InputMediaAudio}
 
 
 class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
-                      AnswersDirectory, FetchesAttachments, SendsFiles, ConfirmsMembership):
+                      AnswersDirectory, FetchesAttachments, SendsFiles, ConfirmsMembership, AsksQuestions):
     """One bot token, one binding."""
 
     platform = "telegram"
@@ -365,6 +371,10 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                 text, alert = await self._on_memory_click(click)
             elif click.show is not None:
                 text, alert = await self._on_show_click(click)
+            elif click.question is not None:  # the core asks who may answer; anyone else is told, alone
+                outcome = await dispatcher.answer(click.question[0], click.question[1], click.clicker,
+                                                  binding_id=self.binding_id)
+                text, alert = outcome.message, not outcome.accepted
             elif click.decision is None:
                 text, alert = "This button is no longer valid.", True
             else:
@@ -503,11 +513,20 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         return ""
 
     async def share(self, target: ReplyTarget, files: Sequence[tuple[OutboundFile, str]], caption: str) -> str:
-        """sendPhoto / sendDocument / sendAudio for one file, sendMediaGroup (an album) for several of one
-        family (photos; documents; audio), else one send each with the caption on the first."""
+        """sendPhoto / sendDocument / sendAudio (sendVoice for OGG/Opus) for one file, sendMediaGroup (an
+        album) for several of one family (photos; documents; audio), else one send each with the caption
+        on the first. A file the Bot API refuses as too large is FileTooLarge naming its limits (the send
+        is the upload here)."""
+        try:
+            return await self._send_files(target, [f for f, _ in files], caption)
+        except FileTooLarge as e:
+            limits = self.file_limits.max_bytes
+            raise FileTooLarge(f"{e}; the Bot API takes a photo of at most {size_text(limits[FileKind.IMAGE])} and "
+                               f"any other file of at most {size_text(limits[FileKind.DOCUMENT])}") from None
+
+    async def _send_files(self, target: ReplyTarget, items: list[OutboundFile], caption: str) -> str:
         bot = self._require_bot()
         chat_id, thread = _chat(target)
-        items = [f for f, _ in files]
         where: dict[str, Any] = {"message_thread_id": thread}
         if len(items) > 1 and len({f.kind for f in items}) == 1:
             # attach=True: each file goes as its own multipart part that the album names (attach://…).
@@ -528,6 +547,10 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                 if f.kind is FileKind.IMAGE:
                     with translated("sendPhoto"):
                         sent_one = await bot.send_photo(chat_id, upload, **text, **where)
+                elif f.kind is FileKind.AUDIO and f.media_type == VOICE_NOTE:
+                    # OGG/Opus is what Telegram shows as a voice note (a waveform, played in place).
+                    with translated("sendVoice"):
+                        sent_one = await bot.send_voice(chat_id, upload, **text, **where)
                 elif f.kind is FileKind.AUDIO:
                     with translated("sendAudio"):
                         sent_one = await bot.send_audio(chat_id, upload, **text, **where)
@@ -609,15 +632,23 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
     async def post_card(self, target: ReplyTarget, card: ApprovalCard) -> str:
         return await self._post_with_buttons(target, card_html(card), card_keyboard(card))
 
+    async def post_question(self, target: ReplyTarget, card: QuestionCard) -> str:
+        return await self._post_with_buttons(target, question_html(card), question_keyboard(card))
+
+    async def update_question(self, target: ReplyTarget, ref: str, card: QuestionCard) -> None:
+        await self._edit_with_buttons(target, ref, question_html(card), question_keyboard(card))
+
     async def update_card(self, target: ReplyTarget, card_ref: str, card: ApprovalCard) -> None:
+        # An empty keyboard once decided: the edit removes the buttons.
+        await self._edit_with_buttons(target, card_ref, card_html(card), card_keyboard(card))
+
+    async def _edit_with_buttons(self, target: ReplyTarget, ref: str, html: str, keyboard: Any) -> None:
         bot = self._require_bot()
         chat_id, _ = _chat(target)
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("editMessageText"):
                 try:
-                    # An empty keyboard once decided: the edit removes the buttons.
-                    await bot.edit_message_text(card_html(card), chat_id, int(card_ref), parse_mode=ParseMode.HTML,
-                                                reply_markup=card_keyboard(card))
+                    await bot.edit_message_text(html, chat_id, int(ref), parse_mode=ParseMode.HTML, reply_markup=keyboard)
                 except TelegramError as e:
                     if not is_not_modified(e):
                         raise

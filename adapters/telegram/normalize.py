@@ -22,6 +22,7 @@ from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.outbound.adapter import Decision
 
 from .cards import parse_callback_data, parse_memory_data, parse_show_data
+from .questions import parse_question_data
 from .stop import parse_stop
 
 PLATFORM = "telegram"
@@ -52,6 +53,7 @@ class ButtonClick:
     stop_run: str | None = None  # a Stop press on a streaming reply: the run it names
     show: str | None = None  # "Show all" on a card: the approval whose arguments to send whole
     thread_id: int | None = None  # the forum topic the clicked message is in
+    question: tuple[str, int] | None = None  # a question card's button: (question id, choice)
 
 
 def normalize_update(
@@ -118,6 +120,7 @@ def _click(update: Update) -> ButtonClick:
         chat_kind=_CHAT_KINDS.get(message.chat.type) if message is not None else None,
         stop_run=parse_stop(query.data),
         show=parse_show_data(query.data),
+        question=parse_question_data(query.data),
         thread_id=message.message_thread_id if message is not None and getattr(message, "is_topic_message", False) else None,
     )
 

@@ -15,12 +15,6 @@ import re
 
 from gateway import markdown as spans
 
-_FENCE = re.compile(r"^\s*(?P<fence>`{3,}|~{3,})\s*(?P<lang>[\w+#.-]*)\s*$")
-_QUOTE = re.compile(r"^\s{0,3}>\s?(?P<text>.*)$")
-_ITEM = re.compile(r"^(?P<indent>\s*)(?P<marker>[-*+]|\d{1,9}[.)])\s+(?P<text>.*)$")
-_RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-_TABLE = re.compile(r"^\s*\|.*\|\s*$")
-
 # One pass over a line finds the earliest span; alternatives are tried in this order at a
 # position, so code wins over emphasis and `**` wins over `*`. Every span is bounded and linear
 # (gateway/markdown.py says why), as Slack's are.
@@ -49,45 +43,19 @@ def _attr(value: str) -> str:
 
 
 def markdown_to_html(markdown: str) -> str:
-    """Render Markdown (as models write it) to Telegram HTML; never raises."""
-    lines = markdown.replace("\r\n", "\n").split("\n")
+    """Render Markdown (as models write it) to Telegram HTML; never raises. The blocks are read by
+    gateway/markdown.py, as for Slack."""
     out: list[str] = []
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        fence = _FENCE.match(line)
-        if fence:
-            body, i = _take_fence(lines, i + 1, fence.group("fence"))
-            out.append(_pre(body, fence.group("lang")))
-            continue
-        if _TABLE.match(line):  # tables keep their columns in a monospace block
-            start = i
-            while i < len(lines) and _TABLE.match(lines[i]):
-                i += 1
-            out.append(_pre("\n".join(lines[start:i]), ""))
-            continue
-        if _QUOTE.match(line):
-            quoted: list[str] = []
-            while i < len(lines) and (m := _QUOTE.match(lines[i])):
-                quoted.append(_line(m.group("text"), in_quote=True))
-                i += 1
-            out.append("<blockquote>" + "\n".join(quoted) + "</blockquote>")
-            continue
-        out.append(_line(line, in_quote=False))
-        i += 1
+    for block in spans.blocks(markdown):
+        if block.kind == "code":
+            out.append(_pre("\n".join(block.lines), block.lang))
+        elif block.kind == "table":  # tables keep their columns in a monospace block
+            out.append(_pre("\n".join(block.lines), ""))
+        elif block.kind == "quote":
+            out.append("<blockquote>" + "\n".join(_line(text, in_quote=True) for text in block.lines) + "</blockquote>")
+        else:
+            out.append(_line(block.lines[0], in_quote=False))
     return "\n".join(out).strip("\n")
-
-
-def _take_fence(lines: list[str], i: int, fence: str) -> tuple[str, int]:
-    """The code up to the closing fence (or the end: an unclosed fence still renders)."""
-    body: list[str] = []
-    while i < len(lines):
-        stripped = lines[i].strip()
-        if stripped.startswith(fence[0] * len(fence)) and set(stripped) == {fence[0]}:
-            return "\n".join(body), i + 1
-        body.append(lines[i])
-        i += 1
-    return "\n".join(body), i
 
 
 def _pre(code: str, lang: str) -> str:
@@ -101,12 +69,11 @@ def _pre(code: str, lang: str) -> str:
 def _line(line: str, *, in_quote: bool) -> str:
     if h := spans.heading(line):
         return f"<b>{_inline(h[1])}</b>"
-    if _RULE.match(line):
+    if spans.is_rule(line):
         return "──────────"
-    if not in_quote and (m := _ITEM.match(line)):
-        marker = m.group("marker")
-        bullet = "•" if marker in "-*+" else marker
-        return f"{m.group('indent')}{bullet} {_inline(m.group('text'))}"
+    if not in_quote and (item := spans.list_item(line)):
+        indent, marker, text = item
+        return f"{indent}{'•' if marker in '-*+' else marker} {_inline(text)}"
     return _inline(line)
 
 

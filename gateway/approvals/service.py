@@ -6,13 +6,12 @@ messages are stored on the run row (`runs.state`) and a card is posted. A decisi
 conditional update, so the first click wins on any replica. When every call on the card is
 decided the run goes back to the conversation's queue and resumes from the stored messages
 with `DeferredToolResults` — in this process or the next one. The queries live in
-`gateway.store.approvals`.
+`gateway.store.approvals`; what a card says and how it is posted, in `gateway.approvals.cards`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -24,13 +23,12 @@ from pydantic_ai.messages import ModelMessage
 
 from bindings.models import BindingSpec
 
-from gateway.approvals import arguments
+from gateway.approvals import arguments, cards
 from gateway.runs.delegated import APPROVED, DECISIONS, delegated_calls
 from gateway.outbound.delivery import Outbound, ReplyStream
 from gateway.http.events import EventBus
 from gateway.ops.metrics import Metrics
 from gateway.approvals.audit import decisions
-from gateway.outbound.orphans import unrecorded_card
 from gateway.periodic import every
 from gateway.approvals.policy import Modes
 from gateway.messages import CommandAnswer
@@ -40,24 +38,12 @@ from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
 from gateway.approvals.principal import Principal
+from gateway.membership import Membership, Place
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.approvals.service")
 
 EXPIRY_CHECK_EVERY = 60.0
-
-
-# --- presentation -------------------------------------------------------------------------
-
-
-def deciders_text(deciders: Any, requester_name: str) -> str:
-    if deciders == "channel":
-        return "Anyone in this chat can decide."
-    if deciders == "requester":
-        return f"Only {requester_name or 'the person who asked'} can decide."
-    return f"Only {', '.join(deciders)} can decide."
-
-
-# --- the service --------------------------------------------------------------------------
 
 
 class Approvals:
@@ -69,8 +55,9 @@ class Approvals:
 
     def __init__(self, store: repo.Store, outbound: Outbound, adapter_for: Callable[[str], Adapter | None],
                  bindings: Callable[[], Mapping[str, BindingSpec]], events: EventBus, metrics: Metrics,
-                 wake: Callable[[str], None]) -> None:
+                 wake: Callable[[str], None], membership: Membership) -> None:
         self.store = store
+        self._membership = membership
         self.db = ApprovalStore(store.sessions, store.clock)
         self._outbound, self._adapter_for, self._bindings = outbound, adapter_for, bindings
         self._events, self._metrics, self._wake = events, metrics, wake
@@ -81,10 +68,7 @@ class Approvals:
         self._expiry = asyncio.create_task(self._expire_forever(), name="approvals:expiry")
 
     async def stop(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._expiry
+        await cancel_and_wait(self._expiry)
 
     async def _expire_forever(self) -> None:
         await every(EXPIRY_CHECK_EVERY, self.expire_due, "approval expiry check", log)
@@ -104,7 +88,7 @@ class Approvals:
         binding = self._bindings().get(conv.binding_id)
         deciders = binding.approvals.deciders if binding is not None else "requester"
         if deciders == "channel":
-            return None
+            return None if await self._in_channel(conv, sender) else cards.not_in_chat("change approvals here")
         person = await self.db.person_of(conv.platform, conv.workspace, sender.account_id)
         if deciders == "requester":
             others = [s for s in await self.db.speakers(conv.id)
@@ -112,12 +96,12 @@ class Approvals:
             if not others:
                 return None
             if len(others) == 1 and not await self._spoke(conv, sender, person):
-                return f"Only {others[0].name or 'the person who asked'} can change approvals here."
+                return f"{cards.who_decides('requester', others[0].name)} can change approvals here."
             return ("Approvals can't be switched for this whole conversation: several people have asked here, "
                     "and each decides their own requests.")
         if _names(conv, sender, person) & set(deciders):
             return None
-        return f"Only {', '.join(deciders)} can change approvals here."
+        return f"{cards.who_decides(deciders, '')} can change approvals here."
 
     async def may_manage_chat_memory(self, binding_id: str, platform: str, workspace: str,
                                      sender: Sender) -> str | None:
@@ -134,7 +118,7 @@ class Approvals:
         person = await self.db.person_of(platform, workspace, sender.account_id)
         if _names_on(platform, sender, person) & set(deciders):
             return None
-        return f"Only {', '.join(deciders)} can change this chat's notes."
+        return f"{cards.who_decides(deciders, '')} can change this chat's notes."
 
     async def _spoke(self, conv: repo.ConversationRef, sender: Sender, person: str | None) -> bool:
         return any(s.account_id == sender.account_id or (person is not None and s.person_id == person)
@@ -207,16 +191,9 @@ class Approvals:
         await self._show(card_id, stream.adapter, turn.target)
 
     async def _show(self, card_id: str, adapter: Adapter, target: ReplyTarget, *, recovering: bool = False) -> None:
-        card = await self.card(card_id)
-        try:
-            # A dead process may have posted it and died before recording where: look first.
-            ref = await unrecorded_card(adapter, target, card) if recovering else None
-            if ref is None:
-                ref = await adapter.post_card(target, card)
-        except Exception as e:
-            log.warning("could not post approval card %s: %s", card_id, e)
-            return  # no ref: the sweep shows it again (show_unshown)
-        await self.db.set_card_ref(card_id, ref)
+        ref = await cards.post(adapter, target, await self.card(card_id), recovering=recovering)
+        if ref is not None:  # else the sweep shows it again (show_unshown)
+            await self.db.set_card_ref(card_id, ref)
 
     async def show_unshown(self, *, at_start: bool) -> int:
         """Post the cards of parked runs that no message shows (their process died first, or the
@@ -242,20 +219,7 @@ class Approvals:
     async def card(self, card_id: str) -> ApprovalCard:
         found = await self.db.card(card_id)
         assert found is not None
-        row, items, run = found
-        return ApprovalCard(
-            card_id=row.id,
-            run_id=row.run_id,
-            items=tuple(
-                ApprovalItem(approval_id=i.id, tool_name=i.tool_name, capability=i.capability, arguments=i.arguments,
-                             state=ItemState(i.state), decided_by=i.decided_by, delegate=i.delegate)
-                for i in items
-            ),
-            deciders=deciders_text(json.loads(row.deciders), run.requester_name if run else ""),
-            note="Expired: nobody decided in time." if row.state == "expired"
-            else "Closed: the run was stopped." if row.state == "stopped"
-            else "Replaced: the run was interrupted and asked again." if row.state == "replaced" else "",
-        )
+        return cards.approval_card(*found)
 
     # --- deciding -----------------------------------------------------------------------
 
@@ -272,7 +236,7 @@ class Approvals:
             return DecisionOutcome(False, "This approval no longer exists.")
         deciders = json.loads(card_row.deciders)
         if not await self._may_decide(deciders, decider, run, conv):
-            return DecisionOutcome(False, deciders_text(deciders, run.requester_name).replace("can decide", "can decide this"))
+            return DecisionOutcome(False, cards.refusal(deciders, run.requester_name))
         state = ItemState.DENIED if decision is Decision.DENY else ItemState.APPROVED
         won, requeued = await self.db.decide(card_id=card_row.id, approval_id=approval_id if item is not None else None,
                                              state=state.value, who=decider.display_name or decider.account_id,
@@ -301,9 +265,7 @@ class Approvals:
             return DecisionOutcome(False, "This approval no longer exists.")
         decider = await self._decider_for(principal, found, conv)
         if decider is None:
-            deciders = json.loads(found[1].deciders)
-            said = (deciders_text(deciders, found[2].requester_name if found[2] else "")
-                    .replace("Anyone in this chat", "Only someone in this chat").replace("can decide", "can decide this"))
+            said = cards.refusal(json.loads(found[1].deciders), found[2].requester_name if found[2] else "")
             if not await self._accounts_of(principal, conv.platform, conv.workspace):
                 said += (f" Deciding through the API acts as your own {conv.platform} account, and none is linked to "
                          "you: link it, or use a token whose person may decide.")
@@ -347,11 +309,7 @@ class Approvals:
 
     async def _already(self, approval_id: str | None, card_id: str) -> str:
         row = await self.db.decided_item(approval_id, card_id)
-        if row is None or row.state == ItemState.PENDING.value:
-            return "Nothing left to decide here."
-        if row.state == ItemState.EXPIRED.value:
-            return "This request expired before anyone decided."
-        return f"Already {row.state} by {row.decided_by}."
+        return cards.too_late(row.state if row else None, row.decided_by if row else None)
 
     async def may_stop(self, run: Run, conv: repo.ConversationRef, who: Sender) -> bool:
         """Whether `who` may stop `run`: its requester, or whoever may decide its binding's cards."""
@@ -361,14 +319,30 @@ class Approvals:
         return binding is not None and await self._may_decide(binding.approvals.deciders, who, run, conv)
 
     async def _may_decide(self, deciders: Any, decider: Sender, run: Run, conv: repo.ConversationRef) -> bool:
+        return await self.may_decide_as(deciders, decider, run.requester_account, run.requester_person_id, conv)
+
+    async def may_decide_as(self, deciders: Any, decider: Sender, requester_account: str | None,
+                            requester_person: str | None, conv: repo.ConversationRef) -> bool:
+        """The one deciders rule, asked by every door: a click, a command, a Stop, the API, and a
+        question put to the person (`questions.py`)."""
         if deciders == "channel":
-            return True
+            return await self._in_channel(conv, decider)
         person = await self.db.person_of(conv.platform, conv.workspace, decider.account_id)
         if deciders == "requester":
-            return decider.account_id == run.requester_account or (
-                person is not None and person == run.requester_person_id
+            return decider.account_id == requester_account or (
+                person is not None and person == requester_person
             )
         return bool(_names(conv, decider, person) & set(deciders))
+
+    async def _in_channel(self, conv: repo.ConversationRef, sender: Sender) -> bool:
+        """Whether `sender` is in the conversation's channel now, as its platform says (cached briefly).
+
+        A click arrives from inside the chat, but the API (a linked account) does not: a person who
+        left the channel would otherwise still decide its cards. Asked on every door all the same, so
+        one answer holds everywhere; a platform that cannot say counts as no (fail closed)."""
+        place = Place(conv.platform, conv.binding_id, conv.workspace, conv.channel, conv.chat_kind,
+                      (sender.account_id,))
+        return await self._membership.counts(place) is True
 
     async def _refresh_card(self, card_id: str) -> None:
         found = await self.db.card(card_id)
@@ -379,10 +353,7 @@ class Approvals:
         adapter = self._adapter_for(row.binding_id)
         if conv is None or adapter is None:
             return
-        try:
-            await adapter.update_card(conv.target(), row.card_ref or "", await self.card(card_id))
-        except Exception as e:
-            log.warning("could not update approval card %s: %s", card_id, e)
+        await cards.refresh(adapter, conv.target(), row.card_ref or "", cards.approval_card(*found))
 
     async def results_for(self, run_id: str) -> DeferredToolResults:
         """The decisions of a parked run's latest card, as pydantic-ai wants them on resume."""

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store.stream_events import CHANNEL, StreamEvents
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.http.events import EventBus
@@ -81,13 +82,7 @@ class EventRelay:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        # gather, not a suppress around each await: a cancellation of this stop itself still ends it.
-        ended = await asyncio.gather(*self._tasks, return_exceptions=True)
-        for task, result in zip(self._tasks, ended):
-            if isinstance(result, Exception):
-                log.warning("event relay task %s had failed: %s", task.get_name(), result)
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         try:
             async with asyncio.timeout(2.0):

@@ -126,8 +126,8 @@ PATHS: dict[str, dict[str, Schema]] = {
                      "429": {"$ref": "#/components/responses/Error"}}},
     },
     "/api/v1/conversations/{id}/files/{file_id}": {
-        "get": {"summary": "A file the agent posted in the conversation (a chart, a shared file): PNG, JPEG, GIF "
-                           "and WebP inline, anything else as a download",
+        "get": {"summary": "A file the agent posted in the conversation (a chart, a shared file, speech): PNG, "
+                           "JPEG, GIF, WebP, OGG and MP3 inline, anything else as a download",
                 "parameters": [_ID, {"name": "file_id", "in": "path", "required": True, "schema": {"type": "string"}}],
                 "responses": {"200": {"description": "the file's bytes", "content": {"application/octet-stream": {}}},
                               "404": {"$ref": "#/components/responses/Error"}}},

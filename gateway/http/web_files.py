@@ -5,8 +5,8 @@ the page can fetch it later, so the adapter keeps each file's bytes as adapter s
 file, under an unguessable id, keyed under the conversation so that deleting it erases them) and an
 index of the conversation's shares (one row per conversation). The API lists the index with the conversation's messages and serves a file at
 `FILE_ROUTE` under the API's own auth (the page fetches it with its token, never in a URL).
-Only the four image types a browser shows safely are served inline; everything else (SVG and
-HTML included) is a download, with `nosniff`.
+Only the four image types a browser shows safely and two audio types it plays (OGG, MP3: spoken answers)
+are served inline; everything else (SVG and HTML included) is a download, with `nosniff`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 FILE_ROUTE = "/api/v1/conversations/{id}/files/{file_id}"
-INLINE = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+INLINE = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "audio/ogg", "audio/mpeg"})
 
 
 @dataclass(frozen=True, slots=True)

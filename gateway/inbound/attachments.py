@@ -16,6 +16,13 @@ Where things are kept, and why there:
 Images go as images where the model's profile says it takes them (refused with a line in the chat
 where it does not), text-like files as text with their name, PDFs as documents where the model
 takes them, anything else is named with a note that it was not read (and not fetched).
+
+Audio (a voice note, an audio clip) is heard where a capability listens (`Listens`: the `audio`
+capability with `transcribe_voice_messages`): fetched like any file, transcribed before the run, and
+the transcript, marked as one with its duration, is what the model reads. It becomes the message's
+stored text too (`keep_transcript`), so later turns read what was said, never the bytes; the entry
+keeps it as well, so a run resumed after a restart does not pay for the same transcription twice.
+Without a listener audio is named and not fetched, like any other file the model cannot take.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from pydantic_ai.messages import BinaryContent, ModelMessage, ModelRequest, UserContent, UserPromptPart
 
@@ -43,6 +51,7 @@ FETCH_SECONDS = 60.0  # one file's download; the run's own time limit starts onl
 TEXT_CHARS = 100_000  # of one text file, shown to the model; past it the text is cut with a visible marker
 FILE_TAG = "<file "  # how a text file's part starts; `without_contents` recognises it by this
 
+_AUDIO_SUFFIXES = frozenset({"ogg", "oga", "opus", "mp3", "m4a", "wav", "flac", "aac", "weba"})
 _TEXT_TYPES = frozenset({
     "application/json", "application/xml", "application/x-yaml", "application/yaml", "application/csv",
     "application/javascript", "application/x-python", "application/x-sh", "application/sql", "application/toml",
@@ -64,16 +73,65 @@ def recorded(message: InboundMessage) -> str | None:
 
 
 def kind(name: str, mime_type: str) -> str:
-    """image, pdf, text or other: how a file is handed to the model."""
+    """image, pdf, text, audio or other: how a file is handed to the model."""
     mime = mime_type.split(";")[0].strip().lower()
     if mime.startswith("image/"):
         return "image"
     if mime == "application/pdf":
         return "pdf"
     suffix = name.rsplit(".", 1)[-1].lower() if "." in name else ""
+    if mime.startswith("audio/") or (mime in ("", "application/octet-stream") and suffix in _AUDIO_SUFFIXES):
+        return "audio"
     if mime.startswith("text/") or mime in _TEXT_TYPES or suffix in _TEXT_SUFFIXES:
         return "text"
     return "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Heard:
+    """A voice message as the model reads it: what was said, how long it lasted, what heard it."""
+
+    text: str
+    duration_seconds: float
+    language: str | None = None
+    by: str = ""  # the transcription model
+
+
+class NotHeard(Exception):
+    """A voice message that was not transcribed (over a limit, not audio, the service failed): `str()`
+    says why, in words for the person and the model."""
+
+
+class Listens(Protocol):
+    """What transcribes a voice message before its run; a capability offers one for a turn (the core
+    has no speech recognition of its own and imports none)."""
+
+    max_bytes: int  # the largest voice message it takes (beside the gateway's attachment cap)
+
+    async def hear(self, name: str, mime_type: str, data: bytes) -> Heard:
+        """The transcript, or NotHeard saying why not."""
+        ...
+
+
+# The message's stored text gets the transcript (message id, the line): later turns read it.
+KeepTranscript = Callable[[int, str], Awaitable[None]]
+
+
+def clock_text(seconds: float) -> str:
+    """A duration as people read it: 0:07, 12:30, 1:02:03."""
+    s = max(0, round(seconds))
+    h, m = divmod(s, 3600)
+    return f"{h}:{m // 60:02d}:{m % 60:02d}" if h else f"{m // 60}:{m % 60:02d}"
+
+
+def transcript_line(name: str, heard: Heard) -> str:
+    """How a transcript reaches the model (and the stored message): marked as one, with its duration."""
+    text = heard.text.strip() or "(no words were heard)"
+    if len(text) > TEXT_CHARS:
+        text = f"{text[:TEXT_CHARS]}\n[… cut: the transcript has {len(text):,} characters; the first {TEXT_CHARS:,} are shown]"
+    language = f", in {heard.language}" if heard.language else ""
+    return (f"[Transcript of a voice message ({name}, {clock_text(heard.duration_seconds)} long{language}), "
+            f"made by speech recognition: words may be misheard]\n{text}")
 
 
 @dataclass
@@ -89,9 +147,11 @@ def _mb(n: int) -> str:
 
 
 async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_bytes: int,
-                  profile: Mapping[str, Any], uploads: Uploads | None = None) -> Files:
+                  profile: Mapping[str, Any], uploads: Uploads | None = None, listener: Listens | None = None,
+                  keep_transcript: KeepTranscript | None = None) -> Files:
     """Fetch the files of the run's messages (concurrently) and turn them into prompt parts.
-    Files uploaded through the API are taken from `uploads`; the others are fetched by the adapter."""
+    Files uploaded through the API are taken from `uploads`; the others are fetched by the adapter.
+    Audio is transcribed by `listener` where the run has one, and its transcript kept with the message."""
     scope = f"run:{run_id}"
     stored = await state.items(CAPABILITY, scope)
     if not stored:
@@ -100,7 +160,7 @@ async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_
     for key, value in stored.items():
         entries = [dict(e) for e in json.loads(value)]
         try:
-            results = await asyncio.gather(*(_one(e, adapter, max_bytes, profile, uploads) for e in entries))
+            results = await asyncio.gather(*(_one(e, adapter, max_bytes, profile, uploads, listener) for e in entries))
         finally:
             if uploads is not None:  # read or refused (a type not read, too large): not kept a moment longer
                 uploads.drop([str(e["ref"]) for e in entries if Uploads.holds(e.get("ref"))])
@@ -108,15 +168,27 @@ async def for_run(run_id: str, adapter: Adapter, state: CapabilityState, *, max_
             out.parts.extend(parts)
             if notice:
                 out.notices.append(notice)
+        for line in (str(e["transcript"]) for e in entries if e.get("transcript")):
+            if keep_transcript is not None:
+                await keep_transcript(int(key), line)
         await state.put(CAPABILITY, scope, key, json.dumps(entries))  # with each file's hash and outcome
     return out
 
 
 async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile: Mapping[str, Any],
-               uploads: Uploads | None) -> tuple[list[UserContent], str]:
+               uploads: Uploads | None, listener: Listens | None = None) -> tuple[list[UserContent], str]:
     """One file: (the parts for the model, a line for the person or ""). Records the outcome in `entry`."""
     name, mime, size = str(entry.get("name") or "file"), str(entry.get("type") or ""), entry.get("size")
     what = kind(name, mime)
+    if what == "audio":
+        if listener is None:
+            what = "other"  # named, not fetched: nothing here can hear it
+        elif entry.get("transcript"):  # heard on an earlier try of this run (a restart): not paid for twice
+            return [str(entry["transcript"])], ""
+        elif isinstance(size, int) and size > listener.max_bytes:
+            return _skipped(entry, name, f"it is larger than the {_mb(listener.max_bytes)} limit for voice messages")
+        else:
+            max_bytes = min(max_bytes, listener.max_bytes)
     refused = ""
     if what == "other":
         refused = f"files of type {mime or 'unknown'} are not read"
@@ -157,9 +229,28 @@ async def _one(entry: dict[str, Any], adapter: Adapter, max_bytes: int, profile:
         return _skipped(entry, name, "files are not fetched on this platform", tell=False)
     entry.update(sha256=await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest()), bytes=len(data),
                  outcome="read")
+    if what == "audio" and listener is not None:
+        return await _hear(entry, name, mime, data, listener)
     if what == "text":
         return [await asyncio.to_thread(text_part, name, mime, data)], ""
     return [BinaryContent(data=data, media_type=mime, identifier=name)], ""
+
+
+async def _hear(entry: dict[str, Any], name: str, mime: str, data: bytes,
+                listener: Listens) -> tuple[list[UserContent], str]:
+    try:
+        heard = await listener.hear(name, mime or "application/octet-stream", data)
+    except NotHeard as e:
+        entry["outcome"] = f"not transcribed: {e}"
+        return [f"[{name} is a voice message that was not transcribed: {e}.]"], f"I could not transcribe {name}: {e}."
+    except Exception as e:  # a listener's own mistake must not cost the person their answer either
+        log.warning("voice message not transcribed", exc_info=e)
+        entry["outcome"] = "not transcribed: the transcription failed"
+        return ([f"[{name} is a voice message that was not transcribed: the transcription failed.]"],
+                f"I could not transcribe {name}: the transcription failed.")
+    line = transcript_line(name, heard)
+    entry.update(outcome="transcribed", transcript=line, duration_seconds=round(heard.duration_seconds, 2))
+    return [line], ""
 
 
 def text_part(name: str, mime: str, data: bytes) -> str:

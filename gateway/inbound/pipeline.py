@@ -2,10 +2,12 @@
 
 1. Admission and pairing: the binding decides; an unknown DM sender under `pairing` gets a code.
 2. Identity: the platform account resolves to a person.
-3. A chat command (answered by the gateway), or ingest (message, queued run), the first sign of
-   work (`gateway/outbound/typing_indicator.py`: the typing indicator) and wake the queue. In an
-   idle conversation with a slot free (`Scheduler.reserve`) the ingest claims the run in its own
-   transaction, and it starts here (`Scheduler.start`): no wake, no claim of its own.
+3. A chat command (answered by the gateway), a reply that answers a question waiting in the
+   conversation (`gateway/approvals/questions.py`: taken there, never a turn), or ingest (message,
+   queued run), the first sign of work (`gateway/outbound/typing_indicator.py`: the typing
+   indicator) and wake the queue. In an idle conversation with a slot free (`Scheduler.reserve`)
+   the ingest claims the run in its own transaction, and it starts here (`Scheduler.start`): no
+   wake, no claim of its own.
 
 Every path's first write is the ledger, under every id the message has (the platform's event
 id and, where a platform delivers one message as two events, its dedupe key): a redelivery, or
@@ -42,7 +44,7 @@ from gateway.inbound import attachments
 from gateway.inbound.admission import admit
 from gateway.inbound.commands import Asked, Commands, parse_command
 from gateway.outbound.delivery import Outbound
-from gateway.messages import ChatKind, InboundMessage
+from gateway.messages import ChatKind, InboundMessage, Sender
 from gateway.ops.metrics import Metrics
 from gateway.inbound.pairing import Pairing
 from gateway.runs.queue import Scheduler
@@ -50,6 +52,10 @@ from gateway.store import repo
 from gateway.outbound.adapter import SubmitResult, target_for
 
 log = logging.getLogger("gateway.inbound.pipeline")
+
+# A question's reply handler: (conversation key, sender, text, record the ledger) -> what to tell the sender,
+# or None when the message answers nothing (`gateway.approvals.questions.Questions.reply`).
+AnswerReply = Callable[[str, Sender, str, Callable[[], Awaitable[bool]]], Awaitable[str | None]]
 
 BUSY = "I'm still working on earlier messages in this conversation; please send that again in a moment."
 
@@ -82,10 +88,12 @@ class _Stored:
 class Inbound:
     def __init__(self, *, config: Callable[[], LoadedConfig], store: repo.Store, pairing: Pairing,
                  commands: Commands, outbound: Outbound, scheduler: Scheduler, metrics: Metrics,
-                 show_typing: Callable[[repo.ConversationRef], Awaitable[None]]) -> None:
+                 show_typing: Callable[[repo.ConversationRef], Awaitable[None]],
+                 answer_reply: AnswerReply | None = None) -> None:
         self._config, self._store, self._pairing = config, store, pairing
         self._commands, self._outbound, self._scheduler, self._metrics = commands, outbound, scheduler, metrics
         self._show_typing = show_typing  # the typing indicator, out before the run is even woken
+        self._answer_reply = answer_reply  # a question waiting for a typed answer takes the message
         self._locks = KeyedLocks()
         self._stored = _Stored()
 
@@ -140,6 +148,13 @@ class Inbound:
             return SubmitResult(False, reason="command", conversation_id=touched, answers=tuple(asked.answers))
         if self._stored.any_of(binding.id, ids):  # what ingest would say, without asking the store
             return self._duplicate(platform)
+        if self._answer_reply is not None and not message.attachments:
+            said = await self._answer_reply(ref.key, message.sender, message.text, lambda: store.record(binding.id, ids))
+            if said is not None:
+                self._metrics.messages_in.labels(platform, "answer").inc()
+                if said:
+                    self._outbound.send(target_for(message), said, private_to=message.sender.account_id)
+                return SubmitResult(False, reason="answer")
         # A slot for the run now, if there is one: in an idle conversation the ingest then claims the
         # run in its own transaction and it starts here, without the queue's wake and claim.
         conversation = existing or ref

@@ -24,6 +24,7 @@ class RunCall:
     status: Callable[[str], Awaitable[None]]
     tell: Callable[[str], Awaitable[None]]
     usage: Any = None  # the run's RunUsage: a sampling request served for this call is counted there
+    ask: Any = None  # the run's way to put a question to its person (`Turn.ask`), None where it has none
     progress: ProgressLine = field(init=False)
 
     def __post_init__(self) -> None:

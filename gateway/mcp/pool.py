@@ -30,6 +30,7 @@ from bindings.secrets import SecretRef
 
 from gateway.mcp.server_log import ServerLog, StderrPipe
 from gateway.reconnect import Backoff
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -124,7 +125,7 @@ class McpConnection:
                 with contextlib.suppress(Exception, asyncio.TimeoutError):
                     await asyncio.wait_for(asyncio.shield(task), 5.0)
             # Kept until it has ended: a stop that is itself cancelled leaves it for the next stop to finish.
-            await _cancel_and_wait(task, f"MCP server {self.label}")
+            await cancel_and_wait(task, what=f"MCP server {self.label}", level=logging.DEBUG)
             self._task = None
         self._set("stopped", "stopped")
 
@@ -271,7 +272,7 @@ class McpConnection:
                     await self._probe(toolset)
         finally:
             if listener is not None:
-                await _cancel_and_wait(listener, f"MCP server {self.label}'s change stream")
+                await cancel_and_wait(listener, what=f"MCP server {self.label}'s change stream", level=logging.DEBUG)
 
     async def _probe(self, toolset: Any) -> None:
         """Is the server still there? Any JSON-RPC answer says yes, an error answer too."""
@@ -357,6 +358,10 @@ class McpConnection:
         spec = self.spec
         handlers = {"message_handler": self._on_message, "log_handler": self._on_log,
                     "connect_timeout": self.settings.connect_timeout_seconds}
+        if spec.elicitation == "ask":
+            from gateway.mcp.elicitation import asking_handler
+
+            handlers["elicitation_handler"] = asking_handler(self.label, spec.name, self.sole_call)
         if spec.url is not None:
             headers = {k: self._resolve(v) for k, v in spec.headers.items()}
             toolset = pooled_toolset(spec, url=spec.url, headers=headers, **handlers)
@@ -365,13 +370,14 @@ class McpConnection:
             env = {k: self._resolve(v) for k, v in spec.env.items()}
             toolset = pooled_toolset(spec, command=spec.command, args=list(spec.args), env=env, stderr=stderr.writer,
                                      **handlers)
-        if spec.sampling == "allow" and self.sampling_model is not None:
+        if spec.sampling in ("allow", "ask") and self.sampling_model is not None:
             # pydantic-ai answers `sampling/createMessage` with the model; without it the client offers no
             # sampling and the SDK refuses a request ("Sampling not supported").
             try:
                 from gateway.mcp.sampling import CountedModel
 
-                toolset.set_sampling_model(CountedModel(self.sampling_model(), self.sole_call))
+                toolset.set_sampling_model(CountedModel(self.sampling_model(), self.sole_call, spec.name,
+                                                        asks=spec.sampling == "ask"))
             except Exception as e:  # the agent's model cannot be built: its runs say why; sampling stays refused
                 self.warn_once("sampling", "MCP server %s: sampling: allow, but the agent's model cannot be built "
                                "(%s); its requests are refused", self.label, e)
@@ -439,7 +445,7 @@ class McpConnection:
 def _transport(spec: McpServerSpec) -> tuple[Any, ...]:
     """What the connection is made of; a change to anything else (permissions) keeps it."""
     return (spec.url, spec.command, tuple(spec.args), tuple(sorted(spec.env.items())),
-            tuple(sorted(spec.headers.items())), spec.timeout_seconds, spec.sampling)
+            tuple(sorted(spec.headers.items())), spec.timeout_seconds, spec.sampling, spec.elicitation)
 
 
 _loaded: asyncio.Future[None] | None = None
@@ -480,15 +486,6 @@ def _can_listen(toolset: Any) -> bool:
         return session.protocol_version in MODERN_PROTOCOL_VERSIONS and bool(toolset.capabilities.tools_list_changed)
     except Exception:
         return False
-
-
-async def _cancel_and_wait(task: asyncio.Task[Any], what: str) -> None:
-    """Cancel `task` and wait until it has ended. What it raised on its way out is logged, never raised;
-    a cancellation of the caller itself is (the task stays cancelled): a stop that is cut short ends."""
-    task.cancel()
-    await asyncio.wait([task])  # unlike `await task`, raises only the caller's own cancellation
-    if not task.cancelled() and task.exception() is not None:
-        log.debug("%s ended with %s", what, _describe_error(task.exception()))  # type: ignore[arg-type]
 
 
 @contextlib.contextmanager

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.tasks import cancel_and_wait
+
 log = logging.getLogger("gateway.mcp.server")
 
 LINES_PER_MINUTE = 30  # per server and source (stderr, stdout, log notifications)
@@ -106,8 +108,7 @@ class StderrPipe:
             try:
                 await asyncio.wait_for(asyncio.shield(task), 1.0)
             except (asyncio.TimeoutError, Exception):
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
+                await cancel_and_wait(task)
         self._reader.close()
 
     async def _follow(self) -> None:

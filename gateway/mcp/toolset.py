@@ -77,6 +77,7 @@ def pooled_toolset(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
     stderr: TextIO | None = None,
+    elicitation_handler: Any = None,
 ) -> PooledToolset:
     transport: Any
     if url is not None:
@@ -84,8 +85,10 @@ def pooled_toolset(
     else:
         assert command is not None and stderr is not None
         transport = StdioTransport(command, args or [], env=env or None, keep_alive=False, log_file=stderr)
-    # No sampling, elicitation or roots handler: the client does not offer them, so a server cannot ask.
+    # No roots handler, and elicitation only under `elicitation: ask` (sampling is the pool's to set): what the
+    # client does not offer, a server cannot ask for.
     client = _Client(transport, message_handler=message_handler, log_handler=log_handler,
-                     progress_handler=_no_progress, timeout=spec.timeout_seconds, init_timeout=connect_timeout)
+                     progress_handler=_no_progress, timeout=spec.timeout_seconds, init_timeout=connect_timeout,
+                     elicitation_handler=elicitation_handler)
     return PooledToolset(client, id=spec.name, tool_error_behavior="failed", cache_tools=False,
                          include_instructions=False)

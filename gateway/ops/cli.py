@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bindings.loader import ConfigError, LoadedConfig, config_directory, load_config
-from bindings.models import AgentSpec, BindingSpec, GatewayConfig, RuntimeConfig
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
+    from bindings.models import RuntimeConfig
 
-from gateway.ops.logs import configure_logging
+# Nothing heavy at module level: `main` turns the collector off before the imports start (see there).
 
 log = logging.getLogger("gateway")
 
@@ -22,10 +25,13 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def _config_dir(args: argparse.Namespace) -> Path:
+    from bindings.loader import config_directory
+
     return config_directory(args.config)
 
 
 def _load(args: argparse.Namespace) -> LoadedConfig | None:
+    from bindings.loader import ConfigError, load_config
     from gateway import extensions
 
     extensions.register_checks()
@@ -59,6 +65,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from bindings.models import AgentSpec, BindingSpec, GatewayConfig
+
     schema = {
         "gateway": GatewayConfig.model_json_schema(),
         "agent": AgentSpec.model_json_schema(),
@@ -73,6 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = _load(args)
     if config is None:
         return 1
+    from gateway.ops.logs import configure_logging
+
     configure_logging(config.gateway.logging)
     from gateway.daemon import Gateway, StartupError, freeze_startup_objects
 
@@ -103,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return 1
         if args.port_file:
             _write_port(Path(args.port_file), gateway.port)
-        freeze_startup_objects()
+        freeze_startup_objects()  # and the collector runs again (main held it off through start-up)
         reloads: list[asyncio.Task[object]] = []
         loop.add_signal_handler(signal.SIGHUP, lambda: reloads.append(loop.create_task(gateway.reload_from_disk())))
         print(f"agent-gateway: web chat on {gateway.url}/", flush=True)
@@ -211,10 +221,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Importing the daemon's libraries makes about a million objects that live as long as the process;
+    # the cyclic collector's passes over them while they are made were a fifth of `run`'s start-up CPU
+    # (bench/README.md, "Start-up and memory"). So it is off until `run` has started and frozen what it
+    # built (`freeze_startup_objects` collects once, then turns it back on); other commands get it back
+    # once their parser is built, and whatever happens it is on again when main returns.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _main(argv)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     from gateway.store.availability import StoreUnavailable
     from gateway.store.engine import SchemaError
 
     args = build_parser().parse_args(argv)
+    if args.fn is not cmd_run:
+        gc.enable()
     try:
         return int(args.fn(args))
     except StoreUnavailable as e:  # the daemon (or a backup) holds the database's lock: say so

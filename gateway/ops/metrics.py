@@ -8,7 +8,6 @@ for one release, as aliases (`_Aliases`): the same series summed over the labels
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, TypeVar
 
@@ -20,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from gateway import version
 
 from gateway.ops.loop_watchdog import LoopWatchdog
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.runs.runner import Turn
@@ -63,6 +63,12 @@ class Metrics:
                                                    "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"],
                                                    registry=r))
         self.tokens = aliases.add(Counter(f"{PREFIX}model_tokens", "Model tokens", ["direction"], registry=r))
+        # Images a tool drew (generate_image) and what they cost where the model's price is known: a
+        # separate model, priced apart from the tokens above. New: no `gateway_` alias.
+        self.images = Counter(f"{PREFIX}images_generated", "Images drawn by an image model", ["model", "agent"],
+                              registry=r)
+        self.image_cost = Counter(f"{PREFIX}image_cost_usd", "What the drawn images cost, in US dollars (priced "
+                                  "models only)", ["model", "agent"], registry=r)
         # New since the rename: no old name to alias.
         self.schedule_occurrences = Counter(f"{PREFIX}schedule_occurrences", "Scheduled tasks' occurrences: fired "
                                             "(queued to run), missed (skipped or collapsed after an outage), failed "
@@ -90,9 +96,7 @@ class Metrics:
     async def stop(self) -> None:
         self.watchdog.stop()
         if self._lag_probe is not None:
-            self._lag_probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._lag_probe
+            await cancel_and_wait(self._lag_probe)
             self._lag_probe = None
 
     def run_ended(self, turn: Turn, outcome: str) -> None:

@@ -8,11 +8,12 @@ from a task on the event loop itself, so a stuck loop stops pinging and systemd 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
 import time
+
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.ops.systemd")
 
@@ -71,7 +72,5 @@ class Notifier:
 
     async def stop_watchdog(self) -> None:
         if self._watchdog is not None:
-            self._watchdog.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watchdog
+            await cancel_and_wait(self._watchdog)
             self._watchdog = None

@@ -122,6 +122,31 @@ class ApprovalCard:
 
 
 @dataclass(frozen=True, slots=True)
+class QuestionCard:
+    """A question put to a person in the thread (`gateway/approvals/questions.py`), one field at a time.
+
+    Every string here came from outside (an MCP server, a delegate's model): an adapter draws it inert,
+    as it draws a card's arguments. `choices` are the buttons (a click carries its `choice_ids` entry);
+    `replies` says a reply in the thread answers the field asked now. `question_id` is unguessable.
+    """
+
+    question_id: str
+    asker: str  # who asks: "mcp:tracker", "the delegate researcher"
+    text: str
+    answered: tuple[tuple[str, str], ...] = ()  # (field, value) given so far
+    prompt: str = ""  # the field asked now ("Environment"), "" when nothing is asked now
+    choices: tuple[str, ...] = ()  # button labels
+    choice_ids: tuple[int, ...] = ()  # what each button's click carries back (`Dispatcher.answer`'s choice)
+    replies: bool = False
+    deciders: str = ""
+    note: str = ""  # "Answered by Ada.", "Declined by Ada.", "Expired: nobody answered in time."
+
+    @property
+    def open(self) -> bool:
+        return not self.note
+
+
+@dataclass(frozen=True, slots=True)
 class DecisionOutcome:
     """What a click did; `message` is for the clicker alone when `private` is true."""
 
@@ -219,6 +244,10 @@ class Dispatcher(Protocol):
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:
         """A button click. Checks who may decide; the first decision wins."""
+        ...
+
+    async def answer(self, question_id: str, choice: int, who: Sender, *, binding_id: str) -> DecisionOutcome:
+        """A question card's button (`choice`: its position). Only the question's deciders answer it."""
         ...
 
     async def stop_run(self, run_id: str, who: Sender, *, binding_id: str) -> StopOutcome:
@@ -500,9 +529,23 @@ class ConfirmsMembership(Protocol):
         ...
 
 
+class AsksQuestions(Protocol):
+    """A question put to a person in the thread, as a card with buttons (`QuestionCard`); each click goes to
+    `Dispatcher.answer`. Without it nothing is asked there: an MCP server's elicitation is cancelled and a
+    delegate is not given ask_parent."""
+
+    async def post_question(self, target: ReplyTarget, card: QuestionCard) -> str:
+        """Post the card; returns its message id."""
+        ...
+
+    async def update_question(self, target: ReplyTarget, ref: str, card: QuestionCard) -> None:
+        """Show `card` in place of the one posted as `ref` (buttons gone once it is closed)."""
+        ...
+
+
 FEATURES: tuple[type, ...] = (StreamsNatively, ShowsStatus, ShowsStopControl, FinalEditTakesStop, PostsMemoryCards,
                               PostsReportCards, AnswersDirectory, FetchesAttachments, FindsOwnPosts, FindsOwnCards,
-                              SpeaksAs, SendsFiles, ConfirmsMembership)
+                              SpeaksAs, SendsFiles, ConfirmsMembership, AsksQuestions)
 
 F = TypeVar("F")
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -76,6 +77,10 @@ class Pacer:
                  slack: float = SLACK) -> None:
         self._clock, self._headroom, self._slack = clock, headroom, slack
         self._times: dict[tuple[str, str], list[float]] = {}  # sent and reserved moments, sorted
+        # The reserved moments of calls still waiting, by scope (a count per moment: two calls may
+        # reserve the same one). A woken call does not count these when they are later than its own:
+        # they were reserved after it and wait for it, even when a lagging loop let their moment pass.
+        self._waiting: dict[tuple[str, str], collections.Counter[float]] = {}
         self.waited = 0.0  # seconds callers spent waiting for a budget (for the bench and /metrics)
         self.skipped = 0  # impatient calls refused
 
@@ -106,6 +111,9 @@ class Pacer:
         entries = [self._times.setdefault((rule.name, key), []) for rule, key in scopes]
         for times in entries:
             bisect.insort(times, at)
+        waiting = [self._waiting.setdefault((rule.name, key), collections.Counter()) for rule, key in scopes]
+        for counter in waiting:
+            counter[at] += 1
         wait = at - now
         try:
             # Woken, a call checks the calls that went before it, not the ones reserved after: a
@@ -120,12 +128,20 @@ class Pacer:
                 # Looked up again: a caller that came meanwhile may have pruned a list this one had
                 # overslept in (its entry older than any window) and started a new one.
                 entries = self._entries(scopes, at)
-                wait = max(self._behind(rule, times, at, now) for (rule, _), times in zip(scopes, entries, strict=True))
+                wait = max(self._behind(rule, times, self._waiting.get((rule.name, key)), at, now)
+                           for (rule, key), times in zip(scopes, entries, strict=True))
         except asyncio.CancelledError:  # a call that never went out gives its place back
             for times in entries:
                 with contextlib.suppress(ValueError):
                     times.remove(at)
             raise
+        finally:
+            for (rule, key), counter in zip(scopes, waiting, strict=True):
+                counter[at] -= 1
+                if counter[at] <= 0:
+                    del counter[at]
+                if not counter and self._waiting.get((rule.name, key)) is counter:
+                    del self._waiting[(rule.name, key)]
         if now > at:  # it goes now: counted from now
             for times in entries:
                 with contextlib.suppress(ValueError):
@@ -145,14 +161,18 @@ class Pacer:
             entries.append(times)
         return entries
 
-    def _behind(self, rule: Rule, times: list[float], at: float, now: float) -> float:
+    def _behind(self, rule: Rule, times: list[float], waiting: collections.Counter[float] | None, at: float,
+                now: float) -> float:
         """Seconds until a call going at `now` (entered at `at`) has room among the calls at or
-        before `now` in its window; 0 when it has."""
+        before `now` in its window; 0 when it has. Calls reserved after it that have not gone yet
+        (`waiting`, later than `at`) are not in its way: they go after it."""
         w = self.window(rule)
         lo, hi = bisect.bisect_right(times, now - w), bisect.bisect_right(times, now)
         before = times[lo:hi]
         with contextlib.suppress(ValueError):
             before.remove(at)  # its own entry
+        if waiting:
+            before = [e for e in before if e <= at or not waiting.get(e)]
         over = len(before) - rule.limit + 1
         return before[over - 1] + w - now if over > 0 else 0.0
 

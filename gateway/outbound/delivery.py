@@ -25,6 +25,7 @@ from gateway.outbound.orphans import unrecorded_posts
 from gateway.store.orphans import rows_above_card
 from gateway.store.repo import FinalRow, Store
 from gateway.outbound.adapter import Adapter, PlatformError, RateLimited, ReplyTarget, SpeaksAs, offered
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.outbound.delivery")
 
@@ -479,6 +480,4 @@ class Outbound:
         if not pending:
             return
         _, left = await asyncio.wait(pending, timeout=timeout)
-        for task in left:
-            task.cancel()
-        await asyncio.gather(*left, return_exceptions=True)
+        await cancel_and_wait(*left)

@@ -13,6 +13,8 @@ got, so a run that is killed and resumed never shares a file twice and never los
 
 A platform's 429 waits out its Retry-After and tries again (a 429 is a refusal: nothing was
 shared); another refusal of a share is known not to have landed, so it is retried a few times too.
+A file over the server's own size limit (`FileTooLarge`, at the upload or, where the share carries
+the bytes, at the share) is refused in words at once: the same bytes would be refused again.
 The row is keyed by the run and the files' names and contents, so the same files asked for again
 in the same run (a replay after a restart) find it.
 """
@@ -36,7 +38,7 @@ from gateway.outbound.adapter import (
     SendsFiles,
     offered,
 )
-from gateway.store.repo import Store
+from gateway.store.repo import FILE_DELIVERY, Store
 
 log = logging.getLogger("gateway.outbound.files")
 
@@ -87,7 +89,7 @@ def delivery_key(run_id: str, files: Sequence[OutboundFile], what: str = "") -> 
     else:
         for f in files:
             h.update(b"\0" + f.name.encode() + b"\0" + hashlib.sha256(f.data).digest())
-    return "file-" + h.hexdigest()[:32]
+    return FILE_DELIVERY + h.hexdigest()[:32]
 
 
 async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_id: str,
@@ -118,7 +120,7 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
         try:
             refs = [await _patiently(lambda f=f: out.upload(target, f), "upload", on_platform_error) for f in files]
         except FileTooLarge as e:  # this server's own cap: nothing was shared, and trying again will not help
-            raise FileRefused(f"{adapter.platform} refused it as too large ({e})") from None
+            raise _too_large(adapter, names, e) from None
         await store.save_delivery(key, 0, None, json.dumps({"stage": UPLOADED, "refs": refs}), False,
                                   new=row is None)
     shared = list(zip(files, refs, strict=True))
@@ -131,9 +133,16 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
             await store.save_delivery(key, 0, None, json.dumps({"stage": UPLOADED, "refs": refs}), False)
             raise
 
-    message_id = await _patiently(share_once, "share", on_platform_error)
+    try:
+        message_id = await _patiently(share_once, "share", on_platform_error)
+    except FileTooLarge as e:  # where the share carries the bytes (Telegram's sendPhoto): refused, not shared
+        raise _too_large(adapter, names, e) from None
     await store.save_delivery(key, 0, message_id, json.dumps({"stage": "shared", "refs": refs}), True)
     return Shared(message_id, f"shared {names} in the conversation")
+
+
+def _too_large(adapter: Adapter, names: str, e: FileTooLarge) -> FileRefused:
+    return FileRefused(f"{adapter.platform} refused {names} as too large ({e}); nothing was posted")
 
 
 async def _patiently(call: Callable[[], object], what: str, on_platform_error: Callable[[str], None]) -> str:

@@ -14,12 +14,12 @@ in front of every final answer sharing the bot's budget (Telegram's 30 a second)
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from gateway.clock import Clock
 from gateway.outbound.budget import impatient
 from gateway.outbound.adapter import Adapter, ReplyTarget
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.runs.runner")
 
@@ -71,12 +71,7 @@ class TypingIndicator:
         return shown is not None and self._clock.monotonic() - shown < within
 
     async def close(self) -> None:
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._shown.clear()
         self._pending.clear()
 

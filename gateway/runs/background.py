@@ -46,6 +46,7 @@ from gateway.store.background import (
 )
 from gateway.store.models import BackgroundRun
 from gateway.outbound.adapter import PostsReportCards, ReplyTarget, offered
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.runs.background")
 
@@ -131,10 +132,7 @@ class BackgroundRuns:
     async def stop(self) -> None:
         """The gateway is stopping: every run here ends as partial, with what it did, and reports (the
         report waits in the queue for the next start)."""
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await cancel_and_wait(self._sweeper)
         self._in_flight.cancel_all()
         tasks = list(self._tasks.values())
         if tasks:
@@ -171,15 +169,6 @@ class BackgroundRuns:
                 return found
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(left, self._sweep_every))
-
-    async def ask(self, run_id: str, question: str, text: str) -> str | None:
-        """A running run asks its parent: its question, and a queued turn carrying it (`BackgroundStore.ask`)."""
-        row = await self.db.get(run_id)
-        queued = await self.db.ask(run_id, question, text)
-        if queued and row is not None:
-            self._wake(row.conversation_id)
-            self.poke()  # a turn waiting on this run (wait_tasks) hears of it now
-        return queued
 
     # --- starting -------------------------------------------------------------------------
 
@@ -255,14 +244,12 @@ class BackgroundRuns:
         return self._in_flight.stop(run_id, who)
 
     async def stop_run(self, run_id: str, who: str) -> bool:
-        """Stop one background run wherever it works; False when it is not running. A question it asked
-        that nobody has read yet is not asked any more (the turn that would ask it ends unrun)."""
+        """Stop one background run wherever it works; False when it is not running."""
         if not self.stop_here(run_id, who):
             row = await self.db.get(run_id)
             if row is None or row.status != RUNNING:
                 return False
             await self.db.request_stop(run_id, who)  # its replica takes it up at its next sweep
-        await self.db.drop_question(run_id, "its run was stopped before the question was read")
         return True
 
     async def stop_children(self, parent_run_id: str, who: str) -> int:
@@ -354,15 +341,8 @@ async def post_report(adapter: object, target: ReplyTarget, text: str, store: re
         log.warning("report card not posted to %s: %s", target.platform, e)
 
 
-QUESTION_HEAD = "❓ Question from background run"  # how a delegate's question to its parent opens (a report run's text)
-
-
 def report_prompt(text: str) -> str:
     """How the continuing turn's model reads a report: from the gateway, not from a person."""
-    if text.startswith(QUESTION_HEAD):
-        return ("[Not a message from a person: a background delegation you started asks you a question and waits "
-                "for the answer. Answer it with answer_subagent, from what you know, or ask the person and answer "
-                "once they have replied.]\n\n" + text)
     return ("[Not a message from a person: the gateway reports that a background delegation you started has "
             "ended. Continue the work it was for, for the person who asked; if it did not finish, say so.]\n\n" + text)
 

@@ -40,19 +40,20 @@ from bindings.models import ProviderConfig
 from bindings.secrets import SecretError
 
 from gateway.runs import llm
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.models")
 
 RETIRE_POLL = 0.1  # seconds between looks at whether the runs that may use a retired provider ended
 
 
-def _config_key(provider_name: str, cfg: ProviderConfig | None) -> tuple[Any, ...]:
+def config_key(provider_name: str, cfg: ProviderConfig | None) -> tuple[Any, ...]:
     if cfg is None:  # one of pydantic-ai's own providers, configured by its environment variables
         return (provider_name,)
     return (provider_name, cfg.kind, cfg.base_url, cfg.api_key)
 
 
-def _secret_digest(cfg: ProviderConfig | None) -> str:
+def secret_digest(cfg: ProviderConfig | None) -> str:
     """What the api_key resolves to, as a digest (the key itself is never kept here)."""
     if cfg is None or cfg.api_key is None:
         return ""
@@ -90,7 +91,7 @@ class ModelCache:
         if model is not None:
             return model
         provider_name, _, model_name = name.partition(":")
-        key = (name, *_config_key(provider_name, providers.get(provider_name) if model_name else None))
+        key = (name, *config_key(provider_name, providers.get(provider_name) if model_name else None))
         model = self._models.get(key)
         if model is None:
             model = self._models[key] = llm.resolve_model(name, providers, provider_for=self._provider)
@@ -108,11 +109,11 @@ class ModelCache:
                 log.warning("model %s is not ready: %s", name, e)
 
     def _provider(self, provider_name: str, cfg: ProviderConfig | None) -> Provider[Any]:
-        key = _config_key(provider_name, cfg)
+        key = config_key(provider_name, cfg)
         entry = self._providers.get(key)
         if entry is None:
             provider = llm.provider_from_config(provider_name, cfg) if cfg is not None else infer_provider(provider_name)
-            entry = self._providers[key] = _Entry(provider, cfg, _secret_digest(cfg))
+            entry = self._providers[key] = _Entry(provider, cfg, secret_digest(cfg))
             log.debug("model provider %s: a new HTTP client for %s", provider_name, provider.base_url)
         return entry.provider
 
@@ -129,7 +130,7 @@ class ModelCache:
         stale = {
             key: entry for key, entry in self._providers.items()
             if entry.cfg is not None  # None: pydantic-ai's own, configured by the environment, not gateway.yaml
-            and (providers.get(key[0]) != entry.cfg or _secret_digest(entry.cfg) != entry.digest)
+            and (providers.get(key[0]) != entry.cfg or secret_digest(entry.cfg) != entry.digest)
         }
         if not stale:
             return []
@@ -159,9 +160,7 @@ class ModelCache:
 
     async def close(self) -> None:
         """Close every provider's HTTP client (the gateway's stop, after runs have drained)."""
-        for task in list(self._retiring):
-            task.cancel()
-        await asyncio.gather(*self._retiring, return_exceptions=True)
+        await cancel_and_wait(*self._retiring)
         closing = self._retired + [e.provider for e in self._providers.values()]
         self._retired, self._providers, self._models = [], {}, {}
         for provider in closing:

@@ -13,12 +13,12 @@ queue as any other. Nothing waits in memory holding a claimed run: the slot is t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 from gateway.store.availability import StoreUnavailable
 from gateway.store.repo import Claimed, Store
+from gateway.tasks import cancel_and_wait
 
 log = logging.getLogger("gateway.runs.queue")
 
@@ -132,10 +132,5 @@ class Scheduler:
         return not pending
 
     async def cancel(self) -> None:
-        tasks = [t for t in self._workers.values() if not t.done()]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        await cancel_and_wait(*self._workers.values())
         self._workers.clear()

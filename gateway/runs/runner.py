@@ -29,8 +29,8 @@ from pydantic_ai import (
     RunCancelled,
     UsageLimitExceeded,
 )
-from pydantic_ai.agent import WrapperAgent
-from pydantic_ai.capabilities import AbstractCapability, Capability
+from pydantic_ai.agent import AbstractAgent, WrapperAgent
+from pydantic_ai.capabilities import AbstractCapability, Capability, ToolSearch
 from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import (
     ModelMessage,
@@ -63,7 +63,7 @@ from gateway.runs.in_flight import InFlight
 from gateway.runs.memory import resolve_scope
 from gateway.runs.slow_calls import SlowCalls
 from gateway.messages import Attachment, ChatKind
-from gateway.store import repo
+from gateway.store import repo, run_costs
 from gateway.store.availability import StoreUnavailable
 from gateway.store.background import REPORT
 from gateway.store.schedules import SCHEDULED
@@ -74,6 +74,7 @@ from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, st
 from gateway.outbound.adapter import (Adapter, AnswersDirectory, FetchesAttachments, ReplyTarget, ShowsStatus,
                                      StreamsNatively, offered)
 from gateway.runs.turn import Memory, Requester, Turn
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -96,6 +97,8 @@ class Prepared:
 CapabilityBuilder = Callable[[Turn], Sequence[Any]]
 # Awaited before the agent is built (e.g. MCP connections made ready); may add `turn.notices`.
 TurnPreparer = Callable[[Turn], Awaitable[None]]
+# What hears the run's voice messages before it starts, where a capability bound to the turn offers it.
+ListenerFor = Callable[[Turn], "attachments.Listens | None"]
 # (turn, messages, requests, stream, parked): `parked()` records the run as parked, once its card exists.
 ParkHandler = Callable[[Turn, list[ModelMessage], DeferredToolRequests, ReplyStream, Callable[[], Awaitable[None]]],
                       Awaitable[None]]
@@ -177,6 +180,7 @@ class Runner:
         self.gateway = gateway
         self.capability_builders: list[CapabilityBuilder] = []
         self.turn_preparers: list[TurnPreparer] = []
+        self.listeners: list[ListenerFor] = []
         self.park_handler: ParkHandler | None = None
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._in_flight = InFlight()
@@ -225,11 +229,25 @@ class Runner:
             tell=lambda line: self.tell(run.id, line),
             status=lambda line: show_status(adapter, turn.target, line),
             fetch_attachment=self._fetcher(adapter),
+            record_image=lambda model, cost: self._record_image(run.id, turn, model, cost),
             share_files=lambda files, caption, what="": share_files(
                 adapter, turn.target, gw.store, run.id, files, caption, what=what,
                 on_platform_error=lambda kind: gw.metrics.platform_errors.labels(turn.target.platform, kind).inc()),
         )
+        if gw.questions is not None:
+            turn.ask = gw.questions.asker_for(turn, adapter)
         return Prepared(turn, adapter)
+
+    async def _record_image(self, run_id: str, turn: Turn, model: str, cost_usd: float | None) -> None:
+        """An image drawn for the run `run_id` (a delegate's count as its parent's: `turn` is the parent's)."""
+        self.gateway.metrics.images.labels(model, turn.agent.id).inc()
+        if cost_usd is not None:
+            self.gateway.metrics.image_cost.labels(model, turn.agent.id).inc(cost_usd)
+        try:
+            await run_costs.add_image(self.gateway.store.sessions, run_id, cost_usd)
+        except Exception as e:  # bookkeeping: the image is drawn and still goes out; the metrics have it
+            log.warning("an image's cost was not recorded with run %s: %s", run_id, type(e).__name__,
+                        extra=turn.log_fields)
 
     def _fetcher(self, adapter: Adapter) -> Callable[[Attachment], Awaitable[bytes | None]] | None:
         """The adapter's own fetch of a shared file, under the gateway's cap; None where it has none."""
@@ -252,7 +270,7 @@ class Runner:
             parts.append(override.prompt.strip())
         return "\n\n".join(p for p in parts if p)
 
-    def build_agent(self, turn: Turn) -> TurnAgent:
+    def build_agent(self, turn: Turn) -> AbstractAgent[Turn, Any]:
         model = self.gateway.models.get(turn.agent.model, self.gateway.config.gateway.providers)
         # The approval gate is the first builder, so it wraps outermost and sees the names the model calls.
         capabilities: list[Any] = []
@@ -260,8 +278,16 @@ class Runner:
             capabilities.extend(build(turn))
         capabilities.append(SlowCalls(self.gateway.config.gateway.limits.slow_tool_seconds, self.gateway.clock,
                                       self._slow_call))
+        settings = dict(turn.agent.model_settings) or None
+        if any(isinstance(c, ToolSearch) for c in capabilities):
+            # pydantic-ai adds its own ToolSearch to an agent built without one, and then refuses a run's
+            # ToolSearch subclass (capabilities/tool_search.py) under the same id as a second class. An
+            # agent with tool search is built for its run with its capabilities, as every agent once was.
+            return Agent(model, deps_type=Turn, output_type=[str, DeferredToolRequests],
+                         instructions=self.instructions(turn), model_settings=settings,  # type: ignore[arg-type]
+                         capabilities=capabilities, name=turn.agent.id)
         return TurnAgent(_agent_named(turn.agent.id), model=model, instructions=self.instructions(turn),
-                         model_settings=dict(turn.agent.model_settings) or None,  # type: ignore[arg-type]
+                         model_settings=settings,  # type: ignore[arg-type]
                          capabilities=capabilities)
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
@@ -295,13 +321,23 @@ class Runner:
         if claimed.files:
             files = await attachments.for_run(run.id, prepared.adapter, self.gateway.store.capability_state,
                                               max_bytes=self.gateway.config.gateway.limits.attachment_max_bytes,
-                                              profile=self._profile(turn), uploads=self.gateway.uploads)
+                                              profile=self._profile(turn), uploads=self.gateway.uploads,
+                                              listener=self._listener(turn),
+                                              keep_transcript=self.gateway.store.keep_transcript)
         if files.parts:
             prompt = [prompt, *files.parts]
             turn.notices.extend(files.notices)
         history = history_messages(claimed.history, turn.chat_kind)
         # A run that never started has posted nothing: no delivery rows to look up.
         await self.drive(turn, prompt=prompt, history=history, stream=self.stream_for(prepared, fresh=claimed.fresh))
+
+    def _listener(self, turn: Turn) -> attachments.Listens | None:
+        """The first listener a capability of this turn offers (the `audio` capability's), else None."""
+        for listener_for in self.listeners:
+            listener = listener_for(turn)
+            if listener is not None:
+                return listener
+        return None
 
     def _profile(self, turn: Turn) -> Mapping[str, Any]:
         """What the model takes (images, documents); a model that cannot be built fails later, in `drive`."""
@@ -435,9 +471,7 @@ class Runner:
             gw.metrics.run_ended(turn, outcome.status)
         finally:
             stream.close()
-            typing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await typing
+            await cancel_and_wait(typing)
             self._in_flight.done(turn.run_id)
             self._streams.pop(turn.run_id, None)
             if control:  # the reply is final (or parked, or stopped): nothing left to stop

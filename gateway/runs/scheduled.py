@@ -18,7 +18,6 @@ their claims; each sweep applies the loaded config's list when it changed (a rel
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -35,6 +34,7 @@ from gateway.store import repo
 from gateway.store.models import ScheduledTask
 from gateway.store.pairing import PairingStore
 from gateway.store.schedules import ADMIN, FIRED, MISSED, NewTask, ScheduleStore
+from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -85,10 +85,7 @@ class Schedules:
                                             name="schedules:sweep")
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._sweeper
+        await cancel_and_wait(self._sweeper)
 
     # --- firing ---------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from bindings.models import AgentSpec, BindingSpec
 from bindings.skills import SkillBundle
@@ -58,6 +58,10 @@ async def _nothing() -> None:
     return None
 
 
+async def _not_counted(model: str, cost_usd: float | None) -> None:
+    return None
+
+
 async def _no_files(files: Sequence[OutboundFile], caption: str, what: str = "") -> Shared:
     raise FileRefused("files cannot be shown in this conversation")
 
@@ -91,6 +95,9 @@ class Turn:
     # (`gateway.outbound.files.share_files`); FileRefused says why not, in words for the model.
     # `what`: what the files are, when their bytes differ each time they are made (a generated image).
     share_files: Callable[[Sequence[OutboundFile], str, str], Awaitable[Shared]] = field(default=_no_files)
+    # An image a tool drew for this run (its model, its price in US dollars where known): counted on the
+    # run a person started (a delegate's images are its parent's), in the metrics and `runs list`.
+    record_image: Callable[[str, float | None], Awaitable[None]] = field(default=_not_counted)
     # A file shared earlier in this conversation, fetched again from the platform with the bot's own
     # credentials and the gateway's attachment cap (None where this platform cannot fetch files).
     fetch_attachment: Callable[[Attachment], Awaitable[bytes | None]] | None = None
@@ -104,6 +111,9 @@ class Turn:
     # is shared with it (share_with_delegates). Everything else a delegate keeps is its own (`scope`).
     parent: Turn | None = None
     borrowed: frozenset[str] = frozenset()
+    # Put a question to the person in the thread and wait for the answer (`gateway.approvals.questions`:
+    # an `Ask` in, an `Answer` out); None where the platform cannot show one. A delegate asks through its parent's.
+    ask: Callable[[Any], Awaitable[Any]] | None = None
     _modes: Modes | None = None
 
     async def modes(self) -> Modes:

@@ -27,7 +27,6 @@ REPORT = "report"  # the kind of run, and the role of the message, that carry a 
 # A running run's inbox (what its parent tells it: capabilities/delegate_inbox.py), capability state under
 # its id; it goes when the run ends, however it ends, with a question's turn nobody has read yet.
 INBOX = "subagents.inbox"
-QUESTION, QUESTION_TURN = "question", "question_turn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,34 +106,9 @@ class BackgroundStore:
             if usage is not None:
                 row.requests, row.input_tokens, row.output_tokens = usage.requests, usage.input_tokens, usage.output_tokens
             row.report_run_id = await _queue_report(s, row, report, now)
-            await _drop_question(s, run_id, "its run ended before the question was read", now)
             await s.execute(delete(CapabilityStateRow).where(CapabilityStateRow.capability == INBOX,
                                                              CapabilityStateRow.scope == run_id))
             return row
-
-    async def ask(self, run_id: str, question: str, text: str) -> str | None:
-        """The run asks its parent `question`: recorded in its inbox, with a turn carrying `text` queued into
-        its conversation (the way its report is queued when it ends), in one transaction, so whoever sees the
-        question can drop its turn and an end racing it drops it too. The queued turn's id; "" while an
-        earlier question is open; None when the run has ended."""
-        now = self._clock.now()
-        async with self._sessions() as s, s.begin():
-            row = await s.get(BackgroundRun, run_id, with_for_update=self._store.shared)
-            if row is None or row.status != RUNNING:
-                return None
-            if await s.get(CapabilityStateRow, (INBOX, run_id, QUESTION)) is not None:
-                return ""
-            turn = await _queue_report(s, row, text, now)
-            s.add_all([CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION, value=question, updated_at=now),
-                       CapabilityStateRow(capability=INBOX, scope=run_id, key=QUESTION_TURN, value=turn,
-                                          updated_at=now)])
-            return turn
-
-    async def drop_question(self, run_id: str, why: str) -> bool:
-        """The queued turn carrying the run's question, when nobody needs to read it any more (it was
-        answered elsewhere, or the run is being stopped); False when there is none or it has started."""
-        async with self._sessions() as s, s.begin():
-            return await _drop_question(s, run_id, why, self._clock.now())
 
     async def drop_queued(self, run_id: str | None, why: str) -> bool:
         """A queued report turn whose news the conversation's agent already has (it waited for the run, or
@@ -215,10 +189,3 @@ async def _drop(s: AsyncSession, run_id: str, why: str, now: datetime) -> bool:
     if changed:
         await s.execute(update(Message).where(Message.run_id == run_id).values(status="processed"))
     return bool(changed)
-
-
-async def _drop_question(s: AsyncSession, run_id: str, why: str, now: datetime) -> bool:
-    turn = await s.scalar(select(CapabilityStateRow.value).where(
-        CapabilityStateRow.capability == INBOX, CapabilityStateRow.scope == run_id,
-        CapabilityStateRow.key == QUESTION_TURN))
-    return bool(turn) and await _drop(s, turn, why, now)

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, make_url
@@ -24,6 +22,9 @@ from gateway.store.availability import StoreUnavailable, guard, is_lock_wait, is
 from gateway.version import version
 
 if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
     from bindings.models import DatabaseConfig
     from gateway.store.repo import Store
 
@@ -140,6 +141,8 @@ def _watch(engine: AsyncEngine) -> None:
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
@@ -182,6 +185,8 @@ class SchemaState:
 
 
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
 
 
@@ -191,6 +196,8 @@ def known_revisions() -> set[str]:
 
 
 def _state(connection: Connection) -> SchemaState:
+    from alembic.runtime.migration import MigrationContext
+
     current = MigrationContext.configure(connection).get_current_revision()
     return SchemaState(current, _scripts().get_current_head() or "", current is None or current in known_revisions())
 
@@ -200,13 +207,59 @@ async def schema_state(engine: AsyncEngine) -> SchemaState:
         return await conn.run_sync(_state)
 
 
+@cache
+def head_revision() -> str | None:
+    """The newest migration, read from the migration files' `revision = ...` and `down_revision =
+    ...` lines without importing them: importing Alembic (its DDL modules load four SQLAlchemy
+    dialects) was a third of the daemon's start-up, for a database that is at head on every start
+    but the first. None when the files do not say it plainly (then Alembic is asked)."""
+    revisions: set[str] = set()
+    parents: set[str] = set()
+    for file in (MIGRATIONS / "versions").glob("[0-9]*.py"):
+        found: dict[str, Any] = {}
+        for node in ast.parse(file.read_text()).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                if node.targets[0].id in ("revision", "down_revision"):
+                    try:
+                        found[node.targets[0].id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        return None
+        revision, down = found.get("revision"), found.get("down_revision")
+        if not isinstance(revision, str) or not (down is None or isinstance(down, (str, tuple))):
+            return None
+        revisions.add(revision)
+        parents.update((down,) if isinstance(down, str) else down or ())
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+async def _recorded_revisions(engine: AsyncEngine) -> list[str]:
+    """What the database's `alembic_version` table says (nothing when it has none yet), read in a
+    connection of its own: on PostgreSQL a failed statement would spoil the migration's transaction."""
+    async with engine.connect() as conn:
+        try:
+            result = await conn.exec_driver_sql("SELECT version_num FROM alembic_version")
+        except sa_exc.DBAPIError:  # no such table: an empty database
+            return []
+        return [str(row[0]) for row in result]
+
+
 async def migrate(engine: AsyncEngine, mode: str = "auto") -> None:
     """Bring the schema to head (mode "auto"), or only check that it is there (mode "check", for
     operators who run `db upgrade` themselves before a rolling upgrade). Either way a schema newer
     than this code is refused (SchemaError) rather than run on. Safe to run from several replicas:
-    PostgreSQL serializes it."""
+    PostgreSQL serializes it.
+
+    A database already at head (one version row, this code's newest migration) is left as it is
+    without Alembic: nothing would run, and no lock is needed to learn it (a replica migrating
+    past our head would be a newer version, which the full check below would not stop either)."""
+    head = head_revision()
+    if head is not None and await _recorded_revisions(engine) == [head]:
+        return
 
     def upgrade(connection: Connection) -> None:
+        from alembic import command
+
         if connection.dialect.name == "postgresql":
             # One replica migrates at a time; the others wait, then find nothing to do.
             # No lock_timeout here: a long migration on another replica is worth waiting for.

@@ -12,6 +12,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -129,6 +130,10 @@ class Run(Base):
     requests: Mapped[int] = mapped_column(Integer, default=0)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
+    # Images a tool drew for this run (generate_image) and their price where the model's is known: a
+    # separate model, priced apart from the tokens above (gateway/store/run_costs.py).
+    images: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    image_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     state: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(TS)
     started_at: Mapped[datetime | None] = mapped_column(TS, nullable=True)

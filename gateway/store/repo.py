@@ -36,6 +36,8 @@ V = TypeVar("V")
 QUEUED, RUNNING, PARKED = "queued", "running", "parked"
 FINISHED, FAILED, STOPPED, EXPIRED = "finished", "failed", "stopped", "expired"
 GUARDRAIL_BLOCKED, BUDGET_EXCEEDED = "guardrail_blocked", "budget_exceeded"
+# A file share's delivery row is keyed by this and a hash, not by its run (gateway/outbound/files.py).
+FILE_DELIVERY = "file-"
 ENDED = frozenset({FINISHED, FAILED, STOPPED, EXPIRED, GUARDRAIL_BLOCKED, BUDGET_EXCEEDED})
 
 
@@ -483,6 +485,14 @@ class Store:
             s.add(msg)
             await s.flush()
             return msg.id
+
+    async def keep_transcript(self, message_id: int, line: str) -> None:
+        """A voice message's transcript becomes its stored text, ahead of the note naming its files, so
+        later turns (and conversation search) read what was said. Once: a resumed run's second try is a no-op."""
+        async with self.sessions() as s, s.begin():
+            msg = await s.get(Message, message_id)
+            if msg is not None and line not in msg.text:
+                msg.text = f"{line}\n\n{msg.text}".strip()
 
     async def conversations_with_queued_runs(self) -> list[str]:
         async with self.sessions() as s:

@@ -5,6 +5,15 @@ hour, Telegram keeps updates 24 hours, a paused webhook queue longer): so its fl
 Delivery rows matter while a reply may still be edited or a run resumed; ended runs only for
 `agent-gateway runs list` and audits. Queued, running and parked runs are never touched, nor are
 the conversation's messages (its history).
+
+Two kinds of row hang off a run without naming it in a column the runs prune can join, and go on
+the delivery rows' schedule: a file share's delivery row (keyed `file-<hash of the run and the
+files>`, gateway/outbound/files.py: it says how far a share got, which matters only while its run
+may resume), and what the gateway recorded of the files people attached to a run's messages
+(capability state "attachments", scope `run:<id>`: names, types, the platform's references; it is
+how `view_image` finds an earlier image, so that looks back as far as `deliveries_days`). A live
+run's attachments stay; a live run's file row older than `deliveries_days` is gone, which only
+matters to a run parked that long (an approval's timeout is far shorter).
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import text
 
-from gateway.store.repo import Store
+from gateway.store.repo import FILE_DELIVERY, Store
 
 LIVE = ("queued", "running", "parked")
 
@@ -35,6 +44,12 @@ _PRUNE = {
     "deliveries": "DELETE FROM deliveries WHERE id IN (SELECT d.id FROM deliveries d JOIN runs r ON r.id = d.run_id"
                   " WHERE d.updated_at < :cut AND r.status NOT IN ('queued', 'running', 'parked')"
                   " ORDER BY d.id LIMIT :n)",
+    "file_deliveries": "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries"
+                       f" WHERE run_id LIKE '{FILE_DELIVERY}%' AND updated_at < :cut ORDER BY id LIMIT :n)",
+    "attachments": "DELETE FROM capability_state WHERE capability = 'attachments' AND scope IN (SELECT c.scope"
+                   " FROM capability_state c WHERE c.capability = 'attachments' AND c.updated_at < :cut"
+                   " AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.status IN ('queued', 'running', 'parked')"
+                   " AND 'run:' || r.id = c.scope) ORDER BY c.scope LIMIT :n)",
     "runs": "DELETE FROM runs WHERE id IN (SELECT id FROM runs WHERE status NOT IN ('queued', 'running', 'parked')"
             " AND COALESCE(finished_at, created_at) < :cut"
             " AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.run_id = runs.id) ORDER BY created_at LIMIT :n)",
@@ -62,6 +77,8 @@ async def prune(store: Store, retention: Retention, now: datetime, *, pause: flo
     so live messages never wait long behind it. Returns rows deleted per table."""
     cuts = {"inbound_ledger": now - timedelta(days=max(retention.ledger_days, 7.0)),
             "deliveries": now - timedelta(days=retention.deliveries_days),
+            "file_deliveries": now - timedelta(days=retention.deliveries_days),
+            "attachments": now - timedelta(days=retention.deliveries_days),
             "runs": now - timedelta(days=retention.runs_days),
             "background_runs": now - timedelta(days=retention.runs_days),
             "schedule_occurrences": now - timedelta(days=retention.runs_days),

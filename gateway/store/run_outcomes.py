@@ -25,7 +25,9 @@ async def ended_runs(sessions: async_sessionmaker[AsyncSession], *, status: str 
     async with sessions() as s:
         return [{"run_id": r.id, "status": r.status, "reason": r.reason, "agent": r.agent_id, "binding": r.binding_id,
                  "conversation_id": r.conversation_id, "requester": r.requester_name,
-                 "finished_at": r.finished_at.isoformat() if r.finished_at else None}
+                 "finished_at": r.finished_at.isoformat() if r.finished_at else None,
+                 "usage": {"requests": r.requests, "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
+                           "images": r.images, "image_cost_usd": round(r.image_cost_usd, 6)}}
                 for r in await s.scalars(query)]
 
 
@@ -42,8 +44,12 @@ def add_cli(sub: Any, load: Any) -> None:
             if args.json:
                 print(json.dumps(r))
             else:
+                u = r["usage"]
+                images = f", {u['images']} image{'s' if u['images'] != 1 else ''} ${u['image_cost_usd']:.3f}" \
+                    if u["images"] else ""
                 print(f"{r['finished_at']:32} {r['status']:17} run {r['run_id']} agent {r['agent']} "
-                      f"conversation {r['conversation_id']}: {r['reason'] or '-'}")
+                      f"conversation {r['conversation_id']}: {r['reason'] or '-'} "
+                      f"({u['input_tokens']}+{u['output_tokens']} tokens{images})")
         if not rows:
             print("no runs recorded" + (f" with status {args.status}" if args.status else ""))
         return 0

@@ -18,15 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select, text, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from bindings.cron import latest_until, next_after
 from gateway.clock import new_id
 from gateway.store.models import Message, Run, ScheduledTask, ScheduleOccurrence
 from gateway.store.repo import QUEUED, Store
+
+if TYPE_CHECKING:
+    from sqlalchemy.dialects import postgresql, sqlite
 
 ACTIVE, PAUSED, CANCELLED, DONE = "active", "paused", "cancelled", "done"
 LIVE = (ACTIVE, PAUSED)  # what lists and limits count
@@ -259,4 +262,9 @@ def _between(cron: str, zone: str, start: datetime, end: datetime) -> int:
 
 
 def _insert(store: Store, table: type[ScheduleOccurrence]) -> postgresql.Insert | sqlite.Insert:
-    return (postgresql.insert if store.shared else sqlite.insert)(table)  # both have ON CONFLICT DO NOTHING
+    # Both have ON CONFLICT DO NOTHING. Imported here: the other engine's dialect is 2 MiB a deployment never uses.
+    if store.shared:
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(table)

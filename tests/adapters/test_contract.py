@@ -34,9 +34,9 @@ from ..fakes.chat import FakeChatAdapter, fake_platforms
 DECLARED: dict[type, set[str]] = {
     SlackAdapter: {"StreamsNatively", "ShowsStatus", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
                    "AnswersDirectory", "FetchesAttachments", "FindsOwnPosts", "FindsOwnCards", "SpeaksAs", "SendsFiles",
-                   "ConfirmsMembership"},
+                   "ConfirmsMembership", "AsksQuestions"},
     TelegramAdapter: {"StreamsNatively", "ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards",
-                      "AnswersDirectory", "FetchesAttachments", "SendsFiles", "ConfirmsMembership"},
+                      "AnswersDirectory", "FetchesAttachments", "SendsFiles", "ConfirmsMembership", "AsksQuestions"},
     MattermostAdapter: {"ShowsStopControl", "FinalEditTakesStop", "PostsMemoryCards", "AnswersDirectory",
                         "FetchesAttachments", "FindsOwnPosts", "SendsFiles", "ConfirmsMembership"},
     WebAdapter: {"PostsReportCards", "PostsMemoryCards", "ShowsStatus", "ShowsStopControl", "SendsFiles"},

@@ -234,5 +234,12 @@ async def world(directory: Path, *, agents: dict[str, dict[str, Any]] | None = N
     )
     with fake_platforms("slack", "telegram", "mattermost"):
         async with running_gateway(cfg, clock=clock) as gw:
+            # A run waits for an MCP server still starting only briefly (gateway/mcp/pool.py FIRST_WAIT),
+            # then answers without it: on a loaded machine a test server can take longer to start. These
+            # tests are about what the agent does with its tools, so they begin once the servers' first
+            # connections have ended (the bounded wait itself: tests/test_mcp_liveness.py).
+            await wait_for(lambda: gw.mcp is None or all(s["state"] != "connecting"
+                                                         for s in gw.mcp.readiness()["mcp"].values()),
+                           what="the MCP servers' first connections")
             SEEN.clear()
             yield World(gw)

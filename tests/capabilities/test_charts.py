@@ -15,6 +15,7 @@ import pytest
 from tests.adapters.mattermost.conftest import BOT_TOKEN as MM_BOT_TOKEN, World, world  # noqa: F401  (fixture)
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
 from tests.conftest import running_gateway, wait_for, write_config
+from tests.support.settled import settled
 from tests.fakes.slack import FakeSlack
 from tests.fakes.telegram import FakeTelegram
 
@@ -122,6 +123,27 @@ async def test_a_chart_asked_for_on_telegram_arrives_there_as_a_photo(tmp_path: 
     assert png_size(data) == (1200, 720)
     assert name == "signups-last-week.png" and msg.text == "Signups last week"  # the title as its caption
     assert "shared" in support.SEEN[-1].tool_results[0]
+
+
+async def test_a_chart_telegram_refuses_as_too_large_is_told_to_the_model_with_the_limit_and_sent_once(
+        tmp_path: Path, fake_telegram: FakeTelegram) -> None:
+    support.SEEN.append(support.Seen())
+    fake_telegram.max_photo_bytes = 1000  # the Bot API answers 413 "Request Entity Too Large" past it
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake_telegram.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                       bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram,
+                                        "admission": {"dm": "open"}}})
+    async with running_gateway(cfg) as gw:
+        await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+        fake_telegram.push_message(ADA_TG["id"], ADA_TG, say_calls(("create_chart", SIGNUPS)))
+        await fake_telegram.wait_for(lambda: support.SEEN[-1].tool_results, what="the tool's answer")
+        await settled(gw, fake_telegram)
+    (result,) = support.SEEN[-1].tool_results
+    assert "too large" in result and "Request Entity Too Large" in result
+    assert "photo of at most 10 MB" in result and "other file of at most 50 MB" in result
+    assert [c.method for c in fake_telegram.calls if c.method in ("sendPhoto", "sendDocument", "sendMediaGroup")] \
+        == ["sendPhoto"]  # one try: the same bytes would be refused again
+    assert not [m for m in fake_telegram.sent(ADA_TG["id"]) if m.files]
 
 
 async def test_a_chart_asked_for_in_a_mattermost_thread_arrives_in_that_thread(

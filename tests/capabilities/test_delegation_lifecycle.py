@@ -1,6 +1,6 @@
 """subagents: following, steering and stopping a background delegation (wait_tasks, send_message_to_subagent,
-soft_cancel_task, hard_cancel_task), a delegate's question and its answer (allow_questions, answer_subagent),
-and specialists the model writes (allow_dynamic: create_agent, delegate) — each through scripted runs, with
+soft_cancel_task, hard_cancel_task), answer_subagent offered to no model and ask_parent to no background
+delegate (allow_questions is for sync delegates: tests/adapters/slack/test_e2e_questions.py), and specialists the model writes (allow_dynamic: create_agent, delegate) — each through scripted runs, with
 its refusals, on SQLite and PostgreSQL, and across a restart."""
 
 from __future__ import annotations
@@ -107,12 +107,12 @@ async def test_offered_tools_follow_the_config(tmp_path: Path) -> None:
         assert set(seen.tools) == LIFECYCLE, "a default async config offers seven"
         seen = await w.say(ALICE, DM, say_calls(("answer_subagent", {"task_id": "x", "answer": "y"}),
                                                 ("create_agent", {"name": "a", "instructions": "b", "model": "held"})))
-        assert seen.retries[0].startswith("Unknown tool name: 'answer_subagent'"), "allow_questions off: not offered"
+        assert seen.retries[0].startswith("Unknown tool name: 'answer_subagent'"), "declared, offered to no model"
         assert "Unknown tool name: 'create_agent'" in seen.retries[1], "allow_dynamic off: not offered"
-    config = {"allow_questions": True, "allow_dynamic": True}
+    config = {"mode": "auto", "allow_questions": True, "allow_dynamic": True}
     async with world(tmp_path / "b", agents={"assistant": delegating(config), "researcher": researcher()}) as w:
         seen = await w.say(ALICE, DM, "hello")
-        assert set(seen.tools) == LIFECYCLE | {"answer_subagent", "create_agent", "delegate"}
+        assert set(seen.tools) == LIFECYCLE | {"create_agent", "delegate"}, "answer_subagent is never offered"
         for name in seen.tools:  # the house rule: each says what comes back
             assert "<returns>" in (seen.defs[name].description or ""), name
 
@@ -152,13 +152,12 @@ async def test_wait_tasks_waits_for_the_answer_and_the_report_is_not_told_again(
 
 
 async def test_another_conversations_task_is_unknown_to_every_tool(tmp_path: Path) -> None:
-    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
+    agents = {"assistant": delegating({}), "researcher": researcher()}
     async with world(tmp_path, agents=agents) as w:
         row = await started(w, "HOLD:bg alice's work")
         calls = [("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 0}), ("check_task", {"task_id": row.id}),
                  ("send_message_to_subagent", {"task_id": row.id, "message": "stop that"}),
-                 ("soft_cancel_task", {"task_id": row.id}), ("hard_cancel_task", {"task_id": row.id}),
-                 ("answer_subagent", {"task_id": row.id, "answer": "no"})]
+                 ("soft_cancel_task", {"task_id": row.id}), ("hard_cancel_task", {"task_id": row.id})]
         seen = await w.say(BOB, OTHER_DM, say_calls(*calls))
         assert len(seen.tool_results) == len(calls)
         for result in seen.tool_results:
@@ -254,130 +253,31 @@ async def test_hard_cancel_stops_it_now_and_it_reports_stopped(tmp_path: Path, d
                                                "nothing to stop")
 
 
-# --- allow_questions: ask_parent and answer_subagent ----------------------------------------
+# --- allow_questions: only for delegates that wait -----------------------------------------
 
 
-async def test_a_background_delegate_asks_and_the_parent_answers_with_answer_subagent(
-        tmp_path: Path, database: dict[str, Any] | None) -> None:
-    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
-    # The question is itself a script: the parent's model, reading it, answers with answer_subagent.
-    question = say_calls(("answer_subagent", {"task_id": "$TASK", "answer": "The blue one."}))
-    async with world(tmp_path, agents=agents, gateway=database) as w:
-        row = await started(w, say_calls(("ask_parent", {"question": question})))
-        done = await ended(w, row.id, "finished")
-        assert done.answer == "The blue one.", "the delegate went on with the parent's answer"
-        asked, report = await report_runs(w)
-        assert (await settled(w, asked.id)).status == repo.FINISHED
-        said = [m for m in await w.gw.store.messages(row.conversation_id) if m.run_id == asked.id]
-        assert said[0].role == "report" and said[0].text.startswith(f"❓ Question from background run {row.id[:8]}")
-        assert any(c.startswith("**❓ Question from background run") for c in cards(w)), "people see it asked"
-        assert any(r.startswith("Answered: researcher (run ") for s in SEEN for r in s.tool_results)
-        await settled(w, report.id)
-
-        seen = await w.say(ALICE, DM, say_calls(("answer_subagent", {"task_id": row.id, "answer": "again"})))
-        assert seen.tool_results[0].startswith(f"Run {row.id} (researcher) has already ended (finished), so it is "
-                                               "not waiting for an answer")
-
-
-async def test_wait_tasks_returns_when_a_delegate_asks_and_the_answer_given_there_drops_the_questions_turn(
-        tmp_path: Path) -> None:
-    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
+async def test_a_background_delegate_is_never_given_ask_parent(tmp_path: Path) -> None:
+    agents = {"assistant": delegating({"mode": "auto", "allow_questions": True}), "researcher": researcher()}
     async with world(tmp_path, agents=agents) as w:
-        row = await started(w, "STEP:q " + say_calls(("ask_parent", {"question": "EU or US vendors?"})))
-        waiting = asyncio.create_task(w.say(ALICE, DM, say_calls(
-            ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 300}),
-            ("answer_subagent", {"task_id": "$TASK", "answer": "EU only."}),
-            ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 300})), timeout=30))
-        await wait_for(lambda: w.gw.store.runs_in([repo.RUNNING]), what="the waiting turn to start")
-        gate("q").set()  # now it asks, while its parent's turn waits for it
-        seen = await waiting
-        # (the delegate's own run records beside its parent's: its tool results are left out here)
-        asked, answered, result = [r for r in seen.tool_results if r.startswith(("Run ", "Answered"))]
-        assert asked.startswith(f"Run {row.id} (researcher): running;")
-        assert "It is waiting for your answer to: 'EU or US vendors?'" in asked
-        assert answered.startswith(f"Answered: researcher (run {row.id}) goes on with it.")
-        assert result.startswith(f"Run {row.id} (researcher): finished;") and result.endswith("EU only.")
-        question, report = await report_runs(w)
-        for run, why in ((question, "answered in run "), (report, "its answer went to run ")):
-            done = await settled(w, run.id)
-            assert done.reason.startswith(why), (done.status, done.reason)
-        assert not cards(w), "both were told in the reply itself: no card, no second turn"
-
-
-async def test_a_question_nobody_read_goes_with_its_run(tmp_path: Path, database: dict[str, Any] | None) -> None:
-    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
-    async with world(tmp_path, agents=agents, gateway=database) as w:
-        row = await started(w, "STEP:q " + say_calls(("ask_parent", {"question": "EU or US vendors?"})))
-        waiting = asyncio.create_task(w.say(ALICE, DM, say_calls(
-            ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 300}),
-            ("hard_cancel_task", {"task_id": "$TASK"})), timeout=30))
-        await wait_for(lambda: w.gw.store.runs_in([repo.RUNNING]), what="the waiting turn to start")
-        gate("q").set()
-        await waiting
-        done = await ended(w, row.id, "stopped")
-        question, report = await report_runs(w)
-        dropped = await settled(w, question.id)
-        assert dropped.reason == "its run was stopped before the question was read"
-        await settled(w, report.id)
-        assert not any("Question from background run" in c for c in cards(w)), "a stale question is never asked"
-        assert any("⏹ stopped by Agent" in c for c in cards(w))
-        assert await w.gw.store.capability_state.items("subagents.inbox", done.id) == {}
-
-
-async def test_answer_subagent_refuses_a_run_that_asked_nothing(tmp_path: Path) -> None:
-    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
-    async with world(tmp_path, agents=agents) as w:
-        row = await started(w, "HOLD:bg the vendors")
-        seen = await w.say(ALICE, DM, say_calls(("answer_subagent", {"task_id": row.id, "answer": "blue"})))
-        assert seen.tool_results[0] == (f"Run {row.id} (researcher) is not waiting for an answer: it has asked "
-                                        "nothing, or its question was answered already.")
-        gate("bg").set()
+        prompt = say_calls(("ask_parent", {"questions": []}))
+        seen = await w.say(ALICE, DM, say_calls(("task", {"agent": "researcher", "prompt": prompt, "mode": "async"})))
+        assert seen.tool_results[0].startswith("Started in the background as run "), seen.tool_results
+        [row] = await background_runs(w)
         done = await ended(w, row.id, "finished")
-        assert "blue" not in done.answer
-
-
-async def test_without_allow_questions_a_delegate_cannot_ask(tmp_path: Path) -> None:
-    agents = {"assistant": delegating({}), "researcher": researcher()}
-    async with world(tmp_path, agents=agents) as w:
-        row = await started(w, say_calls(("ask_parent", {"question": "which one?"})))
-        done = await ended(w, row.id, "finished")
-        assert "Unknown tool name: 'ask_parent'" in done.answer
+        assert "Unknown tool name: 'ask_parent'" in done.answer, "nobody is left to answer a background delegate"
         assert not [r for r in await report_runs(w) if "Question" in r.reason], "nothing was asked"
 
 
-async def test_a_question_is_kept_in_the_store_and_a_restart_ends_it_cleanly(tmp_path: Path) -> None:
-    agents = {"assistant": delegating({"allow_questions": True}), "researcher": researcher()}
-    # The parent's model reads the question and does not answer it: the delegate keeps waiting.
-    question = "Which vendor? " + say_calls(("list_active_tasks", {}))
-    async with world(tmp_path, agents=agents) as w:
-        row = await started(w, say_calls(("ask_parent", {"question": question})))
-        [asked] = await wait_for(lambda: report_runs(w), what="the question's turn")
-        await settled(w, asked.id)
-        seen = await w.say(ALICE, DM, say_calls(("check_task", {"task_id": row.id})))
-        assert f"It is waiting for your answer to: {question!r}" in seen.tool_results[0]
-    async with world(tmp_path, agents=agents) as w:
-        w._ids = itertools.count(100)  # the platform's event ids go on where the first process left them
-        [row] = await background_runs(w)
-        assert row.status == "partial" and "stopped while it worked" in row.reason
-        seen = await w.say(ALICE, DM, say_calls(("answer_subagent", {"task_id": row.id, "answer": "Acme"}),
-                                                ("wait_tasks", {"task_ids": [row.id], "timeout_seconds": 0})))
-        assert seen.tool_results[0].startswith(f"Run {row.id} (researcher) has already ended (partial), so it is not "
-                                               "waiting for an answer")
-        assert seen.tool_results[1].startswith(f"Run {row.id} (researcher): partial (the gateway stopped while it "
-                                               "worked);")
-        assert await w.gw.store.capability_state.items("subagents.inbox", row.id) == {}, "its inbox went with it"
-
-
-def test_allow_questions_with_no_background_delegate_is_refused_at_load(tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, agents={"assistant": delegating({"mode": "sync", "allow_questions": True}),
+def test_allow_questions_where_every_delegate_detaches_is_refused_at_load(tmp_path: Path) -> None:
+    cfg = write_config(tmp_path, agents={"assistant": delegating({"mode": "async", "allow_questions": True}),
                                          "researcher": researcher()})
     extensions.register_checks()
     with pytest.raises(ConfigError) as e:
         load_config(cfg)
     [problem] = [str(p) for p in e.value.problems if not p.warning]
     assert problem.startswith(f"{cfg / 'agents' / 'assistant.yaml'}:")
-    assert "capabilities.0.config.allow_questions: allow_questions reaches only delegates that run in the " \
-           "background" in problem
+    assert "capabilities.0.config.allow_questions: allow_questions reaches only delegates that wait (mode sync)" \
+           in problem
 
 
 # --- allow_dynamic: create_agent and delegate -----------------------------------------------
@@ -411,11 +311,13 @@ async def test_a_specialist_the_model_writes_runs_on_a_configured_model_only(tmp
 
 
 async def test_a_written_specialist_may_run_in_the_background_and_never_asks(tmp_path: Path) -> None:
-    agents = {"assistant": delegating({"allow_dynamic": True, "allow_questions": True}), "researcher": researcher()}
+    agents = {"assistant": delegating({"mode": "auto", "allow_dynamic": True, "allow_questions": True}),
+              "researcher": researcher()}
     async with world(tmp_path, agents=agents) as w:
         seen = await w.say(ALICE, DM, say_calls(
             ("create_agent", {"name": "poet", "instructions": "You write haiku.", "model": "held"}),
-            ("delegate", {"agent": "poet", "prompt": say_calls(("ask_parent", {"question": "rhyme?"}))})))
+            ("delegate", {"agent": "poet", "prompt": say_calls(("ask_parent", {"question": "rhyme?"})),
+                          "mode": "async"})))
         assert seen.tool_results[1].startswith("Started in the background as run ")
         [row] = await background_runs(w)
         done = await ended(w, row.id, "finished")

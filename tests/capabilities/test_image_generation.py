@@ -4,16 +4,22 @@ person approves, and then the image is posted once in the thread; refused at loa
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 from pathlib import Path
 
 import pytest
+from pydantic_ai.images.result import ImageGenerationResult
+from pydantic_ai.usage import RequestUsage
 
 from bindings.loader import load_config
+from gateway.ops import cli
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
 from tests.conftest import running_gateway, write_config
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.slack import FakeSlack
+from tests.support.settled import settled
 
 from . import support
 from .scripted import say_calls
@@ -40,8 +46,8 @@ def _config(tmp_path: Path, fake: FakeSlack, images: FakeOpenAI, **entry: object
                         bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
 
 
-async def test_a_generated_image_is_gated_and_posted_once_after_approval(
-        tmp_path: Path, fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_generated_image_is_gated_and_posted_once_after_approval_and_its_cost_recorded_with_the_run(
+        tmp_path: Path, fake_slack: FakeSlack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
     images = await FakeOpenAI().start()
     images.image = _png()
@@ -59,8 +65,22 @@ async def test_a_generated_image_is_gated_and_posted_once_after_approval(
             await fake_slack.click("U0ADA", card, approve)
             (shared,) = await fake_slack.wait_for(lambda: fake_slack.shared_files)
             await eventually(lambda: support.SEEN[-1].tool_results)
+            await settled(gw, fake_slack)
+            (run,) = await gw.store.runs_in(["finished"])
+            metrics = gw.metrics.render().decode()
     finally:
         await images.stop()
+    # Its cost, recorded with the run: pydantic-ai's price for the usage the image endpoint reported.
+    expected = float(ImageGenerationResult([], prompt="", model_name="gpt-image-2", provider_name="openai",
+                                           usage=RequestUsage(input_tokens=12, output_tokens=272)).cost().total_price)
+    assert expected > 0 and (run.images, round(run.image_cost_usd, 6)) == (1, round(expected, 6))
+    assert 'agent_gateway_images_generated_total{agent="assistant",model="gpt-image-2"} 1.0' in metrics
+    assert f'agent_gateway_image_cost_usd_total{{agent="assistant",model="gpt-image-2"}} {expected}' in metrics
+    assert await asyncio.to_thread(cli.main, ["runs", "list", "--json", "--config", str(tmp_path / "config")]) == 0
+    (listed,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert listed["run_id"] == run.id and listed["usage"]["images"] == 1
+    assert listed["usage"]["image_cost_usd"] == round(expected, 6)
+    assert f"about ${expected:.3f}" in support.SEEN[-1].tool_results[0]
     ((body, auth),) = images.image_requests
     assert body["prompt"] == "A lighthouse at dusk, watercolour" and body["model"] == "gpt-image-2"
     assert auth == "Bearer sk-image-key"

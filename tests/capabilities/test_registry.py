@@ -119,6 +119,7 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path, monkey
     configs = {"skills": {"skills": ["incident-summary"]},  # the shipped example, copied below
                "planning": {"enable_subtasks": True}, "context": {"default_mode": "link"},
                "knowledge": {"collections": ["docs"]},
+               "audio": {"provider": "openai"},  # the agent's model is in-process: no provider of its own
                "subagents": {"mode": "auto", "inline": [{"name": "helper", "model": "recorder"}],
                              "allow_questions": True, "allow_dynamic": True}}
     monkeypatch.setenv("TEST_CAPABILITY_KEY", "a-key")  # for those that need one (image_generation)
@@ -137,7 +138,8 @@ async def test_every_registered_tool_says_what_comes_back(tmp_path: Path, monkey
         seen = await w.run(Account("slack", "T1", "U1", "a"), Place("slack", "slack", "T1", "C1", ChatKind.CHANNEL),
                            "hello")
     # sandbox declares execute so a binding can gate or rename it, and offers it only with a shell backend (none yet).
-    declared = {t.id for decl in shipped for t in decl.tools} - {"execute"}
+    # answer_subagent is declared so policy can name it, and offered to no model (the seed's rule).
+    declared = {t.id for decl in shipped for t in decl.tools} - {"execute", "answer_subagent"}
     # load_capability is the framework's own (skills are loaded with it): no spec declares, gates or renames it.
     offered = {name: tool for name, tool in seen.defs.items() if name != "load_capability"}
     assert set(offered) == declared, "every declared tool is built (and nothing undeclared)"

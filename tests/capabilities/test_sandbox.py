@@ -170,7 +170,7 @@ async def test_execute_is_declared_not_offered_and_can_already_be_gated_and_rena
              "tool_overrides": {"execute": {"name": "run_shell"}, "write_file": {"name": "save_file"}}}
     async with world(tmp_path, agents={"assistant": agent(entry, model="scripted")}) as w:
         seen = await w.run(ALICE, DM_ALICE, "hello")
-        assert set(seen.tools) == {"ls", "read_file", "glob", "grep", "save_file", "edit_file", "share_file"}
+        assert set(seen.tools) == {"ls", "read_file", "glob", "grep", "save_file", "edit_file", "share_file", "fetch_file"}
         assert "There is no shell" in seen.instructions[0]
 
 

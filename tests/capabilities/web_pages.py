@@ -55,7 +55,7 @@ async def serve_pages() -> AsyncIterator[Pages]:
             await response.prepare(request)
             await response.write(b"<html><body><p>")
             while True:
-                await asyncio.sleep(1)
+                await asyncio.sleep(1)  # pacing only: the dribble's byte a second (the client gives up first)
                 await response.write(b"a")
         if path == "/missing":
             return web.Response(status=404, text="not here")

@@ -1,5 +1,10 @@
 """A fake OpenAI-compatible Chat Completions server (what Ollama, vLLM and LM Studio speak).
 
+It also answers the Images API and the Audio API: `/v1/audio/transcriptions` (multipart, as the
+openai SDK sends it) with the text a test scripts, the clip's real duration (decoded with PyAV) and
+segments in `verbose_json`, and, as OpenAI does, only `json` or `text` for the gpt-4o transcription
+models; `/v1/audio/speech` with real audio (an MP3 tone, longer for longer text).
+
 Streams a scripted answer as server-sent `chat.completion.chunk` events, optionally slowly,
 so a test can hold a run in flight. Records every request it received, and the client end
 (address, port) of the TCP connection each came on, so a test can tell a reused connection.
@@ -37,6 +42,11 @@ class FakeOpenAI:
         # Images API (`POST /v1/images/generations`): what it draws (PNG bytes) and what it was asked.
         self.image: bytes = b""
         self.image_requests: list[tuple[dict[str, Any], str | None]] = []  # (body, Authorization header)
+        # Audio API: what a transcription hears (or an HTTP status to fail with), and what each endpoint was asked.
+        self.transcript: str = "Hello from a voice message."
+        self.transcription_status: int = 200
+        self.transcriptions: list[dict[str, Any]] = []  # form fields, plus file_name / file_bytes / file_type
+        self.speech_requests: list[dict[str, Any]] = []
 
     def busy(self) -> list[str]:
         """What the fake is still doing (`tests.support.settled`)."""
@@ -50,6 +60,8 @@ class FakeOpenAI:
         app = web.Application(middlewares=[self.in_flight.middleware])
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_post("/v1/images/generations", self._images)
+        app.router.add_post("/v1/audio/transcriptions", self._transcriptions)
+        app.router.add_post("/v1/audio/speech", self._speech)
         self._runner = web.AppRunner(app, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -74,6 +86,67 @@ class FakeOpenAI:
             "usage": {"input_tokens": 12, "output_tokens": 272, "total_tokens": 284,
                       "input_tokens_details": {"text_tokens": 12, "image_tokens": 0}},
         })
+
+    async def _transcriptions(self, request: web.Request) -> web.Response:
+        """OpenAI's audio.transcriptions: multipart `file`, `model`, `response_format`, `language`."""
+        from tests.support.audio import decode
+
+        fields: dict[str, Any] = {}
+        async for part in await request.multipart():
+            if part.name == "file":
+                fields.update(file_name=part.filename, file_type=part.headers.get("Content-Type"),
+                              file_bytes=bytes(await part.read()))
+            elif part.name:
+                fields[part.name] = await part.text()
+        self.transcriptions.append(fields)
+        fmt = fields.get("response_format", "json")
+        model = str(fields.get("model", ""))
+        if self.transcription_status != 200:
+            return web.json_response({"error": {"message": "scripted failure", "type": "server_error"}},
+                                     status=self.transcription_status)
+        if model.startswith("gpt-4o") and fmt not in ("json", "text"):
+            return web.json_response({"error": {"message": f"response_format '{fmt}' is not compatible with model "
+                                                f"'{model}'. Use 'json' or 'text' instead.",
+                                                "type": "invalid_request_error", "param": "response_format"}}, status=400)
+        try:
+            seconds = decode(fields.get("file_bytes", b"")).seconds
+        except Exception:
+            return web.json_response({"error": {"message": "Audio file might be corrupted or unsupported",
+                                                "type": "invalid_request_error", "param": "file"}}, status=400)
+        if fmt == "text":
+            return web.Response(text=self.transcript)
+        if fmt == "verbose_json":
+            words = self.transcript.split()
+            half = max(1, len(words) // 2)
+            segments = [{"id": i, "seek": 0, "start": start, "end": end, "text": " " + " ".join(chunk), "tokens": [],
+                         "temperature": 0.0, "avg_logprob": -0.2, "compression_ratio": 1.1, "no_speech_prob": 0.01}
+                        for i, (start, end, chunk) in enumerate(((0.0, seconds / 2, words[:half]),
+                                                                 (seconds / 2, seconds, words[half:]))) if chunk]
+            return web.json_response({"task": "transcribe", "language": fields.get("language") or "english",
+                                      "duration": seconds, "text": self.transcript, "segments": segments,
+                                      "usage": {"type": "duration", "seconds": int(seconds) + 1}})
+        audio_tokens = int(seconds * 10) + 1
+        out = len(self.transcript.split()) + 1
+        return web.json_response({"text": self.transcript, "usage": {
+            "type": "tokens", "input_tokens": audio_tokens, "output_tokens": out, "total_tokens": audio_tokens + out,
+            "input_token_details": {"text_tokens": 0, "audio_tokens": audio_tokens}}})
+
+    async def _speech(self, request: web.Request) -> web.Response:
+        """OpenAI's audio.speech: JSON {model, input, voice, response_format}; the audio as the body."""
+        from tests.support.audio import tone
+
+        body = await request.json()
+        self.speech_requests.append(body)
+        if not body.get("input") or not body.get("voice"):
+            return web.json_response({"error": {"message": "input and voice are required",
+                                                "type": "invalid_request_error"}}, status=400)
+        fmt = body.get("response_format", "mp3")
+        if fmt not in ("mp3", "wav"):
+            return web.json_response({"error": {"message": f"this fake makes mp3 or wav, not {fmt}",
+                                                "type": "invalid_request_error"}}, status=400)
+        seconds = min(5.0, 0.5 + len(body["input"]) / 40)
+        return web.Response(body=tone(seconds, fmt, hz=330.0),
+                            content_type="audio/mpeg" if fmt == "mp3" else "audio/wav")
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

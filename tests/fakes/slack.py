@@ -457,8 +457,8 @@ class FakeSlack:
         filename, length = args.get("filename"), int(args.get("length") or 0)
         if not filename or length <= 0:
             return {"ok": False, "error": "invalid_arguments"}
-        if length > self.max_file_bytes:
-            return {"ok": False, "error": "file_too_large"}
+        if length > self.max_file_bytes:  # a team's admins restricted uploads of large files (Slack's own error)
+            return {"ok": False, "error": "file_upload_size_restricted"}
         file_id = f"F{len(self.files) + len(self.pending_uploads) + 1:08d}U"
         self.pending_uploads[file_id] = (filename, length, None)
         return {"ok": True, "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}", "file_id": file_id}
@@ -828,7 +828,7 @@ class FakeSlack:
         """A file a person uploads: its `files[]` object as events carry it (`size` may lie, as a test wants)."""
         file_id = f"F{len(self.files) + 1:08d}"
         self.files[file_id] = data
-        url = f"http://127.0.0.1:{self.port}/files-pri/{self.team_id}-{file_id}/{quote(name)}"
+        url = f"http://127.0.0.1:{self.port}/files-pri/{self.team_id}-{file_id}/{quote(name, safe='')}"
         return {"id": file_id, "name": name, "title": name, "mimetype": mimetype, "filetype": name.rsplit(".", 1)[-1],
                 "size": len(data) if size is None else size, "url_private": url, "url_private_download": url + "?dl=1",
                 "permalink": f"https://fake.slack.com/files/U0ADA/{file_id}/{quote(name)}"}

@@ -57,7 +57,7 @@ _HTML_TAGS = frozenset(
 MAX_TEXT = 4096
 # The methods that count against the budgets, and the budgets: (limit, seconds) per chat, per group, per bot.
 _BUDGETED = frozenset({"sendMessage", "editMessageText", "editMessageReplyMarkup", "sendPhoto", "sendDocument",
-                       "sendAudio", "sendMediaGroup"})
+                       "sendAudio", "sendVoice", "sendMediaGroup"})
 # Uploads (core.telegram.org/bots/api#sending-files): a photo up to 10 MB, another file up to 50 MB;
 # a caption up to 1,024 characters after entities are parsed; an album of 2-10 items of one family.
 MAX_PHOTO_BYTES, MAX_FILE_BYTES, MAX_CAPTION = 10 * 1024 * 1024, 50 * 1024 * 1024, 1024
@@ -94,7 +94,7 @@ class ChatMessage:
     thread_id: int | None = None
     reply_markup: JSON | None = None
     edits: list[str] = field(default_factory=list)  # visible texts of earlier versions, oldest first
-    files: list[tuple[str, str, bytes]] = field(default_factory=list)  # (photo|document|audio, file name, bytes)
+    files: list[tuple[str, str, bytes]] = field(default_factory=list)  # (photo|document|audio|voice, name, bytes)
     date: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -243,6 +243,9 @@ class FakeTelegram:
         self.in_flight = InFlight(listening=("/getUpdates",))
         self._webhook_kick = asyncio.Event()
         self.files: dict[str, bytes] = {}  # file_id → contents: getFile, then /file/bot<token>/<file_path>
+        # What a send takes (core.telegram.org/bots/api#sending-files); over it the Bot API answers 413
+        # "Request Entity Too Large" (JSON, as api.telegram.org does). Lower them to test a smaller cap.
+        self.max_photo_bytes, self.max_file_bytes = MAX_PHOTO_BYTES, MAX_FILE_BYTES
         self.downloads: list[str] = []  # file paths downloaded with the right token
         # A share of getUpdates long polls cut, as a proxy or a flaky network does: answered 502
         # (an HTML page, not the Bot API's JSON) or, after the poll took its updates, closed
@@ -619,7 +622,7 @@ class FakeTelegram:
         if part not in files:
             raise ApiError(400, f"Bad Request: there is no {kind} in the request")
         name, data = files[part]
-        if len(data) > (MAX_PHOTO_BYTES if kind == "photo" else MAX_FILE_BYTES):
+        if len(data) > (self.max_photo_bytes if kind == "photo" else self.max_file_bytes):
             raise ApiError(413, "Request Entity Too Large")
         return name, data
 
@@ -643,7 +646,11 @@ class FakeTelegram:
     async def _send_one(self, p: JSON, kind: str) -> JSON:
         caption = self._caption(p)
         name, data = self._upload(p, kind, p.get(kind), kind)
-        return self._message_json(self._file_message(p, [(kind, name, data)], caption))
+        out = self._message_json(self._file_message(p, [(kind, name, data)], caption))
+        if kind == "voice":  # what Telegram answers for a voice note: the file as a Voice object
+            out["voice"] = {"file_id": self.add_file(data), "file_unique_id": f"v{len(self.files)}", "duration": 1,
+                            "mime_type": "audio/ogg", "file_size": len(data)}
+        return out
 
     async def _api_sendPhoto(self, p: JSON) -> JSON:
         return await self._send_one(p, "photo")
@@ -653,6 +660,10 @@ class FakeTelegram:
 
     async def _api_sendAudio(self, p: JSON) -> JSON:
         return await self._send_one(p, "audio")
+
+    async def _api_sendVoice(self, p: JSON) -> JSON:
+        """A voice note: the Bot API wants OGG/Opus (or MP3 / M4A) and shows anything else as a file."""
+        return await self._send_one(p, "voice")
 
     async def _api_sendMediaGroup(self, p: JSON) -> list[JSON]:
         media = p["media"] if isinstance(p["media"], list) else json.loads(p["media"])

@@ -38,6 +38,7 @@ class FakeDispatcher:
         self.submitted: list[InboundMessage] = []  # every message handed over, redeliveries too
         self.accepted: list[InboundMessage] = []  # the ones the ledger took
         self.clicks: list[Click] = []
+        self.answers: list[tuple[str, int, str]] = []  # question buttons pressed: (question id, choice, account)
         self.state: dict[tuple[str, str], str] = {}
         self.deciders = deciders
         self.refusal = refusal
@@ -77,6 +78,13 @@ class FakeDispatcher:
         if self.on_accepted is not None:
             await self.on_accepted(click)
         return DecisionOutcome(True, f"{decision} by {decider.display_name}", private=False)
+
+    async def answer(self, question_id: str, choice: int, who: Sender, *, binding_id: str) -> DecisionOutcome:
+        """A question card's button: recorded, refused to anyone not among `deciders`."""
+        self.answers.append((question_id, choice, who.account_id))
+        if self.deciders is not None and who.account_id not in self.deciders:
+            return DecisionOutcome(False, self.refusal)
+        return DecisionOutcome(True, "Answered.")
 
     async def get_state(self, binding_id: str, key: str) -> str | None:
         return self.state.get((binding_id, key))

@@ -4,7 +4,8 @@
 It has no `server/discover` (the client falls back to `initialize`), answers `ping`, and has one tool,
 `ask_model(question)`, that asks the client for a model completion (`sampling/createMessage`) and
 returns what came back, or the refusal; `ask_person(question)`, which asks the person through the
-client (`elicitation/create`); and `export`, which it runs only as a task. Every ping is appended to `$MCP_LOG` as {"ping": pid}.
+client (`elicitation/create`); `nag(times)`, which asks that many times in a row and returns each action;
+and `export`, which it runs only as a task. Every ping is appended to `$MCP_LOG` as {"ping": pid}.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ TOOLS = [
      "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}},
     {"name": "ask_person", "description": "Asks the person for input (elicitation).",
      "inputSchema": {"type": "object", "properties": {"question": {"type": "string"}}, "required": ["question"]}},
+    {"name": "nag", "description": "Asks the person the same question `times` times in a row (elicitation).",
+     "inputSchema": {"type": "object", "properties": {"times": {"type": "integer"}}, "required": ["times"]}},
     {"name": "export", "description": "Runs only as a task (task augmentation required).",
      "inputSchema": {"type": "object", "properties": {}}, "execution": {"taskSupport": "required"}},
 ]
@@ -51,6 +54,15 @@ def ask_person(question: str) -> str:
     return f"the person said: {reply['result']}"
 
 
+def nag(times: int) -> str:
+    actions = []
+    for n in range(times):
+        reply = request("elicitation/create", {"mode": "form", "message": f"Are we there yet? ({n + 1})",
+                                               "requestedSchema": {"type": "object", "properties": {}}})
+        actions.append(reply["result"]["action"] if "result" in reply else "error")
+    return "nag: " + ",".join(actions)
+
+
 def request(method: str, params: dict[str, Any]) -> dict[str, Any]:
     """Ask the client, and wait for its reply (answering anything else meanwhile, such as a ping)."""
     send({"id": f"{method}-1", "method": method, "params": params})
@@ -76,8 +88,9 @@ def answer(message: dict[str, Any]) -> None:
     elif method == "tools/list":
         send({"id": rid, "result": {"tools": TOOLS}})
     elif method == "tools/call":
-        ask = ask_person if message["params"]["name"] == "ask_person" else ask_model
-        text = ask(message["params"]["arguments"]["question"])
+        name, args = message["params"]["name"], message["params"]["arguments"]
+        text = nag(args["times"]) if name == "nag" else (ask_person if name == "ask_person" else ask_model)(
+            args["question"])
         send({"id": rid, "result": {"content": [{"type": "text", "text": text}], "isError": False}})
     else:
         send({"id": rid, "error": {"code": -32601, "message": "Method not found"}})

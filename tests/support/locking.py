@@ -8,6 +8,8 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from .loop_lag import own_lag
+
 LOCK_SECONDS = 3.0
 STALL_BOUND = 0.100  # the issue's bound on the loop's longest stall, generous on purpose
 
@@ -59,18 +61,16 @@ async def another_process_holds_the_lock(database: Path, seconds: float = LOCK_S
 
 
 class StallMeter:
-    """A timer task: the longest time the loop took to run a 5 ms sleep's wake-up, minus 5 ms."""
+    """A timer task: the longest time the loop took to run a 5 ms sleep's wake-up, minus 5 ms and
+    minus the time a busy machine kept the loop's thread waiting for a CPU (`loop_lag.own_lag`)."""
 
     def __init__(self) -> None:
         self.longest = 0.0
         self._task: asyncio.Task[None] | None = None
 
     async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            started = loop.time()
-            await asyncio.sleep(0.005)
-            self.longest = max(self.longest, loop.time() - started - 0.005)
+            self.longest = max(self.longest, await own_lag(0.005))
 
     def __enter__(self) -> StallMeter:
         self._task = asyncio.create_task(self._tick())

@@ -5,7 +5,8 @@ own event loop on 127.0.0.1 with an ephemeral port, or `python tests/support/mcp
 (prints the URL). Every tool call is appended to `$MCP_LOG` (one JSON line) so a test can count
 how often a tool really ran, whichever process served it.
 
-`--extras` adds the tools that exercise the rest of the protocol (logs, binary results, progress, ...);
+`--extras` adds the tools that exercise the rest of the protocol (logs, binary results, progress, elicitation:
+`release` asks the person a form with a boolean, an enum and a string, `pester` asks two questions at once);
 `--noisy` prints a line that is not JSON-RPC on stdout before serving, as servers with a banner do.
 """
 
@@ -20,12 +21,15 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any, Literal
 
+from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp_types import Annotations, BlobResourceContents, EmbeddedResource, ResourceLink, TextContent
+from pydantic import BaseModel, Field
 
 # A 1x1 transparent PNG.
 PNG = base64.b64decode(
@@ -100,7 +104,49 @@ def build(name: str = "test-tracker", *, extras: bool = False) -> MCPServer:
     return server
 
 
+class Release(BaseModel):
+    confirm: bool = Field(title="Really release?")
+    env: Literal["staging", "prod"] = Field(title="Environment")
+    reason: str = Field(title="Why now?")
+
+
+class Confirm(BaseModel):
+    sure: bool = Field(title="Sure?")
+
+
+def _ask_release(service: str) -> Elicit[Release]:
+    # Markup and a mention a chat would act on: the card must show them as text.
+    return Elicit(f"Release {service}? <!channel> *now* <b>bold</b> @everyone", Release)
+
+
+def _ask_first(service: str) -> Elicit[Confirm]:
+    return Elicit(f"First question about {service}", Confirm)
+
+
+def _ask_second(service: str) -> Elicit[Confirm]:
+    return Elicit(f"Second question about {service}", Confirm)
+
+
+def _outcome(answer: Any) -> str:
+    if isinstance(answer, AcceptedElicitation):
+        return f"accepted {answer.data.model_dump()}"
+    return answer.action
+
+
 def _add_extras(server: MCPServer) -> None:
+    @server.tool()
+    def release(service: str, answer: Annotated[ElicitationResult[Release], Resolve(_ask_release)]) -> str:
+        """Releases a service after asking the person (elicitation)."""
+        _record("release", service=service, answer=_outcome(answer))
+        return f"release {service}: {_outcome(answer)}"
+
+    @server.tool()
+    def pester(service: str, first: Annotated[ElicitationResult[Confirm], Resolve(_ask_first)],
+               second: Annotated[ElicitationResult[Confirm], Resolve(_ask_second)]) -> str:
+        """Asks the person two questions at once."""
+        _record("pester", service=service)
+        return f"pester {service}: {sorted([_outcome(first), _outcome(second)])}"
+
     @server.tool()
     async def chatter(service: str, ctx: Context) -> str:
         """Logs at the loudest level, and floods its stderr."""

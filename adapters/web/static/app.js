@@ -217,7 +217,7 @@
 
   // The conversation id comes from the URL fragment: encoded wherever it goes into a path.
   // Files the agent posted: fetched with the token (never in a URL), shown from a blob: an image
-  // inline, anything else as a download link under its name.
+  // inline, speech (OGG, MP3) as an audio player, anything else as a download link under its name.
   async function blobOf(url) {
     const headers = token() ? { Authorization: "Bearer " + token() } : {};
     const r = await fetch(url, { headers });
@@ -233,6 +233,13 @@
         img.className = "shared-file";
         blobOf(f.url).then((u) => { img.src = u; }).catch((err) => flash(err.message));
         el.appendChild(img);
+      } else if (/^audio\/(ogg|mpeg)$/.test(f.media_type)) {
+        const audio = document.createElement("audio");
+        audio.controls = true;
+        audio.className = "shared-file";
+        audio.title = f.name;
+        blobOf(f.url).then((u) => { audio.src = u; }).catch((err) => flash(err.message));
+        el.appendChild(audio);
       } else {
         const a = document.createElement("a");
         a.textContent = f.name;

@@ -1,7 +1,8 @@
 """Mattermost action callbacks authenticate the clicker (docs/security.md, "Mattermost"): the signed context
 covers binding, channel, approval, decision and a nonce, not the user, so the adapter asks the server
 (the post is this card in this channel; the user is a member) and binds each nonce to the first user who
-presented it. A replayed context carrying a decider's user id decides nothing."""
+presented it. A replayed context carrying a decider's user id decides nothing. Stop and `/memory` buttons
+go through the same checks (`_vouched` in adapters/mattermost/adapter.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,19 @@ from typing import Any
 
 import aiohttp
 
-from tests.conftest import free_port, running_gateway, wait_for
+import pytest
 
-from .conftest import World
-from .test_mattermost_e2e import Script, _card, _config, _connected, files_capability, script  # noqa: F401 (fixtures)
+from adapters.mattermost.adapter import server_name
+from gateway.store import repo
+from gateway.store.notes import CHAT, Holder, NoteStore
+from tests.conftest import free_port, running_gateway, wait_for
+from tests.support.memory_cards import seed
+from tests.test_stop import SLOW
+
+from . import test_mattermost_memory as memory_e2e
+from . import test_mattermost_stop as stop_e2e
+from .conftest import BOT_TOKEN, World
+from .test_mattermost_e2e import Script, _bot_posts, _card, _config, _connected, files_capability, script  # noqa: F401 (fixtures)
 
 
 async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -79,3 +89,76 @@ async def test_a_context_is_owned_by_the_first_user_who_presented_it(
                                      {**logged, "user_id": world.alice["id"], "user_name": "alice"})
         assert status == 200 and "already pressed by someone else" in answer["ephemeral_text"]
         assert files_capability == [] and "Approved" not in world.fake.posts[card["id"]]["message"]
+
+
+async def test_a_forged_or_replayed_stop_stops_nothing(tmp_path: Path, world: World,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stop goes through the same checks as a card's buttons: a context we did not sign is 401, a
+    replay under the requester's id or a click by someone outside the channel stops nothing."""
+    eve = world.fake.add_user("eve")  # on the server, not in the channel
+    async with stop_e2e._running(tmp_path, world, monkeypatch, SLOW) as gw, aiohttp.ClientSession() as http:
+        root = await stop_e2e._alice_asks(world, "write a long essay")
+        (reply,) = await wait_for(lambda: [p for p in _bot_posts(world, world.town, root["id"])
+                                           if world.fake.buttons(p["id"])], what="the Stop action")
+        [run] = await gw.store.runs_in([repo.RUNNING])
+        result = await world.fake.click(world.bob["id"], reply["id"], "stop")  # Bob may not stop Alice's run
+        assert result.status == 200 and "can stop this" in result.ephemeral_text
+        logged = dict(world.fake.click_log[-1])
+        url = _server_action(world, reply["id"], "stop")["url"]
+
+        forged = {**logged, "user_id": world.alice["id"], "context": {**logged["context"], "stop_run": "another"}}
+        assert (await _post(http, url, forged))[0] == 401
+        status, answer = await _post(http, url, {**logged, "user_id": world.alice["id"], "user_name": "alice"})
+        assert status == 200 and "changed since it was shown" in answer["ephemeral_text"]
+        fresh = _server_action(world, reply["id"], "stop")["context"]
+        assert fresh["nonce"] != logged["context"]["nonce"], "the reply was not given a fresh Stop after Bob's click"
+        status, answer = await _post(http, url, {**logged, "context": fresh, "user_id": eve["id"], "user_name": "alice"})
+        assert status == 200 and "Only members of this channel" in answer["ephemeral_text"]
+        assert (await gw.store.run(run.id)).status == repo.RUNNING  # type: ignore[union-attr]
+
+        result = await world.fake.click(world.alice["id"], reply["id"], "stop")  # hers, through the server
+        assert result.status == 200 and result.ephemeral_text == ""
+        await wait_for(lambda: _status(gw, run.id, repo.STOPPED), what="the run to stop")
+
+
+def _server_action(world: World, post_id: str, action_id: str) -> dict[str, Any]:
+    """An action's integration as the server holds it (a client never sees it; a proxy's log might)."""
+    return next(a["integration"] for att in world.fake.posts[post_id]["props"]["attachments"]
+                for a in att.get("actions") or [] if a["id"] == action_id)
+
+
+async def _status(gw: Any, run_id: str, status: str) -> bool:
+    row = await gw.store.run(run_id)
+    return row is not None and row.status == status
+
+
+async def test_a_forged_or_replayed_memory_click_changes_no_note(tmp_path: Path, world: World,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A `/memory` card's buttons go through the same checks: someone outside the chat presenting a
+    context deletes nothing, and a click replayed after the card changed deletes nothing again."""
+    monkeypatch.setenv("MM_E2E_TOKEN", BOT_TOKEN)
+    eve = world.fake.add_user("eve")
+    async with running_gateway(memory_e2e._config(tmp_path, world)) as gw, aiohttp.ClientSession() as http:
+        await _connected(gw)
+        room = Holder(CHAT, f"mattermost:{server_name(world.url)}:{world.group['id']}")
+        await seed(gw.store, room, {"standup.md": "at nine"})
+        await world.fake.user_post(world.alice["id"], world.group["id"], "@agentbot !memory")
+        card = await wait_for(lambda: memory_e2e._card(world, world.group), what="the memory card")
+        post_id = str(card["id"])
+        delete = memory_e2e._action(world, post_id, 2, "Delete")
+        url, context = _server_action(world, post_id, delete)["url"], _server_action(world, post_id, delete)["context"]
+        body = {"user_id": eve["id"], "user_name": "alice", "channel_id": world.group["id"], "post_id": post_id,
+                "context": context}
+
+        assert (await _post(http, url, {**body, "context": {**context, "memory": "erase-all"}}))[0] == 401
+        status, answer = await _post(http, url, body)
+        assert status == 200 and "Only members of this channel" in answer["ephemeral_text"]
+        assert "standup.md" in [n.name for n in await NoteStore(gw.store).held(room)]
+
+        result = await world.fake.click(world.bob["id"], post_id, delete)  # Bob's own click deletes it
+        assert result.status == 200 and "Deleted `assistant/standup.md`" in world.fake.posts[post_id]["message"]
+        logged = dict(world.fake.click_log[-1])
+        await seed(gw.store, room, {"standup.md": "at ten"})  # written again since
+        status, answer = await _post(http, url, logged)
+        assert status == 200 and "changed since it was shown" in answer["ephemeral_text"]
+        assert "standup.md" in [n.name for n in await NoteStore(gw.store).held(room)]

@@ -96,3 +96,20 @@ async def test_the_channel_tools_stay_within_their_methods_tiers(fast_slack: Fak
     assert len(members) == 120 and len(infos) == 60
     assert len(fast_slack.calls_to("conversations.list")) == 30, "more than a Tier 2 minute's 20: paced, none lost"
     assert len(fast_slack.calls_to("users.info")) >= 120, "more than a Tier 4 minute's 100"
+
+
+async def test_file_uploads_stay_within_the_external_upload_methods_tier(fast_slack: FakeSlack,
+                                                                         paced: SlackAdapter) -> None:
+    """files.getUploadURLExternal and files.completeUploadExternal are Tier 4 (their reference pages):
+    more files at once than a Tier 4 minute's 100 are paced, none refused, none lost."""
+    from gateway.outbound.adapter import OutboundFile
+
+    files = [OutboundFile(f"n{i}.csv", f"n,{i}\n".encode(), "text/csv") for i in range(110)]
+
+    async def one(f: OutboundFile) -> str:
+        return await paced.share(GENERAL, [(f, await paced.upload(GENERAL, f))], "")
+
+    await asyncio.gather(*(one(f) for f in files))
+    assert fast_slack.throttled == [], "the gateway itself never causes a 429"
+    assert sorted(s.title for s in fast_slack.shared_files) == sorted(f.name for f in files)
+    assert len(fast_slack.calls_to("files.completeUploadExternal")) == 110

@@ -49,6 +49,15 @@ def test_unclosed_fence_still_a_code_block() -> None:
     assert markdown_to_mrkdwn("```\ncode *x*") == "```\ncode *x*\n```"
 
 
+def test_fences_are_read_as_for_telegram() -> None:
+    """The block rules are gateway/markdown.py's, shared with Telegram: a one-line ```code``` is inline code
+    (it used to open a fence that swallowed the rest of the reply), and only a bare fence line closes one."""
+    assert markdown_to_mrkdwn("```ls -la```\n**done**") == "`ls -la`\n*done*"
+    assert markdown_to_mrkdwn("```\ncode\n```python\nstill code\n```\n**b**") == \
+        "```\ncode\n```python\nstill code\n```\n*b*"
+    assert markdown_to_mrkdwn("~~~ text\n- x\n~~~") == "```\n- x\n```"
+
+
 def test_table_becomes_code_block() -> None:
     md = "| a | b |\n|---|---|\n| 1 | 2 |\n\nafter"
     assert markdown_to_mrkdwn(md) == "```\n| a | b |\n|---|---|\n| 1 | 2 |\n```\n\nafter"

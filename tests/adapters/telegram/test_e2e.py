@@ -257,6 +257,33 @@ async def test_callback_approvals_in_a_topic_including_a_click_by_someone_else(
         assert "already" in fake.answers[again]["text"].lower() and RAN == ["old-feature"]
 
 
+async def test_callback_data_forged_from_another_chat_decides_nothing_under_deciders_channel(
+        tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
+    """`callback_data` is the client's to write (the Bot API warns the message may hold no button with that
+    data): Bob, who is not in the group, sends a card's approve data from his own chat with the bot. Under
+    `deciders: channel` the one deciders rule asks Telegram whether he is in the card's chat
+    (getChatMember): he is not, so nothing runs; Ada, who is, still decides."""
+    fake.chats[GROUP_ID].members.add(ADA["id"])
+    directory = config(tmp_path, fake, model=GATED_MODEL, dm="off", approvals={"deciders": "channel"})
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await connected(gw)
+        text = "@gateway_bot delete old-feature"
+        fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
+        card = await fake.wait_for(lambda: next((m for m in fake.sent(GROUP_ID) if m.buttons), None), what="a card")
+        approve = next(b["callback_data"] for b in card.buttons if b["callback_data"].startswith("a:"))
+        _, own = fake.push_message(BOB["id"], BOB, "hello")
+
+        forged = fake.push_callback(BOB, own, approve)
+        await fake.wait_for(lambda: forged in fake.answers, what="the forged click answered")
+        assert fake.answers[forged]["show_alert"] is True and "does not confirm you are in it" in fake.answers[forged]["text"]
+        assert card.buttons and "Approved" not in card.text and RAN == []
+
+        by_ada = fake.push_callback(ADA, card, approve)
+        await fake.wait_for(lambda: by_ada in fake.answers)
+        await fake.wait_for(lambda: [m for m in fake.sent(GROUP_ID) if m.text == "Result: deleted old-feature"])
+        assert "Approved by Ada" in card.text and RAN == ["old-feature"]
+
+
 async def test_restart_keeps_the_offset(tmp_path: Path, fake: FakeTelegram, scripted: Scripted) -> None:
     directory = config(tmp_path, fake)
     async with running_gateway(directory, clock=scripted.clock) as gw:

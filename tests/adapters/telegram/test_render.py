@@ -25,6 +25,8 @@ CASES = [
     ("> quoted\n> more", "<blockquote>quoted\nmore</blockquote>"),
     ("```js\nlet a = 1 < 2;\n```", '<pre><code class="language-js">let a = 1 &lt; 2;</code></pre>'),
     ("```\nunclosed <fence>", "<pre>unclosed &lt;fence&gt;</pre>"),
+    ("```python title=x.py\nx = 1\n```", '<pre><code class="language-python">x = 1</code></pre>'),  # CommonMark's info
+    ("```ls -la```\n**done**", "<code>ls -la</code>\n<b>done</b>"),  # one line: code, not a fence
     ("snake_case_name and 2 * 3 * 4", "snake_case_name and 2 * 3 * 4"),
     ("**unbalanced bold", "**unbalanced bold"),
     ("**a *b** c*", "<b>a *b</b> c*"),  # emphasis never interleaves

@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""Start-up time and idle memory of the daemon as an operator runs it: `agent-gateway run` in its
+own process, from start to READY, then its resident memory at READY and after a short idle.
+
+Two configs, several rounds each:
+- shipped: this checkout's `config/` as is (the web chat on loopback, the offline model);
+- platforms: the same plus a Slack (Socket Mode), a Telegram (polling) and a Mattermost binding
+  against the fake servers of `tests/fakes/`, which run in this process on loopback.
+
+READY is what systemd sees: the daemon's `READY=1` datagram on `$NOTIFY_SOCKET` (a socket this
+bench binds), sent once every binding has connected. The time is from just before the process
+is spawned to that datagram; the memory is VmRSS from `/proc/<pid>/status`; the CPU time is the
+process's user + system time at READY, which a busy machine inflates less than the wall clock.
+The first round of each config starts on an empty database (the migrations run, once per
+install); the rest restart it on the database the first left, as systemd restarts the daemon:
+those are judged.
+
+    .venv/bin/python bench/startup.py              # 5 rounds of each
+    .venv/bin/python bench/startup.py --rounds 9 --idle 10
+    .venv/bin/python bench/startup.py --quick      # 3 rounds, 1 s idle
+    .venv/bin/python bench/startup.py --gateway-src /tmp/old-checkout   # another checkout's daemon
+    .venv/bin/python -X importtime -m gateway.ops.cli run --config config   # where the time goes
+
+Exit status 0 when every judged figure is within its target, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.adapters.stopping import ENV, Platforms, fake_platforms  # noqa: E402
+from tests.conftest import dump_yaml  # noqa: E402
+
+TARGET_READY_S = 1.5
+TARGET_RSS_SHIPPED_MIB = 80.0
+TARGET_RSS_PLATFORMS_MIB = 100.0
+CEILING_S = 60.0  # a daemon not READY by then is killed and the round counts as a miss
+MODEL_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")  # the shipped agent: the offline model
+# The libraries every deployment imports (the agent framework, the ORM and its SQLite driver, the HTTP
+# server, the config parser, the metrics), and those the three platforms add: imported alone, in a bare
+# process, they are the floor under the daemon's figures, printed beside them.
+FLOOR_SHIPPED = ("pydantic_ai", "sqlalchemy.ext.asyncio", "sqlalchemy.orm", "aiosqlite", "aiohttp.web",
+                 "ruamel.yaml", "prometheus_client")
+FLOOR_PLATFORMS = (*FLOOR_SHIPPED, "slack_bolt.app.async_app", "slack_sdk.socket_mode.aiohttp", "telegram",
+                   "telegram.request")
+
+
+@dataclass
+class Round:
+    ready_s: float
+    cpu_s: float
+    rss_ready_mib: float
+    rss_idle_mib: float
+
+
+@dataclass
+class Figures:
+    name: str
+    rss_target: float
+    floor_modules: tuple[str, ...]
+    floor: tuple[float, float] | None = None  # (CPU s, RSS MiB) of importing floor_modules alone
+    fresh: Round | None = None
+    restarts: list[Round] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
+def _status_mib(pid: int, key: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _await_ready(sock: socket.socket, popen: subprocess.Popen[bytes], deadline: float) -> bool:
+    """Until the daemon sends READY=1 on the notify socket (False if it exited or the deadline passed)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or popen.poll() is not None:
+            return False
+        try:
+            datagram = await asyncio.wait_for(loop.sock_recv(sock, 4096), min(remaining, 0.5))
+        except TimeoutError:
+            continue
+        if b"READY=1" in datagram.split(b"\n"):
+            return True
+
+
+SRC = ROOT  # the checkout whose daemon is measured (--gateway-src)
+
+
+async def one_round(workdir: Path, config: Path, idle: float, env: dict[str, str]) -> Round | str:
+    """Start the daemon once, measure it, stop it with SIGTERM."""
+    notify = workdir / "notify.sock"
+    notify.unlink(missing_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(notify))
+        sock.setblocking(False)
+        log = open(workdir / "daemon.log", "ab")  # noqa: SIM115 (closed below)
+        started = time.monotonic()
+        # cwd = the work directory: the shipped config's relative database path lands there.
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(config), "--listen", "127.0.0.1:0"],
+            cwd=workdir, env={**env, "NOTIFY_SOCKET": str(notify)}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            if not await _await_ready(sock, popen, started + CEILING_S):
+                return f"no READY=1 (exit {popen.poll()}); see {workdir / 'daemon.log'}"
+            ready_s = time.monotonic() - started
+            cpu, rss_ready = _cpu_s(popen.pid), _status_mib(popen.pid)
+            await asyncio.sleep(idle)  # idle: nothing arrives; what the daemon holds now is its floor
+            rss_idle = _status_mib(popen.pid)
+            return Round(ready_s, cpu, rss_ready, rss_idle)
+        finally:
+            if popen.poll() is None:
+                popen.send_signal(signal.SIGTERM)
+                try:
+                    await asyncio.to_thread(popen.wait, 30)
+                except subprocess.TimeoutExpired:
+                    popen.kill()
+                    await asyncio.to_thread(popen.wait)
+            log.close()
+
+
+def library_floor(modules: tuple[str, ...], rounds: int = 3) -> tuple[float, float]:
+    """CPU seconds and VmRSS (MiB) of a bare process that imports `modules` and nothing of ours (median)."""
+    script = ("import gc, os, resource\n"
+              "gc.disable()\n"  # as `agent-gateway run` imports (gateway.ops.cli.main)
+              f"import {', '.join(modules)}\n"
+              "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
+              "rss = next(l for l in open('/proc/self/status') if l.startswith('VmRSS:')).split()[1]\n"
+              "print(usage.ru_utime + usage.ru_stime, int(rss) / 1024)\n")
+    figures = []
+    for _ in range(rounds):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+        cpu, rss = out.stdout.split()
+        figures.append((float(cpu), float(rss)))
+    return statistics.median(f[0] for f in figures), statistics.median(f[1] for f in figures)
+
+
+def shipped_config(workdir: Path) -> Path:
+    config = workdir / "config"
+    shutil.copytree(SRC / "config", config)
+    return config
+
+
+def platforms_config(workdir: Path, platforms: Platforms) -> Path:
+    config = shipped_config(workdir)
+    for binding_id, spec in platforms.bindings().items():
+        (config / "bindings" / f"{binding_id}.yaml").write_text(dump_yaml(spec))
+    return config
+
+
+async def measure(figures: Figures, workdir: Path, config: Path, rounds: int, idle: float) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in MODEL_KEYS}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(ENV)  # the platform bindings' tokens (env:STOP_...)
+    for i in range(rounds):
+        result = await one_round(workdir, config, idle, env)
+        kind = "fresh database" if i == 0 else f"restart {i}"
+        if isinstance(result, str):
+            figures.failures.append(f"{kind}: {result}")
+            print(f"  {figures.name}, {kind}: {result}", flush=True)
+            continue
+        if i == 0:
+            figures.fresh = result
+        else:
+            figures.restarts.append(result)
+        print(f"  {figures.name}, {kind}: READY in {result.ready_s:.2f} s (CPU {result.cpu_s:.2f} s), "
+              f"RSS {result.rss_ready_mib:.1f} MiB at READY, {result.rss_idle_mib:.1f} MiB after {idle:.0f} s idle",
+              flush=True)
+
+
+def report(figures: Figures) -> bool:
+    if not figures.restarts:
+        print(f"{figures.name}: no restart reached READY {figures.failures} MISS")
+        return False
+    ready = statistics.median(r.ready_s for r in figures.restarts)
+    cpu = statistics.median(r.cpu_s for r in figures.restarts)
+    rss = max(max(r.rss_ready_mib, r.rss_idle_mib) for r in figures.restarts)
+    ok_ready, ok_rss = ready <= TARGET_READY_S, rss <= figures.rss_target
+    n = len(figures.restarts)
+    print(f"{figures.name}: start -> READY p50 {ready:.2f} s over {n} restarts (CPU {cpu:.2f} s) "
+          f"(target <= {TARGET_READY_S} s) {'PASS' if ok_ready else 'MISS'}")
+    print(f"{figures.name}: RSS, the most at READY or idle, {rss:.1f} MiB "
+          f"(target <= {figures.rss_target:.0f} MiB) {'PASS' if ok_rss else 'MISS'}")
+    if figures.fresh is not None:
+        print(f"{figures.name}: first start on an empty database (migrations run): READY in "
+              f"{figures.fresh.ready_s:.2f} s, RSS {figures.fresh.rss_idle_mib:.1f} MiB [printed]")
+    if figures.floor is not None:
+        print(f"{figures.name}: the libraries alone ({', '.join(figures.floor_modules)}), imported by a bare process: "
+              f"CPU {figures.floor[0]:.2f} s, RSS {figures.floor[1]:.1f} MiB [printed: the floor under the figures above]")
+    for failure in figures.failures:
+        print(f"{figures.name}: {failure} MISS")
+    return ok_ready and ok_rss and not figures.failures
+
+
+async def main(rounds: int, idle: float) -> int:
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        shipped = Figures("shipped config", TARGET_RSS_SHIPPED_MIB, FLOOR_SHIPPED)
+        work = Path(tmp) / "shipped"
+        work.mkdir()
+        await measure(shipped, work, shipped_config(work), rounds, idle)
+        platforms = Figures("slack + telegram + mattermost bound", TARGET_RSS_PLATFORMS_MIB, FLOOR_PLATFORMS)
+        async with fake_platforms() as fakes:
+            work = Path(tmp) / "platforms"
+            work.mkdir()
+            await measure(platforms, work, platforms_config(work, fakes), rounds, idle)
+        for figures in (shipped, platforms):
+            figures.floor = await asyncio.to_thread(library_floor, figures.floor_modules)
+        results = [report(shipped), report(platforms)]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5, help="starts per config, the first on an empty database (default 5)")
+    parser.add_argument("--idle", type=float, default=3.0, help="seconds idle after READY before RSS is read again (default 3)")
+    parser.add_argument("--quick", action="store_true", help="3 rounds, 1 s idle (make bench BENCH_ARGS=--quick)")
+    parser.add_argument("--gateway-src", type=Path, default=ROOT, help="measure another checkout's daemon and config/")
+    args = parser.parse_args()
+    SRC = args.gateway_src.resolve()
+    if args.quick:
+        args.rounds, args.idle = 3, 1.0
+    if args.rounds < 2:
+        parser.error("--rounds must be at least 2 (the first start is on an empty database, the rest are judged)")
+    sys.exit(asyncio.run(main(args.rounds, args.idle)))

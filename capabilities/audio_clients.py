@@ -1,0 +1,116 @@
+"""The audio capability's clients: one OpenAI-compatible audio client per provider, for the daemon's life.
+
+Transcription (`/v1/audio/transcriptions`) and speech (`/v1/audio/speech`) go through the providers
+gateway.yaml already configures, as models do (`gateway/runs/models_cache.py`): the provider a
+capability entry names, or by default the provider of the agent's own model, so `- id: audio` with
+no config works wherever the agent runs on an OpenAI-compatible server. A local server (faster-whisper
+or a TTS server behind an OpenAI-compatible API) is a provider with a `base_url`. The client is the
+openai SDK's `AsyncOpenAI` that pydantic-ai's `OpenAIProvider` builds (pooled, kept alive), built once
+per provider config and secret, shared by every run, closed when the gateway stops.
+
+Kept apart from `capabilities/audio.py` so the daemon can hold the clients (and check configs that
+name `audio`) without importing the capability, which is imported only once a config names it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from bindings.models import ProviderConfig
+from bindings.secrets import SecretError
+from gateway.runs import llm
+from gateway.runs.models_cache import config_key, secret_digest
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+    from bindings.loader import LoadedConfig
+
+CAPABILITY = "audio"
+# pydantic-ai's own names for OpenAI, configured by OPENAI_API_KEY (not a gateway.yaml provider).
+OPENAI_NAMES = ("openai", "openai-chat", "openai-responses")
+
+
+class AudioUnavailable(Exception):
+    """No audio API to talk to: `str()` says why and what to set (for the log, the model and `check`)."""
+
+
+def provider_name(configured: str | None, agent_model: str, providers: Mapping[str, ProviderConfig]) -> str:
+    """The provider audio requests go to: the entry's `provider`, else the agent's model's; AudioUnavailable
+    when that is not an OpenAI-compatible one."""
+    name = configured
+    if name is None:
+        model = llm.concrete_name(agent_model)
+        name, _, model_name = model.partition(":")
+        if not model_name:
+            raise AudioUnavailable(f"the agent's model {model!r} is not on a provider with an audio API: set the "
+                                   "audio capability's `provider` to an OpenAI-compatible provider in gateway.yaml")
+    if name in providers:
+        if providers[name].kind == "anthropic":
+            raise AudioUnavailable(f"provider {name!r} is an Anthropic one, which has no audio API: set the audio "
+                                   "capability's `provider` to an OpenAI-compatible provider in gateway.yaml")
+        return name
+    if name in OPENAI_NAMES:
+        return "openai"
+    raise AudioUnavailable(f"no provider {name!r} with an audio API: name an OpenAI-compatible provider of "
+                           f"gateway.yaml ({', '.join(sorted(providers)) or 'none configured'}) or openai")
+
+
+class AudioClients:
+    """The clients by provider; `stop()` (the gateway's) closes them."""
+
+    def __init__(self, providers: Callable[[], Mapping[str, ProviderConfig]]) -> None:
+        self._providers = providers  # gateway.yaml's now (a reload swaps them)
+        self._clients: dict[tuple[Any, ...], tuple[asyncio.AbstractEventLoop, AsyncOpenAI]] = {}
+
+    def providers(self) -> Mapping[str, ProviderConfig]:
+        return self._providers()
+
+    def client(self, name: str) -> AsyncOpenAI:
+        """The client of provider `name` (from `provider_name`), built on first use."""
+        cfg = self._providers().get(name) if name != "openai" or "openai" in self._providers() else None
+        key = (*config_key(name, cfg), secret_digest(cfg))
+        loop = asyncio.get_running_loop()
+        held = self._clients.get(key)
+        if held is not None and held[0] is loop:
+            return held[1]
+        try:
+            if cfg is not None:
+                provider = llm.provider_from_config(name, cfg)
+            else:
+                from pydantic_ai.providers.openai import OpenAIProvider
+
+                provider = OpenAIProvider()  # OPENAI_API_KEY, OPENAI_BASE_URL
+        except SecretError as e:
+            raise AudioUnavailable(f"provider {name!r}: api_key: {e}") from None
+        except Exception as e:  # pydantic-ai's UserError: no OPENAI_API_KEY in the environment
+            raise AudioUnavailable(f"provider {name!r} cannot be used: {e}") from None
+        client: AsyncOpenAI = provider.client  # type: ignore[attr-defined]
+        self._clients[key] = (loop, client)
+        return client
+
+    async def stop(self) -> None:
+        held, self._clients = self._clients, {}
+        loop = asyncio.get_running_loop()
+        for client_loop, client in held.values():
+            if client_loop is loop:  # a client of a loop that has ended went with it
+                with contextlib.suppress(Exception):
+                    await client.close()
+
+
+def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int, ...], str], None]) -> None:
+    """Load-time check: every agent that names `audio` has an OpenAI-compatible provider for it."""
+    for agent_id, agent in config.agents.items():
+        for i, entry in enumerate(agent.capabilities):
+            if entry.id != CAPABILITY or not entry.enabled:
+                continue
+            configured = entry.config.get("provider") if isinstance(entry.config, dict) else None
+            try:
+                provider_name(configured if isinstance(configured, str) else None, agent.model,
+                              config.gateway.providers)
+            except AudioUnavailable as e:
+                where = ("capabilities", i, "config", "provider") if configured else ("capabilities", i, "id")
+                report(f"agent:{agent_id}", where, str(e))
