@@ -19,9 +19,11 @@ core's one attachment path (`gateway.inbound.attachments.Listens`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,25 +112,31 @@ class Audio:
                           "limit for audio here")
         return seconds
 
+    @contextlib.contextmanager
+    def _service(self, what: str) -> Iterator[None]:
+        """A call to the audio API, its failures as Refused: a server error, a 429 or no answer is transient."""
+        try:
+            yield
+        except AudioUnavailable as e:
+            log.warning("audio is not available: %s", e, extra=self.turn.log_fields)
+            raise Refused(f"{what} is not set up here ({e})") from None
+        except APIStatusError as e:
+            raise Refused(f"the {what} service answered with an error (HTTP {e.status_code})",
+                          transient=e.status_code >= 500 or e.status_code == 429) from None
+        except (APIConnectionError, APITimeoutError):
+            raise Refused(f"the {what} service could not be reached", transient=True) from None
+
     async def transcribe(self, name: str, mime: str, data: bytes, language: str | None = None) -> Transcript:
         seconds = await self.measure(name, data)
         model = self.cfg.transcription_model
         # OpenAI's gpt-4o transcription models answer only `json` (text and usage); whisper-1 and the
         # OpenAI-compatible servers (faster-whisper) answer `verbose_json` with language and segments.
         verbose = not model.startswith("gpt-4o")
-        try:
+        with self._service("transcription"):
             client = self.clients.client(self.provider)
             result = await client.audio.transcriptions.create(
                 model=model, file=(name, data, mime), response_format="verbose_json" if verbose else "json",
                 **({"language": language} if language else {}), timeout=REQUEST_SECONDS)
-        except AudioUnavailable as e:
-            log.warning("audio is not available: %s", e, extra=self.turn.log_fields)
-            raise Refused(f"transcription is not set up here ({e})") from None
-        except APIStatusError as e:
-            raise Refused(f"the transcription service answered with an error (HTTP {e.status_code})",
-                          transient=e.status_code >= 500 or e.status_code == 429) from None
-        except (APIConnectionError, APITimeoutError):
-            raise Refused("the transcription service could not be reached", transient=True) from None
         text = str(getattr(result, "text", "") or "")
         segments = [{"start_seconds": round(float(s.start), 2), "end_seconds": round(float(s.end), 2),
                      "text": str(s.text).strip()} for s in (getattr(result, "segments", None) or [])[:MAX_SEGMENTS]]
@@ -138,20 +146,12 @@ class Audio:
 
     async def speak(self, text: str, voice: str, model: str) -> tuple[bytes, float]:
         """Speech for `text` as OGG/Opus bytes (mono, 48 kHz) and its seconds, or Refused."""
-        try:
+        with self._service("speech"):
             client = self.clients.client(self.provider)
             # MP3: what every OpenAI-compatible speech server answers; re-encoded here for voice notes.
             response = await client.audio.speech.create(model=model, voice=voice, input=text, response_format="mp3",
                                                         timeout=REQUEST_SECONDS)
             data = response.content
-        except AudioUnavailable as e:
-            log.warning("audio is not available: %s", e, extra=self.turn.log_fields)
-            raise Refused(f"speech is not set up here ({e})") from None
-        except APIStatusError as e:
-            raise Refused(f"the speech service answered with an error (HTTP {e.status_code})",
-                          transient=e.status_code >= 500 or e.status_code == 429) from None
-        except (APIConnectionError, APITimeoutError):
-            raise Refused("the speech service could not be reached", transient=True) from None
         if len(data) > self.cfg.max_bytes:
             raise Refused(f"the speech service answered {size_text(len(data))}, over the "
                           f"{size_text(self.cfg.max_bytes)} limit for audio")
