@@ -29,7 +29,7 @@ from gateway.store.repo import (
     ConversationRef,
 )
 
-from .conftest import pg_database
+from .conftest import pg_database, wait_for
 
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)  # microsecond 0: the text format must keep them
 ANN = Identity("person-ann", "Ann")
@@ -357,7 +357,19 @@ async def test_a_message_arriving_while_its_run_is_claimed_is_not_lost() -> None
                 second = asyncio.create_task(_say(store, conv, "e2", "two"))
                 await reached.wait()
                 claim = asyncio.create_task(store.claim_next_run(conv.id))
-                await asyncio.sleep(0.3)
+                # The server says when a session waits on another's lock: the wait ends when the
+                # claim is blocked behind the ingest (or has ended without waiting), not after a window.
+                import asyncpg
+
+                watcher = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+                try:
+                    async def blocked() -> bool:
+                        return claim.done() or bool(await watcher.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                            " AND wait_event_type = 'Lock'"))
+                    await wait_for(blocked, what="the claim to wait on the ingest's lock, or to end")
+                finally:
+                    await watcher.close()
                 assert not claim.done(), "the claim did not wait for the ingest in flight"
                 go_on.set()
                 joined, claimed = await second, await claim
