@@ -195,11 +195,20 @@ async def test_a_draft_waiting_for_its_time_never_goes_out_after_the_run_ended(s
 
     from gateway.clock import Clock
 
-    chat = RecordingChat(hold=0.05, interval=0.05)
+    chat, twin_chat = RecordingChat(hold=0.05, interval=0.05), RecordingChat(hold=0.05, interval=0.05)
     stream = ReplyStream(chat, TARGET, store, "run7", Clock())  # type: ignore[arg-type]
     await stream.append("half a thought")
+    # A twin that is not closed, its draft due no sooner: once it has been shown and its row written,
+    # the closed stream's draft (due first, one store read before its post) would have gone out too.
+    twin = ReplyStream(twin_chat, TARGET, store, "run7-twin", Clock())  # type: ignore[arg-type]
+    await twin.append("half a thought")
     stream.close()  # the run was cancelled (a stop, a shutdown) before the draft's time came
-    await asyncio.sleep(0.2)
+    for _ in range(500):
+        if twin_chat.messages:
+            break
+        await asyncio.sleep(0.01)
+    await twin.rows_written()
+    assert twin_chat.messages == {"m1": ["half a thought"]}
     assert chat.messages == {}
 
 
@@ -291,8 +300,11 @@ async def test_the_stores_trouble_in_a_draft_its_timer_sent_is_the_runs(store: S
         if not failures:
             break
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.05)
-    assert not failures and chat.messages == {}, "the timer's draft ran into the store's trouble"
+    assert not failures, "the timer's draft ran into the store's trouble"
+    # The draft's task keeps its failure in a done callback, which runs on the next loop iteration.
+    # (ReplyStream.settle() misses a failure whose callback has not run yet: reported, not fixed here.)
+    await asyncio.sleep(0)
+    # finish() lets a draft under way end before it raises: nothing of the timer's draft can come later.
     with pytest.raises(StoreUnavailable):
         await stream.finish("Let me look… found it.")
     assert chat.messages == {}

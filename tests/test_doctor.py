@@ -68,7 +68,7 @@ async def test_a_good_deployment_is_ok_on_every_line(tmp_path: Path) -> None:
 
 async def test_a_broken_deployment_names_each_problem_and_what_to_change(tmp_path: Path) -> None:
     model = await FakeOpenAI().start()
-    model.status = 500
+    model.status = 404  # the model is not served there (a 5xx is retried by the SDK, with backoff, before the doctor hears)
     with socket.socket() as sock:  # a loopback port nobody listens on
         sock.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -134,9 +135,20 @@ async def test_readyz_is_not_ready_until_messages_are_taken(config_dir: Path) ->
             r = await s.get("/readyz")
             assert r.status == 503 and (await r.json())["accepting"] is False
             conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+            # The request's own submit, watched (the real one runs): the wait ends when the message
+            # has reached the gate, and one loop turn later a refusal would have ended it.
+            submits: list[asyncio.Future[Any]] = []
+            real_submit = gw.submit
+
+            def watched(message: Any) -> asyncio.Future[Any]:
+                submits.append(asyncio.ensure_future(real_submit(message)))
+                return submits[-1]
+
+            gw.submit = watched  # type: ignore[method-assign]
             early = asyncio.create_task(s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "early"}))
-            await asyncio.sleep(0.3)
-            assert not early.done()  # waiting for the start, neither refused nor taken yet
+            await wait_for(lambda: submits, what="the early message to reach the gateway")
+            await asyncio.sleep(0)
+            assert not submits[0].done()  # waiting for the start, neither refused nor taken yet
             slow.release.set()
             await starting
             assert (await early).status == 202  # taken once the daemon is ready

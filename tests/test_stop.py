@@ -115,7 +115,9 @@ async def test_a_fast_reply_leaves_no_stop_control_behind(config_dir: Path) -> N
         await wait_for(lambda: gw.events._listeners.get(conv), what="SSE subscription")
         await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "hello"})
         await wait_for(lambda: any(e["type"] == "run_end" for e in events), what="the run to end")
-        await asyncio.sleep(0.05)
+        # The control is taken off with the reply's end: wait for that event, not for a window after it.
+        await wait_for(lambda: [e for e in events if e["type"] == "stop_control" and not e["present"]],
+                       what="the Stop control taken off")
         listener.cancel()
         controls = [e["present"] for e in events if e["type"] == "stop_control"]
         assert controls == [True, False]

@@ -29,7 +29,7 @@ from gateway.store.repo import (
     ConversationRef,
 )
 
-from .conftest import pg_database
+from .conftest import pg_database, wait_for
 
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)  # microsecond 0: the text format must keep them
 ANN = Identity("person-ann", "Ann")
@@ -236,6 +236,14 @@ async def test_a_runs_end_writes_its_replys_final_rows_in_the_same_transaction(s
     assert run is not None and run.status == "finished"
 
 
+def _parked(engine: Any) -> int:
+    """Transactions waiting for a session to give the SQLite connection back (`sqlite.given_back`):
+    what a test waits for instead of a window in which they must not have run."""
+    from gateway.store import sqlite
+
+    return sum(not w.done() for w in sqlite._waiting.get(engine.sync_engine, []))
+
+
 async def test_sqlite_driver_transactions_wait_for_a_session(tmp_path: Path) -> None:
     """A driver transaction never runs inside an ORM session's (it cannot nest the other way:
     a program yields statements and awaits nothing)."""
@@ -252,7 +260,7 @@ async def test_sqlite_driver_transactions_wait_for_a_session(tmp_path: Path) -> 
         async with store.sessions() as s:  # an ORM session holds the one connection across awaits
             await s.execute(text("SELECT 1"))
             waiting = asyncio.create_task(_say(store, conv, "e1", "queued behind the session"))
-            await asyncio.sleep(0.05)
+            await wait_for(lambda: waiting.done() or _parked(engine) == 1, what="the transaction to wait or end")
             assert not waiting.done(), "a driver transaction ran inside someone else's session"
             order.append("session done")
         await waiting
@@ -285,7 +293,8 @@ async def test_transactions_that_waited_for_a_session_do_not_queue_in_the_pool(t
             await s.execute(text("SELECT 1"))
             checkouts.clear()
             waiting = [asyncio.create_task(_say(store, conv, f"e{i}", f"message {i}")) for i in range(3)]
-            await asyncio.sleep(0.05)
+            await wait_for(lambda: any(t.done() for t in waiting) or _parked(engine) == 3,
+                           what="the transactions to wait or end")
             assert not any(t.done() for t in waiting)
         await asyncio.gather(*waiting)
         assert checkouts == []
@@ -357,7 +366,19 @@ async def test_a_message_arriving_while_its_run_is_claimed_is_not_lost() -> None
                 second = asyncio.create_task(_say(store, conv, "e2", "two"))
                 await reached.wait()
                 claim = asyncio.create_task(store.claim_next_run(conv.id))
-                await asyncio.sleep(0.3)
+                # The server says when a session waits on another's lock: the wait ends when the
+                # claim is blocked behind the ingest (or has ended without waiting), not after a window.
+                import asyncpg
+
+                watcher = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+                try:
+                    async def blocked() -> bool:
+                        return claim.done() or bool(await watcher.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                            " AND wait_event_type = 'Lock'"))
+                    await wait_for(blocked, what="the claim to wait on the ingest's lock, or to end")
+                finally:
+                    await watcher.close()
                 assert not claim.done(), "the claim did not wait for the ingest in flight"
                 go_on.set()
                 joined, claimed = await second, await claim

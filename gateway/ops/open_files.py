@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
 import time
 from typing import Any
@@ -23,6 +24,9 @@ log = logging.getLogger("gateway.ops.open_files")
 
 ACCEPT_ERROR = "socket.accept() out of system resource"
 REPORT_EVERY = 60.0  # seconds between lines about descriptors running out
+# The period, injectable for a test of the daemon in its own process: the test waits for the second
+# line (which counts what was held back) instead of watching a fixed window for lines that must not come.
+REPORT_EVERY_ENV = "AGENT_GATEWAY_FD_REPORT_SECONDS"
 
 
 def raise_limit() -> tuple[int, int]:
@@ -43,8 +47,8 @@ def raise_limit() -> tuple[int, int]:
 class _QuietAcceptErrors:
     """A loop exception handler: accept-loop resource errors rate-limited, the rest as before."""
 
-    def __init__(self, previous: Any) -> None:
-        self._previous = previous
+    def __init__(self, previous: Any, every: float) -> None:
+        self._previous, self._every = previous, every
         self._next_report = 0.0
         self._suppressed = 0
 
@@ -62,8 +66,9 @@ class _QuietAcceptErrors:
         more = f" ({self._suppressed} more since the last report)" if self._suppressed else ""
         log.error("out of file descriptors: new connections wait%s: %s; raise LimitNOFILE or lower the load",
                   more, context.get("exception"))
-        self._suppressed, self._next_report = 0, now + REPORT_EVERY
+        self._suppressed, self._next_report = 0, now + self._every
 
 
 def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:
-    loop.set_exception_handler(_QuietAcceptErrors(loop.get_exception_handler()))
+    every = float(os.environ.get(REPORT_EVERY_ENV) or REPORT_EVERY)
+    loop.set_exception_handler(_QuietAcceptErrors(loop.get_exception_handler(), every))

@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from capabilities.approval_gate import ALREADY_STARTED
+from tests.support.settled import settled
 
 from .harness import ANSWER, CHANNEL, PERSON, Tally, World, _request, _until, thread_answers
 
@@ -213,9 +214,9 @@ def _unstarted(w: World, service: str, answers: list[str], cards: int, ran: int)
     return answers == [ANSWER] and cards == 1 and ran == 0 and told_not_started(w, service)
 
 
-async def count_parked(w: World, tally: Tally, parked: Parked, *, settle: float = 3.0) -> None:
+async def count_parked(w: World, tally: Tally, parked: Parked) -> None:
     """Once every card was decided: one card, one answer (the model's) and one run of the tool each."""
-    await asyncio.sleep(settle)
+    await settled(*w.parts())  # the resumed runs ended and posted: nothing left that could post a second
     runs = tool_runs(w)
     for thread, service in parked.slack:
         answers, cards = _answers(w, thread), _cards(w, thread)

@@ -21,6 +21,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warning
 ADA = FakeTelegram.user(42, "Ada", "ada")
 
 
+# Time runs twenty times faster for the rate budgets, on the fake and in the adapter alike (as in
+# test_budget.py): at Telegram's own (a message a second in a chat) each question round of a card's
+# edit and the next card waits about two seconds for nothing these tests check.
+SCALE = 0.05
+GATEWAY = {"plugins": ["tests.support.plugin_mcp"], "limits": {"platform_budget_scale": SCALE}}
+
+
 def tg_config(tmp: Path, fake: FakeTelegram, log: Path, **approvals: float) -> Path:
     telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
     return write_config(tmp, agents={"ops": {"name": "Ops", "model": "test:mcp", "mcp_servers": [
@@ -28,12 +35,12 @@ def tg_config(tmp: Path, fake: FakeTelegram, log: Path, **approvals: float) -> P
          "tools": {"release": "allow", "pester": "allow"}, "elicitation": "ask"}]}},
         bindings={"tg": {"platform": "telegram", "agent": "ops", "telegram": telegram, "admission": {"dm": "open"},
                          "approvals": approvals}},
-        gateway={"plugins": ["tests.support.plugin_mcp"]})
+        gateway=GATEWAY)
 
 
 @pytest.fixture
 async def fake(monkeypatch: pytest.MonkeyPatch) -> FakeTelegram:
-    async with FakeTelegram() as server:
+    async with FakeTelegram(budget_scale=SCALE) as server:
         monkeypatch.setenv("TEST_TELEGRAM_TOKEN", server.token)
         server.private_chat(ADA)
         yield server
@@ -93,7 +100,7 @@ async def test_sampling_ask_shows_each_request_and_answers_only_when_accepted(tm
         {"name": "legacy", "command": sys.executable, "args": [str(LEGACY)], "env": {"MCP_LOG": str(tmp_path / "l")},
          "tools": {"ask_model": "allow"}, "sampling": "ask"}]}},
         bindings={"tg": {"platform": "telegram", "agent": "ops", "telegram": telegram, "admission": {"dm": "open"}}},
-        gateway={"plugins": ["tests.support.plugin_mcp"]})
+        gateway=GATEWAY)
     async with running_gateway(cfg) as gw:
         await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding")
         await wait_for(lambda: gw.mcp.existing("ops", "legacy").state == "up", timeout=30, what="the server")
@@ -118,7 +125,7 @@ async def test_a_server_that_keeps_asking_is_cut_off_after_five_questions_a_run(
         {"name": "legacy", "command": sys.executable, "args": [str(LEGACY)], "env": {"MCP_LOG": str(tmp_path / "l")},
          "tools": {"nag": "allow"}, "elicitation": "ask"}]}},
         bindings={"tg": {"platform": "telegram", "agent": "ops", "telegram": telegram, "admission": {"dm": "open"}}},
-        gateway={"plugins": ["tests.support.plugin_mcp"]})
+        gateway=GATEWAY)
     async with running_gateway(cfg) as gw:
         await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding")
         await wait_for(lambda: gw.mcp.existing("ops", "legacy").state == "up", timeout=30, what="the server")
