@@ -142,6 +142,7 @@ class ReplyStream:
         self._settled = False  # the final is under way: no more drafts
         self._showing = False  # a draft is being shown (inline or by its timer): one at a time
         self._failed: BaseException | None = None  # what a draft its timer sent raised (the store's trouble)
+        self._reported: asyncio.Task[None] | None = None  # the last draft task whose end `_drafted` took
         # Called once the reply's first message is posted as a draft (where the runner puts Stop).
         self.on_first_post: Callable[[], Awaitable[None]] | None = None
 
@@ -254,6 +255,11 @@ class ReplyStream:
         self._drafting.add_done_callback(self._drafted)
 
     def _drafted(self, task: asyncio.Task[None]) -> None:
+        """A draft task ended: its done-callback, and `settle` itself (a task that has just ended may
+        not have had its callback run yet, and its failure must not be missed); once per task."""
+        if task is self._reported:
+            return
+        self._reported = task
         if self._drafting is task:
             self._drafting = None
         if not task.cancelled() and task.exception() is not None:
@@ -307,9 +313,12 @@ class ReplyStream:
         """No more drafts: a draft being shown is let finish (its post is recorded), none starts."""
         self._settled = True
         self._cancel_due()
-        if self._drafting is not None:
+        drafting = self._drafting
+        if drafting is not None:
             with contextlib.suppress(Exception):  # kept by `_drafted`, raised below
-                await asyncio.shield(self._drafting)
+                await asyncio.shield(drafting)
+            if drafting.done():
+                self._drafted(drafting)
         self._raise_failed()
 
     def close(self) -> None:
