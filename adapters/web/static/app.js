@@ -103,6 +103,9 @@
       cards.set(card.card_id, el);
       log.appendChild(el);
     }
+    // A card is drawn again when it comes again (the listing and the event stream both carry it): what
+    // the person opened ("show all arguments") stays open, rather than snapping shut under their click.
+    const opened = Array.from(el.querySelectorAll("details"), (d) => d.open);
     el.innerHTML = "";
     const h = document.createElement("h4");
     h.textContent = card.pending ? "The agent wants to use a tool that needs approval" : "Tool approval";
@@ -141,6 +144,7 @@
     foot.className = "who";
     foot.textContent = [card.pending ? card.deciders : "", card.note].filter(Boolean).join(" · ");
     el.appendChild(foot);
+    el.querySelectorAll("details").forEach((d, i) => { if (opened[i]) d.open = true; });
     scroll();
   }
 
