@@ -14,15 +14,15 @@ name `audio`) without importing the capability, which is imported only once a co
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from bindings.models import ProviderConfig
 from bindings.secrets import SecretError
 from gateway.runs import llm
 from gateway.runs.models_cache import config_key, secret_digest
+
+from .loop_clients import LoopClients
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -64,7 +64,7 @@ class AudioClients:
 
     def __init__(self, providers: Callable[[], Mapping[str, ProviderConfig]]) -> None:
         self._providers = providers  # gateway.yaml's now (a reload swaps them)
-        self._clients: dict[tuple[Any, ...], tuple[asyncio.AbstractEventLoop, AsyncOpenAI]] = {}
+        self._clients: LoopClients[AsyncOpenAI] = LoopClients(lambda client: client.close())
 
     def providers(self) -> Mapping[str, ProviderConfig]:
         return self._providers()
@@ -72,33 +72,27 @@ class AudioClients:
     def client(self, name: str) -> AsyncOpenAI:
         """The client of provider `name` (from `provider_name`), built on first use."""
         cfg = self._providers().get(name) if name != "openai" or "openai" in self._providers() else None
-        key = (*config_key(name, cfg), secret_digest(cfg))
-        loop = asyncio.get_running_loop()
-        held = self._clients.get(key)
-        if held is not None and held[0] is loop:
-            return held[1]
-        try:
-            if cfg is not None:
-                provider = llm.provider_from_config(name, cfg)
-            else:
-                from pydantic_ai.providers.openai import OpenAIProvider
-
-                provider = OpenAIProvider()  # OPENAI_API_KEY, OPENAI_BASE_URL
-        except SecretError as e:
-            raise AudioUnavailable(f"provider {name!r}: api_key: {e}") from None
-        except Exception as e:  # pydantic-ai's UserError: no OPENAI_API_KEY in the environment
-            raise AudioUnavailable(f"provider {name!r} cannot be used: {e}") from None
-        client: AsyncOpenAI = provider.client  # type: ignore[attr-defined]
-        self._clients[key] = (loop, client)
-        return client
+        return self._clients.get((*config_key(name, cfg), secret_digest(cfg)), lambda: _build(name, cfg))
 
     async def stop(self) -> None:
-        held, self._clients = self._clients, {}
-        loop = asyncio.get_running_loop()
-        for client_loop, client in held.values():
-            if client_loop is loop:  # a client of a loop that has ended went with it
-                with contextlib.suppress(Exception):
-                    await client.close()
+        await self._clients.stop()
+
+
+def _build(name: str, cfg: ProviderConfig | None) -> AsyncOpenAI:
+    """The openai SDK client pydantic-ai's provider builds for `name` (pooled, kept alive)."""
+    try:
+        if cfg is not None:
+            provider = llm.provider_from_config(name, cfg)
+        else:
+            from pydantic_ai.providers.openai import OpenAIProvider
+
+            provider = OpenAIProvider()  # OPENAI_API_KEY, OPENAI_BASE_URL
+    except SecretError as e:
+        raise AudioUnavailable(f"provider {name!r}: api_key: {e}") from None
+    except Exception as e:  # pydantic-ai's UserError: no OPENAI_API_KEY in the environment
+        raise AudioUnavailable(f"provider {name!r} cannot be used: {e}") from None
+    client: AsyncOpenAI = provider.client  # type: ignore[attr-defined]
+    return client
 
 
 def validate_config(config: LoadedConfig, report: Callable[[str, tuple[str | int, ...], str], None]) -> None:

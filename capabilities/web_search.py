@@ -35,7 +35,6 @@ loopback fake. No config field, environment variable or API reaches it.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -52,6 +51,7 @@ from bindings.models import CapabilityEntry
 from gateway.runs.turn import Turn
 
 from .failures import trouble
+from .loop_clients import LoopClients
 from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
 from .web_fetch import approval_required, unless_asking_every_tool
 
@@ -125,25 +125,17 @@ class SearchClients:
     """One HTTP client per search method and base URL, reused by every run; `stop()` closes them."""
 
     def __init__(self) -> None:
-        self._clients: dict[tuple[str, str], tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
+        self._clients: LoopClients[httpx.AsyncClient] = LoopClients(lambda client: client.aclose(),
+                                                                     usable=lambda client: not client.is_closed)
 
     def client(self, method: str) -> httpx.AsyncClient:
-        key = (method, _base_url(method))
-        loop = asyncio.get_running_loop()
-        held = self._clients.get(key)
-        if held is not None and held[0] is loop and not held[1].is_closed:
-            return held[1]
-        client = httpx.AsyncClient(base_url=key[1], timeout=TIMEOUT, follow_redirects=False,
-                                   headers={"User-Agent": "Mozilla/5.0 (compatible; agent-gateway)"})
-        self._clients[key] = (loop, client)
-        return client
+        base_url = _base_url(method)
+        return self._clients.get((method, base_url), lambda: httpx.AsyncClient(
+            base_url=base_url, timeout=TIMEOUT, follow_redirects=False,
+            headers={"User-Agent": "Mozilla/5.0 (compatible; agent-gateway)"}))
 
     async def stop(self) -> None:
-        held, self._clients = self._clients, {}
-        loop = asyncio.get_running_loop()
-        for client_loop, client in held.values():
-            if client_loop is loop:  # a client of a loop that has ended went with it
-                await client.aclose()
+        await self._clients.stop()
 
 
 CLIENTS = SearchClients()
