@@ -96,6 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RuntimeError as e:
         log.error("cannot start: %s", e)
         return 1
+    log.info("event loop: %s%s", "asyncio" if loop_factory is None else "uvloop",
+             ", eager tasks" if runtime.eager_tasks else "")
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -142,7 +144,9 @@ def event_loop_factory(runtime: RuntimeConfig) -> Callable[[], asyncio.AbstractE
     try:
         import uvloop
     except ImportError:
-        raise RuntimeError("runtime.event_loop is uvloop, which is not installed: pip install 'agent-gateway[uvloop]'") from None
+        if runtime.event_loop == "auto":  # a platform uvloop does not build for (Windows, PyPy)
+            return None
+        raise RuntimeError("runtime.event_loop is uvloop, which is not installed: pip install uvloop") from None
     return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
