@@ -306,7 +306,7 @@ class RuntimeConfig(Strict):
 
     event_loop: Literal["auto", "asyncio", "uvloop"] = Field(
         default="auto", description="The event loop: auto is uvloop where it is installed (a dependency on "
-        "Linux and macOS; 1-3 ms less of every message's latency, bench/README.md Round 7), else asyncio's "
+        "Linux and macOS; 1-3 ms less of every message's latency, bench/README.md, 'Event loop and interpreter'), else asyncio's "
         "own; uvloop refuses to start without it rather than fall back silently"
     )
     eager_tasks: bool = Field(
