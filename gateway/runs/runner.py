@@ -30,7 +30,7 @@ from pydantic_ai import (
     UsageLimitExceeded,
 )
 from pydantic_ai.agent import AbstractAgent, WrapperAgent
-from pydantic_ai.capabilities import AbstractCapability, Capability, ToolSearch
+from pydantic_ai.capabilities import AbstractCapability, ToolSearch
 from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import (
     ModelMessage,
@@ -288,7 +288,7 @@ class Runner:
             return Agent(model, deps_type=Turn, output_type=[str, DeferredToolRequests],
                          instructions=self.instructions(turn), model_settings=settings,  # type: ignore[arg-type]
                          capabilities=capabilities, name=turn.agent.id)
-        return TurnAgent(_agent_named(turn.agent.id), model=model, instructions=self.instructions(turn),
+        return TurnAgent(_agent_named(turn.agent.id, self.instructions(turn)), model=model,
                          model_settings=settings,  # type: ignore[arg-type]
                          capabilities=capabilities)
 
@@ -526,26 +526,29 @@ class Runner:
 
 
 @functools.lru_cache(maxsize=256)
-def _agent_named(name: str) -> Agent[Turn, Any]:
-    """The pydantic-ai Agent every run of the agent `name` goes through, built once (its constructor
-    cost ~0.3 ms a message, building the output schema and its toolsets again). It holds nothing of
-    the config: the model, instructions, settings and capabilities are each run's (`TurnAgent`), so a
-    reload needs no new one. Bounded: delegates' dynamic agents are named by the model."""
-    return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name)
+def _agent_named(name: str, instructions: str) -> Agent[Turn, Any]:
+    """The pydantic-ai Agent every run of the agent `name` with these `instructions` goes through, built
+    once (its constructor cost ~0.3 ms a message, building the output schema and its toolsets again).
+    The instructions are its constructor's: pydantic-ai puts them before the capabilities' own, and a
+    run's `instructions` would come after them; given as a capability of each run instead, they cost
+    ~0.4 ms of every run's way to its model request (bench/README.md, Round 7). They change only with
+    the config (the agent's, the binding's prompt, a channel's override), so a reload meets new ones
+    under a new key. The model, settings and capabilities are each run's (`TurnAgent`). Bounded:
+    delegates' dynamic agents are named by the model."""
+    return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
+                 instructions=instructions or None)
 
 
 class TurnAgent(WrapperAgent[Turn, Any]):
-    """One run's agent: the shared `_agent_named` with this run's model, instructions, model settings and
-    capabilities, which pydantic-ai takes per run (`Agent.iter`), so nothing is built per message but
-    them. Capabilities a caller adds for its run (a background delegate's inbox) come after these."""
+    """One run's agent: the shared `_agent_named` with this run's model, model settings and capabilities,
+    which pydantic-ai takes per run (`Agent.iter`), so nothing is built per message but them.
+    Capabilities a caller adds for its run (a background delegate's inbox) come after these."""
 
-    def __init__(self, wrapped: Agent[Turn, Any], *, model: Model, instructions: str,
-                 model_settings: ModelSettings | None, capabilities: Sequence[AbstractCapability[Turn]]) -> None:
+    def __init__(self, wrapped: Agent[Turn, Any], *, model: Model, model_settings: ModelSettings | None,
+                 capabilities: Sequence[AbstractCapability[Turn]]) -> None:
         super().__init__(wrapped)
         self._model, self._settings = model, model_settings
-        # The agent's instructions as the first capability: a run's own `instructions` would come after
-        # the capabilities' (a constructor's come before), and the model must see them as it did.
-        self._capabilities = [Capability(instructions=instructions), *capabilities] if instructions else list(capabilities)
+        self._capabilities = list(capabilities)
 
     @property
     def model(self) -> Model:
