@@ -299,8 +299,7 @@ class Runner:
         built once (`_shared_agent`; its constructor cost ~0.3 ms a message, building the output schema
         and its toolsets again). What it holds changes only with the config, so a reload meets new
         values under a new key: the instructions (the agent's, the binding's prompt, a channel's
-        override), which pydantic-ai puts before the capabilities' own (a run's `instructions` would
-        come after them), and the slow-call report. Given to each run as capabilities instead, the two
+        override), which pydantic-ai puts before the capabilities' own, and the slow-call report. Given to each run as capabilities instead, the two
         cost ~0.4 and ~0.3 ms of pydantic-ai's binding them per run on the way to the model request
         (bench/README.md, Round 7). The model, settings and the capabilities bound to the turn are each
         run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model."""
