@@ -30,7 +30,7 @@ from pydantic_ai import (
     UsageLimitExceeded,
 )
 from pydantic_ai.agent import AbstractAgent, WrapperAgent
-from pydantic_ai.capabilities import AbstractCapability, Capability, ToolSearch
+from pydantic_ai.capabilities import AbstractCapability, ToolSearch
 from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import (
     ModelMessage,
@@ -184,6 +184,8 @@ class Runner:
         self.park_handler: ParkHandler | None = None
         self.resume_results: Callable[[str], Awaitable[DeferredToolResults]] | None = None
         self._in_flight = InFlight()
+        # This runner's shared Agents (its clock and metrics are in them), kept no longer than it is.
+        self._shared_agent = functools.lru_cache(maxsize=256)(self._agent_for)
         self._streams: dict[str, ReplyStream] = {}
 
     # --- building -----------------------------------------------------------------------
@@ -278,19 +280,32 @@ class Runner:
         capabilities: list[Any] = []
         for build in self.capability_builders:
             capabilities.extend(build(turn))
-        capabilities.append(SlowCalls(self.gateway.config.gateway.limits.slow_tool_seconds, self.gateway.clock,
-                                      self._slow_call))
+        slow_seconds = self.gateway.config.gateway.limits.slow_tool_seconds
         settings = dict(turn.agent.model_settings) or None
         if any(isinstance(c, ToolSearch) for c in capabilities):
             # pydantic-ai adds its own ToolSearch to an agent built without one, and then refuses a run's
             # ToolSearch subclass (capabilities/tool_search.py) under the same id as a second class. An
             # agent with tool search is built for its run with its capabilities, as every agent once was.
+            capabilities.append(SlowCalls(slow_seconds, self.gateway.clock, self._slow_call))
             return Agent(model, deps_type=Turn, output_type=[str, DeferredToolRequests],
                          instructions=self.instructions(turn), model_settings=settings,  # type: ignore[arg-type]
                          capabilities=capabilities, name=turn.agent.id)
-        return TurnAgent(_agent_named(turn.agent.id), model=model, instructions=self.instructions(turn),
+        return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds), model=model,
                          model_settings=settings,  # type: ignore[arg-type]
                          capabilities=capabilities)
+
+    def _agent_for(self, name: str, instructions: str, slow_seconds: float) -> Agent[Turn, Any]:
+        """The pydantic-ai Agent every run of the agent `name` with these `instructions` goes through,
+        built once (`_shared_agent`; its constructor cost ~0.3 ms a message, building the output schema
+        and its toolsets again). What it holds changes only with the config, so a reload meets new
+        values under a new key: the instructions (the agent's, the binding's prompt, a channel's
+        override), which pydantic-ai puts before the capabilities' own, and the slow-call report. Given to each run as capabilities instead, the two
+        cost ~0.4 and ~0.3 ms of pydantic-ai's binding them per run on the way to the model request
+        (bench/README.md, Round 7). The model, settings and the capabilities bound to the turn are each
+        run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model."""
+        return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
+                     instructions=instructions or None,
+                     capabilities=[SlowCalls(slow_seconds, self.gateway.clock, self._slow_call)])
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
         log.warning("slow tool call: %s took %.1f s%s", tool, seconds, " and failed" if failed else "",
@@ -525,27 +540,16 @@ class Runner:
         return self._in_flight.ids()
 
 
-@functools.lru_cache(maxsize=256)
-def _agent_named(name: str) -> Agent[Turn, Any]:
-    """The pydantic-ai Agent every run of the agent `name` goes through, built once (its constructor
-    cost ~0.3 ms a message, building the output schema and its toolsets again). It holds nothing of
-    the config: the model, instructions, settings and capabilities are each run's (`TurnAgent`), so a
-    reload needs no new one. Bounded: delegates' dynamic agents are named by the model."""
-    return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name)
-
-
 class TurnAgent(WrapperAgent[Turn, Any]):
-    """One run's agent: the shared `_agent_named` with this run's model, instructions, model settings and
-    capabilities, which pydantic-ai takes per run (`Agent.iter`), so nothing is built per message but
-    them. Capabilities a caller adds for its run (a background delegate's inbox) come after these."""
+    """One run's agent: the shared `Runner._agent_for` with this run's model, model settings and capabilities,
+    which pydantic-ai takes per run (`Agent.iter`), so nothing is built per message but them.
+    Capabilities a caller adds for its run (a background delegate's inbox) come after these."""
 
-    def __init__(self, wrapped: Agent[Turn, Any], *, model: Model, instructions: str,
-                 model_settings: ModelSettings | None, capabilities: Sequence[AbstractCapability[Turn]]) -> None:
+    def __init__(self, wrapped: Agent[Turn, Any], *, model: Model, model_settings: ModelSettings | None,
+                 capabilities: Sequence[AbstractCapability[Turn]]) -> None:
         super().__init__(wrapped)
         self._model, self._settings = model, model_settings
-        # The agent's instructions as the first capability: a run's own `instructions` would come after
-        # the capabilities' (a constructor's come before), and the model must see them as it did.
-        self._capabilities = [Capability(instructions=instructions), *capabilities] if instructions else list(capabilities)
+        self._capabilities = list(capabilities)
 
     @property
     def model(self) -> Model:

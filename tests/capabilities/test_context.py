@@ -12,10 +12,12 @@ from gateway.messages import ChatKind
 
 from ..conftest import write_config
 from .knowledge_script import SCRIPT, call, scripted_agent, world_on
-from .support import Account, Place
+from .support import Account, Place, slack_binding, telegram_binding
 
 ALICE = Account("slack", "T1", "U1", "alice")
 DM_ALICE = Place("slack", "slack", "T1", "D1", ChatKind.DM)
+ADA_TG = Account("telegram", "tg", "42", "ada")
+DM_ADA_TG = Place("telegram", "telegram", "tg", "42", ChatKind.DM)
 CHANNEL = Place("slack", "slack", "T1", "C1", ChatKind.CHANNEL)
 
 
@@ -122,3 +124,19 @@ async def test_reload_picks_up_edits_and_refuses_an_edit_over_budget(tmp_path: P
         assert not ok and "inject_budget_chars" in problems[0]
         await w.run(ALICE, DM_ALICE, "hello")
         assert "Speak like a pirate." in SCRIPT.requests[-1].instructions, "the last good config's files stay"
+
+
+async def test_the_agents_instructions_and_the_bindings_prompt_come_before_the_capabilities(tmp_path: Path) -> None:
+    """The shared Agent carries a run's instructions in its constructor (gateway/runs/runner.py `_agent_named`),
+    keyed by them: pydantic-ai puts those first, then the capabilities' own; two bindings of one agent with
+    different prompts each get theirs."""
+    _files(tmp_path, **{"voice.md": "Speak plainly."})
+    bindings = {"slack": slack_binding(prompt="Answer in the Slack way."),
+                "telegram": telegram_binding(prompt="Answer in the Telegram way.")}
+    async with world_on(tmp_path, agents={"assistant": scripted_agent({"id": "context"})}, bindings=bindings) as w:
+        await w.run(ALICE, DM_ALICE, "hello")
+        await w.run(ADA_TG, DM_ADA_TG, "hello")
+        slack, telegram = (r.instructions for r in SCRIPT.requests)
+        for text, prompt, other in ((slack, "Answer in the Slack way.", "Telegram"), (telegram, "Answer in the Telegram way.", "Slack")):
+            assert text.index("You are a test agent.") < text.index(prompt) < text.index("<context-files>"), text
+            assert f"the {other} way" not in text
