@@ -174,6 +174,7 @@ async def one_round(workdir: Path, config: Path, idle: float, env: dict[str, str
 @dataclass
 class FirstMessage:
     ready_s: float
+    cpu_s: float  # at READY
     after_ready_ms: float  # the loop's longest wait in the AFTER_READY_S after READY
     first_ms: float  # POST -> run_end of the process's first message
     first_lag_ms: float  # the loop's longest wait meanwhile
@@ -240,6 +241,7 @@ async def first_message_round(workdir: Path, config: Path, env: dict[str, str]) 
     since = log.stat().st_size if log.exists() else 0
     try:
         async with running_daemon(workdir, config, env) as (popen, ready_s):
+            cpu = _cpu_s(popen.pid)
             base = f"http://127.0.0.1:{int((workdir / 'port').read_text())}"
             async with aiohttp.ClientSession() as http:
                 watch = LoopWatch(http, base)
@@ -252,7 +254,7 @@ async def first_message_round(workdir: Path, config: Path, env: dict[str, str]) 
                     async with watch.watching() as lag:
                         took.append(await asyncio.wait_for(_message(http, base, conversation, text), MESSAGE_CEILING_S))
                     took.append(lag[0])
-            return FirstMessage(ready_s, after_ready[0] * 1000, took[0] * 1000, took[1] * 1000, took[2] * 1000,
+            return FirstMessage(ready_s, cpu, after_ready[0] * 1000, took[0] * 1000, took[1] * 1000, took[2] * 1000,
                                 took[3] * 1000, _status_mib(popen.pid), _warm_up_line(log, since))
     except (RuntimeError, aiohttp.ClientError, TimeoutError, KeyError, ValueError) as e:
         return f"{type(e).__name__}: {e}"
@@ -275,7 +277,8 @@ def report_first(name: str, rounds: list[FirstMessage | str]) -> None:
           f"the second {p50([r.second_lag_ms for r in done]):.0f} ms, in the {AFTER_READY_S:g} s after READY "
           f"{p50([r.after_ready_ms for r in done]):.0f} ms (the most of any round: "
           f"{max(max(r.first_lag_ms, r.after_ready_ms) for r in done):.0f} ms) [printed]")
-    print(f"{name}: start -> READY p50 {p50([r.ready_s for r in done]):.2f} s, RSS after two messages "
+    print(f"{name}: start -> READY p50 {p50([r.ready_s for r in done]):.2f} s (CPU {p50([r.cpu_s for r in done]):.2f} s), "
+          "RSS after two messages "
           f"{p50([r.rss_mib for r in done]):.1f} MiB [printed]")
     if done[-1].warm_up:
         print(f"{name}: the daemon's warm-up: {done[-1].warm_up.strip()[:300]}")
