@@ -209,7 +209,7 @@ class Gateway:
     async def warmed(self) -> None:
         """Until the start's warm-up has ended (`gateway.runs.warm_up`): the models built, a first run done."""
         if self._warm_up is not None:
-            await asyncio.shield(self._warm_up)
+            await asyncio.wait([self._warm_up])  # never raises: a failed warm-up logged itself
 
     async def wait_connected(self, timeout: float) -> list[str]:
         """Wait until every binding is connected, or `timeout`; returns the ones that are not."""
@@ -327,7 +327,8 @@ class Gateway:
         if self._sweeper is not None:
             await cancel_and_wait(self._sweeper)
             self._sweeper = None
-        await cancel_and_wait(self._warm_up)  # its thread ends on its own; what it built is closed below
+        # Its thread ends on its own; models it had not handed to `self.models` yet never connected.
+        await cancel_and_wait(self._warm_up)
         if hasattr(self, "scheduler"):
             if not await self.scheduler.drain(grace):
                 stopped = self.runner.cancel_all()
