@@ -15,10 +15,17 @@ The first round of each config starts on an empty database (the migrations run, 
 install); the rest restart it on the database the first left, as systemd restarts the daemon:
 those are judged.
 
+Then the first message a restarted daemon answers, through its web chat, on the shipped config's
+offline model and on an OpenAI-compatible model (tests/fakes/openai.py in this process): from the POST
+to the run's `run_end` on the conversation's event stream, beside the second message's, and the event
+loop's longest wait meanwhile and in the seconds after READY (while the daemon warms up,
+gateway/runs/warm_up.py): the longest a `/healthz` request took, sent one at a time, 5 ms apart.
+
     .venv/bin/python bench/startup.py              # 5 rounds of each
     .venv/bin/python bench/startup.py --rounds 9 --idle 10
     .venv/bin/python bench/startup.py --quick      # 3 rounds, 1 s idle
     .venv/bin/python bench/startup.py --gateway-src /tmp/old-checkout   # another checkout's daemon
+    .venv/bin/python bench/startup.py --first-message-only --rounds 3   # only the first message
     .venv/bin/python -X importtime -m gateway.ops.cli run --config config   # where the time goes
 
 Exit status 0 when every judged figure is within its target, 1 otherwise.
@@ -28,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -37,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,13 +54,19 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import aiohttp  # noqa: E402
+
 from tests.adapters.stopping import ENV, Platforms, fake_platforms  # noqa: E402
 from tests.conftest import dump_yaml  # noqa: E402
+from tests.fakes.openai import FakeOpenAI  # noqa: E402
 
 TARGET_READY_S = 1.5
 TARGET_RSS_SHIPPED_MIB = 80.0
 TARGET_RSS_PLATFORMS_MIB = 100.0
 CEILING_S = 60.0  # a daemon not READY by then is killed and the round counts as a miss
+AFTER_READY_S = 2.0  # the loop is watched this long after READY, then the first message goes
+PING_EVERY = 0.005  # seconds between /healthz requests, one at a time
+MESSAGE_CEILING_S = 60.0
 MODEL_KEYS = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")  # the shipped agent: the offline model
 # The libraries every deployment imports (the agent framework, the ORM and its SQLite driver, the HTTP
 # server, the config parser, the metrics), and those the three platforms add: imported alone, in a bare
@@ -110,28 +126,27 @@ async def _await_ready(sock: socket.socket, popen: subprocess.Popen[bytes], dead
 SRC = ROOT  # the checkout whose daemon is measured (--gateway-src)
 
 
-async def one_round(workdir: Path, config: Path, idle: float, env: dict[str, str]) -> Round | str:
-    """Start the daemon once, measure it, stop it with SIGTERM."""
+@contextlib.asynccontextmanager
+async def running_daemon(workdir: Path, config: Path, env: dict[str, str]) -> AsyncIterator[tuple[subprocess.Popen[bytes], float]]:
+    """The daemon started on `config` and READY: (its process, seconds from spawn to READY). SIGTERM at the end;
+    RuntimeError if it does not get READY."""
     notify = workdir / "notify.sock"
     notify.unlink(missing_ok=True)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+    (workdir / "port").unlink(missing_ok=True)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock, open(workdir / "daemon.log", "ab") as log:
         sock.bind(str(notify))
         sock.setblocking(False)
-        log = open(workdir / "daemon.log", "ab")  # noqa: SIM115 (closed below)
         started = time.monotonic()
         # cwd = the work directory: the shipped config's relative database path lands there.
         popen = subprocess.Popen(
-            [sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(config), "--listen", "127.0.0.1:0"],
+            [sys.executable, "-m", "gateway.ops.cli", "run", "--config", str(config), "--listen", "127.0.0.1:0",
+             "--port-file", str(workdir / "port")],
             cwd=workdir, env={**env, "NOTIFY_SOCKET": str(notify)}, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=log)
         try:
             if not await _await_ready(sock, popen, started + CEILING_S):
-                return f"no READY=1 (exit {popen.poll()}); see {workdir / 'daemon.log'}"
-            ready_s = time.monotonic() - started
-            cpu, rss_ready = _cpu_s(popen.pid), _status_mib(popen.pid)
-            await asyncio.sleep(idle)  # idle: nothing arrives; what the daemon holds now is its floor
-            rss_idle = _status_mib(popen.pid)
-            return Round(ready_s, cpu, rss_ready, rss_idle)
+                raise RuntimeError(f"no READY=1 (exit {popen.poll()}); see {workdir / 'daemon.log'}")
+            yield popen, time.monotonic() - started
         finally:
             if popen.poll() is None:
                 popen.send_signal(signal.SIGTERM)
@@ -140,7 +155,155 @@ async def one_round(workdir: Path, config: Path, idle: float, env: dict[str, str
                 except subprocess.TimeoutExpired:
                     popen.kill()
                     await asyncio.to_thread(popen.wait)
-            log.close()
+
+
+async def one_round(workdir: Path, config: Path, idle: float, env: dict[str, str]) -> Round | str:
+    """Start the daemon once, measure it, stop it with SIGTERM."""
+    try:
+        async with running_daemon(workdir, config, env) as (popen, ready_s):
+            cpu, rss_ready = _cpu_s(popen.pid), _status_mib(popen.pid)
+            await asyncio.sleep(idle)  # idle: nothing arrives; what the daemon holds now is its floor
+            return Round(ready_s, cpu, rss_ready, _status_mib(popen.pid))
+    except RuntimeError as e:
+        return str(e)
+
+
+# --- the first message --------------------------------------------------------------------------
+
+
+@dataclass
+class FirstMessage:
+    ready_s: float
+    cpu_s: float  # at READY
+    after_ready_ms: float  # the loop's longest wait in the AFTER_READY_S after READY
+    first_ms: float  # POST -> run_end of the process's first message
+    first_lag_ms: float  # the loop's longest wait meanwhile
+    second_ms: float
+    second_lag_ms: float
+    rss_mib: float  # after both messages
+    warm_up: str  # the daemon's "warmed up" log line, when it wrote one
+
+
+class LoopWatch:
+    """The longest a `/healthz` request to the daemon took, sent one at a time while `watching`: a request
+    that arrives while the loop is held waits for it, so the longest answer is the loop's longest wait."""
+
+    def __init__(self, http: aiohttp.ClientSession, base: str) -> None:
+        self.http, self.base = http, base
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[list[float]]:
+        longest = [0.0]
+        stop = asyncio.Event()
+
+        async def ping() -> None:
+            while not stop.is_set():
+                at = time.monotonic()
+                async with self.http.get(f"{self.base}/healthz") as r:
+                    await r.read()
+                longest[0] = max(longest[0], time.monotonic() - at)
+                await asyncio.sleep(PING_EVERY)
+
+        task = asyncio.create_task(ping())
+        try:
+            yield longest
+        finally:
+            stop.set()
+            await task
+
+
+async def _message(http: aiohttp.ClientSession, base: str, conversation: str, text: str) -> float:
+    """Seconds from POSTing `text` to its run's `run_end` on the conversation's event stream (opened first)."""
+    async with http.get(f"{base}/api/v1/conversations/{conversation}/events") as events:
+        async for line in events.content:
+            if line.startswith(b": connected"):
+                break
+        at = time.monotonic()
+        async with http.post(f"{base}/api/v1/conversations/{conversation}/messages", json={"text": text}) as r:
+            run_id = (await r.json())["run_id"]
+        async for line in events.content:
+            if line.startswith(b"data: "):
+                event = json.loads(line[6:])
+                if event.get("type") == "run_end" and event.get("run_id") == run_id:
+                    return time.monotonic() - at
+    raise RuntimeError("the event stream ended before the run did")
+
+
+def _warm_up_line(log: Path, since: int) -> str:
+    """The daemon's "warmed up" log line written after byte `since` of its log, or ""."""
+    lines = log.read_bytes()[since:].decode(errors="replace").splitlines()
+    return next((line for line in lines if "warmed up" in line or "warm-up failed" in line), "")
+
+
+async def first_message_round(workdir: Path, config: Path, env: dict[str, str]) -> FirstMessage | str:
+    """A restart, the loop watched after READY, then a first and a second message on one new conversation."""
+    log = workdir / "daemon.log"
+    since = log.stat().st_size if log.exists() else 0
+    try:
+        async with running_daemon(workdir, config, env) as (popen, ready_s):
+            cpu = _cpu_s(popen.pid)
+            base = f"http://127.0.0.1:{int((workdir / 'port').read_text())}"
+            async with aiohttp.ClientSession() as http:
+                watch = LoopWatch(http, base)
+                async with watch.watching() as after_ready:
+                    await asyncio.sleep(AFTER_READY_S)
+                async with http.post(f"{base}/api/v1/conversations", json={}) as r:
+                    conversation = (await r.json())["id"]
+                took = []
+                for text in ("hello", "hello again"):
+                    async with watch.watching() as lag:
+                        took.append(await asyncio.wait_for(_message(http, base, conversation, text), MESSAGE_CEILING_S))
+                    took.append(lag[0])
+            return FirstMessage(ready_s, cpu, after_ready[0] * 1000, took[0] * 1000, took[1] * 1000, took[2] * 1000,
+                                took[3] * 1000, _status_mib(popen.pid), _warm_up_line(log, since))
+    except (RuntimeError, aiohttp.ClientError, TimeoutError, KeyError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+
+
+def report_first(name: str, rounds: list[FirstMessage | str]) -> None:
+    """Printed, not judged: the first message beside the second, and the loop's longest waits (p50 of the rounds)."""
+    done = [r for r in rounds if isinstance(r, FirstMessage)]
+    for failure in (r for r in rounds if isinstance(r, str)):
+        print(f"{name}: first message: {failure}")
+    if not done:
+        return
+
+    def p50(values: list[float]) -> float:
+        return statistics.median(values)
+
+    print(f"{name}: first message {p50([r.first_ms for r in done]):.0f} ms, the second "
+          f"{p50([r.second_ms for r in done]):.0f} ms (POST -> run_end, p50 of {len(done)} restarts) [printed]")
+    print(f"{name}: the loop's longest wait: during the first message {p50([r.first_lag_ms for r in done]):.0f} ms, "
+          f"the second {p50([r.second_lag_ms for r in done]):.0f} ms, in the {AFTER_READY_S:g} s after READY "
+          f"{p50([r.after_ready_ms for r in done]):.0f} ms (the most of any round: "
+          f"{max(max(r.first_lag_ms, r.after_ready_ms) for r in done):.0f} ms) [printed]")
+    print(f"{name}: start -> READY p50 {p50([r.ready_s for r in done]):.2f} s (CPU {p50([r.cpu_s for r in done]):.2f} s), "
+          "RSS after two messages "
+          f"{p50([r.rss_mib for r in done]):.1f} MiB [printed]")
+    if done[-1].warm_up:
+        print(f"{name}: the daemon's warm-up: {done[-1].warm_up.strip()[:300]}")
+
+
+async def first_messages(tmp: Path, rounds: int) -> None:
+    """The first message on the shipped config (the offline model), then on an OpenAI-compatible model."""
+    env = _daemon_env()
+    work = Path(tmp) / "first-shipped"
+    work.mkdir()
+    config = shipped_config(work)
+    await measure(Figures("first message, shipped", 0.0, ()), work, config, 1, 0.0)  # the migrations, once
+    report_first("shipped config", [await first_message_round(work, config, env) for _ in range(rounds)])
+    model = await FakeOpenAI().start()
+    try:
+        work = Path(tmp) / "first-openai"
+        work.mkdir()
+        config = shipped_config(work)
+        env = {**env, "AGENT_GATEWAY_MODEL": "openai-chat:bench-model", "OPENAI_BASE_URL": model.base_url,
+               "OPENAI_API_KEY": "not-needed"}
+        await measure(Figures("first message, openai", 0.0, ()), work, config, 1, 0.0, env)
+        report_first("shipped config on openai-chat", [await first_message_round(work, config, env)
+                                                       for _ in range(rounds)])
+    finally:
+        await model.stop()
 
 
 def library_floor(modules: tuple[str, ...], rounds: int = 3) -> tuple[float, float]:
@@ -172,10 +335,16 @@ def platforms_config(workdir: Path, platforms: Platforms) -> Path:
     return config
 
 
-async def measure(figures: Figures, workdir: Path, config: Path, rounds: int, idle: float) -> None:
+def _daemon_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in MODEL_KEYS}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SRC), os.environ.get("PYTHONPATH", "")) if p)
     env.update(ENV)  # the platform bindings' tokens (env:STOP_...)
+    return env
+
+
+async def measure(figures: Figures, workdir: Path, config: Path, rounds: int, idle: float,
+                  env: dict[str, str] | None = None) -> None:
+    env = env or _daemon_env()
     for i in range(rounds):
         result = await one_round(workdir, config, idle, env)
         kind = "fresh database" if i == 0 else f"restart {i}"
@@ -216,9 +385,12 @@ def report(figures: Figures) -> bool:
     return ok_ready and ok_rss and not figures.failures
 
 
-async def main(rounds: int, idle: float) -> int:
+async def main(rounds: int, idle: float, first_only: bool = False) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
+        if first_only:
+            await first_messages(Path(tmp), rounds)
+            return 0
         shipped = Figures("shipped config", TARGET_RSS_SHIPPED_MIB, FLOOR_SHIPPED)
         work = Path(tmp) / "shipped"
         work.mkdir()
@@ -231,6 +403,7 @@ async def main(rounds: int, idle: float) -> int:
         for figures in (shipped, platforms):
             figures.floor = await asyncio.to_thread(library_floor, figures.floor_modules)
         results = [report(shipped), report(platforms)]
+        await first_messages(Path(tmp), max(rounds - 1, 1))
     return 0 if all(results) else 1
 
 
@@ -239,6 +412,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5, help="starts per config, the first on an empty database (default 5)")
     parser.add_argument("--idle", type=float, default=3.0, help="seconds idle after READY before RSS is read again (default 3)")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 s idle (make bench BENCH_ARGS=--quick)")
+    parser.add_argument("--first-message-only", action="store_true",
+                        help="only the first message after a restart (--rounds restarts of each config)")
     parser.add_argument("--gateway-src", type=Path, default=ROOT, help="measure another checkout's daemon and config/")
     args = parser.parse_args()
     SRC = args.gateway_src.resolve()
@@ -246,4 +421,4 @@ if __name__ == "__main__":
         args.rounds, args.idle = 3, 1.0
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (the first start is on an empty database, the rest are judged)")
-    sys.exit(asyncio.run(main(args.rounds, args.idle)))
+    sys.exit(asyncio.run(main(args.rounds, args.idle, args.first_message_only)))

@@ -44,6 +44,7 @@ from gateway.messages import InboundMessage
 from gateway.ops.metrics import Metrics
 from gateway.runs.models_cache import ModelCache
 from gateway.runs.runner import Runner
+from gateway.runs.warm_up import warm_up
 from gateway.runs.stop import Stops
 from gateway.store import repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
@@ -101,6 +102,7 @@ class Gateway:
         self._accepting = False
         self._settled = asyncio.Event()  # opened or stopping: a message arriving at start waits for it
         self._sweeper: asyncio.Task[None] | None = None
+        self._warm_up: asyncio.Task[None] | None = None  # the models and a first run, after the gate opened
         self.relay: EventRelay | None = None  # the event stream across replicas (PostgreSQL only)
         self.notifier = Notifier()
         self.routes = http.AdapterRoutes()
@@ -171,7 +173,6 @@ class Gateway:
             from gateway import extensions
 
             extensions.install(self)
-            self.models.warm(self.config)
             self.adapters = {b.id: self._adapter_for(b) for b in self.config.bindings.values() if b.enabled}
             app = http.build_app(self)
             self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=2.0,
@@ -197,11 +198,18 @@ class Gateway:
             self._settled.set()
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway:sweep")
             self.metrics.start()
+            # Not awaited: READY does not wait for it; a message meanwhile is served (gateway.runs.warm_up).
+            self._warm_up = asyncio.create_task(warm_up(self.config, self.models), name="gateway:warm-up")
         except BaseException:
             await self.stop()
             raise
         log.info("gateway listening on http://%s:%d/", host, self.port)
         self.notifier.start_watchdog()
+
+    async def warmed(self) -> None:
+        """Until the start's warm-up has ended (`gateway.runs.warm_up`): the models built, a first run done."""
+        if self._warm_up is not None:
+            await asyncio.wait([self._warm_up])  # never raises: a failed warm-up logged itself
 
     async def wait_connected(self, timeout: float) -> list[str]:
         """Wait until every binding is connected, or `timeout`; returns the ones that are not."""
@@ -280,7 +288,7 @@ class Gateway:
                     log.exception("stopping adapter %s", binding_id)
         self.config = config
         await self.models.apply(config.gateway.providers)
-        self.models.warm(config)
+        await self.models.warm(config)
         for binding_id, adapter in replacements.items():
             self.adapters[binding_id] = adapter
             await adapter.start(self)
@@ -319,6 +327,8 @@ class Gateway:
         if self._sweeper is not None:
             await cancel_and_wait(self._sweeper)
             self._sweeper = None
+        # Its thread ends on its own; models it had not handed to `self.models` yet never connected.
+        await cancel_and_wait(self._warm_up)
         if hasattr(self, "scheduler"):
             if not await self.scheduler.drain(grace):
                 stopped = self.runner.cancel_all()

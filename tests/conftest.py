@@ -77,6 +77,9 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
     gateway = Gateway(load_config(config_dir), clock=clock)
     await gateway.start()
     try:
+        # As a restarted daemon a moment after READY: models built, its first run rehearsed. A test of a
+        # message during the warm-up starts its Gateway itself (tests/test_warm_up.py).
+        await gateway.warmed()
         yield gateway
     finally:
         await gateway.stop()

@@ -15,8 +15,11 @@ per model name and provider.
   the new one.
 - `close()` (the gateway's stop) closes every provider's HTTP client.
 - `warm()` builds every agent's model at start and after a reload, not in the first run that
-  needs it: the first build imports the provider's SDK (the OpenAI SDK: 0.1-0.9 s), on the event
-  loop, in front of every conversation's events.
+  needs it: the first build imports the provider's SDK (the OpenAI SDK: 0.3-0.9 s of CPU) and makes
+  its HTTP client's SSL context, which on the event loop stalled every conversation's events. It builds
+  them in a thread, into a cache of its own that the event loop then adopts: nothing here is shared
+  with the thread while it builds, so no lock. Only the providers the config names are built, so only
+  their SDKs are imported (a deployment on Anthropic never imports openai).
 
 The demo model and models registered in code (`gateway.runs.llm.register_model`) hold no connection
 and are built per run, as before.
@@ -51,6 +54,12 @@ def config_key(provider_name: str, cfg: ProviderConfig | None) -> tuple[Any, ...
     if cfg is None:  # one of pydantic-ai's own providers, configured by its environment variables
         return (provider_name,)
     return (provider_name, cfg.kind, cfg.base_url, cfg.api_key)
+
+
+def _model_key(name: str, providers: dict[str, ProviderConfig]) -> tuple[Any, ...]:
+    """A model's key in the cache: its concrete name and its provider's config."""
+    provider_name, _, model_name = name.partition(":")
+    return (name, *config_key(provider_name, providers.get(provider_name) if model_name else None))
 
 
 def secret_digest(cfg: ProviderConfig | None) -> str:
@@ -90,23 +99,53 @@ class ModelCache:
         model = llm.in_process(name)
         if model is not None:
             return model
-        provider_name, _, model_name = name.partition(":")
-        key = (name, *config_key(provider_name, providers.get(provider_name) if model_name else None))
+        key = _model_key(name, providers)
         model = self._models.get(key)
         if model is None:
             model = self._models[key] = llm.resolve_model(name, providers, provider_for=self._provider)
         return model
 
-    def warm(self, config: LoadedConfig) -> None:
-        """Build every agent's model now. One that cannot be built is left to its runs, which tell
-        the person and the log why (a missing key may be fixed by the next reload)."""
-        for name in sorted({llm.concrete_name(agent.model) for agent in config.agents.values()}):
-            if llm.built_per_run(name):
-                continue  # built per run (`get`): nothing to build ahead
+    async def warm(self, config: LoadedConfig) -> list[str]:
+        """Build every agent's model now, in a thread; returns the names built. One that cannot be built
+        is left to its runs, which tell the person and the log why (a missing key may be fixed by the next
+        reload). A run that needs a model meanwhile builds its own, which is kept (the thread's is closed)."""
+        providers = config.gateway.providers
+        names = [name for name in sorted({llm.concrete_name(agent.model) for agent in config.agents.values()})
+                 if not llm.built_per_run(name)  # the demo and registered models: built per run (`get`)
+                 and _model_key(name, providers) not in self._models]  # a reload keeps what did not change
+        if not names:
+            return []
+        scratch = ModelCache()
+        scratch._providers = dict(self._providers)  # a provider built already serves its new models too
+        built = await asyncio.to_thread(scratch._build, names, providers)
+        await self._adopt(scratch)
+        return built
+
+    def _build(self, names: list[str], providers: dict[str, ProviderConfig]) -> list[str]:
+        """In the warm-up's thread, on a cache nobody else uses yet."""
+        built = []
+        for name in names:
             try:
-                self.get(name, config.gateway.providers)
+                self.get(name, providers)
+                built.append(name)
             except Exception as e:
                 log.warning("model %s is not ready: %s", name, e)
+        return built
+
+    async def _adopt(self, scratch: ModelCache) -> None:
+        """Take what `scratch` built, except what a run built here meanwhile (then `scratch`'s copy is closed)."""
+        duplicates = []
+        for key, entry in scratch._providers.items():
+            mine = self._providers.get(key)
+            if mine is None:
+                self._providers[key] = entry
+            elif mine.provider is not entry.provider:
+                duplicates.append(entry.provider)
+        for key, model in scratch._models.items():
+            if key not in self._models and not any(model.provider is p for p in duplicates):
+                self._models[key] = model
+        for provider in duplicates:
+            await _close(provider)
 
     def _provider(self, provider_name: str, cfg: ProviderConfig | None) -> Provider[Any]:
         key = config_key(provider_name, cfg)

@@ -1,0 +1,101 @@
+"""A process's first agent run, done once at start so that no person's first message pays for it.
+
+The first run in a process does work every later run reuses, on the event loop, in front of every
+other conversation's events. Found by sampling the loop's thread through a fresh daemon's first
+message (bench/README.md, "The first message"):
+- the first pydantic-ai model built loads genai-prices' price table (its `data` module, ~40 ms);
+- a provider's first model imports its SDK (the OpenAI SDK: 0.3-0.9 s) and makes its HTTP client's
+  SSL context (`ModelCache.warm`, which did it on the loop before READY);
+- the first run imports anyio's asyncio backend, builds the agent's graph (pydantic-ai keeps one per
+  agent name) and walks every first-use path of a run: streaming, a tool call and its result;
+- each event loop's first synchronous instructions function starts its worker thread (anyio's).
+
+So after `Gateway.start` has opened the gate (READY does not wait for it), `warm_up` builds the
+configured models, then rehearses one run per agent name on an offline model that calls a tool and
+answers, in a thread with an event loop of its own: the thread takes the GIL in slices, so the loop
+keeps serving meanwhile. What it builds is the process's (modules, pydantic-ai's caches, the models,
+which the gateway's `ModelCache` adopts); nothing bound to the thread's loop is kept. Then one more
+rehearsal on the daemon's loop, cheap by then, starts that loop's own parts. Only what the config
+names is built: a deployment on Anthropic never imports openai, the offline demo imports neither.
+
+A warm-up that fails is logged and changes nothing else: the first run then pays, as it used to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator
+
+from pydantic_ai import Agent, DeferredToolRequests
+from pydantic_ai.capabilities import Capability
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.toolsets import FunctionToolset
+from pydantic_ai.usage import UsageLimits
+
+from bindings.loader import LoadedConfig
+
+from gateway.runs.agent_run import run_agent
+from gateway.runs.models_cache import ModelCache
+from gateway.runs.runner import TurnAgent
+from gateway.runs.turn import Turn
+
+log = logging.getLogger("gateway.warm_up")
+
+REHEARSAL_SECONDS = 30.0  # a rehearsal that has not ended by then is given up (logged)
+
+
+async def warm_up(config: LoadedConfig, models: ModelCache) -> None:
+    """Build `config`'s models and rehearse a run per agent (see the module docstring); logs one line."""
+    started, cpu, modules = time.monotonic(), time.process_time(), len(sys.modules)
+    try:
+        built = await models.warm(config)
+        names = sorted(config.agents)
+        await asyncio.to_thread(asyncio.run, _rehearse(names))
+        on_loop = time.monotonic()
+        await _rehearse(names[:1])
+    except Exception as e:  # never the daemon's failure: the first run does it instead
+        log.warning("warm-up failed: %s: %s", type(e).__name__, e)
+        return
+    log.info("warmed up: %s", ", ".join(built) or "no model to build",
+             extra={"models": built, "agents": len(names), "seconds": round(time.monotonic() - started, 3),
+                    "on_loop_seconds": round(time.monotonic() - on_loop, 3),
+                    "cpu_seconds": round(time.process_time() - cpu, 3), "modules": len(sys.modules) - modules})
+
+
+async def _rehearse(names: list[str]) -> None:
+    """One run per agent name, as the runner drives a turn (`TurnAgent`, `run_agent`), on the offline script."""
+    for name in names:
+        agent = TurnAgent(Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name),
+                          model=FunctionModel(stream_function=_script, model_name="warm-up"),
+                          instructions="A rehearsal.", model_settings=None,
+                          capabilities=[Capability(instructions=_instructions, toolsets=[FunctionToolset([echo])])])
+        await run_agent(agent, "warm up", deps=None, usage_limits=UsageLimits(request_limit=3),
+                        timeout=REHEARSAL_SECONDS)
+
+
+def echo(text: str) -> str:
+    """Return `text`: the rehearsal's tool call.
+
+    Args:
+        text: what comes back.
+    """
+    return text
+
+
+def _instructions() -> str:  # synchronous, as the clock's: pydantic-ai runs it in the loop's worker thread
+    return "Call echo once, then answer."
+
+
+async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+    """Call the tool first; once its result is in, answer in two pieces."""
+    last = messages[-1]
+    if isinstance(last, ModelRequest) and any(isinstance(p, ToolReturnPart) for p in last.parts):
+        yield "warmed "
+        yield "up"
+        return
+    yield {0: DeltaToolCall(name=echo.__name__, json_args=json.dumps({"text": "warm"}))}

@@ -1,0 +1,138 @@
+"""A restarted daemon's first message does no first-time work: the warm-up after start (gateway/runs/warm_up.py)
+did it, off the event loop. The stall itself is a time (bench/startup.py prints it); what is tested here is the
+mechanism: in a fresh interpreter, once the warm-up has ended, the first message imports no module, and the
+warm-up imported the provider SDK the config names and no other."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bindings.loader import load_config
+from gateway import extensions
+from gateway.daemon import Gateway
+from gateway.runs.models_cache import ModelCache
+
+from .conftest import ROOT, write_config
+from .fakes.openai import FakeOpenAI
+
+# In a fresh interpreter: the daemon started, its warm-up awaited, then one message through the web API;
+# prints what the message imported and which provider SDKs were loaded.
+FIRST_MESSAGE = """
+import asyncio, json, sys
+import aiohttp
+from bindings.loader import load_config
+from gateway import extensions
+from gateway.daemon import Gateway
+
+async def main():
+    extensions.register_checks()
+    gw = Gateway(load_config(sys.argv[1]), listen="127.0.0.1:0")
+    await gw.start()
+    try:
+        await gw.warmed()
+        async with aiohttp.ClientSession(gw.url) as s:
+            conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]  # the client warmed too
+            before = set(sys.modules)
+            async with gw.events.listen(conversation) as events:
+                run = (await (await s.post(f"/api/v1/conversations/{conversation}/messages",
+                                           json={"text": "hello"})).json())["run_id"]
+                while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end" or event["run_id"] != run:
+                    pass
+        print(json.dumps({"status": event["status"], "imported": sorted(set(sys.modules) - before),
+                          "sdks": sorted(m for m in ("openai", "anthropic") if m in sys.modules)}))
+    finally:
+        await gw.stop()
+
+asyncio.run(main())
+"""
+
+
+async def _first_message(config: Path, env: dict[str, str]) -> dict[str, Any]:
+    # Not subprocess.run: the fake model server answers on this test's event loop meanwhile.
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", FIRST_MESSAGE, str(config), cwd=ROOT, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+async def test_the_first_message_on_the_offline_model_imports_nothing_and_no_provider_sdk(tmp_path: Path) -> None:
+    """The shipped agent's capabilities (clock, memory_files) on the offline demo: before the warm-up, the first
+    message imported genai-prices' price table and anyio's asyncio backend on the loop."""
+    config = write_config(tmp_path / "c", agents={"assistant": {
+        "name": "A", "model": "demo", "instructions": "Be brief.",
+        "capabilities": [{"id": "clock"}, {"id": "memory_files"}]}})
+    result = await _first_message(config, _env())
+    assert result == {"status": "finished", "imported": [], "sdks": []}
+
+
+async def test_the_first_message_on_an_openai_compatible_model_imports_nothing_and_not_anthropic(tmp_path: Path) -> None:
+    served = await FakeOpenAI().start()
+    try:
+        config = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "local:llama-test",
+                                                                    "instructions": "Be brief."}},
+                              gateway={"providers": {"local": {"kind": "openai-chat", "base_url": served.base_url}}})
+        result = await _first_message(config, _env())
+        assert len(served.requests) == 1  # the warm-up itself never calls the model: only the message did
+    finally:
+        await served.stop()
+    assert result == {"status": "finished", "imported": [], "sdks": ["openai"]}
+
+
+async def test_a_model_a_run_built_while_the_warm_up_was_building_is_kept_and_the_warm_ups_closed(tmp_path: Path) -> None:
+    """The warm-up builds in a thread on a cache of its own; what a run built on the loop meanwhile wins."""
+    served = await FakeOpenAI().start()
+    try:
+        config = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "local:llama-test"}},
+                              gateway={"providers": {"local": {"kind": "openai-chat", "base_url": served.base_url}}})
+        providers = load_config(config).gateway.providers
+        cache, scratch = ModelCache(), ModelCache()
+        await asyncio.to_thread(scratch._build, ["local:llama-test"], providers)  # as `warm` does, in its thread
+        ours = cache.get("local:llama-test", providers)  # a run, on the loop, before the warm-up adopted
+        await cache._adopt(scratch)
+        assert cache.get("local:llama-test", providers) is ours
+        assert cache.providers() == [ours.provider]
+        [theirs] = scratch.providers()
+        assert theirs is not ours.provider and theirs.client._client.is_closed  # type: ignore[attr-defined]
+        await cache.close()
+    finally:
+        await served.stop()
+
+
+async def test_a_message_during_the_warm_up_is_answered_with_the_one_model_kept(tmp_path: Path) -> None:
+    served = await FakeOpenAI().start()
+    try:
+        config = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "local:llama-test"}},
+                              gateway={"providers": {"local": {"kind": "openai-chat", "base_url": served.base_url}}})
+        extensions.register_checks()
+        gw = Gateway(load_config(config))
+        await gw.start()  # not running_gateway: it would wait for the warm-up
+        try:
+            async with aiohttp.ClientSession(gw.url) as s:
+                conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+                async with gw.events.listen(conversation) as events:
+                    await s.post(f"/api/v1/conversations/{conversation}/messages", json={"text": "hello"})
+                    while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end":
+                        pass
+            assert event["status"] == "finished"
+            await gw.warmed()
+            [provider] = gw.models.providers()
+            assert gw.models.get("local:llama-test", gw.config.gateway.providers).provider is provider
+        finally:
+            await gw.stop()
+    finally:
+        await served.stop()
