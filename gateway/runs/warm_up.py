@@ -70,9 +70,9 @@ async def warm_up(config: LoadedConfig, models: ModelCache) -> None:
 async def _rehearse(names: list[str]) -> None:
     """One run per agent name, as the runner drives a turn (`TurnAgent`, `run_agent`), on the offline script."""
     for name in names:
-        agent = TurnAgent(Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name),
-                          model=FunctionModel(stream_function=_script, model_name="warm-up"),
-                          instructions="A rehearsal.", model_settings=None,
+        agent = TurnAgent(Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
+                                instructions="A rehearsal."),
+                          model=FunctionModel(stream_function=_script, model_name="warm-up"), model_settings=None,
                           capabilities=[Capability(instructions=_instructions, toolsets=[FunctionToolset([echo])])])
         await run_agent(agent, "warm up", deps=None, usage_limits=UsageLimits(request_limit=3),
                         timeout=REHEARSAL_SECONDS)
