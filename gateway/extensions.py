@@ -21,7 +21,6 @@ file, the name and the group.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -187,6 +186,8 @@ def register_checks() -> None:
 
 def online_problems(config: LoadedConfig) -> list[Any]:
     """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
+    import asyncio
+
     from gateway.mcp.cli import online_problems as mcp_problems
 
     return asyncio.run(mcp_problems(config))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import logging
@@ -16,6 +15,8 @@ from typing import TYPE_CHECKING
 from gateway.ops.subcommand import CONFIG_HELP, Command, Load, add_commands
 
 if TYPE_CHECKING:
+    import asyncio
+
     from bindings.loader import LoadedConfig
     from bindings.models import RuntimeConfig
 
@@ -79,6 +80,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
     config = _load(args)
     if config is None:
         return 1
@@ -136,6 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def event_loop_factory(runtime: RuntimeConfig) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The loop `runtime` asks for (None: asyncio's own). RuntimeError, in words, when this
     interpreter or installation cannot give it: a daemon never runs on another loop than configured."""
+    import asyncio  # here, not at the top: `--version` and `--help` import no event loop
+
     if runtime.eager_tasks and not hasattr(asyncio, "eager_task_factory"):
         raise RuntimeError(f"runtime.eager_tasks needs Python 3.12 or later (this is {sys.version.split()[0]})")
     if runtime.event_loop == "asyncio":

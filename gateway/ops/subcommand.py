@@ -17,7 +17,6 @@ its own command's module and no other's (the store, SQLAlchemy, MCP, ... are a s
 from __future__ import annotations
 
 import argparse
-import asyncio
 import pkgutil
 import sys
 from collections.abc import Awaitable, Callable, Mapping
@@ -132,6 +131,8 @@ def answer(code: int, text: str) -> int:
 
 def on_store(config: LoadedConfig, work: Callable[[Store], Awaitable[T]]) -> T:
     """`work` on the config's database (migrated, then closed), in an event loop of its own."""
+    import asyncio
+
     from gateway.store.engine import open_store
 
     async def main() -> T:
