@@ -287,8 +287,8 @@ def _store_failure(e: Exception) -> int | None:
     """The exit code for the store's own failures, said in words; None for any other exception.
 
     Looked up in the modules already imported rather than imported here: a command that never
-    opened the store cannot have raised them, and importing the store (SQLAlchemy) only to catch
-    them cost every command, `--version` included, a third of a second."""
+    opened the store cannot have raised them, and importing the store's engine (SQLAlchemy) only to
+    catch them cost every command, `--version` included, a quarter of a second of imports."""
     availability = sys.modules.get("gateway.store.availability")
     if availability is not None and isinstance(e, availability.StoreUnavailable):
         # the daemon (or a backup) holds the database's lock: say so
