@@ -1,8 +1,9 @@
 """The capabilities' side of the gateway: how the registry wires itself into the daemon and the CLI.
 
 Found by the core through the entry point `capabilities` in group `agent_gateway.extensions`
-(pyproject.toml), so the core never imports this package; the capabilities themselves are
-found by id in group `agent_gateway.capabilities` when a config names them (`registry.decl_for`).
+(pyproject.toml), and its command through `capabilities` in group `agent_gateway.commands`, so the
+core never imports this package; the capabilities themselves are found by id in group
+`agent_gateway.capabilities` when a config names them (`registry.decl_for`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gateway.extensions import Assembly, Extension
 
 if TYPE_CHECKING:
     from bindings.loader import ExtraCheck, LoadedConfig
+    from gateway.ops.subcommand import Load
     from gateway.runs.turn import Turn
 
 
@@ -71,27 +73,29 @@ class CapabilitiesExtension(Extension):
         return (validate_config, context.validate_config, knowledge.validate_config, *_CHECKS_WHEN_NAMED,
                 subagents.validate_config, handoffs.validate_config)
 
-    def add_commands(self, sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-        def capabilities(args: argparse.Namespace) -> int:
-            from bindings.loader import ConfigError, config_directory, load_gateway_config
 
-            from . import catalog
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
+    """print the capability catalog (what an agent file can name)"""
+    # That first line is this command's line in `agent-gateway --help` (group agent_gateway.commands).
+    def capabilities(args: argparse.Namespace) -> int:
+        from bindings.loader import ConfigError, config_directory, load_gateway_config
 
-            try:  # the scopes gateway.yaml grants, even when an agent file is refused for one
-                granted = load_gateway_config(config_directory(args.config)).scopes.granted
-            except ConfigError as e:
-                print(e, file=sys.stderr)
-                return 1
-            if args.json:
-                print(json.dumps(catalog.as_json(granted), indent=2))
-            else:
-                print(catalog.render_text(granted), end="")
-            return 0
+        from . import catalog
 
-        p = sub.add_parser("capabilities", help="print the capability catalog (what an agent file can name)")
-        p.add_argument("--json", action="store_true", help="as JSON, config schemas included")
-        p.add_argument("--config", help="config directory whose gateway.yaml grants the scopes (default ./config)")
-        p.set_defaults(fn=capabilities)
+        try:  # the scopes gateway.yaml grants, even when an agent file is refused for one
+            granted = load_gateway_config(config_directory(args.config)).scopes.granted
+        except ConfigError as e:
+            print(e, file=sys.stderr)
+            return 1
+        if args.json:
+            print(json.dumps(catalog.as_json(granted), indent=2))
+        else:
+            print(catalog.render_text(granted), end="")
+        return 0
+
+    p.add_argument("--json", action="store_true", help="as JSON, config schemas included")
+    p.add_argument("--config", help="config directory whose gateway.yaml grants the scopes (default ./config)")
+    p.set_defaults(fn=capabilities)
 
 
 # A capability's module is imported once a config names it, its check included: skills' (the

@@ -1,14 +1,17 @@
 """How the core finds what is plugged into it, by name, without importing it: entry points.
 
-Three groups, declared in pyproject.toml (`[project.entry-points."<group>"]`) and read from the
+Four groups, declared in pyproject.toml (`[project.entry-points."<group>"]`) and read from the
 installed distributions' metadata, the way pytest finds its plugins:
 
 - `agent_gateway.adapters`: a platform name (a binding's `platform:`) → its adapter class;
   loaded when a binding names the platform (`gateway.adapter_registry`).
 - `agent_gateway.capabilities`: a capability id (an agent file's `capabilities: - id:`) → the
   module that declares it; loaded when a config names it (`capabilities.registry`).
-- `agent_gateway.extensions`: a package that wires itself into the daemon and the CLI (the
-  capability registry is one): an `Extension`, loaded at start-up and for every config check.
+- `agent_gateway.extensions`: a package that wires itself into the daemon (the capability
+  registry is one): an `Extension`, loaded at start-up and for every config check.
+- `agent_gateway.commands`: a sub-command of `agent-gateway` → its `add_cli(parser, load)`;
+  loaded when the command is chosen, and for `agent-gateway --help`, whose line for it is the
+  first line of that function's docstring (`gateway.ops.subcommand.Commands`).
 
 So `gateway/` imports nothing from `capabilities/` or `adapters/` (tests/test_layering.py), and a
 deployment that installs another distribution declaring entry points gets its adapters and
@@ -18,8 +21,6 @@ file, the name and the group.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 ADAPTERS = "agent_gateway.adapters"
 CAPABILITIES = "agent_gateway.capabilities"
 EXTENSIONS = "agent_gateway.extensions"
+COMMANDS = "agent_gateway.commands"
 
 # How a checkout registers its entry points (they live in the installed metadata, not the source).
 INSTALL_HINT = "install the package that provides it (in a checkout: pip install -e .)"
@@ -69,6 +71,11 @@ def rescan() -> None:
     """Read the installed distributions again at the next question: a package installed since start
     is found by the next reload."""
     _declared.cache_clear()
+
+
+def declared(group: str) -> tuple[EntryPoint, ...]:
+    """`group`'s entry points, none of them loaded."""
+    return _declared(group)
 
 
 def entry_point(group: str, name: str) -> EntryPoint | None:
@@ -121,9 +128,6 @@ class Extension:
     def checks(self) -> Sequence[ExtraCheck]:
         """Config checks the loader runs on every load (`agent-gateway check`, start-up, reload)."""
         return ()
-
-    def add_commands(self, sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-        """Sub-commands of `agent-gateway`."""
 
 
 def installed() -> list[Extension]:
@@ -182,28 +186,8 @@ def register_checks() -> None:
 
 def online_problems(config: LoadedConfig) -> list[Any]:
     """`check --online`: what only connecting can tell (MCP servers unreachable, `tools:` naming nothing)."""
+    import asyncio
+
     from gateway.mcp.cli import online_problems as mcp_problems
 
     return asyncio.run(mcp_problems(config))
-
-
-def add_commands(sub: argparse._SubParsersAction[Any], load: Callable[[argparse.Namespace], Any]) -> None:
-    """Add sub-commands owned by other modules (approvals, memory, pairing, people, MCP) and the extensions."""
-    from gateway.approvals.cli import add_cli
-    from gateway.inbound.pairing import add_cli as add_pairing_cli
-    from gateway.mcp import cli as mcp_cli
-    from gateway.ops import db_cli, doctor, people, schedules
-    from gateway.runs.memory import add_cli as add_memory_cli
-    from gateway.store import run_outcomes
-
-    add_cli(sub, load)
-    add_pairing_cli(sub, load)
-    mcp_cli.add_cli(sub, load)
-    people.add_cli(sub, load)
-    schedules.add_cli(sub, load)  # `schedules list | pause | resume | cancel`
-    run_outcomes.add_cli(sub, load)  # `runs list --status guardrail_blocked`
-    db_cli.add_cli(sub, load)  # `db stats | prune | backup | restore | current | upgrade`
-    doctor.add_cli(sub, load)  # `doctor [--online]`
-    add_memory_cli(sub, load)
-    for extension in installed():
-        extension.add_commands(sub, load)

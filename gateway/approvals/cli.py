@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.approvals.audit import decisions, mode_changes
 from gateway.store import repo
 
+if TYPE_CHECKING:
+    from gateway.ops.subcommand import Load
 
-def add_cli(sub: Any, load: Any) -> None:
+
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
     """`agent-gateway approvals list`: every decision and mode switch, who made it, when and from where."""
     from gateway.ops.subcommand import on_store, subcommand
 
@@ -35,7 +39,6 @@ def add_cli(sub: Any, load: Any) -> None:
             print("no approvals recorded")
         return 0
 
-    p = subcommand(sub, "approvals", "list approval decisions and approval-mode switches", load, run,
-                   actions={"list": ""})
+    subcommand(p, load, run, actions={"list": ""})
     p.add_argument("--conversation", help="only this conversation")
     p.add_argument("--json", action="store_true", help="one JSON object per line")

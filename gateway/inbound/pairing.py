@@ -25,7 +25,7 @@ import logging
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway.clock import Clock
 from gateway.messages import ChatKind, InboundMessage
@@ -106,11 +106,10 @@ def through(store: Store, outbound: Outbound) -> Pairing:
     return Pairing(store, send)
 
 
-def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
     """`agent-gateway pairing list | approve CODE | revoke BINDING ACCOUNT`."""
-    p = subcommand(sub, "pairing", "list and approve pairing requests from unknown direct-message senders", load,
-                   _run, actions={"list": "", "approve": "CODE", "revoke": "BINDING ACCOUNT"},
-                   operands_help="approve: CODE; revoke: BINDING ACCOUNT")
+    subcommand(p, load, _run, actions={"list": "", "approve": "CODE", "revoke": "BINDING ACCOUNT"},
+               operands_help="approve: CODE; revoke: BINDING ACCOUNT")
     p.add_argument("--binding", help="list: only this binding")
     p.add_argument("--json", action="store_true", help="list: one JSON object per line")
 

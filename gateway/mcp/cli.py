@@ -6,6 +6,7 @@ code the daemon uses, and disconnect when done.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from gateway.mcp.pool import McpConnection
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig, Problem
+    from gateway.ops.subcommand import Load
 
 
 async def probe(config: LoadedConfig, agent_ids: Iterable[str]) -> list[McpConnection]:
@@ -53,7 +55,7 @@ async def online_problems(config: LoadedConfig) -> list[Problem]:
     return problems
 
 
-def add_cli(sub: Any, load: Any) -> None:
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
     """`agent-gateway mcp list [--agent ID]`: connect and print each server's tools and permissions."""
     from gateway.ops.subcommand import subcommand
 
@@ -64,8 +66,7 @@ def add_cli(sub: Any, load: Any) -> None:
         agent_ids = [args.agent] if args.agent else sorted(config.agents)
         return asyncio.run(_list(config, agent_ids, as_json=args.json))
 
-    p = subcommand(sub, "mcp", "MCP servers: connect and list their tools with the permission of each", load, run,
-                   actions={"list": ""})
+    subcommand(p, load, run, actions={"list": ""})
     p.add_argument("--agent", help="only this agent")
     p.add_argument("--json", action="store_true", help="one JSON object per server")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import logging
@@ -13,15 +12,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gateway.ops.subcommand import CONFIG_HELP, Command, Load, add_commands
+
 if TYPE_CHECKING:
+    import asyncio
+
     from bindings.loader import LoadedConfig
     from bindings.models import RuntimeConfig
 
-# Nothing heavy at module level: `main` turns the collector off before the imports start (see there).
+# Nothing heavy at module level: `main` turns the collector off before the imports start (see there),
+# and a command imports what it needs when chosen (`COMMANDS`).
 
 log = logging.getLogger("gateway")
-
-Command = Callable[[argparse.Namespace], int]
 
 
 def _config_dir(args: argparse.Namespace) -> Path:
@@ -78,6 +80,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
     config = _load(args)
     if config is None:
         return 1
@@ -137,6 +141,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def event_loop_factory(runtime: RuntimeConfig) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The loop `runtime` asks for (None: asyncio's own). RuntimeError, in words, when this
     interpreter or installation cannot give it: a daemon never runs on another loop than configured."""
+    import asyncio  # here, not at the top: `--version` and `--help` import no event loop
+
     if runtime.eager_tasks and not hasattr(asyncio, "eager_task_factory"):
         raise RuntimeError(f"runtime.eager_tasks needs Python 3.12 or later (this is {sys.version.split()[0]})")
     if runtime.event_loop == "asyncio":
@@ -185,42 +191,71 @@ def cmd_reload(args: argparse.Namespace) -> int:
     return 1
 
 
+def _add_run(p: argparse.ArgumentParser, load: Load) -> None:
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--listen", metavar="HOST:PORT",
+                   help="listen here instead of http.listen (port 0: any free port; see --port-file)")
+    p.add_argument("--port-file", metavar="PATH",
+                   help="once listening, write the bound port to PATH (how a supervisor or a test that "
+                   "started the daemon on port 0 finds it)")
+    p.set_defaults(fn=cmd_run)
+
+
+def _add_check(p: argparse.ArgumentParser, load: Load) -> None:
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--online", action="store_true",
+                   help="also connect to each MCP server: warn when one cannot be reached or a `tools:` "
+                   "entry names no tool it offers")
+    p.set_defaults(fn=cmd_check)
+
+
+def _add_reload(p: argparse.ArgumentParser, load: Load) -> None:
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.set_defaults(fn=cmd_reload)
+
+
+def _add_schema(p: argparse.ArgumentParser, load: Load) -> None:
+    p.add_argument("kind", nargs="?", default="all", choices=["all", "gateway", "agent", "binding"])
+    p.set_defaults(fn=cmd_schema)
+
+
+# Every command of the core, in `--help`'s order: where its `add_cli(parser, load)` lives (imported only
+# when the command is chosen, by `Commands`) and its line in `--help`. The module owns the arguments.
+# Installed distributions add theirs as entry points of group `agent_gateway.commands` (pyproject.toml).
+COMMANDS: dict[str, Command] = {
+    "run": Command(_add_run, "run the daemon"),
+    "check": Command(_add_check, "validate the config directory and print every problem"),
+    "reload": Command(_add_reload, "ask the running daemon to re-read its config (like SIGHUP)"),
+    "schema": Command(_add_schema, "print the JSON Schema of config files"),
+    "approvals": Command("gateway.approvals.cli:add_cli", "list approval decisions and approval-mode switches"),
+    "pairing": Command("gateway.inbound.pairing:add_cli",
+                       "list and approve pairing requests from unknown direct-message senders"),
+    "mcp": Command("gateway.mcp.cli:add_cli", "MCP servers: connect and list their tools with the permission of each"),
+    "people": Command("gateway.ops.people:add_cli", "show, link and unlink people's accounts across platforms (audited)"),
+    "schedules": Command("gateway.ops.schedules:add_cli", "list, pause, resume or cancel scheduled tasks"),
+    "runs": Command("gateway.store.run_outcomes:add_cli",
+                    "list ended runs and their outcomes (e.g. --status guardrail_blocked)"),
+    "db": Command("gateway.ops.db_cli:add_cli",
+                  "the database: table sizes (stats), retention now (prune), backup and restore, the schema's "
+                  "migration (current, upgrade)"),
+    "doctor": Command("gateway.ops.doctor:add_cli",
+                      "check that this deployment can run: config, database, credentials, models "
+                      "(--online: ask the platforms, the model providers and the MCP servers)"),
+    "memory": Command("gateway.runs.memory:add_cli", "read or erase what agents keep about a person (audited)"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from gateway import version
+    from gateway import extensions, version
 
     parser = argparse.ArgumentParser(prog="agent-gateway", description=__doc__)
     parser.add_argument("--version", action="version",
                         version=f"agent-gateway {version.version()} (Python {version.python()})")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def add(name: str, fn: Command, help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help)
-        p.set_defaults(fn=fn)
-        return p
-
-    for name, fn, help in (
-        ("run", cmd_run, "run the daemon"),
-        ("check", cmd_check, "validate the config directory and print every problem"),
-        ("reload", cmd_reload, "ask the running daemon to re-read its config (like SIGHUP)"),
-    ):
-        p = add(name, fn, help)
-        p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
-        if name == "run":
-            p.add_argument("--listen", metavar="HOST:PORT",
-                           help="listen here instead of http.listen (port 0: any free port; see --port-file)")
-            p.add_argument("--port-file", metavar="PATH",
-                           help="once listening, write the bound port to PATH (how a supervisor or a test that "
-                           "started the daemon on port 0 finds it)")
-        if name == "check":
-            p.add_argument("--online", action="store_true",
-                           help="also connect to each MCP server: warn when one cannot be reached or a `tools:` "
-                           "entry names no tool it offers")
-    add("schema", cmd_schema, "print the JSON Schema of config files").add_argument(
-        "kind", nargs="?", default="all", choices=["all", "gateway", "agent", "binding"]
-    )
-    from gateway import extensions
-
-    extensions.add_commands(sub, _load)
+    sub = add_commands(parser, dest="command")
+    for name, command in COMMANDS.items():
+        sub.declare(name, command.where, command.help, _load)
+    for ep in extensions.declared(extensions.COMMANDS):  # named without importing them
+        sub.declare(ep.name, ep.value, None, _load)
     return parser
 
 
@@ -240,20 +275,35 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    from gateway.store.availability import StoreUnavailable
-    from gateway.store.engine import SchemaError
-
     args = build_parser().parse_args(argv)
     if args.fn is not cmd_run:
         gc.enable()
     try:
         return int(args.fn(args))
-    except StoreUnavailable as e:  # the daemon (or a backup) holds the database's lock: say so
+    except Exception as e:
+        code = _store_failure(e)
+        if code is None:
+            raise
+        return code
+
+
+def _store_failure(e: Exception) -> int | None:
+    """The exit code for the store's own failures, said in words; None for any other exception.
+
+    Looked up in the modules already imported rather than imported here: a command that never
+    opened the store cannot have raised them, and importing the store's engine (SQLAlchemy) only to
+    catch them cost every command, `--version` included, a quarter of a second of imports."""
+    availability = sys.modules.get("gateway.store.availability")
+    if availability is not None and isinstance(e, availability.StoreUnavailable):
+        # the daemon (or a backup) holds the database's lock: say so
         print(f"the database is busy: {e}; try again in {e.retry_after_header}s", file=sys.stderr)
         return 75  # EX_TEMPFAIL
-    except SchemaError as e:  # database.migrate: check and an older schema, or a newer one
+    engine = sys.modules.get("gateway.store.engine")
+    if engine is not None and isinstance(e, engine.SchemaError):
+        # database.migrate: check and an older schema, or a newer one
         print(e, file=sys.stderr)
         return 1
+    return None
 
 
 if __name__ == "__main__":

@@ -25,9 +25,10 @@ ACTIONS = {
 }
 
 
-def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
-    subcommand(sub, "db", "the database: " + "; ".join(f"{a} ({h})" for a, h in ACTIONS.items()), load, _run,
-               actions={action: "FILE" if action in ("backup", "restore") else "" for action in ACTIONS},
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
+    """`agent-gateway db stats | prune | backup FILE | restore FILE | current | upgrade`."""
+    p.description = "; ".join(f"{a}: {h}" for a, h in ACTIONS.items())
+    subcommand(p, load, _run, actions={action: "FILE" if action in ("backup", "restore") else "" for action in ACTIONS},
                operands_help="backup / restore: the backup file")
 
 

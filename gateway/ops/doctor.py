@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from gateway.ops.subcommand import CONFIG_HELP, Load
 from gateway.outbound.adapter import Trouble
 
 if TYPE_CHECKING:
@@ -165,10 +166,9 @@ async def _mcp(config: LoadedConfig) -> list[Line]:
             for p in problems]
 
 
-def add_cli(sub: Any, load: Any) -> None:
-    p = sub.add_parser("doctor", help="check that this deployment can run: config, database, credentials, models "
-                                      "(--online: ask the platforms, the model providers and the MCP servers)")
-    p.add_argument("--config", help="config directory (default ./config or $AGENT_GATEWAY_CONFIG)")
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
+    """`agent-gateway doctor [--online]`."""
+    p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--online", action="store_true", help="also connect: platforms, model providers, MCP servers")
 
     def run(args: argparse.Namespace) -> int:

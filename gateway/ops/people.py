@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway.ops.subcommand import Load, answer, subcommand
 from gateway.store.people import AccountRef, PeopleStore
@@ -60,12 +60,12 @@ async def admin(database: DatabaseConfig | str, action: str, refs: list[str], *,
         return 0, f"linked {account} to person {target} ({linked.notes_moved} notes moved along)"
 
 
-def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
+    """`agent-gateway people show PERSON|ACCOUNT | link ACCOUNT PERSON|ACCOUNT | unlink ACCOUNT`."""
     def run(args: argparse.Namespace, config: LoadedConfig) -> int:
         return answer(*asyncio.run(admin(config.gateway.database, args.action, args.operands, actor=args.actor)))
 
-    p = subcommand(sub, "people", "show, link and unlink people's accounts across platforms (audited)", load, run,
-                   actions={"show": "PERSON|ACCOUNT", "link": "ACCOUNT PERSON|ACCOUNT", "unlink": "ACCOUNT"},
-                   operands_help="show: PERSON|ACCOUNT; link: ACCOUNT PERSON|ACCOUNT; unlink: ACCOUNT "
-                                 "(an account is platform:workspace:account)")
+    subcommand(p, load, run, actions={"show": "PERSON|ACCOUNT", "link": "ACCOUNT PERSON|ACCOUNT", "unlink": "ACCOUNT"},
+               operands_help="show: PERSON|ACCOUNT; link: ACCOUNT PERSON|ACCOUNT; unlink: ACCOUNT "
+                             "(an account is platform:workspace:account)")
     p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is acting (default $USER)")

@@ -13,7 +13,7 @@ import asyncio
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gateway.ops.subcommand import Load, subcommand
 from gateway.store.schedules import ACTIVE, CANCELLED, LIVE, PAUSED, ScheduleStore
@@ -51,7 +51,8 @@ async def admin(url: str, action: str, task_id: str | None, *, as_json: bool, ac
         return 0, f"{DONE[action]}: {task_line(changed)}"
 
 
-def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
+    """`agent-gateway schedules list [--json] | pause ID | resume ID | cancel ID`."""
     def run(args: argparse.Namespace, config: LoadedConfig) -> int:
         task_id = args.operands[0] if args.operands else None
         code, text = asyncio.run(admin(config.gateway.database.url, args.action, task_id, as_json=args.json,
@@ -60,8 +61,7 @@ def add_cli(sub: argparse._SubParsersAction[Any], load: Load) -> None:
             print(text, file=sys.stdout if code == 0 else sys.stderr)
         return code
 
-    p = subcommand(sub, "schedules", "list, pause, resume or cancel scheduled tasks", load, run,
-                   actions={"list": "", "pause": "ID", "resume": "ID", "cancel": "ID"},
-                   operands_help="the task's id (its first 8 characters are enough); not for list")
+    subcommand(p, load, run, actions={"list": "", "pause": "ID", "resume": "ID", "cancel": "ID"},
+               operands_help="the task's id (its first 8 characters are enough); not for list")
     p.add_argument("--json", action="store_true", help="list: one JSON object per line")
     p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is acting (default $USER)")

@@ -17,6 +17,7 @@ it, or erase everything. Stopping or deleting drops the index lines (MEMORY.md) 
 
 from __future__ import annotations
 
+import argparse
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from gateway.store.notes import CHAT, PERSON, Holder, Note, NoteStore, Scope
 
 if TYPE_CHECKING:
     from bindings.models import DatabaseConfig
+    from gateway.ops.subcommand import Load
 
 INDEX_INJECT_LIMIT = 6_000  # a longer index is left out whole: half an index is worse than none
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -177,7 +179,7 @@ async def admin(database: DatabaseConfig | str, action: str, person_ref: str, *,
         return 0, "\n\n".join(parts)
 
 
-def add_cli(sub: Any, load: Any) -> None:
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
     """`agent-gateway memory show|erase --person P`: what agents keep about a person, read or erased (audited)."""
     import asyncio
     import os
@@ -188,8 +190,7 @@ def add_cli(sub: Any, load: Any) -> None:
         return answer(*asyncio.run(admin(config.gateway.database, args.action, args.person, actor=args.actor,
                                          reason=args.reason)))
 
-    p = subcommand(sub, "memory", "read or erase what agents keep about a person (audited)", load, run,
-                   actions={"show": "", "erase": ""})
+    subcommand(p, load, run, actions={"show": "", "erase": ""})
     p.add_argument("--person", required=True, help="a person id, or platform:workspace:account (e.g. slack:T01:U02)")
     p.add_argument("--reason", default="", help="why (required for show; recorded in the audit log)")
     p.add_argument("--actor", default=os.environ.get("USER") or "unknown", help="who is asking (default $USER)")

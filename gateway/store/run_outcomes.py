@@ -6,13 +6,17 @@ for them should find them here (and in the `gateway_runs` metric by outcome), no
 
 from __future__ import annotations
 
-from typing import Any
+import argparse
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.store.models import Run
 from gateway.store.run_costs import media_text, media_usage
+
+if TYPE_CHECKING:
+    from gateway.ops.subcommand import Load
 
 
 async def ended_runs(sessions: async_sessionmaker[AsyncSession], *, status: str | None = None,
@@ -32,7 +36,7 @@ async def ended_runs(sessions: async_sessionmaker[AsyncSession], *, status: str 
                 for r in await s.scalars(query)]
 
 
-def add_cli(sub: Any, load: Any) -> None:
+def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
     """`agent-gateway runs list [--status S] [--conversation C] [--json]`."""
     import json
 
@@ -54,8 +58,7 @@ def add_cli(sub: Any, load: Any) -> None:
             print("no runs recorded" + (f" with status {args.status}" if args.status else ""))
         return 0
 
-    p = subcommand(sub, "runs", "list ended runs and their outcomes (e.g. --status guardrail_blocked)", load, run,
-                   actions={"list": ""})
+    subcommand(p, load, run, actions={"list": ""})
     p.add_argument("--status", help="only this outcome: finished, failed, stopped, expired, guardrail_blocked, "
                                     "budget_exceeded")
     p.add_argument("--conversation", help="only this conversation")
