@@ -17,6 +17,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.runs.llm import register_model
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage, sign, signed_event_request
@@ -30,7 +31,7 @@ class ScriptedModel:
     """Answers "Hello <name>, turn N." in three streamed pieces; records what it was shown."""
 
     def __init__(self) -> None:
-        self.clock = ManualClock()
+        self.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's: a 429's wait takes no time
         self.calls: list[list[ModelMessage]] = []
         self.hold: asyncio.Event | None = None  # when set up, the first piece waits for it
 
@@ -54,8 +55,9 @@ class ScriptedModel:
 
 
 @pytest.fixture
-def scripted() -> ScriptedModel:
+def scripted(fake_slack: FakeSlack) -> ScriptedModel:
     script = ScriptedModel()
+    fake_slack.clock = script.clock  # the fake counts its limits in the gateway's time
     register_model(MODEL, script.model)
     return script
 

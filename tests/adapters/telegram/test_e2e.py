@@ -21,6 +21,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from gateway.ops import cli
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.daemon import Gateway
 from gateway.runs.llm import register_model
 from tests.support.gated_git import CAPABILITY, RAN
@@ -41,7 +42,7 @@ class Scripted:
     """Answers "**Hello** there, turn N." in three streamed pieces; remembers its prompts."""
 
     def __init__(self) -> None:
-        self.clock = ManualClock()
+        self.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's: a 429's wait takes no time
         self.prompts: list[str] = []
 
     def model(self) -> FunctionModel:
@@ -84,8 +85,9 @@ def _lookup_model() -> FunctionModel:
 
 
 @pytest.fixture
-def scripted() -> Scripted:
+def scripted(fake: FakeTelegram) -> Scripted:
     script = Scripted()
+    fake.clock = script.clock  # the fake counts its budgets in the gateway's time
     register_model(MODEL, script.model)
     register_model(GATED_MODEL, _gated_model)
     register_model(LOOKUP_MODEL, _lookup_model)
