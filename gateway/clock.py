@@ -105,6 +105,9 @@ class ManualClock(Clock):
         self._touched += 1
         loop = asyncio.get_running_loop()
         timer = _ManualTimer(self._mono + max(seconds, 0.0), next(self._order), callback, loop)
+        if seconds <= 0:  # due now: at the loop's next turn, as asyncio's call_later(0)
+            loop.call_soon(timer.run)
+            return timer
         bisect.insort(self._timers, timer)
         if self._autojump is not None and (self._jumper is None or self._jumper.done()):
             self._jumper = loop.create_task(self._jump(self._autojump), name="clock-autojump")
