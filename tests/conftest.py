@@ -27,8 +27,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bindings.loader import load_config  # noqa: E402
-from gateway.clock import Clock  # noqa: E402
+from gateway.clock import Clock, ManualClock  # noqa: E402
 from gateway.daemon import Gateway  # noqa: E402
+from gateway.outbound.budget import Pacer  # noqa: E402
 from tests.support.template_db import PG_ADMIN_DSN, copy_migrated_sqlite, create_migrated_pg  # noqa: E402
 from tests.support.patience import PATIENCE  # noqa: E402
 
@@ -70,11 +71,16 @@ def write_config(
 
 @contextlib.asynccontextmanager
 async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> AsyncIterator[Gateway]:
-    """A gateway started on `config_dir` (re-read every time, so a restart sees edits)."""
+    """A gateway started on `config_dir` (re-read every time, so a restart sees edits).
+
+    On a `ManualClock` that jumps by itself, it never jumps while an adapter's paced call is on its
+    way: a fake platform on the same clock counts each call at the moment it was sent."""
     from gateway import extensions
 
     extensions.register_checks()
     gateway = Gateway(load_config(config_dir), clock=clock)
+    if isinstance(clock, ManualClock):
+        clock.idle = lambda: not any(pacer.in_flight for pacer in _pacers(gateway))
     await gateway.start()
     try:
         # As a restarted daemon a moment after READY: models built, its first run rehearsed. A test of a
@@ -83,6 +89,11 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
         yield gateway
     finally:
         await gateway.stop()
+
+
+def _pacers(gateway: Gateway) -> list[Pacer]:
+    """The adapters' pacers (those that pace by published budgets: Slack's, Telegram's)."""
+    return [p for a in gateway.adapters.values() if isinstance(p := getattr(a, "pacer", None), Pacer)]
 
 
 _ports = itertools.count()

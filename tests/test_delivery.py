@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
 from gateway.outbound.adapter import PlatformLimits, RateLimited, ReplyTarget
+from .conftest import wait_for
 
 TARGET = ReplyTarget("fake", "b", "w", "C1", "T1", ChatKind.CHANNEL)
 
@@ -101,14 +103,7 @@ async def test_long_reply_continues_in_a_new_message_at_a_paragraph(store: Store
     assert [d.seq for d in await store.deliveries("run2")] == [0, 1]
 
 
-async def test_rate_limited_draft_is_skipped_and_the_final_waits(store: Store, monkeypatch: Any) -> None:
-    slept: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        if seconds:  # a zero sleep only yields to the loop (before a delivery row is written)
-            slept.append(seconds)
-
-    monkeypatch.setattr("gateway.outbound.delivery.asyncio.sleep", fake_sleep)
+async def test_rate_limited_draft_is_skipped_and_the_final_waits(store: Store) -> None:
     chat, clock = RecordingChat(), ManualClock()
     stream = ReplyStream(chat, TARGET, store, "run3", clock)  # type: ignore[arg-type]
     await stream.append("one ")
@@ -118,9 +113,14 @@ async def test_rate_limited_draft_is_skipped_and_the_final_waits(store: Store, m
     clock.advance(1)
     await stream.append("three ")  # still inside Retry-After: not even tried
     assert chat.messages["m1"] == ["one "]
+    assert clock.next_due() == 4.0, "the next draft is due when the Retry-After ends"
     chat.rate_limit_next = [2.0]
-    await stream.finish("one two three")
-    assert slept == [2.0]
+    finishing = asyncio.create_task(stream.finish("one two three"))
+    await wait_for(lambda: clock.next_due() == 2.0, what="the final waiting out its Retry-After on the clock")
+    clock.advance(1.9)
+    assert clock.next_due() == pytest.approx(0.1) and chat.final() == ["one "], "not tried before Retry-After"
+    clock.advance(0.1)
+    await finishing
     assert chat.final() == ["one two three"]
     assert list(chat.messages) == ["m1"]
 
@@ -161,12 +161,8 @@ async def test_held_text_is_shown_when_its_time_comes_though_the_model_says_noth
     """Text that came before its time is not kept back until the model's next piece (a tool call
     or a slow step can take minutes): it is shown as a draft when the hold or interval ends, and
     the Stop control goes on then."""
-    import asyncio
-
-    from gateway.clock import Clock
-
-    chat = RecordingChat(hold=0.05, interval=0.05)
-    stream = ReplyStream(chat, TARGET, store, "run6", Clock())  # type: ignore[arg-type]
+    chat, clock = RecordingChat(hold=1.0, interval=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run6", clock)  # type: ignore[arg-type]
     posted: list[str | None] = []
 
     async def stop_control() -> None:
@@ -174,39 +170,31 @@ async def test_held_text_is_shown_when_its_time_comes_though_the_model_says_noth
 
     stream.on_first_post = stop_control
     await stream.append("Let me look that up…")
-    assert chat.messages == {}
-    for _ in range(200):
-        if posted:
-            break
-        await asyncio.sleep(0.01)
+    clock.advance(0.9)
+    assert chat.messages == {} and clock.next_due() == pytest.approx(0.1), "a draft waits for the hold's end"
+    clock.advance(0.1)  # the hold ends; the model says nothing
+    await wait_for(lambda: posted, what="the held draft")
     assert chat.messages == {"m1": ["Let me look that up…"]} and posted == ["m1"]
     await stream.append(" Found it.")  # within the interval of that draft: waits for its time again
-    for _ in range(200):
-        if chat.messages["m1"][-1].endswith("Found it."):
-            break
-        await asyncio.sleep(0.01)
+    assert chat.messages["m1"] == ["Let me look that up…"] and clock.next_due() == 1.0
+    clock.advance(1.0)
+    await wait_for(lambda: chat.messages["m1"][-1].endswith("Found it."), what="the second draft")
     assert chat.messages["m1"] == ["Let me look that up…", "Let me look that up… Found it."]
     await stream.finish()
     assert list(chat.messages) == ["m1"] and posted == ["m1"]
 
 
 async def test_a_draft_waiting_for_its_time_never_goes_out_after_the_run_ended(store: Store) -> None:
-    import asyncio
-
-    from gateway.clock import Clock
-
-    chat, twin_chat = RecordingChat(hold=0.05, interval=0.05), RecordingChat(hold=0.05, interval=0.05)
-    stream = ReplyStream(chat, TARGET, store, "run7", Clock())  # type: ignore[arg-type]
+    chat, twin_chat, clock = RecordingChat(hold=1.0), RecordingChat(hold=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run7", clock)  # type: ignore[arg-type]
     await stream.append("half a thought")
-    # A twin that is not closed, its draft due no sooner: once it has been shown and its row written,
-    # the closed stream's draft (due first, one store read before its post) would have gone out too.
-    twin = ReplyStream(twin_chat, TARGET, store, "run7-twin", Clock())  # type: ignore[arg-type]
+    # A twin that is not closed, its draft due at the same moment: once it has been shown and its row
+    # written, the closed stream's draft (set first, one store read before its post) would have gone out too.
+    twin = ReplyStream(twin_chat, TARGET, store, "run7-twin", clock)  # type: ignore[arg-type]
     await twin.append("half a thought")
     stream.close()  # the run was cancelled (a stop, a shutdown) before the draft's time came
-    for _ in range(500):
-        if twin_chat.messages:
-            break
-        await asyncio.sleep(0.01)
+    clock.advance(1.0)
+    await wait_for(lambda: twin_chat.messages, what="the twin's draft")
     await twin.rows_written()
     assert twin_chat.messages == {"m1": ["half a thought"]}
     assert chat.messages == {}
@@ -215,8 +203,6 @@ async def test_a_draft_waiting_for_its_time_never_goes_out_after_the_run_ended(s
 async def test_the_final_edit_does_not_wait_for_the_drafts_row(store: Store) -> None:
     """A quick answer's final edit goes out while its first draft's row is still being written;
     the final row waits for it, so the rows end up in order and right."""
-    import asyncio
-
     chat, clock = RecordingChat(), ManualClock()
     release = asyncio.Event()
     save = store.save_delivery
@@ -280,9 +266,6 @@ async def test_the_stores_trouble_in_a_draft_its_timer_sent_is_the_runs(store: S
     """A draft sent by its timer that could not read what the run posted before (a restarted run)
     fails the run's next step, as an inline draft's would, and the scheduler runs it again; it is
     never a warning the run goes on past (its final would post a second message beside the first)."""
-    import asyncio
-
-    from gateway.clock import Clock
     from gateway.store.availability import StoreUnavailable
 
     read, failures = store.deliveries, [StoreUnavailable("the database is busy", 5.0)]
@@ -293,14 +276,11 @@ async def test_the_stores_trouble_in_a_draft_its_timer_sent_is_the_runs(store: S
         return await read(run_id)
 
     store.deliveries = unavailable_once  # type: ignore[method-assign]
-    chat = RecordingChat(hold=0.05, interval=0.05)
-    stream = ReplyStream(chat, TARGET, store, "run8", Clock())  # type: ignore[arg-type]
+    chat, clock = RecordingChat(hold=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run8", clock)  # type: ignore[arg-type]
     await stream.append("Let me look…")
-    for _ in range(100):
-        if not failures:
-            break
-        await asyncio.sleep(0.01)
-    assert not failures, "the timer's draft ran into the store's trouble"
+    clock.advance(1.0)  # the hold ends: the timer's draft reads the store
+    await wait_for(lambda: not failures, what="the timer's draft to run into the store's trouble")
     # The draft's task may have ended without its done-callback having run yet: finish() still sees
     # its failure (settle() takes the task's end itself).
     # finish() lets a draft under way end before it raises: nothing of the timer's draft can come later.

@@ -127,7 +127,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
-        self.pacer = Pacer()  # every outbound call waits here for its method's tier and its channel
+        self.pacer = Pacer(clock=self._clock)  # every outbound call waits here for its method's tier and its channel
         self.budget = SlackBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         self.native_streaming = True  # until a method is refused: then post + edit for this binding
         # Stop controls (adapters/slack/stop.py), keyed (channel, reply ts): the run a reply's own button

@@ -123,7 +123,7 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         self._me: BotIdentity | None = None
         self._webhook_secret: Secret | None = None
         self._redactor: _Redact | None = None
-        self.pacer = Pacer()  # every send, edit and chat action waits here for the budget
+        self.pacer = Pacer(clock=self._clock)  # every send, edit and chat action waits here for the budget
         self.budget = TelegramBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         # sendMessageDraft in private chats when the binding asks, until Telegram refuses it for this bot
         self.drafts = self._section.drafts

@@ -22,11 +22,11 @@ import asyncio
 import bisect
 import collections
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
+from gateway.clock import Clock
 from gateway.outbound.adapter import RateLimited
 
 HEADROOM = 0.1  # the window kept is this much longer than the platform's...
@@ -71,11 +71,12 @@ def impatient(seconds: float = 0.0) -> Iterator[None]:
 
 
 class Pacer:
-    """One adapter's budgets: `take(scopes)` returns when a call counting against them may go."""
+    """One adapter's budgets: `take(scopes)` returns when a call counting against them may go.
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic, headroom: float = HEADROOM,
-                 slack: float = SLACK) -> None:
-        self._clock, self._headroom, self._slack = clock, headroom, slack
+    Its time is `clock`'s (the gateway's): its monotonic time, and its sleep for a wait."""
+
+    def __init__(self, *, clock: Clock | None = None, headroom: float = HEADROOM, slack: float = SLACK) -> None:
+        self._clock, self._headroom, self._slack = clock or Clock(), headroom, slack
         self._times: dict[tuple[str, str], list[float]] = {}  # sent and reserved moments, sorted
         # The reserved moments of calls still waiting, by scope (a count per moment: two calls may
         # reserve the same one). A woken call does not count these when they are later than its own:
@@ -83,6 +84,7 @@ class Pacer:
         self._waiting: dict[tuple[str, str], collections.Counter[float]] = {}
         self.waited = 0.0  # seconds callers spent waiting for a budget (for the bench and /metrics)
         self.skipped = 0  # impatient calls refused
+        self.in_flight = 0  # calls inside `paced` now (a test's clock does not jump under them)
 
     def window(self, rule: Rule) -> float:
         return rule.per * (1 + self._headroom) + self._slack if rule.per > 0 else 0.0  # 0: not paced
@@ -91,10 +93,12 @@ class Pacer:
     async def paced(self, scopes: Sequence[Scope]) -> AsyncIterator[None]:
         """Wait for room, make the call inside the block; it counts from when the block ends."""
         at = await self.take(scopes)
+        self.in_flight += 1
         try:
             yield
         finally:
-            self._move(scopes, at, self._clock())
+            self.in_flight -= 1
+            self._move(scopes, at, self._clock.monotonic())
 
     async def take(self, scopes: Sequence[Scope]) -> float:
         """Wait until a call counting against every scope in `scopes` fits all their budgets;
@@ -102,7 +106,7 @@ class Pacer:
         scopes = [(rule, key) for rule, key in scopes if rule.per > 0]
         if not scopes:
             return 0.0
-        now = self._clock()
+        now = self._clock.monotonic()
         patience = _patience.get()
         at = self._earliest(scopes, now, DRAFT_SHARE if patience is not None else 1.0)
         if patience is not None and at - now > patience:
@@ -123,8 +127,8 @@ class Pacer:
             # every later reservation, again and again under a lagging loop.
             while wait > 0:
                 self.waited += wait
-                await asyncio.sleep(wait)
-                now = self._clock()
+                await self._clock.sleep(wait)
+                now = self._clock.monotonic()
                 # Looked up again: a caller that came meanwhile may have pruned a list this one had
                 # overslept in (its entry older than any window) and started a new one.
                 entries = self._entries(scopes, at)

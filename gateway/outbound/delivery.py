@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gateway.outbound.budget import OverBudget, impatient
-from gateway.clock import Clock, new_id
+from gateway.clock import Clock, Timer, new_id
 from gateway.outbound.orphans import unrecorded_posts
 from gateway.store.orphans import rows_above_card
 from gateway.store.repo import FinalRow, Store
@@ -137,7 +137,7 @@ class ReplyStream:
         self._row: asyncio.Task[None] | None = None  # a draft's first delivery row, being written
         self._final_rows: list[FinalRow] | None = None  # during `finish(rows=...)`: final rows the caller writes
         self._hold_until = clock.monotonic() + adapter.limits.first_draft_after
-        self._due: asyncio.TimerHandle | None = None  # a draft waiting for its time
+        self._due: Timer | None = None  # a draft waiting for its time (on the clock: a test moves it)
         self._drafting: asyncio.Task[None] | None = None  # a draft its timer started, being shown
         self._settled = False  # the final is under way: no more drafts
         self._showing = False  # a draft is being shown (inline or by its timer): one at a time
@@ -191,7 +191,7 @@ class ReplyStream:
             # Text that came before its time is shown when the time comes, not only when the model
             # says more: a model that pauses (a tool call, a slow step) does not hide what it said.
             # (Text that comes during a draft is seen to when that draft is done.)
-            self._due = asyncio.get_running_loop().call_later(max(due - now, 0.0), self._draft_in_time)
+            self._due = self.clock.call_later(max(due - now, 0.0), self._draft_in_time)
 
     # --- hooks: what a subclass may override, and what it tells the base ----------------------
 
@@ -248,7 +248,8 @@ class ReplyStream:
 
     def _draft_in_time(self) -> None:
         self._due = None
-        # A test's manual clock may not have moved: the next piece of text tries again.
+        # The moment may have moved on since the timer was set (a budget's wait, a 429): the next
+        # piece of text tries again.
         if self._settled or self._busy() or self.clock.monotonic() < self._draft_due():
             return
         self._drafting = asyncio.create_task(self._draft(), name=f"draft:{self.run_id}")
@@ -301,8 +302,8 @@ class ReplyStream:
         if self._drafting is asyncio.current_task():
             self._drafting = None  # done but for this: a draft may be due again
         if self.text != drafted and not self._settled and self._due is None:
-            self._due = asyncio.get_running_loop().call_later(
-                max(self._draft_due() - self.clock.monotonic(), 0.0), self._draft_in_time)
+            self._due = self.clock.call_later(max(self._draft_due() - self.clock.monotonic(), 0.0),
+                                              self._draft_in_time)
 
     def _cancel_due(self) -> None:
         if self._due is not None:
@@ -419,13 +420,13 @@ class ReplyStream:
                 if not must:
                     return False
                 log.info("rate limited posting a final reply; waiting %.1fs", wait)
-                await asyncio.sleep(wait)
+                await self.clock.sleep(wait)
             except PlatformError as e:
                 self._on_platform_error("error")
                 if not must or attempt == FINAL_ATTEMPTS - 1:
                     log.warning("reply delivery failed: %s", e)
                     return False
-                await asyncio.sleep(min(2**attempt, 10))
+                await self.clock.sleep(min(2**attempt, 10))
         return False
 
     @property

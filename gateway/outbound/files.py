@@ -21,13 +21,13 @@ in the same run (a replay after a restart) find it.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gateway.clock import Clock
 from gateway.outbound.adapter import (
     Adapter,
     FileTooLarge,
@@ -118,7 +118,8 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
     refs: list[str] = state.get("refs") or []
     if len(refs) != len(files):
         try:
-            refs = [await _patiently(lambda f=f: out.upload(target, f), "upload", on_platform_error) for f in files]
+            refs = [await _patiently(lambda f=f: out.upload(target, f), "upload", on_platform_error, store.clock)
+                    for f in files]
         except FileTooLarge as e:  # this server's own cap: nothing was shared, and trying again will not help
             raise _too_large(adapter, names, e) from None
         await store.save_delivery(key, 0, None, json.dumps({"stage": UPLOADED, "refs": refs}), False,
@@ -134,7 +135,7 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
             raise
 
     try:
-        message_id = await _patiently(share_once, "share", on_platform_error)
+        message_id = await _patiently(share_once, "share", on_platform_error, store.clock)
     except FileTooLarge as e:  # where the share carries the bytes (Telegram's sendPhoto): refused, not shared
         raise _too_large(adapter, names, e) from None
     await store.save_delivery(key, 0, message_id, json.dumps({"stage": "shared", "refs": refs}), True)
@@ -145,7 +146,10 @@ def _too_large(adapter: Adapter, names: str, e: FileTooLarge) -> FileRefused:
     return FileRefused(f"{adapter.platform} refused {names} as too large ({e}); nothing was posted")
 
 
-async def _patiently(call: Callable[[], object], what: str, on_platform_error: Callable[[str], None]) -> str:
+async def _patiently(call: Callable[[], object], what: str, on_platform_error: Callable[[str], None],
+                     clock: Clock) -> str:
+    """`call`, tried again after a 429's wait or a refusal's pause, both on `clock` (the store's is
+    the gateway's: a test moves it)."""
     for attempt in range(ATTEMPTS):
         try:
             return await call()  # type: ignore[misc,no-any-return]
@@ -153,7 +157,7 @@ async def _patiently(call: Callable[[], object], what: str, on_platform_error: C
             on_platform_error("rate_limited")
             wait = min(e.retry_after, MAX_WAIT)
             log.info("rate limited on a file %s; waiting %.1fs", what, wait)
-            await asyncio.sleep(wait)
+            await clock.sleep(wait)
         except FileTooLarge:
             raise
         except PlatformError as e:
@@ -161,7 +165,7 @@ async def _patiently(call: Callable[[], object], what: str, on_platform_error: C
             if attempt == ATTEMPTS - 1:
                 raise
             log.warning("file %s refused (%s); trying again", what, e)
-            await asyncio.sleep(min(2**attempt, 10) * 0.25)
+            await clock.sleep(min(2**attempt, 10) * 0.25)
     raise PlatformError(f"file {what}: still rate limited after {ATTEMPTS} tries")
 
 

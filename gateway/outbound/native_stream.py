@@ -11,7 +11,6 @@ stopped and edited into the final text like any draft.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -111,7 +110,7 @@ class NativeReplyStream(ReplyStream):
                 return True
             except RateLimited as e:
                 self._platform_error("rate_limited")
-                await asyncio.sleep(min(e.retry_after, MAX_WAIT))
+                await self.clock.sleep(min(e.retry_after, MAX_WAIT))
             except PlatformError as e:
                 if not isinstance(e, NativeUnavailable):
                     self._platform_error("error")

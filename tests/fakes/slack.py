@@ -12,7 +12,8 @@ Slack's rate limits are enforced: each method's tier (calls a minute for the wor
 the special limits counted per channel: `chat.postMessage` one a second, and
 `assistant.threads.setStatus` 60 a minute. A call over either gets HTTP 429 with `Retry-After`, as Slack answers it
 (`budget_scale` shortens every period; `throttled` lists the calls refused). A call counts
-when it succeeds.
+when it succeeds, at its arrival on `clock`: a test that runs the gateway on a `ManualClock` gives the
+fake the same one, so a call over a limit is refused in that clock's time.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from urllib.parse import parse_qsl, quote
 
 from aiohttp import WSMsgType, web
 
+from gateway.clock import Clock
 from tests.fakes.inflight import InFlight
 from tests.support.patience import PATIENCE
 
@@ -74,7 +76,7 @@ class ApiCall:
     args: dict[str, Any]
     token: str | None
     status: int = 200
-    at: float = field(default_factory=time.monotonic)  # when it arrived (the platform bench reads it)
+    at: float = field(default_factory=time.monotonic)  # when it arrived, on the fake's clock (the bench reads it)
 
 
 @dataclass
@@ -191,7 +193,9 @@ class FakeSlack:
         app_id: str = "A0APP",
         echo_bot_posts: bool = True,
         budget_scale: float = 1.0,
+        clock: Clock | None = None,
     ) -> None:
+        self.clock = clock or Clock()  # when calls arrive (`ApiCall.at`) and what the limits count in
         self.tiers = {m: (limit, per * budget_scale) for m, (limit, per) in TIERS.items()}
         self.per_channel = {m: (limit, per * budget_scale) for m, (limit, per) in PER_CHANNEL.items()}
         self.throttled: list[ApiCall] = []  # calls refused with 429 for going over a rate limit
@@ -362,7 +366,7 @@ class FakeSlack:
                 args.update(parse_qsl(raw.decode(), keep_blank_values=True))
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else args.pop("token", None)
-        call = ApiCall(method, args, token)
+        call = ApiCall(method, args, token, at=self.clock.monotonic())
         self.calls.append(call)
         try:
             failures = self._failures.get(method)
@@ -380,7 +384,7 @@ class FakeSlack:
             handler = getattr(self, "_m_" + method.replace(".", "_"), None)
             if handler is None:
                 return web.json_response({"ok": False, "error": "unknown_method"}, status=404)
-            arrived = time.monotonic()
+            arrived = self.clock.monotonic()
             scopes = self._scopes(method, args)
             wait = self._over_budget(scopes, arrived)
             if wait is not None:

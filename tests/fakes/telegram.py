@@ -16,7 +16,8 @@ What a test gets:
 - Telegram's budgets enforced: a send or edit over one a second in a chat, twenty a minute in a
   group or thirty a second across the bot is refused with 429 and `retry_after`, as Telegram
   does (`budget_scale` shortens every period for tests that would otherwise wait minutes;
-  `throttled` lists the calls refused). A call counts when it succeeds.
+  `throttled` lists the calls refused). A call counts when it succeeds, at its arrival on `clock`
+  (a test that runs the gateway on a `ManualClock` gives the fake the same one).
 
 The checks real Telegram makes that an adapter must survive are made here too: HTML parse mode
 rejects unknown or unbalanced tags with 400 "can't parse entities"; editing to identical
@@ -40,6 +41,7 @@ from typing import Any
 
 from aiohttp import ClientSession, ClientTimeout, web
 
+from gateway.clock import Clock
 from tests.fakes.inflight import InFlight
 from tests.support.patience import PATIENCE
 
@@ -214,8 +216,10 @@ class FakeTelegram:
     """One fake Bot API server for one bot (the token in the URL must match)."""
 
     def __init__(self, token: str = "123456:TEST-fake-token", *, bot_id: int = 123456,
-                 bot_username: str = "gateway_bot", bot_name: str = "Gateway", budget_scale: float = 1.0) -> None:
+                 bot_username: str = "gateway_bot", bot_name: str = "Gateway", budget_scale: float = 1.0,
+                 clock: Clock | None = None) -> None:
         self.token = token
+        self.clock = clock or Clock()  # when calls arrive (`Call.at`) and what the budgets count in
         self.budgets = {name: (limit, per * budget_scale) for name, (limit, per) in BUDGETS.items()}
         self.drafts: dict[tuple[int, int], list[str]] = {}  # (chat, draft id) -> every text the draft showed
         self.throttled: list[Call] = []  # calls refused with 429 for going over a budget
@@ -479,7 +483,7 @@ class FakeTelegram:
             return _error(ApiError(401, "Unauthorized"))
         method = request.match_info["method"]
         params = await _read_params(request)
-        self.calls.append(Call(method, params))
+        self.calls.append(Call(method, params, at=self.clock.monotonic()))
         for i, (name, code, description, parameters) in enumerate(self._faults):
             if name == method:
                 del self._faults[i]
@@ -487,7 +491,7 @@ class FakeTelegram:
         handler = getattr(self, f"_api_{method}", None)
         if handler is None:
             return _error(ApiError(404, "Not Found"))
-        arrived = time.monotonic()
+        arrived = self.clock.monotonic()
         scopes = self._scopes(method, params)
         wait = self._over_budget(scopes, arrived)
         if wait is not None:

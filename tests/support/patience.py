@@ -6,3 +6,7 @@ step that takes 50 ms alone can take seconds; a hang is caught sooner or later b
 """
 
 PATIENCE = 30.0
+
+# A test's `ManualClock(autojump=AUTOJUMP)` moves itself to its next timer once nothing has touched
+# it for this many seconds of real time (docs/testing.md, "Waiting in a test").
+AUTOJUMP = 0.01

@@ -75,7 +75,8 @@ def dispatcher() -> FakeDispatcher:
 
 
 async def start_adapter(fake: FakeSlack, dispatcher: Any, **binding_kw: Any) -> SlackAdapter:
-    adapter = SlackAdapter(slack_binding(fake, **binding_kw), AdapterContext(gateway=GatewayConfig()))
+    adapter = SlackAdapter(slack_binding(fake, **binding_kw),
+                           AdapterContext(gateway=GatewayConfig(), clock=fake.clock))  # the fake's: one time for both
     await adapter.start(dispatcher)
     await eventually(lambda: adapter.health().connected)
     return adapter

@@ -1,6 +1,8 @@
 """Slack's rate limits are never exceeded by the gateway: the fake answers 429 past them, and gets none.
 
-Time runs twenty times faster here (`budget_scale` on the fake, `scaled` rules on the adapter).
+Slack's own limits, on a `ManualClock` the adapter and the fake share: it jumps to the next wait
+once nothing is in flight (`autojump`), so a minute's budget takes no minute, and the fake's 429s
+are counted in the same time as the adapter's pacing.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import pytest
 
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.budget import RULES, SlackBudget
-from gateway.outbound.budget import Rule, scaled
+from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
+from gateway.outbound.budget import Rule
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import RateLimited, ReplyTarget
 from tests.fakes.slack import FakeSlack
@@ -21,20 +25,20 @@ from tests.support.dispatcher import FakeDispatcher
 
 from .conftest import start_adapter
 
-SCALE = 0.05
 
 
 @pytest.fixture
 async def fast_slack(slack_env: None) -> AsyncIterator[FakeSlack]:
-    async with FakeSlack(budget_scale=SCALE) as fake:
+    async with FakeSlack(clock=ManualClock(autojump=AUTOJUMP)) as fake:
         fake.add_channel("C0GEN", "general", members=["U0BOT"])
         yield fake
 
 
 @pytest.fixture
 async def paced(fast_slack: FakeSlack) -> AsyncIterator[SlackAdapter]:
-    adapter = await start_adapter(fast_slack, FakeDispatcher())
-    adapter.budget = SlackBudget(scaled(RULES, SCALE))
+    adapter = await start_adapter(fast_slack, FakeDispatcher())  # on the fake's clock
+    assert isinstance(fast_slack.clock, ManualClock)
+    fast_slack.clock.idle = lambda: adapter.pacer.in_flight == 0  # no jump while a call is on its way
     try:
         yield adapter
     finally:
@@ -58,6 +62,7 @@ async def test_posts_and_edits_in_a_burst_stay_within_the_channel_limit_and_the_
     assert fast_slack.throttled == [], "the gateway itself never causes a 429"
     assert len(fast_slack.bot_messages("C0GEN")) == 10
     assert len(fast_slack.calls_to("chat.update")) == 60, "more than a Tier 3 minute's 50: paced, none lost"
+    assert fast_slack.clock.monotonic() >= 60.0, "the clock moved a window on: the pacer waited"
 
 
 async def test_thread_status_is_paced_per_channel_not_per_workspace(fast_slack: FakeSlack, paced: SlackAdapter) -> None:

@@ -17,6 +17,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.runs.llm import register_model
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage, sign, signed_event_request
@@ -30,7 +31,7 @@ class ScriptedModel:
     """Answers "Hello <name>, turn N." in three streamed pieces; records what it was shown."""
 
     def __init__(self) -> None:
-        self.clock = ManualClock()
+        self.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's: a 429's wait takes no time
         self.calls: list[list[ModelMessage]] = []
         self.hold: asyncio.Event | None = None  # when set up, the first piece waits for it
 
@@ -42,7 +43,9 @@ class ScriptedModel:
                 await self.hold.wait()
             for piece in ("**Hello**", " there,", f" turn {turn}."):
                 yield piece
-                self.clock.advance(2.0)  # past the 1 s edit interval: the next piece is an edit
+                # The next piece takes 2 s of the clock, past the 1 s edit interval: an edit. The
+                # clock jumps to each timer due meanwhile (the first draft's hold) once all is quiet.
+                await self.clock.sleep(2.0)
 
         return FunctionModel(stream_function=stream)
 
@@ -54,8 +57,9 @@ class ScriptedModel:
 
 
 @pytest.fixture
-def scripted() -> ScriptedModel:
+def scripted(fake_slack: FakeSlack) -> ScriptedModel:
     script = ScriptedModel()
+    fake_slack.clock = script.clock  # the fake counts its limits in the gateway's time
     register_model(MODEL, script.model)
     return script
 
@@ -93,9 +97,9 @@ async def test_mention_gets_one_threaded_streamed_reply(tmp_path: Path, fake_sla
         (reply,) = await final_reply(fake_slack, "C0GEN", FINAL.format(n=1))
         assert reply.thread_ts == root.ts  # in the thread the mention started
         # One message, edited as it streamed; the first update puts the Stop button on it, the last takes it
-        # away. The first piece came within the first draft's hold: it was first shown with the second.
-        await fake_slack.wait_for(lambda: len(reply.edits) == 3)
-        assert reply.edits == ["*Hello* there,", "*Hello* there, turn 1.", "*Hello* there, turn 1."]
+        # away. The first piece is shown alone when the first draft's hold ends (the model took 2 s more).
+        await fake_slack.wait_for(lambda: len(reply.edits) == 4)
+        assert reply.edits == ["*Hello*", "*Hello* there,", "*Hello* there, turn 1.", "*Hello* there, turn 1."]
         assert reply.blocks is None and reply.block_edits[-1] is None
         assert all(fake_slack.acked(e) for e in envelopes)
         assert len(scripted.calls) == 1  # the message/app_mention pair ran once

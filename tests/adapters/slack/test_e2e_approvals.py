@@ -16,6 +16,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.runs.llm import register_model
 from tests.support.gated_git import CAPABILITY, RAN
 from tests.conftest import running_gateway, write_config
@@ -65,7 +66,7 @@ def buttons(msg: PostedMessage) -> list[str]:
 
 
 async def test_requester_approves_someone_else_cannot(gated: Path, fake_slack: FakeSlack) -> None:
-    clock = ManualClock()
+    clock = fake_slack.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's
     async with running_gateway(gated, clock=clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> delete old-feature")
@@ -99,7 +100,7 @@ async def test_requester_approves_someone_else_cannot(gated: Path, fake_slack: F
 
 
 async def test_decision_after_a_restart_resumes_the_parked_run(gated: Path, fake_slack: FakeSlack) -> None:
-    clock = ManualClock()
+    clock = fake_slack.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's
     async with running_gateway(gated, clock=clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> delete old-feature")

@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from gateway.clock import ManualClock
 from gateway.daemon import Gateway
 from gateway.runs.llm import register_model
 from gateway.approvals.policy import Modes
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
 from tests.support.gated_git import CAPABILITY, RAN
+from tests.support.patience import AUTOJUMP
 
 from .conftest import eventually
 from .test_e2e_approvals import MODEL, _model, buttons
@@ -139,7 +141,8 @@ async def test_a_redelivered_command_runs_nothing(tmp_path: Path, fake_slack: Fa
 
 
 async def test_a_notice_that_meets_a_rate_limit_is_delayed_not_lost(tmp_path: Path, fake_slack: FakeSlack) -> None:
-    async with running_gateway(_config(tmp_path, fake_slack)) as gw:
+    clock = fake_slack.clock = ManualClock(autojump=AUTOJUMP)  # the Retry-After is waited on it
+    async with running_gateway(_config(tmp_path, fake_slack), clock=clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         fake_slack.fail_next("chat.postMessage", retry_after=1)
         root, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> !approvals")
@@ -148,6 +151,7 @@ async def test_a_notice_that_meets_a_rate_limit_is_delayed_not_lost(tmp_path: Pa
         assert "the agent's normal policy applies" in answer[0]
         posts = fake_slack.calls_to("chat.postMessage")
         assert [c.status for c in posts][:1] == [429], "the first try met the rate limit"
+        assert posts[1].at - posts[0].at >= 1.0, "and the next waited out its Retry-After"
         assert len(texts(fake_slack, root.ts)) == 1
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.membership import TTL
 from gateway.runs.llm import REGISTERED
 from tests.conftest import running_gateway, write_config
@@ -49,7 +50,7 @@ async def test_a_private_channel_thread_counts_only_while_the_person_is_a_member
     # A big private channel: Ada is on the second page of conversations.members.
     crowd = [f"U{i:04d}" for i in range(250)]
     secret = fake_slack.add_channel("C0SEC", "secret-plans", kind="group", members=[*crowd, "U0BOT", "U0ADA"])
-    clock = ManualClock()
+    clock = fake_slack.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's
     async with running_gateway(_config(tmp_path, fake_slack, model), clock=clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         root, _ = await fake_slack.say("C0SEC", "U0ADA", "<@U0BOT> the codename is zebrafish")

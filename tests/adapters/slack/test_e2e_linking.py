@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.store.people import LINK_TTL
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack
@@ -59,7 +60,7 @@ async def test_a_code_from_slack_links_telegram_and_the_note_follows_the_person(
     config = write_config(tmp_path / "config", agents={"assistant": memory_cards.AGENT}, bindings={
         "acme": {"platform": "slack", "agent": "assistant", "slack": slack},
         "tg": {"platform": "telegram", "agent": "assistant", "telegram": tg, "admission": {"dm": "open"}}})
-    clock = ManualClock()
+    clock = fake_slack.clock = telegram.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fakes'
     async with running_gateway(config, clock=clock) as gw:
         await wait_for(lambda: all(a.health().connected for a in gw.adapters.values()), what="both bindings")
 

@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.runs.scheduled import Schedules
 from gateway.store import repo
 from tests.capabilities.knowledge_script import SCRIPT
@@ -25,7 +26,7 @@ async def test_a_task_made_in_a_thread_posts_in_that_thread_at_its_time(tmp_path
                  "capabilities": [{"id": "schedules", "tool_approval": {"schedule_task": "never"}}]}
     cfg = write_config(tmp_path / "config", agents={"assistant": assistant},
                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
-    clock = ManualClock(datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc))
+    clock = fake_slack.clock = ManualClock(datetime(2026, 3, 2, 8, 0, tzinfo=timezone.utc), autojump=AUTOJUMP)
     async with running_gateway(cfg, clock=clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         [schedules] = [e for e in gw.extensions if isinstance(e, Schedules)]

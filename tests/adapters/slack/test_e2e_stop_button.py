@@ -141,12 +141,13 @@ async def test_the_final_edit_takes_the_button_away_in_the_same_call(tmp_path: P
     """A reply whose final text is new since its last draft: that edit goes without the button, and no
     chat.update follows only to take it away (one call, not two)."""
     from gateway.clock import ManualClock
+    from tests.support.patience import AUTOJUMP
 
-    clock = ManualClock()
+    clock = fake_slack.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         yield "Hello"
-        clock.advance(2.0)  # past the edit interval: the next piece is a draft edit
+        await clock.sleep(2.0)  # past the edit interval: the next piece is a draft edit
         yield " world"
         yield "."  # within the interval: only the final shows it
 

@@ -52,7 +52,7 @@ def make_adapter(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch, *, mode: s
     binding = BindingSpec.model_validate({"id": "tg", "platform": "telegram", "agent": "assistant",
                                           "telegram": section, "admission": admission})
     gateway = GatewayConfig.model_validate({"http": {"public_url": public_url}} if public_url else {})
-    return TelegramAdapter(binding, AdapterContext(gateway))
+    return TelegramAdapter(binding, AdapterContext(gateway, clock=fake.clock))  # the fake's: one time for both
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from gateway.ops import cli
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.daemon import Gateway
 from gateway.runs.llm import register_model
 from tests.support.gated_git import CAPABILITY, RAN
@@ -41,7 +42,7 @@ class Scripted:
     """Answers "**Hello** there, turn N." in three streamed pieces; remembers its prompts."""
 
     def __init__(self) -> None:
-        self.clock = ManualClock()
+        self.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's: a 429's wait takes no time
         self.prompts: list[str] = []
 
     def model(self) -> FunctionModel:
@@ -51,7 +52,9 @@ class Scripted:
             self.prompts.append(str(turns[-1].content))
             for piece in ("**Hello**", " there,", f" turn {len(turns)}."):
                 yield piece
-                self.clock.advance(2.0)  # past the 1 s edit interval: the next piece is an edit
+                # The next piece takes 2 s of the clock, past the 1 s edit interval: an edit. The
+                # clock jumps to each timer due meanwhile (the first draft's hold) once all is quiet.
+                await self.clock.sleep(2.0)
 
         return FunctionModel(stream_function=stream)
 
@@ -84,8 +87,9 @@ def _lookup_model() -> FunctionModel:
 
 
 @pytest.fixture
-def scripted() -> Scripted:
+def scripted(fake: FakeTelegram) -> Scripted:
     script = Scripted()
+    fake.clock = script.clock  # the fake counts its budgets in the gateway's time
     register_model(MODEL, script.model)
     register_model(GATED_MODEL, _gated_model)
     register_model(LOOKUP_MODEL, _lookup_model)
@@ -147,8 +151,8 @@ async def test_private_message_gets_one_streamed_html_reply_edited_when_drafts_a
         (reply,) = await answers(fake, ADA["id"], 1, final(1))
         assert reply.raw == "<b>Hello</b> there, turn 1." and reply.parse_mode == "HTML"
         # One message, edited as it streamed (drafts are off), as often as the chat's budget allows; the
-        # first piece came within the first draft's hold, so it was first shown with the second.
-        assert reply.edits[:1] == ["Hello there,"] and all(final(1).startswith(e) for e in reply.edits)
+        # first piece is shown alone when the first draft's hold ends (the model took 2 s more).
+        assert reply.edits[:1] == ["Hello"] and all(final(1).startswith(e) for e in reply.edits)
         assert fake.drafts == {} and fake.throttled == []
         assert scripted.prompts == ["hi there"]
 
@@ -161,7 +165,7 @@ async def test_private_message_streams_as_a_draft(tmp_path: Path, fake: FakeTele
         assert reply.raw == "<b>Hello</b> there, turn 1." and reply.parse_mode == "HTML"
         # A private chat streams as a message draft (a preview), then the reply is one message, never edited.
         ((chat, _), shown), = fake.drafts.items()
-        assert chat == ADA["id"] and shown[0] == "Hello there," and all(final(1).startswith(s) for s in shown)
+        assert chat == ADA["id"] and shown[0] == "Hello" and all(final(1).startswith(s) for s in shown)
         assert reply.edits == [] and fake.throttled == []
         assert scripted.prompts == ["hi there"]
         typing = fake.calls_to("sendChatAction")
@@ -424,7 +428,7 @@ async def test_a_group_reply_is_edited_in_place_not_drafted(tmp_path: Path, fake
         text = "@gateway_bot hi"
         fake.push_message(GROUP_ID, ADA, text, entities=fake.mention(text))
         (reply,) = await answers(fake, GROUP_ID, 1, final(1))
-        assert fake.drafts == {} and reply.edits[:1] == ["Hello there,"] and fake.throttled == []
+        assert fake.drafts == {} and reply.edits[:1] == ["Hello"] and fake.throttled == []
 
 
 async def test_a_refused_draft_falls_back_to_posting_and_editing_for_the_binding(tmp_path: Path, fake: FakeTelegram,

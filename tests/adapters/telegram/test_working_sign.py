@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.clock import ManualClock
+from tests.support.patience import AUTOJUMP
 from gateway.outbound.adapter import PlatformLimits
 from gateway.runs.runner import TYPING_EVERY
 from tests.conftest import running_gateway, wait_for, write_config
@@ -39,7 +40,7 @@ def tool() -> Iterator[SlowTool]:
 
 async def test_typing_goes_on_during_a_long_tool_call_and_stops_at_the_final(
         tmp_path: Path, fake: FakeTelegram, tool: SlowTool) -> None:
-    clock = ManualClock()
+    clock = fake.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's: the budgets count in its time
     telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
     config = write_config(tmp_path / "config", agents={"assistant": AGENT},
                           bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram}})
