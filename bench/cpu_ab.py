@@ -64,7 +64,7 @@ async def profile_burst(p: Platform, proc: Proc, messages: int, budget: float, d
         spy.send_signal(signal.SIGINT)
     for spy in spies:
         spy.wait(30)
-    summarise_profile(f"{p.name} (burst of {messages})", directory / f"{name}-burst.txt", b.messages, b.cpu_ms)
+    summarise_profile(p.name, directory / f"{name}-burst.txt", b.messages, b.cpu_ms, how=f"in a burst of {messages}")
 
 
 async def main(args: argparse.Namespace) -> int:
