@@ -30,7 +30,7 @@ from pydantic_ai import (
     UsageLimitExceeded,
 )
 from pydantic_ai.agent import AbstractAgent, WrapperAgent
-from pydantic_ai.capabilities import AbstractCapability, Capability, ToolSearch
+from pydantic_ai.capabilities import AbstractCapability, ToolSearch
 from pydantic_ai.exceptions import RunTimedOut
 from pydantic_ai.messages import (
     ModelMessage,
@@ -534,6 +534,19 @@ def _agent_named(name: str) -> Agent[Turn, Any]:
     return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name)
 
 
+@dataclass
+class RunInstructions(AbstractCapability[Turn]):
+    """A run's instructions, and nothing else. Not pydantic-ai's `Capability(instructions=...)`: that one
+    always brings a toolset (an empty one, for tools added to it later), so every run had a toolset to
+    combine, list and wrap (the approval gate's) where a run with no tools has none: 1.5-2 ms of CPU per
+    run at concurrency 32 (bench/model_run.py, bench/README.md Round 7)."""
+
+    instructions: str
+
+    def get_instructions(self) -> str:
+        return self.instructions
+
+
 class TurnAgent(WrapperAgent[Turn, Any]):
     """One run's agent: the shared `_agent_named` with this run's model, instructions, model settings and
     capabilities, which pydantic-ai takes per run (`Agent.iter`), so nothing is built per message but
@@ -545,7 +558,7 @@ class TurnAgent(WrapperAgent[Turn, Any]):
         self._model, self._settings = model, model_settings
         # The agent's instructions as the first capability: a run's own `instructions` would come after
         # the capabilities' (a constructor's come before), and the model must see them as it did.
-        self._capabilities = [Capability(instructions=instructions), *capabilities] if instructions else list(capabilities)
+        self._capabilities = [RunInstructions(instructions), *capabilities] if instructions else list(capabilities)
 
     @property
     def model(self) -> Model:
