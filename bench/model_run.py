@@ -42,6 +42,7 @@ async def main(args: argparse.Namespace) -> int:
     model_proc, url, _ = await start_model_server()
     os.environ.update({"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "not-needed"})
     from pydantic_ai import CancellationToken
+    from pydantic_ai.capabilities import Capability
     from pydantic_ai.models import infer_model
     from pydantic_ai.usage import UsageLimits
 
@@ -55,21 +56,26 @@ async def main(args: argparse.Namespace) -> int:
     model = infer_model(MODEL)
     shared = _agent_named("assistant")
 
-    def gateway(capabilities: list[Any]) -> Callable[[], tuple[Any, dict[str, Any]]]:
+    def limits() -> dict[str, Any]:
         # As Runner.drive runs it: a token, the agent's wall-clock limit and request limit (their defaults).
-        return lambda: (TurnAgent(shared, model=model, instructions=INSTRUCTIONS, model_settings=None,
-                                  capabilities=capabilities),
-                        {"cancellation_token": CancellationToken(), "timeout": 300.0,
-                         "usage_limits": UsageLimits(request_limit=50)})
+        return {"cancellation_token": CancellationToken(), "timeout": 300.0,
+                "usage_limits": UsageLimits(request_limit=50)}
+
+    def gateway(capabilities: list[Any], instructions: str = INSTRUCTIONS) -> Callable[[], tuple[Any, dict[str, Any]]]:
+        return lambda: (TurnAgent(shared, model=model, instructions=instructions, model_settings=None,
+                                  capabilities=capabilities), limits())
 
     def slow_calls() -> SlowCalls:
         return SlowCalls(30.0, Clock(), lambda *_: None)
 
     variants: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
         "pydantic-ai alone (instructions in the constructor)": lambda: (alone, {}),
-        "TurnAgent, instructions as a capability": gateway([]),
-        "+ the approval gate": gateway([ApprovalGate(turn=None)]),
-        "+ the gate and SlowCalls (the daemon's run)": gateway([ApprovalGate(turn=None), slow_calls()]),
+        "the daemon's run: TurnAgent, its instructions, the approval gate, SlowCalls": gateway(
+            [ApprovalGate(turn=None), slow_calls()]),
+        # As it was: the instructions in pydantic-ai's own `Capability`, which brings an (empty) toolset.
+        "the same before Round 7 (the instructions in pydantic-ai's Capability)": gateway(
+            [Capability(instructions=INSTRUCTIONS), ApprovalGate(turn=None), slow_calls()], instructions=""),
+        "TurnAgent with its instructions alone": gateway([]),
     }
 
     async def on_event(_: Any) -> None:
