@@ -706,7 +706,7 @@ async def profile_platforms(platforms: list[Platform], proc: Proc, directory: Pa
 IDLE = ("EpollSelector.select (", "Condition.wait (", "_connection_worker_thread (")  # a thread waiting, not working
 
 
-def summarise_profile(platform: str, collapsed: Path, messages: int, cpu_ms: float) -> None:
+def summarise_profile(platform: str, collapsed: Path, messages: int, cpu_ms: float, how: str = "one at a time") -> None:
     """py-spy's collapsed stacks ("frame;frame;... count"), by phase of a message and by kind of code;
     each share also as ms of the daemon's CPU per message (its /proc CPU over the profiled messages)."""
     phases: dict[str, int] = {}
@@ -735,7 +735,7 @@ def summarise_profile(platform: str, collapsed: Path, messages: int, cpu_ms: flo
     if not total:
         print(f"  {platform}: no samples in {collapsed}")
         return
-    print(f"\nprofile, {platform}: {total} samples over {messages} messages one at a time, {cpu_ms:.2f} ms of the "
+    print(f"\nprofile, {platform}: {total} samples over {messages} messages {how}, {cpu_ms:.2f} ms of the "
           f"daemon's CPU per message; {collapsed.with_suffix('.svg')}")
     for title, table in (("phase of a message", phases), ("whose code", kinds)):
         print(f"| {title} | share | CPU ms per message |\n| --- | --- | --- |")

@@ -127,7 +127,7 @@ async def test_reload_picks_up_edits_and_refuses_an_edit_over_budget(tmp_path: P
 
 
 async def test_the_agents_instructions_and_the_bindings_prompt_come_before_the_capabilities(tmp_path: Path) -> None:
-    """The shared Agent carries a run's instructions in its constructor (gateway/runs/runner.py `_agent_named`),
+    """The shared Agent carries a run's instructions in its constructor (gateway/runs/runner.py `Runner._agent_for`),
     keyed by them: pydantic-ai puts those first, then the capabilities' own; two bindings of one agent with
     different prompts each get theirs."""
     _files(tmp_path, **{"voice.md": "Speak plainly."})

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""The model run as the gateway shapes it, against pydantic-ai alone: CPU per run, interleaved in one process.
+
+Issue 37's CPU target (the daemon's CPU per message <= 1.2x pydantic-ai alone's per run) compares
+the whole daemon with `bench/platforms.py`'s pydantic-ai alone, an `Agent` with its instructions in
+its constructor and no capabilities. The daemon's run is not that agent: it goes through the shared
+agent (`gateway.runs.runner.TurnAgent` over `Runner._agent_for`: the instructions and `SlowCalls` in
+the shared Agent's constructor), the approval gate (`capabilities.approval_gate`) as the run's
+capability, a cancellation token, a timeout and usage limits. pydantic-ai dispatches every hook of every capability, and passes every event of the
+stream through one async generator per capability, whether it overrides the hook or not: this bench
+says what that costs, beside the rest of the message's CPU.
+
+Each variant runs the same bursts (`--runs` runs at concurrency 32, `gateway.runs.agent_run.run_agent`
+for the gateway's shapes) against the instant model server of `bench/platforms.py` (its own process),
+the variants in turn and the order reversed every other round; process CPU per run is printed per
+round, with the median. Nothing is judged: it says where the difference lies.
+
+    .venv/bin/python bench/model_run.py              # 7 rounds of 300 runs per variant
+    .venv/bin/python bench/model_run.py --rounds 11 --runs 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.platforms import CONCURRENT_RUNS, INSTRUCTIONS, MODEL, _bench_agent, start_model_server  # noqa: E402
+
+
+async def main(args: argparse.Namespace) -> int:
+    model_proc, url, _ = await start_model_server()
+    os.environ.update({"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "not-needed"})
+    from pydantic_ai import Agent, CancellationToken, DeferredToolRequests
+    from pydantic_ai.capabilities import Capability
+    from pydantic_ai.models import infer_model
+    from pydantic_ai.usage import UsageLimits
+
+    from capabilities.approval_gate import ApprovalGate
+    from gateway.clock import Clock
+    from gateway.runs.agent_run import run_agent
+    from gateway.runs.runner import TurnAgent
+    from gateway.runs.slow_calls import SlowCalls
+    from gateway.runs.turn import Turn
+
+    alone = _bench_agent()
+    model = infer_model(MODEL)
+
+    def shared(instructions: str | None = None, capabilities: list[Any] | None = None) -> Any:
+        # As Runner._agent_for builds it (once per agent, instructions and slow-call threshold).
+        return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name="assistant",
+                     instructions=instructions, capabilities=capabilities)
+
+    def limits() -> dict[str, Any]:
+        # As Runner.drive runs it: a token, the agent's wall-clock limit and request limit (their defaults).
+        return {"cancellation_token": CancellationToken(), "timeout": 300.0,
+                "usage_limits": UsageLimits(request_limit=50)}
+
+    def slow_calls() -> SlowCalls:
+        return SlowCalls(30.0, Clock(), lambda *_: None)
+
+    def gateway(agent: Any, capabilities: list[Any]) -> Callable[[], tuple[Any, dict[str, Any]]]:
+        return lambda: (TurnAgent(agent, model=model, model_settings=None, capabilities=capabilities), limits())
+
+    now, bare, instructed = shared(INSTRUCTIONS, [slow_calls()]), shared(), shared(INSTRUCTIONS)
+
+    variants: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
+        "pydantic-ai alone (instructions in the constructor)": lambda: (alone, {}),
+        "the daemon's run: instructions and SlowCalls shared, the approval gate the run's": gateway(
+            now, [ApprovalGate(turn=None)]),
+        # As it was: the instructions in pydantic-ai's own `Capability` (which brings an empty toolset)
+        # and SlowCalls, all the run's.
+        "the same before Round 7 (instructions, gate and SlowCalls as the run's capabilities)": gateway(
+            bare, [Capability(instructions=INSTRUCTIONS), ApprovalGate(turn=None), slow_calls()]),
+        "TurnAgent with its instructions alone": gateway(instructed, []),
+    }
+
+    async def on_event(_: Any) -> None:
+        pass
+
+    async def burst(make: Callable[[], tuple[Any, dict[str, Any]]], runs: int) -> float:
+        left = list(range(runs))
+
+        async def worker() -> None:
+            while left:
+                i = left.pop()
+                agent, extra = make()
+                await run_agent(agent, f"message {i}", deps=None, on_event=on_event, **extra)
+
+        cpu0 = time.process_time()
+        await asyncio.gather(*(worker() for _ in range(CONCURRENT_RUNS)))
+        return (time.process_time() - cpu0) * 1000 / runs
+
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
+    try:
+        async with alone:
+            for make in variants.values():  # warm-up: connections, caches, first-run imports
+                await burst(make, 100)
+            order = list(variants.items())
+            for r in range(args.rounds):
+                for name, make in (order if r % 2 == 0 else order[::-1]):
+                    cpu[name].append(await burst(make, args.runs))
+    finally:
+        model_proc.stop()
+    base = statistics.median(cpu[next(iter(variants))])
+    print(f"| {args.runs} runs at concurrency {CONCURRENT_RUNS}, {args.rounds} rounds interleaved | CPU ms per run, "
+          "median | of pydantic-ai alone | each round |")
+    print("| --- | --- | --- | --- |")
+    for name, values in cpu.items():
+        median = statistics.median(values)
+        print(f"| {name} | {median:.2f} | {median / base:.2f}x | {', '.join(f'{v:.2f}' for v in values)} |")
+    print("load average at the end: %.2f %.2f %.2f" % os.getloadavg())
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=300, help="runs per burst")
+    sys.exit(asyncio.run(main(parser.parse_args())))
