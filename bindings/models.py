@@ -304,10 +304,11 @@ class McpConfig(Strict):
 class RuntimeConfig(Strict):
     """How the daemon's process runs: what bench/platforms.py measured decides the defaults (bench/README.md)."""
 
-    event_loop: Literal["auto", "asyncio", "uvloop"] = Field(
-        default="auto", description="The event loop: auto is uvloop where it is installed (a dependency on "
-        "Linux and macOS; 1-3 ms less of every message's latency, bench/README.md, 'Event loop and interpreter'), else asyncio's "
-        "own; uvloop refuses to start without it rather than fall back silently"
+    event_loop: Literal["asyncio", "uvloop"] = Field(
+        default="asyncio", description="The event loop: uvloop (the optional extra, pip install "
+        "'agent-gateway[uvloop]') took 1-3 ms off each message's latency but drops connections silently "
+        "when descriptors run out (bench/README.md, 'Event loop and interpreter'); the daemon refuses to "
+        "start without it rather than fall back silently"
     )
     eager_tasks: bool = Field(
         default=False, description="asyncio.eager_task_factory (Python 3.12+): a new task runs its first "

@@ -67,7 +67,7 @@ def test_every_package_the_code_imports_is_declared() -> None:
     from importlib.metadata import packages_distributions
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    # An optional extra of the product's own is declared; the test extra is not the product's.
+    # An optional extra of the product's own (uvloop) is declared; the test extra is not the product's.
     extras = [line for group, lines in project.get("optional-dependencies", {}).items() if group != "test"
               for line in lines]
     declared = {canonicalize_name(Requirement(line).name) for line in [*project["dependencies"], *extras]}

@@ -150,9 +150,7 @@ def event_loop_factory(runtime: RuntimeConfig) -> Callable[[], asyncio.AbstractE
     try:
         import uvloop
     except ImportError:
-        if runtime.event_loop == "auto":  # a platform uvloop does not build for (Windows, PyPy)
-            return None
-        raise RuntimeError("runtime.event_loop is uvloop, which is not installed: pip install uvloop") from None
+        raise RuntimeError("runtime.event_loop is uvloop, which is not installed: pip install 'agent-gateway[uvloop]'") from None
     return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
