@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic_ai import DeferredToolRequests, DeferredToolResults, ToolApproved, ToolDenied
 from pydantic_ai.messages import ModelMessage
@@ -33,7 +33,7 @@ from gateway.periodic import every
 from gateway.approvals.policy import Modes
 from gateway.messages import CommandAnswer
 from gateway.store import repo
-from gateway.store.approvals import ApprovalStore, NewItem
+from gateway.store.approvals import ApprovalStore, NewItem, Speaker
 from gateway.store.models import Run
 from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
 from gateway.runs.turn import Turn
@@ -46,11 +46,27 @@ log = logging.getLogger("gateway.approvals.service")
 EXPIRY_CHECK_EVERY = 60.0
 
 
+class Chat(Protocol):
+    """Where the deciders rule is asked: a conversation (`repo.ConversationRef`), or a group chat
+    whose notes serve every conversation in it (a `ReplyTarget` there)."""
+
+    @property
+    def platform(self) -> str: ...
+    @property
+    def binding_id(self) -> str: ...
+    @property
+    def workspace(self) -> str: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def chat_kind(self) -> str: ...
+
+
 class Approvals:
     """The approval service: parks runs, shows cards, takes decisions, and switches modes.
 
-    Who may decide a card and who may switch a conversation's modes are asked here, on every
-    door (a click, a chat command, the API), so no surface can go round them.
+    Who may decide a card, switch a conversation's modes or change a group chat's notes is asked
+    here, on every door (a click, a chat command, the API), so no surface can go round them.
     """
 
     def __init__(self, store: repo.Store, outbound: Outbound, adapter_for: Callable[[str], Adapter | None],
@@ -81,48 +97,70 @@ class Approvals:
     async def may_change_modes(self, conv: repo.ConversationRef, sender: Sender) -> str | None:
         """None when `sender` may switch this conversation's modes; else why not, for them alone.
 
-        The binding's deciders decide, as for a card. Under `requester` a mode covers every
-        run of the conversation, so only someone who would decide all of them may switch it:
-        the one person who has asked anything here (or anyone, before anybody has).
+        A mode covers every run of the conversation, so it is for whoever would decide all of them
+        (`decides_for_everyone`): under `requester` the one person who has asked anything here.
         """
-        binding = self._bindings().get(conv.binding_id)
-        deciders = binding.approvals.deciders if binding is not None else "requester"
+        deciders = self._deciders(conv.binding_id)
+        speakers = await self.db.speakers(conv.id) if deciders == "requester" else []
+        if await self.decides_for_everyone(deciders, sender, speakers, conv):
+            return None
+        return await self._not_for_everyone(
+            deciders, sender, speakers, conv, "change approvals here",
+            several=("Approvals can't be switched for this whole conversation: several people have asked here, "
+                     "and each decides their own requests."))
+
+    async def may_manage_chat_memory(self, chat: Chat, sender: Sender) -> str | None:
+        """None when `sender` may change a group chat's notes (`/memory` there: a command, a card's
+        button); else why not, for them alone.
+
+        The chat's notes serve every run in the chat (every thread of it), so, as for a mode, they
+        are for whoever would decide all of those runs: under `channel` someone in the chat as its
+        platform says now, under `requester` the one person who has asked the agent anything in the
+        chat (anyone, before anybody has), under a list only those named.
+        """
+        deciders = self._deciders(chat.binding_id)
+        speakers = (await self.db.chat_speakers(chat.platform, chat.workspace, chat.channel)
+                    if deciders == "requester" else [])
+        if await self.decides_for_everyone(deciders, sender, speakers, chat):
+            return None
+        log.info("chat memory change refused for %s in %s (deciders: %s)", sender.account_id, chat.channel,
+                 deciders if isinstance(deciders, str) else "list")
+        return await self._not_for_everyone(
+            deciders, sender, speakers, chat, "change this chat's notes",
+            several=("This chat's notes can't be changed by one person here: several people have asked the agent "
+                     "in this chat, and each decides only their own requests. The binding's admin can name who may "
+                     "(`approvals.deciders`)."))
+
+    async def decides_for_everyone(self, deciders: Any, who: Sender, requesters: Sequence[Speaker],
+                                   where: Chat) -> bool:
+        """Whether `who` would decide every run these people asked for here, by the one deciders rule
+        (`may_decide_as`): what covers all their runs (a conversation's modes, a chat's notes) is for
+        such a person alone. Under `requester` nobody has asked yet means anyone; `channel` and a list
+        do not depend on who asked."""
+        if deciders != "requester":
+            return await self.may_decide_as(deciders, who, None, None, where)
+        for requester in requesters:
+            if not await self.may_decide_as(deciders, who, requester.account_id, requester.person_id, where):
+                return False
+        return True
+
+    async def _not_for_everyone(self, deciders: Any, sender: Sender, speakers: Sequence[Speaker], where: Chat,
+                                what: str, *, several: str) -> str:
+        """Why `decides_for_everyone` said no, for `sender` alone: `what` they may not do."""
         if deciders == "channel":
-            return None if await self._in_channel(conv, sender) else cards.not_in_chat("change approvals here")
-        person = await self.db.person_of(conv.platform, conv.workspace, sender.account_id)
-        if deciders == "requester":
-            others = [s for s in await self.db.speakers(conv.id)
-                      if s.account_id != sender.account_id and (person is None or s.person_id != person)]
-            if not others:
-                return None
-            if len(others) == 1 and not await self._spoke(conv, sender, person):
-                return f"{cards.who_decides('requester', others[0].name)} can change approvals here."
-            return ("Approvals can't be switched for this whole conversation: several people have asked here, "
-                    "and each decides their own requests.")
-        if _names(conv, sender, person) & set(deciders):
-            return None
-        return f"{cards.who_decides(deciders, '')} can change approvals here."
+            return cards.not_in_chat(what)
+        if deciders != "requester":
+            return f"{cards.who_decides(deciders, '')} can {what}."
+        person = await self.db.person_of(where.platform, where.workspace, sender.account_id)
+        mine = [s for s in speakers if s.account_id == sender.account_id or (person is not None and s.person_id == person)]
+        others = [s for s in speakers if s not in mine]
+        if len(others) == 1 and not mine:
+            return f"{cards.who_decides('requester', others[0].name)} can {what}."
+        return several
 
-    async def may_manage_chat_memory(self, binding_id: str, platform: str, workspace: str,
-                                     sender: Sender) -> str | None:
-        """None when `sender` may change a group chat's notes (`/memory` there); else why not.
-
-        The people who would decide a gated `delete_memory` in that chat: anyone in it when the
-        binding lets the channel or each requester decide (anyone there may ask the agent to change
-        the chat's notes and approve it), only those named when the binding names deciders.
-        """
+    def _deciders(self, binding_id: str) -> Any:
         binding = self._bindings().get(binding_id)
-        deciders = binding.approvals.deciders if binding is not None else "requester"
-        if not isinstance(deciders, list):
-            return None
-        person = await self.db.person_of(platform, workspace, sender.account_id)
-        if _names_on(platform, sender, person) & set(deciders):
-            return None
-        return f"{cards.who_decides(deciders, '')} can change this chat's notes."
-
-    async def _spoke(self, conv: repo.ConversationRef, sender: Sender, person: str | None) -> bool:
-        return any(s.account_id == sender.account_id or (person is not None and s.person_id == person)
-                   for s in await self.db.speakers(conv.id))
+        return binding.approvals.deciders if binding is not None else "requester"
 
     async def switch(self, conv: repo.ConversationRef, sender: Sender, *, surface: str,
                      approve_all: bool | None = None, ask_every_tool: bool | None = None,
@@ -322,9 +360,10 @@ class Approvals:
         return await self.may_decide_as(deciders, decider, run.requester_account, run.requester_person_id, conv)
 
     async def may_decide_as(self, deciders: Any, decider: Sender, requester_account: str | None,
-                            requester_person: str | None, conv: repo.ConversationRef) -> bool:
-        """The one deciders rule, asked by every door: a click, a command, a Stop, the API, and a
-        question put to the person (`questions.py`)."""
+                            requester_person: str | None, conv: Chat) -> bool:
+        """The one deciders rule, asked by every door: a click, a command, a Stop, the API, a question
+        put to the person (`questions.py`), and through `decides_for_everyone` a mode switch and a
+        change to a chat's notes."""
         if deciders == "channel":
             return await self._in_channel(conv, decider)
         person = await self.db.person_of(conv.platform, conv.workspace, decider.account_id)
@@ -334,7 +373,7 @@ class Approvals:
             )
         return bool(_names(conv, decider, person) & set(deciders))
 
-    async def _in_channel(self, conv: repo.ConversationRef, sender: Sender) -> bool:
+    async def _in_channel(self, conv: Chat, sender: Sender) -> bool:
         """Whether `sender` is in the conversation's channel now, as its platform says (cached briefly).
 
         A click arrives from inside the chat, but the API (a linked account) does not: a person who
@@ -419,13 +458,9 @@ class Approvals:
         return [(await self.card(card_id), created) for card_id, created in await self.db.cards_of(conversation_id)]
 
 
-def _names(conv: repo.ConversationRef, sender: Sender, person: str | None) -> set[str]:
-    return _names_on(conv.platform, sender, person)
-
-
-def _names_on(platform: str, sender: Sender, person: str | None) -> set[str]:
+def _names(conv: Chat, sender: Sender, person: str | None) -> set[str]:
     """The ways a decider list may name `sender`: account, platform:account, person id."""
-    return {sender.account_id, f"{platform}:{sender.account_id}"} | ({person} if person else set())
+    return {sender.account_id, f"{conv.platform}:{sender.account_id}"} | ({person} if person else set())
 
 
 def _calls_in_order(messages: list[ModelMessage]) -> list[Any]:

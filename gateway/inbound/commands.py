@@ -270,8 +270,7 @@ class Commands:
             await self._keep(asked, "memory", "/memory")  # drawn again from the notes as they are then
             return
         if action in ("stop", "use", "delete"):
-            refusal = await self._memory_cards.may_change(holder, message.binding_id, message.platform,
-                                                          message.workspace, message.sender)
+            refusal = await self._memory_cards.may_change(holder, target_for(message), message.sender)
             if refusal is not None:
                 await self._tell(asked, refusal)
                 return

@@ -174,7 +174,8 @@ def build_card(notes: list[Note], holder: Holder, *, confirm: str = "", status: 
 
 class MemoryCards:
     """Posts `/memory` cards and answers their clicks. Who may change a chat's notes is asked of
-    `Approvals` (the people who would decide a gated `delete_memory` there), on every door."""
+    `Approvals` (`may_manage_chat_memory`: the binding's deciders, by the rule a mode switch uses),
+    on every door."""
 
     def __init__(self, store: Store, approvals: Approvals, bindings: Callable[[], Mapping[str, BindingSpec]],
                  adapter_for: Callable[[str], Adapter | None]) -> None:
@@ -185,7 +186,7 @@ class MemoryCards:
     async def card(self, holder: Holder, *, status: str = "", confirm: str = "") -> MemoryCard:
         footer = ("Only you see this conversation's card; the notes are yours." if holder.kind != CHAT else
                   "The agent uses these notes for everyone in this chat, never anyone's own notes. "
-                  "Changing them is for the people who may decide approvals here.")
+                  "Changing them is for whoever decides approvals for everyone here.")
         return build_card(await self._notes.held(holder), holder, confirm=confirm, status=status, footer=footer)
 
     def _ask(self, click: MemoryClick, holder: Holder) -> str:
@@ -225,13 +226,13 @@ class MemoryCards:
             log.warning("could not post a memory card on %s: %s", target.platform, e)
             return False
 
-    async def may_change(self, holder: Holder, binding_id: str, platform: str, workspace: str,
-                         who: Sender) -> str | None:
-        """None when `who` may change these notes; else why not, for them alone. A person's store
-        is only ever reached from their own account, so only a chat's asks."""
+    async def may_change(self, holder: Holder, where: ReplyTarget, who: Sender) -> str | None:
+        """None when `who` may change these notes, typed or clicked `where`; else why not, for them
+        alone. A person's store is only ever reached from their own account, so it stays theirs;
+        a chat's asks the binding's deciders, by the rule approvals use."""
         if holder.kind != CHAT:
             return None
-        return await self._approvals.may_manage_chat_memory(binding_id, platform, workspace, who)
+        return await self._approvals.may_manage_chat_memory(where, who)
 
     async def click(self, click: MemoryClick) -> MemoryClickOutcome:
         binding = self._bindings().get(click.binding_id)
@@ -245,9 +246,11 @@ class MemoryCards:
                            channel=click.channel, person_id=person, allow_personal=True)
         if isinstance(holder, NoStore):
             return MemoryClickOutcome(None, GONE)
-        refusal = await self.may_change(holder, binding.id, binding.platform, click.workspace, click.clicker)
-        if refusal is not None:
-            log.info("memory click refused for %s in %s", click.clicker.account_id, click.channel)
+        from gateway.outbound.adapter import ReplyTarget  # that module imports this one's card
+
+        where = ReplyTarget(binding.platform, binding.id, click.workspace, click.channel, None, click.chat_kind)
+        refusal = await self.may_change(holder, where, click.clicker)
+        if refusal is not None:  # logged where it is decided
             return MemoryClickOutcome(None, refusal)
         action, arg = parsed
         by = f" ({click.clicker.display_name or click.clicker.account_id})" if holder.kind == CHAT else ""

@@ -94,7 +94,7 @@ MEMORY_HELP = (
 CHAT_MEMORY_HELP = (
     "These are this chat's notes: everyone here hears what the agent makes of them, and your own notes are never "
     "used here (see them with `/memory` in a direct message with me). `/memory stop NAME`, `/memory use NAME` and "
-    "`/memory delete NAME` change one, for the people who may decide approvals here."
+    "`/memory delete NAME` change one, for whoever decides approvals for everyone here (the binding's deciders)."
 )
 
 

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.clock import Clock, unguessable_id
 from gateway.approvals.policy import Modes
-from gateway.store.models import Account, ApprovalCardRow, ApprovalRow, ConversationMode, Message, ModeChange, Run
+from gateway.store.models import Account, ApprovalCardRow, ApprovalRow, Conversation, ConversationMode, Message, ModeChange, Run
 from gateway.store.repo import EXPIRED, PARKED, QUEUED, STOPPED
 
 
@@ -93,11 +93,23 @@ class ApprovalStore:
 
     async def speakers(self, conversation_id: str) -> list[Speaker]:
         """Everyone who has asked the agent something here, in order of their first message."""
+        return await self._speakers(Message.conversation_id == conversation_id)
+
+    async def chat_speakers(self, platform: str, workspace: str, channel: str) -> list[Speaker]:
+        """Everyone who has asked the agent something in any conversation of one chat (its threads,
+        under any binding): the people whose runs a group chat's notes serve (`memory.chat_owner`)."""
+        in_chat = select(Conversation.id).where(Conversation.platform == platform, Conversation.workspace == workspace,
+                                                Conversation.channel == channel)
+        return await self._speakers(Message.conversation_id.in_(in_chat))
+
+    async def _speakers(self, where: ColumnElement[bool]) -> list[Speaker]:
+        # One row per account, not per message: a busy chat's history stays in the database.
         async with self._sessions() as s:
             rows = await s.execute(
-                select(Message.person_id, Message.account_id, Message.sender_name)
-                .where(Message.conversation_id == conversation_id, Message.role == "user")
-                .order_by(Message.created_at, Message.id)
+                select(Message.person_id, Message.account_id, func.min(Message.sender_name))
+                .where(where, Message.role == "user")
+                .group_by(Message.person_id, Message.account_id)
+                .order_by(func.min(Message.created_at), func.min(Message.id))
             )
         seen: dict[str, Speaker] = {}
         for person_id, account_id, name in rows:

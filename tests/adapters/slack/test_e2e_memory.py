@@ -164,3 +164,82 @@ async def test_in_a_channel_the_card_is_the_chats_notes_and_only_deciders_change
         card = fake_slack.message("C0GEN", card.ts)  # type: ignore[assignment]
         assert "Stopped using `assistant/standup.md` (Ada)" in _text(card)
         assert [n.name for n in await notes.held(room) if n.suppressed] == ["standup.md"]
+
+
+async def _refused(fake: FakeSlack, user: str) -> str:
+    """The next private answer to `user` in C0GEN (a refusal is said to them alone)."""
+    seen = len(fake.ephemerals)
+    told = await fake.wait_for(lambda: [e for e in fake.ephemerals[seen:] if e.user == user and e.channel == "C0GEN"])
+    return told[0].text
+
+
+async def test_under_deciders_channel_someone_the_platform_does_not_count_in_the_chat_changes_no_note(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    """The attack: Eve is in the workspace but not in #general (she previews a public channel, or
+    left it); the card's buttons reach her all the same. Approvals ask Slack whether she is in the
+    channel; a change to the chat's notes must ask the same, not trust that the click came from there."""
+    fake_slack.add_user("U0EVE", "eve", display_name="Eve")
+    config = _config(tmp_path, fake_slack, approvals={"deciders": "channel"})
+    async with running_gateway(config) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        notes = NoteStore(gw.store)
+        room = Holder(CHAT, "slack:T0TEAM:C0GEN")
+        await seed(gw.store, room, {"standup.md": "at nine", "oncall.md": "Ada this week"})
+
+        envelope = await fake_slack.slash_command("U0BOB", "C0GEN", "/memory")
+        await fake_slack.wait_for(lambda: fake_slack.acked(envelope))
+        card = await fake_slack.wait_for(lambda: _card(fake_slack, "C0GEN"))
+
+        asked = len(fake_slack.calls_to("conversations.members"))
+        await _click(gw, fake_slack, "U0EVE", card, _button(card, "Delete", "standup.md"))
+        assert "standup.md" in {n.name for n in await notes.held(room)}, "Eve deleted the chat's note"
+        assert fake_slack.ephemerals[-1].user == "U0EVE"
+        assert "the chat platform does not confirm you are in it" in fake_slack.ephemerals[-1].text
+        assert len(fake_slack.calls_to("conversations.members")) > asked, "Slack was asked, not the click trusted"
+        await _click(gw, fake_slack, "U0EVE", card, _button(card, "Erase all"))
+        assert "does not confirm you are in it" in fake_slack.ephemerals[-1].text
+        assert {n.name for n in await notes.held(room)} == {"MEMORY.md", "standup.md", "oncall.md"}
+        assert fake_slack.message("C0GEN", card.ts).block_edits == [], "the card is as it was"  # type: ignore[union-attr]
+
+        # Bob is in the channel, as Slack says: he may.
+        await _click(gw, fake_slack, "U0BOB", card, _button(card, "Delete", "standup.md"))
+        card = fake_slack.message("C0GEN", card.ts)  # type: ignore[assignment]
+        assert "Deleted `assistant/standup.md` (Bob)." in _text(card)
+        assert {n.name for n in await notes.held(room)} == {"MEMORY.md", "oncall.md"}
+
+
+async def test_under_deciders_requester_only_whoever_would_decide_every_run_in_the_chat_changes_its_notes(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    """The attack: Ada asked the agent in #general, so the chat's notes serve her requests, which
+    only she decides (`deciders: requester`, the default). Bob, who never asked anything, may not
+    erase them with the card or the command; once both have asked, neither decides for the other."""
+    async with running_gateway(_config(tmp_path, fake_slack)) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        notes = NoteStore(gw.store)
+        room = Holder(CHAT, "slack:T0TEAM:C0GEN")
+        await seed(gw.store, room, {"standup.md": "at nine"})
+        await _ask(gw, fake_slack, "C0GEN", "U0ADA", "<@U0BOT> what do we keep here?")
+
+        envelope = await fake_slack.slash_command("U0BOB", "C0GEN", "/memory")
+        await fake_slack.wait_for(lambda: fake_slack.acked(envelope))
+        card = await fake_slack.wait_for(lambda: _card(fake_slack, "C0GEN"))
+
+        await _click(gw, fake_slack, "U0BOB", card, _button(card, "Erase all"))
+        assert "cannot be undone" not in _text(fake_slack.message("C0GEN", card.ts)), "Bob was asked to confirm"  # type: ignore[arg-type]
+        assert (fake_slack.ephemerals[-1].user, fake_slack.ephemerals[-1].text) == (
+            "U0BOB", "Only Ada can change this chat's notes.")
+        await fake_slack.slash_command("U0BOB", "C0GEN", "/memory", "delete standup.md")
+        assert await _refused(fake_slack, "U0BOB") == "Only Ada can change this chat's notes."
+        assert {n.name for n in await notes.held(room)} == {"MEMORY.md", "standup.md"}
+
+        # Ada is the one person who has asked here: she decides every run, so she may.
+        await _click(gw, fake_slack, "U0ADA", card, _button(card, "Stop using", "standup.md"))
+        card = fake_slack.message("C0GEN", card.ts)  # type: ignore[assignment]
+        assert "Stopped using `assistant/standup.md` (Ada)" in _text(card)
+
+        # Bob asks too, in a thread of his own: now nobody changes the notes for the other.
+        await _ask(gw, fake_slack, "C0GEN", "U0BOB", "<@U0BOT> and what about me?")
+        await _click(gw, fake_slack, "U0ADA", card, _button(card, "Use again", "standup.md"))
+        assert fake_slack.ephemerals[-1].user == "U0ADA"
+        assert "several people have asked the agent in this chat" in fake_slack.ephemerals[-1].text
+        assert [n.name for n in await notes.held(room) if n.suppressed] == ["standup.md"]

@@ -111,7 +111,8 @@ async def test_in_a_group_the_card_is_the_chats_notes(tmp_path: Path, fake: Fake
         answer = await _press(fake, ADA, card, f"m.s:{note_ref(diet)}")
         assert "gone or isn't yours" in str(answer["text"]) and not any(n.suppressed for n in await notes.held(ada))
 
-        # Anyone here may change the chat's notes under the default deciders (each decides their own calls).
+        # Nobody has asked the agent anything in this group yet (`/memory` is a command, not a request), so
+        # under the default `deciders: requester` anyone here may change the chat's notes.
         await _press(fake, BOB, card, _data(card, "Delete", row=1))
         await fake.wait_for(lambda: "Deleted `assistant/standup.md` (Bob)." in card.text, what="the deletion")
         assert [n.name for n in await notes.held(room)] == ["MEMORY.md"]
