@@ -171,9 +171,8 @@ class _IndexerOnceConfigured:
         await self._forget_all()
         while not _configures_collections(self._assembly.config()):
             await asyncio.sleep(self._tick)
-        indexer = self._indexer()
-        await indexer.start()
-        self.started = indexer
+        self.started = self._indexer()  # before it starts: a stop from now on stops it
+        await self.started.start()
 
     async def _forget_all(self) -> None:
         """What the indexer does at start for a config with no collection: drop the chunks of those the
