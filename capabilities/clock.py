@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_ai.capabilities import AbstractCapability
 
 from .registry import BuildContext, CapabilityDecl, register, simple
+
+if TYPE_CHECKING:
+    from pydantic_ai.capabilities import AbstractCapability
 
 
 class ClockConfig(BaseModel):

@@ -11,43 +11,50 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import logging
 import sys
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gateway.extensions import Assembly, Extension
 
 if TYPE_CHECKING:
+    import asyncio
+
     from bindings.loader import ExtraCheck, LoadedConfig
     from gateway.ops.subcommand import Load
     from gateway.runs.turn import Turn
 
+log = logging.getLogger("capabilities.extension")
+P = TypeVar("P")
+
 
 class CapabilitiesExtension(Extension):
     def install(self, assembly: Assembly) -> None:
-        from gateway.store.conversation_search import ConversationSearch
-        from gateway.store.knowledge import KnowledgeStore
-
         from . import approval_gate, catalog
-        from .context import ContextLibrary
-        from .handoffs import Switchboard
-        from .knowledge_index import KnowledgeIndexer
         from .audio_clients import AudioClients
         from .registry import LoadedCapabilities, build_for_turn, listener_for
-        from .subagents import Delegator
 
-        # Collaborators built once per daemon, handed to the capabilities that use them.
-        indexer = KnowledgeIndexer(assembly.config, KnowledgeStore(assembly.store.sessions, assembly.clock))
-        assembly.parts.append(indexer)  # started and stopped with the gateway
-        parts: dict[str, Any] = {
-            "context": ContextLibrary(assembly.config),
-            # A channel thread counts while its person is still in the channel, confirmed against the platform.
-            "conversation_search": ConversationSearch(assembly.store.sessions, assembly.membership.counts),
-            "knowledge": indexer,
-            # One OpenAI-compatible audio client per provider, shared by every run (closed at stop).
-            "audio": AudioClients(lambda: assembly.config().gateway.providers),
-        }
-        assembly.parts.append(parts["audio"])
+        # Collaborators kept for the daemon's life, handed to the capabilities that use them. Each is built
+        # (its module imported) when a run first asks for it: a config that names no context, knowledge,
+        # delegation or handoffs never imports them (bench/README.md, "Start-up and memory").
+        parts = Parts({
+            "context": lambda: _context_library(assembly),
+            "conversation_search": lambda: _conversation_search(assembly),
+            "knowledge": lambda: _indexer(assembly),
+            "subagents": lambda: _delegator(assembly),
+            "handoffs": lambda: _switchboard(assembly, parts),
+            "schedules": lambda: assembly.schedules,
+        })
+        # One OpenAI-compatible audio client per provider, shared by every run (closed at stop).
+        audio = parts.put("audio", AudioClients(lambda: assembly.config().gateway.providers))
+        # The indexer is started and stopped with the gateway: now when the config has collections, else
+        # when a reload first configures one.
+        if _configures_collections(assembly.config()):
+            assembly.parts.append(parts["knowledge"])
+        else:
+            assembly.parts.append(_IndexerOnceConfigured(assembly, lambda: parts["knowledge"]))
+        assembly.parts.append(audio)
         # The gate first: its wrapper is outermost, so it sees the names the model calls.
         assembly.capability_builders.append(approval_gate.build_for_turn)
         assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts))
@@ -57,21 +64,134 @@ class CapabilitiesExtension(Extension):
         assembly.parts.append(LoadedCapabilities())
         # MCP servers: after the registry, so a server's tool never takes a capability tool's name.
         assembly.capability_builders.append(_mcp_tools(assembly))
-        # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its
-        # own. Background delegations (mode async) run in this process and report back through the queue.
-        delegator = Delegator(lambda: assembly.config().agents, assembly.build_agent, assembly.turn_preparers,
-                              assembly.background)
-        parts["subagents"] = delegator
-        # Handoffs: wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
-        parts["handoffs"] = Switchboard(lambda: assembly.config().agents, delegator, assembly.start_handoff)
-        parts["schedules"] = assembly.schedules
+        assembly.warm_ups.append(_import_runtimes)
 
     def checks(self) -> Sequence[ExtraCheck]:
-        from . import context, handoffs, knowledge, subagents
         from .registry import validate_config
 
-        return (validate_config, context.validate_config, knowledge.validate_config, *_CHECKS_WHEN_NAMED,
-                subagents.validate_config, handoffs.validate_config)
+        return (validate_config, *_CHECKS_WHEN_NAMED)
+
+
+class Parts(Mapping[str, Any]):
+    """The daemon-lifetime collaborators by capability id (`BuildContext.parts`), each built by its factory
+    the first time it is asked for, then kept. Only runs on the event loop ask, so no lock."""
+
+    def __init__(self, factories: dict[str, Callable[[], Any]]) -> None:
+        self._factories = factories
+        self._built: dict[str, Any] = {}
+
+    def put(self, name: str, part: P) -> P:
+        """`part`, built already, kept under `name`."""
+        self._factories[name] = lambda: part
+        self._built[name] = part
+        return part
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._built:
+            self._built[name] = self._factories[name]()  # KeyError for a name nobody wired: Mapping.get's None
+        return self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._factories)
+
+    def __len__(self) -> int:
+        return len(self._factories)
+
+
+def _import_runtimes(config: LoadedConfig) -> None:
+    """What a first run would import for the capabilities loaded (the config's): their runtime modules
+    (`CapabilityDecl.runtime`) and the registry's wrapper. In the warm-up's thread, after READY."""
+    from .registry import REGISTRY
+
+    importlib.import_module(f"{__package__}.bound")
+    for decl in list(REGISTRY.values()):
+        if decl.runtime is not None:
+            importlib.import_module(decl.runtime)
+
+
+def _context_library(assembly: Assembly) -> Any:
+    from .context import ContextLibrary
+
+    return ContextLibrary(assembly.config)
+
+
+def _conversation_search(assembly: Assembly) -> Any:
+    from gateway.store.conversation_search import ConversationSearch
+
+    # A channel thread counts while its person is still in the channel, confirmed against the platform.
+    return ConversationSearch(assembly.store.sessions, assembly.membership.counts)
+
+
+def _indexer(assembly: Assembly) -> Any:
+    from gateway.store.knowledge import KnowledgeStore
+
+    from .knowledge_index import KnowledgeIndexer
+
+    return KnowledgeIndexer(assembly.config, KnowledgeStore(assembly.store.sessions, assembly.clock))
+
+
+def _delegator(assembly: Assembly) -> Any:
+    from .subagents import Delegator
+
+    # Delegation builds each delegate's agent the way the runner builds any agent, from a Turn of its own.
+    # Background delegations (mode async) run in this process and report back through the queue.
+    return Delegator(lambda: assembly.config().agents, assembly.build_agent, assembly.turn_preparers,
+                     assembly.background)
+
+
+def _switchboard(assembly: Assembly, parts: Mapping[str, Any]) -> Any:
+    from .handoffs import Switchboard
+
+    # wait: true runs the target as a sync delegate runs; wait: false starts a conversation on it.
+    return Switchboard(lambda: assembly.config().agents, parts["subagents"], assembly.start_handoff)
+
+
+def _configures_collections(config: LoadedConfig) -> bool:
+    return bool(config.gateway.knowledge.collections)
+
+
+class _IndexerOnceConfigured:
+    """Starts the knowledge indexer when a reload first configures a collection, for a gateway that started
+    with none; looked for every `tick` seconds, as the indexer itself looks for a reload (so a new
+    collection is indexed as soon as it would have been). Stops the indexer with the gateway."""
+
+    def __init__(self, assembly: Assembly, indexer: Callable[[], Any], *, tick: float = 1.0) -> None:
+        self._assembly, self._indexer, self._tick = assembly, indexer, tick
+        self._task: asyncio.Task[None] | None = None
+        self.started: Any = None  # the indexer, once started
+
+    async def start(self) -> None:
+        import asyncio  # where a loop runs: the CLI imports this module too
+
+        self._task = asyncio.create_task(self._until_configured(), name="knowledge:until-configured")
+
+    async def _until_configured(self) -> None:
+        import asyncio
+
+        await self._forget_all()
+        while not _configures_collections(self._assembly.config()):
+            await asyncio.sleep(self._tick)
+        self.started = self._indexer()  # before it starts: a stop from now on stops it
+        await self.started.start()
+
+    async def _forget_all(self) -> None:
+        """What the indexer does at start for a config with no collection: drop the chunks of those the
+        config no longer names, so a collection removed from the config is not kept in the database."""
+        from gateway.store.knowledge import KnowledgeStore
+
+        try:
+            await KnowledgeStore(self._assembly.store.sessions, self._assembly.clock).forget([])
+        except Exception:  # the indexer, once started, forgets them too
+            log.exception("dropping the knowledge collections no longer configured")
+
+    async def stop(self) -> None:
+        from gateway.tasks import cancel_and_wait
+
+        await cancel_and_wait(self._task)
+        self._task = None
+        if self.started is not None:
+            await self.started.stop()
+            self.started = None
 
 
 def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
@@ -99,9 +219,10 @@ def add_cli(p: argparse.ArgumentParser, load: Load) -> None:
 
 
 # A capability's module is imported once a config names it, its check included: skills' (the
-# pydantic-ai-skills package), sandbox's (RE2) and the MCP servers' modules cost a daemon that
-# binds none of them megabytes and tens of milliseconds at every start (bench/README.md,
-# "Start-up and memory"). Each predicate is exactly what that check reads: nothing else, nothing to report.
+# pydantic-ai-skills package), sandbox's (RE2), the MCP servers' modules, and context's, knowledge's,
+# delegation's and handoffs' cost a daemon that binds none of them megabytes and tens of milliseconds at
+# every start, and every admin command that loads the config (bench/README.md, "Start-up and memory").
+# Each predicate is exactly what that check reads: nothing else, nothing to report.
 
 
 def _names(capability_id: str) -> Callable[[LoadedConfig], bool]:
@@ -114,6 +235,21 @@ def _names_mcp_servers(config: LoadedConfig) -> bool:
     return any(agent.mcp_servers for agent in config.agents.values())
 
 
+def _knowledge_read(config: LoadedConfig) -> bool:
+    """knowledge's check reads gateway.yaml's collections (their folders) besides its entries."""
+    return _configures_collections(config) or _names("knowledge")(config)
+
+
+def _delegation_read(config: LoadedConfig) -> bool:
+    """subagents' check reads every agent's `subagents:` (pinned delegates) besides its entries."""
+    return any(agent.subagents for agent in config.agents.values()) or _names("subagents")(config)
+
+
+def _handoffs_read(config: LoadedConfig) -> bool:
+    """handoffs' check reads every agent's `handoffs:` (a list, or team): true, the default, says nothing."""
+    return any(agent.handoffs is not True for agent in config.agents.values()) or _names("handoffs")(config)
+
+
 def _when(applies: Callable[[LoadedConfig], bool], module: str) -> ExtraCheck:
     """`capabilities.<module>.validate_config`, imported and run only for a config `applies` to."""
     def check(config: LoadedConfig, report: Callable[..., None]) -> None:
@@ -123,8 +259,11 @@ def _when(applies: Callable[[LoadedConfig], bool], module: str) -> ExtraCheck:
 
 
 # Built once: the loader keeps each check once (by identity), and checks are registered at every load.
-_CHECKS_WHEN_NAMED = (_when(_names_mcp_servers, "mcp_servers"), _when(_names("skills"), "skills"),
-                      _when(_names("sandbox"), "sandbox"), _when(_names("audio"), "audio_clients"))
+# In the order they ran before they were gated (the order problems are reported in).
+_CHECKS_WHEN_NAMED = (_when(_names("context"), "context"), _when(_knowledge_read, "knowledge"),
+                      _when(_names_mcp_servers, "mcp_servers"), _when(_names("skills"), "skills"),
+                      _when(_names("sandbox"), "sandbox"), _when(_names("audio"), "audio_clients"),
+                      _when(_delegation_read, "subagents"), _when(_handoffs_read, "handoffs"))
 
 
 def _mcp_tools(assembly: Assembly) -> Callable[[Turn], list[Any]]:

@@ -24,12 +24,11 @@ from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset, FunctionToolset, WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
-from gateway.approvals.policy import ToolInfo
+from gateway.approvals.policy import TOOL_NAME, ToolInfo
 from gateway.mcp.call import CURRENT_CALL, RunCall
 from gateway.mcp.offered import visible_tools
 from gateway.mcp.pool import READ_RESOURCE
 from gateway.mcp.results import for_the_model
-from gateway.runs.turn import TOOL_NAME
 
 from .failures import trouble
 from .registry import simple

@@ -14,25 +14,25 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_ai.capabilities import AbstractCapability, Capability
-from pydantic_ai.capabilities.wrapper import WrapperCapability
-from pydantic_ai.tools import ToolDefinition
-from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
 from bindings.models import CapabilityEntry
 from bindings.secrets import Secret, SecretError
 from gateway import extensions
-from gateway.approvals.policy import ToolInfo
-from gateway.runs.turn import TOOL_NAME
+from gateway.approvals.policy import TOOL_NAME, ToolInfo
 
 if TYPE_CHECKING:
+    from pydantic_ai.capabilities import AbstractCapability, Capability
+
     from bindings.loader import LoadedConfig
     from gateway.inbound.attachments import Listens
     from gateway.runs.turn import Turn
+
+# Declarations and config checks import no pydantic-ai: `agent-gateway check` and the admin's commands
+# load the config without it (bench/README.md). Building a run's capabilities imports it (`bound.py`).
 
 P = TypeVar("P")
 
@@ -69,7 +69,7 @@ class BuildContext:
         return found
 
 
-Builder = Callable[[BuildContext], AbstractCapability[Any] | None]
+Builder = Callable[[BuildContext], "AbstractCapability[Any] | None"]
 # What hears a turn's voice messages before it runs (gateway.inbound.attachments.Listens), or None.
 ListenerBuilder = Callable[[BuildContext], "Listens | None"]
 
@@ -99,6 +99,9 @@ class CapabilityDecl:
     check_entry: Callable[[CapabilityEntry, BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
     # Hears the turn's voice messages before the run starts (audio's transcribe_voice_messages).
     listens: ListenerBuilder | None = None
+    # The module `build` imports with the first run (the capability's pydantic-ai code), where the
+    # declaration keeps it out of a config check: imported in the daemon's warm-up, so no run pays.
+    runtime: str | None = None
 
     @property
     def tool_ids(self) -> frozenset[str]:
@@ -161,41 +164,6 @@ def load_all() -> dict[str, CapabilityDecl]:
 # --- building one run's capabilities ------------------------------------------------------
 
 
-@dataclass
-class _Describe:
-    """Rewrites descriptions by visible name (PrepareTools may not rename, so renames come first)."""
-
-    descriptions: dict[str, str] = field(default_factory=dict)
-
-    async def __call__(self, ctx: Any, tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
-        return [replace(t, description=self.descriptions.get(t.name, t.description)) for t in tool_defs]
-
-
-@dataclass
-class _Bound(WrapperCapability[Any]):
-    """A built capability with the entry's renames and descriptions applied to its tools.
-
-    A wrapper capability, so the inner capability's hooks (after_tool_execute, wrap_run, ...) still run.
-    """
-
-    renames: dict[str, str] = field(default_factory=dict)
-    descriptions: dict[str, str] = field(default_factory=dict)
-    hidden: frozenset[str] = frozenset()  # stable ids the binding denies: never offered
-
-    def get_toolset(self) -> Any:
-        toolset = self.wrapped.get_toolset()
-        if toolset is None or not isinstance(toolset, AbstractToolset):
-            return toolset
-        if self.hidden:  # before renames, so the filter reads the stable ids
-            hidden = self.hidden
-            toolset = toolset.filtered(lambda ctx, tool_def: tool_def.name not in hidden)
-        if self.renames:
-            toolset = toolset.renamed(self.renames)  # {new visible name: stable id}
-        if self.descriptions:
-            toolset = PreparedToolset(toolset, _Describe(self.descriptions))
-        return toolset
-
-
 def entries_for(turn: Turn) -> list[CapabilityEntry]:
     """The agent's enabled entries, plus the binding's channel tools when the run has a channel."""
     entries = [e for e in turn.agent.capabilities if e.enabled]
@@ -211,6 +179,8 @@ def entries_for(turn: Turn) -> list[CapabilityEntry]:
 
 def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[AbstractCapability[Any]]:
     """The runner's capability builder: registry entries → pydantic-ai capabilities + the gate's map."""
+    from .bound import Bound
+
     built: list[AbstractCapability[Any]] = []
     overrides = {e.id: e for e in turn.agent.capabilities}
     denied = frozenset(turn.binding.deny_tools)
@@ -249,7 +219,7 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[A
                 approval=policy_entry.approval,
                 tool_approval=policy_entry.tool_approval.get(tool.id, "default"),
             )
-        built.append(_Bound(capability, renames=renames, descriptions=descriptions, hidden=hidden)
+        built.append(Bound(capability, renames=renames, descriptions=descriptions, hidden=hidden)
                      if (renames or descriptions or hidden) else capability)
     return built
 
@@ -275,6 +245,8 @@ def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens 
 
 def simple(instructions: Any = None, toolsets: list[Any] | None = None, tools: list[Any] | None = None) -> Capability[Any]:
     """A pydantic-ai Capability from parts, for capabilities that need no subclass."""
+    from pydantic_ai.capabilities import Capability
+
     return Capability(instructions=instructions, toolsets=toolsets or (), tools=tools or ())
 
 

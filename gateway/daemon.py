@@ -13,6 +13,7 @@ import errno
 import gc
 import os
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -97,6 +98,7 @@ class Gateway:
         self.mcp: McpPool | None = None  # the MCP servers' connections, once installed
         self.extensions: list[Any] = []  # capabilities' parts: objects with optional start/stop
         self.extra_routes: list[web.AbstractRouteDef] = []  # routes extensions serve (the capability catalog)
+        self.warm_ups: list[Callable[[LoadedConfig], None]] = []  # extensions' part of the warm-up (its thread)
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
         self._accepting = False
@@ -199,7 +201,7 @@ class Gateway:
             self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway:sweep")
             self.metrics.start()
             # Not awaited: READY does not wait for it; a message meanwhile is served (gateway.runs.warm_up).
-            self._warm_up = asyncio.create_task(warm_up(self.config, self.models), name="gateway:warm-up")
+            self._warm_up = asyncio.create_task(warm_up(self.config, self.models, self.warm_ups), name="gateway:warm-up")
         except BaseException:
             await self.stop()
             raise

@@ -115,6 +115,9 @@ class Assembly:
     schedules: Schedules  # scheduled tasks fire from their own sweep, through the queue
     start_handoff: Callable[[Turn, str, str, Callable[[str], Awaitable[None]]], Awaitable[str]]
     membership: Membership  # whether a person is still in a channel, asked of its binding's adapter
+    # Blocking work a first run would do on the loop (importing a capability's runtime), done once after
+    # start in the warm-up's thread for the config then (`gateway.runs.warm_up`).
+    warm_ups: list[Callable[[LoadedConfig], None]]
 
 
 class Extension:
@@ -165,7 +168,7 @@ def install(gateway: Gateway) -> None:
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,
                         mcp=pool, background=background, schedules=schedules,
                         start_handoff=HandoffStarter(gateway).start,
-                        membership=gateway.membership)
+                        membership=gateway.membership, warm_ups=gateway.warm_ups)
     for extension in installed():
         extension.install(assembly)
     gateway.extensions.append(pool)

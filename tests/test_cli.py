@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,17 @@ def test_a_config_command_imports_what_it_reads_and_no_other_command(tmp_path: P
     # adapter contract); no module that only a command needs is imported, nor MCP with no server configured.
     assert modules & set(COMMAND_MODULES.values()) <= {"gateway.runs.memory", "gateway.inbound.pairing"}
     assert not any(m == "mcp" or m.startswith(("mcp.", "gateway.mcp")) for m in modules)
+
+
+def test_checking_the_shipped_config_reads_its_capabilities_without_pydantic_ai(tmp_path: Path) -> None:
+    """The declarations and config models of what config/ names (clock, memory_files) are read, their
+    runtime is not: pydantic-ai is a third of `check`'s CPU (bench/README.md, "Start-up and memory")."""
+    shutil.copytree(ROOT / "config", tmp_path / "config")
+    done, modules = imported_by("check", "--config", str(tmp_path / "config"))
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr
+    assert {"capabilities.clock", "capabilities.memory_files"} <= modules  # their declarations were checked
+    assert {m for m in modules if m.partition(".")[0] == "pydantic_ai"} == set()
+    assert "capabilities.memory_files_tools" not in modules
 
 
 def test_the_stores_failures_are_still_said_in_words(tmp_path: Path) -> None:

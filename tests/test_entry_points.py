@@ -77,7 +77,11 @@ def test_a_capability_module_is_imported_only_when_a_config_names_it(tmp_path: P
 # for a database already at head; nor SQLAlchemy's PostgreSQL dialect on SQLite.
 NEVER_FOR_THE_SHIPPED_CONFIG = ("slack_sdk", "slack_bolt", "telegram", "asyncpg", "matplotlib", "av", "pypdf", "bs4",
                                 "markdownify", "pydantic_ai_skills", "re2", "mcp", "fastmcp", "openai", "anthropic",
-                                "tiktoken", "alembic", "sqlalchemy.dialects.postgresql")
+                                "tiktoken", "alembic", "sqlalchemy.dialects.postgresql",
+                                # capabilities it names none of: their checks and daemon parts included
+                                "capabilities.context", "capabilities.knowledge", "capabilities.knowledge_index",
+                                "capabilities.subagents", "capabilities.handoffs",
+                                "capabilities.background_delegation", "capabilities.delegate_questions")
 
 
 def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_path: Path) -> None:

@@ -7,8 +7,12 @@ ungate it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
+
+# Names every model provider accepts for a tool: what a visible name in the gate's map (`Turn.tools`) may be.
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 Setting = Literal["default", "required", "never"]
 McpPermission = Literal["allow", "ask", "deny"]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bindings.models import McpPermission, McpServerSpec
-from gateway.runs.turn import TOOL_NAME
+from gateway.approvals.policy import TOOL_NAME
 
 
 @dataclass(frozen=True)

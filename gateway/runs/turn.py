@@ -12,7 +12,6 @@ Capabilities import this module (and `gateway.store`), never `gateway.runs.runne
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,10 +31,6 @@ from gateway.store.run_costs import MediaSpend
 from gateway.messages import Attachment
 from gateway.outbound.adapter import ChannelDirectory, OutboundFile, ReplyTarget
 from gateway.outbound.files import FileRefused, Shared
-
-
-# Names every model provider accepts for a tool: what a visible name in `Turn.tools` may be.
-TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
 @dataclass(frozen=True, slots=True)

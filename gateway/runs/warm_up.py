@@ -28,7 +28,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.capabilities import Capability
@@ -49,11 +49,15 @@ log = logging.getLogger("gateway.warm_up")
 REHEARSAL_SECONDS = 30.0  # a rehearsal that has not ended by then is given up (logged)
 
 
-async def warm_up(config: LoadedConfig, models: ModelCache) -> None:
-    """Build `config`'s models and rehearse a run per agent (see the module docstring); logs one line."""
+async def warm_up(config: LoadedConfig, models: ModelCache,
+                  extra: Sequence[Callable[[LoadedConfig], None]] = ()) -> None:
+    """Build `config`'s models, do the extensions' part (`Assembly.warm_ups`) and rehearse a run per agent
+    (see the module docstring); logs one line."""
     started, cpu, modules = time.monotonic(), time.process_time(), len(sys.modules)
     try:
         built = await models.warm(config)
+        for warm in extra:
+            await asyncio.to_thread(warm, config)
         names = sorted(config.agents)
         await asyncio.to_thread(asyncio.run, _rehearse(names))
         on_loop = time.monotonic()

@@ -10,8 +10,9 @@ from bindings.loader import ConfigError, load_config
 from capabilities.knowledge_index import KnowledgeIndexer, chunk_markdown
 from gateway import extensions
 from gateway.messages import ChatKind
+from gateway.store.knowledge import KnowledgeStore
 
-from ..conftest import write_config
+from ..conftest import dump_yaml, wait_for, write_config
 from .knowledge_script import SCRIPT, call, scripted_agent, world_on
 from .support import Account, Place, World
 
@@ -126,6 +127,24 @@ async def test_bound_to_no_collection_attaches_nothing(tmp_path: Path) -> None:
     async with world_on(tmp_path, agents=agents) as w:
         await w.run(ALICE, DM_ALICE, "hello")
         assert SCRIPT.requests[-1].tools == []
+
+
+async def test_a_reload_that_configures_the_first_collection_starts_indexing_it(tmp_path: Path) -> None:
+    """A gateway that started with no collection has no indexer running (its module is not imported,
+    tests/test_entry_points.py); the reload that adds one indexes it, and the agent's search finds it."""
+    _documents(tmp_path)
+    async with world_on(tmp_path, agents={"assistant": scripted_agent()}) as w:
+        assert not any(isinstance(e, KnowledgeIndexer) for e in w.gw.extensions)
+        with (tmp_path / "gateway.yaml").open("a") as f:
+            f.write(dump_yaml(GATEWAY))
+        (tmp_path / "agents" / "assistant.yaml").write_text(dump_yaml(AGENTS["assistant"]))
+        ok, problems = await w.gw.reload_from_disk()
+        assert ok, problems
+
+        documents = KnowledgeStore(w.gw.store.sessions, w.gw.clock)
+        await wait_for(lambda: documents.search(["handbook"], "receipts", 1), what="the new collection indexed")
+        await w.run(ALICE, DM_ALICE, call("search_documents", query="receipts reimbursed"))
+        assert SCRIPT.results[-1].startswith("[1] cite as [handbook/policies/travel.md#expenses]")
 
 
 def test_unknown_collections_and_missing_folders_are_refused_at_load(tmp_path: Path) -> None:

@@ -1,0 +1,50 @@
+"""A built capability with its agent entry's renames, descriptions and denied tools applied.
+
+Its own module because it is pydantic-ai's (a wrapper capability, a prepared toolset): the registry's
+declarations and config checks import no pydantic-ai, and this is imported when a run is built
+(`registry.build_for_turn`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic_ai.capabilities.wrapper import WrapperCapability
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
+
+
+@dataclass
+class _Describe:
+    """Rewrites descriptions by visible name (PrepareTools may not rename, so renames come first)."""
+
+    descriptions: dict[str, str] = field(default_factory=dict)
+
+    async def __call__(self, ctx: Any, tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        return [replace(t, description=self.descriptions.get(t.name, t.description)) for t in tool_defs]
+
+
+@dataclass
+class Bound(WrapperCapability[Any]):
+    """A built capability with the entry's renames and descriptions applied to its tools.
+
+    A wrapper capability, so the inner capability's hooks (after_tool_execute, wrap_run, ...) still run.
+    """
+
+    renames: dict[str, str] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)
+    hidden: frozenset[str] = frozenset()  # stable ids the binding denies: never offered
+
+    def get_toolset(self) -> Any:
+        toolset = self.wrapped.get_toolset()
+        if toolset is None or not isinstance(toolset, AbstractToolset):
+            return toolset
+        if self.hidden:  # before renames, so the filter reads the stable ids
+            hidden = self.hidden
+            toolset = toolset.filtered(lambda ctx, tool_def: tool_def.name not in hidden)
+        if self.renames:
+            toolset = toolset.renamed(self.renames)  # {new visible name: stable id}
+        if self.descriptions:
+            toolset = PreparedToolset(toolset, _Describe(self.descriptions))
+        return toolset
