@@ -56,12 +56,16 @@ class _DeferMcp:
 
 @dataclass
 class McpToolSearch(ToolSearch[Turn]):
-    """pydantic-ai's ToolSearch over a toolset whose MCP tools are deferred."""
+    """pydantic-ai's ToolSearch over a toolset whose MCP tools are deferred.
+
+    The shared Agent (`Runner._agent_for`) holds one without a turn, in the place of the plain
+    `ToolSearch` pydantic-ai would add to it; each run's own replaces it whole, so that one never
+    wraps a toolset."""
 
     turn: Turn | None = None
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn]:
-        assert self.turn is not None
+        assert self.turn is not None, "the shared Agent's McpToolSearch reached a run: the run's own should replace it"
         return super().get_wrapper_toolset(PreparedToolset(toolset, _DeferMcp(self.turn)))
 
 

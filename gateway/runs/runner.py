@@ -282,19 +282,13 @@ class Runner:
             capabilities.extend(build(turn))
         slow_seconds = self.gateway.config.gateway.limits.slow_tool_seconds
         settings = dict(turn.agent.model_settings) or None
-        if any(isinstance(c, ToolSearch) for c in capabilities):
-            # pydantic-ai adds its own ToolSearch to an agent built without one, and then refuses a run's
-            # ToolSearch subclass (capabilities/tool_search.py) under the same id as a second class. An
-            # agent with tool search is built for its run with its capabilities, as every agent once was.
-            capabilities.append(SlowCalls(slow_seconds, self.gateway.clock, self._slow_call))
-            return Agent(model, deps_type=Turn, output_type=[str, DeferredToolRequests],
-                         instructions=self.instructions(turn), model_settings=settings,  # type: ignore[arg-type]
-                         capabilities=capabilities, name=turn.agent.id)
-        return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds), model=model,
+        search = next((type(c) for c in capabilities if isinstance(c, ToolSearch)), ToolSearch)
+        return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds, search), model=model,
                          model_settings=settings,  # type: ignore[arg-type]
                          capabilities=capabilities)
 
-    def _agent_for(self, name: str, instructions: str, slow_seconds: float) -> Agent[Turn, Any]:
+    def _agent_for(self, name: str, instructions: str, slow_seconds: float,
+                   search: type[ToolSearch[Turn]]) -> Agent[Turn, Any]:
         """The pydantic-ai Agent every run of the agent `name` with these `instructions` goes through,
         built once (`_shared_agent`; its constructor cost ~0.3 ms a message, building the output schema
         and its toolsets again). What it holds changes only with the config, so a reload meets new
@@ -302,10 +296,17 @@ class Runner:
         override), which pydantic-ai puts before the capabilities' own, and the slow-call report. Given to each run as capabilities instead, the two
         cost ~0.4 and ~0.3 ms of pydantic-ai's binding them per run on the way to the model request
         (bench/README.md, Round 7). The model, settings and the capabilities bound to the turn are each
-        run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model."""
+        run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model.
+
+        `search` is the class of the run's `ToolSearch` (pydantic-ai's own where the run brings none).
+        The constructor adds a `ToolSearch()` to an agent given none, and a run's capability replaces
+        its agent-level namesake only when both are of one class (a `ToolSearch` subclass under the
+        same id is refused, `UserError`). So the shared Agent holds one of the run's class, unbound
+        (`capabilities/tool_search.py:McpToolSearch` with no turn), which the run's own replaces whole
+        (`_combine_duplicate_capabilities`: across layers the later wins and is not merged)."""
         return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
                      instructions=instructions or None,
-                     capabilities=[SlowCalls(slow_seconds, self.gateway.clock, self._slow_call)])
+                     capabilities=[SlowCalls(slow_seconds, self.gateway.clock, self._slow_call), search()])
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
         log.warning("slow tool call: %s took %.1f s%s", tool, seconds, " and failed" if failed else "",
