@@ -309,7 +309,7 @@ class Runner:
         tool search (`search`: pydantic-ai's default where the agent has none). Given to each run as
         capabilities instead, the first two cost ~0.4 and ~0.3 ms of pydantic-ai's binding them per run on
         the way to the model request (bench/README.md, Round 7), and a run's tool search replacing the
-        Agent's ~0.5 ms more (Round 8). The model, settings and the other capabilities bound to the turn
+        Agent's ~0.5 ms more (Round 7, tool search). The model, settings and the other capabilities bound to the turn
         are each run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model."""
         cls, values = search
         return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,

@@ -209,8 +209,8 @@ class World:
 
 def built_for_its_run(gw: Gateway, turn: Turn) -> Agent[Turn, Any]:
     """The run's agent as pydantic-ai builds it with everything of the run in its constructor: what
-    `Runner.build_agent` built for an agent with tool search until it shared one (before issue 37's
-    round 8), the reference a shared agent's runs are compared with (the model must be sent the same)."""
+    `Runner.build_agent` built for an agent with tool search until issue 37's Round 7 shared one; the
+    reference a shared agent's runs are compared with (the model must be sent the same)."""
     runner = gw.runner
     capabilities = [c for build in runner.capability_builders for c in build(turn)]
     capabilities.append(SlowCalls(gw.config.gateway.limits.slow_tool_seconds, gw.clock, runner._slow_call))
