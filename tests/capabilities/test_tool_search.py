@@ -1,4 +1,5 @@
-"""tool_search: three MCP servers' tools are found by search, not sent up front; a found tool still parks."""
+"""tool_search: three MCP servers' tools are found by search, not sent up front; a found tool still parks;
+the agent shares its Agent across runs and the model is sent what an Agent built for the run sends."""
 
 from __future__ import annotations
 
