@@ -268,12 +268,17 @@ _CHECKS_WHEN_NAMED = (_when(_names("context"), "context"), _when(_knowledge_read
 
 def _mcp_tools(assembly: Assembly) -> Callable[[Turn], list[Any]]:
     """The MCP servers' capability builder, imported with the first turn of an agent that has any."""
+    readers: Any = None  # mcp_servers.ResourceReaders over the daemon's pool, made with that first turn
+
     def build(turn: Turn) -> list[Any]:
+        nonlocal readers
         if not turn.agent.mcp_servers:
             return []
         from . import mcp_servers
 
-        return mcp_servers.build_for_turn(assembly.mcp, turn)
+        if readers is None:
+            readers = mcp_servers.ResourceReaders(assembly.mcp)
+        return mcp_servers.build_for_turn(readers, turn)
     return build
 
 

@@ -40,29 +40,24 @@ class ToolSearchConfig(BaseModel):
                                                                   "search)")
 
 
-@dataclass
-class _DeferMcp:
+async def _defer_mcp(ctx: RunContext[Turn], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
     """Mark the run's MCP tools (by visible name, from the gate's map) for deferred loading."""
+    def from_mcp(name: str) -> bool:
+        info = ctx.deps.tools.get(name)
+        return info is not None and info.from_mcp
 
-    turn: Turn
-
-    async def __call__(self, ctx: RunContext[Turn], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
-        def from_mcp(name: str) -> bool:
-            info = self.turn.tools.get(name)
-            return info is not None and info.from_mcp
-
-        return [replace(t, defer_loading=True) if from_mcp(t.name) else t for t in tool_defs]
+    return [replace(t, defer_loading=True) if from_mcp(t.name) else t for t in tool_defs]
 
 
 @dataclass
 class McpToolSearch(ToolSearch[Turn]):
-    """pydantic-ai's ToolSearch over a toolset whose MCP tools are deferred."""
+    """pydantic-ai's ToolSearch over a toolset whose MCP tools are deferred.
 
-    turn: Turn | None = None
+    It holds nothing of a run (the gate's map is the run's deps), so the runner puts it in the shared
+    Agent's constructor, keyed by its configuration (`Runner.build_agent`)."""
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn]:
-        assert self.turn is not None
-        return super().get_wrapper_toolset(PreparedToolset(toolset, _DeferMcp(self.turn)))
+        return super().get_wrapper_toolset(PreparedToolset(toolset, _defer_mcp))
 
 
 def build(ctx: BuildContext) -> AbstractCapability[Any]:
@@ -71,7 +66,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any]:
     # The local search function is the capability's own and leaves nothing to approve.
     ctx.turn.tools.setdefault(SEARCH_TOOL, ToolInfo(stable_id=SEARCH_TOOL, capability="tool_search"))
     strategy = None if config.strategy == "auto" else config.strategy
-    return McpToolSearch(strategy=strategy, max_results=config.max_results, turn=ctx.turn)
+    return McpToolSearch(strategy=strategy, max_results=config.max_results)
 
 
 register(CapabilityDecl(

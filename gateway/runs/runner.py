@@ -14,7 +14,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import (
@@ -102,6 +102,14 @@ ListenerFor = Callable[[Turn], "attachments.Listens | None"]
 # (turn, messages, requests, stream, parked): `parked()` records the run as parked, once its card exists.
 ParkHandler = Callable[[Turn, list[ModelMessage], DeferredToolRequests, ReplyStream, Callable[[], Awaitable[None]]],
                       Awaitable[None]]
+
+
+# A ToolSearch as its class and constructor arguments: hashable, so it can key the shared Agent.
+SearchConfig = tuple[type[ToolSearch[Turn]], tuple[tuple[str, Any], ...]]
+
+
+def _configuration(search: ToolSearch[Turn]) -> SearchConfig:
+    return type(search), tuple((f.name, getattr(search, f.name)) for f in fields(search) if f.init)
 
 
 @dataclass(frozen=True)
@@ -282,30 +290,31 @@ class Runner:
             capabilities.extend(build(turn))
         slow_seconds = self.gateway.config.gateway.limits.slow_tool_seconds
         settings = dict(turn.agent.model_settings) or None
-        if any(isinstance(c, ToolSearch) for c in capabilities):
-            # pydantic-ai adds its own ToolSearch to an agent built without one, and then refuses a run's
-            # ToolSearch subclass (capabilities/tool_search.py) under the same id as a second class. An
-            # agent with tool search is built for its run with its capabilities, as every agent once was.
-            capabilities.append(SlowCalls(slow_seconds, self.gateway.clock, self._slow_call))
-            return Agent(model, deps_type=Turn, output_type=[str, DeferredToolRequests],
-                         instructions=self.instructions(turn), model_settings=settings,  # type: ignore[arg-type]
-                         capabilities=capabilities, name=turn.agent.id)
-        return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds), model=model,
+        # The run's tool search goes in the shared Agent's constructor, which holds one anyway: pydantic-ai
+        # adds a plain ToolSearch to an Agent built without one, and refuses a run's of another class
+        # under its id (UserError) rather than let it replace it. An agent has one tool-discovery
+        # configuration, and it holds nothing of the run (capabilities/tool_search.py reads the turn
+        # from the run's deps), so the Agent is keyed by that configuration.
+        search = _configuration(next((c for c in capabilities if isinstance(c, ToolSearch)), ToolSearch()))
+        return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds, search), model=model,
                          model_settings=settings,  # type: ignore[arg-type]
-                         capabilities=capabilities)
+                         capabilities=[c for c in capabilities if not isinstance(c, ToolSearch)])
 
-    def _agent_for(self, name: str, instructions: str, slow_seconds: float) -> Agent[Turn, Any]:
+    def _agent_for(self, name: str, instructions: str, slow_seconds: float, search: SearchConfig) -> Agent[Turn, Any]:
         """The pydantic-ai Agent every run of the agent `name` with these `instructions` goes through,
         built once (`_shared_agent`; its constructor cost ~0.3 ms a message, building the output schema
         and its toolsets again). What it holds changes only with the config, so a reload meets new
         values under a new key: the instructions (the agent's, the binding's prompt, a channel's
-        override), which pydantic-ai puts before the capabilities' own, and the slow-call report. Given to each run as capabilities instead, the two
-        cost ~0.4 and ~0.3 ms of pydantic-ai's binding them per run on the way to the model request
-        (bench/README.md, Round 7). The model, settings and the capabilities bound to the turn are each
-        run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model."""
+        override), which pydantic-ai puts before the capabilities' own, the slow-call report and the
+        tool search (`search`: pydantic-ai's default where the agent has none). Given to each run as
+        capabilities instead, the first two cost ~0.4 and ~0.3 ms of pydantic-ai's binding them per run on
+        the way to the model request (bench/README.md, Round 7), and a run's tool search replacing the
+        Agent's ~0.5 ms more (Round 7, tool search). The model, settings and the other capabilities bound to the turn
+        are each run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model."""
+        cls, values = search
         return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
                      instructions=instructions or None,
-                     capabilities=[SlowCalls(slow_seconds, self.gateway.clock, self._slow_call)])
+                     capabilities=[SlowCalls(slow_seconds, self.gateway.clock, self._slow_call), cls(**dict(values))])
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
         log.warning("slow tool call: %s took %.1f s%s", tool, seconds, " and failed" if failed else "",

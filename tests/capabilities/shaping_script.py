@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
+from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import RequestUsage
@@ -48,6 +49,7 @@ class Request:
     messages: list[ModelMessage]
     tools: dict[str, ToolDefinition]
     instructions: str
+    parameters: ModelRequestParameters | None = None  # all the request carried beside its messages
 
     def tool_results(self) -> list[str]:
         last = self.messages[-1]
@@ -100,7 +102,8 @@ SUMMARIZER = "You are a context summarization assistant."  # the harness's summa
 
 
 def _next(messages: list[ModelMessage], info: AgentInfo) -> str | Call:
-    request = Request(list(messages), {t.name: t for t in info.function_tools}, info.instructions or "")
+    request = Request(list(messages), {t.name: t for t in info.function_tools}, info.instructions or "",
+                      info.model_request_parameters)
     SCRIPT.requests.append(request)
     if request.instructions.startswith(SUMMARIZER):  # a summary request answers itself, taking no step
         SCRIPT.summaries += 1

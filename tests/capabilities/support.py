@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai import AgentRunResultEvent
+from pydantic_ai import Agent, AgentRunResultEvent, DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelRequest, RetryPromptPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 from pydantic_ai.tools import ToolDefinition
@@ -24,6 +24,7 @@ from gateway.clock import Clock
 from gateway.runs import llm
 from gateway.daemon import Gateway
 from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.runs.slow_calls import SlowCalls
 from gateway.runs.turn import Turn
 from gateway.store import repo
 
@@ -204,6 +205,18 @@ class World:
 
     async def person(self, who: Account) -> str:
         return (await self.gw.store.identify(who.platform, who.workspace, who.account_id, who.name)).person_id
+
+
+def built_for_its_run(gw: Gateway, turn: Turn) -> Agent[Turn, Any]:
+    """The run's agent as pydantic-ai builds it with everything of the run in its constructor: what
+    `Runner.build_agent` built for an agent with tool search until issue 37's Round 7 shared one; the
+    reference a shared agent's runs are compared with (the model must be sent the same)."""
+    runner = gw.runner
+    capabilities = [c for build in runner.capability_builders for c in build(turn)]
+    capabilities.append(SlowCalls(gw.config.gateway.limits.slow_tool_seconds, gw.clock, runner._slow_call))
+    return Agent(gw.models.get(turn.agent.model, gw.config.gateway.providers), deps_type=Turn,
+                 output_type=[str, DeferredToolRequests], instructions=runner.instructions(turn),
+                 capabilities=capabilities, name=turn.agent.id)
 
 
 def slack_binding(agent: str = "assistant", **extra: Any) -> dict[str, Any]:

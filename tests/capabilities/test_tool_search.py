@@ -1,21 +1,29 @@
-"""tool_search: three MCP servers' tools are found by search, not sent up front; a found tool still parks."""
+"""tool_search: three MCP servers' tools are found by search, not sent up front; a found tool still parks;
+the agent shares its Agent across runs and the model is sent what an Agent built for the run sends."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from pydantic_ai.agent import AbstractAgent
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse
+from pydantic_ai.models import ModelRequestParameters
+
 from bindings.loader import ConfigError, load_config
 from gateway import extensions
 from gateway.messages import ChatKind, Sender
 from gateway.outbound.adapter import Decision
+from gateway.runs.runner import TurnAgent
+from gateway.runs.turn import Turn
 from gateway.store import repo
 
 from ..conftest import wait_for, write_config
 from .shaping_script import SCRIPT, call, mcp_server, say
-from .support import Account, Place, agent, world
+from .support import Account, Place, World, agent, built_for_its_run, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
 DM = Place("slack", "slack", "T1", "D1", ChatKind.DM)
@@ -62,6 +70,52 @@ async def test_three_servers_offer_no_schema_up_front_and_a_found_tool_still_par
         await wait_for(finished, what="the resumed run")
         [resumed] = SCRIPT.requests
         assert resumed.tool_results() == ["deployed api"]
+
+
+def _as_sent(messages: list[ModelMessage]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The messages as the model reads them: each part's kind and text or arguments (no ids, no times)."""
+    return [(type(m).__name__, [(type(p).__name__, str(getattr(p, "content", None) or getattr(p, "args", "")))
+                                for p in m.parts])
+            for m in messages if isinstance(m, (ModelRequest, ModelResponse))]
+
+
+def _as_offered(parameters: ModelRequestParameters) -> ModelRequestParameters:
+    """The request's parameters without the tools' `capability_id`: pydantic-ai's own tag for which
+    capability instance brought a tool (each run's differ), which no model is sent."""
+    return replace(parameters, function_tools=[replace(t, capability_id=None) for t in parameters.function_tools])
+
+
+async def _requests_of(w: World, build: Any, channel: str) -> tuple[AbstractAgent[Turn, Any], list[Any]]:
+    """One run of "deploy the api with beta" (search, then the found tool, which parks) in a DM of its
+    own, through the agent `build(turn)` makes: the agent and what each model request carried."""
+    turn = await w.turn(ALICE, Place("slack", "slack", "T1", channel, ChatKind.DM), "deploy the api with beta")
+    for prepare in w.gw.runner.turn_preparers:  # the MCP servers ready, as `Runner.drive` does first
+        await prepare(turn)
+    agent = build(turn)
+    SCRIPT.reset(call("search_tools", queries=["deploy production"]), call("beta_deploy", service="api"))
+    async with agent.run_stream_events("deploy the api with beta", deps=turn) as events:
+        async for _ in events:
+            pass
+    return agent, list(SCRIPT.requests)
+
+
+async def test_an_agent_with_tool_search_shares_its_agent_and_the_model_is_sent_the_same(tmp_path: Path) -> None:
+    async with world(tmp_path, agents=_agent(strategy="keywords", max_results=3)) as w:
+        runner = w.gw.runner
+        first, shared = await _requests_of(w, runner.build_agent, "D1")
+        second, again = await _requests_of(w, runner.build_agent, "D2")
+        _, reference = await _requests_of(w, lambda turn: built_for_its_run(w.gw, turn), "D3")
+
+        assert isinstance(first, TurnAgent) and isinstance(second, TurnAgent)
+        assert first.wrapped is second.wrapped, "one Agent for both runs, built once"
+        assert len(shared) == len(again) == len(reference) == 2  # the search, then the found tool's call
+        for ours, theirs in zip([*shared, *again], [*reference, *reference]):
+            assert ours.instructions == theirs.instructions
+            # The tools (all of each definition), native tools, output mode and instruction parts.
+            assert ours.parameters is not None and theirs.parameters is not None
+            assert _as_offered(ours.parameters) == _as_offered(theirs.parameters)
+            assert _as_sent(ours.messages) == _as_sent(theirs.messages)
+        assert "beta_deploy" not in shared[0].tools and "beta_deploy" in shared[1].tools
 
 
 async def test_without_tool_search_every_mcp_schema_is_sent(tmp_path: Path) -> None:
