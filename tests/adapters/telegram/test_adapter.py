@@ -19,6 +19,7 @@ from aiohttp import web
 from gateway.adapter_registry import AdapterContext
 from adapters.telegram.adapter import TelegramAdapter
 from bindings.models import BindingSpec, GatewayConfig
+from gateway.clock import ManualClock
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import (
     ApprovalCard,
@@ -33,6 +34,7 @@ from gateway.outbound.adapter import (
 )
 from tests.fakes.telegram import FakeTelegram
 from tests.support.dispatcher import FakeDispatcher
+from tests.support.patience import AUTOJUMP
 
 # python-telegram-bot's own RetryAfter reads its deprecated int property while building itself.
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
@@ -208,19 +210,23 @@ async def test_restart_keeps_the_offset_nothing_replayed_nothing_dropped(
         await second.stop()
 
 
-async def test_get_updates_429_is_waited_out_without_a_busy_loop(fake: FakeTelegram,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    fake.fail_next("getUpdates", retry_after=1)
-    fake.push_message(ADA["id"], ADA, "after the flood wait")
-    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
-    await adapter.start(dispatcher)
-    try:
-        await fake.wait_for(lambda: dispatcher.submitted)
-        refused, *later = fake.calls_to("getUpdates")
-        assert later, "polling resumed"
-        assert all(poll.at - refused.at >= 1.0 for poll in later), "no poll inside the retry_after window"
-    finally:
-        await adapter.stop()
+async def test_get_updates_429_is_waited_out_without_a_busy_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long flood wait, on a clock the adapter and the fake share that jumps to it once all is quiet.
+    clock = ManualClock(autojump=AUTOJUMP)
+    async with FakeTelegram(clock=clock) as fake:
+        fake.private_chat(ADA)
+        fake.fail_next("getUpdates", retry_after=30)
+        fake.push_message(ADA["id"], ADA, "after the flood wait")
+        adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()  # on the fake's clock
+        clock.idle = lambda: adapter.pacer.in_flight == 0  # no jump while a call is on its way
+        await adapter.start(dispatcher)
+        try:
+            await fake.wait_for(lambda: dispatcher.submitted)
+            refused, *later = fake.calls_to("getUpdates")
+            assert later, "polling resumed"
+            assert all(poll.at - refused.at >= 30.0 for poll in later), "no poll inside the retry_after window"
+        finally:
+            await adapter.stop()
 
 
 # --- replying ----------------------------------------------------------------------------
