@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from gateway.clock import Clock
 from tests.fakes.mattermost import FakeMattermost
 
 BOT_TOKEN = "mm-bot-token-0123456789"
@@ -35,15 +34,8 @@ class World:
 
 
 @pytest.fixture
-def server_clock() -> Clock:
-    """What the fake server counts its limits in: real time, unless a module gives it a test's clock
-    (test_mattermost_budget.py, where the adapter shares it)."""
-    return Clock()
-
-
-@pytest.fixture
-async def world(server_clock: Clock) -> AsyncIterator[World]:
-    fake = FakeMattermost(clock=server_clock)
+async def world() -> AsyncIterator[World]:
+    fake = FakeMattermost()
     url = await fake.start()
     bot = fake.add_user("agentbot", is_bot=True, token=BOT_TOKEN, first_name="Agent")
     alice = fake.add_user("alice", token=ALICE_TOKEN, first_name="Alice", last_name="Liddell")
