@@ -59,7 +59,9 @@ def make_adapter(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch, *, mode: s
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as server:
+    # The adapters here run on the fake's clock, which jumps over each wait once all is quiet: the
+    # budgets (one message a second in a chat) still pace every call, in no real time.
+    async with FakeTelegram(clock=ManualClock(autojump=AUTOJUMP)) as server:
         server.private_chat(ADA)
         server.private_chat(BOB)
         server.add_chat(GROUP_ID, "group", title="Team")
@@ -71,6 +73,8 @@ async def fake() -> AsyncIterator[FakeTelegram]:
 async def polling(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
         tuple[TelegramAdapter, FakeDispatcher]]:
     adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
+    assert isinstance(fake.clock, ManualClock)
+    fake.clock.idle = lambda: adapter.pacer.in_flight == 0  # no jump while a call is on its way
     await adapter.start(dispatcher)
     await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
     yield adapter, dispatcher
@@ -210,23 +214,19 @@ async def test_restart_keeps_the_offset_nothing_replayed_nothing_dropped(
         await second.stop()
 
 
-async def test_get_updates_429_is_waited_out_without_a_busy_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A long flood wait, on a clock the adapter and the fake share that jumps to it once all is quiet.
-    clock = ManualClock(autojump=AUTOJUMP)
-    async with FakeTelegram(clock=clock) as fake:
-        fake.private_chat(ADA)
-        fake.fail_next("getUpdates", retry_after=30)
-        fake.push_message(ADA["id"], ADA, "after the flood wait")
-        adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()  # on the fake's clock
-        clock.idle = lambda: adapter.pacer.in_flight == 0  # no jump while a call is on its way
-        await adapter.start(dispatcher)
-        try:
-            await fake.wait_for(lambda: dispatcher.submitted)
-            refused, *later = fake.calls_to("getUpdates")
-            assert later, "polling resumed"
-            assert all(poll.at - refused.at >= 30.0 for poll in later), "no poll inside the retry_after window"
-        finally:
-            await adapter.stop()
+async def test_get_updates_429_is_waited_out_without_a_busy_loop(fake: FakeTelegram,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    fake.fail_next("getUpdates", retry_after=30)  # a long flood wait: the fake's clock jumps to its end
+    fake.push_message(ADA["id"], ADA, "after the flood wait")
+    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
+    await adapter.start(dispatcher)
+    try:
+        await fake.wait_for(lambda: dispatcher.submitted)
+        refused, *later = fake.calls_to("getUpdates")
+        assert later, "polling resumed"
+        assert all(poll.at - refused.at >= 30.0 for poll in later), "no poll inside the retry_after window"
+    finally:
+        await adapter.stop()
 
 
 # --- replying ----------------------------------------------------------------------------
