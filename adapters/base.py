@@ -101,7 +101,8 @@ class BaseAdapter(abc.ABC):
             await self._close_quietly()
             return
         self._task = asyncio.create_task(
-            reconnect_forever(self._connect_once, self._health, self._log, backoff=self.backoff),
+            reconnect_forever(self._connect_once, self._health, self._log, backoff=self.backoff,
+                              sleep=self._clock.sleep),
             name=f"{self.platform}:{self.binding_id}",
         )
 

@@ -29,7 +29,6 @@ if str(ROOT) not in sys.path:
 from bindings.loader import load_config  # noqa: E402
 from gateway.clock import Clock, ManualClock  # noqa: E402
 from gateway.daemon import Gateway  # noqa: E402
-from gateway.outbound.budget import Pacer  # noqa: E402
 from tests.support.template_db import PG_ADMIN_DSN, copy_migrated_sqlite, create_migrated_pg  # noqa: E402
 from tests.support.patience import PATIENCE  # noqa: E402
 
@@ -80,7 +79,7 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
     extensions.register_checks()
     gateway = Gateway(load_config(config_dir), clock=clock)
     if isinstance(clock, ManualClock):
-        clock.idle = lambda: not any(pacer.in_flight for pacer in _pacers(gateway))
+        clock.idle = lambda: _paced_in_flight(gateway) == 0
     await gateway.start()
     try:
         # As a restarted daemon a moment after READY: models built, its first run rehearsed. A test of a
@@ -91,9 +90,11 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
         await gateway.stop()
 
 
-def _pacers(gateway: Gateway) -> list[Pacer]:
-    """The adapters' pacers (those that pace by published budgets: Slack's, Telegram's)."""
-    return [p for a in gateway.adapters.values() if isinstance(p := getattr(a, "pacer", None), Pacer)]
+def _paced_in_flight(gateway: Gateway) -> int:
+    """The adapters' calls on their way that their pacing let go: Slack's and Telegram's `Pacer`
+    (the published budgets), Mattermost's `server_limit` (the limit its server states)."""
+    return sum(paced.in_flight for a in gateway.adapters.values() for name in ("pacer", "server_limit")
+               if (paced := getattr(a, name, None)) is not None)
 
 
 _ports = itertools.count()

@@ -53,6 +53,7 @@ from gateway.outbound.adapter import (
 )
 
 from . import actions, cards, stop
+from .budget import ServerLimit
 from .commands import COMMAND_PATH, NativeCommands
 from .client import Channel, MattermostClient, MattermostSocket, User
 from .directory import MattermostDirectory
@@ -126,7 +127,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
     async def _open(self) -> None:
         token = self._secret("token", self._section.token).reveal()
         self._key = actions.action_key(token, self.binding_id)
-        self._client = MattermostClient(self._section.url, token)
+        self._client = MattermostClient(self._section.url, token, clock=self._clock)
         self._socket = MattermostSocket(self._client)
 
     async def _verify(self) -> list[Trouble]:
@@ -320,7 +321,7 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
                 # The websocket has no ack: retry here, with the frame not yet counted as
                 # processed (if the connection drops meanwhile, the server replays it).
                 self._log.warning("post %s waits: %s (%s)", msg.message_id, e.what, e)
-                await asyncio.sleep(backoff.next_delay())
+                await self._clock.sleep(backoff.next_delay())
         if result.duplicate:
             self._log.debug("post %s already recorded", msg.message_id)
 
@@ -733,6 +734,12 @@ class MattermostAdapter(BaseAdapter, ShowsStopControl, FinalEditTakesStop, Posts
 
     async def is_member(self, target: ReplyTarget, account_id: str) -> bool:
         return await self.directory().is_member(target, account_id)
+
+    @property
+    def server_limit(self) -> ServerLimit | None:
+        """The server's rate limit every REST call waits for (None until started): how long calls
+        waited, and how many are on their way (a test's clock does not jump under them)."""
+        return self._client.server_limit if self._client is not None else None
 
     # --- helpers ---------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import aiohttp
 
 from adapters.base import CLOSE_TIMEOUT, read_capped
+from gateway.clock import Clock
 from gateway.outbound.adapter import FileTooLarge, NotVisible, PlatformError, RateLimited
 
 from .budget import ServerLimit
@@ -132,12 +133,13 @@ class MattermostClient:
     """REST v4 calls made with one bot token. Owns its HTTP session unless given one."""
 
     def __init__(self, base_url: str, token: str, *, session: aiohttp.ClientSession | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, clock: Clock | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._owns_session = session is None
         self._session = session or aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout))
-        self.server_limit = ServerLimit()  # every REST call waits here for the server's limit
+        # Every REST call waits here for the server's limit, on the gateway's clock.
+        self.server_limit = ServerLimit(clock)
 
     async def close(self) -> None:
         if self._owns_session:

@@ -151,7 +151,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         base_url = section.api_url if section.api_url.endswith("/") else section.api_url + "/"
         client = AsyncWebClient(token=bot_token, base_url=base_url, session=self._session, logger=self._log)
         self._conn.client = client
-        self._conn.users = UserNames(client, self._call)
+        self._conn.users = UserNames(client, self._call, clock=self._clock)
         self._app = self._build_app(client, signing_secret)
 
     async def _connect_once(self) -> None:

@@ -8,7 +8,6 @@ Every call the adapter makes goes through `call()`, so a 429 always becomes
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
@@ -18,6 +17,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from gateway.clock import Clock
 from gateway.outbound.adapter import FileTooLarge, NotVisible, PlatformError, RateLimited
 
 DEFAULT_RETRY_AFTER = 1.0
@@ -84,15 +84,16 @@ class UserNames:
     """users.info, cached: a sender's name is looked up once per `ttl`, not once per message."""
 
     def __init__(self, client: AsyncWebClient, send: Send, *, ttl: float = 3600.0, size: int = 5000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._client, self._send, self._ttl, self._size, self._clock = client, send, ttl, size, clock
+                 clock: Clock | None = None) -> None:
+        self._client, self._send, self._ttl, self._size = client, send, ttl, size
+        self._clock = clock or Clock()  # the gateway's: a name's age is counted in its time
         self._cache: OrderedDict[str, tuple[float, dict[str, Any]]] = OrderedDict()
         self._inflight: dict[str, asyncio.Future[dict[str, Any] | None]] = {}
 
     async def user(self, user_id: str) -> dict[str, Any] | None:
         """The users.info `user` object, or None when Slack does not know or will not say."""
         hit = self._cache.get(user_id)
-        if hit and self._clock() - hit[0] < self._ttl:
+        if hit and self._clock.monotonic() - hit[0] < self._ttl:
             self._cache.move_to_end(user_id)
             return hit[1]
         # A channel mention arrives as two events at once: one lookup serves both.
@@ -110,7 +111,7 @@ class UserNames:
         except PlatformError:
             return None
         user = response.get("user") or {}
-        self._cache[user_id] = (self._clock(), user)
+        self._cache[user_id] = (self._clock.monotonic(), user)
         if len(self._cache) > self._size:
             self._cache.popitem(last=False)
         return user

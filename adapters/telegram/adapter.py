@@ -248,13 +248,13 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                     batch = await bot.get_updates_raw(offset or None)
                 except RetryAfter as e:  # honoured here, without tearing the connection down
                     self._log.warning("getUpdates rate limited: waiting %.0fs", retry_after_seconds(e))
-                    await asyncio.sleep(retry_after_seconds(e))
+                    await self._clock.sleep(retry_after_seconds(e))
                     continue
                 except NetworkError as e:
                     if isinstance(e, BadRequest):
                         raise
                     self._poll_cut(bot, e, cuts.attempt + 1)
-                    await asyncio.sleep(cuts.next_delay())
+                    await self._clock.sleep(cuts.next_delay())
                     continue
                 if cuts.attempt:
                     cuts.reset()
@@ -347,12 +347,12 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                     raise _SubmitFailed(f"{e.what}: {e}") from e
                 self._log.warning("update %s waits: %s (%s)", msg.event_id, e.what, e)
                 attempt -= 1
-                await asyncio.sleep(backoff.next_delay())
+                await self._clock.sleep(backoff.next_delay())
             except Exception as e:  # the core's trouble: retry a little, then give up on this one
                 if attempt == SUBMIT_ATTEMPTS:
                     raise _SubmitFailed(f"{type(e).__name__}: {e}") from e
                 self._log.warning("submit of update %s failed (%s); retrying", msg.event_id, e)
-                await asyncio.sleep(backoff.next_delay())
+                await self._clock.sleep(backoff.next_delay())
             else:
                 if not result.accepted:
                     self._log.debug("update %s not taken: %s", msg.event_id, result.reason or "duplicate")

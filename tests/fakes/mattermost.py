@@ -32,6 +32,11 @@ Facts reproduced on purpose:
   `Authorization: Token <token>` to its URL; the JSON answer's `response_type` (`ephemeral`, the
   default, or `in_channel`) decides who sees its `text`; `response_url` takes up to 5 more answers
   within 30 minutes.
+
+The limits it enforces (`limit_rate`'s GCRA, a `response_url`'s 30 minutes) count in `clock`'s time,
+which also stamps `request_times` and `typing_times`: a test that runs the adapter on a `ManualClock`
+gives the fake the same one, so a call over the limit is refused in that clock's time (as
+`FakeSlack(clock=)` and `FakeTelegram(clock=)` do).
 """
 
 from __future__ import annotations
@@ -40,7 +45,6 @@ import asyncio
 import base64
 import copy
 import json
-import math
 import re
 import time
 import uuid
@@ -51,6 +55,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from gateway.clock import Clock
 from tests.fakes.inflight import InFlight
 from tests.support.patience import PATIENCE
 
@@ -95,15 +100,20 @@ class RateLimitRule:
 class ServerRateLimit:
     """The server's rate limiting (System Console > Rate Limiting), per token as with
     `VaryByHeader: Authorization`: GCRA as the `throttled` library does it, a burst of
-    `max_burst + 1` calls refilled at `per_sec` a second."""
+    `max_burst + 1` calls refilled at `per_sec` a second.
+
+    In whole nanoseconds, as the library's `time.Duration`s are: on a test's clock, which stands
+    still, a call comes exactly at the moment the burst is full again, and a sum of float
+    intervals a hair past that moment would refuse it."""
 
     per_sec: float
     max_burst: int
-    tat: dict[str, float] = field(default_factory=dict)  # key -> theoretical arrival time
+    tat: dict[str, int] = field(default_factory=dict)  # key -> theoretical arrival time (ns)
 
-    def check(self, key: str, now: float) -> tuple[bool, dict[str, str]]:
-        """Whether a call arriving `now` is admitted (and counted), with the headers to answer."""
-        interval = 1 / self.per_sec
+    def check(self, key: str, at: float) -> tuple[bool, dict[str, str]]:
+        """Whether a call arriving at `at` (seconds) is admitted (and counted), with the headers to answer."""
+        now = round(at * 1e9)
+        interval = round(1e9 / self.per_sec)
         tolerance = interval * (self.max_burst + 1)
         tat = max(self.tat.get(key, now), now)
         new_tat = tat + interval
@@ -111,13 +121,18 @@ class ServerRateLimit:
         limit = self.max_burst + 1
         if now < allow_at:
             headers = {"X-Ratelimit-Limit": str(limit), "X-Ratelimit-Remaining": "0",
-                       "X-Ratelimit-Reset": str(math.ceil(tat - now)),
-                       "Retry-After": str(math.ceil(allow_at - now))}
+                       "X-Ratelimit-Reset": str(_whole_seconds(tat - now)),
+                       "Retry-After": str(_whole_seconds(allow_at - now))}
             return False, headers
         self.tat[key] = new_tat
-        remaining = int((now - allow_at) / interval + 1e-9)
+        remaining = (now - allow_at) // interval
         return True, {"X-Ratelimit-Limit": str(limit), "X-Ratelimit-Remaining": str(min(remaining, limit)),
-                      "X-Ratelimit-Reset": str(math.ceil(new_tat - now))}
+                      "X-Ratelimit-Reset": str(_whole_seconds(new_tat - now))}
+
+
+def _whole_seconds(ns: int) -> int:
+    """Nanoseconds as the headers say them: whole seconds, rounded up."""
+    return -(-ns // 1_000_000_000)
 
 
 @dataclass
@@ -154,7 +169,8 @@ class _Conn:
 class FakeMattermost:
     """The server. `await start()` returns its base URL (http://127.0.0.1:<port>)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock | None = None) -> None:
+        self.clock = clock or Clock()  # what the limits count in, and what stamps the request times
         self.users: dict[str, dict[str, Any]] = {}
         self.tokens: dict[str, str] = {}  # token -> user id
         self.system_admins: set[str] = set()
@@ -168,8 +184,8 @@ class FakeMattermost:
         self.typing: list[dict[str, Any]] = []  # user_typing seen, from the websocket or REST
         self.ephemerals: list[dict[str, Any]] = []  # shown to one user only
         self.requests: list[tuple[str, str, Any]] = []  # (method, path, json body) of REST calls
-        self.request_times: list[float] = []  # time.monotonic() of each entry of `requests`
-        self.typing_times: list[float] = []  # time.monotonic() of each entry of `typing`
+        self.request_times: list[float] = []  # clock.monotonic() of each entry of `requests`
+        self.typing_times: list[float] = []  # clock.monotonic() of each entry of `typing`
         self.rate_limits: list[RateLimitRule] = []
         self.server_limit: ServerRateLimit | None = None  # set by `limit_rate`
         self.throttled: list[tuple[str, str]] = []  # (method, path) of calls refused by `server_limit`
@@ -191,7 +207,7 @@ class FakeMattermost:
         self._hooks: dict[str, dict[str, Any]] = {}  # response_url id -> {user_id, channel_id, root_id, uses, until}
         self.file_downloads: list[str] = []  # file ids fetched with a valid token
         self._conns: dict[str, _Conn] = {}
-        self._clock = 0
+        self._last_ms = 0  # the latest post time handed out: each one later than the one before
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
@@ -483,8 +499,8 @@ class FakeMattermost:
     # --- internals: posts ------------------------------------------------------------------
 
     def _now(self) -> int:
-        self._clock = max(self._clock + 1, int(time.time() * 1000))
-        return self._clock
+        self._last_ms = max(self._last_ms + 1, int(time.time() * 1000))
+        return self._last_ms
 
     @staticmethod
     def client_post(post: dict[str, Any]) -> dict[str, Any]:
@@ -754,7 +770,7 @@ class FakeMattermost:
             raise AssertionError(f"no custom command /{trigger} on team {team}")
         hook_id = new_id()
         self._hooks[hook_id] = {"user_id": user_id, "channel_id": channel_id, "root_id": root_id, "uses": 0,
-                                "until": time.monotonic() + 30 * 60}
+                                "until": self.clock.monotonic() + 30 * 60}
         form = {
             "channel_id": channel_id, "channel_name": channel["name"], "command": f"/{command['trigger']}",
             "response_url": f"{self.url}/hooks/commands/{hook_id}", "team_domain": self.teams.get(team, {}).get("name", ""),
@@ -796,7 +812,7 @@ class FakeMattermost:
         """A command's `response_url`: no session needed, the id is the secret; 5 uses in 30 minutes."""
         hook = self._hooks.get(request.match_info["hook_id"])
         body = await self._body(request)
-        if hook is None or hook["uses"] >= 5 or time.monotonic() > hook["until"]:
+        if hook is None or hook["uses"] >= 5 or self.clock.monotonic() > hook["until"]:
             return _app_error(400, "web.command_webhook.invalid.app_error", "Invalid webhook.")
         if not isinstance(body, dict):
             return _app_error(400, "web.command_webhook.parse.app_error", "Unable to parse incoming data.")
@@ -825,7 +841,8 @@ class FakeMattermost:
                 )
         if self.server_limit is None or request.path == "/api/v4/websocket":
             return await handler(request)
-        admitted, headers = self.server_limit.check(request.headers.get("Authorization", ""), time.monotonic())
+        admitted, headers = self.server_limit.check(request.headers.get("Authorization", ""),
+                                                         self.clock.monotonic())
         if not admitted:
             self.throttled.append((request.method, request.path))
             self._record((request.method, request.path, "<429>"))
@@ -836,7 +853,7 @@ class FakeMattermost:
 
     def _record(self, entry: tuple[str, str, Any]) -> None:
         self.requests.append(entry)
-        self.request_times.append(time.monotonic())
+        self.request_times.append(self.clock.monotonic())
 
     def _auth(self, request: web.Request) -> str | None:
         header = request.headers.get("Authorization", "")
@@ -904,7 +921,7 @@ class FakeMattermost:
         if err:
             return err
         self.typing.append({"user_id": uid, "channel_id": body.get("channel_id", ""), "parent_id": body.get("parent_id", ""), "via": "rest"})
-        self.typing_times.append(time.monotonic())
+        self.typing_times.append(self.clock.monotonic())
         return web.json_response({"status": "OK"})
 
     def _readable(self, uid: str, channel: dict[str, Any]) -> bool:
@@ -1146,7 +1163,7 @@ class FakeMattermost:
                 if action == "user_typing":
                     self.typing.append({"user_id": conn.user_id, "channel_id": data.get("channel_id", ""),
                                         "parent_id": data.get("parent_id", ""), "via": "websocket"})
-                    self.typing_times.append(time.monotonic())
+                    self.typing_times.append(self.clock.monotonic())
                     await ws.send_str(json.dumps({"status": "OK", "seq_reply": seq}))
                 elif action == "ping":
                     await ws.send_str(json.dumps({"status": "OK", "seq_reply": seq, "data": {"text": "pong", "version": "10.5.0"}}))

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.adapter_registry import AdapterContext
+from gateway.clock import Clock
 from gateway.reconnect import Backoff
 from adapters.mattermost.adapter import MattermostAdapter
 from bindings.models import BindingSpec, GatewayConfig, HttpConfig
@@ -19,10 +20,12 @@ from gateway.outbound.adapter import ReplyTarget
 
 
 def make_adapter(url: str, *, public_url: str | None = None, binding_id: str = "mm", token_env: str = "MM_TOKEN",
-                 **binding: Any) -> MattermostAdapter:
+                 clock: Clock | None = None, **binding: Any) -> MattermostAdapter:
+    """`clock`: the gateway's (the fake server's, when the test gave it one: one time for both)."""
     section = {"url": url, "token": f"env:{token_env}", **binding.pop("mattermost", {})}
     spec = BindingSpec(id=binding_id, platform="mattermost", agent="demo", mattermost=section, **binding)
-    adapter = MattermostAdapter(spec, AdapterContext(gateway=GatewayConfig(http=HttpConfig(public_url=public_url))))
+    adapter = MattermostAdapter(spec, AdapterContext(gateway=GatewayConfig(http=HttpConfig(public_url=public_url)),
+                                                     clock=clock or Clock()))
     adapter.backoff = Backoff(base=0.05, cap=0.2)  # reconnect quickly in tests
     return adapter
 

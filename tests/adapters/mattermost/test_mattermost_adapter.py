@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from adapters.mattermost.adapter import MattermostAdapter
+from gateway.clock import ManualClock
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import (
     ApprovalCard,
@@ -23,6 +24,7 @@ from gateway.outbound.adapter import (
     ReplyTarget,
 )
 from tests.fakes.mattermost import wait_until
+from tests.support.patience import AUTOJUMP
 
 from .conftest import BOT_TOKEN, World
 from tests.support.dispatcher import FakeDispatcher
@@ -179,19 +181,29 @@ async def test_a_dropped_websocket_resumes_and_misses_nothing(
     assert world.fake.websocket_resumes == 1  # the restarted server could not resume: a fresh stream
 
 
-async def test_429_becomes_rate_limited_with_the_servers_wait(
-    world: World, adapter: MattermostAdapter, core: FakeDispatcher
-) -> None:
-    target = ReplyTarget("mattermost", "mm", "", world.dm["id"], None, ChatKind.DM)
-    world.fake.rate_limit("POST", r"^/api/v4/posts$", reset=7)
-    with pytest.raises(RateLimited) as info:
-        await adapter.post_message(target, "too fast")
-    assert info.value.retry_after == 7
-    post_id = await adapter.post_message(target, "after waiting")
-    world.fake.rate_limit("PUT", r"/patch$", reset=2)
-    with pytest.raises(RateLimited):
-        await adapter.edit_message(target, post_id, "edit too fast")
-    assert [p["message"] for p in world.fake.posts_by(world.bot["id"])] == ["after waiting"]
+async def test_429_becomes_rate_limited_with_the_servers_wait(world: World, core: FakeDispatcher) -> None:
+    # The server's 7 s on a clock the adapter and the fake share, which jumps to it once all is quiet.
+    world.fake.clock = clock = ManualClock(autojump=AUTOJUMP)
+    adapter = make_adapter(world.url, clock=clock)
+    clock.idle = lambda: adapter.server_limit is None or adapter.server_limit.in_flight == 0
+    await adapter.start(core)
+    await wait_until(lambda: adapter.health().connected)
+    try:
+        target = ReplyTarget("mattermost", "mm", "", world.dm["id"], None, ChatKind.DM)
+        world.fake.rate_limit("POST", r"^/api/v4/posts$", reset=7)
+        with pytest.raises(RateLimited) as info:
+            await adapter.post_message(target, "too fast")
+        assert info.value.retry_after == 7
+        post_id = await adapter.post_message(target, "after waiting")
+        refused, posted = [at for (method, path, _), at in zip(world.fake.requests, world.fake.request_times,
+                                                               strict=True) if (method, path) == ("POST", "/api/v4/posts")]
+        assert posted - refused >= 7, "the next call waited out the server's reset"
+        world.fake.rate_limit("PUT", r"/patch$", reset=2)
+        with pytest.raises(RateLimited):
+            await adapter.edit_message(target, post_id, "edit too fast")
+        assert [p["message"] for p in world.fake.posts_by(world.bot["id"])] == ["after waiting"]
+    finally:
+        await adapter.stop()
 
 
 async def test_a_create_cut_off_mid_call_is_retried_without_a_duplicate(world: World, adapter: MattermostAdapter) -> None:

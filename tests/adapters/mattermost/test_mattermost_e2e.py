@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -15,10 +14,12 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 from capabilities.registry import REGISTRY, CapabilityDecl, ToolDecl, register, simple
 
+from gateway.clock import Clock, ManualClock
 from gateway.daemon import Gateway
 from gateway.runs.llm import REGISTERED, register_model
 from gateway.outbound.adapter import PlatformLimits
 from tests.conftest import free_port, running_gateway, wait_for, write_config
+from tests.support.patience import AUTOJUMP
 from tests.support.settled import settled
 
 from .conftest import BOT_TOKEN, World
@@ -28,10 +29,12 @@ MODEL = "mattermost-e2e-scripted"
 
 class Script:
     """A streaming model that says which turn of the conversation it is answering, and asks to
-    delete a file when told to (a side-effecting tool: the run parks for approval)."""
+    delete a file when told to (a side-effecting tool: the run parks for approval). It waits
+    between pieces on `clock`: a test that runs the gateway on a ManualClock gives it that one."""
 
     def __init__(self) -> None:
         self.prompts: list[str] = []
+        self.clock = Clock()
 
     async def stream(self, messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
         last = messages[-1]
@@ -50,7 +53,7 @@ class Script:
             return
         for piece in (f"Turn {len(prompts)}. ", "You said: ", prompts[-1]):
             yield piece
-            await asyncio.sleep(0.08)  # long enough for the (test-paced) edits to show each piece
+            await self.clock.sleep(0.08)  # long enough for the (test-paced) edits to show each piece
 
 
 @pytest.fixture
@@ -209,7 +212,9 @@ async def test_a_429_is_waited_out_and_the_reply_still_lands_once(tmp_path: Path
 async def test_a_burst_of_mentions_is_answered_within_the_servers_limit(tmp_path: Path, world: World,
                                                                         script: Script) -> None:
     world.fake.limit_rate(per_sec=10, max_burst=4)  # a strict server: a burst of 5, then 10 calls a second
-    async with running_gateway(_config(tmp_path, world)) as gw:
+    # The gateway's, the fake's and the model's: the server's refill takes no real time.
+    world.fake.clock = script.clock = clock = ManualClock(autojump=AUTOJUMP)
+    async with running_gateway(_config(tmp_path, world), clock=clock) as gw:
         await _connected(gw)
         roots = [await world.fake.user_post(world.alice["id"], world.town["id"], f"@agentbot question {i}")
                  for i in range(12)]
@@ -220,6 +225,8 @@ async def test_a_burst_of_mentions_is_answered_within_the_servers_limit(tmp_path
         await wait_for(answered, timeout=60, what="every answer")
         assert world.fake.throttled == [], "the gateway itself never causes a 429"
         assert all(len(_bot_posts(world, world.town, root["id"])) == 1 for root in roots)
+        limit = gw.adapters["mm"].server_limit  # type: ignore[attr-defined]
+        assert limit.waited > 0, "the burst was paced"
 
 
 async def test_a_forged_action_callback_is_refused_by_the_daemon(tmp_path: Path, world: World, script: Script) -> None:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import pytest
 
 from adapters.slack.adapter import SlackAdapter
+from gateway.clock import ManualClock
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState, NotVisible, PlatformError, RateLimited, ReplyTarget
 from tests.fakes.slack import FakeSlack
 
 from tests.support.dispatcher import FakeDispatcher
 
-from .conftest import eventually
+from .conftest import eventually, start_adapter
 
 
 def target(channel: str = "C0GEN", thread: str | None = None, kind: ChatKind = ChatKind.CHANNEL) -> ReplyTarget:
@@ -219,3 +220,22 @@ async def test_user_names_are_cached(fake_slack: FakeSlack, adapter: SlackAdapte
         await fake_slack.say("D0ADA", "U0ADA", f"hi {n}")
     await eventually(lambda: len(dispatcher.accepted) == 3)
     assert [c.args["user"] for c in fake_slack.calls_to("users.info")] == ["U0ADA"]
+
+
+async def test_a_cached_user_name_is_looked_up_again_an_hour_later_on_the_gateways_clock(
+        fake_slack: FakeSlack, dispatcher: FakeDispatcher) -> None:
+    fake_slack.clock = clock = ManualClock()
+    adapter = await start_adapter(fake_slack, dispatcher)  # on the fake's clock
+    try:
+        await fake_slack.say("D0ADA", "U0ADA", "hi")
+        await eventually(lambda: len(dispatcher.accepted) == 1)
+        clock.advance(59 * 60)
+        await fake_slack.say("D0ADA", "U0ADA", "within the hour")
+        await eventually(lambda: len(dispatcher.accepted) == 2)
+        assert len(fake_slack.calls_to("users.info")) == 1, "cached"
+        clock.advance(2 * 60)
+        await fake_slack.say("D0ADA", "U0ADA", "an hour on")
+        await eventually(lambda: len(dispatcher.accepted) == 3)
+        assert [c.args["user"] for c in fake_slack.calls_to("users.info")] == ["U0ADA", "U0ADA"], "looked up again"
+    finally:
+        await adapter.stop()
