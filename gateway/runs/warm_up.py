@@ -59,7 +59,8 @@ async def warm_up(config: LoadedConfig, models: ModelCache,
         for warm in extra:
             await asyncio.to_thread(warm, config)
         names = sorted(config.agents)
-        await asyncio.to_thread(asyncio.run, _rehearse(names))
+        # The coroutine is made in the thread: a stop before the thread starts leaves none unawaited.
+        await asyncio.to_thread(lambda: asyncio.run(_rehearse(names)))
         on_loop = time.monotonic()
         await _rehearse(names[:1])
     except Exception as e:  # never the daemon's failure: the first run does it instead
