@@ -20,6 +20,7 @@
   let source = null;
   const bubbles = new Map(); // streamed message id -> element
   const cards = new Map(); // card id -> element
+  const openedAcrossReload = new Map(); // card id -> which of its <details> the person had opened
   const stops = new Map(); // run id -> the Stop button under its streaming reply
 
   function token() { return localStorage.getItem("agent-gateway-token") || ""; }
@@ -105,7 +106,8 @@
     }
     // A card is drawn again when it comes again (the listing and the event stream both carry it): what
     // the person opened ("show all arguments") stays open, rather than snapping shut under their click.
-    const opened = Array.from(el.querySelectorAll("details"), (d) => d.open);
+    const opened = openedAcrossReload.get(card.card_id) || Array.from(el.querySelectorAll("details"), (d) => d.open);
+    openedAcrossReload.delete(card.card_id);
     el.innerHTML = "";
     const h = document.createElement("h4");
     h.textContent = card.pending ? "The agent wants to use a tool that needs approval" : "Tool approval";
@@ -259,6 +261,9 @@
 
   async function load() {
     const data = await api("GET", path("/messages"));
+    // The whole conversation is drawn again (a run's end, a notice): a card the person opened stays open.
+    openedAcrossReload.clear();
+    cards.forEach((el, id) => openedAcrossReload.set(id, Array.from(el.querySelectorAll("details"), (d) => d.open)));
     log.innerHTML = "";
     bubbles.clear();
     cards.clear();
