@@ -346,7 +346,8 @@ async def test_webhook_delivers_with_the_secret_and_refuses_without(fake: FakeTe
     assert fake.webhook == {"url": url, "secret_token": "hook-secret_123",
                             "allowed_updates": ["message", "edited_message", "callback_query"]}
     update_id, _ = fake.push_message(ADA["id"], ADA, "via webhook")
-    await fake.wait_for(lambda: dispatcher.submitted)
+    # The fake records a delivery once its answer is back, which can come after the dispatcher has it.
+    await fake.wait_for(lambda: dispatcher.submitted and fake.webhook_deliveries)
     assert dispatcher.texts() == ["via webhook"] and (update_id, 200) in fake.webhook_deliveries
 
     forged = {"update_id": 1, "message": {"message_id": 1, "date": 0, "chat": {"id": 42, "type": "private"},
