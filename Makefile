@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-chaos check bench clean install lock
+.PHONY: run test test-chaos durations check bench clean install lock
 
 # Every dependency at the version requirements-test.lock pins, hashes checked (so CI and every
 # machine test the same code), then the project itself without resolving anything again.
@@ -62,6 +62,12 @@ test: $(STAMP)
 
 test-chaos: $(STAMP)
 	$(PYTEST) -m chaos --timeout 600 $(PYTEST_ARGS); $(NOT_EMPTY)
+
+# Both lanes, each test's time written to tests/durations.json, which hands the longest out first
+# (tests/support/longest_first.py): run it again when tests come and go, and commit the file.
+durations: $(STAMP)
+	$(PYTEST) -m "not chaos or chaos_smoke" --record-durations; $(NOT_EMPTY)
+	$(PYTEST) -m "chaos and not chaos_smoke" --timeout 600 --record-durations; $(NOT_EMPTY)
 
 # Every benchmark runs (BENCH_ARGS=--quick for the short versions); the exit status fails if any
 # missed a target. bench/replicas.py needs the PostgreSQL the tests use (127.0.0.1:5432).
