@@ -150,7 +150,7 @@ async def pydantic_ai_alone(messages: int, concurrency: int) -> None:
 async def pydantic_ai_rounds() -> None:
     """The latency rounds' third side: one run per line read ("<n>": the run continues a
     conversation of n earlier exchanges, as the gateway's run of that round does), answered with
-    its time to the result in ms. The gateway's run sends its conversation's history, and the
+    its time to the result in ms and when it began (time.monotonic, the model server's clock). The gateway's run sends its conversation's history, and the
     OpenAI SDK's request costs grow with it: compared at the same length, the difference is the
     gateway's own."""
     from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
@@ -165,11 +165,11 @@ async def pydantic_ai_rounds() -> None:
             for i in range(int(line)):
                 history += [ModelRequest(parts=[UserPromptPart(content=f"message {i}")]),
                             ModelResponse(parts=[TextPart(content=ANSWER)])]
-            t0 = time.perf_counter()
+            began, t0 = time.monotonic(), time.perf_counter()
             async with agent.run_stream_events("message", message_history=history) as events:
                 async for _ in events:
                     pass
-            print(f"{(time.perf_counter() - t0) * 1000:.3f}", flush=True)
+            print(f"{(time.perf_counter() - t0) * 1000:.3f} {began:.6f}", flush=True)
 
 
 def _is_text(event: Any) -> bool:
@@ -535,6 +535,15 @@ class ModelTimes:
             if i < len(times) and r.final is not None and times[i][0] <= r.final:
                 r.model, r.answered = times[i]
 
+    def attribute_alone(self, alone: AloneRounds) -> None:
+        """pydantic-ai alone's run start -> its request at the server, the same way (alone's runs in the
+        latency rounds go one at a time too, between the bots' messages)."""
+        times = sorted(self.times)
+        for began, final in zip(alone.began, alone.final):
+            i = bisect.bisect_left(times, (began, 0.0))
+            if i < len(times) and times[i][0] <= began + final / 1000:
+                alone.to_model.append((times[i][0] - began) * 1000)
+
 
 async def start_model_server() -> tuple[Proc, str, ModelTimes]:
     popen = subprocess.Popen([sys.executable, __file__, "--serve-model"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -549,6 +558,8 @@ class AloneRounds:
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self.proc = Proc("pydantic-ai alone", popen)
         self.final: list[float] = []
+        self.began: list[float] = []  # each run's start, on the model server's clock
+        self.to_model: list[float] = []  # each run's start -> the model server had its request, ms
 
     @classmethod
     async def start(cls, model_url: str) -> AloneRounds:
@@ -574,7 +585,9 @@ class AloneRounds:
         assert self.proc.popen.stdin is not None
         self.proc.popen.stdin.write(f"{earlier}\n".encode())
         self.proc.popen.stdin.flush()
-        self.final.append(float(await self._line()))
+        final, began = (await self._line()).split()
+        self.final.append(float(final))
+        self.began.append(float(began))
 
 
 async def run_pydantic_ai_alone(model_url: str, messages: int, concurrency: int) -> dict[str, float]:
@@ -812,10 +825,11 @@ async def main(args: argparse.Namespace) -> int:
             lat = await latency_rounds(list(zip(gw_side, bare_side)), rounds, args.pause, rounds_alone)
             rounds_alone.proc.stop()
             model_times.attribute([r for (_, bot), la in lat.items() if bot == "gateway" for r in la.records])
+            model_times.attribute_alone(rounds_alone)
             if args.profile:
                 await profile_platforms(gw_side, gateway, Path(args.profile), PROFILE_MESSAGES, args.pause)
             if args.latency_only:
-                return 0 if report_latency(lat, rounds_alone.final) else 1
+                return 0 if report_latency(lat, rounds_alone.final, rounds_alone.to_model) else 1
             bursts: dict[tuple[str, str], Burst] = {}
             print(f"pydantic-ai alone: {messages} runs at concurrency {CONCURRENT_RUNS} ...", flush=True)
             alone = [await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS)]
@@ -834,7 +848,7 @@ async def main(args: argparse.Namespace) -> int:
             alone.append(await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS))
             # Before and after the bursts, averaged: the machine's speed drifts over minutes.
             throttled = {p.name: len(p.fake.throttled) for p in gw_side}  # type: ignore[attr-defined]
-            ok = report(lat, rounds_alone.final, bursts, {k: statistics.mean(a[k] for a in alone) for k in alone[0]},
+            ok = report(lat, rounds_alone.final, rounds_alone.to_model, bursts, {k: statistics.mean(a[k] for a in alone) for k in alone[0]},
                         messages, throttled)
             print("during the warm-up bursts, gateway fds / RSS MiB: " + ", ".join(
                 f"{name} {w.fds[0]} -> {w.fds[1]} / {w.rss[0]:.0f} -> {w.rss[1]:.0f}" for name, w in warm.items()))
@@ -851,7 +865,7 @@ async def main(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float]) -> bool:
+def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float], alone_to_model: list[float]) -> bool:
     """The latency tables, each judged figure beside its target (issue 37).
 
     The final answer is judged against a bare bot that runs the same agent: the bare echo bot's reply
@@ -859,7 +873,10 @@ def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float]) -> b
     gateway's share of it is the final answer minus pydantic-ai alone's result. Against the echo alone
     (the issue's first wording) the ratio is printed but not judged: pydantic-ai's own run is 4-5x a
     Slack or Telegram echo and 10x a Mattermost one on this fake model (bench/README.md). The time to
-    the model request is read where the model server received it."""
+    the model request is read where the model server received it, and beside it pydantic-ai alone's own
+    run start -> request at the server (which is over the issue's 6 ms on this machine: bench/README.md,
+    Round 7), so the gateway's part of it, the difference, is printed too (not judged: the issue has no
+    target for it; the closing note of issue 37 proposes <= 2 ms, as for the final answer's share)."""
     ok = True
 
     def judge(good: bool) -> str:
@@ -882,13 +899,16 @@ def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float]) -> b
               f"| {sign_ratio:.2f}x {judge(sign_ratio <= TARGET_SIGN)} | {final_ratio:.2f}x "
               f"| {agent_ratio:.2f}x {judge(agent_ratio <= TARGET_FINAL)} |")
     print()
-    print(f"| gateway, ms (p50 / p99) | event -> model request (<= {TARGET_TO_MODEL_MS:g} ms) | model answer -> final "
+    alone_model50 = pct(alone_to_model, 0.5) if alone_to_model else float("nan")
+    print(f"| gateway, ms (p50 / p99) | event -> model request (<= {TARGET_TO_MODEL_MS:g} ms) "
+          f"| minus pydantic-ai alone's run -> request ({alone_model50:.1f}): the gateway's part | model answer -> final "
           f"| final - pydantic-ai alone: the gateway's share (<= {TARGET_SHARE_MS:g} ms) |")
-    print("| --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- |")
     for name in ("Slack", "Telegram", "Mattermost"):
         g = lat[(name, "gateway")]
         to_model, share = pct(g.to_model, 0.5), pct(g.final, 0.5) - alone50
         print(f"| {name} | {to_model:.1f} / {pct(g.to_model, 0.99):.1f} {judge(to_model <= TARGET_TO_MODEL_MS)} "
+              f"| {to_model - alone_model50:.1f} "
               f"| {pct(g.after_model, 0.5):.1f} / {pct(g.after_model, 0.99):.1f} "
               f"| {share:.1f} {judge(share <= TARGET_SHARE_MS)} |")
     print(f"\npydantic-ai alone in the same rounds, the same agent on the same conversations: result {alone50:.1f} / "
@@ -898,9 +918,10 @@ def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float]) -> b
     return ok
 
 
-def report(lat: dict[tuple[str, str], Latency], alone_rounds: list[float], bursts: dict[tuple[str, str], Burst],
-           alone: dict[str, float], messages: int, throttled: dict[str, int]) -> bool:
-    ok = report_latency(lat, alone_rounds)
+def report(lat: dict[tuple[str, str], Latency], alone_rounds: list[float], alone_to_model: list[float],
+           bursts: dict[tuple[str, str], Burst], alone: dict[str, float], messages: int,
+           throttled: dict[str, int]) -> bool:
+    ok = report_latency(lat, alone_rounds, alone_to_model)
 
     def judge(good: bool) -> str:
         nonlocal ok
