@@ -14,12 +14,13 @@ LOCK_SECONDS = 3.0
 STALL_BOUND = 0.100  # the issue's bound on the loop's longest stall, generous on purpose
 
 HOLD_THE_LOCK = """
-import sqlite3, sys, time
+import select, sqlite3, sys
 conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
 conn.execute("BEGIN IMMEDIATE")
 conn.execute("INSERT OR REPLACE INTO adapter_state (binding_id, key, value) VALUES ('admin', 'touched', 'yes')")
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+if select.select([sys.stdin], [], [], float(sys.argv[2]))[0]:
+    sys.stdin.readline()  # the test lets go early (`Held.let_go`)
 print("releasing", flush=True)
 sys.stdin.readline()  # the test looks at what happened while the lock was held, then says go
 conn.execute("COMMIT")
@@ -27,19 +28,32 @@ print("released", flush=True)
 """
 
 
+class Held(asyncio.Event):
+    """Set once the other process has let go of the lock; `let_go()` asks it to now."""
+
+    def __init__(self, stdin: asyncio.StreamWriter) -> None:
+        super().__init__()
+        self._stdin = stdin
+
+    def let_go(self) -> None:
+        self._stdin.write(b"now\n")
+
+
 @contextlib.asynccontextmanager
 async def another_process_holds_the_lock(database: Path, seconds: float = LOCK_SECONDS, *,
-                                         while_held: Callable[[], None] | None = None) -> AsyncIterator[asyncio.Event]:
-    """A real subprocess holds the write lock on `database` for `seconds`; the event is set
-    once it has let go. `while_held` runs at the end of the hold, the lock still held (what a
-    test sees there cannot have been stored yet; after the release it may have been at once)."""
+                                         while_held: Callable[[], None] | None = None) -> AsyncIterator[Held]:
+    """A real subprocess holds the write lock on `database` for `seconds`, or until the test calls
+    `let_go()` on what this yields, which is set once it has let go. `while_held` runs at the end
+    of the hold, the lock still held (what a test sees there cannot have been stored yet; after the
+    release it may have been at once). A test whose steps must all fall inside the hold gives a long
+    one and lets go itself: on a loaded machine a short hold can end before its steps do."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", HOLD_THE_LOCK, str(database), str(seconds), stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stdin is not None
     assert (await proc.stdout.readline()).strip() == b"locked"
-    released = asyncio.Event()
+    released = Held(proc.stdin)
 
     async def watch() -> None:
         assert proc.stdout is not None and proc.stdin is not None
