@@ -89,7 +89,9 @@ async def running_gateway(config_dir: Path, *, clock: Clock | None = None) -> As
         await gateway.warmed()
         yield gateway
     finally:
-        await gateway.stop()
+        # As `agent-gateway run` stops: runs in flight get the config's shutdown_grace_seconds, here at
+        # most Gateway.stop's own 10 s (the default 30 s is for a real deployment's runs, not a test's).
+        await gateway.stop(grace=min(10.0, gateway.config.gateway.limits.shutdown_grace_seconds))
 
 
 def _paced_in_flight(gateway: Gateway) -> int:

@@ -89,9 +89,7 @@ async def test_a_backup_taken_under_load_restores_into_a_fresh_deployment(tmp_pa
 
 
 async def test_restore_keeps_the_database_it_replaces_and_refuses_what_is_not_a_backup(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "c")
-    async with running_gateway(config):
-        pass
+    config = write_config(tmp_path / "c")  # a database migrated to this version's head
     code, out, err = await cli("db", "backup", str(tmp_path / "b.db"), "--config", str(config))
     assert code == 0, err
     code, _, err = await cli("db", "backup", str(tmp_path / "b.db"), "--config", str(config))
@@ -132,9 +130,7 @@ async def test_migrate_check_refuses_an_old_schema_until_db_upgrade(tmp_path: Pa
 
 
 async def test_a_schema_newer_than_the_code_is_refused_naming_the_rollback(tmp_path: Path) -> None:
-    config = write_config(tmp_path / "c")
-    async with running_gateway(config):
-        pass
+    config = write_config(tmp_path / "c")  # a database migrated to this version's head
     with sqlite3.connect(config / "gateway.db") as db:
         db.execute("UPDATE alembic_version SET version_num = '0099_from_the_future'")
     code, _, err = await cli("run", "--config", str(config))

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .conftest import ROOT, running_gateway, write_config
+from .conftest import ROOT, write_config
 from .fakes.openai import FakeOpenAI
 from .fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
 from .test_mcp import SERVER
@@ -49,9 +49,7 @@ async def test_a_good_deployment_is_ok_on_every_line(tmp_path: Path) -> None:
     model = await FakeOpenAI().start()
     try:
         async with FakeSlack() as slack:
-            config = deployment(tmp_path / "c", slack, model)
-            async with running_gateway(config):  # a database that exists, at this version's migration
-                pass
+            config = deployment(tmp_path / "c", slack, model)  # its database migrated to this version's head
             code, lines, err = await doctor(config, "--online")
     finally:
         await model.stop()
@@ -79,8 +77,6 @@ async def test_a_broken_deployment_names_each_problem_and_what_to_change(tmp_pat
             # A second Slack binding whose token is not in the environment.
             (config / "bindings" / "beta.yaml").write_text(
                 (config / "bindings" / "acme.yaml").read_text().replace("env:DOCTOR_SLACK_BOT", "env:DOCTOR_UNSET"))
-            async with running_gateway(config):
-                pass
             with sqlite3.connect(config / "gateway.db") as db:  # as a newer version would leave it
                 db.execute("UPDATE alembic_version SET version_num = '0099_newer'")
             code, lines, err = await doctor(config, "--online")

@@ -15,11 +15,13 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from sqlalchemy import text
 
 from capabilities.sandbox_read_back import landing_name
+from gateway.clock import ManualClock
 from gateway.runs.llm import register_model
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
 from tests.conftest import running_gateway, write_config
 from tests.fakes.slack import BOT_TOKEN, FakeSlack
 from tests.support.files_model import CSV, PNG
+from tests.support.patience import AUTOJUMP
 
 SEEN: list[list[ModelMessage]] = []
 NOTES = b"# ops notes\nrestart the worker\n"
@@ -72,7 +74,10 @@ async def test_a_shared_file_is_copied_into_the_workspace_and_nothing_lands_wher
     def answered() -> int:  # the first answer begins with a note that big.csv was not read
         return len([m for m in fake_slack.bot_messages("D0ADA") if m.text.endswith("Got it.")])
 
-    async with running_gateway(cfg) as gw:
+    # The gateway's and the fake's clock: the ten answers in one DM wait for Slack's posting budget on
+    # it, not for ten real seconds.
+    clock = fake_slack.clock = ManualClock(autojump=AUTOJUMP)
+    async with running_gateway(cfg, clock=clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         files = [fake_slack.add_file("q3.csv", "text/csv", CSV), fake_slack.add_file("chart.png", "image/png", PNG),
                  fake_slack.add_file("../../etc/passwd", "text/plain", NOTES),

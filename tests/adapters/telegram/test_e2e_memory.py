@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.clock import ManualClock
 from gateway.daemon import Gateway
 from gateway.inbound.memory_card import note_ref
 from gateway.store.notes import CHAT, PERSON, Holder, NoteStore
@@ -15,6 +16,7 @@ from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
 from tests.support import memory_cards
 from tests.support.memory_cards import GIVEN, note_names, seed
+from tests.support.patience import AUTOJUMP
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
 
@@ -47,7 +49,8 @@ async def _press(fake: FakeTelegram, who: dict[str, object], card: ChatMessage, 
 
 async def test_a_dm_card_stops_and_restores_and_a_forged_callback_changes_nothing(
         tmp_path: Path, fake: FakeTelegram) -> None:
-    async with running_gateway(_config(tmp_path, fake)) as gw:
+    clock = fake.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's: the budgets count in its time
+    async with running_gateway(_config(tmp_path, fake), clock=clock) as gw:
         await wait_for(lambda: gw.adapters["tg"].health().connected, what="the binding to connect")
         notes = NoteStore(gw.store)
         ada, bob = await _holder(gw, fake, ADA), await _holder(gw, fake, BOB)
