@@ -49,7 +49,7 @@ from gateway.runs.agent_run import run_agent  # noqa: E402
 from gateway.runs.turn import Turn  # noqa: E402
 from gateway.store import repo  # noqa: E402
 from tests.capabilities.shaping_script import SCRIPT  # noqa: E402
-from tests.capabilities.support import Account, Place, World, built_for_its_run, world  # noqa: E402
+from tests.capabilities.support import Account, Place, World, agent, built_for_its_run, world  # noqa: E402
 from tests.capabilities.test_tool_search import _agent  # noqa: E402
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -87,7 +87,9 @@ async def main(args: argparse.Namespace) -> int:
     # Per message, per variant: (whole message, agent built, agent run), CPU ms.
     seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
-        async with world(Path(tmp), agents=_agent(strategy="keywords")) as w:
+        agents = _agent(strategy="keywords") if args.agent == "tool_search" else {
+            "assistant": agent(model="shaping-scripted")}
+        async with world(Path(tmp), agents=agents) as w:
 
             async def message(name: str) -> tuple[float, float, float]:
                 cpu0 = time.process_time()
@@ -110,6 +112,8 @@ async def main(args: argparse.Namespace) -> int:
                     await message(names[0])
                 profile.disable()
                 profile.dump_stats(args.profile)
+                # cProfile's count, which load does not move: what a message costs in calls.
+                print(f"function calls per message (cProfile): {pstats.Stats(profile).total_calls / args.runs:,.0f}")
                 out = io.StringIO()
                 pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(r"gateway/|capabilities/", 40)
                 print(out.getvalue())
@@ -131,4 +135,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=100, help="messages per variant and round")
     parser.add_argument("--profile", help="write a cProfile of one more burst of the shared variant here")
+    parser.add_argument("--agent", choices=("tool_search", "plain"), default="tool_search",
+                        help="tool_search: memory files, tool search, three MCP servers; plain: no capability, "
+                             "no tool")
     sys.exit(asyncio.run(main(parser.parse_args())))

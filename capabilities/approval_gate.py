@@ -1,8 +1,15 @@
 """The approval gate: a call the policy gates raises `ApprovalRequired`, so the run parks.
 
-Always the first capability of a run, so its wrapper toolset is outermost and sees the names
-the model called; the policy itself (`gateway.approvals.policy.needs_approval`) is keyed on the stable
-ids in `Turn.tools`, so a renamed tool is still gated. The service that shows cards and takes
+It holds nothing of a run: the run's Turn is its deps (`ctx.deps`), so one gate sits in every shared
+Agent's constructor (`Runner.agent_capabilities`, handed over by `capabilities.extension`), first, and
+a run offered no tools carries no capability of its own (bench/README.md, Round 8). First of the
+Agent's capabilities, and the Agent's come before any run's in pydantic-ai's dispatch order, so its
+wrapper toolset is outside every toolset of the run (capabilities', channel tools, MCP servers',
+renames, a caller's run capabilities) and sees the names the model called; only pydantic-ai's
+`position='outermost'` tier (its tool search, which runs `search_tools` itself and hands every other
+call on by name) sits outside it, as it did when the gate was the run's. The policy itself
+(`gateway.approvals.policy.needs_approval`) is keyed on the stable ids in `Turn.tools`, so a renamed
+tool is still gated, and an undeclared one is gated too. The service that shows cards and takes
 decisions is `gateway.approvals.service`.
 """
 
@@ -35,13 +42,16 @@ ALREADY_STARTED = ("This approved call was already started once, before the gate
                    "unless they ask.")
 
 
+class NoTurn(RuntimeError):
+    """A tool was called in a run whose deps are not a Turn: nothing to decide on, so nothing runs."""
+
+
 @dataclass
 class _GateToolset(WrapperToolset[Turn]):
-    turn: Turn | None = None
-
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Turn], tool: ToolsetTool[Turn]) -> Any:
-        turn = self.turn
-        assert turn is not None
+        turn = ctx.deps
+        if not isinstance(turn, Turn):  # fails closed, and not an assert (stripped under -O)
+            raise NoTurn(f"tool {name!r} was called in a run without its Turn as deps: not run")
         if ctx.tool_call_approved:
             metadata = ctx.tool_call_metadata
             approval = metadata.get(APPROVAL_ID) if isinstance(metadata, dict) else None
@@ -66,14 +76,9 @@ class _GateToolset(WrapperToolset[Turn]):
 
 @dataclass
 class ApprovalGate(AbstractCapability[Turn]):
-    """Wraps the run's whole toolset (outermost), so it sees the names the model used."""
+    """Wraps the run's whole toolset (outermost of ours), so it sees the names the model used.
 
-    turn: Turn | None = None
+    Stateless: the same instance serves every Agent and run (the Turn is read from each call's `ctx.deps`)."""
 
     def get_wrapper_toolset(self, toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn] | None:
-        return _GateToolset(toolset, turn=self.turn)
-
-
-def build_for_turn(turn: Turn) -> list[AbstractCapability[Turn]]:
-    """The runner's first capability builder."""
-    return [ApprovalGate(turn=turn)]
+        return _GateToolset(toolset)

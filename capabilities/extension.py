@@ -55,8 +55,9 @@ class CapabilitiesExtension(Extension):
         else:
             assembly.parts.append(_IndexerOnceConfigured(assembly, lambda: parts["knowledge"]))
         assembly.parts.append(audio)
-        # The gate first: its wrapper is outermost, so it sees the names the model calls.
-        assembly.capability_builders.append(approval_gate.build_for_turn)
+        # The gate in every shared Agent's constructor, first: outside every run's capability (these builders'
+        # ones, a caller's), so it sees the names the model calls. It reads the run's Turn from its deps.
+        assembly.agent_capabilities.insert(0, approval_gate.ApprovalGate())
         assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts))
         assembly.listeners.append(lambda turn: listener_for(turn, parts))
         assembly.routes.extend(catalog.http_routes(lambda: assembly.config().gateway.scopes.granted))

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
     from pydantic_ai.agent import AbstractAgent
+    from pydantic_ai.capabilities import AbstractCapability
 
     from bindings.loader import ExtraCheck, LoadedConfig
     from gateway.clock import Clock
@@ -104,7 +105,10 @@ class Assembly:
     config: Callable[[], LoadedConfig]  # the config now (a reload swaps it)
     store: Store
     clock: Clock
-    capability_builders: list[CapabilityBuilder]  # run in order for every turn; the first wraps outermost
+    # In every shared Agent's constructor, first, in order (the first wraps outermost, outside every run's
+    # capability): capabilities that hold nothing of a run and read its Turn from `ctx.deps` (the gate).
+    agent_capabilities: list[AbstractCapability[Turn]]
+    capability_builders: list[CapabilityBuilder]  # run in order for every turn, after the agent's capabilities
     turn_preparers: list[TurnPreparer]
     listeners: list[ListenerFor]  # what hears a turn's voice messages before it runs (gateway.inbound.attachments)
     build_agent: Callable[[Turn], AbstractAgent[Turn, Any]]  # the runner's: a delegate's agent is built like any
@@ -163,6 +167,7 @@ def install(gateway: Gateway) -> None:
     runner = gateway.runner
     schedules = Schedules.of(gateway)
     assembly = Assembly(config=lambda: gateway.config, store=gateway.store, clock=gateway.clock,
+                        agent_capabilities=runner.agent_capabilities,
                         capability_builders=runner.capability_builders, turn_preparers=runner.turn_preparers,
                         listeners=runner.listeners,
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,

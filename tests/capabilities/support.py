@@ -212,7 +212,7 @@ def built_for_its_run(gw: Gateway, turn: Turn) -> Agent[Turn, Any]:
     `Runner.build_agent` built for an agent with tool search until issue 37's Round 7 shared one; the
     reference a shared agent's runs are compared with (the model must be sent the same)."""
     runner = gw.runner
-    capabilities = [c for build in runner.capability_builders for c in build(turn)]
+    capabilities = [*runner.agent_capabilities, *(c for build in runner.capability_builders for c in build(turn))]
     capabilities.append(SlowCalls(gw.config.gateway.limits.slow_tool_seconds, gw.clock, runner._slow_call))
     return Agent(gw.models.get(turn.agent.model, gw.config.gateway.providers), deps_type=Turn,
                  output_type=[str, DeferredToolRequests], instructions=runner.instructions(turn),
