@@ -4,14 +4,16 @@
 Issue 37's CPU target (the daemon's CPU per message <= 1.2x pydantic-ai alone's per run) compares
 the whole daemon with `bench/platforms.py`'s pydantic-ai alone, an `Agent` with its instructions in
 its constructor and no capabilities. The daemon's run is not that agent: it goes through the shared
-agent (`gateway.runs.runner.TurnAgent` over `Runner._agent_for`: the instructions, the approval gate
-(`capabilities.approval_gate`) and `SlowCalls` in the shared Agent's constructor since Round 8, so a
-tool-less run brings no capability of its own), a cancellation token, a timeout and usage limits.
+agent (`gateway.runs.runner.TurnAgent` over `Runner._agent_for`: the instructions and, since Round 8,
+`ToolCalls`, the approval gate (`capabilities.approval_gate`) and the slow-call report in one
+capability, in the shared Agent's constructor, so a tool-less run brings no capability of its own),
+a cancellation token, a timeout and usage limits.
 pydantic-ai dispatches every hook of every capability, and passes every event of the stream through
 one async generator per capability, whether it overrides the hook or not, and re-composes the
 Agent's capabilities with a run's whenever a run brings any: this bench says what that costs, beside
-the rest of the message's CPU. The shapes before (the gate as the run's capability: Round 7's) and
-one not taken (the gate and SlowCalls merged into one capability) run beside it.
+the rest of the message's CPU. The shapes before run beside it: the gate as the run's capability
+(Round 7's), and the gate a capability of its own beside `SlowCalls` in the shared Agent (Round 8's
+first try).
 
 Each variant runs the same bursts (`--runs` runs at concurrency 32, `gateway.runs.agent_run.run_agent`
 for the gateway's shapes) against the instant model server of `bench/platforms.py` (its own process),
@@ -55,11 +57,14 @@ async def main(args: argparse.Namespace) -> int:
     from pydantic_ai.models import infer_model
     from pydantic_ai.usage import UsageLimits
 
-    from capabilities.approval_gate import ApprovalGate
+    from pydantic_ai.capabilities import AbstractCapability
+
+    from capabilities.approval_gate import gate
     from gateway.clock import Clock
     from gateway.runs.agent_run import run_agent
     from gateway.runs.runner import TurnAgent
     from gateway.runs.slow_calls import SlowCalls
+    from gateway.runs.tool_calls import ToolCalls
     from gateway.runs.turn import Turn
 
     alone = _bench_agent()
@@ -82,19 +87,22 @@ async def main(args: argparse.Namespace) -> int:
         return lambda: (TurnAgent(agent, model=model, model_settings=None, capabilities=capabilities), limits())
 
     @dataclass
-    class GateAndSlowCalls(SlowCalls, ApprovalGate):
-        """Both in one capability (one dispatch instead of two): the merge Round 8 measured and did not take."""
+    class Gate(AbstractCapability[Turn]):
+        """The gate as a capability of its own (the shapes before)."""
 
-    now = shared(INSTRUCTIONS, [ApprovalGate(), slow_calls()])
-    round7, merged, instructed = shared(INSTRUCTIONS, [slow_calls()]), shared(INSTRUCTIONS, [GateAndSlowCalls(
-        30.0, Clock(), lambda *_: None)]), shared(INSTRUCTIONS)
+        def get_wrapper_toolset(self, toolset: Any) -> Any:
+            return gate(toolset)
+
+    now = shared(INSTRUCTIONS, [ToolCalls(30.0, Clock(), lambda *_: None, wrappers=(gate,))])
+    round7, apart, instructed = (shared(INSTRUCTIONS, [slow_calls()]), shared(INSTRUCTIONS, [Gate(), slow_calls()]),
+                                 shared(INSTRUCTIONS))
 
     variants: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
         "pydantic-ai alone (instructions in the constructor)": lambda: (alone, {}),
-        "the daemon's run: instructions, gate and SlowCalls shared, no run capability": gateway(now, []),
+        "the daemon's run: instructions and ToolCalls (gate + slow calls) shared, no run capability": gateway(now, []),
         # Round 7's: the gate held the turn, so it was each run's, and pydantic-ai composed the layers per run.
-        "before Round 8 (the approval gate the run's capability)": gateway(round7, [ApprovalGate()]),
-        "the gate and SlowCalls merged into one shared capability": gateway(merged, []),
+        "before Round 8 (the approval gate the run's capability)": gateway(round7, [Gate()]),
+        "the gate and SlowCalls two capabilities of the shared Agent": gateway(apart, []),
         "TurnAgent with its instructions alone": gateway(instructed, []),
     }
 

@@ -3,7 +3,8 @@
 
 Issue 37: nothing a run needs should be built per message when the config fixes it. This starts a
 gateway in this process on the fake chat platforms (tests/capabilities/support.py's `world`) with
-one agent: memory files, tool search, and three MCP servers on stdio (the tool-search test's agent).
+one agent: memory files, tool search, and three MCP servers on stdio (the tool-search test's agent),
+or with `--agent plain` one with no capability and no tool.
 Each run is one message as `Runner.drive` takes it: recorded and claimed (`World.turn`, which ends
 in `Runner.prepare`), the MCP servers readied (`turn_preparers`), the agent built, and run to its
 answer by `run_agent` against the scripted FunctionModel (it answers "done"). Every run is a DM of
@@ -15,10 +16,12 @@ The variants take turns message by message (A B B A ...), so both meet the same 
   runner built for an agent with tool search until Round 7 shared it).
 Process CPU per message (everything above), and the loop thread's CPU building its agent and running
 it, are printed: medians over the messages. `--profile FILE` then runs one more burst of
-the shared variant under cProfile, writes the stats to FILE and prints the top of them.
+the shared variant under cProfile, writes the stats to FILE, prints the top of them and the
+function calls per message (which load does not move).
 
     .venv/bin/python bench/runner_turn.py                       # 7 rounds of 100 messages per variant
     .venv/bin/python bench/runner_turn.py --rounds 0 --runs 500 --profile /tmp/turn.prof
+    .venv/bin/python bench/runner_turn.py --agent plain --rounds 0 --runs 300 --profile /tmp/plain.prof
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """The approval gate: a call the policy gates raises `ApprovalRequired`, so the run parks.
 
-It holds nothing of a run: the run's Turn is its deps (`ctx.deps`), so one gate sits in every shared
-Agent's constructor (`Runner.agent_capabilities`, handed over by `capabilities.extension`), first, and
-a run offered no tools carries no capability of its own (bench/README.md, Round 8). First of the
-Agent's capabilities, and the Agent's come before any run's in pydantic-ai's dispatch order, so its
-wrapper toolset is outside every toolset of the run (capabilities', channel tools, MCP servers',
-renames, a caller's run capabilities) and sees the names the model called; only pydantic-ai's
-`position='outermost'` tier (its tool search, which runs `search_tools` itself and hands every other
-call on by name) sits outside it, as it did when the gate was the run's. The policy itself
-(`gateway.approvals.policy.needs_approval`) is keyed on the stable ids in `Turn.tools`, so a renamed
-tool is still gated, and an undeclared one is gated too. The service that shows cards and takes
-decisions is `gateway.approvals.service`.
+A wrapper toolset around the run's whole toolset that holds nothing of a run: the run's Turn is its
+deps (`ctx.deps`). `capabilities.extension` hands `gate` to the runner as the first of its
+`tool_wrappers`, which the core's one capability in every shared Agent applies outermost
+(`gateway/runs/tool_calls.py` says where that sits and why): outside every toolset of every run, so
+it sees the names the model called. The policy itself (`gateway.approvals.policy.needs_approval`) is
+keyed on the stable ids in `Turn.tools`, so a renamed tool is still gated, and an undeclared one is
+gated too. The service that shows cards and takes decisions is `gateway.approvals.service`.
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
@@ -74,11 +69,6 @@ class _GateToolset(WrapperToolset[Turn]):
         return await super().call_tool(name, tool_args, ctx, tool)
 
 
-@dataclass
-class ApprovalGate(AbstractCapability[Turn]):
-    """Wraps the run's whole toolset (outermost of ours), so it sees the names the model used.
-
-    Stateless: the same instance serves every Agent and run (the Turn is read from each call's `ctx.deps`)."""
-
-    def get_wrapper_toolset(self, toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn] | None:
-        return _GateToolset(toolset)
+def gate(toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn]:
+    """`toolset` behind the gate: the runner's first tool wrapper (`Runner.tool_wrappers`)."""
+    return _GateToolset(toolset)

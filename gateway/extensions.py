@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
     from pydantic_ai.agent import AbstractAgent
-    from pydantic_ai.capabilities import AbstractCapability
 
     from bindings.loader import ExtraCheck, LoadedConfig
     from gateway.clock import Clock
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.runner import CapabilityBuilder, ListenerFor, TurnPreparer
     from gateway.runs.scheduled import Schedules
+    from gateway.runs.tool_calls import ToolsetWrapper
     from gateway.runs.turn import Turn
     from gateway.store.repo import Store
 
@@ -105,10 +105,10 @@ class Assembly:
     config: Callable[[], LoadedConfig]  # the config now (a reload swaps it)
     store: Store
     clock: Clock
-    # In every shared Agent's constructor, first, in order (the first wraps outermost, outside every run's
-    # capability): capabilities that hold nothing of a run and read its Turn from `ctx.deps` (the gate).
-    agent_capabilities: list[AbstractCapability[Turn]]
-    capability_builders: list[CapabilityBuilder]  # run in order for every turn, after the agent's capabilities
+    # Around every call of every run, the first outermost, outside every run's capability (the approval gate):
+    # each holds nothing of a run and reads its Turn from `ctx.deps` (gateway/runs/tool_calls.py).
+    tool_wrappers: list[ToolsetWrapper]
+    capability_builders: list[CapabilityBuilder]  # run in order for every turn; inside the tool wrappers
     turn_preparers: list[TurnPreparer]
     listeners: list[ListenerFor]  # what hears a turn's voice messages before it runs (gateway.inbound.attachments)
     build_agent: Callable[[Turn], AbstractAgent[Turn, Any]]  # the runner's: a delegate's agent is built like any
@@ -167,7 +167,7 @@ def install(gateway: Gateway) -> None:
     runner = gateway.runner
     schedules = Schedules.of(gateway)
     assembly = Assembly(config=lambda: gateway.config, store=gateway.store, clock=gateway.clock,
-                        agent_capabilities=runner.agent_capabilities,
+                        tool_wrappers=runner.tool_wrappers,
                         capability_builders=runner.capability_builders, turn_preparers=runner.turn_preparers,
                         listeners=runner.listeners,
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,

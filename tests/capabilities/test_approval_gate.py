@@ -14,10 +14,11 @@ from pydantic_ai import DeferredToolRequests
 from pydantic_ai.capabilities import AbstractCapability, Capability
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
-from capabilities.approval_gate import ApprovalGate, NoTurn
+from capabilities.approval_gate import NoTurn, gate
 from gateway.messages import ChatKind
 from gateway.runs.agent_run import run_agent
 from gateway.runs.runner import TurnAgent
+from gateway.runs.tool_calls import ToolCalls
 from gateway.runs.turn import Turn
 from gateway.store import repo
 
@@ -50,10 +51,13 @@ async def test_a_plain_agents_run_has_no_capability_of_its_own_and_its_agent_has
         built = w.gw.runner.build_agent(await w.turn(ALICE, DM, "hello"))
         assert isinstance(built, TurnAgent)
         assert built._capabilities == [], "a tool-less run of a plain agent brings no per-run capability"
-        order = [type(c).__name__ for c in built.wrapped.root_capability.capabilities]
-        # Only pydantic-ai's outermost tier before it: its tool search, which answers search_tools itself and
+        capabilities = list(built.wrapped.root_capability.capabilities)
+        order = [type(c).__name__ for c in capabilities]
+        # Only pydantic-ai's outermost tier before ours: its tool search, which answers search_tools itself and
         # hands every other call on by name, and its pending-message drain, which wraps no toolset.
-        assert set(order[:order.index("ApprovalGate")]) <= {"ToolSearch", "PendingMessageDrainCapability"}, order
+        assert set(order[:order.index("ToolCalls")]) <= {"ToolSearch", "PendingMessageDrainCapability"}, order
+        calls = capabilities[order.index("ToolCalls")]
+        assert isinstance(calls, ToolCalls) and calls.wrappers[0] is gate, "the gate is the outermost wrapper"
 
 
 async def test_a_tool_a_callers_run_capability_brings_is_gated(tmp_path: Path) -> None:
