@@ -3,7 +3,8 @@
 
 Issue 37: nothing a run needs should be built per message when the config fixes it. This starts a
 gateway in this process on the fake chat platforms (tests/capabilities/support.py's `world`) with
-one agent: memory files, tool search, and three MCP servers on stdio (the tool-search test's agent).
+one agent: memory files, tool search, and three MCP servers on stdio (the tool-search test's agent),
+or with `--agent plain` one with no capability and no tool.
 Each run is one message as `Runner.drive` takes it: recorded and claimed (`World.turn`, which ends
 in `Runner.prepare`), the MCP servers readied (`turn_preparers`), the agent built, and run to its
 answer by `run_agent` against the scripted FunctionModel (it answers "done"). Every run is a DM of
@@ -15,10 +16,12 @@ The variants take turns message by message (A B B A ...), so both meet the same 
   runner built for an agent with tool search until Round 7 shared it).
 Process CPU per message (everything above), and the loop thread's CPU building its agent and running
 it, are printed: medians over the messages. `--profile FILE` then runs one more burst of
-the shared variant under cProfile, writes the stats to FILE and prints the top of them.
+the shared variant under cProfile, writes the stats to FILE, prints the top of them and the
+function calls per message (which load does not move).
 
     .venv/bin/python bench/runner_turn.py                       # 7 rounds of 100 messages per variant
     .venv/bin/python bench/runner_turn.py --rounds 0 --runs 500 --profile /tmp/turn.prof
+    .venv/bin/python bench/runner_turn.py --agent plain --rounds 0 --runs 300 --profile /tmp/plain.prof
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from gateway.runs.agent_run import run_agent  # noqa: E402
 from gateway.runs.turn import Turn  # noqa: E402
 from gateway.store import repo  # noqa: E402
 from tests.capabilities.shaping_script import SCRIPT  # noqa: E402
-from tests.capabilities.support import Account, Place, World, built_for_its_run, world  # noqa: E402
+from tests.capabilities.support import Account, Place, World, agent, built_for_its_run, world  # noqa: E402
 from tests.capabilities.test_tool_search import _agent  # noqa: E402
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -87,7 +90,9 @@ async def main(args: argparse.Namespace) -> int:
     # Per message, per variant: (whole message, agent built, agent run), CPU ms.
     seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
-        async with world(Path(tmp), agents=_agent(strategy="keywords")) as w:
+        agents = _agent(strategy="keywords") if args.agent == "tool_search" else {
+            "assistant": agent(model="shaping-scripted")}
+        async with world(Path(tmp), agents=agents) as w:
 
             async def message(name: str) -> tuple[float, float, float]:
                 cpu0 = time.process_time()
@@ -110,6 +115,8 @@ async def main(args: argparse.Namespace) -> int:
                     await message(names[0])
                 profile.disable()
                 profile.dump_stats(args.profile)
+                # cProfile's count, which load does not move: what a message costs in calls.
+                print(f"function calls per message (cProfile): {pstats.Stats(profile).total_calls / args.runs:,.0f}")
                 out = io.StringIO()
                 pstats.Stats(profile, stream=out).sort_stats("cumulative").print_stats(r"gateway/|capabilities/", 40)
                 print(out.getvalue())
@@ -131,4 +138,7 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=100, help="messages per variant and round")
     parser.add_argument("--profile", help="write a cProfile of one more burst of the shared variant here")
+    parser.add_argument("--agent", choices=("tool_search", "plain"), default="tool_search",
+                        help="tool_search: memory files, tool search, three MCP servers; plain: no capability, "
+                             "no tool")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -1,9 +1,12 @@
 """The approval gate: a call the policy gates raises `ApprovalRequired`, so the run parks.
 
-Always the first capability of a run, so its wrapper toolset is outermost and sees the names
-the model called; the policy itself (`gateway.approvals.policy.needs_approval`) is keyed on the stable
-ids in `Turn.tools`, so a renamed tool is still gated. The service that shows cards and takes
-decisions is `gateway.approvals.service`.
+A wrapper toolset around the run's whole toolset that holds nothing of a run: the run's Turn is its
+deps (`ctx.deps`). `capabilities.extension` hands `gate` to the runner as the first of its
+`tool_wrappers`, which the core's one capability in every shared Agent applies outermost
+(`gateway/runs/tool_calls.py` says where that sits and why): outside every toolset of every run, so
+it sees the names the model called. The policy itself (`gateway.approvals.policy.needs_approval`) is
+keyed on the stable ids in `Turn.tools`, so a renamed tool is still gated, and an undeclared one is
+gated too. The service that shows cards and takes decisions is `gateway.approvals.service`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import AbstractToolset, WrapperToolset
@@ -35,13 +37,16 @@ ALREADY_STARTED = ("This approved call was already started once, before the gate
                    "unless they ask.")
 
 
+class NoTurn(RuntimeError):
+    """A tool was called in a run whose deps are not a Turn: nothing to decide on, so nothing runs."""
+
+
 @dataclass
 class _GateToolset(WrapperToolset[Turn]):
-    turn: Turn | None = None
-
     async def call_tool(self, name: str, tool_args: dict[str, Any], ctx: RunContext[Turn], tool: ToolsetTool[Turn]) -> Any:
-        turn = self.turn
-        assert turn is not None
+        turn = ctx.deps
+        if not isinstance(turn, Turn):  # fails closed, and not an assert (stripped under -O)
+            raise NoTurn(f"tool {name!r} was called in a run without its Turn as deps: not run")
         if ctx.tool_call_approved:
             metadata = ctx.tool_call_metadata
             approval = metadata.get(APPROVAL_ID) if isinstance(metadata, dict) else None
@@ -64,16 +69,6 @@ class _GateToolset(WrapperToolset[Turn]):
         return await super().call_tool(name, tool_args, ctx, tool)
 
 
-@dataclass
-class ApprovalGate(AbstractCapability[Turn]):
-    """Wraps the run's whole toolset (outermost), so it sees the names the model used."""
-
-    turn: Turn | None = None
-
-    def get_wrapper_toolset(self, toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn] | None:
-        return _GateToolset(toolset, turn=self.turn)
-
-
-def build_for_turn(turn: Turn) -> list[AbstractCapability[Turn]]:
-    """The runner's first capability builder."""
-    return [ApprovalGate(turn=turn)]
+def gate(toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn]:
+    """`toolset` behind the gate: the runner's first tool wrapper (`Runner.tool_wrappers`)."""
+    return _GateToolset(toolset)

@@ -55,8 +55,9 @@ class CapabilitiesExtension(Extension):
         else:
             assembly.parts.append(_IndexerOnceConfigured(assembly, lambda: parts["knowledge"]))
         assembly.parts.append(audio)
-        # The gate first: its wrapper is outermost, so it sees the names the model calls.
-        assembly.capability_builders.append(approval_gate.build_for_turn)
+        # The gate around every call of every run, first (outermost): outside every run's capability (these
+        # builders' ones, a caller's), so it sees the names the model calls. It reads the Turn from the deps.
+        assembly.tool_wrappers.insert(0, approval_gate.gate)
         assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts))
         assembly.listeners.append(lambda turn: listener_for(turn, parts))
         assembly.routes.extend(catalog.http_routes(lambda: assembly.config().gateway.scopes.granted))

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gateway.runs.background import BackgroundRuns
     from gateway.runs.runner import CapabilityBuilder, ListenerFor, TurnPreparer
     from gateway.runs.scheduled import Schedules
+    from gateway.runs.tool_calls import ToolsetWrapper
     from gateway.runs.turn import Turn
     from gateway.store.repo import Store
 
@@ -104,7 +105,10 @@ class Assembly:
     config: Callable[[], LoadedConfig]  # the config now (a reload swaps it)
     store: Store
     clock: Clock
-    capability_builders: list[CapabilityBuilder]  # run in order for every turn; the first wraps outermost
+    # Around every call of every run, the first outermost, outside every run's capability (the approval gate):
+    # each holds nothing of a run and reads its Turn from `ctx.deps` (gateway/runs/tool_calls.py).
+    tool_wrappers: list[ToolsetWrapper]
+    capability_builders: list[CapabilityBuilder]  # run in order for every turn; inside the tool wrappers
     turn_preparers: list[TurnPreparer]
     listeners: list[ListenerFor]  # what hears a turn's voice messages before it runs (gateway.inbound.attachments)
     build_agent: Callable[[Turn], AbstractAgent[Turn, Any]]  # the runner's: a delegate's agent is built like any
@@ -163,6 +167,7 @@ def install(gateway: Gateway) -> None:
     runner = gateway.runner
     schedules = Schedules.of(gateway)
     assembly = Assembly(config=lambda: gateway.config, store=gateway.store, clock=gateway.clock,
+                        tool_wrappers=runner.tool_wrappers,
                         capability_builders=runner.capability_builders, turn_preparers=runner.turn_preparers,
                         listeners=runner.listeners,
                         build_agent=runner.build_agent, parts=gateway.extensions, routes=gateway.extra_routes,

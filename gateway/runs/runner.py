@@ -61,7 +61,7 @@ from gateway.outbound.native_stream import NativeReplyStream
 from gateway.runs.llm import ModelConfigError
 from gateway.runs.in_flight import InFlight
 from gateway.runs.memory import resolve_scope
-from gateway.runs.slow_calls import SlowCalls
+from gateway.runs.tool_calls import ToolCalls, ToolsetWrapper
 from gateway.messages import Attachment, ChatKind
 from gateway.store import repo, run_costs
 from gateway.store.availability import StoreUnavailable
@@ -186,6 +186,9 @@ def speaker_line(row: repo.Line, chat_kind: ChatKind) -> str:
 class Runner:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
+        # Around every call of every run, the first outermost (the approval gate, which `capabilities.extension`
+        # puts here): applied by the shared Agents' `ToolCalls`. Filled at install, before any Agent is built.
+        self.tool_wrappers: list[ToolsetWrapper] = []
         self.capability_builders: list[CapabilityBuilder] = []
         self.turn_preparers: list[TurnPreparer] = []
         self.listeners: list[ListenerFor] = []
@@ -284,7 +287,8 @@ class Runner:
 
     def build_agent(self, turn: Turn) -> AbstractAgent[Turn, Any]:
         model = self.gateway.models.get(turn.agent.model, self.gateway.config.gateway.providers)
-        # The approval gate is the first builder, so it wraps outermost and sees the names the model calls.
+        # The run's own capabilities, bound to the turn; the approval gate is not one of them but a tool wrapper
+        # of the shared Agent's `ToolCalls`, so it wraps outside these and sees the names the model calls.
         capabilities: list[Any] = []
         for build in self.capability_builders:
             capabilities.extend(build(turn))
@@ -305,16 +309,19 @@ class Runner:
         built once (`_shared_agent`; its constructor cost ~0.3 ms a message, building the output schema
         and its toolsets again). What it holds changes only with the config, so a reload meets new
         values under a new key: the instructions (the agent's, the binding's prompt, a channel's
-        override), which pydantic-ai puts before the capabilities' own, the slow-call report and the
-        tool search (`search`: pydantic-ai's default where the agent has none). Given to each run as
-        capabilities instead, the first two cost ~0.4 and ~0.3 ms of pydantic-ai's binding them per run on
-        the way to the model request (bench/README.md, Round 7), and a run's tool search replacing the
-        Agent's ~0.5 ms more (Round 7, tool search). The model, settings and the other capabilities bound to the turn
-        are each run's (`TurnAgent`). Bounded: delegates' dynamic agents are named by the model."""
+        override), which pydantic-ai puts before the capabilities' own, `ToolCalls` (the extensions'
+        `tool_wrappers`, the approval gate first, and the slow-call report, in one capability) and the tool
+        search (`search`: pydantic-ai's default where the agent has none). Given to each run as capabilities
+        instead, the instructions and the slow-call report cost ~0.4 and ~0.3 ms of pydantic-ai's binding
+        them per run on the way to the model request (bench/README.md, Round 7), a run's tool search
+        replacing the Agent's ~0.5 ms more (Round 7, tool search), and the gate as a run's made pydantic-ai
+        compose the run's capability layers for every run, a tool-less one too (Round 8). The model,
+        settings and the other capabilities bound to the turn are each run's (`TurnAgent`). Bounded:
+        delegates' dynamic agents are named by the model."""
         cls, values = search
+        calls = ToolCalls(slow_seconds, self.gateway.clock, self._slow_call, wrappers=tuple(self.tool_wrappers))
         return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
-                     instructions=instructions or None,
-                     capabilities=[SlowCalls(slow_seconds, self.gateway.clock, self._slow_call), cls(**dict(values))])
+                     instructions=instructions or None, capabilities=[calls, cls(**dict(values))])
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
         log.warning("slow tool call: %s took %.1f s%s", tool, seconds, " and failed" if failed else "",

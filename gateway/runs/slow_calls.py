@@ -4,7 +4,8 @@ A call that takes at least `limits.slow_tool_seconds` (default 30 s) is one warn
 tool's stable id, its duration and whether it failed, never its arguments or output, and one
 count in `/metrics`. A call cut short by Stop is not reported: its duration is the Stop's.
 Built on pydantic-ai's `wrap_tool_execute` hook, so it sees every toolset's calls (capabilities,
-MCP, channel tools) without wrapping any of them.
+MCP, channel tools) without wrapping any of them. The shared Agents carry it as `ToolCalls`
+(gateway/runs/tool_calls.py), one capability with the extensions' tool wrappers.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from gateway.clock import Clock
 from gateway.runs import llm
 from gateway.daemon import Gateway
 from gateway.messages import ChatKind, InboundMessage, Sender
-from gateway.runs.slow_calls import SlowCalls
+from gateway.runs.tool_calls import ToolCalls
 from gateway.runs.turn import Turn
 from gateway.store import repo
 
@@ -212,8 +212,9 @@ def built_for_its_run(gw: Gateway, turn: Turn) -> Agent[Turn, Any]:
     `Runner.build_agent` built for an agent with tool search until issue 37's Round 7 shared one; the
     reference a shared agent's runs are compared with (the model must be sent the same)."""
     runner = gw.runner
-    capabilities = [c for build in runner.capability_builders for c in build(turn)]
-    capabilities.append(SlowCalls(gw.config.gateway.limits.slow_tool_seconds, gw.clock, runner._slow_call))
+    capabilities: list[Any] = [ToolCalls(gw.config.gateway.limits.slow_tool_seconds, gw.clock, runner._slow_call,
+                                         wrappers=tuple(runner.tool_wrappers))]
+    capabilities.extend(c for build in runner.capability_builders for c in build(turn))
     return Agent(gw.models.get(turn.agent.model, gw.config.gateway.providers), deps_type=Turn,
                  output_type=[str, DeferredToolRequests], instructions=runner.instructions(turn),
                  capabilities=capabilities, name=turn.agent.id)

@@ -1,0 +1,120 @@
+"""The approval gate in the shared Agent's constructor: a plain agent's run carries no capability of its
+own, and the gate still sees every call of every run under the name the model used, a caller's run
+capabilities (a background delegate's inbox is one) included."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pydantic_ai import DeferredToolRequests
+from pydantic_ai.capabilities import AbstractCapability, Capability
+from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
+
+from capabilities.approval_gate import NoTurn, gate
+from gateway.messages import ChatKind
+from gateway.runs.agent_run import run_agent
+from gateway.runs.runner import TurnAgent
+from gateway.runs.tool_calls import ToolCalls
+from gateway.runs.turn import Turn
+from gateway.store import repo
+
+from .shaping_script import SCRIPT, call
+from .support import Account, Place, World, agent, world
+
+ALICE = Account("slack", "T1", "U1", "alice")
+DM = Place("slack", "slack", "T1", "D1", ChatKind.DM)
+
+
+@dataclass
+class _Renames(AbstractCapability[Turn]):
+    """A run capability that renames at the wrapper level: outside every toolset of the run but the gate's."""
+
+    renames: dict[str, str]
+
+    def get_wrapper_toolset(self, toolset: AbstractToolset[Turn]) -> AbstractToolset[Turn]:
+        return toolset.renamed(self.renames)
+
+
+async def _run(w: World, text: str, capabilities: list[Any]) -> tuple[Turn, Any]:
+    turn = await w.turn(ALICE, DM, text)
+    result = await run_agent(w.gw.runner.build_agent(turn), text, deps=turn, capabilities=capabilities)
+    await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
+    return turn, result.output
+
+
+async def test_a_plain_agents_run_has_no_capability_of_its_own_and_its_agent_has_the_gate_first(tmp_path: Path) -> None:
+    async with world(tmp_path, agents={"assistant": agent(model="shaping-scripted")}) as w:
+        built = w.gw.runner.build_agent(await w.turn(ALICE, DM, "hello"))
+        assert isinstance(built, TurnAgent)
+        assert built._capabilities == [], "a tool-less run of a plain agent brings no per-run capability"
+        capabilities = list(built.wrapped.root_capability.capabilities)
+        order = [type(c).__name__ for c in capabilities]
+        # Only pydantic-ai's outermost tier before ours: its tool search, which answers search_tools itself and
+        # hands every other call on by name, and its pending-message drain, which wraps no toolset.
+        assert set(order[:order.index("ToolCalls")]) <= {"ToolSearch", "PendingMessageDrainCapability"}, order
+        calls = capabilities[order.index("ToolCalls")]
+        assert isinstance(calls, ToolCalls) and calls.wrappers[0] is gate, "the gate is the outermost wrapper"
+
+
+async def test_a_tool_a_callers_run_capability_brings_is_gated(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    def launch(target: str) -> str:
+        """Launch something.
+
+        Args:
+            target: what.
+        """
+        ran.append(target)
+        return "launched"
+
+    async with world(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="shaping-scripted")}) as w:
+        SCRIPT.reset(call("launch", target="moon"))
+        turn, output = await _run(w, "launch it", [Capability(toolsets=[FunctionToolset([launch])])])
+        assert "launch" not in turn.tools, "a tool no capability declared"
+        assert isinstance(output, DeferredToolRequests), output
+        assert [c.tool_name for c in output.approvals] == ["launch"]
+        assert ran == [], "nothing runs before a person decides"
+
+
+async def test_the_gate_sees_the_name_a_run_capabilitys_wrapper_gave_a_tool(tmp_path: Path) -> None:
+    async with world(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="shaping-scripted")}) as w:
+        # list_memory is declared and needs no approval: called by its own name it runs.
+        SCRIPT.reset(call("list_memory"))
+        turn, output = await _run(w, "list", [])
+        assert turn.tools["list_memory"].stable_id == "list_memory"
+        assert output == "done" and not isinstance(output, DeferredToolRequests)
+        # Renamed outside the capabilities' toolsets, the gate meets the name the model called, which no
+        # capability declared: gated. A gate inside the rename would have seen list_memory and run it.
+        SCRIPT.reset(call("peek"))
+        turn, output = await _run(w, "peek", [_Renames({"peek": "list_memory"})])
+        assert "peek" not in turn.tools
+        assert isinstance(output, DeferredToolRequests), output
+        assert [c.tool_name for c in output.approvals] == ["peek"]
+        assert SCRIPT.requests[-1].tools.keys() >= {"peek"} and "list_memory" not in SCRIPT.requests[-1].tools
+
+
+async def test_a_tool_called_in_a_run_without_its_turn_is_not_run(tmp_path: Path) -> None:
+    ran: list[str] = []
+
+    def launch(target: str) -> str:
+        """Launch something.
+
+        Args:
+            target: what.
+        """
+        ran.append(target)
+        return "launched"
+
+    async with world(tmp_path, agents={"assistant": agent(model="shaping-scripted")}) as w:
+        turn = await w.turn(ALICE, DM, "launch it")
+        SCRIPT.reset(call("launch", target="moon"))
+        with pytest.raises(NoTurn):
+            await run_agent(w.gw.runner.build_agent(turn), "launch it", deps=None,
+                            capabilities=[Capability(toolsets=[FunctionToolset([launch])])])
+        assert ran == []
+        await w.gw.store.end_run(turn.run_id, repo.FAILED, reason="test")
