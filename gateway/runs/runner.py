@@ -319,7 +319,8 @@ class Runner:
         settings and the other capabilities bound to the turn are each run's (`TurnAgent`). Bounded:
         delegates' dynamic agents are named by the model."""
         cls, values = search
-        calls = ToolCalls(slow_seconds, self.gateway.clock, self._slow_call, wrappers=tuple(self.tool_wrappers))
+        # The live list, not a copy: an Agent built before an extension installed its wrapper still gets it.
+        calls = ToolCalls(slow_seconds, self.gateway.clock, self._slow_call, wrappers=self.tool_wrappers)
         return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
                      instructions=instructions or None, capabilities=[calls, cls(**dict(values))])
 
