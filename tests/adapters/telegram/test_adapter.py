@@ -440,3 +440,29 @@ async def test_membership_is_asked_with_get_chat_member(fake: FakeTelegram, poll
     assert [c.params["user_id"] for c in fake.calls_to("getChatMember")] == [ADA["id"], BOB["id"], ADA["id"]]
     with pytest.raises(NotVisible):  # a chat the bot is not in cannot say: the caller leaves it out
         await adapter.is_member(target(-100999, ChatKind.GROUP), str(ADA["id"]))
+
+
+async def test_a_binding_loads_the_ca_bundle_once(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its two transports (calls, and the long poll) verify with one context: loading the bundle is ~30 ms of
+    the daemon's start before READY, and a second load gave them nothing the first had not."""
+    import httpx
+
+    from adapters.telegram import request
+
+    loads: list[object] = []
+    load = httpx.create_ssl_context
+
+    def counted() -> Any:
+        loads.append(None)
+        return load()
+
+    monkeypatch.setattr(request.httpx, "create_ssl_context", counted)
+    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
+    assert isinstance(fake.clock, ManualClock)
+    fake.clock.idle = lambda: adapter.pacer.in_flight == 0
+    await adapter.start(dispatcher)
+    try:
+        await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
+        assert len(loads) == 1
+    finally:
+        await adapter.stop()
