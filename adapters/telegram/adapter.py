@@ -193,15 +193,18 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         with translated("getMe"):
             await bot.initialize()  # getMe, once: the bot's id and username see mentions
         self._me = BotIdentity(bot.id, bot.username)
-        await self._register_commands(bot)
         if self._section.mode == "webhook":
             await self._set_webhook(bot)
             self._health.up(f"webhook for @{bot.username}")
+            # The "/" menu after connecting, not before: messages are answered without it, and its two
+            # calls to the Bot API held the daemon's READY (a round trip to Telegram apiece).
+            self._spawn(self._register_commands(bot))
             await asyncio.Event().wait()  # Telegram calls us now; nothing to do until stopped
         else:
             with translated("deleteWebhook"):
                 await bot.delete_webhook()  # getUpdates is refused while a webhook is set
             self._health.up(f"polling as @{bot.username}")
+            self._spawn(self._register_commands(bot))  # as above
             await self._poll(bot)
 
     async def _register_commands(self, bot: Bot) -> None:
