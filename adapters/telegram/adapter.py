@@ -68,7 +68,7 @@ from gateway.outbound.adapter import (
 
 from .budget import RULES, TelegramBudget
 from .native_stream import TelegramNativeStream
-from .request import AiohttpRequest
+from .request import AiohttpRequest, trust_store
 from .stop import stop_keyboard
 from .cards import arguments_messages, card_html, card_keyboard, memory_html, memory_keyboard
 from .questions import question_html, question_keyboard
@@ -142,14 +142,15 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         # and setWebhook's parameters hold the webhook secret.
         self._redactor = _Redact([token.reveal()] + ([self._webhook_secret.reveal()] if self._webhook_secret else []))
         self._redactor.install(self._log)
+        trust = trust_store()  # one for both transports: loading the CA bundle is ~30 ms of CPU
         self._bot = _Bot(
             token.reveal(),
             base_url=self._section.api_url,
             base_file_url=file_url(self._section.api_url),
             request=AiohttpRequest(connection_pool_size=POOL_SIZE, pool_timeout=POOL_TIMEOUT,
-                                   connect_timeout=10.0, read_timeout=20.0),
+                                   connect_timeout=10.0, read_timeout=20.0, trust=trust),
             get_updates_request=AiohttpRequest(connection_pool_size=1, read_timeout=POLL_TIMEOUT + 10.0,
-                                               connect_timeout=10.0),
+                                               connect_timeout=10.0, trust=trust),
         )
 
     async def _close(self) -> None:
@@ -192,15 +193,18 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         with translated("getMe"):
             await bot.initialize()  # getMe, once: the bot's id and username see mentions
         self._me = BotIdentity(bot.id, bot.username)
-        await self._register_commands(bot)
         if self._section.mode == "webhook":
             await self._set_webhook(bot)
             self._health.up(f"webhook for @{bot.username}")
+            # The "/" menu after connecting, not before: messages are answered without it, and its two
+            # calls to the Bot API held the daemon's READY (a round trip to Telegram apiece).
+            self._spawn(self._register_commands(bot))
             await asyncio.Event().wait()  # Telegram calls us now; nothing to do until stopped
         else:
             with translated("deleteWebhook"):
                 await bot.delete_webhook()  # getUpdates is refused while a webhook is set
             self._health.up(f"polling as @{bot.username}")
+            self._spawn(self._register_commands(bot))  # as above
             await self._poll(bot)
 
     async def _register_commands(self, bot: Bot) -> None:

@@ -219,3 +219,21 @@ async def test_no_secret_reaches_a_log_line(fake_slack: FakeSlack, dispatcher: F
     assert "apps.connections.open" in logged or "auth.test" in logged  # debug logging was on
     for secret in (BOT_TOKEN, APP_TOKEN, SIGNING_SECRET):
         assert secret not in logged
+
+
+async def test_opening_a_binding_does_not_walk_the_call_stack(fake_slack: FakeSlack, dispatcher: FakeDispatcher,
+                                                              monkeypatch) -> None:
+    """Bolt names an unnamed app after its caller's file through `inspect.stack()`, which resolves the real
+    path of every loaded module's file: 40-65 ms of the daemon's start before READY (bench/README.md).
+    The adapter names its app, so a start never gets there; it still connects."""
+    import inspect
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("inspect.stack() called while a Slack binding opened")
+
+    monkeypatch.setattr(inspect, "stack", refuse)
+    adapter = await start_adapter(fake_slack, dispatcher)
+    try:
+        assert adapter.health().connected
+    finally:
+        await adapter.stop()

@@ -440,3 +440,57 @@ async def test_membership_is_asked_with_get_chat_member(fake: FakeTelegram, poll
     assert [c.params["user_id"] for c in fake.calls_to("getChatMember")] == [ADA["id"], BOB["id"], ADA["id"]]
     with pytest.raises(NotVisible):  # a chat the bot is not in cannot say: the caller leaves it out
         await adapter.is_member(target(-100999, ChatKind.GROUP), str(ADA["id"]))
+
+
+async def test_a_binding_loads_the_ca_bundle_once(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its two transports (calls, and the long poll) verify with one context: loading the bundle is ~30 ms of
+    the daemon's start before READY, and a second load gave them nothing the first had not."""
+    import httpx
+
+    from adapters.telegram import request
+
+    loads: list[object] = []
+    load = httpx.create_ssl_context
+
+    def counted() -> Any:
+        loads.append(None)
+        return load()
+
+    monkeypatch.setattr(request.httpx, "create_ssl_context", counted)
+    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
+    assert isinstance(fake.clock, ManualClock)
+    fake.clock.idle = lambda: adapter.pacer.in_flight == 0
+    await adapter.start(dispatcher)
+    try:
+        await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
+        assert len(loads) == 1
+    finally:
+        await adapter.stop()
+
+
+async def test_messages_are_taken_while_the_command_menu_is_still_being_registered(
+        fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The "/" menu (setMyCommands) is registered once connected, not before: the binding reports itself
+    connected (the daemon's READY waits for that) and takes a message while Telegram has not answered."""
+    answer_menu = asyncio.Event()
+    register = fake._api_setMyCommands
+
+    async def held(params: Any) -> Any:
+        await answer_menu.wait()
+        return await register(params)
+
+    monkeypatch.setattr(fake, "_api_setMyCommands", held)
+    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
+    assert isinstance(fake.clock, ManualClock)
+    fake.clock.idle = lambda: adapter.pacer.in_flight == 0
+    await adapter.start(dispatcher)
+    try:
+        await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
+        fake.push_message(ADA["id"], ADA, "hello")
+        await fake.wait_for(lambda: dispatcher.submitted, what="the message to be submitted")
+        assert fake.commands == {}, "the menu is still unanswered"
+        answer_menu.set()
+        await fake.wait_for(lambda: len(fake.commands) == 2, what="the menu for private and group chats")
+    finally:
+        answer_menu.set()
+        await adapter.stop()
