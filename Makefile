@@ -6,6 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-chaos durations check bench clean install lock
 
+# Bytecode is kept (in __pycache__/, ignored by git), whatever the environment says: with
+# PYTHONDONTWRITEBYTECODE set (as on the CI machine), every process the suite starts (each daemon,
+# each CLI call) compiled the project's ~150 modules again (0.15-0.2 s of CPU each), and each xdist
+# worker rewrote every test module's asserts again. An installed daemon has its bytecode (pip writes it).
+unexport PYTHONDONTWRITEBYTECODE
+
 # Every dependency at the version requirements-test.lock pins, hashes checked (so CI and every
 # machine test the same code), then the project itself without resolving anything again.
 $(STAMP): pyproject.toml requirements-test.lock
