@@ -288,6 +288,12 @@
     if (id !== conversation) return; // another conversation was opened meanwhile
     source = new EventSource(path("/events") + "?stream_token=" + encodeURIComponent(t.token));
     const mine = source;
+    // Connected (or failed: its retry takes over) before the page counts as ready: a message sent
+    // before the stream is open would have its reply and its run's end streamed to no one.
+    const connected = new Promise((resolve) => {
+      mine.addEventListener("open", resolve, { once: true });
+      mine.addEventListener("error", resolve, { once: true });
+    });
     source.onerror = () => {
       if (mine.readyState === EventSource.CLOSED && mine === source) {
         setTimeout(() => { if (mine === source) listen().catch((err) => flash(err.message)); }, 1000);
@@ -314,6 +320,7 @@
     source.addEventListener("report", (e) => bubble("report", JSON.parse(e.data).text, ""));
     source.addEventListener("status", (e) => { status.textContent = JSON.parse(e.data).text; status.hidden = false; });
     source.addEventListener("run_end", () => { status.hidden = true; reload(); conversations().catch(() => {}); });
+    await connected;
   }
 
   // One reload at a time; one asked for meanwhile runs after it (it sees everything then).
@@ -328,14 +335,18 @@
     return loading;
   }
 
+  // The open conversation drawn and its stream connected. A message sent before that waits for it:
+  // sent at once, the drawing would wipe its bubble and the reply would stream to no one (a person
+  // typing right after the page opened saw neither, seen as a browser-test failure under load).
+  let ready = Promise.resolve();
   async function open(id) {
     conversation = id;
     localStorage.setItem("agent-gateway-conversation", id);
     location.hash = id;
     markCurrent();
     document.body.classList.remove("browsing");
-    await load();
-    await listen();
+    ready = (async () => { await load(); await listen(); })();
+    await ready;
   }
 
   async function fresh() {
@@ -465,6 +476,7 @@
     if (!text.trim() && !pending.length) return;
     send.disabled = true;
     flashed.hidden = true;
+    await ready.catch(() => {});
     const names = pending.map((f) => f.name);
     const mine = bubble("user", text + (names.length ? "\n\n[Files: " + names.join(", ") + "]" : ""), "");
     try {
