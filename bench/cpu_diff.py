@@ -45,7 +45,7 @@ if str(ROOT) not in sys.path:
 
 from bench.platforms import (  # noqa: E402
     CONCURRENT_RUNS,
-    ANSWER,
+    run_to_answer,
     Mattermost,
     Proc,
     Slack,
@@ -97,18 +97,13 @@ def where(filename: str) -> str:
 async def alone_worker() -> None:
     """pydantic-ai alone as `bench/platforms.py` runs it, a burst per line read ("<n>"), its CPU per run printed."""
     agent = _bench_agent()
-    from pydantic_ai import AgentRunResultEvent
 
     async def bursting(messages: int) -> float:
         queue = list(range(messages))
 
         async def worker() -> None:
             while queue:
-                i = queue.pop()
-                async with agent.run_stream_events(f"burst {i}") as events:
-                    async for event in events:
-                        if isinstance(event, AgentRunResultEvent):
-                            assert event.result.output == ANSWER
+                await run_to_answer(agent, f"burst {queue.pop()}")
 
         cpu0 = time.process_time()
         await asyncio.gather(*(worker() for _ in range(CONCURRENT_RUNS)))

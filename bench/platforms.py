@@ -108,21 +108,25 @@ def _model_env(model_url: str) -> dict[str, str]:
     return {**os.environ, "OPENAI_BASE_URL": model_url, "OPENAI_API_KEY": "not-needed"}
 
 
-async def pydantic_ai_alone(messages: int, concurrency: int) -> None:
-    """The same agent (model, instructions) against the same model server: runs at `concurrency`."""
+async def run_to_answer(agent: Any, prompt: str) -> None:
+    """One run of pydantic-ai alone, streamed to its result, which must be the fake model's answer."""
     from pydantic_ai import AgentRunResultEvent
 
+    async with agent.run_stream_events(prompt) as events:
+        async for event in events:
+            if isinstance(event, AgentRunResultEvent):
+                assert event.result.output == ANSWER
+
+
+async def pydantic_ai_alone(messages: int, concurrency: int) -> None:
+    """The same agent (model, instructions) against the same model server: runs at `concurrency`."""
     agent = _bench_agent()
     queue = list(range(messages))
     ends: list[float] = []
 
     async def worker() -> None:
         while queue:
-            i = queue.pop()
-            async with agent.run_stream_events(f"message {i}") as events:
-                async for event in events:
-                    if isinstance(event, AgentRunResultEvent):
-                        assert event.result.output == ANSWER
+            await run_to_answer(agent, f"message {queue.pop()}")
             ends.append(time.perf_counter())
 
     async with agent:

@@ -4,6 +4,7 @@ capabilities (a background delegate's inbox is one) included."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,8 @@ async def test_a_plain_agents_run_has_no_capability_of_its_own_and_its_agent_has
         assert isinstance(calls, ToolCalls) and calls.wrappers[0] is gate, "the gate is the outermost wrapper"
 
 
-async def test_a_tool_a_callers_run_capability_brings_is_gated(tmp_path: Path) -> None:
+def _launcher() -> tuple[list[str], Callable[[str], str]]:
+    """A tool no capability declares, and the targets it was run with."""
     ran: list[str] = []
 
     def launch(target: str) -> str:
@@ -71,6 +73,12 @@ async def test_a_tool_a_callers_run_capability_brings_is_gated(tmp_path: Path) -
         """
         ran.append(target)
         return "launched"
+
+    return ran, launch
+
+
+async def test_a_tool_a_callers_run_capability_brings_is_gated(tmp_path: Path) -> None:
+    ran, launch = _launcher()
 
     async with world(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="shaping-scripted")}) as w:
         SCRIPT.reset(call("launch", target="moon"))
@@ -99,16 +107,7 @@ async def test_the_gate_sees_the_name_a_run_capabilitys_wrapper_gave_a_tool(tmp_
 
 
 async def test_a_tool_called_in_a_run_without_its_turn_is_not_run(tmp_path: Path) -> None:
-    ran: list[str] = []
-
-    def launch(target: str) -> str:
-        """Launch something.
-
-        Args:
-            target: what.
-        """
-        ran.append(target)
-        return "launched"
+    ran, launch = _launcher()
 
     async with world(tmp_path, agents={"assistant": agent(model="shaping-scripted")}) as w:
         turn = await w.turn(ALICE, DM, "launch it")

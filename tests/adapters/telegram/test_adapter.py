@@ -7,6 +7,7 @@ when); the end-to-end tests in test_e2e.py run the same paths through the real d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
@@ -69,16 +70,26 @@ async def fake() -> AsyncIterator[FakeTelegram]:
         yield server
 
 
-@pytest.fixture
-async def polling(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
+@contextlib.asynccontextmanager
+async def connected(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
         tuple[TelegramAdapter, FakeDispatcher]]:
+    """An adapter polling the fake on its manual clock, connected; stopped after."""
     adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
     assert isinstance(fake.clock, ManualClock)
     fake.clock.idle = lambda: adapter.pacer.in_flight == 0  # no jump while a call is on its way
     await adapter.start(dispatcher)
-    await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
-    yield adapter, dispatcher
-    await adapter.stop()
+    try:
+        await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
+        yield adapter, dispatcher
+    finally:
+        await adapter.stop()
+
+
+@pytest.fixture
+async def polling(fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
+        tuple[TelegramAdapter, FakeDispatcher]]:
+    async with connected(fake, monkeypatch) as started:
+        yield started
 
 
 def target(chat_id: int, kind: ChatKind, thread: str | None = None) -> ReplyTarget:
@@ -457,15 +468,8 @@ async def test_a_binding_loads_the_ca_bundle_once(fake: FakeTelegram, monkeypatc
         return load()
 
     monkeypatch.setattr(request.httpx, "create_ssl_context", counted)
-    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
-    assert isinstance(fake.clock, ManualClock)
-    fake.clock.idle = lambda: adapter.pacer.in_flight == 0
-    await adapter.start(dispatcher)
-    try:
-        await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
+    async with connected(fake, monkeypatch):
         assert len(loads) == 1
-    finally:
-        await adapter.stop()
 
 
 async def test_messages_are_taken_while_the_command_menu_is_still_being_registered(
@@ -480,17 +484,12 @@ async def test_messages_are_taken_while_the_command_menu_is_still_being_register
         return await register(params)
 
     monkeypatch.setattr(fake, "_api_setMyCommands", held)
-    adapter, dispatcher = make_adapter(fake, monkeypatch), FakeDispatcher()
-    assert isinstance(fake.clock, ManualClock)
-    fake.clock.idle = lambda: adapter.pacer.in_flight == 0
-    await adapter.start(dispatcher)
     try:
-        await fake.wait_for(lambda: adapter.health().connected, what="the adapter to connect")
-        fake.push_message(ADA["id"], ADA, "hello")
-        await fake.wait_for(lambda: dispatcher.submitted, what="the message to be submitted")
-        assert fake.commands == {}, "the menu is still unanswered"
-        answer_menu.set()
-        await fake.wait_for(lambda: len(fake.commands) == 2, what="the menu for private and group chats")
+        async with connected(fake, monkeypatch) as (_, dispatcher):
+            fake.push_message(ADA["id"], ADA, "hello")
+            await fake.wait_for(lambda: dispatcher.submitted, what="the message to be submitted")
+            assert fake.commands == {}, "the menu is still unanswered"
+            answer_menu.set()
+            await fake.wait_for(lambda: len(fake.commands) == 2, what="the menu for private and group chats")
     finally:
         answer_menu.set()
-        await adapter.stop()
