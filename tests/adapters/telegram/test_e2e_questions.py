@@ -28,6 +28,12 @@ SCALE = 0.05
 GATEWAY = {"plugins": ["tests.support.plugin_mcp"], "limits": {"platform_budget_scale": SCALE}}
 
 
+# Short enough that the unanswered card expires within the test, long enough that a press made at once
+# lands before its card expires on a loaded machine (at 1 s a 1.6 s stall of a starting daemon's loop
+# expired the pester card before its "Yes" arrived, in a fresh-clone run).
+QUESTION_SECONDS = 4.0
+
+
 def tg_config(tmp: Path, fake: FakeTelegram, log: Path, **approvals: float) -> Path:
     telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
     return write_config(tmp, agents={"ops": {"name": "Ops", "model": "test:mcp", "mcp_servers": [
@@ -59,7 +65,7 @@ async def said(fake: FakeTelegram, text: str) -> None:
 
 
 async def test_declined_expired_and_flooding_elicitations(tmp_path: Path, fake: FakeTelegram) -> None:
-    async with running_gateway(tg_config(tmp_path / "c", fake, tmp_path / "mcp.log", question_timeout=1)) as gw:
+    async with running_gateway(tg_config(tmp_path / "c", fake, tmp_path / "mcp.log", question_timeout=QUESTION_SECONDS)) as gw:
         await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding")
         await wait_for(lambda: gw.mcp.existing("ops", "tracker").state == "up", timeout=30, what="the server")
 
@@ -77,7 +83,7 @@ async def test_declined_expired_and_flooding_elicitations(tmp_path: Path, fake: 
         fake.push_message(ADA["id"], ADA, "tracker_release web")
         expiring = await fake.wait_for(lambda: len(cards(fake)) == 2 and cards(fake)[-1], what="a second card")
         stale = button(expiring, "Yes")
-        await said(fake, "[tracker_release success: release web: cancel]")  # nobody answered within 1 s
+        await said(fake, "[tracker_release success: release web: cancel]")  # nobody answered in time
         await fake.wait_for(lambda: "Expired: nobody answered in time." in expiring.text and not expiring.buttons)
         late = fake.push_callback(ADA, expiring, stale)
         await fake.wait_for(lambda: late in fake.answers, what="the late press answered")
