@@ -142,7 +142,9 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         # and setWebhook's parameters hold the webhook secret.
         self._redactor = _Redact([token.reveal()] + ([self._webhook_secret.reveal()] if self._webhook_secret else []))
         self._redactor.install(self._log)
-        trust = trust_store()  # one for both transports: loading the CA bundle is ~30 ms of CPU
+        # One for both transports, loaded in a thread: the CA bundle is ~30 ms of CPU (OpenSSL's, without the
+        # GIL), which on the loop held every other binding's start and every early message behind it.
+        trust = await asyncio.to_thread(trust_store)
         self._bot = _Bot(
             token.reveal(),
             base_url=self._section.api_url,
