@@ -4,8 +4,10 @@ person's conversations, and how the page looks in light and dark."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import BrowserContext, Page, async_playwright, expect
@@ -170,6 +172,30 @@ async def test_tables_task_lists_code_render_and_a_hostile_answer_runs_nothing(t
             await expect(page.locator(".msg.assistant a", has_text="a safe one")).to_have_count(1, timeout=WAIT)
             assert await page.evaluate("window.__pwned") is None
             assert dialogs == []
+        finally:
+            await context.close()
+
+
+@pytest.mark.browser
+async def test_a_message_typed_before_the_page_is_listening_still_gets_its_reply(tmp_path: Path) -> None:
+    """The page opens a conversation's event stream after drawing it; a person who types at once must not
+    lose the reply to a stream not yet open (it went to no one: neither it nor the run's end came)."""
+    _require_chromium()
+    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+
+            async def slow_token(route: Any) -> None:
+                await asyncio.sleep(1.5)  # pacing only: the stream opens late, as on a slow link
+                await route.continue_()
+
+            await page.route("**/api/v1/stream-tokens", slow_token)
+            await page.goto(gw.url + "/")
+            await page.wait_for_url("**/#*", timeout=WAIT)
+            await _send(page, "typed at once")
+            await expect(page.locator(".msg.assistant")).to_have_text("You said: typed at once", timeout=WAIT)
+            await expect(page.locator(".msg.user")).to_have_text("typed at once")
         finally:
             await context.close()
 
