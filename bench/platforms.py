@@ -945,6 +945,14 @@ def report(lat: dict[tuple[str, str], Latency], alone_rounds: list[float], alone
         print(f"| {name} | {b.rate:.0f} | {g.rate:.0f} | {share:.0%} {judge(share >= TARGET_THROUGHPUT and g.messages == messages)} "
               f"| {b.cpu_ms:.2f} / {g.cpu_ms:.2f} | {cpu:.2f}x {judge(cpu <= TARGET_CPU)} | {g.fds[0]} -> {g.fds[1]} "
               f"| {g.rss[0]:.0f} -> {g.rss[1]:.0f} {judge(flat)} | {throttled[name]} {judge(throttled[name] == 0)} |")
+    # What a gateway that added nothing would read (the platform SDK's echo plus pydantic-ai alone), and
+    # what is left as the gateway's own: a floor under the CPU ratio that moves with the platform.
+    floors = {n: (bursts[(n, "bare")].cpu_ms + alone["cpu_ms"]) / alone["cpu_ms"] for n in ("Slack", "Telegram", "Mattermost")}
+    own = {n: bursts[(n, "gateway")].cpu_ms - bursts[(n, "bare")].cpu_ms - alone["cpu_ms"] for n in floors}
+    print()
+    print("CPU per message, the gateway's own (gateway - bare echo - pydantic-ai alone): "
+          + " / ".join(f"{own[n]:.2f}" for n in floors) + " ms; the ratio a gateway adding nothing would read "
+          "((bare + alone) / alone): " + " / ".join(f"{floors[n]:.2f}x" for n in floors) + " (Slack / Telegram / Mattermost) [printed]")
     print()
     print(f"pydantic-ai alone, same agent and model server: one run at a time, first text {alone['first_ms']:.1f} ms, "
           f"result {alone['final_ms']:.1f} ms (p50); at concurrency {CONCURRENT_RUNS}: {alone['rate']:.0f} runs/s, "
