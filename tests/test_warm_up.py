@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from bindings.loader import load_config
 from gateway import extensions
@@ -49,6 +50,36 @@ async def main():
                           "sdks": sorted(m for m in ("openai", "anthropic") if m in sys.modules)}))
     finally:
         await gw.stop()
+
+asyncio.run(main())
+"""
+
+# In a fresh interpreter: the daemon's loop made, then every descriptor but `free` taken before the warm-up's
+# thread makes its loop (the slow-clients test's daemon, out of descriptors, met that on a slow machine).
+OUT_OF_DESCRIPTORS = """
+import asyncio, gc, logging, os, sys
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
+from bindings.loader import load_config
+from gateway.runs.models_cache import ModelCache
+from gateway.runs.warm_up import warm_up
+
+async def main():
+    config = load_config(sys.argv[1])
+    await asyncio.to_thread(lambda: None)  # the default executor's thread, as a started daemon has it
+    held = []
+    try:
+        while True:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        pass
+    for _ in range(int(sys.argv[2])):
+        os.close(held.pop())
+    try:
+        await warm_up(config, ModelCache())
+    finally:
+        for fd in held:
+            os.close(fd)
+    gc.collect()  # whatever the failure left behind is finalized now, before the interpreter's exit
 
 asyncio.run(main())
 """
@@ -136,3 +167,19 @@ async def test_a_message_during_the_warm_up_is_answered_with_the_one_model_kept(
             await gw.stop()
     finally:
         await served.stop()
+
+
+@pytest.mark.parametrize("free", [0, 1], ids=["none-free", "one-free"])
+async def test_a_warm_up_out_of_descriptors_logs_one_line_and_no_traceback(tmp_path: Path, free: int) -> None:
+    """None free: the thread loop's selector fails; one free: the selector takes it and the loop's self-pipe (a
+    socketpair) fails. Either way one warning line. Before the fix, the half-built loop's `__del__` raised
+    AttributeError into the unraisable hook ("Exception ignored in ... Traceback" on stderr) and the rehearsal's
+    coroutine, made before the loop, was never awaited (a RuntimeWarning)."""
+    config = write_config(tmp_path / "c")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", OUT_OF_DESCRIPTORS, str(config), str(free), cwd=ROOT, env=_env(),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    assert out.decode().splitlines() == ["WARNING warm-up failed: OSError: [Errno 24] Too many open files"]
+    assert err.decode() == ""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import selectors
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -59,8 +60,7 @@ async def warm_up(config: LoadedConfig, models: ModelCache,
         for warm in extra:
             await asyncio.to_thread(warm, config)
         names = sorted(config.agents)
-        # The coroutine is made in the thread: a stop before the thread starts leaves none unawaited.
-        await asyncio.to_thread(lambda: asyncio.run(_rehearse(names)))
+        await asyncio.to_thread(_rehearse_in_thread, names)
         on_loop = time.monotonic()
         await _rehearse(names[:1])
     except Exception as e:  # never the daemon's failure: the first run does it instead
@@ -70,6 +70,45 @@ async def warm_up(config: LoadedConfig, models: ModelCache,
              extra={"models": built, "agents": len(names), "seconds": round(time.monotonic() - started, 3),
                     "on_loop_seconds": round(time.monotonic() - on_loop, 3),
                     "cpu_seconds": round(time.process_time() - cpu, 3), "modules": len(sys.modules) - modules})
+
+
+def _rehearse_in_thread(names: list[str]) -> None:
+    """`_rehearse` on a loop of this thread's own. The coroutine is made in the thread, once the loop is:
+    neither a stop before the thread starts nor a loop that cannot be made leaves one unawaited."""
+    with asyncio.Runner(loop_factory=_thread_loop) as runner:
+        runner.get_loop()
+        runner.run(_rehearse(names))
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """The rehearsal thread's loop, or the OSError of making it (out of descriptors), with nothing left behind.
+
+    The selector is made here, not by the loop, so that a loop that cannot be made closes it now."""
+    selector = selectors.DefaultSelector()
+    try:
+        return _ThreadLoop(selector)
+    except BaseException:
+        selector.close()
+        raise
+
+
+class _ThreadLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector loop, less the traceback of one whose constructor failed.
+
+    Out of descriptors, the constructor's self-pipe (a socketpair) fails with EMFILE; the half-built loop's
+    `__del__` then closes it, reaches attributes never set and raises AttributeError into the unraisable hook:
+    "Exception ignored in ... Traceback" on stderr, for a failure the warm-up already logs in one line. Such a
+    loop never ran and owns nothing (the selector is `_thread_loop`'s), so its `__del__` is skipped."""
+
+    _built = False  # set by a constructor that returned
+
+    def __init__(self, selector: selectors.BaseSelector) -> None:
+        super().__init__(selector)
+        self._built = True
+
+    def __del__(self) -> None:
+        if self._built:
+            super().__del__()
 
 
 async def _rehearse(names: list[str]) -> None:

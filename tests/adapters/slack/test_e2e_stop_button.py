@@ -106,7 +106,13 @@ async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake_slack
 
 async def test_a_quick_answer_is_posted_once_never_edited_and_gets_no_button(tmp_path: Path,
                                                                            fake_slack: FakeSlack) -> None:
-    async with running_gateway(_config(tmp_path, fake_slack, QUICK)) as gw:
+    from gateway.clock import ManualClock
+
+    # The first-draft hold is read from the gateway's clock, which does not move here: however slow
+    # the machine, the answer is in before the hold ends, as a quick answer is (on the real clock a
+    # 2.4 s loop stall between the two pieces posted "Quick " as a draft).
+    clock = fake_slack.clock = ManualClock()
+    async with running_gateway(_config(tmp_path, fake_slack, QUICK), clock=clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
         await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> quick one")
 
@@ -139,27 +145,48 @@ async def test_a_natively_streamed_reply_gets_the_button_beside_it(tmp_path: Pat
 
 async def test_the_final_edit_takes_the_button_away_in_the_same_call(tmp_path: Path, fake_slack: FakeSlack) -> None:
     """A reply whose final text is new since its last draft: that edit goes without the button, and no
-    chat.update follows only to take it away (one call, not two)."""
+    chat.update follows only to take it away (one call, not two).
+
+    "New since its last draft" is made so, not left to timing. On a loaded machine the clock's autojump
+    moved on while a draft was under way (it reads the store, it waits for the loop), past the model's
+    pause or past the edit interval, and one draft showed two pieces meant for two (a fresh-clone
+    failure). So each piece waits until the fake shows the one before it, and from the piece before
+    the last until the final edit the clock stands still: no draft's time can come in between."""
     from gateway.clock import ManualClock
     from tests.support.patience import AUTOJUMP
 
     clock = fake_slack.clock = ManualClock(autojump=AUTOJUMP)  # the gateway's and the fake's
+    held: list[PostedMessage] = []  # the replies the clock stood still for, the latest last
+
+    def replies() -> list[PostedMessage]:
+        return fake_slack.bot_messages("C0GEN")
+
+    def holding() -> bool:  # from " world" until the reply's final edit (its text alone, no button)
+        return bool(held) and not (held[-1].text == "Hello world." and held[-1].blocks is None)
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
         yield "Hello"
+        reply = await fake_slack.wait_for(  # posted, and the button put on
+            lambda: next((m for m in replies() if m.edits[-1:] == ["Hello"] and stop_value(m)), None))
         await clock.sleep(2.0)  # past the edit interval: the next piece is a draft edit
+        held.append(reply)
         yield " world"
-        yield "."  # within the interval: only the final shows it
+        await fake_slack.wait_for(lambda: reply.edits[-1:] == ["Hello world"] and stop_value(reply))
+        yield "."  # the clock still: only the final shows it
 
     register_model("stop-button-final", lambda: FunctionModel(stream_function=stream))
     async with running_gateway(_config(tmp_path, fake_slack, "stop-button-final"), clock=clock) as gw:
+        paced_idle = clock.idle
+        clock.idle = lambda: paced_idle() and not holding()
         await eventually(lambda: gw.adapters["acme"].health().connected)
         root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi")
-        reply = await fake_slack.wait_for(
-            lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text == "Hello world."), None))
+        reply = await fake_slack.wait_for(lambda: next((m for m in replies() if m.text == "Hello world."), None))
         # A second message in the thread runs only once the first run is all done (its Stop control too).
         await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> again", thread_ts=root.ts)
-        await fake_slack.wait_for(lambda: len([m for m in fake_slack.bot_messages("C0GEN") if m.text == "Hello world."]) == 2)
+        await fake_slack.wait_for(lambda: len([m for m in replies() if m.text == "Hello world."]) == 2)
         assert reply.blocks is None
         assert reply.edits[-2:] == ["Hello world", "Hello world."], "the final text was set once"
         assert (stop_in(reply.block_edits[-2]) or "").startswith("stop:") and reply.block_edits[-1] is None
+        finals = [c for c in fake_slack.calls_to("chat.update")
+                  if c.args.get("ts") == reply.ts and c.args.get("text") == "Hello world."]
+        assert len(finals) == 1, "a chat.update followed the final edit only to take the button away"
