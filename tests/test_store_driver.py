@@ -189,6 +189,21 @@ async def test_redelivery_and_a_full_queue_store_nothing(store: Store) -> None:
     assert await store.record("web", ["e3"]) is True and await store.record("web", ["e3"]) is False
 
 
+async def test_events_recorded_together_are_all_kept_or_none(store: Store) -> None:
+    """A message's ids go into the ledger in one statement: one of them known already is a
+    redelivery, and the others are not kept either (its retry is still a first delivery of them)."""
+    assert await store.record("web", ["e2"]) is True
+    assert await store.record("web", ["e1", "e2"]) is False
+    assert await store.record("web", ["e1"]) is True, "e1 was rolled back with the duplicate"
+    assert await store.record("web", ["e3", "e3"]) is False, "the same id twice is a redelivery of it"
+    conv = await _conversation(store)
+    with pytest.raises(Duplicate):
+        await store.ingest(binding_id="web", event_ids=["e4", "e1"], conversation=conv, identity=ANN, account_id="ann",
+                           text="hello", agent_id="assistant", platform_message_id="e4", queue_limit=10)
+    assert await store.messages(conv.id) == []
+    assert await store.record("web", ["e4", "e5"]) is True
+
+
 async def test_a_lapsed_lease_hands_the_run_back(store: Store) -> None:
     conv = await _conversation(store)
     ingested = await _say(store, conv, "e1", "hello")
