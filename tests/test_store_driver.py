@@ -204,6 +204,23 @@ async def test_events_recorded_together_are_all_kept_or_none(store: Store) -> No
     assert await store.record("web", ["e4", "e5"]) is True
 
 
+async def test_a_conversation_not_at_hand_is_found_by_its_key_not_made_twice(store: Store) -> None:
+    """`ingest` given a conversation by its key alone (a process that does not have it at hand: another
+    replica, a restart) stores the message in the one under that key, behind its queue."""
+    first = await store.ingest(binding_id="web", event_ids=["e1"], identity=ANN, account_id="ann", text="one",
+                               conversation=ConversationRef("", "web:local:c7", "web", "web", "local", "c7", None, "dm"),
+                               agent_id="assistant", platform_message_id="e1", queue_limit=10, start=True)
+    assert first.claimed is not None
+    elsewhere = Store(store.engine, clock=store.clock)  # nothing at hand
+    second = await elsewhere.ingest(binding_id="web", event_ids=["e2"], identity=ANN, account_id="ann", text="two",
+                                    conversation=ConversationRef("", "web:local:c7", "web", "web", "local", "c7",
+                                                                 None, "dm"),
+                                    agent_id="assistant", platform_message_id="e2", queue_limit=10, start=True)
+    assert second.conversation == first.conversation
+    assert second.claimed is None and second.new_run, "queued behind the running run, not started beside it"
+    assert [m.text for m in await store.messages(first.conversation.id)] == ["one", "two"]
+
+
 async def test_a_lapsed_lease_hands_the_run_back(store: Store) -> None:
     conv = await _conversation(store)
     ingested = await _say(store, conv, "e1", "hello")

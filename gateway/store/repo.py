@@ -289,7 +289,8 @@ class Store:
             # A message joins a queued run only if that run never started: one that started before
             # (interrupted by a crash, queued again) may already have shown its answer. Never a
             # report run: that one runs as the person who started the background run.
-            queued, run_id, live = (yield q.one(
+            # A conversation this transaction created has nothing queued, running or parked: not read.
+            queued, run_id, live = (0, None, 0) if created else (yield q.one(
                 "SELECT (SELECT count(*) FROM messages WHERE conversation_id = :c AND status = 'queued'),"
                 " (SELECT id FROM runs WHERE conversation_id = :c AND status = 'queued' AND started_at IS NULL"
                 " AND kind = 'turn' ORDER BY created_at LIMIT 1),"
@@ -351,17 +352,24 @@ class Store:
     def _conversation_raw(
         self, q: driver.Statements, ref: ConversationRef, now: datetime
     ) -> driver.Program[tuple[ConversationRef, bool]]:
-        """The conversation under `ref.key`, created if there is none; and whether it was created."""
-        row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
-        if row is not None:
-            return ConversationRef(*row), False
+        """The conversation under `ref.key`, created if there is none; and whether it was created.
+
+        Inserted first, read only when the key is taken: a conversation asked for here is new but for
+        one this process no longer has at hand (`ingest` is handed the ones it knows), so most cost
+        one statement, not a read that finds nothing and the insert."""
         created = ConversationRef(**{**asdict(ref), "id": ref.id or new_id()})
-        yield q.run(
+        added = yield q.run(
             f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
-            " VALUES (:id, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)",
+            " VALUES (:id, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)"
+            " ON CONFLICT (key) DO NOTHING",
             **asdict(created), t=now,
         )
-        return created, True
+        if added == 1:
+            return created, True
+        row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
+        if row is None:  # pragma: no cover - the key conflicted in this very transaction
+            raise RuntimeError(f"conversation {created.id} could not be stored")
+        return ConversationRef(*row), False
 
     async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
         now = self.clock.now()
