@@ -239,10 +239,11 @@ async def test_a_lapsed_lease_hands_the_run_back(store: Store) -> None:
 
 
 async def test_delivery_rows_keep_the_posted_message(store: Store) -> None:
-    await store.save_delivery("run-1", 0, "m-1", "Hel", False, new=True)
+    await store.save_delivery("run-1", 0, "m-1", "Hel", False)
     _clock(store).advance(1)
     await store.save_delivery("run-1", 0, None, "Hello.", True)
-    await store.save_delivery("run-1", 1, "m-2", "More.", True)
+    await store.save_delivery("run-1", 1, "m-2", "More", False)
+    await store.save_delivery("run-1", 1, "", "More.", True)  # an edit that names no message: "" as None
     rows = await store.deliveries("run-1")
     assert [(r.seq, r.platform_message_id, r.text, r.final) for r in rows] == [
         (0, "m-1", "Hello.", True),
@@ -255,7 +256,7 @@ async def test_a_runs_end_writes_its_replys_final_rows_in_the_same_transaction(s
     conv = await _conversation(store)
     said = await _say(store, conv, "e1", "tell me two things")
     await store.claim_next_run(conv.id)
-    await store.save_delivery(said.run_id, 0, "m-1", "One", False, new=True)  # the draft, posted earlier
+    await store.save_delivery(said.run_id, 0, "m-1", "One", False)  # the draft, posted earlier
     _clock(store).advance(1)
     rows = [FinalRow(0, None, "One."), FinalRow(1, "m-2", "Two.")]  # the draft edited, a second message posted
     await store.end_run(said.run_id, "finished", reply="One.\n\nTwo.", deliveries=rows)

@@ -637,7 +637,7 @@ class Store:
 
         def program(q: driver.Statements) -> driver.Program[None]:
             for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
-                yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now, new=False)
+                yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now)
             row = yield q.one("SELECT conversation_id, started_at, state IS NOT NULL, status FROM runs WHERE id = :id",
                                id=run_id)
             if row is None:
@@ -720,14 +720,12 @@ class Store:
 
     # --- deliveries ---------------------------------------------------------------------
 
-    async def save_delivery(
-        self, run_id: str, seq: int, platform_message_id: str | None, text: str, final: bool, *, new: bool = False
-    ) -> None:
-        """Record one posted message of a reply. `new`: the caller knows no row exists yet."""
+    async def save_delivery(self, run_id: str, seq: int, platform_message_id: str | None, text: str, final: bool) -> None:
+        """Record one posted message of a reply (a new row, or its row updated)."""
         now = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[None]:
-            yield from _save_delivery(q, run_id, seq, platform_message_id, text, final, now, new=new)
+            yield from _save_delivery(q, run_id, seq, platform_message_id, text, final, now)
 
         await self.patiently(lambda: driver.transaction(self.engine, program), f"recording a reply of run {run_id}")
 
@@ -774,19 +772,15 @@ def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[
 
 
 def _save_delivery(q: driver.Statements, run_id: str, seq: int, platform_message_id: str | None, text: str,
-                   final: bool, now: datetime, *, new: bool) -> driver.Program[None]:
-    """One delivery row, written or updated: a step of a transaction (`save_delivery`, `end_run`)."""
-    if not new:
-        changed = yield q.run(
-            "UPDATE deliveries SET text = :text, final = :final, updated_at = :t,"
-            " platform_message_id = COALESCE(:pm, platform_message_id) WHERE run_id = :r AND seq = :seq",
-            text=text, final=final, t=now, pm=platform_message_id or None, r=run_id, seq=seq,
-        )
-        if changed:
-            return
+                   final: bool, now: datetime) -> driver.Program[None]:
+    """One delivery row, written or updated, in one statement: a step of a transaction (`save_delivery`,
+    `end_run`). An update keeps the posted message's id when this call has none (an edit names none);
+    a retried try whose commit was lost updates what it wrote."""
     yield q.run(
         "INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
-        " VALUES (:r, :seq, :pm, :text, :final, :t)",
+        " VALUES (:r, :seq, :pm, :text, :final, :t) ON CONFLICT (run_id, seq) DO UPDATE SET text = excluded.text,"
+        " final = excluded.final, updated_at = excluded.updated_at,"
+        " platform_message_id = COALESCE(NULLIF(excluded.platform_message_id, ''), deliveries.platform_message_id)",
         r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now,
     )
 
