@@ -267,6 +267,10 @@ async def test_a_runs_end_writes_its_replys_final_rows_in_the_same_transaction(s
     ]
     run = await store.run(said.run_id)
     assert run is not None and run.status == "finished"
+    assert [m.text for m in await store.messages(conv.id) if m.role == "assistant"] == ["One.\n\nTwo."], \
+        "the retried end added its reply once"
+    await store.end_run("no-such-run", "finished", reply="Lost.")  # its run is gone: nothing is written
+    assert [m.text for m in await store.messages(conv.id)] == ["tell me two things", "One.\n\nTwo."]
 
 
 def _parked(engine: Any) -> int:

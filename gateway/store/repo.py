@@ -638,40 +638,36 @@ class Store:
         def program(q: driver.Statements) -> driver.Program[None]:
             for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
                 yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now)
-            row = yield q.one("SELECT conversation_id, started_at, state IS NOT NULL, status FROM runs WHERE id = :id",
-                               id=run_id)
-            if row is None:
-                return
-            if row[3] == status and status in ENDED | {PARKED}:
-                # Recorded already: a try whose commit reached the database but whose answer was
-                # lost with its connection (`patiently` tries again). Its reply is not added twice.
-                return
-            conversation_id, started_at, had_state = row[0], q.time(row[1]), bool(row[2])
-            resumed = had_state and status != PARKED
+            # Recorded already (a try whose commit reached the database but whose answer was lost with
+            # its connection: `patiently` tries again): its row is left alone and its reply not added twice.
+            fresh = " AND status != :st" if status in ENDED | {PARKED} else ""
+            if reply:
+                # Read off the run's row as it stands (its conversation, when it started, whether it was
+                # parked before), so nothing of it is read back on its own. Dated from when the answer
+                # began streaming, so it sorts right after the turn it answers even if more messages
+                # arrived meanwhile; the part after an approval card began when the run resumed.
+                dated = ("COALESCE(started_at, :t)" if status == PARKED
+                         else "CASE WHEN state IS NOT NULL THEN :t ELSE COALESCE(started_at, :t) END")
+                yield q.run(
+                    "INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
+                    f" SELECT conversation_id, id, 'assistant', :text, :mst, '', {dated} FROM runs WHERE id = :id{fresh}",
+                    text=reply, mst="final" if status in (FINISHED, PARKED) else status, t=now, id=run_id, st=status,
+                )
             counts = ", requests = :n, input_tokens = :i, output_tokens = :o" if usage is not None else ""
             n, i, o = usage or (0, 0, 0)
-            yield q.run(
+            changed = yield q.run(
                 f"UPDATE runs SET status = :st, reason = :reason, state = :state, finished_at = :f{counts}"
-                " WHERE id = :id",
+                f" WHERE id = :id{fresh}",
                 st=status, reason=reason, state=state, f=None if status == PARKED else now, id=run_id,
                 **({"n": n, "i": i, "o": o} if usage is not None else {}),
             )
+            if not changed:  # no such run, or recorded already (then the reply above was not added either)
+                return
             yield q.run(
                 "UPDATE messages SET status = 'processed'"
                 " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')",
                 r=run_id,
             )
-            if reply:
-                yield q.run(
-                    "INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
-                    " VALUES (:c, :r, 'assistant', :text, :st, '', :t)",
-                    c=conversation_id, r=run_id, text=reply,
-                    st="final" if status in (FINISHED, PARKED) else status,
-                    # Dated from when the answer began streaming, so it sorts right after
-                    # the turn it answers even if more messages arrived meanwhile; the part
-                    # after an approval card began when the run resumed.
-                    t=now if resumed else (started_at or now),
-                )
 
         await self.patiently(lambda: driver.transaction(self.engine, program), f"recording run {run_id} {status}")
 
