@@ -207,10 +207,10 @@ async def test_the_final_edit_does_not_wait_for_the_drafts_row(store: Store) -> 
     release = asyncio.Event()
     save = store.save_delivery
 
-    async def slow_first_row(run_id: str, seq: int, message_id: str | None, text: str, final: bool, *, new: bool) -> None:
-        if new:
+    async def slow_first_row(run_id: str, seq: int, message_id: str | None, text: str, final: bool) -> None:
+        if not final:  # the draft's row
             await release.wait()
-        await save(run_id, seq, message_id, text, final, new=new)
+        await save(run_id, seq, message_id, text, final)
 
     store.save_delivery = slow_first_row  # type: ignore[method-assign]
     stream = ReplyStream(chat, TARGET, store, "run9", clock)  # type: ignore[arg-type]

@@ -189,6 +189,38 @@ async def test_redelivery_and_a_full_queue_store_nothing(store: Store) -> None:
     assert await store.record("web", ["e3"]) is True and await store.record("web", ["e3"]) is False
 
 
+async def test_events_recorded_together_are_all_kept_or_none(store: Store) -> None:
+    """A message's ids go into the ledger in one statement: one of them known already is a
+    redelivery, and the others are not kept either (its retry is still a first delivery of them)."""
+    assert await store.record("web", ["e2"]) is True
+    assert await store.record("web", ["e1", "e2"]) is False
+    assert await store.record("web", ["e1"]) is True, "e1 was rolled back with the duplicate"
+    assert await store.record("web", ["e3", "e3"]) is False, "the same id twice is a redelivery of it"
+    conv = await _conversation(store)
+    with pytest.raises(Duplicate):
+        await store.ingest(binding_id="web", event_ids=["e4", "e1"], conversation=conv, identity=ANN, account_id="ann",
+                           text="hello", agent_id="assistant", platform_message_id="e4", queue_limit=10)
+    assert await store.messages(conv.id) == []
+    assert await store.record("web", ["e4", "e5"]) is True
+
+
+async def test_a_conversation_not_at_hand_is_found_by_its_key_not_made_twice(store: Store) -> None:
+    """`ingest` given a conversation by its key alone (a process that does not have it at hand: another
+    replica, a restart) stores the message in the one under that key, behind its queue."""
+    first = await store.ingest(binding_id="web", event_ids=["e1"], identity=ANN, account_id="ann", text="one",
+                               conversation=ConversationRef("", "web:local:c7", "web", "web", "local", "c7", None, "dm"),
+                               agent_id="assistant", platform_message_id="e1", queue_limit=10, start=True)
+    assert first.claimed is not None
+    elsewhere = Store(store.engine, clock=store.clock)  # nothing at hand
+    second = await elsewhere.ingest(binding_id="web", event_ids=["e2"], identity=ANN, account_id="ann", text="two",
+                                    conversation=ConversationRef("", "web:local:c7", "web", "web", "local", "c7",
+                                                                 None, "dm"),
+                                    agent_id="assistant", platform_message_id="e2", queue_limit=10, start=True)
+    assert second.conversation == first.conversation
+    assert second.claimed is None and second.new_run, "queued behind the running run, not started beside it"
+    assert [m.text for m in await store.messages(first.conversation.id)] == ["one", "two"]
+
+
 async def test_a_lapsed_lease_hands_the_run_back(store: Store) -> None:
     conv = await _conversation(store)
     ingested = await _say(store, conv, "e1", "hello")
@@ -207,10 +239,11 @@ async def test_a_lapsed_lease_hands_the_run_back(store: Store) -> None:
 
 
 async def test_delivery_rows_keep_the_posted_message(store: Store) -> None:
-    await store.save_delivery("run-1", 0, "m-1", "Hel", False, new=True)
+    await store.save_delivery("run-1", 0, "m-1", "Hel", False)
     _clock(store).advance(1)
     await store.save_delivery("run-1", 0, None, "Hello.", True)
-    await store.save_delivery("run-1", 1, "m-2", "More.", True)
+    await store.save_delivery("run-1", 1, "m-2", "More", False)
+    await store.save_delivery("run-1", 1, "", "More.", True)  # an edit that names no message: "" as None
     rows = await store.deliveries("run-1")
     assert [(r.seq, r.platform_message_id, r.text, r.final) for r in rows] == [
         (0, "m-1", "Hello.", True),
@@ -223,7 +256,7 @@ async def test_a_runs_end_writes_its_replys_final_rows_in_the_same_transaction(s
     conv = await _conversation(store)
     said = await _say(store, conv, "e1", "tell me two things")
     await store.claim_next_run(conv.id)
-    await store.save_delivery(said.run_id, 0, "m-1", "One", False, new=True)  # the draft, posted earlier
+    await store.save_delivery(said.run_id, 0, "m-1", "One", False)  # the draft, posted earlier
     _clock(store).advance(1)
     rows = [FinalRow(0, None, "One."), FinalRow(1, "m-2", "Two.")]  # the draft edited, a second message posted
     await store.end_run(said.run_id, "finished", reply="One.\n\nTwo.", deliveries=rows)
@@ -234,6 +267,10 @@ async def test_a_runs_end_writes_its_replys_final_rows_in_the_same_transaction(s
     ]
     run = await store.run(said.run_id)
     assert run is not None and run.status == "finished"
+    assert [m.text for m in await store.messages(conv.id) if m.role == "assistant"] == ["One.\n\nTwo."], \
+        "the retried end added its reply once"
+    await store.end_run("no-such-run", "finished", reply="Lost.")  # its run is gone: nothing is written
+    assert [m.text for m in await store.messages(conv.id)] == ["tell me two things", "One.\n\nTwo."]
 
 
 def _parked(engine: Any) -> int:

@@ -216,7 +216,7 @@ class ReplyStream:
         if final and rows is not None:
             rows.append(FinalRow(self._base, message_id, shown))
         else:
-            await self.store.save_delivery(self.run_id, self._base, message_id, shown, final, new=0 not in self._saved)
+            await self.store.save_delivery(self.run_id, self._base, message_id, shown, final)
         self._saved.add(0)
 
     def _hand_back_first_message(self) -> None:
@@ -375,7 +375,7 @@ class ReplyStream:
                     self._final_rows.append(FinalRow(self._base + seq, self._posted[seq].message_id, piece))
                     continue
                 save = self.store.save_delivery(self.run_id, self._base + seq, self._posted[seq].message_id, piece,
-                                                piece_final, new=new)
+                                                piece_final)
                 if new and not piece_final:
                     # A draft's first row is written while the stream goes on: the next edit (the
                     # final, for a quick answer) does not wait for it, the next row does. A crash

@@ -122,8 +122,7 @@ async def share_files(adapter: Adapter, target: ReplyTarget, store: Store, run_i
                     for f in files]
         except FileTooLarge as e:  # this server's own cap: nothing was shared, and trying again will not help
             raise _too_large(adapter, names, e) from None
-        await store.save_delivery(key, 0, None, json.dumps({"stage": UPLOADED, "refs": refs}), False,
-                                  new=row is None)
+        await store.save_delivery(key, 0, None, json.dumps({"stage": UPLOADED, "refs": refs}), False)
     shared = list(zip(files, refs, strict=True))
 
     async def share_once() -> str:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 REPLACEMENT = "\ufffd"
 
 
 def storable(value: Any) -> Any:
     """`value` with NULs and lone surrogates replaced, if it is a string; anything else as it is."""
-    if isinstance(value, str) and _UNSTORABLE.search(value):
-        return _UNSTORABLE.sub(REPLACEMENT, value)
+    if isinstance(value, str) and UNSTORABLE.search(value):
+        return UNSTORABLE.sub(REPLACEMENT, value)
     return value
 
 

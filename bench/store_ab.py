@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""The store's part of a plain message, two versions of `gateway/store/repo.py` alternating in one process.
+
+Each message is what the daemon asks of the store for one inbound message answered by one final reply:
+`Store.ingest(start=True)` (ledger, conversation, the run claimed) and `Store.end_run` with the reply's
+final delivery row, on one SQLite file (the daemon's engine: `gateway.store.engine.create_engine`). The
+conversations are new (`--turns 1`) or go on (`--turns N`: the first message of each starts it). The
+other version is loaded from another checkout's repo.py (`--before DIR`, e.g. a worktree of main) and
+shares everything else of this one (driver, engine). Old and new take turns message by message (A B B A
+...), so both meet the same load; `time.thread_time()` of the loop thread around each store call (the
+transactions run inline on the loop, nothing else runs meanwhile), medians per round, and cProfile's
+function calls per message in one more burst of each (which load does not move).
+
+    .venv/bin/python bench/store_ab.py --before /work/main --rounds 5 --messages 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import importlib.util
+import itertools
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from gateway.store import repo  # noqa: E402
+from gateway.store.engine import create_engine, migrate  # noqa: E402
+
+
+def load_repo(checkout: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("repo_before", checkout / "gateway" / "store" / "repo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["repo_before"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Variant:
+    def __init__(self, name: str, module: Any, engine: Any, turns: int) -> None:
+        self.name, self.module, self.turns = name, module, turns
+        self.store = module.Store(engine, owner=f"bench-{name}")
+        self.serial = itertools.count()
+        self.conversation: Any = None
+        self.turn = 0
+
+    async def message(self) -> None:
+        m = self.module
+        n = next(self.serial)
+        if self.turn % self.turns == 0:
+            self.conversation = m.ConversationRef("", f"bench:{self.name}:{n}", "slack", "slack", "T1", "C1",
+                                                  f"{n}", "channel")
+        self.turn += 1
+        ingested = await self.store.ingest(
+            binding_id="slack", event_ids=[f"{self.name}:{n}", f"{self.name}:same:{n}"],
+            conversation=self.conversation, identity=m.Identity("person-ada", "Ada"), account_id="U0ADA",
+            text=f"hello {n}", agent_id="assistant", platform_message_id=f"{n}.0", queue_limit=10, start=True)
+        assert ingested.claimed is not None
+        self.conversation = ingested.conversation
+        await self.store.end_run(ingested.run_id, m.FINISHED, usage=(1, 10, 5), reply="Hello from the fake model.",
+                                 deliveries=[m.FinalRow(0, f"{n}.1", "Hello from the fake model.")])
+
+
+async def main(before: Path, rounds: int, messages: int, turns: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = create_engine(f"sqlite+aiosqlite:///{tmp}/ab.db")
+        await migrate(engine)
+        variants = [Variant("before", load_repo(before), engine, turns), Variant("after", repo, engine, turns)]
+        for v in variants:  # warm: statement caches, the connection
+            for _ in range(20):
+                await v.message()
+        cpu: dict[str, list[float]] = {v.name: [] for v in variants}
+        for _ in range(rounds):
+            times: dict[str, list[float]] = {v.name: [] for v in variants}
+            for i in range(messages):
+                order = variants if i % 2 == 0 else variants[::-1]
+                for v in order:
+                    t0 = time.thread_time()
+                    await v.message()
+                    times[v.name].append(time.thread_time() - t0)
+            for name, ts in times.items():
+                cpu[name].append(statistics.median(ts) * 1000)
+        print(f"store CPU per message (loop thread, ingest + end_run; median of each round, {rounds} x {messages}):")
+        for name, ms in cpu.items():
+            print(f"  {name:7} {statistics.median(ms):.3f} ms   rounds: {' '.join(f'{x:.3f}' for x in ms)}")
+        ratio = [a / b for a, b in zip(cpu["after"], cpu["before"], strict=True)]
+        print(f"  after / before, per round: {' '.join(f'{r:.3f}' for r in ratio)}")
+        for v in variants:
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(messages):
+                await v.message()
+            profiler.disable()
+            stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+            total = sum(nc for (_f, _l, _fn), (_cc, nc, _tt, _ct, _c) in stats.items())
+            sqlite_calls = sum(nc for (f, _l, fn), (_cc, nc, _tt, _ct, _c) in stats.items()
+                               if f == "~" and "sqlite3" in fn)
+            print(f"  {v.name:7} function calls per message {total / messages:.1f} (sqlite3's C calls {sqlite_calls / messages:.1f})")
+        await engine.dispose()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", type=Path, required=True, help="a checkout whose gateway/store/repo.py is 'before'")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--turns", type=int, default=1, help="messages per conversation")
+    args = parser.parse_args()
+    asyncio.run(main(args.before, args.rounds, args.messages, args.turns))
