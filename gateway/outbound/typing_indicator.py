@@ -3,8 +3,8 @@
 What a person sees first should not wait for the run to be claimed, its conversation read and its
 agent built. The dispatcher calls `show` right after the message is stored; the indicator goes out
 from a task of its own, concurrently with the run starting (and with the adapter's ack or offset
-write). The runner's typing loop then skips its first call when a sign went out moments before
-(`taken`), so the platform sees one call, not two.
+write). The runner's typing renewals then start one interval later when a sign went out moments
+before (`taken`), so the platform sees one call, not two.
 
 An indicator never queues for the platform's budget (`show_typing`): one that cannot go out now
 is skipped, as it would be stale by the time it went. Queued, hundreds of runs' indicators stood

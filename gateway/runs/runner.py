@@ -74,7 +74,7 @@ from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, st
 from gateway.outbound.adapter import (Adapter, AnswersDirectory, FetchesAttachments, ReplyTarget, ShowsStatus,
                                      StreamsNatively, offered)
 from gateway.runs.turn import Memory, Requester, Turn
-from gateway.tasks import cancel_and_wait
+from gateway.tasks import Later
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -407,7 +407,13 @@ class Runner:
         started = gw.clock.monotonic()
         token = self._in_flight.start(turn.run_id)
         self._streams[turn.run_id] = stream
-        typing = asyncio.create_task(self._keep_typing(turn, stream))
+        # The sign shown on the message's arrival is not sent again while the platform still shows it
+        # (in a backlog a run starts seconds later, and Slack's status lasts two minutes): the renewals
+        # then start at the first renewal's moment, and a run that ends sooner (most) never starts them.
+        lasts = stream.adapter.limits.typing_lasts
+        shown = gw.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
+        typing = Later(gw.clock, TYPING_EVERY if shown else 0.0, lambda: self._keep_typing(turn, stream),
+                       name=f"typing:{turn.run_id}")
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         tools_done: list[str] = []
@@ -505,7 +511,7 @@ class Runner:
             gw.metrics.run_ended(turn, outcome.status)
         finally:
             stream.close()
-            await cancel_and_wait(typing)
+            await typing.close()
             self._in_flight.done(turn.run_id)
             self._streams.pop(turn.run_id, None)
             if control:  # the reply is final (or parked, or stopped): nothing left to stop
@@ -524,15 +530,9 @@ class Runner:
         renewal skips itself when the platform's budget has no room (`show_typing`), and on Telegram
         counts against the bot's budget only, never the chat's or the group's, so a final never waits for it.
         """
-        # The sign shown on the message's arrival is not sent again while the platform still shows it:
-        # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
-        lasts = stream.adapter.limits.typing_lasts
-        shown = self.gateway.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         until_final = offered(stream.adapter, ShowsStatus) is None
         while until_final or not stream.posted:
-            if not shown:
-                await show_typing(stream.adapter, turn.target)
-            shown = False
+            await show_typing(stream.adapter, turn.target)
             await self.gateway.clock.sleep(TYPING_EVERY)  # the gateway's clock: a test moves it
 
     def cancel_all(self) -> int:
