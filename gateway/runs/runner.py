@@ -112,6 +112,10 @@ def _configuration(search: ToolSearch[Turn]) -> SearchConfig:
     return type(search), tuple((f.name, getattr(search, f.name)) for f in fields(search) if f.init)
 
 
+# pydantic-ai's default, the configuration of most agents: built once, not per run (31 calls).
+_PLAIN_SEARCH = _configuration(ToolSearch())
+
+
 @dataclass(frozen=True)
 class Outcome:
     status: str
@@ -299,7 +303,7 @@ class Runner:
         # under its id (UserError) rather than let it replace it. An agent has one tool-discovery
         # configuration, and it holds nothing of the run (capabilities/tool_search.py reads the turn
         # from the run's deps), so the Agent is keyed by that configuration.
-        search = _configuration(next((c for c in capabilities if isinstance(c, ToolSearch)), ToolSearch()))
+        search = next((_configuration(c) for c in capabilities if isinstance(c, ToolSearch)), _PLAIN_SEARCH)
         return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds, search), model=model,
                          model_settings=settings,  # type: ignore[arg-type]
                          capabilities=[c for c in capabilities if not isinstance(c, ToolSearch)])
