@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -576,16 +576,15 @@ class TurnAgent(WrapperAgent[Turn, Any]):
     def model(self) -> Model:
         return self._model
 
-    @contextlib.asynccontextmanager
-    async def iter(self, user_prompt: Any = None, *, model: Any = None, instructions: Any = None,  # type: ignore[override]
-                   model_settings: Any = None, capabilities: Sequence[Any] | None = None,
-                   **kwargs: Any) -> AsyncIterator[Any]:
-        async with self.wrapped.iter(
+    def iter(self, user_prompt: Any = None, *, model: Any = None, instructions: Any = None,  # type: ignore[override]
+             model_settings: Any = None, capabilities: Sequence[Any] | None = None,
+             **kwargs: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        # The shared Agent's own context manager, not one more `asynccontextmanager` layer around it.
+        return self.wrapped.iter(
             user_prompt, model=model or self._model, instructions=instructions,
             model_settings=model_settings if model_settings is not None else self._settings,
             capabilities=[*self._capabilities, *(capabilities or ())], **kwargs,
-        ) as run:
-            yield run
+        )
 
 
 async def show_status(adapter: Adapter, target: ReplyTarget, text: str) -> None:
