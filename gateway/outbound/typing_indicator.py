@@ -46,7 +46,7 @@ class TypingIndicator:
             self._shown = {k: t for k, t in self._shown.items() if now - t < KEEP}
             self._pending = {k: t for k, t in self._pending.items() if not t.done()}
         self._shown[conversation_id] = now
-        task = asyncio.create_task(self._show(adapter, target), name=f"first-sign:{conversation_id}")
+        task = asyncio.create_task(show_typing(adapter, target), name=f"first-sign:{conversation_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._pending[conversation_id] = task
@@ -61,9 +61,6 @@ class TypingIndicator:
             await asyncio.sleep(0)  # no sign on its way (a resumed run): the run's typing loop steps first
         else:
             await asyncio.wait({task}, timeout=at_most)
-
-    async def _show(self, adapter: Adapter, target: ReplyTarget) -> None:
-        await show_typing(adapter, target)
 
     def taken(self, conversation_id: str, within: float) -> bool:
         """Whether a sign went out in this conversation less than `within` seconds ago (once)."""
