@@ -50,10 +50,11 @@ class Later:
 
     Until then it is one timer: work that usually ends sooner (a run's typing renewals, due 4 s in,
     where most runs have finished) costs no task, no task steps and no cancellation round trip.
+    `start` may return None when, by then, there is nothing left to do (no task is made).
     `cancel` stops the timer or the task; `close` also waits for a started task to end.
     """
 
-    def __init__(self, clock: Clock, delay: float, start: Callable[[], Coroutine[Any, Any, None]],
+    def __init__(self, clock: Clock, delay: float, start: Callable[[], Coroutine[Any, Any, None] | None],
                  *, name: str | None = None) -> None:
         self._start, self._name = start, name
         self._task: asyncio.Task[None] | None = None
@@ -65,7 +66,9 @@ class Later:
 
     def _begin(self) -> None:
         self._timer = None
-        self._task = asyncio.create_task(self._start(), name=self._name)
+        work = self._start()
+        if work is not None:
+            self._task = asyncio.create_task(work, name=self._name)
 
     def cancel(self) -> None:
         if self._timer is not None:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -416,7 +416,7 @@ class Runner:
         # then start at the first renewal's moment, and a run that ends sooner (most) never starts them.
         lasts = stream.adapter.limits.typing_lasts
         shown = gw.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
-        typing = Later(gw.clock, TYPING_EVERY if shown else 0.0, lambda: self._keep_typing(turn, stream),
+        typing = Later(gw.clock, TYPING_EVERY if shown else 0.0, lambda: self._typing_renewals(turn, stream),
                        name=f"typing:{turn.run_id}")
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
@@ -523,6 +523,13 @@ class Runner:
             gw.metrics.run_took(turn, gw.clock.monotonic() - started)
             log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
+
+    def _typing_renewals(self, turn: Turn, stream: ReplyStream) -> Coroutine[Any, Any, None] | None:
+        """`_keep_typing`, or None where the status line took over already (`ShowsStatus`, the reply
+        posted): in a burst most runs outlast the first renewal's moment, and then no task is made."""
+        if offered(stream.adapter, ShowsStatus) is not None and stream.posted:
+            return None
+        return self._keep_typing(turn, stream)
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
         """Show the platform's working indicator until the reply's final (the runner cancels this then).
