@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from typing import Any
+
+from gateway.clock import Clock, Timer
 
 log = logging.getLogger("gateway.tasks")
 
@@ -40,3 +43,40 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None, what: str | None =
         if not task.cancelled() and (error := task.exception()) is not None:
             name = what or (task.get_name() if isinstance(task, asyncio.Task) else repr(task))
             log.log(level, "%s ended with %s while being stopped: %s", name, type(error).__name__, error)
+
+
+class Later:
+    """A task started only once `delay` seconds of `clock` have passed, or at once for a delay of 0.
+
+    Until then it is one timer: work that usually ends sooner (a run's typing renewals, due 4 s in,
+    where most runs have finished) costs no task, no task steps and no cancellation round trip.
+    `start` may return None when, by then, there is nothing left to do (no task is made).
+    `cancel` stops the timer or the task; `close` also waits for a started task to end.
+    """
+
+    def __init__(self, clock: Clock, delay: float, start: Callable[[], Coroutine[Any, Any, None] | None],
+                 *, name: str | None = None) -> None:
+        self._start, self._name = start, name
+        self._task: asyncio.Task[None] | None = None
+        self._timer: Timer | None = None
+        if delay > 0:
+            self._timer = clock.call_later(delay, self._begin)
+        else:
+            self._begin()
+
+    def _begin(self) -> None:
+        self._timer = None
+        work = self._start()
+        if work is not None:
+            self._task = asyncio.create_task(work, name=self._name)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._task is not None:
+            self._task.cancel()
+
+    async def close(self) -> None:
+        self.cancel()
+        await cancel_and_wait(self._task)

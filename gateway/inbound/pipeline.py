@@ -32,10 +32,9 @@ redelivery to another replica, or after a restart, is dropped by it as before).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from bindings.loader import LoadedConfig
 from bindings.models import BindingSpec
@@ -204,24 +203,53 @@ class Inbound:
 
 
 class KeyedLocks:
-    """An asyncio lock per key, kept only while someone holds or waits for it."""
+    """An asyncio lock per key, kept only while someone holds or waits for it.
+
+    `hold` is a plain async context manager, not an `asynccontextmanager` generator: it is taken
+    for every event, and the generator's frames, hooks and context manager around a lock cost more
+    calls than the lock itself."""
 
     def __init__(self) -> None:
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._locks: dict[str, _Entry] = {}
 
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        lock, users = self._locks.get(key, (asyncio.Lock(), 0))
-        self._locks[key] = (lock, users + 1)
+    def hold(self, key: str) -> _Hold:
+        return _Hold(self._locks, key)
+
+
+class _Entry:
+    __slots__ = ("lock", "users")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0  # holding or waiting: the entry goes with the last
+
+
+class _Hold:
+    __slots__ = ("_locks", "_key", "_entry")
+
+    def __init__(self, locks: dict[str, _Entry], key: str) -> None:
+        self._locks, self._key = locks, key
+
+    async def __aenter__(self) -> None:
+        entry = self._locks.get(self._key)
+        if entry is None:
+            entry = self._locks[self._key] = _Entry()
+        entry.users += 1
+        self._entry = entry
         try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
+            await entry.lock.acquire()
+        except BaseException:  # cancelled while waiting: never held
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._entry.lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        self._entry.users -= 1
+        if not self._entry.users:
+            del self._locks[self._key]
 
 
 def _with_attachments(message: InboundMessage) -> str:

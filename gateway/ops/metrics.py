@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector, ProcessCollector,
                                generate_latest)
@@ -39,16 +39,19 @@ class Metrics:
         PlatformCollector(registry=r)
         Gauge("agent_gateway_build_info", "The running version (always 1)", ["version", "python"],
               registry=r).labels(version.version(), version.python()).set(1)
-        self.messages_in = aliases.add(Counter(f"{PREFIX}messages_in", "Messages received", ["platform", "outcome"],
-                                               registry=r))
-        self.messages_out = aliases.add(Counter(f"{PREFIX}messages_out", "Replies finished", ["platform"], registry=r))
-        self.runs = aliases.add(Counter(f"{PREFIX}runs", "Runs by outcome", ["platform", "outcome", "agent", "binding"],
-                                        registry=r), old=("platform", "outcome"))
-        self.duplicates = aliases.add(Counter(f"{PREFIX}inbound_duplicates", "Redeliveries dropped by the ledger",
-                                              ["platform"], registry=r))
-        self.run_seconds = aliases.add(Histogram(f"{PREFIX}run_duration_seconds", "Run wall-clock time",
-                                                 ["platform", "agent", "binding"], buckets=RUN_BUCKETS, registry=r),
-                                       old=("platform",))
+        # Counted on every message (`Children`: each label set's child looked up once).
+        self.messages_in = Children(aliases.add(Counter(f"{PREFIX}messages_in", "Messages received",
+                                                        ["platform", "outcome"], registry=r)))
+        self.messages_out = Children(aliases.add(Counter(f"{PREFIX}messages_out", "Replies finished", ["platform"],
+                                                         registry=r)))
+        self.runs = Children(aliases.add(Counter(f"{PREFIX}runs", "Runs by outcome",
+                                                 ["platform", "outcome", "agent", "binding"], registry=r),
+                                         old=("platform", "outcome")))
+        self.duplicates = Children(aliases.add(Counter(f"{PREFIX}inbound_duplicates",
+                                                       "Redeliveries dropped by the ledger", ["platform"], registry=r)))
+        self.run_seconds = Children(aliases.add(Histogram(f"{PREFIX}run_duration_seconds", "Run wall-clock time",
+                                                          ["platform", "agent", "binding"], buckets=RUN_BUCKETS,
+                                                          registry=r), old=("platform",)))
         self.queue_depth = aliases.add(Gauge(f"{PREFIX}conversations_active", "Conversations with a worker",
                                              registry=r))
         # Notices, command answers and codes still being sent (a stop drains them; tests wait for 0).
@@ -62,7 +65,7 @@ class Metrics:
         self.slow_tool_calls = aliases.add(Counter(f"{PREFIX}slow_tool_calls", "Tool calls that took at least "
                                                    "limits.slow_tool_seconds, by stable tool id", ["tool", "failed"],
                                                    registry=r))
-        self.tokens = aliases.add(Counter(f"{PREFIX}model_tokens", "Model tokens", ["direction"], registry=r))
+        self.tokens = Children(aliases.add(Counter(f"{PREFIX}model_tokens", "Model tokens", ["direction"], registry=r)))
         # Media other models made for a run (images drawn, clips transcribed, speech spoken) and what it
         # cost where the model's price is known: priced apart from the tokens above, one family per figure
         # with the kind as a label (gateway/store/run_costs.py). New: no `gateway_` alias.
@@ -114,6 +117,22 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class Children(Generic[M]):
+    """A labelled metric's children, each label set's looked up once: prometheus_client's `labels`
+    converts and checks the values and takes the metric's lock on every call, and these are counted
+    on every message. Holds no more than the metric does (it keeps every child it made)."""
+
+    def __init__(self, metric: M) -> None:
+        self.metric = metric
+        self._children: dict[tuple[str, ...], M] = {}
+
+    def labels(self, *values: str) -> M:
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self.metric.labels(*values)
+        return child
 
 
 PREFIX = "agent_gateway_"

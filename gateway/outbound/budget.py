@@ -22,7 +22,7 @@ import asyncio
 import bisect
 import collections
 import contextlib
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
@@ -60,14 +60,41 @@ class OverBudget(RateLimited):
     """
 
 
-@contextlib.contextmanager
-def impatient(seconds: float = 0.0) -> Iterator[None]:
-    """Calls paced inside this block wait at most `seconds`; a longer wait raises OverBudget."""
-    token = _patience.set(seconds)
-    try:
-        yield
-    finally:
-        _patience.reset(token)
+class impatient:  # noqa: N801 - used as a function: `with impatient():`
+    """Calls paced inside this block wait at most `seconds`; a longer wait raises OverBudget.
+
+    A class, not a `contextmanager` generator (as `Pacer.paced`): every typing indicator, status
+    and draft goes through one, and the generator's machinery cost more calls than the block."""
+
+    __slots__ = ("_seconds", "_token")
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self._seconds = seconds
+
+    def __enter__(self) -> None:
+        self._token = _patience.set(self._seconds)
+
+    def __exit__(self, *exc: object) -> None:
+        _patience.reset(self._token)
+
+
+class _Paced:
+    """`Pacer.paced`'s block, a plain async context manager: every outbound call of every adapter
+    goes through one, and an `asynccontextmanager` generator cost it ~10 calls more."""
+
+    __slots__ = ("_pacer", "_scopes", "_at")
+
+    def __init__(self, pacer: Pacer, scopes: Sequence[Scope]) -> None:
+        self._pacer, self._scopes = pacer, scopes
+
+    async def __aenter__(self) -> None:
+        self._at = await self._pacer.take(self._scopes)
+        self._pacer.in_flight += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        pacer = self._pacer
+        pacer.in_flight -= 1
+        pacer._move(self._scopes, self._at, pacer._clock.monotonic())
 
 
 class Pacer:
@@ -89,16 +116,9 @@ class Pacer:
     def window(self, rule: Rule) -> float:
         return rule.per * (1 + self._headroom) + self._slack if rule.per > 0 else 0.0  # 0: not paced
 
-    @contextlib.asynccontextmanager
-    async def paced(self, scopes: Sequence[Scope]) -> AsyncIterator[None]:
-        """Wait for room, make the call inside the block; it counts from when the block ends."""
-        at = await self.take(scopes)
-        self.in_flight += 1
-        try:
-            yield
-        finally:
-            self.in_flight -= 1
-            self._move(scopes, at, self._clock.monotonic())
+    def paced(self, scopes: Sequence[Scope]) -> _Paced:
+        """`async with`: wait for room, make the call inside the block; it counts from when the block ends."""
+        return _Paced(self, scopes)
 
     async def take(self, scopes: Sequence[Scope]) -> float:
         """Wait until a call counting against every scope in `scopes` fits all their budgets;

@@ -3,8 +3,8 @@
 What a person sees first should not wait for the run to be claimed, its conversation read and its
 agent built. The dispatcher calls `show` right after the message is stored; the indicator goes out
 from a task of its own, concurrently with the run starting (and with the adapter's ack or offset
-write). The runner's typing loop then skips its first call when a sign went out moments before
-(`taken`), so the platform sees one call, not two.
+write). The runner's typing renewals then start one interval later when a sign went out moments
+before (`taken`), so the platform sees one call, not two.
 
 An indicator never queues for the platform's budget (`show_typing`): one that cannot go out now
 is skipped, as it would be stale by the time it went. Queued, hundreds of runs' indicators stood
@@ -46,7 +46,7 @@ class TypingIndicator:
             self._shown = {k: t for k, t in self._shown.items() if now - t < KEEP}
             self._pending = {k: t for k, t in self._pending.items() if not t.done()}
         self._shown[conversation_id] = now
-        task = asyncio.create_task(self._show(adapter, target), name=f"first-sign:{conversation_id}")
+        task = asyncio.create_task(show_typing(adapter, target), name=f"first-sign:{conversation_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         self._pending[conversation_id] = task
@@ -61,9 +61,6 @@ class TypingIndicator:
             await asyncio.sleep(0)  # no sign on its way (a resumed run): the run's typing loop steps first
         else:
             await asyncio.wait({task}, timeout=at_most)
-
-    async def _show(self, adapter: Adapter, target: ReplyTarget) -> None:
-        await show_typing(adapter, target)
 
     def taken(self, conversation_id: str, within: float) -> bool:
         """Whether a sign went out in this conversation less than `within` seconds ago (once)."""

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +74,7 @@ from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, st
 from gateway.outbound.adapter import (Adapter, AnswersDirectory, FetchesAttachments, ReplyTarget, ShowsStatus,
                                      StreamsNatively, offered)
 from gateway.runs.turn import Memory, Requester, Turn
-from gateway.tasks import cancel_and_wait
+from gateway.tasks import Later
 
 if TYPE_CHECKING:
     from gateway.daemon import Gateway
@@ -110,6 +110,10 @@ SearchConfig = tuple[type[ToolSearch[Turn]], tuple[tuple[str, Any], ...]]
 
 def _configuration(search: ToolSearch[Turn]) -> SearchConfig:
     return type(search), tuple((f.name, getattr(search, f.name)) for f in fields(search) if f.init)
+
+
+# pydantic-ai's default, the configuration of most agents: built once, not per run (31 calls).
+_PLAIN_SEARCH = _configuration(ToolSearch())
 
 
 @dataclass(frozen=True)
@@ -299,7 +303,7 @@ class Runner:
         # under its id (UserError) rather than let it replace it. An agent has one tool-discovery
         # configuration, and it holds nothing of the run (capabilities/tool_search.py reads the turn
         # from the run's deps), so the Agent is keyed by that configuration.
-        search = _configuration(next((c for c in capabilities if isinstance(c, ToolSearch)), ToolSearch()))
+        search = next((_configuration(c) for c in capabilities if isinstance(c, ToolSearch)), _PLAIN_SEARCH)
         return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds, search), model=model,
                          model_settings=settings,  # type: ignore[arg-type]
                          capabilities=[c for c in capabilities if not isinstance(c, ToolSearch)])
@@ -407,7 +411,13 @@ class Runner:
         started = gw.clock.monotonic()
         token = self._in_flight.start(turn.run_id)
         self._streams[turn.run_id] = stream
-        typing = asyncio.create_task(self._keep_typing(turn, stream))
+        # The sign shown on the message's arrival is not sent again while the platform still shows it
+        # (in a backlog a run starts seconds later, and Slack's status lasts two minutes): the renewals
+        # then start at the first renewal's moment, and a run that ends sooner (most) never starts them.
+        lasts = stream.adapter.limits.typing_lasts
+        shown = gw.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
+        typing = Later(gw.clock, TYPING_EVERY if shown else 0.0, lambda: self._typing_renewals(turn, stream),
+                       name=f"typing:{turn.run_id}")
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         tools_done: list[str] = []
@@ -505,7 +515,7 @@ class Runner:
             gw.metrics.run_ended(turn, outcome.status)
         finally:
             stream.close()
-            await cancel_and_wait(typing)
+            await typing.close()
             self._in_flight.done(turn.run_id)
             self._streams.pop(turn.run_id, None)
             if control:  # the reply is final (or parked, or stopped): nothing left to stop
@@ -513,6 +523,13 @@ class Runner:
             gw.metrics.run_took(turn, gw.clock.monotonic() - started)
             log.debug("run %s", status, extra=turn.log_fields)
             gw.events.run_ended(turn.conversation.id, turn.run_id, status)
+
+    def _typing_renewals(self, turn: Turn, stream: ReplyStream) -> Coroutine[Any, Any, None] | None:
+        """`_keep_typing`, or None where the status line took over already (`ShowsStatus`, the reply
+        posted): in a burst most runs outlast the first renewal's moment, and then no task is made."""
+        if offered(stream.adapter, ShowsStatus) is not None and stream.posted:
+            return None
+        return self._keep_typing(turn, stream)
 
     async def _keep_typing(self, turn: Turn, stream: ReplyStream) -> None:
         """Show the platform's working indicator until the reply's final (the runner cancels this then).
@@ -524,15 +541,9 @@ class Runner:
         renewal skips itself when the platform's budget has no room (`show_typing`), and on Telegram
         counts against the bot's budget only, never the chat's or the group's, so a final never waits for it.
         """
-        # The sign shown on the message's arrival is not sent again while the platform still shows it:
-        # in a backlog a run starts seconds later, and Slack's status lasts two minutes.
-        lasts = stream.adapter.limits.typing_lasts
-        shown = self.gateway.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
         until_final = offered(stream.adapter, ShowsStatus) is None
         while until_final or not stream.posted:
-            if not shown:
-                await show_typing(stream.adapter, turn.target)
-            shown = False
+            await show_typing(stream.adapter, turn.target)
             await self.gateway.clock.sleep(TYPING_EVERY)  # the gateway's clock: a test moves it
 
     def cancel_all(self) -> int:
@@ -572,16 +583,15 @@ class TurnAgent(WrapperAgent[Turn, Any]):
     def model(self) -> Model:
         return self._model
 
-    @contextlib.asynccontextmanager
-    async def iter(self, user_prompt: Any = None, *, model: Any = None, instructions: Any = None,  # type: ignore[override]
-                   model_settings: Any = None, capabilities: Sequence[Any] | None = None,
-                   **kwargs: Any) -> AsyncIterator[Any]:
-        async with self.wrapped.iter(
+    def iter(self, user_prompt: Any = None, *, model: Any = None, instructions: Any = None,  # type: ignore[override]
+             model_settings: Any = None, capabilities: Sequence[Any] | None = None,
+             **kwargs: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        # The shared Agent's own context manager, not one more `asynccontextmanager` layer around it.
+        return self.wrapped.iter(
             user_prompt, model=model or self._model, instructions=instructions,
             model_settings=model_settings if model_settings is not None else self._settings,
             capabilities=[*self._capabilities, *(capabilities or ())], **kwargs,
-        ) as run:
-            yield run
+        )
 
 
 async def show_status(adapter: Adapter, target: ReplyTarget, text: str) -> None:
