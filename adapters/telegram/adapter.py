@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 from telegram import (Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, InputFile,
-                      InputMediaAudio, InputMediaDocument, InputMediaPhoto, ReplyParameters, Update)
+                      InputMediaAudio, InputMediaDocument, InputMediaPhoto, ReplyParameters)
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 
@@ -319,11 +319,10 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
             self._health.down(f"polling as @{bot.username}: {in_a_row} polls in a row failed: {scrub(str(error))}")
 
     async def _handle(self, raw: dict[str, Any]) -> None:
-        """One raw update: parse, normalize, hand to the core. Malformed input is dropped."""
+        """One raw update: normalize (from its JSON), hand to the core. Malformed input is dropped."""
         assert self._me is not None
         try:
-            update = Update.de_json(raw, self._bot)
-            event = normalize_update(update, binding_id=self.binding_id, bot=self._me,
+            event = normalize_update(raw, binding_id=self.binding_id, bot=self._me,
                                      ignore_bots=self.binding.admission.ignore_bots)
         except Exception as e:  # a shape we cannot read must not stop the others
             self._log.warning("dropping malformed update %s: %s: %s", raw.get("update_id"), type(e).__name__, e)
