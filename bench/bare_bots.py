@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -99,6 +100,13 @@ async def mattermost_bot(cfg: dict[str, Any], session: aiohttp.ClientSession) ->
     return task
 
 
+def _read_to_end() -> str:
+    # bench/cpu_diff.py's profile hook is switched by SIGUSR1/SIGUSR2: they must reach the loop's thread,
+    # not this one (where they would wait for the loop's next wake-up to run).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
+    return sys.stdin.read()
+
+
 async def main(cfg: dict[str, Any]) -> None:
     logging.basicConfig(level=logging.WARNING)
     async with aiohttp.ClientSession() as session:
@@ -107,7 +115,7 @@ async def main(cfg: dict[str, Any]) -> None:
         mattermost = await mattermost_bot(cfg, session)
         print("ready", flush=True)
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, sys.stdin.read)  # until the bench closes our stdin
+        await loop.run_in_executor(None, _read_to_end)  # until the bench closes our stdin
         mattermost.cancel()
         await asyncio.gather(mattermost, return_exceptions=True)
         await slack.close_async()

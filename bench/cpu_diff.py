@@ -10,10 +10,14 @@ model server, 32 runs at once) and profiles each burst of each side in turn:
   calls per message by function. Counts do not move with the machine's load, so they say where
   one side does more than the other even when their CPU figures, minutes apart, cannot.
 - `--spy`: py-spy too, one more burst per side, samples per message (inclusive) by function.
+- `--functions`: the functions of the platform SDKs (and aiohttp) and of the gateway, calls and own /
+  inclusive time per message; with `--bare`, beside the bare echo bot's (`bench/bare_bots.py`, profiled
+  over a burst of its own on the same fake): what the adapter does per message beyond the SDK's floor.
 
     .venv/bin/python bench/cpu_diff.py                       # Slack, 3 rounds of 300 per side
     .venv/bin/python bench/cpu_diff.py --platform mattermost --rounds 2 --burst 200 --spy
     .venv/bin/python bench/cpu_diff.py --gateway-src /tmp/old-checkout   # another checkout's daemon
+    .venv/bin/python bench/cpu_diff.py --platform telegram --rounds 1 --burst 200 --functions --bare
 
 Printed: calls per message by library (pydantic-ai, openai, httpx/httpcore, anyio, pydantic,
 asyncio, the gateway's own) for each side, then the functions of pydantic-ai, the OpenAI SDK,
@@ -54,6 +58,7 @@ from bench.platforms import (  # noqa: E402
     _model_env,
     burst,
     poll,
+    start_bare,
     start_gateway,
     start_model_server,
 )
@@ -75,6 +80,7 @@ LIBRARIES = (
     ("logging", ("/logging/",)),
 )
 EXAMINED = ("pydantic-ai", "openai", "httpx, httpcore", "anyio, sniffio")
+OURS = ("platform SDKs, aiohttp", "the gateway")  # `--functions`: the rows a platform's cost is in
 
 
 def library(filename: str) -> str:
@@ -109,11 +115,17 @@ async def alone_worker() -> None:
         await asyncio.gather(*(worker() for _ in range(CONCURRENT_RUNS)))
         return (time.process_time() - cpu0) * 1000 / messages
 
+    def read_line() -> str:
+        # The hook's signals must reach the loop's thread: one delivered to this reader thread waited
+        # for the idle loop to wake, which nothing did (the bench's "no profile" after a burst).
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
+        return sys.stdin.readline()
+
     loop = asyncio.get_running_loop()
     async with agent:
         await bursting(100)  # warm-up: connections, first-run imports
         print("ready", flush=True)
-        while line := await loop.run_in_executor(None, sys.stdin.readline):
+        while line := await loop.run_in_executor(None, read_line):
             print(json.dumps({"cpu_ms": await bursting(int(line))}), flush=True)
 
 
@@ -145,6 +157,7 @@ class Counts:
     def __init__(self) -> None:
         self.calls: dict[tuple[str, int, str], int] = defaultdict(int)
         self.own: dict[tuple[str, int, str], float] = defaultdict(float)
+        self.inclusive: dict[tuple[str, int, str], float] = defaultdict(float)
         # Own CPU by library, with the builtins and standard library functions each calls directly.
         self.charged: dict[str, float] = defaultdict(float)
         self.gc = [[0, 0.0, 0.0] for _ in range(3)]  # per generation: passes, CPU ms, the longest pass's ms
@@ -152,9 +165,10 @@ class Counts:
 
     def add(self, path: Path, messages: int) -> None:
         stats = pstats.Stats(str(path)).stats if path.stat().st_size else {}  # type: ignore[attr-defined]
-        for func, (_cc, nc, tt, _ct, callers) in stats.items():
+        for func, (_cc, nc, tt, ct, callers) in stats.items():
             self.calls[func] += nc
             self.own[func] += tt
+            self.inclusive[func] += ct
             if library(func[0]) != "the rest":
                 self.charged[library(func[0])] += tt
             else:  # a builtin or the standard library's: charged to whoever called it
@@ -197,7 +211,7 @@ async def profiled(pid: int, stats: Path, n: int, run: Any, mode: str = "profile
 
 def _short(func: tuple[str, int, str]) -> str:
     filename, line, name = func
-    for mark in ("site-packages/", "wt-cpu-diff/", "lib/python3"):
+    for mark in ("site-packages/", str(ROOT) + "/", "lib/python3"):
         if mark in filename:
             filename = filename.split(mark, 1)[1]
             break
@@ -259,6 +273,32 @@ def report(daemon: Counts, alone: Counts, top: int) -> None:
         print(f"| {_short(f)} | {dc:.2f} ({dt:.3f}) | {ac:.2f} ({at:.3f}) |")
 
 
+def functions_table(daemon: Counts, bare: Counts | None, top: int) -> None:
+    """`OURS` by function: calls, own and inclusive ms per message (cProfile's, inflated), most own time
+    first; the bare echo bot's beside them when it was profiled. Inclusive time of a coroutine counts
+    each resumption's share only (cProfile's), so it reads as CPU, never as the wall time awaited."""
+    def cell(counts: Counts | None, f: tuple[str, int, str]) -> str:
+        if counts is None or not counts.messages:
+            return ""
+        n = counts.calls.get(f, 0) / counts.messages
+        own = counts.own.get(f, 0.0) * 1000 / counts.messages
+        inc = counts.inclusive.get(f, 0.0) * 1000 / counts.messages
+        return f"{n:.2f} ({own:.3f} / {inc:.3f})" if n else "-"
+
+    for lib in OURS:
+        funcs = {f for side in (daemon, bare) if side is not None for f in side.calls if library(f[0]) == lib}
+        order = sorted(funcs, key=lambda f: -max(daemon.own.get(f, 0.0) / daemon.messages,
+                                                 bare.own.get(f, 0.0) / bare.messages if bare else 0.0))
+        total = {side: sum(c.calls.get(f, 0) for f in funcs) / c.messages
+                 for side, c in (("daemon", daemon), ("bare", bare)) if c is not None}
+        print(f"\n| {lib}: function, most own time first ({len(funcs)} functions; calls per message: "
+              + ", ".join(f"{k} {v:,.0f}" for k, v in total.items())
+              + ") | daemon calls (own / inclusive ms) |" + (" bare echo bot |" if bare else ""))
+        print("| --- | --- |" + (" --- |" if bare else ""))
+        for f in order[:top]:
+            print(f"| {_short(f)} | {cell(daemon, f)} |" + (f" {cell(bare, f)} |" if bare else ""))
+
+
 async def spy_burst(pid: int, out: Path, run: Any) -> Any:
     py_spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
     if py_spy is None:
@@ -316,7 +356,10 @@ async def main(args: argparse.Namespace) -> int:
         platform = NAMES[args.platform]("gateway")
         await platform.start()
         stop = asyncio.Event()
-        poller = asyncio.create_task(poll([platform], stop))
+        bare_side = [cls("bare") for cls in NAMES.values()] if args.bare else []
+        for p in bare_side:
+            await p.start()
+        poller = asyncio.create_task(poll([platform, *bare_side], stop))
         model, model_url, _ = await start_model_server()
         procs: list[Proc] = [model]
         try:
@@ -357,6 +400,25 @@ async def main(args: argparse.Namespace) -> int:
                   f"load average {os.getloadavg()[0]:.1f}")
             gc_table(plain["daemon"], plain["alone"], "unprofiled bursts")
             report(counts["daemon"], counts["alone"], args.top)
+            bare_counts: Counts | None = None
+            if args.bare:
+                bare_proc = await start_bare({p.name: p for p in bare_side})
+                procs.append(bare_proc)
+                bare_platform = next(p for p in bare_side if type(p) is type(platform))
+                await burst(bare_platform, bare_proc, args.burst, args.budget)  # warm-up, as the daemon's
+                bare_counts = Counts()
+                for i in range(args.rounds):
+                    b, path = await profiled(bare_proc.pid, stats, i, burst(bare_platform, bare_proc, args.burst,
+                                                                            args.budget))
+                    bare_counts.add(path, b.messages)
+                d, bb = counts["daemon"].by_library(), bare_counts.by_library()
+                print(f"\n| calls per message (cProfile; own ms) | daemon | bare echo bot ({bare_counts.messages} msgs) "
+                      "|\n| --- | --- | --- |")
+                for lib in sorted(set(d) | set(bb), key=lambda k: -d.get(k, (0, 0))[0]):
+                    (dc, dt), (bc, bt) = d.get(lib, (0.0, 0.0)), bb.get(lib, (0.0, 0.0))
+                    print(f"| {lib} | {dc:,.0f} ({dt:.2f} ms) | {bc:,.0f} ({bt:.2f} ms) |")
+            if args.functions:
+                functions_table(counts["daemon"], bare_counts, args.top)
             if args.spy:
                 d_out, a_out = Path(tmp) / "daemon.txt", Path(tmp) / "alone.txt"
                 b = await spy_burst(daemon.pid, d_out, burst(platform, daemon, args.burst, args.budget))
@@ -375,7 +437,8 @@ async def main(args: argparse.Namespace) -> int:
             await poller
             for proc in reversed(procs):
                 proc.stop()
-            await platform.stop()
+            for p in (platform, *bare_side):
+                await p.stop()
     return 0
 
 
@@ -391,5 +454,9 @@ if __name__ == "__main__":
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
     parser.add_argument("--top", type=int, default=30, help="functions listed")
     parser.add_argument("--spy", action="store_true", help="py-spy over one more burst per side")
+    parser.add_argument("--functions", action="store_true",
+                        help="the platform SDKs' and the gateway's functions, per message")
+    parser.add_argument("--bare", action="store_true",
+                        help="profile the bare echo bot too (bench/bare_bots.py): beside the daemon in --functions")
     parser.add_argument("--keep", metavar="DIR", help="keep the profiles (pstats, py-spy's raw stacks) here")
     sys.exit(asyncio.run(main(parser.parse_args())))

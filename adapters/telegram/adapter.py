@@ -24,7 +24,7 @@ from typing import Any
 
 from aiohttp import web
 from telegram import (Bot, BotCommand, BotCommandScopeAllGroupChats, BotCommandScopeAllPrivateChats, InputFile,
-                      InputMediaAudio, InputMediaDocument, InputMediaPhoto, ReplyParameters, Update)
+                      InputMediaAudio, InputMediaDocument, InputMediaPhoto, ReplyParameters)
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Forbidden, NetworkError, RetryAfter, TelegramError
 
@@ -66,6 +66,7 @@ from gateway.outbound.adapter import (
     Trouble,
 )
 
+from .bot import ALLOWED_UPDATES, POLL_TIMEOUT, TelegramBot, sent_id
 from .budget import RULES, TelegramBudget
 from .native_stream import TelegramNativeStream
 from .request import AiohttpRequest, trust_store
@@ -77,7 +78,6 @@ from .errors import is_not_modified, is_parse_error, retry_after_seconds, transl
 from .normalize import BotIdentity, ButtonClick, normalize_update
 from .render import html_to_plain, markdown_to_html
 
-POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
 POLL_RETRY_CAP = 10.0  # seconds at most between tries of a failing getUpdates
 # Seconds at most between writes of the update offset (`ReadPosition`): the poll never waits for one.
 OFFSET_SAVE_EVERY = 1.0
@@ -89,7 +89,6 @@ POLL_FAILURES_DOWN = 3  # failed polls in a row before /readyz reports the bindi
 # the same minutes: 920 / 560 sends/s with 8 at 32 / 200 senders, 64 with 1 at 200.)
 POOL_SIZE = 8
 POOL_TIMEOUT = 30.0  # a small pool means waiting for a connection is normal, not an error
-ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
 SUBMIT_ATTEMPTS = 3
 _SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _WEBHOOK_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")
@@ -119,7 +118,7 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         super().__init__(binding, context)
         self._section: TelegramSection = binding.telegram
         self._public_url = context.gateway.http.public_url
-        self._bot: _Bot | None = None
+        self._bot: TelegramBot | None = None
         self._me: BotIdentity | None = None
         self._webhook_secret: Secret | None = None
         self._redactor: _Redact | None = None
@@ -145,7 +144,7 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         # One for both transports, loaded in a thread: the CA bundle is ~30 ms of CPU (OpenSSL's, without the
         # GIL), which on the loop held every other binding's start and every early message behind it.
         trust = await asyncio.to_thread(trust_store)
-        self._bot = _Bot(
+        self._bot = TelegramBot(
             token.reveal(),
             base_url=self._section.api_url,
             base_file_url=file_url(self._section.api_url),
@@ -233,7 +232,7 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
 
     # --- receiving ---------------------------------------------------------------------
 
-    async def _poll(self, bot: _Bot) -> None:
+    async def _poll(self, bot: TelegramBot) -> None:
         """Long-poll getUpdates; the offset advances only past updates the core has taken."""
         dispatcher = self._require_dispatcher()
         assert self._me is not None
@@ -320,11 +319,10 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
             self._health.down(f"polling as @{bot.username}: {in_a_row} polls in a row failed: {scrub(str(error))}")
 
     async def _handle(self, raw: dict[str, Any]) -> None:
-        """One raw update: parse, normalize, hand to the core. Malformed input is dropped."""
+        """One raw update: normalize (from its JSON), hand to the core. Malformed input is dropped."""
         assert self._me is not None
         try:
-            update = Update.de_json(raw, self._bot)
-            event = normalize_update(update, binding_id=self.binding_id, bot=self._me,
+            event = normalize_update(raw, binding_id=self.binding_id, bot=self._me,
                                      ignore_bots=self.binding.admission.ignore_bots)
         except Exception as e:  # a shape we cannot read must not stop the others
             self._log.warning("dropping malformed update %s: %s: %s", raw.get("update_id"), type(e).__name__, e)
@@ -412,8 +410,8 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
                 with translated("sendMessage"):
                     reply = (ReplyParameters(int(click.message_id), allow_sending_without_reply=True)
                              if n == 0 and click.message_id else None)
-                    await bot.send_message(chat_id, html, parse_mode=ParseMode.HTML, message_thread_id=click.thread_id,
-                                           reply_parameters=reply)
+                    await bot.call("sendMessage", chat_id=chat_id, text=html, parse_mode=ParseMode.HTML,
+                                   message_thread_id=click.thread_id, reply_parameters=reply)
         return "Every argument is in the messages below the card.", False
 
     async def _on_memory_click(self, click: ButtonClick) -> tuple[str, bool]:
@@ -430,8 +428,9 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
             async with self.pacer.paced(self.budget.message(chat_id)):
                 with translated("editMessageText"):
                     try:
-                        await bot.edit_message_text(memory_html(outcome.card), chat_id, int(click.message_id),
-                                                    parse_mode=ParseMode.HTML, reply_markup=memory_keyboard(outcome.card))
+                        await bot.call("editMessageText", chat_id=chat_id, message_id=int(click.message_id),
+                                       text=memory_html(outcome.card), parse_mode=ParseMode.HTML,
+                                       reply_markup=memory_keyboard(outcome.card))
                     except TelegramError as e:
                         if not is_not_modified(e):
                             raise
@@ -446,9 +445,9 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         chat_id, thread = _chat(target)
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("sendMessage"):
-                sent = await bot.send_message(chat_id, html, parse_mode=ParseMode.HTML,
-                                              message_thread_id=thread, reply_markup=keyboard)
-        return str(sent.message_id)
+                sent = await bot.call("sendMessage", chat_id=chat_id, text=html, parse_mode=ParseMode.HTML,
+                                      message_thread_id=thread, reply_markup=keyboard)
+        return sent_id(sent, "sendMessage")
 
     async def fetch_attachment(self, attachment: Attachment, max_bytes: int) -> bytes | None:
         """`getFile`, then the file download URL (the Bot API serves at most 20 MB)."""
@@ -506,13 +505,15 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("sendMessage"):
                 try:
-                    sent = await bot.send_message(chat_id, text, parse_mode=ParseMode.HTML, message_thread_id=thread)
+                    sent = await bot.call("sendMessage", chat_id=chat_id, text=text, parse_mode=ParseMode.HTML,
+                                          message_thread_id=thread)
                 except TelegramError as e:
                     if not is_parse_error(e):
                         raise
                     self._log.warning("Telegram refused the HTML of a reply (%s); sending it as plain text", e)
-                    sent = await bot.send_message(chat_id, html_to_plain(text), message_thread_id=thread)
-        return str(sent.message_id)
+                    sent = await bot.call("sendMessage", chat_id=chat_id, text=html_to_plain(text),
+                                          message_thread_id=thread)
+        return sent_id(sent, "sendMessage")
 
     async def upload(self, target: ReplyTarget, file: OutboundFile) -> str:
         """Nothing ahead: Telegram's sendPhoto / sendDocument take the bytes and post in one call."""
@@ -577,13 +578,14 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
             with translated("editMessageText"):
                 try:
                     try:
-                        await bot.edit_message_text(text, chat_id, int(message_id), parse_mode=ParseMode.HTML,
-                                                    reply_markup=markup)
+                        await bot.call("editMessageText", chat_id=chat_id, message_id=int(message_id), text=text,
+                                       parse_mode=ParseMode.HTML, reply_markup=markup)
                     except TelegramError as e:
                         if not is_parse_error(e):
                             raise
                         self._log.warning("Telegram refused the HTML of an edit (%s); editing as plain text", e)
-                        await bot.edit_message_text(html_to_plain(text), chat_id, int(message_id), reply_markup=markup)
+                        await bot.call("editMessageText", chat_id=chat_id, message_id=int(message_id),
+                                       text=html_to_plain(text), reply_markup=markup)
                 except TelegramError as e:
                     if not is_not_modified(e):  # the same text again is not a failure
                         raise
@@ -607,8 +609,8 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
             async with self.pacer.paced(self.budget.message(chat_id)):
                 with translated("editMessageReplyMarkup"):
                     try:
-                        await bot.edit_message_reply_markup(chat_id, int(message_id),
-                                                            reply_markup=stop_keyboard(run_id) if present else None)
+                        await bot.call("editMessageReplyMarkup", chat_id=chat_id, message_id=int(message_id),
+                                       reply_markup=stop_keyboard(run_id) if present else None)
                     except TelegramError as e:
                         if not is_not_modified(e):
                             raise
@@ -620,7 +622,7 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         chat_id, thread = _chat(target)
         async with self.pacer.paced(self.budget.action()):
             with translated("sendChatAction"):
-                await bot.send_chat_action(chat_id, ChatAction.TYPING, message_thread_id=thread)
+                await bot.call("sendChatAction", chat_id=chat_id, action=ChatAction.TYPING, message_thread_id=thread)
 
     def native_stream(self, target: ReplyTarget) -> TelegramNativeStream | None:
         """A private chat streams as a draft; groups keep edit-in-place under the group budget."""
@@ -654,7 +656,8 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("editMessageText"):
                 try:
-                    await bot.edit_message_text(html, chat_id, int(ref), parse_mode=ParseMode.HTML, reply_markup=keyboard)
+                    await bot.call("editMessageText", chat_id=chat_id, message_id=int(ref), text=html,
+                                   parse_mode=ParseMode.HTML, reply_markup=keyboard)
                 except TelegramError as e:
                     if not is_not_modified(e):
                         raise
@@ -673,7 +676,7 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
         async with self.pacer.paced(self.budget.message(chat_id)):
             with translated("sendMessage"):
                 try:
-                    await bot.send_message(chat_id, text, message_thread_id=thread)
+                    await bot.call("sendMessage", chat_id=chat_id, text=text, message_thread_id=thread)
                 except Forbidden as e:
                     raise PlatformError(f"cannot message {account_id} privately: they have not started the bot") from e
 
@@ -688,7 +691,7 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
 
     # --- helpers -------------------------------------------------------------------------
 
-    def _require_bot(self) -> _Bot:
+    def _require_bot(self) -> TelegramBot:
         if self._bot is None:
             raise PlatformError("the Telegram adapter is not started")
         return self._bot
@@ -697,20 +700,6 @@ class TelegramAdapter(BaseAdapter, StreamsNatively, ShowsStopControl, FinalEditT
 def file_url(api_url: str) -> str:
     """Where the Bot API serves files, from where it answers methods: `…/bot` → `…/file/bot`."""
     return api_url.removesuffix("/bot") + "/file/bot" if api_url.endswith("/bot") else "https://api.telegram.org/file/bot"
-
-
-class _Bot(Bot):
-    """`Bot` with getUpdates returning raw JSON: each update is then parsed on its own, so one
-    malformed update is dropped instead of failing (and endlessly refetching) its whole batch.
-
-    `Bot.get_updates` parses the batch at once and `do_api_request` warns for known methods;
-    `_post` is what both use underneath (python-telegram-bot is pinned to 22.8).
-    """
-
-    async def get_updates_raw(self, offset: int | None) -> list[Any]:
-        data = {"offset": offset, "timeout": POLL_TIMEOUT, "allowed_updates": list(ALLOWED_UPDATES)}
-        result = await self._post("getUpdates", data, read_timeout=POLL_TIMEOUT + 10.0)
-        return result if isinstance(result, list) else []
 
 
 class _SubmitFailed(Exception):

@@ -11,20 +11,20 @@ from __future__ import annotations
 import secrets
 from collections.abc import Awaitable, Callable
 
-from telegram import Bot
 from telegram.constants import ParseMode
 from telegram.error import BadRequest
 
 from gateway.outbound.budget import Pacer, Scope
 from gateway.outbound.adapter import NativeUnavailable, ReplyTarget
 
+from .bot import TelegramBot
 from .errors import translated
 
 
 class TelegramNativeStream:
     """One reply in one private chat, shown as a draft while it streams."""
 
-    def __init__(self, bot: Bot, target: ReplyTarget, *, render: Callable[[str], str], pacer: Pacer,
+    def __init__(self, bot: TelegramBot, target: ReplyTarget, *, render: Callable[[str], str], pacer: Pacer,
                  draft_scopes: list[Scope], post: Callable[[ReplyTarget, str], Awaitable[str]],
                  on_unavailable: Callable[[], None]) -> None:
         self._bot, self._target, self._render, self._pacer = bot, target, render, pacer
@@ -44,8 +44,8 @@ class TelegramNativeStream:
         async with self._pacer.paced(self._scopes):
             with translated("sendMessageDraft"):
                 try:
-                    await self._bot.send_message_draft(int(self._target.channel), self._draft_id,
-                                                       self._render(text), parse_mode=ParseMode.HTML)
+                    await self._bot.call("sendMessageDraft", chat_id=int(self._target.channel), draft_id=self._draft_id,
+                                         text=self._render(text), parse_mode=ParseMode.HTML)
                 except BadRequest as e:
                     if "parse entities" in str(e).lower():
                         self._markdown = text  # half a tag mid-stream: the next draft or the message carries it

@@ -1,13 +1,13 @@
-"""Telegram update -> InboundMessage, as a table. Update shapes follow the Bot API spec."""
+"""Telegram update (its JSON) -> InboundMessage, as a table. Update shapes follow the Bot API spec."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
-from telegram import Update
 
-from adapters.telegram.normalize import BotIdentity, ButtonClick, normalize_update
+from adapters.telegram.normalize import BotIdentity, ButtonClick, Malformed, normalize_update
 from gateway.messages import ChatKind, InboundMessage, conversation_key, reply_thread
 from gateway.outbound.adapter import Decision
 
@@ -40,7 +40,7 @@ def mention(text: str, handle: str = "@gateway_bot", kind: str = "mention") -> l
 
 
 def norm(update: dict[str, Any], **kw: Any) -> InboundMessage | ButtonClick | None:
-    return normalize_update(Update.de_json({"update_id": 9001, **update}, None), binding_id="tg", bot=BOT, **kw)
+    return normalize_update({"update_id": 9001, **update}, binding_id="tg", bot=BOT, **kw)
 
 
 # (name, update, expected fields of the InboundMessage; None = dropped)
@@ -169,3 +169,37 @@ def test_button_clicks(data: str | None, decision: Decision | None, target: str)
     assert isinstance(click, ButtonClick)
     assert (click.decision, click.target_id, click.query_id) == (decision, target, "q1")
     assert (click.clicker.account_id, click.chat_id, click.message_id) == ("42", "-100", "8")
+
+
+def test_date_photo_and_voice_are_read_from_the_json() -> None:
+    msg = norm({"edited_message": message(None, caption="look", edit_date=1_700_000_100, photo=[
+        {"file_id": "small", "file_unique_id": "s", "width": 90, "height": 90, "file_size": 100},
+        {"file_id": "large", "file_unique_id": "l", "width": 900, "height": 900, "file_size": 9000}],
+        voice={"file_id": "v", "file_unique_id": "v", "duration": 3, "mime_type": "audio/ogg"})})
+    assert isinstance(msg, InboundMessage)
+    assert msg.received_at == datetime.fromtimestamp(1_700_000_100, timezone.utc)  # the edit's time
+    assert [(a.name, a.mime_type, a.size, a.ref) for a in msg.attachments] == [
+        ("photo.jpg", "image/jpeg", 9000, "large"), ("voice.ogg", "audio/ogg", None, "v")]
+
+
+def test_a_click_on_an_inaccessible_message_names_its_chat() -> None:
+    query = {"id": "q2", "from": ADA, "chat_instance": "ci", "data": "a:AbC123",
+             "message": {"chat": GROUP, "message_id": 8, "date": 0}}
+    click = norm({"callback_query": query})
+    assert isinstance(click, ButtonClick)
+    assert (click.chat_id, click.message_id, click.chat_kind, click.thread_id) == ("-100", "8", ChatKind.GROUP, None)
+
+
+@pytest.mark.parametrize("update", [
+    {"message": {**message("hi"), "message_id": "5"}},
+    {"message": {**message("hi"), "chat": "?"}},
+    {"message": {**message("hi"), "text": 5}},
+    {"message": message("@gateway_bot hi", GROUP, entities=[{"type": "mention", "length": 12}])},
+    {"message": message(None, caption="x", photo={"file_id": "p"})},
+    {"message": message("hi", GROUP, reply_to_message={"message_id": 3, "from": {"first_name": "X"}})},
+    {"callback_query": {"id": "q3", "chat_instance": "ci", "data": "a:x"}},
+], ids=["message_id a string", "chat not an object", "text a number", "entity without offset",
+        "photo not a list", "reply from a sender without an id", "click without a sender"])
+def test_a_field_of_the_wrong_shape_is_malformed(update: dict[str, Any]) -> None:
+    with pytest.raises(Malformed):
+        norm(update)

@@ -1,0 +1,45 @@
+"""python-telegram-bot's `Bot`, with the calls whose answers the adapter reads raw.
+
+`Bot.get_updates` parses a whole batch at once: one malformed update would fail (and endlessly
+refetch) it. Here getUpdates returns raw JSON and each update is parsed on its own.
+
+The text sends and edits of a reply (`call`): `Bot.send_message` and `edit_message_text` parse
+the returned message into a `Message` (about 0.3 ms of CPU a call on the 2-core machine) that the
+adapter never reads beyond its id, and pass ~20 parameters, most of them None, through the
+defaults machinery. Both go through `_post` here, as getUpdates does, with only the parameters
+given: PTB still serializes them (markup objects, enums) and raises the same errors (`RetryAfter`,
+`BadRequest`, ...) from the same transport. `do_api_request` is the documented door for this but
+warns for methods `Bot` knows; `_post` is what both use underneath (python-telegram-bot is pinned
+to 22.8). File sends keep `Bot`'s own methods (multipart, captions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from telegram import Bot
+
+from gateway.outbound.adapter import PlatformError
+
+POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
+ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
+
+
+class TelegramBot(Bot):
+    """One binding's bot: PTB's `Bot` plus the two raw doors above."""
+
+    async def get_updates_raw(self, offset: int | None) -> list[Any]:
+        data = {"offset": offset, "timeout": POLL_TIMEOUT, "allowed_updates": list(ALLOWED_UPDATES)}
+        result = await self._post("getUpdates", data, read_timeout=POLL_TIMEOUT + 10.0)
+        return result if isinstance(result, list) else []
+
+    async def call(self, method: str, **params: Any) -> Any:
+        """A Bot API method with these parameters (None ones left out), its answer as JSON."""
+        return await self._post(method, params)
+
+
+def sent_id(result: Any, method: str) -> str:
+    """The id of the message a send returned (its JSON), the only part of it the adapter keeps."""
+    if isinstance(result, dict) and isinstance(result.get("message_id"), int):
+        return str(result["message_id"])
+    raise PlatformError(f"telegram {method}: the answer names no message")
