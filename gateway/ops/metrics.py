@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector, ProcessCollector,
                                generate_latest)
@@ -133,6 +133,10 @@ class Children(Generic[M]):
         if child is None:
             child = self._children[values] = self.metric.labels(*values)
         return child
+
+    def __getattr__(self, name: str) -> Any:
+        # It stands where the metric stood: reading it (`collect`, `describe`) reaches the metric.
+        return getattr(self.metric, name)
 
 
 PREFIX = "agent_gateway_"
