@@ -103,7 +103,7 @@ async def test_a_browser_on_one_replica_sees_runs_another_replica_executes(tmp_p
             assert on_b.ended(sent["run_id"]) == [{"type": "run_end", "run_id": sent["run_id"], "status": "finished"}]
             # Each delta on B extends the one before (paced, merged, never out of order).
             texts = on_b.texts()
-            assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:]))
+            assert all(later.startswith(earlier) for earlier, later in zip(texts, texts[1:])), texts
             # A, which ran it, shows each event once: its own events are not read back from the store.
             await wait_for(lambda: on_a.ended(sent["run_id"]), timeout=30, what="run_end on A")
             assert len(on_a.ended(sent["run_id"])) == 1
