@@ -271,47 +271,45 @@ def _utf16_len(text: str) -> int:
 
 # --- reading the JSON: a field of the wrong type is Malformed, never a guess ------------------
 
-def _obj(data: JSON, key: str) -> JSON | None:
+_WHAT = {dict: "an object", str: "a string", int: "an integer"}
+
+
+def _typed(data: JSON, key: str, kind: type) -> Any:
+    """`data[key]` if it is a `kind` (a bool is no integer), None when absent, else Malformed."""
     value = data.get(key)
-    if value is not None and not isinstance(value, dict):
-        raise Malformed(f"{key} is not an object")
+    if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise Malformed(f"{key} is not {_WHAT[kind]}")
     return value
+
+
+def _needed(value: Any, key: str) -> Any:
+    if value is None:
+        raise Malformed(f"no {key}")
+    return value
+
+
+def _obj(data: JSON, key: str) -> JSON | None:
+    return _typed(data, key, dict)
 
 
 def _need_obj(data: JSON, key: str) -> JSON:
-    value = _obj(data, key)
-    if value is None:
-        raise Malformed(f"no {key}")
-    return value
+    return _needed(_obj(data, key), key)
 
 
 def _str(data: JSON, key: str) -> str | None:
-    value = data.get(key)
-    if value is not None and not isinstance(value, str):
-        raise Malformed(f"{key} is not a string")
-    return value
+    return _typed(data, key, str)
 
 
 def _need_str(data: JSON, key: str) -> str:
-    value = _str(data, key)
-    if value is None:
-        raise Malformed(f"no {key}")
-    return value
+    return _needed(_str(data, key), key)
 
 
 def _opt_int(data: JSON, key: str) -> int | None:
-    """An integer field (a bool is not one), or None when absent."""
-    value = data.get(key)
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-        raise Malformed(f"{key} is not an integer")
-    return value
+    return _typed(data, key, int)
 
 
 def _int(data: JSON, key: str) -> int:
-    value = _opt_int(data, key)
-    if value is None:
-        raise Malformed(f"no {key}")
-    return value
+    return _needed(_opt_int(data, key), key)
 
 
 def _user_id(data: JSON, key: str = "user") -> int | None:
