@@ -518,9 +518,9 @@ class Runner:
             await gw.store.end_run(turn.run_id, outcome.status, reason=outcome.reason, usage=usage, reply=shown)
             gw.metrics.run_ended(turn, outcome.status)
         finally:
+            gw.typing_indicator.run_ended(turn.conversation.id)  # first: the awaits below may be cancelled
             stream.close()
             await typing.close()
-            gw.typing_indicator.run_ended(turn.conversation.id)
             self._in_flight.done(turn.run_id)
             self._streams.pop(turn.run_id, None)
             if control:  # the reply is final (or parked, or stopped): nothing left to stop
