@@ -22,7 +22,8 @@ import asyncio
 import bisect
 import collections
 import contextlib
-from collections.abc import Sequence
+import heapq
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
@@ -135,6 +136,8 @@ class Pacer:
         entries = [self._times.setdefault((rule.name, key), []) for rule, key in scopes]
         for times in entries:
             bisect.insort(times, at)
+        if at <= now:  # it goes now (the usual call): no wait that later callers would need to know of
+            return at
         waiting = [self._waiting.setdefault((rule.name, key), collections.Counter()) for rule, key in scopes]
         for counter in waiting:
             counter[at] += 1
@@ -220,10 +223,23 @@ class Pacer:
             if not times:
                 self._times.pop((rule.name, key), None)
             lists.append((rule, w, times))
-        # The count within (t - w, t + w) only falls at t = e + w for some entry e: try now, then those.
-        candidates = sorted({now, *(e + w for _, w, times in lists for e in times if e + w > now)})
-        for t in candidates:
-            if all(bisect.bisect_left(times, t + w) - bisect.bisect_right(times, t - w) < max(1, int(rule.limit * share))
-                   for rule, w, times in lists):
+        caps = [(max(1, int(rule.limit * share)), w, times) for rule, w, times in lists]
+
+        def fits(t: float) -> bool:
+            return all(bisect.bisect_left(times, t + w) - bisect.bisect_right(times, t - w) < cap for cap, w, times in caps)
+
+        # The count within (t - w, t + w) only falls at t = e + w for some entry e: try now, then those
+        # in order, merged lazily (each list is sorted; every e + w is past now once the old are pruned).
+        # A full window is usually passed by its first entry's moment, so few are looked at.
+        if fits(now):
+            return now
+        for t in heapq.merge(*(_shifted(times, w) for _, w, times in caps)):
+            if fits(t):
                 return t
-        return candidates[-1]  # unreachable: past every entry's window each scope is empty
+        return max(times[-1] + w for _, w, times in caps if times)  # unreachable: past every window, all are empty
+
+
+def _shifted(times: list[float], by: float) -> Iterator[float]:
+    """Each moment `by` seconds later, lazily (its own function: a generator expression in a loop would
+    read the loop's last `by`)."""
+    return (t + by for t in times)

@@ -3,8 +3,17 @@
 What a person sees first should not wait for the run to be claimed, its conversation read and its
 agent built. The dispatcher calls `show` right after the message is stored; the indicator goes out
 from a task of its own, concurrently with the run starting (and with the adapter's ack or offset
-write). The runner's typing renewals then start one interval later when a sign went out moments
-before (`taken`), so the platform sees one call, not two.
+write). The run does not wait for the platform's answer to it: the request is written in the
+task's first step, and on a platform far away its answer comes long after the run has asked its
+model (waiting for it held every run up to 5 ms for nothing; bench/README.md, Round 10).
+
+One rule for when an indicator goes out: when the person would otherwise see none while their
+message is being worked on. So, per conversation:
+- a message's arrival shows one, unless a run of its conversation is working here: that run keeps
+  the indicator up, and its reply clears it (Telegram, Slack and Mattermost all clear the bot's
+  indicator when the bot posts), after which the next run shows its own;
+- a run's renewals (the runner's) count the arrival sign as their first while it still shows
+  (`run_started` says how long ago it went out), and start at once when none shows.
 
 An indicator never queues for the platform's budget (`show_typing`): one that cannot go out now
 is skipped, as it would be stale by the time it went. Queued, hundreds of runs' indicators stood
@@ -14,6 +23,7 @@ in front of every final answer sharing the bot's budget (Telegram's 30 a second)
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 
 from gateway.clock import Clock
@@ -25,7 +35,6 @@ log = logging.getLogger("gateway.runs.runner")
 
 KEEP = 60.0  # seconds a sign is remembered for a run that has not started yet
 TYPING_PATIENCE = 0.25  # seconds an indicator may wait for the budget before it is skipped
-HEAD_START = 0.005  # seconds a run may wait for its sign's answer (on loopback: all of it; far away: a sliver)
 
 
 class TypingIndicator:
@@ -34,43 +43,39 @@ class TypingIndicator:
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock or Clock()  # the gateway's: a test moves it rather than waiting
         self._shown: dict[str, float] = {}  # conversation id -> when its sign went out
+        self._working: collections.Counter[str] = collections.Counter()  # conversation id -> its runs here
         self._tasks: set[asyncio.Task[None]] = set()
-        self._pending: dict[str, asyncio.Task[None]] = {}  # conversation id -> its sign, until its run starts
 
     async def show(self, adapter: Adapter | None, target: ReplyTarget, conversation_id: str) -> None:
-        """Show the indicator in `target` now; returns once it is on its way, not answered."""
-        if adapter is None:
+        """Show the indicator in `target` now (none while a run of the conversation works here);
+        returns once it is on its way, not answered."""
+        if adapter is None or conversation_id in self._working:
             return
         now = self._clock.monotonic()
         if len(self._shown) > 1000:  # runs that never came (a stop, a failed claim): forget them
             self._shown = {k: t for k, t in self._shown.items() if now - t < KEEP}
-            self._pending = {k: t for k, t in self._pending.items() if not t.done()}
         self._shown[conversation_id] = now
         task = asyncio.create_task(show_typing(adapter, target), name=f"first-sign:{conversation_id}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        self._pending[conversation_id] = task
-        await asyncio.sleep(0)  # its first step runs before the caller's next one (the ack, the next poll)
+        await asyncio.sleep(0)  # its first step (the request written) runs before the caller's next one
 
-    async def head_start(self, conversation_id: str, at_most: float = HEAD_START) -> None:
-        """Give the conversation's sign, if one is on its way, up to `at_most` seconds to be answered
-        before the run's heavier work starts (a platform SDK request takes many small steps,
-        and a run's steps between them are long)."""
-        task = self._pending.pop(conversation_id, None)
-        if task is None or task.done():
-            await asyncio.sleep(0)  # no sign on its way (a resumed run): the run's typing loop steps first
-        else:
-            await asyncio.wait({task}, timeout=at_most)
-
-    def taken(self, conversation_id: str, within: float) -> bool:
-        """Whether a sign went out in this conversation less than `within` seconds ago (once)."""
+    def run_started(self, conversation_id: str) -> float | None:
+        """A run of the conversation starts working here: seconds since its arrival sign went out
+        (None when none did). `run_ended` must follow."""
+        self._working[conversation_id] += 1
         shown = self._shown.pop(conversation_id, None)
-        return shown is not None and self._clock.monotonic() - shown < within
+        return None if shown is None else self._clock.monotonic() - shown
+
+    def run_ended(self, conversation_id: str) -> None:
+        """The run's reply is posted (or it ended without one): the indicator it kept up is gone."""
+        self._working[conversation_id] -= 1
+        if self._working[conversation_id] <= 0:
+            del self._working[conversation_id]
 
     async def close(self) -> None:
         await cancel_and_wait(*self._tasks)
         self._shown.clear()
-        self._pending.clear()
 
 
 async def show_typing(adapter: Adapter, target: ReplyTarget) -> None:

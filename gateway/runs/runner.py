@@ -411,13 +411,16 @@ class Runner:
         started = gw.clock.monotonic()
         token = self._in_flight.start(turn.run_id)
         self._streams[turn.run_id] = stream
-        # The sign shown on the message's arrival is not sent again while the platform still shows it
-        # (in a backlog a run starts seconds later, and Slack's status lasts two minutes): the renewals
-        # then start at the first renewal's moment, and a run that ends sooner (most) never starts them.
+        # The sign shown on the message's arrival counts as the first renewal while the platform still
+        # shows it (in a backlog a run starts seconds later; Slack's status lasts two minutes): the next
+        # is due when that one would need renewing, at most TYPING_EVERY away, so a run that waited
+        # 1-4 s keeps Telegram's 5 s indicator without a gap, and a run that ends sooner (most) sends
+        # none. A run that starts with none showing (none sent, it lapsed, or a reply cleared it) shows one now.
         lasts = stream.adapter.limits.typing_lasts
-        shown = gw.typing_indicator.taken(turn.conversation.id, max(TYPING_EVERY, lasts - TYPING_MARGIN))
-        typing = Later(gw.clock, TYPING_EVERY if shown else 0.0, lambda: self._typing_renewals(turn, stream),
-                       name=f"typing:{turn.run_id}")
+        since = gw.typing_indicator.run_started(turn.conversation.id)
+        within = max(TYPING_EVERY, lasts - TYPING_MARGIN)
+        due = min(TYPING_EVERY, within - since) if since is not None and since < within else 0.0
+        typing = Later(gw.clock, due, lambda: self._typing_renewals(turn, stream), name=f"typing:{turn.run_id}")
         usage: tuple[int, int, int] | None = None
         status = repo.RUNNING
         tools_done: list[str] = []
@@ -433,7 +436,8 @@ class Runner:
 
         stream.on_first_post = put_stop_control
         try:
-            await self.gateway.typing_indicator.head_start(turn.conversation.id)  # the first sign of work goes out first
+            if not due:
+                await asyncio.sleep(0)  # the indicator started now writes its request before the run's work
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)
@@ -514,6 +518,7 @@ class Runner:
             await gw.store.end_run(turn.run_id, outcome.status, reason=outcome.reason, usage=usage, reply=shown)
             gw.metrics.run_ended(turn, outcome.status)
         finally:
+            gw.typing_indicator.run_ended(turn.conversation.id)  # first: the awaits below may be cancelled
             stream.close()
             await typing.close()
             self._in_flight.done(turn.run_id)

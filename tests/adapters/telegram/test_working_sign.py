@@ -72,3 +72,43 @@ async def test_typing_goes_on_during_a_long_tool_call_and_stops_at_the_final(
             clock.advance(TYPING_EVERY)
         await settled(gw, fake)
         assert typing() == at_final, "no typing after the final"
+
+
+async def test_a_message_sent_during_an_answer_shows_typing_when_its_own_turn_starts(
+        tmp_path: Path, fake: FakeTelegram, tool: SlowTool) -> None:
+    """The chat shows the bot typing while it answers, so a second message then sends no indicator of
+    its own; the first answer's message clears Telegram's indicator, so the second's turn shows it again
+    at once (not one renewal interval later). The clock never moves: no renewal is due meanwhile."""
+    clock = fake.clock = ManualClock()
+    fake.budgets = {name: (limit, 0.0) for name, (limit, _) in fake.budgets.items()}  # nor the fake's
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
+    config = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                          gateway={"limits": {"platform_budget_scale": 0}},  # nothing waits on the clock
+                          bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram}})
+    async with running_gateway(config, clock=clock) as gw:
+        adapter = gw.adapters["tg"]
+        adapter.limits = PlatformLimits(max_message_chars=4096, min_edit_interval=0.0)  # type: ignore[misc]
+        await wait_for(lambda: adapter.health().connected, what="the Telegram binding to connect")
+
+        def seen() -> list[str]:  # what the group sees from the bot, in order
+            return ["typing" if c.method == "sendChatAction" else c.method for c in fake.calls
+                    if c.method in ("sendChatAction", "sendMessage", "editMessageText")
+                    and c.params.get("chat_id") == GROUP_ID]
+
+        first = "@gateway_bot what is the weather?"
+        fake.push_message(GROUP_ID, ADA, first, entities=fake.mention(first))
+        await asyncio.wait_for(tool.started.wait(), 30)
+        await fake.wait_for(lambda: [m.text for m in fake.sent(GROUP_ID)] == [FIRST], what="the first draft")
+        second = "@gateway_bot and tomorrow?"
+        update_id, _ = fake.push_message(GROUP_ID, ADA, second, entities=fake.mention(second))
+        await fake.wait_for(lambda: fake.confirmed_through >= update_id, what="the second message taken")
+
+        tool.release.set()
+        await fake.wait_for(lambda: len(fake.sent(GROUP_ID)) == 2 and all(
+            m.text.endswith("Found: sunny") for m in fake.sent(GROUP_ID)), what="both answers")
+        await settled(gw, fake)
+        calls = seen()
+        second_reply = calls.index("sendMessage", calls.index("sendMessage") + 1)
+        assert calls[:2] == ["typing", "sendMessage"], calls  # the first message's sign, then its draft
+        assert calls[1:second_reply].count("typing") == 1, calls  # none for the second message's arrival...
+        assert calls[second_reply - 1] == "typing", calls  # ...one when its turn starts, before its reply
