@@ -231,13 +231,20 @@ class Busy(Exception):
     a checkpoint is due (the thread takes the transaction, `run`)."""
 
 
+def behind_the_thread(conn: Any) -> bool:
+    """Whether a transaction waits for the thread's work of ours before it runs (`thread_idle`);
+    not when a checkpoint is due (the thread takes that one anyway)."""
+    state = _thread(conn)
+    return bool(state.calls) and state.since_checkpoint < CHECKPOINT_EVERY
+
+
 async def thread_idle(conn: Any, deadline: float, bound: float) -> None:
     """Wait, on the loop, until the thread has none of our work: a transaction then runs inline,
     instead of queueing in the thread behind it (under a burst every transaction would, and
     the thread would never be idle again). Returns at once when a checkpoint is due."""
-    state = _thread(conn)
-    while state.calls and state.since_checkpoint < CHECKPOINT_EVERY:
-        await _until(deadline, state.idle.wait(), "the database is busy (waited for earlier work past the bound)", bound)
+    while behind_the_thread(conn):
+        await _until(deadline, _thread(conn).idle.wait(),
+                     "the database is busy (waited for earlier work past the bound)", bound)
 
 
 def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
