@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 
 from gateway.clock import ManualClock
-from gateway.store.availability import StoreUnavailable
+from gateway.store.availability import StoreUnavailable, guard
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import ConversationRef, Identity, Store
 
@@ -131,6 +131,41 @@ async def test_sqlite_store_refuses_past_the_bound_and_stores_nothing(tmp_path: 
         assert await store.record("web", ["e1"]) is True, "the refused ingest left no ledger row"
         await _ingest(store, conv, "e2")
         assert [m.text for m in await store.messages(conv.id)] == ["hello"]
+    finally:
+        await engine.dispose()
+
+
+async def test_after_inline_writes_an_admins_lock_is_still_waited_for_in_the_thread_only(tmp_path: Path) -> None:
+    """The connection keeps an inline transaction's settings (no busy timeout) until its next use
+    needs others: an ORM write after inline ones still waits for another process's lock and lands
+    when it is let go, and an inline write after that session still never waits on the loop."""
+    path = tmp_path / "s.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}", busy_timeout=10)
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock())
+    waits = guard(engine).waits
+
+    async def waits_then_lands(write: asyncio.Task[Any], released: Any) -> None:
+        # Refused at once (no busy timeout), or still waiting well past that: then the lock is let go.
+        await wait_for(lambda: write.done() or waits.longest() > 0.5, what="the write to wait or fail")
+        refused = write.done()
+        released.let_go()
+        await released.wait()
+        assert not refused, f"refused while the lock was held: {write.exception()!r}"
+        await write
+
+    try:
+        conv = await store.create_conversation(ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm"))
+        await _ingest(store, conv, "e1")  # inline, both
+        with StallMeter() as meter:
+            async with another_process_holds_the_lock(path, seconds=60) as released:
+                await waits_then_lands(asyncio.create_task(store.add_message(conv.id, "assistant", "an ORM write")),
+                                       released)
+            async with another_process_holds_the_lock(path, seconds=60) as released:
+                await waits_then_lands(asyncio.create_task(store.set_state("web", "k", "after the session")), released)
+        assert meter.longest < STALL_BOUND, f"the event loop stalled for {meter.longest * 1000:.0f} ms"
+        assert [m.text for m in await store.messages(conv.id)] == ["hello", "an ORM write"]
+        assert await store.get_state("web", "k") == "after the session"
     finally:
         await engine.dispose()
 

@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store import sqlite
 from gateway.store.storable import UNSTORABLE, storable
-from gateway.store.availability import StoreUnavailable, guard, is_lock_wait, is_transient
+from gateway.store.availability import Guard, StoreUnavailable, guard, is_lock_wait, is_transient
 
 Row = tuple[Any, ...]
 T = TypeVar("T")
@@ -63,19 +63,20 @@ def _storable(params: dict[str, Any]) -> dict[str, Any]:
 
 class Statements:
     """What a program yields, and how it reads a timestamp back. Datetimes go in aware and come
-    out aware (UTC)."""
+    out aware (UTC). A statement's parameters are its own dict, made ready for the engine in place
+    as it is bound (`_sqlite_bind`, `_storable`): one pass over them."""
 
     @staticmethod
     def all(sql: str, **params: Any) -> Stmt:
-        return Stmt("all", sql, _storable(params))
+        return Stmt("all", sql, params)
 
     @staticmethod
     def one(sql: str, **params: Any) -> Stmt:
-        return Stmt("one", sql, _storable(params))
+        return Stmt("one", sql, params)
 
     @staticmethod
     def run(sql: str, **params: Any) -> Stmt:
-        return Stmt("run", sql, _storable(params))
+        return Stmt("run", sql, params)
 
     def time(self, value: Any) -> datetime | None:
         return value  # type: ignore[no-any-return]
@@ -99,20 +100,21 @@ _POSTGRES = Statements()
 _last_time: tuple[datetime | None, str] = (None, "")  # a transaction's `now` is bound to several statements
 
 
-def _sqlite_time(value: datetime) -> str:
-    """SQLAlchemy's SQLite DATETIME text, by isoformat (two thirds of strftime's CPU), the last one kept."""
-    global _last_time
-    last, text = _last_time
-    if value is not last:
-        text = value.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ", "microseconds")
-        _last_time = (value, text)
-    return text
-
-
 def _sqlite_bind(params: dict[str, Any]) -> dict[str, Any]:
+    """A statement's parameters for sqlite3, in place and in one pass (no call per value): text made
+    storable; a datetime as SQLAlchemy's SQLite DATETIME text, by isoformat (two thirds of
+    strftime's CPU), the last one kept."""
+    global _last_time
     for k, v in params.items():
-        if isinstance(v, datetime):
-            params[k] = _sqlite_time(v)
+        if isinstance(v, str):
+            if UNSTORABLE.search(v):
+                params[k] = storable(v)
+        elif isinstance(v, datetime):
+            last, text = _last_time
+            if v is not last:
+                text = v.astimezone(timezone.utc).replace(tzinfo=None).isoformat(" ", "microseconds")
+                _last_time = (v, text)
+            params[k] = text
     return params
 
 
@@ -193,7 +195,7 @@ async def _run_on_asyncpg(program: Callable[[Statements], Program[T]], raw: Any)
         try:
             stmt = next(steps)
             while True:
-                result = await getattr(tx, stmt.kind)(stmt.sql, **stmt.params)
+                result = await getattr(tx, stmt.kind)(stmt.sql, **_storable(stmt.params))
                 stmt = steps.send(result)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
@@ -203,46 +205,52 @@ async def transaction(engine: AsyncEngine, program: Callable[[Statements], Progr
     """Run a program as one write transaction: committed when it returns, rolled back if it
     raises (its exception propagates). StoreUnavailable if the database does not answer in time."""
     limits = guard(engine)
+    waiting = limits.waits.begin()  # not `waits.waiting()`: a context manager's calls, every transaction
     try:
-        result = await _transaction(engine, program, limits.bound)
+        result = await _transaction(engine, program, limits)
     except StoreUnavailable as e:
         limits.outages.failed(e)
         raise
+    finally:
+        limits.waits.end(waiting)
     limits.outages.answered()
     return result
 
 
-async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]], bound: float) -> T:
-    limits = guard(engine)
-    with limits.waits.waiting():
-        if engine.dialect.name == "sqlite":
-            function = partial(_run_on_sqlite, program)
-            started = time.monotonic()
-            deadline = started + bound
-            while True:
-                conn = sqlite.idle_connection(engine.sync_engine)
-                if conn is None:
-                    if not sqlite.held(engine.sync_engine):
-                        break  # not connected yet: the pool opens the connection
-                    await sqlite.given_back(engine.sync_engine, started + max(bound, limits.queue_wait))
-                    continue
+async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]], limits: Guard) -> T:
+    bound = limits.bound
+    if engine.dialect.name == "sqlite":
+        function = partial(_run_on_sqlite, program)
+        started = time.monotonic()
+        deadline = started + bound
+        while True:
+            conn = sqlite.idle_connection(engine.sync_engine)
+            if conn is None:
+                if not sqlite.held(engine.sync_engine):
+                    break  # not connected yet: the pool opens the connection
+                await sqlite.given_back(engine.sync_engine, started + max(bound, limits.queue_wait))
+                continue
+            if sqlite.behind_the_thread(conn):
                 await sqlite.thread_idle(conn, deadline, bound)
                 # Checked again: a session may have taken the connection meanwhile.
-                if sqlite.idle_connection(engine.sync_engine) is conn:
-                    with contextlib.suppress(sqlite.Busy):  # on the loop, never waiting there
-                        return sqlite.inline(conn, function, bound)
-                    return await sqlite.run(conn, function, bound, deadline)
-            async with engine.connect() as c:
-                raw = (await c.get_raw_connection()).driver_connection
-                return await sqlite.run(raw, function, bound)
-        try:
-            async with engine.connect() as c:
-                raw = (await c.get_raw_connection()).driver_connection
-                return await _run_on_asyncpg(program, raw)
-        except StoreUnavailable:
-            raise
-        except Exception as e:
-            if is_transient(e):
-                raise StoreUnavailable(f"the database did not answer in time ({e})", bound,
-                                       unreachable=not is_lock_wait(e)) from e
-            raise
+                if sqlite.idle_connection(engine.sync_engine) is not conn:
+                    continue
+            try:  # on the loop, never waiting there
+                return sqlite.inline(conn, function, bound)
+            except sqlite.Busy:
+                pass
+            return await sqlite.run(conn, function, bound, deadline)
+        async with engine.connect() as c:
+            raw = (await c.get_raw_connection()).driver_connection
+            return await sqlite.run(raw, function, bound)
+    try:
+        async with engine.connect() as c:
+            raw = (await c.get_raw_connection()).driver_connection
+            return await _run_on_asyncpg(program, raw)
+    except StoreUnavailable:
+        raise
+    except Exception as e:
+        if is_transient(e):
+            raise StoreUnavailable(f"the database did not answer in time ({e})", bound,
+                                   unreachable=not is_lock_wait(e)) from e
+        raise

@@ -84,7 +84,7 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
             connect_args={"timeout": busy_timeout, "check_same_thread": False},
         )
         event.listen(engine.sync_engine, "connect", sqlite.pragmas(busy_timeout))
-        sqlite.track(engine.sync_engine)
+        sqlite.track(engine.sync_engine, busy_timeout)
     else:
         engine = create_async_engine(
             url,

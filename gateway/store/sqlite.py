@@ -28,6 +28,13 @@ is off for it; `synchronous=NORMAL` syncs at a checkpoint, and the first commit 
 WAL's header as it starts the log again), and every CHECKPOINT_EVERY-th transaction goes to the
 thread, which checkpoints before it: that transaction's commit then pays the header's sync there.
 
+Those two settings (`busy_timeout`, `wal_autocheckpoint`) are set when the connection's next use
+needs other values than it has (`_Thread.settle`), not set and reset around every transaction (4
+PRAGMAs of a plain message's ~25 statements, twice a message): an inline transaction needs (0, 0);
+one in the thread the bound, the auto-checkpoint as it is (it is counted towards the next
+checkpoint, as an inline one is); a session the bound and SQLite's own auto-checkpoint, set at its
+checkout (`track`), since nothing here counts its writes.
+
 One connection: our own transactions queue for it in asyncio (behind a session that holds it,
 `given_back`, or in the thread's queue) rather than in SQLite's busy handler, which polls with sleeps and would make them wait for each
 other in milliseconds. Only another process is ever waited for inside SQLite, and only up to
@@ -65,12 +72,18 @@ def pragmas(busy_timeout: float) -> Callable[[Any, Any], None]:
         cursor.execute("PRAGMA foreign_keys=ON")
         # Only another process can hold a lock against our one connection: wait for it, in
         # the connection's thread, up to the bound.
-        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        cursor.execute(f"PRAGMA busy_timeout={_ms(busy_timeout)}")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT}")
         cursor.close()
+        state = _thread(dbapi_connection.driver_connection)
+        state.busy, state.pages = _ms(busy_timeout), AUTOCHECKPOINT
 
     return on_connect
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
 
 
 # Each engine's one aiosqlite connection, so driver.transaction can hand it a whole transaction
@@ -82,9 +95,19 @@ _connections: WeakKeyDictionary[Engine, Any] = WeakKeyDictionary()
 _waiting: WeakKeyDictionary[Engine, list[asyncio.Future[None]]] = WeakKeyDictionary()
 
 
-def track(engine: Engine) -> None:
+def track(engine: Engine, busy_timeout: float) -> None:
     def remember(dbapi_connection: Any, _record: object) -> None:
         _connections[engine] = dbapi_connection.driver_connection  # the aiosqlite.Connection
+
+    def for_a_session(dbapi_connection: Any, _record: object, _proxy: object) -> None:
+        # What inline transactions left (no busy timeout, no auto-checkpoint) is set back through the
+        # session's own adapter: in the thread, ahead of the session's statements. A thread
+        # transaction handed over meanwhile only ever sets the bound, which a session needs too.
+        state = _thread(dbapi_connection.driver_connection)
+        if (state.busy, state.pages) != (_ms(busy_timeout), AUTOCHECKPOINT):
+            cursor = dbapi_connection.cursor()
+            state.settle(cursor.execute, _ms(busy_timeout), AUTOCHECKPOINT)
+            cursor.close()
 
     def returned(_dbapi_connection: Any, _record: object) -> None:
         try:
@@ -105,6 +128,7 @@ def track(engine: Engine) -> None:
                 waiter.get_loop().call_soon_threadsafe(_wake, waiter)
 
     event.listen(engine, "connect", remember)
+    event.listen(engine, "checkout", for_a_session)
     event.listen(engine, "checkin", returned)
 
 
@@ -161,15 +185,28 @@ async def _until(deadline: float, wait: Awaitable[Any], refusal: str, retry_afte
 
 class _Thread:
     """What the driver knows about a connection's thread: calls of ours in it (`idle` is set when
-    there are none), transactions since its last checkpoint."""
+    there are none), transactions since its last checkpoint, and the connection's busy timeout (ms)
+    and auto-checkpoint (pages) as last set (None: not known)."""
 
-    __slots__ = ("calls", "idle", "since_checkpoint")
+    __slots__ = ("busy", "calls", "idle", "pages", "since_checkpoint")
 
     def __init__(self) -> None:
         self.calls = 0
         self.idle = asyncio.Event()
         self.idle.set()
         self.since_checkpoint = 0
+        self.busy: int | None = None
+        self.pages: int | None = None
+
+    def settle(self, execute: Callable[[str], object], busy: int, pages: int | None = None) -> None:
+        """Give the connection `busy` ms of busy timeout and `pages` of auto-checkpoint (None: as it
+        is), by the PRAGMAs that change something."""
+        if busy != self.busy:
+            execute(f"PRAGMA busy_timeout={busy}")
+            self.busy = busy
+        if pages is not None and pages != self.pages:
+            execute(f"PRAGMA wal_autocheckpoint={pages}")
+            self.pages = pages
 
     def finished(self, call: asyncio.Future[Any]) -> None:
         self.calls -= 1
@@ -194,13 +231,20 @@ class Busy(Exception):
     a checkpoint is due (the thread takes the transaction, `run`)."""
 
 
+def behind_the_thread(conn: Any) -> bool:
+    """Whether a transaction waits for the thread's work of ours before it runs (`thread_idle`);
+    not when a checkpoint is due (the thread takes that one anyway)."""
+    state = _thread(conn)
+    return bool(state.calls) and state.since_checkpoint < CHECKPOINT_EVERY
+
+
 async def thread_idle(conn: Any, deadline: float, bound: float) -> None:
     """Wait, on the loop, until the thread has none of our work: a transaction then runs inline,
     instead of queueing in the thread behind it (under a burst every transaction would, and
     the thread would never be idle again). Returns at once when a checkpoint is due."""
-    state = _thread(conn)
-    while state.calls and state.since_checkpoint < CHECKPOINT_EVERY:
-        await _until(deadline, state.idle.wait(), "the database is busy (waited for earlier work past the bound)", bound)
+    while behind_the_thread(conn):
+        await _until(deadline, _thread(conn).idle.wait(),
+                     "the database is busy (waited for earlier work past the bound)", bound)
 
 
 def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
@@ -213,17 +257,13 @@ def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
     # was cancelled): never run inside it.
     if state.calls or state.since_checkpoint >= CHECKPOINT_EVERY or sqlite.in_transaction:
         raise Busy
-    sqlite.execute("PRAGMA busy_timeout=0")
-    sqlite.execute("PRAGMA wal_autocheckpoint=0")
+    state.settle(sqlite.execute, 0, 0)  # left so: whatever uses the connection next sets what it needs
     try:
         result = function(sqlite)
     except Exception as e:
         if is_sqlite_busy(e):
             raise Busy from e
         raise
-    finally:
-        sqlite.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT}")
-        sqlite.execute(f"PRAGMA busy_timeout={int(bound * 1000)}")
     state.since_checkpoint += 1
     return result
 
@@ -237,13 +277,15 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: f
     checkpoint = state.since_checkpoint >= CHECKPOINT_EVERY
     if checkpoint:
         state.since_checkpoint = 0
+    # Counted as an inline one is: after inline work it runs with no auto-checkpoint too.
+    state.since_checkpoint += 1
 
     def call() -> T:
         sqlite = conn._conn
         left = deadline - time.monotonic()
         if left <= 0:
             raise StoreUnavailable("the database is busy (waited for earlier work past the bound)", bound)
-        # What is left of the bound, if queueing took a noticeable part of it; reset after.
+        # What is left of the bound, if queueing took a noticeable part of it; the bound again after.
         short = bound - left > 0.01
         if checkpoint:
             # Passive: it copies what no reader needs and waits for no one. Before the program, so
@@ -251,8 +293,7 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: f
             # (after a checkpoint the next writer syncs the WAL header: that must not be on the loop).
             with contextlib.suppress(sqlite3.Error):
                 sqlite.execute("PRAGMA wal_checkpoint(PASSIVE)").close()
-        if short:
-            sqlite.execute(f"PRAGMA busy_timeout={int(left * 1000)}")
+        state.settle(sqlite.execute, _ms(left) if short else _ms(bound))
         try:
             result = function(sqlite)
         except Exception as e:
@@ -261,7 +302,7 @@ async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: f
             raise
         finally:
             if short:
-                sqlite.execute(f"PRAGMA busy_timeout={int(bound * 1000)}")
+                state.settle(sqlite.execute, _ms(bound))
         return result
 
     # Counted until the thread has finished the call, not until this caller stops waiting: a
