@@ -83,7 +83,7 @@ from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .questions import QUESTION_ACTION_PREFIX, parse_question_value, question_message
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient, payload_problem
-from .normalize import BotIdentity, chat_kind, normalize_event
+from .normalize import BotIdentity, chat_kind, echoed, normalize_event, pair_key
 from .render import markdown_to_mrkdwn
 
 CONNECT_TIMEOUT = 15.0  # seconds for one websocket connect before backing off and retrying
@@ -297,6 +297,10 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
+        if req.type == "events_api" and self._settled_unread(req.payload):
+            # Acked all the same: Slack delivers an envelope nobody acked again.
+            await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
+            return
         try:
             problem = payload_problem(req.payload)
             if problem is not None:
@@ -309,6 +313,16 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
             return
         response = await self._require_app().async_dispatch(bolt_request)
         await self._ack(send_async_response(socket, req, response, started), req)
+
+    def _settled_unread(self, body: Any) -> bool:
+        """An event not worth Bolt's dispatch (its middleware, its listener matching: ~330 calls): the
+        bot's own post echoed back, or a message this process stored lately, delivered again (the
+        mention's other event, mostly), which the core counts as the duplicate it is. Socket Mode
+        only: an HTTP request is trusted once Bolt has checked its signature."""
+        if echoed(body, BotIdentity(self._conn.bot_user_id, self._conn.bot_id)):
+            return True
+        key = pair_key(body)
+        return key is not None and self._require_dispatcher().stored_lately(self.binding_id, self.platform, key)
 
     async def _ack(self, sending: Coroutine[Any, Any, None], req: SocketModeRequest) -> None:
         """An ack, which a connection dropped meanwhile cannot carry: routine, not an error. The

@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.inbound.pipeline import ledger_ids
+from gateway.inbound.pipeline import ledger_ids, same_message_id
 from gateway.messages import InboundMessage, Sender
 from gateway.outbound.adapter import Decision, DecisionOutcome, SubmitResult
 
@@ -48,6 +48,7 @@ class FakeDispatcher:
         self.gate: asyncio.Event | None = None
         self.hold: set[str] = set()
         self.held = asyncio.Event()
+        self.dropped: list[str] = []  # dedupe keys `stored_lately` said were stored: dropped unread
         self._ledger: set[tuple[str, str]] = set()
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
@@ -63,6 +64,12 @@ class FakeDispatcher:
         self._ledger |= ids
         self.accepted.append(message)
         return SubmitResult(accepted=True, conversation_id="c1", message_id=str(len(self.accepted)))
+
+    def stored_lately(self, binding_id: str, platform: str, dedupe_key: str) -> bool:
+        if (binding_id, same_message_id(platform, dedupe_key)) not in self._ledger:
+            return False
+        self.dropped.append(dedupe_key)
+        return True
 
     async def decide(self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str,
                      surface: str) -> DecisionOutcome:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from adapters.slack.adapter import SlackAdapter
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import ReplyTarget
@@ -33,8 +35,10 @@ async def test_channel_mention_pair_runs_once_and_both_are_acked(fake_slack: Fak
     msg, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> what is our release date?")
     assert len(envelopes) == 2  # `message` and `app_mention`
     await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
-    assert len(dispatcher.submitted) == 2
-    assert len({m.event_id for m in dispatcher.submitted}) == 2
+    # The second is handed over too when it comes while the first is being stored; once it is
+    # stored, the core says so and the second is acked unread (below).
+    assert len(dispatcher.submitted) + len(dispatcher.dropped) == 2
+    assert len({m.event_id for m in dispatcher.submitted}) == len(dispatcher.submitted)
     assert len(dispatcher.accepted) == 1
     accepted = dispatcher.accepted[0]
     assert accepted.text == "what is our release date?"
@@ -47,6 +51,34 @@ async def test_mention_first_order_also_runs_once(fake_slack: FakeSlack, adapter
     _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi", mention_first=True)
     await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
     assert len(dispatcher.accepted) == 1
+
+
+@pytest.mark.parametrize("mention_first", [False, True])
+async def test_a_stored_messages_twin_is_acked_and_never_handed_over(
+        fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher, mention_first: bool) -> None:
+    msg, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> once")
+    first, twin = reversed(events) if mention_first else events
+    sent = await fake_slack.send_event(first)
+    await fake_slack.wait_for(lambda: fake_slack.acked(sent))
+    assert len(dispatcher.accepted) == 1
+    again = await fake_slack.send_event(twin)
+    await fake_slack.wait_for(lambda: fake_slack.acked(again))
+    assert [m.event_id for m in dispatcher.submitted] == [dispatcher.accepted[0].event_id]
+    assert dispatcher.dropped == [f"C0GEN:{msg.ts}"]
+
+
+async def test_a_twin_arriving_while_its_first_is_stored_goes_to_the_ledger(
+        fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
+    dispatcher.gate = asyncio.Event()  # the first is being stored until the gate opens
+    _, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> at once")
+    first = await fake_slack.send_event(events[0])
+    await eventually(lambda: dispatcher.submitted)
+    twin = await fake_slack.send_event(events[1])
+    await eventually(lambda: len(dispatcher.submitted) == 2)  # not known as stored yet: handed over
+    assert not fake_slack.acked(first) and not fake_slack.acked(twin)
+    dispatcher.gate.set()
+    await fake_slack.wait_for(lambda: fake_slack.acked(first) and fake_slack.acked(twin))
+    assert len(dispatcher.accepted) == 1 and dispatcher.dropped == []
 
 
 async def test_ack_waits_for_submit(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
