@@ -14,8 +14,9 @@ the thread CPU (`time.thread_time()`) of the adapter's `_on_socket_request` coro
 its own steps only (what runs between its awaits: other tasks' steps in between are not counted),
 and with `--profile` cProfile's function calls per message by library (which load does not move).
 
-Variants: `bolt` hands every envelope to Bolt's dispatch (main before this round: `_settled_unread`
-always False); `unread` is this checkout.
+Variants: `bolt` hands every envelope to Bolt's dispatch (main before this round); `unread, bolt`
+acks a stored message's twin and the bot's own echoes unread, the rest through Bolt (this round's
+first cut); `unread, no bolt` is this checkout (events over Socket Mode without Bolt's dispatch).
 
     .venv/bin/python bench/slack_envelopes.py --rounds 6 --block 25
     .venv/bin/python bench/slack_envelopes.py --rounds 2 --block 50 --profile
@@ -84,15 +85,29 @@ def kind_of(payload: Any, seen: set[str]) -> str:
 
 
 def variants(adapter: Any) -> dict[str, Callable[[], None]]:
-    real = adapter._settled_unread
+    """Each variant's switch: the adapter's methods as main had them, or as this checkout has them."""
+    from slack_sdk.socket_mode.response import SocketModeResponse
 
-    def bolt() -> None:
-        adapter._settled_unread = lambda body: False
+    real_unread, real_event = adapter._settled_unread, adapter._on_socket_event
 
-    def unread() -> None:
-        adapter._settled_unread = real
+    async def through_bolt(socket: Any, req: Any) -> None:  # main's path: every event to Bolt's dispatch
+        from slack_bolt.adapter.socket_mode.async_internals import send_async_response
+        from slack_bolt.adapter.socket_mode.internals import build_headers
+        from slack_bolt.request.async_request import AsyncBoltRequest
 
-    return {"bolt": bolt, "unread": unread}
+        response = await adapter._require_app().async_dispatch(
+            AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req)))
+        await adapter._ack(send_async_response(socket, req, response, time.time()), req)
+
+    def set_to(unread: Any, event: Any) -> Callable[[], None]:
+        def switch() -> None:
+            adapter._settled_unread, adapter._on_socket_event = unread, event
+        return switch
+
+    assert SocketModeResponse  # the new path's ack, imported before the first block either way
+    return {"bolt": set_to(lambda body: False, through_bolt),
+            "unread, bolt": set_to(real_unread, through_bolt),
+            "unread, no bolt": set_to(real_unread, real_event)}
 
 
 async def until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> None:

@@ -105,6 +105,9 @@ async def test_dm_and_group_dm(fake_slack: FakeSlack, adapter: SlackAdapter, dis
 
 async def test_thread_reply_without_mention(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> start")
+    # Handed over first: Ada's first message waits for her name (users.info), which a reply coming
+    # the moment it is known would find cached and pass (a person replies in a thread seconds later).
+    await eventually(lambda: dispatcher.accepted)
     answer_ts = await adapter.post_message(target(thread=root.ts), "Sure.")
     await fake_slack.say("C0GEN", "U0ADA", "and then?", thread_ts=root.ts)
     await eventually(lambda: len(dispatcher.accepted) == 2)
