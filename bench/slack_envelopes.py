@@ -90,7 +90,7 @@ def variants(adapter: Any) -> dict[str, Callable[[], None]]:
 
     real_unread, real_event = adapter._settled_unread, adapter._on_socket_event
 
-    async def through_bolt(socket: Any, req: Any) -> None:  # main's path: every event to Bolt's dispatch
+    async def through_bolt(socket: Any, req: Any, key: Any) -> None:  # main's path: every event to Bolt's dispatch
         from slack_bolt.adapter.socket_mode.async_internals import send_async_response
         from slack_bolt.adapter.socket_mode.internals import build_headers
         from slack_bolt.request.async_request import AsyncBoltRequest
@@ -105,7 +105,7 @@ def variants(adapter: Any) -> dict[str, Callable[[], None]]:
         return switch
 
     assert SocketModeResponse  # the new path's ack, imported before the first block either way
-    return {"bolt": set_to(lambda body: False, through_bolt),
+    return {"bolt": set_to(lambda body, key: False, through_bolt),
             "unread, bolt": set_to(real_unread, through_bolt),
             "unread, no bolt": set_to(real_unread, real_event)}
 
@@ -133,6 +133,7 @@ async def main(args: argparse.Namespace) -> None:
     envelopes: dict[str, Counter[str]] = {}
     profiles: dict[str, cProfile.Profile] = {}
     messages: Counter[str] = Counter()
+    methods: dict[str, Counter[str]] = {}  # the Web API calls the fake saw, by method
     seen: set[str] = set()
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -175,7 +176,9 @@ async def main(args: argparse.Namespace) -> None:
                         for i in range(args.block):
                             if profiler is not None:
                                 profiler.enable()
+                            sent = len(p.fake.calls)
                             await one(f"{name} {r}.{i}")
+                            methods.setdefault(name, Counter()).update(c.method for c in p.fake.calls[sent:])
                             if profiler is not None:
                                 profiler.disable()
                             messages[name] += 1
@@ -183,6 +186,8 @@ async def main(args: argparse.Namespace) -> None:
         await p.stop()
         await model.stop()
     report(cpu, envelopes, profiles, messages, args.profile)
+    print('\nWeb API calls per message: ' + '; '.join(
+        f"{v}: " + ', '.join(f'{m} {n / messages[v]:.2f}' for m, n in sorted(c.items())) for v, c in methods.items()))
 
 
 def adapter_socket_listeners(adapter: Any) -> list[Any]:

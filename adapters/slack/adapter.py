@@ -129,6 +129,9 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         self._directory = SlackDirectory(self._conn, self._call)
         self._session: aiohttp.ClientSession | None = None
         self._kinds: dict[str, ChatKind] = {}  # channel id → chat kind, learned from events
+        # Dedupe keys of the events being handled now (Socket Mode): the other event of a pair waits for
+        # its first, then asks the core whether it was stored (in a burst it mostly arrives meanwhile).
+        self._handling: dict[str, asyncio.Event] = {}
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
@@ -302,7 +305,10 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
-        if req.type == "events_api" and self._settled_unread(req.payload):
+        key = pair_key(req.payload) if req.type == "events_api" else None
+        while key is not None and (first := self._handling.get(key)) is not None:
+            await first.wait()  # the other event of its pair, being handled: then the core knows
+        if req.type == "events_api" and self._settled_unread(req.payload, key):
             # Acked all the same: Slack delivers an envelope nobody acked again.
             await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
             return
@@ -319,32 +325,39 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
             await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
             return
         if bolt_request is None:
-            await self._on_socket_event(socket, req)
+            await self._on_socket_event(socket, req, key)
             return
         response = await self._require_app().async_dispatch(bolt_request)
         await self._ack(send_async_response(socket, req, response, started), req)
 
-    async def _on_socket_event(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
+    async def _on_socket_event(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest, key: str | None) -> None:
         """An Events API envelope, handled without Bolt's dispatch (its middleware, a Web API client
         and every listener argument built per event: ~220 calls). Over Socket Mode nothing of it is
         needed for an event: no signature to check, who the bot is is our own auth.test's, its own
         posts are `normalize`'s to tell. As Bolt's `process_before_response`: acked once handled,
-        and a handler that raises sends no ack (Bolt's 500), so Slack delivers the event again."""
+        and a handler that raises sends no ack (Bolt's 500), so Slack delivers the event again.
+        While it is handled, an event of the same `key` waits (`_on_socket_request`)."""
+        handling = asyncio.Event()
+        if key is not None:
+            self._handling[key] = handling  # before any await: the caller checked there was none
         try:
             await self._handle_event(req.payload, BotIdentity(self._conn.bot_user_id, self._conn.bot_id))
         except Exception as e:
             await self._on_listener_error(e, req.payload)
             return
+        finally:
+            if key is not None:
+                del self._handling[key]
+            handling.set()
         await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
 
-    def _settled_unread(self, body: Any) -> bool:
+    def _settled_unread(self, body: Any, key: str | None) -> bool:
         """An event not worth handling: the bot's own post echoed back, or a message this process
-        stored lately, delivered again (the mention's other event, mostly), which the core counts as
-        the duplicate it is. Socket Mode only: an HTTP request is trusted once Bolt has checked its
-        signature."""
+        stored lately (`key`, its `pair_key`), delivered again (the mention's other event, mostly),
+        which the core counts as the duplicate it is. Socket Mode only: an HTTP request is trusted
+        once Bolt has checked its signature."""
         if echoed(body, BotIdentity(self._conn.bot_user_id, self._conn.bot_id)):
             return True
-        key = pair_key(body)
         return key is not None and self._require_dispatcher().stored_lately(self.binding_id, self.platform, key)
 
     async def _ack(self, sending: Coroutine[Any, Any, None], req: SocketModeRequest) -> None:

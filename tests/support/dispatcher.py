@@ -32,7 +32,8 @@ class FakeDispatcher:
     accepted click on an approval wins, a later one hears who decided. `outcome`, when set, is
     every decision's answer instead. `gate`, when set up, holds every submit (recorded in
     `submitted`, not yet in `accepted`) until it is set; a submit whose text is in `hold` never
-    returns and is not recorded (`held` is set when one arrives)."""
+    returns and is not recorded (`held` is set when one arrives); `refuse`, when set, is raised by
+    the next submit (as the core refuses a message it could not store)."""
 
     def __init__(self, *, deciders: set[str] | None = None, refusal: str = "Only Ada can decide this.") -> None:
         self.submitted: list[InboundMessage] = []  # every message handed over, redeliveries too
@@ -48,6 +49,7 @@ class FakeDispatcher:
         self.gate: asyncio.Event | None = None
         self.hold: set[str] = set()
         self.held = asyncio.Event()
+        self.refuse: Exception | None = None  # the next submit raises it (after the gate)
         self.dropped: list[str] = []  # dedupe keys `stored_lately` said were stored: dropped unread
         self._ledger: set[tuple[str, str]] = set()
 
@@ -58,6 +60,9 @@ class FakeDispatcher:
         self.submitted.append(message)
         if self.gate is not None:
             await self.gate.wait()
+        if self.refuse is not None:  # nothing stored: the adapter must not ack
+            refusal, self.refuse = self.refuse, None
+            raise refusal
         ids = {(message.binding_id, i) for i in ledger_ids(message)}
         if ids & self._ledger:
             return SubmitResult(accepted=False, duplicate=True, reason="duplicate")

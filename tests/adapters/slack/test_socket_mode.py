@@ -13,6 +13,7 @@ import pytest
 from adapters.slack.adapter import SlackAdapter
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import ReplyTarget
+from gateway.store.availability import StoreUnavailable
 from tests.fakes.slack import FakeSlack
 
 from tests.support.dispatcher import FakeDispatcher
@@ -67,18 +68,35 @@ async def test_a_stored_messages_twin_is_acked_and_never_handed_over(
     assert dispatcher.dropped == [f"C0GEN:{msg.ts}"]
 
 
-async def test_a_twin_arriving_while_its_first_is_stored_goes_to_the_ledger(
+async def test_a_twin_arriving_while_its_first_is_stored_waits_for_it_and_is_acked_unread(
         fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     dispatcher.gate = asyncio.Event()  # the first is being stored until the gate opens
-    _, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> at once")
+    msg, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> at once")
     first = await fake_slack.send_event(events[0])
     await eventually(lambda: dispatcher.submitted)
     twin = await fake_slack.send_event(events[1])
-    await eventually(lambda: len(dispatcher.submitted) == 2)  # not known as stored yet: handed over
+    # Envelopes are taken in order: once a later one is acked, the twin has arrived (and waits).
+    later = await fake_slack.send_event({"type": "reaction_added", "user": "U0ADA", "reaction": "eyes", "item": {}, "event_ts": "1.1"})
+    await fake_slack.wait_for(lambda: fake_slack.acked(later))
     assert not fake_slack.acked(first) and not fake_slack.acked(twin)
     dispatcher.gate.set()
     await fake_slack.wait_for(lambda: fake_slack.acked(first) and fake_slack.acked(twin))
-    assert len(dispatcher.accepted) == 1 and dispatcher.dropped == []
+    assert len(dispatcher.submitted) == len(dispatcher.accepted) == 1 and dispatcher.dropped == [f"C0GEN:{msg.ts}"]
+
+
+async def test_a_twin_whose_first_was_refused_carries_the_message(
+        fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
+    dispatcher.gate = asyncio.Event()
+    dispatcher.refuse = StoreUnavailable("the database is locked", 1.0)  # the first is not stored
+    _, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> still answered")
+    first = await fake_slack.send_event(events[0])
+    await eventually(lambda: dispatcher.submitted)
+    twin = await fake_slack.send_event(events[1])
+    dispatcher.gate.set()
+    await fake_slack.wait_for(lambda: fake_slack.acked(twin))
+    refused, carried = dispatcher.submitted  # the twin waited for the first, then went the whole way
+    assert dispatcher.accepted == [carried] and carried.event_id != refused.event_id and dispatcher.dropped == []
+    assert not fake_slack.acked(first)  # Slack delivers it again; the ledger then drops it
 
 
 async def test_ack_waits_for_submit(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
@@ -172,7 +190,8 @@ async def test_redelivery_with_retry_attempt_runs_nothing_new(fake_slack: FakeSl
     first = await fake_slack.send_event(events[0], body=body)
     again = await fake_slack.send_event(events[0], body=body, retry_attempt=1)
     await fake_slack.wait_for(lambda: fake_slack.acked(first) and fake_slack.acked(again))
-    assert len(dispatcher.submitted) == 2 and len(dispatcher.accepted) == 1
+    # The redelivery waits for the first, then the core knows it: acked unread.
+    assert len(dispatcher.submitted) == len(dispatcher.accepted) == 1 and dispatcher.dropped == [f"D0ADA:{events[0]['ts']}"]
 
 
 async def test_reconnects_after_a_dropped_socket(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
