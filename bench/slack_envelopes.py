@@ -86,15 +86,13 @@ def kind_of(payload: Any, seen: set[str]) -> str:
 
 def variants(adapter: Any) -> dict[str, Callable[[], None]]:
     """Each variant's switch: the adapter's methods as main had them, or as this checkout has them."""
-    from slack_sdk.socket_mode.response import SocketModeResponse
+    from slack_bolt.adapter.socket_mode.async_internals import send_async_response
+    from slack_bolt.adapter.socket_mode.internals import build_headers
+    from slack_bolt.request.async_request import AsyncBoltRequest
 
     real_unread, real_event = adapter._settled_unread, adapter._on_socket_event
 
     async def through_bolt(socket: Any, req: Any, key: Any) -> None:  # main's path: every event to Bolt's dispatch
-        from slack_bolt.adapter.socket_mode.async_internals import send_async_response
-        from slack_bolt.adapter.socket_mode.internals import build_headers
-        from slack_bolt.request.async_request import AsyncBoltRequest
-
         response = await adapter._require_app().async_dispatch(
             AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req)))
         await adapter._ack(send_async_response(socket, req, response, time.time()), req)
@@ -104,7 +102,6 @@ def variants(adapter: Any) -> dict[str, Callable[[], None]]:
             adapter._settled_unread, adapter._on_socket_event = unread, event
         return switch
 
-    assert SocketModeResponse  # the new path's ack, imported before the first block either way
     return {"bolt": set_to(lambda body, key: False, through_bolt),
             "unread, bolt": set_to(real_unread, through_bolt),
             "unread, no bolt": set_to(real_unread, real_event)}
