@@ -395,6 +395,9 @@ class Gateway:
                 raise NotAccepting()
         return await self.inbound.submit(message)
 
+    def stored_lately(self, binding_id: str, platform: str, dedupe_key: str) -> bool:
+        return self.inbound.stored_lately(binding_id, platform, dedupe_key)
+
     async def decide(
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:

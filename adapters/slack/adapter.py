@@ -3,11 +3,16 @@
 slack-bolt's AsyncApp does the Slack protocol work (request signatures, url_verification,
 self-event filtering, listener dispatch); this module wires it to the core and translates:
 events in through `normalize`, replies out through `render` / `cards`, errors through `api`.
+Over Socket Mode, Events API envelopes skip Bolt's dispatch (`_on_socket_event`: nothing of it
+is needed for an event there, and it was most of an event's cost); clicks and slash commands,
+and everything in HTTP mode, go through Bolt.
 
 Acks: bolt runs with `process_before_response=True`, so the ack (the Socket Mode envelope
 response, or the HTTP 200) is sent only when our listener returns — after
-`dispatcher.submit()` has durably recorded the message. A listener that fails before that
-sends no ack, and Slack redelivers; the core's ledger turns a redelivery into nothing.
+`dispatcher.submit()` has durably recorded the message; `_on_socket_event` acks the same way.
+A listener that fails before that sends no ack, and Slack redelivers; the core's ledger turns a
+redelivery into nothing. A message this process stored lately, delivered again (a mention comes
+as `message` and `app_mention`), and the bot's own posts echoed back are acked unread.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .questions import QUESTION_ACTION_PREFIX, parse_question_value, question_message
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient, payload_problem
-from .normalize import BotIdentity, chat_kind, normalize_event
+from .normalize import BotIdentity, chat_kind, echoed, normalize_event, pair_key
 from .render import markdown_to_mrkdwn
 
 CONNECT_TIMEOUT = 15.0  # seconds for one websocket connect before backing off and retrying
@@ -124,6 +129,9 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         self._directory = SlackDirectory(self._conn, self._call)
         self._session: aiohttp.ClientSession | None = None
         self._kinds: dict[str, ChatKind] = {}  # channel id → chat kind, learned from events
+        # Dedupe keys of the events being handled now (Socket Mode): the other event of a pair waits for
+        # its first, then asks the core whether it was stored (in a burst it mostly arrives meanwhile).
+        self._handling: dict[str, asyncio.Event] = {}
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
@@ -297,18 +305,60 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
     async def _on_socket_request(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         started = time.time()
+        key = pair_key(req.payload) if req.type == "events_api" else None
+        while key is not None and (first := self._handling.get(key)) is not None:
+            await first.wait()  # the other event of its pair, being handled: then the core knows
+        if req.type == "events_api" and self._settled_unread(req.payload, key):
+            # Acked all the same: Slack delivers an envelope nobody acked again.
+            await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
+            return
         try:
             problem = payload_problem(req.payload)
             if problem is not None:
                 raise ValueError(problem)
-            bolt_request = AsyncBoltRequest(mode="socket_mode", body=req.payload, headers=build_headers(req))
+            event = req.type == "events_api" and req.payload.get("type") == "event_callback"
+            bolt_request = None if event else AsyncBoltRequest(mode="socket_mode", body=req.payload,
+                                                                 headers=build_headers(req))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._log.warning("dropped a malformed Socket Mode %s payload: %s", req.type, _bolt_refusal(e))
             # Acked: a redelivery would fail the same way, for ever.
             await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
             return
+        if bolt_request is None:
+            await self._on_socket_event(socket, req, key)
+            return
         response = await self._require_app().async_dispatch(bolt_request)
         await self._ack(send_async_response(socket, req, response, started), req)
+
+    async def _on_socket_event(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest, key: str | None) -> None:
+        """An Events API envelope, handled without Bolt's dispatch (its middleware, a Web API client
+        and every listener argument built per event: ~220 calls). Over Socket Mode nothing of it is
+        needed for an event: no signature to check, who the bot is is our own auth.test's, its own
+        posts are `normalize`'s to tell. As Bolt's `process_before_response`: acked once handled,
+        and a handler that raises sends no ack (Bolt's 500), so Slack delivers the event again.
+        While it is handled, an event of the same `key` waits (`_on_socket_request`)."""
+        handling = asyncio.Event()
+        if key is not None:
+            self._handling[key] = handling  # before any await: the caller checked there was none
+        try:
+            await self._handle_event(req.payload, BotIdentity(self._conn.bot_user_id, self._conn.bot_id))
+        except Exception as e:
+            await self._on_listener_error(e, req.payload)
+            return
+        finally:
+            if key is not None:
+                del self._handling[key]
+            handling.set()
+        await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
+
+    def _settled_unread(self, body: Any, key: str | None) -> bool:
+        """An event not worth handling: the bot's own post echoed back, or a message this process
+        stored lately (`key`, its `pair_key`), delivered again (the mention's other event, mostly),
+        which the core counts as the duplicate it is. Socket Mode only: an HTTP request is trusted
+        once Bolt has checked its signature."""
+        if echoed(body, BotIdentity(self._conn.bot_user_id, self._conn.bot_id)):
+            return True
+        return key is not None and self._require_dispatcher().stored_lately(self.binding_id, self.platform, key)
 
     async def _ack(self, sending: Coroutine[Any, Any, None], req: SocketModeRequest) -> None:
         """An ack, which a connection dropped meanwhile cannot carry: routine, not an error. The
@@ -339,22 +389,26 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
     # --- inbound --------------------------------------------------------------------------
 
     async def _on_event(self, ack: Any, body: dict[str, Any], context: AsyncBoltContext) -> None:
+        """An event through Bolt (HTTP mode, its signature checked), acked once handled."""
+        await self._handle_event(body, BotIdentity(context.bot_user_id or self._conn.bot_user_id,
+                                                   context.bot_id or self._conn.bot_id))
+        await ack()
+
+    async def _handle_event(self, body: dict[str, Any], bot: BotIdentity) -> None:
+        """The event's message to the core. If `submit` raises, the caller sends no ack and Slack
+        delivers the event again later (a busy database must raise: `_on_listener_error`)."""
         event_id = body.get("event_id", "?") if isinstance(body, dict) else "?"
         try:
-            message = await self._to_message(body, context)
+            message = await self._to_message(body, bot)
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             self._log.warning("dropping malformed slack event %s: %s: %s", event_id, type(e).__name__, e)
             message = None
         if message is not None:
-            # If this raises, no ack goes out and Slack delivers the event again later (Bolt acks
-            # an event listener that returns, so a busy database must raise: `_on_error`).
             result = await self._require_dispatcher().submit(message)
-
             if not result.accepted:
                 self._log.debug("event %s not run: %s", event_id, result.reason or ("duplicate" if result.duplicate else "-"))
-        await ack()
 
-    async def _to_message(self, body: dict[str, Any], context: AsyncBoltContext) -> InboundMessage | None:
+    async def _to_message(self, body: dict[str, Any], bot: BotIdentity) -> InboundMessage | None:
         event = body["event"]
         if event.get("type") not in ("message", "app_mention"):
             return None
@@ -364,7 +418,6 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
             self._kinds[channel] = kind
         elif kind is None and channel:
             kind = await self._channel_kind(channel)
-        bot = BotIdentity(context.bot_user_id or self._conn.bot_user_id, context.bot_id or self._conn.bot_id)
         admission = self.binding.admission
         message = normalize_event(
             body,

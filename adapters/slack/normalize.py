@@ -88,10 +88,10 @@ def normalize_event(
             return None
         message = event
 
+    if _own(message, bot):
+        return None  # our own post, echoed back
     bot_id = message.get("bot_id")
     user = message.get("user") or ""
-    if user == bot.user_id or (bot_id and bot_id == bot.bot_id):
-        return None  # our own post, echoed back
     is_bot = bool(bot_id) or subtype == "bot_message"
     if subtype not in _SPOKEN_SUBTYPES and not (subtype == "bot_message" and admit_bots):
         return None
@@ -126,8 +126,45 @@ def normalize_event(
         reply_to_bot=bool(thread_ts) and message.get("parent_user_id") == bot.user_id,
         is_edit=is_edit,
         attachments=tuple(_attachment(f) for f in message.get("files") or () if isinstance(f, Mapping)),
-        dedupe_key=f"{channel}:{ts}:edit:{edited}" if is_edit else f"{channel}:{ts}",
+        dedupe_key=dedupe_key(channel, ts, edited if is_edit else None),
     )
+
+
+def dedupe_key(channel: str, ts: str, edited: str | None = None) -> str:
+    """A message's key in the core's ledger: channel + ts, which both events of a pair carry; an
+    edit (its `edited.ts`) is a message of its own."""
+    return f"{channel}:{ts}:edit:{edited}" if edited is not None else f"{channel}:{ts}"
+
+
+def echoed(body: Any, bot: BotIdentity) -> bool:
+    """An event callback's raw body, before anything parses it: the bot's own post, echoed back
+    (nothing to hand over; `normalize_event` would say None)."""
+    event = _spoken(body)
+    return event is not None and _own(event, bot)
+
+
+def pair_key(body: Any) -> str | None:
+    """An event callback's raw body, before anything parses it: the dedupe key of the message it
+    carries (`normalize_event`'s, which the core may know already: the mention's other event), or
+    None for anything else, a malformed body too (it goes the whole way, and is refused there)."""
+    event = _spoken(body)
+    channel, ts = (event.get("channel"), event.get("ts")) if event is not None else (None, None)
+    return dedupe_key(channel, ts) if isinstance(channel, str) and isinstance(ts, str) else None
+
+
+def _spoken(body: Any) -> dict[str, Any] | None:
+    """The `message` or `app_mention` event of a raw body, unless an edit (`message_changed`: the
+    message is its inner one, and an edit's key is its own)."""
+    event = body.get("event") if isinstance(body, dict) else None
+    if not isinstance(event, dict) or event.get("type") not in ("message", "app_mention"):
+        return None
+    return None if event.get("subtype") == "message_changed" else event
+
+
+def _own(message: Mapping[str, Any], bot: BotIdentity) -> bool:
+    """The bot's own post (Slack echoes every one back): its user id, or its bot id."""
+    bot_id = message.get("bot_id")
+    return (message.get("user") or "") == bot.user_id or bool(bot_id and bot_id == bot.bot_id)
 
 
 def plain_text(text: str, bot_user_id: str) -> str:

@@ -26,7 +26,10 @@ mention is being recorded must see the conversation the mention creates).
 The ids this process stored a message under are also kept in memory for a while (`_Stored`):
 the second event of a pair (Slack's `message` and `app_mention` of one mention) comes moments
 later, and is dropped there without a store round trip; the ledger stays the authority (a
-redelivery to another replica, or after a restart, is dropped by it as before).
+redelivery to another replica, or after a restart, is dropped by it as before). An adapter may
+ask first (`stored_lately`, from the event's raw body) and drop such an event before its SDK
+parses it; one that arrives while its first is still being stored is not known yet and comes
+through `submit`, where the conversation's lock and the ledger drop it.
 """
 
 from __future__ import annotations
@@ -63,8 +66,13 @@ def ledger_ids(message: InboundMessage) -> list[str]:
     """Every id under which the platform may deliver this message again."""
     ids = [f"{message.platform}:{message.event_id}"]
     if message.dedupe_key:
-        ids.append(f"{message.platform}:same:{message.dedupe_key}")
+        ids.append(same_message_id(message.platform, message.dedupe_key))
     return ids
+
+
+def same_message_id(platform: str, dedupe_key: str) -> str:
+    """The ledger id both events of a pair share (`InboundMessage.dedupe_key`)."""
+    return f"{platform}:same:{dedupe_key}"
 
 
 class _Stored:
@@ -95,6 +103,15 @@ class Inbound:
         self._answer_reply = answer_reply  # a question waiting for a typed answer takes the message
         self._locks = KeyedLocks()
         self._stored = _Stored()
+
+    def stored_lately(self, binding_id: str, platform: str, dedupe_key: str) -> bool:
+        """Whether this process stored the message of `dedupe_key` lately: then an event carrying it
+        again (the other of a pair, a redelivery) is a duplicate, counted as one here, and the adapter
+        drops it before parsing it. False says nothing: the event goes to `submit`, whose ledger decides."""
+        if not self._stored.any_of(binding_id, (same_message_id(platform, dedupe_key),)):
+            return False
+        self._duplicate(platform)
+        return True
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
         binding = self._config().bindings.get(message.binding_id)

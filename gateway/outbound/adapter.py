@@ -240,6 +240,12 @@ class Dispatcher(Protocol):
         """Dedupe, admit, record and queue. Returns once durable: ack the platform after."""
         ...
 
+    def stored_lately(self, binding_id: str, platform: str, dedupe_key: str) -> bool:
+        """True when this process stored the message of `dedupe_key` lately (an `InboundMessage`'s):
+        an event carrying it again is a duplicate (counted as one) to ack and drop unread. False
+        decides nothing: hand the event to `submit`."""
+        ...
+
     async def decide(
         self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str, surface: str
     ) -> DecisionOutcome:

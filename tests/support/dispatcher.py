@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from gateway.inbound.pipeline import ledger_ids
+from gateway.inbound.pipeline import ledger_ids, same_message_id
 from gateway.messages import InboundMessage, Sender
 from gateway.outbound.adapter import Decision, DecisionOutcome, SubmitResult
 
@@ -32,7 +32,8 @@ class FakeDispatcher:
     accepted click on an approval wins, a later one hears who decided. `outcome`, when set, is
     every decision's answer instead. `gate`, when set up, holds every submit (recorded in
     `submitted`, not yet in `accepted`) until it is set; a submit whose text is in `hold` never
-    returns and is not recorded (`held` is set when one arrives)."""
+    returns and is not recorded (`held` is set when one arrives); `refuse`, when set, is raised by
+    the next submit (as the core refuses a message it could not store)."""
 
     def __init__(self, *, deciders: set[str] | None = None, refusal: str = "Only Ada can decide this.") -> None:
         self.submitted: list[InboundMessage] = []  # every message handed over, redeliveries too
@@ -48,6 +49,8 @@ class FakeDispatcher:
         self.gate: asyncio.Event | None = None
         self.hold: set[str] = set()
         self.held = asyncio.Event()
+        self.refuse: Exception | None = None  # the next submit raises it (after the gate)
+        self.dropped: list[str] = []  # dedupe keys `stored_lately` said were stored: dropped unread
         self._ledger: set[tuple[str, str]] = set()
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
@@ -57,12 +60,21 @@ class FakeDispatcher:
         self.submitted.append(message)
         if self.gate is not None:
             await self.gate.wait()
+        if self.refuse is not None:  # nothing stored: the adapter must not ack
+            refusal, self.refuse = self.refuse, None
+            raise refusal
         ids = {(message.binding_id, i) for i in ledger_ids(message)}
         if ids & self._ledger:
             return SubmitResult(accepted=False, duplicate=True, reason="duplicate")
         self._ledger |= ids
         self.accepted.append(message)
         return SubmitResult(accepted=True, conversation_id="c1", message_id=str(len(self.accepted)))
+
+    def stored_lately(self, binding_id: str, platform: str, dedupe_key: str) -> bool:
+        if (binding_id, same_message_id(platform, dedupe_key)) not in self._ledger:
+            return False
+        self.dropped.append(dedupe_key)
+        return True
 
     async def decide(self, approval_id: str, decision: Decision, decider: Sender, *, binding_id: str,
                      surface: str) -> DecisionOutcome:

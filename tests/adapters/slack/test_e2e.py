@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 import aiohttp
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
@@ -153,6 +154,55 @@ async def test_redelivery_after_a_restart_runs_nothing(tmp_path: Path, fake_slac
         await fake_slack.wait_for(lambda: all(fake_slack.acked(a) for a in again))
         # A fresh event proves the new daemon is live; the redelivered pair changed nothing.
         await fake_slack.say("D0ADA", "U0ADA", "new message")
+        await final_reply(fake_slack, "D0ADA", FINAL.format(n=1))
+    assert len(scripted.calls) == 2
+    assert len(replies(fake_slack, "C0GEN")) == 1
+
+
+def duplicates(gw: Any) -> bytes:
+    return next(line for line in gw.metrics.render().splitlines()
+                if line.startswith(b'gateway_inbound_duplicates_total{platform="slack"}'))
+
+
+@pytest.mark.parametrize("mention_first", [False, True])
+async def test_a_mention_in_either_order_is_answered_once_and_both_events_acked(
+        tmp_path: Path, fake_slack: FakeSlack, scripted: ScriptedModel, mention_first: bool) -> None:
+    async with running_gateway(config(tmp_path, fake_slack), clock=scripted.clock) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        # One after the other (the twin finds its first stored, and is acked unread), then two at once.
+        root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> one by one")
+        first, twin = reversed(events) if mention_first else events
+        sent = [await fake_slack.send_event(first)]
+        await fake_slack.wait_for(lambda: fake_slack.acked(sent[0]))
+        sent.append(await fake_slack.send_event(twin))
+        (reply,) = await final_reply(fake_slack, "C0GEN", FINAL.format(n=1))
+        _, at_once = await fake_slack.say("D0ADA", "U0ADA", "hi", mention_first=mention_first)  # a DM: one event
+        second, pair = await fake_slack.say("C0GEN", "U0BOB", "<@U0BOT> both at once", mention_first=mention_first)
+        await fake_slack.wait_for(lambda: len([m for m in replies(fake_slack, "C0GEN") if m.text == FINAL.format(n=1)]) == 2)
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in [*sent, *at_once, *pair]))
+        await final_reply(fake_slack, "D0ADA", FINAL.format(n=1))
+        assert reply.thread_ts == root.ts
+        assert sorted(m.thread_ts for m in replies(fake_slack, "C0GEN")) == sorted([root.ts, second.ts])
+        assert duplicates(gw).endswith(b" 2.0")  # one twin per mention
+        assert len(scripted.calls) == 3
+
+
+@pytest.mark.parametrize("mention_first", [False, True])
+async def test_a_twin_first_delivered_after_a_restart_is_dropped_by_the_ledger(
+        tmp_path: Path, fake_slack: FakeSlack, scripted: ScriptedModel, mention_first: bool) -> None:
+    directory = config(tmp_path, fake_slack)
+    _, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> before the restart")
+    first, twin = reversed(events) if mention_first else events
+    async with running_gateway(directory, clock=scripted.clock) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await fake_slack.send_event(first)
+        await final_reply(fake_slack, "C0GEN", FINAL.format(n=1))
+    async with running_gateway(directory, clock=scripted.clock) as gw:  # nothing of the first in memory
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        late = await fake_slack.send_event(twin)
+        await fake_slack.wait_for(lambda: fake_slack.acked(late))
+        assert duplicates(gw).endswith(b" 1.0")
+        await fake_slack.say("D0ADA", "U0ADA", "new message")  # the new daemon answers what is new
         await final_reply(fake_slack, "D0ADA", FINAL.format(n=1))
     assert len(scripted.calls) == 2
     assert len(replies(fake_slack, "C0GEN")) == 1

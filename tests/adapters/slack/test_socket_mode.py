@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from adapters.slack.adapter import SlackAdapter
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import ReplyTarget
+from gateway.store.availability import StoreUnavailable
 from tests.fakes.slack import FakeSlack
 
 from tests.support.dispatcher import FakeDispatcher
@@ -33,9 +36,9 @@ async def test_channel_mention_pair_runs_once_and_both_are_acked(fake_slack: Fak
     msg, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> what is our release date?")
     assert len(envelopes) == 2  # `message` and `app_mention`
     await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
-    assert len(dispatcher.submitted) == 2
-    assert len({m.event_id for m in dispatcher.submitted}) == 2
-    assert len(dispatcher.accepted) == 1
+    # The second waits while the first is handled; once it is stored, the core says so and the
+    # second is acked unread, never handed over.
+    assert len(dispatcher.submitted) == len(dispatcher.dropped) == len(dispatcher.accepted) == 1
     accepted = dispatcher.accepted[0]
     assert accepted.text == "what is our release date?"
     assert accepted.mentioned and accepted.chat_kind is ChatKind.CHANNEL
@@ -47,6 +50,51 @@ async def test_mention_first_order_also_runs_once(fake_slack: FakeSlack, adapter
     _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi", mention_first=True)
     await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
     assert len(dispatcher.accepted) == 1
+
+
+@pytest.mark.parametrize("mention_first", [False, True])
+async def test_a_stored_messages_twin_is_acked_and_never_handed_over(
+        fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher, mention_first: bool) -> None:
+    msg, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> once")
+    first, twin = reversed(events) if mention_first else events
+    sent = await fake_slack.send_event(first)
+    await fake_slack.wait_for(lambda: fake_slack.acked(sent))
+    assert len(dispatcher.accepted) == 1
+    again = await fake_slack.send_event(twin)
+    await fake_slack.wait_for(lambda: fake_slack.acked(again))
+    assert [m.event_id for m in dispatcher.submitted] == [dispatcher.accepted[0].event_id]
+    assert dispatcher.dropped == [f"C0GEN:{msg.ts}"]
+
+
+async def test_a_twin_arriving_while_its_first_is_stored_waits_for_it_and_is_acked_unread(
+        fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
+    dispatcher.gate = asyncio.Event()  # the first is being stored until the gate opens
+    msg, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> at once")
+    first = await fake_slack.send_event(events[0])
+    await eventually(lambda: dispatcher.submitted)
+    twin = await fake_slack.send_event(events[1])
+    # Envelopes are taken in order: once a later one is acked, the twin has arrived (and waits).
+    later = await fake_slack.send_event({"type": "reaction_added", "user": "U0ADA", "reaction": "eyes", "item": {}, "event_ts": "1.1"})
+    await fake_slack.wait_for(lambda: fake_slack.acked(later))
+    assert not fake_slack.acked(first) and not fake_slack.acked(twin)
+    dispatcher.gate.set()
+    await fake_slack.wait_for(lambda: fake_slack.acked(first) and fake_slack.acked(twin))
+    assert len(dispatcher.submitted) == len(dispatcher.accepted) == 1 and dispatcher.dropped == [f"C0GEN:{msg.ts}"]
+
+
+async def test_a_twin_whose_first_was_refused_carries_the_message(
+        fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
+    dispatcher.gate = asyncio.Event()
+    dispatcher.refuse = StoreUnavailable("the database is locked", 1.0)  # the first is not stored
+    _, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> still answered")
+    first = await fake_slack.send_event(events[0])
+    await eventually(lambda: dispatcher.submitted)
+    twin = await fake_slack.send_event(events[1])
+    dispatcher.gate.set()
+    await fake_slack.wait_for(lambda: fake_slack.acked(twin))
+    refused, carried = dispatcher.submitted  # the twin waited for the first, then went the whole way
+    assert dispatcher.accepted == [carried] and carried.event_id != refused.event_id and dispatcher.dropped == []
+    assert not fake_slack.acked(first)  # Slack delivers it again; the ledger then drops it
 
 
 async def test_ack_waits_for_submit(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
@@ -73,6 +121,9 @@ async def test_dm_and_group_dm(fake_slack: FakeSlack, adapter: SlackAdapter, dis
 
 async def test_thread_reply_without_mention(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> start")
+    # Handed over first: Ada's first message waits for her name (users.info), which a reply coming
+    # the moment it is known would find cached and pass (a person replies in a thread seconds later).
+    await eventually(lambda: dispatcher.accepted)
     answer_ts = await adapter.post_message(target(thread=root.ts), "Sure.")
     await fake_slack.say("C0GEN", "U0ADA", "and then?", thread_ts=root.ts)
     await eventually(lambda: len(dispatcher.accepted) == 2)
@@ -137,7 +188,8 @@ async def test_redelivery_with_retry_attempt_runs_nothing_new(fake_slack: FakeSl
     first = await fake_slack.send_event(events[0], body=body)
     again = await fake_slack.send_event(events[0], body=body, retry_attempt=1)
     await fake_slack.wait_for(lambda: fake_slack.acked(first) and fake_slack.acked(again))
-    assert len(dispatcher.submitted) == 2 and len(dispatcher.accepted) == 1
+    # The redelivery waits for the first, then the core knows it: acked unread.
+    assert len(dispatcher.submitted) == len(dispatcher.accepted) == 1 and dispatcher.dropped == [f"D0ADA:{events[0]['ts']}"]
 
 
 async def test_reconnects_after_a_dropped_socket(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
