@@ -64,6 +64,18 @@ async def _say(store: Store, conv: ConversationRef, event: str, text: str, limit
                               queue_limit=limit)
 
 
+async def _asking(store: Store) -> tuple[ConversationRef, Ingested, ApprovalStore, str]:
+    """A running run that asked for one gated call: its conversation, its message, the approvals and the card."""
+    conv = await _conversation(store)
+    asked = await _say(store, conv, "e1", "deploy api")
+    assert await store.claim_next_run(conv.id) is not None
+    approvals = ApprovalStore(store.sessions, store.clock)
+    card = await approvals.create_card(run_id=asked.run_id, conversation_id=conv.id, binding_id="web",
+                                       deciders="requester", expires_at=START + timedelta(days=1),
+                                       items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}", digest({}))])
+    return conv, asked, approvals, card
+
+
 def _clock(store: Store) -> ManualClock:
     assert isinstance(store.clock, ManualClock)
     return store.clock
@@ -88,13 +100,7 @@ async def test_driver_rows_read_back_through_the_orm_in_order(store: Store) -> N
 
 
 async def test_a_parked_run_resumes_and_its_answer_is_dated_from_the_resume(store: Store) -> None:
-    conv = await _conversation(store)
-    asked = await _say(store, conv, "e1", "deploy api")
-    assert await store.claim_next_run(conv.id) is not None
-    approvals = ApprovalStore(store.sessions, store.clock)
-    card = await approvals.create_card(run_id=asked.run_id, conversation_id=conv.id, binding_id="web",
-                                       deciders="requester", expires_at=START + timedelta(days=1),
-                                       items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}", digest({}))])
+    conv, asked, approvals, card = await _asking(store)
     await store.end_run(asked.run_id, "parked", state="[]", reply="Let me do that.")
     run = await store.run(asked.run_id)
     assert run is not None and run.status == "parked" and run.state == "[]" and run.finished_at is None
@@ -123,14 +129,7 @@ async def test_a_decision_beside_a_run_asking_again_waits_for_the_card_and_fails
         engine = create_engine(url)
         try:
             await migrate(engine)
-            store = Store(engine, clock=ManualClock(START))
-            conv = await _conversation(store)
-            asked = await _say(store, conv, "e1", "deploy api")
-            assert await store.claim_next_run(conv.id) is not None
-            approvals = ApprovalStore(store.sessions, store.clock)
-            card = await approvals.create_card(run_id=asked.run_id, conversation_id=conv.id, binding_id="web",
-                                               deciders="requester", expires_at=START + timedelta(days=1),
-                                               items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}", digest({}))])
+            _, _, approvals, card = await _asking(Store(engine, clock=ManualClock(START)))
             dsn = url.replace("postgresql+asyncpg", "postgresql")
             replacing, watching = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
             try:
