@@ -83,7 +83,7 @@ async def postgres_faults(w: World, faults: Faults, until: float, *, closed_for:
 async def sqlite_faults(w: World, faults: Faults, until: float, *, hold: float = 3.0, times: int = 2) -> None:
     """The lock held `times` times at least (more while `until` allows), each `hold` s and until
     /readyz said the database is unavailable, which must come once a write waited past its bound
-    (BUSY): a fixed 3 s hold ended, on a loaded machine, before any read saw it (CI; here 1 run in 4
+    (BUSY): a fixed 3 s hold ended, on a loaded machine, before any read saw it (CI; here 1 run in 8
     beside CPU hogs), and a slow first hold left no time for the second."""
     await asyncio.sleep(2)  # pacing only: the stream is under way before the first lock
     while faults.done < times or time.monotonic() < until - hold:
