@@ -25,6 +25,12 @@ async def test_a_servers_noise_is_logged_under_its_name_at_most_warning_and_rate
     try:
         async with aiohttp.ClientSession(daemon.url("")) as s:
             chat = await Chat(s).open()
+            # The server's first connection, as /readyz shows it, before the run that calls it: a run
+            # waits for a server still starting only briefly (pool.FIRST_WAIT, tested in
+            # tests/test_mcp_liveness.py), and on a loaded machine this one's start took longer.
+            async def up() -> bool:
+                return (await (await s.get("/readyz")).json())["mcp"]["ops/tracker"]["state"] == "up"
+            await wait_for(up, timeout=60, interval=0.1, what="the tracker server up")
             await chat.say("tracker_chatter api")
             assert await wait_for(chat.replies, timeout=30, what="the reply") == ["[tracker_chatter success: chattered]"]
             await wait_for(lambda: "not logged" in daemon.log_path.read_text(), what="the rate limit's line")

@@ -6,6 +6,7 @@ order), and the ledger, the queue limit and leases must behave the same on both 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
@@ -63,6 +64,18 @@ async def _say(store: Store, conv: ConversationRef, event: str, text: str, limit
                               queue_limit=limit)
 
 
+async def _asking(store: Store) -> tuple[ConversationRef, Ingested, ApprovalStore, str]:
+    """A running run that asked for one gated call: its conversation, its message, the approvals and the card."""
+    conv = await _conversation(store)
+    asked = await _say(store, conv, "e1", "deploy api")
+    assert await store.claim_next_run(conv.id) is not None
+    approvals = ApprovalStore(store.sessions, store.clock)
+    card = await approvals.create_card(run_id=asked.run_id, conversation_id=conv.id, binding_id="web",
+                                       deciders="requester", expires_at=START + timedelta(days=1),
+                                       items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}", digest({}))])
+    return conv, asked, approvals, card
+
+
 def _clock(store: Store) -> ManualClock:
     assert isinstance(store.clock, ManualClock)
     return store.clock
@@ -87,13 +100,7 @@ async def test_driver_rows_read_back_through_the_orm_in_order(store: Store) -> N
 
 
 async def test_a_parked_run_resumes_and_its_answer_is_dated_from_the_resume(store: Store) -> None:
-    conv = await _conversation(store)
-    asked = await _say(store, conv, "e1", "deploy api")
-    assert await store.claim_next_run(conv.id) is not None
-    approvals = ApprovalStore(store.sessions, store.clock)
-    card = await approvals.create_card(run_id=asked.run_id, conversation_id=conv.id, binding_id="web",
-                                       deciders="requester", expires_at=START + timedelta(days=1),
-                                       items=[NewItem("call-1", "deploy", "deploy", "test_ops", "{}", digest({}))])
+    conv, asked, approvals, card = await _asking(store)
     await store.end_run(asked.run_id, "parked", state="[]", reply="Let me do that.")
     run = await store.run(asked.run_id)
     assert run is not None and run.status == "parked" and run.state == "[]" and run.finished_at is None
@@ -108,6 +115,46 @@ async def test_a_parked_run_resumes_and_its_answer_is_dated_from_the_resume(stor
     await store.end_run(asked.run_id, "finished", reply="Deployed.")
     answers = [(m.text, m.created_at) for m in await store.messages(conv.id) if m.role == "assistant"]
     assert answers == [("Let me do that.", START), ("Deployed.", START + timedelta(seconds=61))]
+
+
+@pytest.mark.postgres
+async def test_a_decision_beside_a_run_asking_again_waits_for_the_card_and_fails_neither() -> None:
+    """A run asking again after a restart closes the card it made before (`create_card`: the card's
+    row, then its items) while a person decides that card. Deciding took the items first, then the
+    card: on PostgreSQL each held what the other wanted, and the database failed one of them (a
+    run answered "Something went wrong (DBAPIError)", tests/chaos on a loaded machine)."""
+    import asyncpg
+
+    async with pg_database() as url:
+        engine = create_engine(url)
+        try:
+            await migrate(engine)
+            _, _, approvals, card = await _asking(Store(engine, clock=ManualClock(START)))
+            dsn = url.replace("postgresql+asyncpg", "postgresql")
+            replacing, watching = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+            try:
+                # create_card's order, its first step taken: the card's row is held.
+                tx = replacing.transaction()
+                await tx.start()
+                await replacing.execute("UPDATE approval_cards SET state = 'replaced' WHERE id = $1", card)
+                deciding = asyncio.create_task(approvals.decide(card_id=card, approval_id=None, state="approved",
+                                                                who="Ada", account_id="ada", surface="api"))
+
+                async def decision_waits() -> bool:
+                    return bool(await watching.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND wait_event_type = 'Lock'"))
+                await wait_for(decision_waits, what="the decision waiting for a lock")
+                # Its second step: the card's items (a deadlock fails this or the decision).
+                await replacing.execute("UPDATE approvals SET state = 'expired' WHERE card_id = $1 "
+                                        "AND state = 'pending'", card)
+                await tx.commit()
+                assert await asyncio.wait_for(deciding, 30) == (0, False), "the card was closed first: nothing to win"
+            finally:
+                await replacing.close()
+                await watching.close()
+        finally:
+            await engine.dispose()
 
 
 async def test_claim_gives_prompt_and_history_and_end_run_records_the_reply(store: Store) -> None:

@@ -197,6 +197,7 @@ class ApprovalStore:
         where = [ApprovalRow.state == "pending"]
         where.append(ApprovalRow.id == approval_id if approval_id is not None else ApprovalRow.card_id == card_id)
         async with self._sessions() as s, s.begin():
+            await _lock_card(s, ApprovalCardRow.id == card_id)
             result = await s.execute(update(ApprovalRow).where(*where).values(
                 state=state, decided_by=who, decided_by_account=account_id, decided_at=self._clock.now(),
                 surface=surface))
@@ -295,12 +296,11 @@ class ApprovalStore:
         ends `stopped`; None when it was no longer parked (decided, expired or stopped on another door)."""
         now = self._clock.now()
         async with self._sessions() as s, s.begin():
+            card = await _lock_card(s, ApprovalCardRow.run_id == run_id, ApprovalCardRow.state == "pending")
             ended = await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED)
                                     .values(status=STOPPED, reason=f"stopped by {who}", finished_at=now, state=None))
             if not ended.rowcount:
                 return None
-            card = (await s.scalars(select(ApprovalCardRow).where(ApprovalCardRow.run_id == run_id,
-                                                                  ApprovalCardRow.state == "pending"))).first()
             if card is None:
                 return None
             await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card.id).values(state="stopped"))
@@ -318,6 +318,14 @@ class ApprovalStore:
             query = query.where(ApprovalRow.conversation_id == conversation_id)
         async with self._sessions() as s:
             return list(await s.scalars(query))
+
+
+async def _lock_card(s: AsyncSession, *where: ColumnElement[bool]) -> ApprovalCardRow | None:
+    """The card's row, locked (PostgreSQL) before its items or its run: every writer of a card and
+    its items takes them in that order (card, items, run). `decide` took the items first and
+    deadlocked against a run that asked again after a restart (`create_card` closing the card it
+    had made before), which the database ended by failing one of them (tests/chaos, PostgreSQL)."""
+    return (await s.scalars(select(ApprovalCardRow).where(*where).with_for_update())).first()
 
 
 async def _requeue_parked(s: AsyncSession, run_id: str) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,9 +20,10 @@ from typing import Any
 from tests.conftest import PG_ADMIN_DSN
 from tests.support.locking import another_process_holds_the_lock
 
-from .harness import Tally, World, count_after_drain, slack_conversation, web_conversation
+from .harness import Tally, Until, World, count_after_drain, slack_conversation, web_conversation
 
 BUSY = 1.0  # database.busy_timeout_seconds for these runs: past it a write is refused and tried again
+HOLD_AT_MOST = 60.0  # seconds a SQLite lock may be held waiting for /readyz to say unavailable
 
 
 @dataclass
@@ -32,8 +34,9 @@ class Faults:
     unanswered: int = 0  # /readyz reads that got no answer (the loop stalled or the daemon died)
 
 
-async def _watch(w: World, faults: Faults, seconds: float | None = None, until: asyncio.Event | None = None) -> None:
-    """Read /readyz every 0.2-0.3 s while a fault lasts."""
+async def _watch(w: World, faults: Faults, seconds: float | None = None, until: asyncio.Event | None = None,
+                 on_read: Callable[[], None] = lambda: None) -> None:
+    """Read /readyz every 0.2-0.3 s while a fault lasts (`on_read` after each read)."""
     end = time.monotonic() + (seconds or 0)
     while (until is not None and not until.is_set()) or (until is None and time.monotonic() < end):
         state = await w.daemon.readiness()
@@ -41,6 +44,7 @@ async def _watch(w: World, faults: Faults, seconds: float | None = None, until: 
             faults.unanswered += 1
         else:
             faults.seen.append(state["database"])
+        on_read()
         await asyncio.sleep(0.25)
 
 
@@ -76,12 +80,22 @@ async def postgres_faults(w: World, faults: Faults, until: float, *, closed_for:
         await admin.close()
 
 
-async def sqlite_faults(w: World, faults: Faults, until: float, *, hold: float = 3.0) -> None:
+async def sqlite_faults(w: World, faults: Faults, until: float, *, hold: float = 3.0, times: int = 2) -> None:
+    """The lock held `times` times at least (more while `until` allows), each `hold` s and until
+    /readyz said the database is unavailable, which must come once a write waited past its bound
+    (BUSY): a fixed 3 s hold ended, on a loaded machine, before any read saw it (CI; here 1 run in 8
+    beside CPU hogs), and a slow first hold left no time for the second."""
     await asyncio.sleep(2)  # pacing only: the stream is under way before the first lock
-    while time.monotonic() < until - hold:
-        async with another_process_holds_the_lock(Path(w.url.split("///", 1)[1]), hold) as released:
+    while faults.done < times or time.monotonic() < until - hold:
+        async with another_process_holds_the_lock(Path(w.url.split("///", 1)[1]), HOLD_AT_MOST) as released:
             faults.done += 1
-            await _watch(w, faults, until=released)
+            start, first = time.monotonic(), len(faults.seen)
+
+            def enough() -> None:
+                if time.monotonic() - start >= hold and any(
+                        d.get("unavailable_since") for d in faults.seen[first:]):
+                    released.let_go()
+            await _watch(w, faults, until=released, on_read=enough)
         await asyncio.sleep(2)  # pacing only: the daemon works unlocked between two locks
 
 
@@ -90,10 +104,13 @@ async def stream_under_faults(w: World, tally: Tally, faults: Faults, store: str
     """Slack threads and web conversations for `duration` s with the store's faults alongside."""
     w.slack.redeliver_after = 3.0  # what Slack does (after minutes) with an event nobody acked
     until = time.monotonic() + duration
-    senders = [slack_conversation(w, tally, until, wait=wait, tag=f"s{i}") for i in range(slack_threads)]
-    senders += [web_conversation(w, tally, until, wait=wait, tag=f"w{i}") for i in range(web_conversations)]
     fault = postgres_faults if store == "postgresql" else sqlite_faults
     running = asyncio.create_task(fault(w, faults, until))
+    # SQLite's locks last until /readyz showed them (a slow machine's take longer): the stream goes
+    # on while they do, so a write is waiting during each one.
+    going: Until = until if store == "postgresql" else lambda: not running.done()
+    senders = [slack_conversation(w, tally, going, wait=wait, tag=f"s{i}") for i in range(slack_threads)]
+    senders += [web_conversation(w, tally, going, wait=wait, tag=f"w{i}") for i in range(web_conversations)]
     await asyncio.gather(*senders)
     await running
     await count_after_drain(w, tally)

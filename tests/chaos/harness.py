@@ -174,11 +174,36 @@ async def kill_and_restart(w: World) -> None:
     await w.daemon.wait_ready(timeout=90)
 
 
-async def killer(w: World, tally: Tally, stop: asyncio.Event, *, every: tuple[float, float], rng: random.Random) -> None:
-    while not stop.is_set():
+class KillWindow:
+    """While the stream sends and the killer kills: `duration` s, or longer until `min_kills` kills
+    (a slow machine restarts slowly); `stop()` ends it early. The killer asks as the senders do: when
+    it waited for a sender to find the time up, a loaded machine (a restart of 10-15 s, each process
+    killed 2-5 s after it was ready, before its first answer) kept every sender waiting for an answer
+    and so the killer killing, until each sender's wait ran out: ten messages "lost" on PostgreSQL."""
+
+    def __init__(self, tally: Tally, duration: float, min_kills: int) -> None:
+        self._tally, self._until, self._min_kills = tally, time.monotonic() + duration, min_kills
+        self._stopped = asyncio.Event()
+
+    def going(self) -> bool:
+        if not self._stopped.is_set() and (time.monotonic() < self._until or self._tally.kills < self._min_kills):
+            return True
+        self._stopped.set()  # kills stop when sending does; the conversations then drain
+        return False
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    async def pause(self, seconds: float) -> None:
+        """Wait `seconds`, or less if the window is stopped meanwhile."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), rng.uniform(*every))
-        if stop.is_set():
+            await asyncio.wait_for(self._stopped.wait(), seconds)
+
+
+async def killer(w: World, tally: Tally, window: KillWindow, *, every: tuple[float, float], rng: random.Random) -> None:
+    while window.going():
+        await window.pause(rng.uniform(*every))
+        if not window.going():
             return
         await kill_and_restart(w)
         tally.kills += 1
@@ -316,28 +341,21 @@ async def stream_under_kills(
     """The stream (conversations started a little apart) with the killer running until it ends:
     after `duration` s, or later, once `min_kills` kills happened (a slow machine restarts slowly)."""
     rng = random.Random(seed)
-    stop = asyncio.Event()
-    kill = asyncio.create_task(killer(w, tally, stop, every=every, rng=rng))
+    window = KillWindow(tally, duration, min_kills)
+    kill = asyncio.create_task(killer(w, tally, window, every=every, rng=rng))
 
     async def later(delay: float, coro: Any) -> None:
         await asyncio.sleep(delay)
         await coro
 
-    until = time.monotonic() + duration
-
-    def going() -> bool:
-        if time.monotonic() < until or tally.kills < min_kills:
-            return True
-        stop.set()  # kills stop when sending does; the conversations then drain
-        return False
-
+    going = window.going
     senders = [later(i * 0.3, slack_conversation(w, tally, going, wait=wait, tag=f"s{i}")) for i in range(slack_threads)]
     senders += [later(i * 0.3 + 0.15, web_conversation(w, tally, going, wait=wait, tag=f"w{i}"))
                 for i in range(web_conversations)]
     try:
         await asyncio.gather(*senders)
     finally:
-        stop.set()
+        window.stop()
         await kill
     await count_after_drain(w, tally)
     return tally

@@ -280,26 +280,18 @@ async def approvals_under_kills(w: World, tally: Tally, *, slack_lanes: int, web
                                 min_kills: int = 0) -> Parked:
     """Gated conversations for `duration` s (longer, until `min_kills` kills, on a slow machine)
     with the killer running, then the held cards decided."""
-    from .harness import killer
+    from .harness import KillWindow, killer
 
     rng = random.Random(seed)
     parked = Parked()
-    stop = asyncio.Event()
-    until = time.monotonic() + duration
-
-    def going() -> bool:
-        if time.monotonic() < until or tally.kills < min_kills:
-            return True
-        stop.set()  # kills stop when sending does
-        return False
-
-    kill = asyncio.create_task(killer(w, tally, stop, every=every, rng=random.Random(seed + 1)))
-    lanes = [slack_gated(w, tally, parked, going, wait=wait, tag=f"gs{i}", rng=rng) for i in range(slack_lanes)]
-    lanes += [web_gated(w, tally, parked, going, wait=wait, tag=f"gw{i}", rng=rng) for i in range(web_lanes)]
+    window = KillWindow(tally, duration, min_kills)
+    kill = asyncio.create_task(killer(w, tally, window, every=every, rng=random.Random(seed + 1)))
+    lanes = [slack_gated(w, tally, parked, window.going, wait=wait, tag=f"gs{i}", rng=rng) for i in range(slack_lanes)]
+    lanes += [web_gated(w, tally, parked, window.going, wait=wait, tag=f"gw{i}", rng=rng) for i in range(web_lanes)]
     try:
         await asyncio.gather(*lanes)
     finally:
-        stop.set()
+        window.stop()
         await kill
     await decide_held(w, tally, parked, wait=wait)
     await count_parked(w, tally, parked)

@@ -25,7 +25,7 @@ from .harness import ANSWER, CHANNEL, PERSON, Tally, World, kill_and_restart, st
 async def test_sigkill_under_load_loses_and_doubles_nothing(tmp_path: Path, store: str) -> None:
     async with world(tmp_path / "config", store) as w:
         tally = await stream_under_kills(w, Tally(store), slack_threads=6, web_conversations=4, duration=15,
-                                         every=(2.0, 5.0), min_kills=2)
+                                         every=(2.0, 5.0), min_kills=2, wait=120)
     log = w.daemon.log()
     assert tally.kills >= 2, tally
     assert (tally.lost, tally.duplicated, tally.wrong) == (0, 0, 0), f"{tally}\n{log[-6000:]}"

@@ -34,9 +34,13 @@ class Held(asyncio.Event):
     def __init__(self, stdin: asyncio.StreamWriter) -> None:
         super().__init__()
         self._stdin = stdin
+        self.asked = False
 
     def let_go(self) -> None:
-        self._stdin.write(b"now\n")
+        """Once: a second line would be read as the test's "go" at the end of the hold."""
+        if not self.asked:
+            self.asked = True
+            self._stdin.write(b"now\n")
 
 
 @contextlib.asynccontextmanager
