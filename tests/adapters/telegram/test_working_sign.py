@@ -112,3 +112,54 @@ async def test_a_message_sent_during_an_answer_shows_typing_when_its_own_turn_st
         assert calls[:2] == ["typing", "sendMessage"], calls  # the first message's sign, then its draft
         assert calls[1:second_reply].count("typing") == 1, calls  # none for the second message's arrival...
         assert calls[second_reply - 1] == "typing", calls  # ...one when its turn starts, before its reply
+
+
+async def test_a_message_sent_after_the_answer_landed_but_before_its_run_ended_shows_typing(
+        tmp_path: Path, fake: FakeTelegram, tool: SlowTool) -> None:
+    """The answer's final message clears Telegram's indicator as soon as it is posted; the run is
+    still 'working' until its end is stored (`end_run`, which waits up to the bound when an admin
+    holds the lock). A message sent in that window must still show typing: nothing else shows it
+    until the next run's turn starts, after the end, the claim and the preparation."""
+    from gateway.store import repo
+
+    clock = fake.clock = ManualClock()
+    fake.budgets = {name: (limit, 0.0) for name, (limit, _) in fake.budgets.items()}
+    telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
+    config = write_config(tmp_path / "config", agents={"assistant": AGENT},
+                          gateway={"limits": {"platform_budget_scale": 0}},
+                          bindings={"tg": {"platform": "telegram", "agent": "assistant", "telegram": telegram,
+                                              "admission": {"dm": "open"}}})
+    chat = fake.private_chat(ADA).id
+    async with running_gateway(config, clock=clock) as gw:
+        adapter = gw.adapters["tg"]
+        adapter.limits = PlatformLimits(max_message_chars=4096, min_edit_interval=0.0)  # type: ignore[misc]
+        await wait_for(lambda: adapter.health().connected, what="the Telegram binding to connect")
+        gate, ending = asyncio.Event(), asyncio.Event()
+        end_run = gw.store.end_run
+
+        async def slow_end(run_id: str, status: str, **kw: object) -> object:
+            if status == repo.FINISHED and not gate.is_set():
+                ending.set()
+                await gate.wait()  # as an admin's lock would hold it, up to the bound
+            return await end_run(run_id, status, **kw)  # type: ignore[arg-type]
+
+        gw.store.end_run = slow_end  # type: ignore[method-assign]
+
+        def typing() -> int:
+            return sum(1 for c in fake.calls_to("sendChatAction") if c.params.get("chat_id") == chat)
+
+        fake.push_message(chat, ADA, "what is the weather?")
+        await asyncio.wait_for(tool.started.wait(), 30)
+        tool.release.set()
+        await asyncio.wait_for(ending.wait(), 30)
+        await fake.wait_for(lambda: any(m.text.endswith("Found: sunny") for m in fake.sent(chat)), what="the final")
+        before = typing()
+        update_id, _ = fake.push_message(chat, ADA, "and tomorrow?")
+        await fake.wait_for(lambda: fake.confirmed_through >= update_id, what="the second message taken")
+        await asyncio.sleep(0.2)
+        shown = typing() - before
+        gate.set()
+        await fake.wait_for(lambda: sum(m.text.endswith("Found: sunny") for m in fake.sent(chat)) == 2,
+                            what="both answers")
+        await settled(gw, fake)
+        assert shown >= 1, "the second message showed no typing though the first answer had cleared it"
