@@ -372,9 +372,11 @@ class FrameworkClock:
         self.firsts: list[float] = []
 
     def __enter__(self) -> FrameworkClock:
-        from pydantic_ai import Agent
+        # On the class that defines it: the runner's agent is a `TurnAgent` (a WrapperAgent around the
+        # shared Agent), so patching `Agent` alone timed no gateway run and left (a) without a figure.
+        from pydantic_ai.agent import AbstractAgent
 
-        self._original = original = Agent.run_stream_events
+        self._original = original = AbstractAgent.run_stream_events
         firsts = self.firsts
 
         def timed(agent: Any, *args: Any, **kwargs: Any) -> Any:
@@ -397,13 +399,13 @@ class FrameworkClock:
 
             return wrapper()
 
-        Agent.run_stream_events = timed  # type: ignore[method-assign]
+        AbstractAgent.run_stream_events = timed  # type: ignore[method-assign]
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from pydantic_ai import Agent
+        from pydantic_ai.agent import AbstractAgent
 
-        Agent.run_stream_events = self._original  # type: ignore[method-assign]
+        AbstractAgent.run_stream_events = self._original  # type: ignore[method-assign]
 
 
 class LoopStalls:
