@@ -18,7 +18,9 @@ import pytest
 from aiohttp import web
 
 from gateway.adapter_registry import AdapterContext
+from adapters.read_position import ReadPosition
 from adapters.telegram.adapter import TelegramAdapter
+from adapters.telegram.bot import TelegramBot
 from bindings.models import BindingSpec, GatewayConfig
 from gateway.clock import ManualClock
 from gateway.messages import ChatKind
@@ -221,6 +223,43 @@ async def test_restart_keeps_the_offset_nothing_replayed_nothing_dropped(
         assert dispatcher.texts() == ["A", "B", "C"]
         first_poll_after_restart = [c for c in fake.calls_to("getUpdates")][-1]
         assert first_poll_after_restart.params["offset"] > int(dispatcher.submitted[0].event_id)
+    finally:
+        await second.stop()
+
+
+async def test_a_crash_after_the_core_took_an_update_before_it_was_confirmed_loses_and_doubles_nothing(
+        fake: FakeTelegram, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The window between a submit returning and the next getUpdates (the one that confirms it):
+    a process killed there wrote no offset and told Telegram nothing, so the update comes again;
+    the ledger takes it once, and what came after it is read too."""
+    dispatcher = FakeDispatcher()
+    real_poll = TelegramBot.get_updates_raw
+    crashed = asyncio.Event()
+
+    async def dies_before_confirming(bot: TelegramBot, offset: int | None) -> list[Any]:
+        if offset:  # the poll that would confirm what the core took: the process dies first
+            crashed.set()
+            await asyncio.Event().wait()
+        return await real_poll(bot, offset)
+
+    with monkeypatch.context() as dying:
+        dying.setattr(TelegramBot, "get_updates_raw", dies_before_confirming)
+        dying.setattr(ReadPosition, "advance", lambda position, value: None)  # a kill writes no offset
+        first = make_adapter(fake, monkeypatch)
+        await first.start(dispatcher)
+        fake.push_message(ADA["id"], ADA, "A")
+        await asyncio.wait_for(crashed.wait(), 10)
+        assert dispatcher.texts() == ["A"]
+        await first.stop()
+    assert fake.confirmed_through == 0 and not dispatcher.state
+
+    second = make_adapter(fake, monkeypatch)
+    await second.start(dispatcher)
+    try:
+        b, _ = fake.push_message(ADA["id"], ADA, "B")
+        await fake.wait_for(lambda: fake.confirmed_through == b, what="B taken and confirmed after the restart")
+        assert dispatcher.texts() == ["A", "A", "B"]  # A read again: not lost
+        assert [m.text for m in dispatcher.accepted] == ["A", "B"]  # and taken once
     finally:
         await second.stop()
 
