@@ -300,6 +300,9 @@ class _Api:
         def mine(m: Message) -> bool:  # a private command or answer: its asker's alone
             return m.status != PRIVATE or m.person_id == me or m.account_id == account
 
+        # The runs still going are looked up before the messages are read: a run that ends in between
+        # then has its final among them (and is shown by it alone); looked up after, it would be in neither.
+        running = [run for run in await store.runs_in([repo.RUNNING]) if run.conversation_id == conv.id]
         turns = [
             {**await self._answer_json(CommandAnswer(m.role, m.text, m.id), holder), "status": m.status,
              "run_id": m.run_id, "time": m.created_at.isoformat()}
@@ -311,16 +314,16 @@ class _Api:
             name = agents[agent_id].name if agent_id in agents else agent_id
             turns.append({"id": m.id, "role": m.role, "text": f"**{name}:**\n\n{m.text}", "status": m.status,
                           "run_id": m.run_id, "time": m.created_at.isoformat(), "agent": agent_id})
-        turns.sort(key=lambda t: t["time"])
         # A reply still streaming is not a message yet; show what has been delivered so far.
         answered = {t["run_id"] for t in turns if t["role"] == "assistant"}
-        for run in await store.runs_in([repo.RUNNING]):
-            if run.conversation_id == conv.id and run.id not in answered:
+        for run in running:
+            if run.id not in answered:
                 live = self.gw.runner.live_text(run.id)
                 parts = [live] if live else [d.text for d in await store.deliveries(run.id)]
-                if parts:
+                if parts:  # dated as its final will be: before a handoff's answer that came while it ended
                     turns.append({"id": None, "role": "assistant", "text": "\n\n".join(parts), "status": "streaming",
                                   "run_id": run.id, "time": (run.started_at or run.created_at).isoformat()})
+        turns.sort(key=lambda t: t["time"])
         approvals = self.gw.approvals
         modes = await approvals.modes(conv.id)
         return web.json_response({
