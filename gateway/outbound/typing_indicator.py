@@ -13,7 +13,7 @@ message is being worked on. So, per conversation:
   the indicator up, and its reply clears it (Telegram, Slack and Mattermost all clear the bot's
   indicator when the bot posts), after which the next run shows its own;
 - a run's renewals (the runner's) count the arrival sign as their first while it still shows
-  (`run_started` says how long ago it went out), and start at once when none shows.
+  (`run_started`'s `Working.since` says how long ago it went out), and start at once when none shows.
 
 An indicator never queues for the platform's budget (`show_typing`): one that cannot go out now
 is skipped, as it would be stale by the time it went. Queued, hundreds of runs' indicators stood
@@ -60,15 +60,14 @@ class TypingIndicator:
         task.add_done_callback(self._tasks.discard)
         await asyncio.sleep(0)  # its first step (the request written) runs before the caller's next one
 
-    def run_started(self, conversation_id: str) -> float | None:
-        """A run of the conversation starts working here: seconds since its arrival sign went out
-        (None when none did). `run_ended` must follow."""
+    def run_started(self, conversation_id: str) -> Working:
+        """A run of the conversation starts working here: it keeps the indicator up until its
+        `Working.end` (its reply posted, or the run over), and learns how long ago the arrival sign went out."""
         self._working[conversation_id] += 1
         shown = self._shown.pop(conversation_id, None)
-        return None if shown is None else self._clock.monotonic() - shown
+        return Working(self, conversation_id, None if shown is None else self._clock.monotonic() - shown)
 
-    def run_ended(self, conversation_id: str) -> None:
-        """The run's reply is posted (or it ended without one): the indicator it kept up is gone."""
+    def _ended(self, conversation_id: str) -> None:
         self._working[conversation_id] -= 1
         if self._working[conversation_id] <= 0:
             del self._working[conversation_id]
@@ -76,6 +75,24 @@ class TypingIndicator:
     async def close(self) -> None:
         await cancel_and_wait(*self._tasks)
         self._shown.clear()
+
+
+class Working:
+    """One run keeping its conversation's indicator up (`TypingIndicator.run_started`). `end` may be
+    called at each place the indicator is cleared (the reply, a notice, a card, the run's end): the
+    first counts, so a conversation is never left marked working, nor unmarked for another run."""
+
+    __slots__ = ("_indicator", "_conversation_id", "since")
+
+    def __init__(self, indicator: TypingIndicator, conversation_id: str, since: float | None) -> None:
+        self._indicator: TypingIndicator | None = indicator
+        self._conversation_id = conversation_id
+        self.since = since  # seconds since the arrival sign went out; None when none did
+
+    def end(self) -> None:
+        if self._indicator is not None:
+            self._indicator._ended(self._conversation_id)
+            self._indicator = None
 
 
 async def show_typing(adapter: Adapter, target: ReplyTarget) -> None:

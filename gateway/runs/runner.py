@@ -417,15 +417,8 @@ class Runner:
         # 1-4 s keeps Telegram's 5 s indicator without a gap, and a run that ends sooner (most) sends
         # none. A run that starts with none showing (none sent, it lapsed, or a reply cleared it) shows one now.
         lasts = stream.adapter.limits.typing_lasts
-        since = gw.typing_indicator.run_started(turn.conversation.id)
-        working = True  # until the post that clears the indicator (or the run's end): then `done_showing`
-
-        def done_showing() -> None:  # once: the reply (or notice, or card) clears what this run kept up
-            nonlocal working
-            if working:
-                working = False
-                gw.typing_indicator.run_ended(turn.conversation.id)
-
+        working = gw.typing_indicator.run_started(turn.conversation.id)  # until the post that clears it
+        since = working.since
         within = max(TYPING_EVERY, lasts - TYPING_MARGIN)
         due = min(TYPING_EVERY, within - since) if since is not None and since < within else 0.0
         typing = Later(gw.clock, due, lambda: self._typing_renewals(turn, stream), name=f"typing:{turn.run_id}")
@@ -493,7 +486,7 @@ class Runner:
                 async def parked() -> None:
                     await gw.store.end_run(turn.run_id, repo.PARKED, usage=usage, state=state, reply=reply_so_far)
 
-                done_showing()  # its card clears the indicator: a message meanwhile shows its own
+                working.end()  # its card clears the indicator: a message meanwhile shows its own
                 await self.park_handler(turn, result.all_messages(), result.output, stream, parked)
                 return
             reply = (stream.text or str(result.output)).strip()
@@ -501,7 +494,7 @@ class Runner:
             if control:  # the final edit takes the Stop control away where the adapter can (one call, not two)
                 stop_control_ends_with_final(stream.adapter, turn.target, stream.first_message_id)
             await stream.finish(reply, rows=rows)
-            done_showing()  # the final cleared the indicator; the run's end may still wait for the store
+            working.end()  # the final cleared the indicator; the run's end may still wait for the store
             status = repo.FINISHED
             await gw.store.end_run(turn.run_id, repo.FINISHED, usage=usage, reply=reply, deliveries=rows)
             gw.metrics.run_ended(turn, repo.FINISHED)
@@ -524,12 +517,12 @@ class Runner:
             except Exception as notice_error:  # the run still ends with its outcome; the reply may lack the line
                 log.warning("the %s notice was not shown: %s: %s", outcome.status, type(notice_error).__name__,
                             notice_error, extra=turn.log_fields)
-            done_showing()
+            working.end()
             status = outcome.status
             await gw.store.end_run(turn.run_id, outcome.status, reason=outcome.reason, usage=usage, reply=shown)
             gw.metrics.run_ended(turn, outcome.status)
         finally:
-            done_showing()  # first: the awaits below may be cancelled
+            working.end()  # first: the awaits below may be cancelled
             stream.close()
             await typing.close()
             self._in_flight.done(turn.run_id)
