@@ -578,3 +578,61 @@ async def test_a_transaction_left_running_in_the_thread_by_a_cancelled_caller_is
         assert [m.text for m in await store.messages(conv.id)] == ["after the cancelled caller"]
     finally:
         await engine.dispose()
+
+
+async def test_a_run_started_after_waiting_for_its_conversation_is_dated_when_it_got_it() -> None:
+    """On PostgreSQL a replica's ingest or claim may wait on the conversation's lock while another
+    replica's run ends. The new run's start (and its message) is dated when the lock was had, not
+    when the wait began: dated before, it read as starting before the other run ended (two runs of
+    one conversation overlapping, tests/test_replicas.py on a loaded machine), and its message sorted
+    before the reply that came first."""
+    import asyncpg
+
+    async with pg_database() as url:
+        engine = create_engine(url)
+        try:
+            await migrate(engine)
+            store = Store(engine, clock=ManualClock(START))
+            conv = await _conversation(store)
+            queued = await _say(store, conv, "e0", "queued first")
+            dsn = url.replace("postgresql+asyncpg", "postgresql")
+            holder, watching = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+
+            async def waits_on_lock() -> bool:
+                return bool(await watching.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"))
+
+            async def held_while(work: Any) -> Any:
+                """Hold the conversation's lock (another replica's transaction), let `work` wait on it,
+                let 5 s pass, then let go."""
+                tx = holder.transaction()
+                await tx.start()
+                await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", conv.id)
+                task = asyncio.create_task(work)
+                await wait_for(waits_on_lock, what="the store waiting on the conversation's lock")
+                _clock(store).advance(5)
+                await tx.commit()
+                return await asyncio.wait_for(task, 30)
+
+            try:
+                claimed = await held_while(store.claim_next_run(conv.id))
+                assert claimed is not None and claimed.run.id == queued.run_id
+                run = await store.run(queued.run_id)
+                assert run is not None and run.started_at == START + timedelta(seconds=5)
+                await store.end_run(queued.run_id, "finished", reply="Done.")
+
+                idle = await held_while(store.ingest(
+                    binding_id="web", event_ids=["e1"], conversation=conv, identity=ANN, account_id="ann",
+                    text="now you", agent_id="assistant", platform_message_id="e1", queue_limit=10, start=True))
+                assert idle.claimed is not None
+                started = await store.run(idle.run_id)
+                assert started is not None and started.started_at == START + timedelta(seconds=10)
+                first_end = run.started_at  # the reply "Done." is dated from its run's start
+                mine = [m for m in await store.messages(conv.id) if m.text == "now you"]
+                assert mine and mine[0].created_at == START + timedelta(seconds=10) > first_end
+            finally:
+                await holder.close()
+                await watching.close()
+        finally:
+            await engine.dispose()

@@ -276,7 +276,7 @@ class Store:
         Raises Duplicate for a redelivery and QueueFull when the conversation's queue is full
         (in which case nothing is stored, not even the ledger row, so the person can retry).
         """
-        now = self.clock.now()
+        arrived = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[Ingested]:
             yield from self._ledger(q, binding_id, event_ids)
@@ -286,8 +286,11 @@ class Store:
             conv, created = conversation, False
             if not conversation.id:
                 yield from self._lock(q, conversation.key)
-                conv, created = yield from self._conversation_raw(q, conversation, now)
+                conv, created = yield from self._conversation_raw(q, conversation, arrived)
             yield from self._lock(q, conv.id)
+            # Stamped once the conversation is ours: on PostgreSQL the lock may have waited for
+            # another replica's run to end, and this run must not read as started before it ended.
+            now = self.clock.now()
             # A message joins a queued run only if that run never started: one that started before
             # (interrupted by a crash, queued again) may already have shown its answer. Never a
             # report run: that one runs as the person who started the background run.
@@ -564,10 +567,10 @@ class Store:
     async def claim_next_run(self, conversation_id: str) -> Claimed | None:
         """Move the oldest queued run of a conversation to running, with what the turn needs
         (its prompt and the conversation's history), in one transaction; None when nothing waits."""
-        now = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool, bool] | None]:
             yield from self._lock(q, conversation_id)
+            now = self.clock.now()  # once the conversation is ours (see `ingest`)
             live = yield q.all(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
                 " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
