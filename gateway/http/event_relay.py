@@ -52,9 +52,9 @@ MAX_PENDING = 10_000  # events waiting to be written while the database is unrea
 
 
 class EventRelay:
-    def __init__(self, engine: AsyncEngine, store: Store, bus: EventBus) -> None:
+    def __init__(self, engine: AsyncEngine, store: Store, bus: EventBus, *, table: StreamEvents | None = None) -> None:
         self._engine = engine
-        self._table = StreamEvents(engine)
+        self._table = table or StreamEvents(engine)
         self._store = store
         self._bus = bus
         self.origin = store.owner
@@ -62,6 +62,7 @@ class EventRelay:
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._has_pending = asyncio.Event()
         self._urgent = asyncio.Event()
+        self._writing: asyncio.Task[None] | None = None  # the batch being written (see `_write`)
         # Reading.
         self._wake = asyncio.Event()
         self._watch_from: dict[str, datetime] = {}  # conversation -> when its first local listener came
@@ -82,14 +83,16 @@ class EventRelay:
         ]
 
     async def stop(self) -> None:
-        await cancel_and_wait(*self._tasks)
+        await cancel_and_wait(*self._tasks)  # the writer's batch in flight goes on (see `_write`)
         self._tasks = []
         try:
             async with asyncio.timeout(2.0):
-                await self._write_pending()  # the last events of runs that finished in the grace period
+                await self._write()  # the last events of runs that finished in the grace period
         except Exception as e:  # the daemon stops either way; say what a browser on another replica misses
             log.warning("the event stream's last %d events were not written: %s: %s", len(self._pending),
                         type(e).__name__, e)
+        finally:
+            await cancel_and_wait(self._writing)  # a write that outlived the grace is not left running
 
     def state(self) -> dict[str, Any]:
         """For /readyz: whether notifications arrive, or the store is being polled meanwhile."""
@@ -127,10 +130,27 @@ class EventRelay:
                 async with asyncio.timeout(DELTA_EVERY):
                     await self._urgent.wait()
             try:
-                await self._write_pending()
+                await self._write()
             except Exception as e:
                 log.warning("could not share live events with other replicas (%s); retrying", e)
                 await asyncio.sleep(POLL_WHILE_DOWN)
+
+    async def _write(self) -> None:
+        """Write what is pending, after the write in flight (if any) ends.
+
+        A write runs in a task of its own that cancelling its caller does not cancel: a cancel
+        landing after the database committed but before the await returned would leave no way to
+        tell a written batch from a lost one, and writing it again shows other replicas' browsers
+        each event twice. So `stop` cancels the writer loop, lets its write finish, then writes the
+        rest. A write that fails (an error the database reported) put its batch back in front.
+        """
+        if self._writing is not None and not self._writing.done():
+            with contextlib.suppress(Exception):  # a failed batch is pending again: written below
+                await asyncio.shield(self._writing)
+        if not self._pending:
+            return
+        self._writing = asyncio.create_task(self._write_pending(), name="relay:write batch")
+        await asyncio.shield(self._writing)
 
     async def _write_pending(self) -> None:
         self._has_pending.clear()
@@ -140,7 +160,7 @@ class EventRelay:
             rows = [(conv, json.dumps(event, separators=(",", ":"))) for conv, event in batch
                     if await self._is_web(conv)]
             await self._table.append(self.origin, rows)
-        except BaseException:
+        except Exception:  # not a cancellation: only a stop past its grace cancels, and may have committed
             self._pending[:0] = batch  # nothing lost: the next write takes them first
             self._has_pending.set()
             raise
