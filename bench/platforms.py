@@ -122,17 +122,13 @@ async def run_to_answer(agent: Any, prompt: str) -> None:
                 assert event.result.output == ANSWER
 
 
-async def pydantic_ai_alone(messages: int, concurrency: int) -> None:
-    """The same agent (model, instructions) against the same model server: runs at `concurrency`."""
+async def pydantic_ai_alone(concurrency: int) -> None:
+    """The same agent (model, instructions) against the same model server, one process kept for the
+    whole bench: after a warm-up, 50 runs one at a time (its latency line), then one burst per line read
+    ("<n>": n runs at `concurrency`), answered with its runs/s and this process's CPU per run (all its
+    threads). Kept warm and driven burst by burst so its bursts sit between the bots' in the same minutes."""
     agent = _bench_agent()
-    queue = list(range(messages))
-    ends: list[float] = []
-
-    async def worker() -> None:
-        while queue:
-            await run_to_answer(agent, f"message {queue.pop()}")
-            ends.append(time.perf_counter())
-
+    loop = asyncio.get_running_loop()
     async with agent:
         await agent.run("warm-up")
         # One run at a time first: its latency is the floor under any bot's answer from this model.
@@ -146,13 +142,22 @@ async def pydantic_ai_alone(messages: int, concurrency: int) -> None:
                         if _is_text(event):
                             first.append(time.perf_counter() - t0)
             final.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        cpu0 = time.process_time()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
-        cpu = time.process_time() - cpu0
-    print(json.dumps({"rate": len(ends) / (max(ends) - t0), "cpu_ms": cpu * 1000 / len(ends),
-                      "first_ms": statistics.median(first) * 1000, "final_ms": statistics.median(final) * 1000}),
-          flush=True)
+        print(json.dumps({"first_ms": statistics.median(first) * 1000, "final_ms": statistics.median(final) * 1000}),
+              flush=True)
+        while line := await loop.run_in_executor(None, sys.stdin.readline):
+            queue = list(range(int(line)))
+            ends: list[float] = []
+
+            async def worker() -> None:
+                while queue:
+                    await run_to_answer(agent, f"message {queue.pop()}")
+                    ends.append(time.perf_counter())
+
+            t0 = time.perf_counter()
+            cpu0 = time.process_time()
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            cpu = time.process_time() - cpu0
+            print(json.dumps({"rate": len(ends) / (max(ends) - t0), "cpu_ms": cpu * 1000 / len(ends)}), flush=True)
 
 
 async def pydantic_ai_rounds() -> None:
@@ -583,10 +588,7 @@ class AloneRounds:
         return alone
 
     async def _line(self) -> str:
-        assert self.proc.popen.stdout is not None
-        line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-            None, self.proc.popen.stdout.readline), STEP_TIMEOUT)
-        return line.decode().strip()
+        return await _read_line(self.proc.popen, STEP_TIMEOUT)
 
     async def run(self, earlier: int) -> None:
         """One run continuing a conversation of `earlier` exchanges."""
@@ -598,11 +600,39 @@ class AloneRounds:
         self.began.append(float(began))
 
 
-async def run_pydantic_ai_alone(model_url: str, messages: int, concurrency: int) -> dict[str, float]:
-    proc = await asyncio.create_subprocess_exec(sys.executable, __file__, "--pydantic-ai-alone", str(messages),
-                                                str(concurrency), env=_model_env(model_url), stdout=asyncio.subprocess.PIPE)
-    out, _ = await asyncio.wait_for(proc.communicate(), 300)
-    return json.loads(out.decode().strip().splitlines()[-1])
+class AloneBursts:
+    """pydantic-ai alone at the gateway's concurrency (`pydantic_ai_alone`, its own process, kept warm):
+    one burst per call, so they interleave with the bots' bursts."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], latency: dict[str, float]) -> None:
+        self.proc = Proc("pydantic-ai alone", popen)
+        self.first_ms, self.final_ms = latency["first_ms"], latency["final_ms"]
+
+    @classmethod
+    async def start(cls, model_url: str, concurrency: int) -> AloneBursts:
+        popen = subprocess.Popen([sys.executable, __file__, "--pydantic-ai-alone", str(concurrency)],
+                                 env=_model_env(model_url), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        try:
+            return cls(popen, json.loads(await _read_line(popen, 300)))
+        except BaseException:
+            Proc("pydantic-ai alone", popen).stop()
+            raise
+
+    async def burst(self, messages: int, budget: float) -> Burst:
+        assert self.proc.popen.stdin is not None
+        await asyncio.sleep(0.5)  # as `burst`: what the last burst left behind settles first
+        self.proc.popen.stdin.write(f"{messages}\n".encode())
+        self.proc.popen.stdin.flush()
+        out = json.loads(await _read_line(self.proc.popen, budget))
+        return Burst(messages, out["rate"], out["cpu_ms"], (0, 0), (0.0, 0.0))
+
+
+async def _read_line(popen: subprocess.Popen[bytes], timeout: float) -> str:
+    assert popen.stdout is not None
+    line = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, popen.stdout.readline), timeout)
+    if not line:
+        raise RuntimeError(f"{popen.args!r} exited")
+    return line.decode().strip()
 
 
 # =========================================================================================
@@ -802,7 +832,8 @@ def pct(values: list[float], q: float) -> float:
 
 async def main(args: argparse.Namespace) -> int:
     rounds = 15 if args.quick else 50
-    messages = args.burst or (300 if args.quick else 1000)
+    messages = args.burst or (150 if args.quick else 300)
+    burst_rounds = args.burst_rounds or (3 if args.quick else 5)
     warm_up = 100
     src = Path(args.gateway_src).resolve()
     names = (Slack, Telegram, Mattermost)
@@ -838,28 +869,33 @@ async def main(args: argparse.Namespace) -> int:
                 await profile_platforms(gw_side, gateway, Path(args.profile), PROFILE_MESSAGES, args.pause)
             if args.latency_only:
                 return 0 if report_latency(lat, rounds_alone.final, rounds_alone.to_model) else 1
-            bursts: dict[tuple[str, str], Burst] = {}
-            print(f"pydantic-ai alone: {messages} runs at concurrency {CONCURRENT_RUNS} ...", flush=True)
-            alone = [await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS)]
-            # Warm-up: on each platform, a burst of the same size right before the measured one (the
-            # bare bots: a smaller one). It sets the high-water mark of what a backlog that size
-            # holds (queued messages, tasks, pooled keep-alive connections); the measured burst
-            # must stay within it.
-            warm: dict[str, Burst] = {}
+            # Each platform: a warm-up burst to each bot (not counted: a fresh daemon's first burst costs
+            # more), then `burst_rounds` rounds of pydantic-ai alone, the gateway and the bare bot in turn
+            # (the order reversed every round, so alone's burst is always next to the gateway's), each
+            # ratio taken within its round and the median judged: the machine's drift over minutes, and
+            # the other processes sharing the cores, fall on both sides of a ratio alike.
+            alone = await AloneBursts.start(model_url, CONCURRENT_RUNS)
+            procs.append(alone.proc)
+            await alone.burst(messages, args.budget)
+            rounds_of: dict[str, list[tuple[Burst, Burst, Burst]]] = {}
+            spans: dict[str, tuple[tuple[int, int], tuple[float, float]]] = {}
             for gw, b in zip(gw_side, bare_side):
-                print(f"{gw.name}: warm-up burst of {messages}, then the burst of {messages}, on each bot ...", flush=True)
-                warm[gw.name] = await burst(gw, gateway, messages, args.budget)
-                bursts[(gw.name, "gateway")] = await burst(gw, gateway, messages, args.budget)
+                print(f"{gw.name}: warm-up bursts, then {burst_rounds} rounds of {messages} to pydantic-ai alone, "
+                      "the gateway and the bare bot ...", flush=True)
+                await burst(gw, gateway, messages, args.budget)
                 await burst(b, bare, warm_up, args.budget)
-                bursts[(gw.name, "bare")] = await burst(b, bare, messages, args.budget)
-            print("pydantic-ai alone again ...", flush=True)
-            alone.append(await run_pydantic_ai_alone(model_url, messages, CONCURRENT_RUNS))
-            # Before and after the bursts, averaged: the machine's speed drifts over minutes.
+                fds0, rss0 = gateway.fds(), gateway.rss_mib()
+                rounds_of[gw.name] = []
+                for k in range(burst_rounds):
+                    got: dict[str, Burst] = {}
+                    for side in (("alone", "gateway", "bare") if k % 2 == 0 else ("bare", "gateway", "alone")):
+                        got[side] = (await alone.burst(messages, args.budget) if side == "alone" else
+                                     await burst(gw if side == "gateway" else b, gateway if side == "gateway" else bare,
+                                                 messages, args.budget))
+                    rounds_of[gw.name].append((got["alone"], got["gateway"], got["bare"]))
+                spans[gw.name] = ((fds0, gateway.fds()), (rss0, gateway.rss_mib()))
             throttled = {p.name: len(p.fake.throttled) for p in gw_side}  # type: ignore[attr-defined]
-            ok = report(lat, rounds_alone.final, rounds_alone.to_model, bursts, {k: statistics.mean(a[k] for a in alone) for k in alone[0]},
-                        messages, throttled)
-            print("during the warm-up bursts, gateway fds / RSS MiB: " + ", ".join(
-                f"{name} {w.fds[0]} -> {w.fds[1]} / {w.rss[0]:.0f} -> {w.rss[1]:.0f}" for name, w in warm.items()))
+            ok = report(lat, rounds_alone.final, rounds_alone.to_model, rounds_of, spans, alone, messages, throttled)
             if args.keep_log:
                 Path(args.keep_log).write_bytes((Path(tmp) / "gateway.log").read_bytes())
     finally:
@@ -929,8 +965,11 @@ def report_latency(lat: dict[tuple[str, str], Latency], alone: list[float], alon
 
 
 def report(lat: dict[tuple[str, str], Latency], alone_rounds: list[float], alone_to_model: list[float],
-           bursts: dict[tuple[str, str], Burst], alone: dict[str, float], messages: int,
+           rounds_of: dict[str, list[tuple[Burst, Burst, Burst]]],
+           spans: dict[str, tuple[tuple[int, int], tuple[float, float]]], alone: AloneBursts, messages: int,
            throttled: dict[str, int]) -> bool:
+    """The latency tables, then the bursts: each ratio is taken within a round (alone's burst beside the
+    gateway's), and the median over the rounds is judged, printed with the rounds' min-max beside it."""
     ok = report_latency(lat, alone_rounds, alone_to_model)
 
     def judge(good: bool) -> str:
@@ -938,32 +977,40 @@ def report(lat: dict[tuple[str, str], Latency], alone_rounds: list[float], alone
         ok = ok and good
         return "PASS" if good else "MISS"
 
+    def spread(values: list[float], form: str) -> str:
+        return f"{format(statistics.median(values), form)} ({format(min(values), form)}-{format(max(values), form)})"
+
+    n = len(next(iter(rounds_of.values())))
     print()
-    print(f"| burst of {messages} | bare msg/s | gateway msg/s | gateway / pydantic-ai alone (>= {TARGET_THROUGHPUT:.0%}) "
-          f"| CPU ms/msg bare / gateway | gateway CPU / pydantic-ai alone's (<= {TARGET_CPU:g}x) "
-          "| gateway fds before -> after | gateway RSS MiB before -> after | 429s |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(f"| {n} bursts of {messages}: median (min-max of the rounds) | pydantic-ai alone runs/s | bare msg/s "
+          f"| gateway msg/s | gateway / pydantic-ai alone (>= {TARGET_THROUGHPUT:.0%}) "
+          f"| CPU ms/msg alone / bare / gateway | gateway CPU / pydantic-ai alone's (<= {TARGET_CPU:g}x) "
+          "| the gateway's own CPU ms (gateway - bare - alone) | a gateway adding nothing ((bare + alone) / alone) "
+          "| gateway fds first -> last | gateway RSS MiB first -> last | 429s |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name in ("Slack", "Telegram", "Mattermost"):
-        g, b = bursts[(name, "gateway")], bursts[(name, "bare")]
-        share = g.rate / alone["rate"]
-        cpu = g.cpu_ms / alone["cpu_ms"]
-        flat = g.fds[1] - g.fds[0] <= TARGET_FDS and g.rss[1] - g.rss[0] <= TARGET_RSS_MIB and g.messages == messages
-        print(f"| {name} | {b.rate:.0f} | {g.rate:.0f} | {share:.0%} {judge(share >= TARGET_THROUGHPUT and g.messages == messages)} "
-              f"| {b.cpu_ms:.2f} / {g.cpu_ms:.2f} | {cpu:.2f}x {judge(cpu <= TARGET_CPU)} | {g.fds[0]} -> {g.fds[1]} "
-              f"| {g.rss[0]:.0f} -> {g.rss[1]:.0f} {judge(flat)} | {throttled[name]} {judge(throttled[name] == 0)} |")
-    # What a gateway that added nothing would read (the platform SDK's echo plus pydantic-ai alone), and
-    # what is left as the gateway's own: a floor under the CPU ratio that moves with the platform.
-    floors = {n: (bursts[(n, "bare")].cpu_ms + alone["cpu_ms"]) / alone["cpu_ms"] for n in ("Slack", "Telegram", "Mattermost")}
-    own = {n: bursts[(n, "gateway")].cpu_ms - bursts[(n, "bare")].cpu_ms - alone["cpu_ms"] for n in floors}
+        rs = rounds_of[name]
+        share = [g.rate / a.rate for a, g, _ in rs]
+        cpu = [g.cpu_ms / a.cpu_ms for a, g, _ in rs]
+        own = [g.cpu_ms - b.cpu_ms - a.cpu_ms for a, g, b in rs]
+        floor = [(b.cpu_ms + a.cpu_ms) / a.cpu_ms for a, _, b in rs]
+        answered = all(g.messages == messages for _, g, _ in rs)
+        (fds0, fds1), (rss0, rss1) = spans[name]
+        flat = fds1 - fds0 <= TARGET_FDS and rss1 - rss0 <= TARGET_RSS_MIB and answered
+        med = statistics.median
+        print(f"| {name} | {spread([a.rate for a, _, _ in rs], '.0f')} | {spread([b.rate for _, _, b in rs], '.0f')} "
+              f"| {spread([g.rate for _, g, _ in rs], '.0f')} "
+              f"| {spread([x * 100 for x in share], '.0f')} % {judge(med(share) >= TARGET_THROUGHPUT and answered)} "
+              f"| {med([a.cpu_ms for a, _, _ in rs]):.2f} / {med([b.cpu_ms for _, _, b in rs]):.2f} / "
+              f"{med([g.cpu_ms for _, g, _ in rs]):.2f} | {spread(cpu, '.2f')}x {judge(med(cpu) <= TARGET_CPU)} "
+              f"| {spread(own, '.2f')} | {spread(floor, '.2f')}x [printed] | {fds0} -> {fds1} "
+              f"| {rss0:.0f} -> {rss1:.0f} {judge(flat)} | {throttled[name]} {judge(throttled[name] == 0)} |")
     print()
-    print("CPU per message, the gateway's own (gateway - bare echo - pydantic-ai alone): "
-          + " / ".join(f"{own[n]:.2f}" for n in floors) + " ms; the ratio a gateway adding nothing would read "
-          "((bare + alone) / alone): " + " / ".join(f"{floors[n]:.2f}x" for n in floors) + " (Slack / Telegram / Mattermost) [printed]")
-    print()
-    print(f"pydantic-ai alone, same agent and model server: one run at a time, first text {alone['first_ms']:.1f} ms, "
-          f"result {alone['final_ms']:.1f} ms (p50); at concurrency {CONCURRENT_RUNS}: {alone['rate']:.0f} runs/s, "
-          f"{alone['cpu_ms']:.2f} ms CPU per run. 429s: calls the gateway's fakes refused (their budgets are off here, "
-          "`budget_scale` 0; bench/streaming.py runs under the real ones)")
+    print(f"pydantic-ai alone, same agent and model server, one process kept warm: one run at a time, first text "
+          f"{alone.first_ms:.1f} ms, result {alone.final_ms:.1f} ms (p50); its bursts at concurrency {CONCURRENT_RUNS} "
+          "above, CPU of its whole process; the gateway's, the daemon's process (all threads) from /proc, per message "
+          "answered. 429s: calls the gateway's fakes refused (their budgets are off here, `budget_scale` 0; "
+          "bench/streaming.py runs under the real ones)")
     print("load average at the end: %.2f %.2f %.2f" % os.getloadavg())
     print("targets:", "all met" if ok else "NOT all met")
     return ok
@@ -975,7 +1022,9 @@ if __name__ == "__main__":
     parser.add_argument("--gateway-src", default=str(ROOT), help="the checkout whose daemon is measured")
     parser.add_argument("--pause", type=float, default=0.01, help="seconds between messages in the latency rounds")
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
-    parser.add_argument("--burst", type=int, help="messages in a burst (default 300 with --quick, else 1,000)")
+    parser.add_argument("--burst", type=int, help="messages in a burst (default 150 with --quick, else 300)")
+    parser.add_argument("--burst-rounds", type=int, help="rounds of bursts per platform, the median judged "
+                        "(default 3 with --quick, else 5)")
     parser.add_argument("--keep-log", help="copy the daemon's log here")
     parser.add_argument("--latency-only", action="store_true", help="only the latency rounds (to try a change)")
     parser.add_argument("--profile", metavar="DIR", help="after the latency rounds, sample the daemon with py-spy over "
@@ -984,13 +1033,13 @@ if __name__ == "__main__":
                         help="the daemon's runtime.event_loop")
     parser.add_argument("--eager-tasks", action="store_true", help="the daemon's runtime.eager_tasks (Python 3.12+)")
     parser.add_argument("--serve-model", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--pydantic-ai-alone", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--pydantic-ai-alone", type=int, metavar="CONCURRENCY", help=argparse.SUPPRESS)
     parser.add_argument("--pydantic-ai-rounds", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_model:
         asyncio.run(serve_model())
     elif args.pydantic_ai_alone:
-        asyncio.run(pydantic_ai_alone(*args.pydantic_ai_alone))
+        asyncio.run(pydantic_ai_alone(args.pydantic_ai_alone))
     elif args.pydantic_ai_rounds:
         asyncio.run(pydantic_ai_rounds())
     else:
