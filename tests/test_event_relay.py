@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.clock import ManualClock
 from gateway.http.event_relay import EventRelay
@@ -19,6 +20,18 @@ from .conftest import pg_database, wait_for
 from .test_store_driver import START
 
 pytestmark = pytest.mark.postgres
+
+
+async def _web_conversation(engine: AsyncEngine) -> tuple[Store, ConversationRef]:
+    store = Store(engine, clock=ManualClock(START))
+    conv = await store.create_conversation(ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm"))
+    return store, conv
+
+
+async def _rows(engine: AsyncEngine) -> int:
+    """Events in the table other replicas read."""
+    async with engine.connect() as c:
+        return int((await c.execute(text("SELECT count(*) FROM stream_events"))).scalar_one())
 
 
 class HeldAfterCommit(StreamEvents):
@@ -42,9 +55,7 @@ async def test_a_stop_during_a_committed_write_writes_no_event_twice() -> None:
     async with pg_database() as url:
         engine = create_engine(url)
         try:
-            store = Store(engine, clock=ManualClock(START))
-            conv = await store.create_conversation(
-                ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm"))
+            store, conv = await _web_conversation(engine)
             table = HeldAfterCommit(engine)
             relay = EventRelay(engine, store, EventBus(), table=table)
             await relay.start()
@@ -55,10 +66,7 @@ async def test_a_stop_during_a_committed_write_writes_no_event_twice() -> None:
             table.answer.set()
             await asyncio.wait_for(stopping, 10)
 
-            async def rows() -> int:
-                async with engine.connect() as c:
-                    return int((await c.execute(text("SELECT count(*) FROM stream_events"))).scalar_one())
-            assert await rows() == 1
+            assert await _rows(engine) == 1
         finally:
             await engine.dispose()
 
@@ -68,9 +76,7 @@ async def test_a_write_the_database_refused_is_written_when_it_answers_again() -
     async with pg_database() as url:
         engine = create_engine(url)
         try:
-            store = Store(engine, clock=ManualClock(START))
-            conv = await store.create_conversation(
-                ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm"))
+            store, conv = await _web_conversation(engine)
 
             class RefusedOnce(StreamEvents):
                 refused = False
@@ -85,11 +91,8 @@ async def test_a_write_the_database_refused_is_written_when_it_answers_again() -
             await relay.start()
             relay.send(conv.id, {"type": "final", "message_id": 1, "text": "Done."})
 
-            async def rows() -> int:
-                async with engine.connect() as c:
-                    return int((await c.execute(text("SELECT count(*) FROM stream_events"))).scalar_one())
-            await wait_for(lambda: rows(), timeout=30, what="the refused batch written")
+            await wait_for(lambda: _rows(engine), timeout=30, what="the refused batch written")
             await relay.stop()
-            assert await rows() == 1
+            assert await _rows(engine) == 1
         finally:
             await engine.dispose()
