@@ -624,7 +624,7 @@ class AloneBursts:
         self.proc.popen.stdin.write(f"{messages}\n".encode())
         self.proc.popen.stdin.flush()
         out = json.loads(await _read_line(self.proc.popen, budget))
-        return Burst(messages, out["rate"], out["cpu_ms"], (0, 0), (0.0, 0.0))
+        return Burst(messages, out["rate"], out["cpu_ms"])
 
 
 async def _read_line(popen: subprocess.Popen[bytes], timeout: float) -> str:
@@ -800,14 +800,12 @@ class Burst:
     messages: int
     rate: float
     cpu_ms: float
-    fds: tuple[int, int]
-    rss: tuple[float, float]
 
 
 async def burst(p: Platform, proc: Proc, messages: int, budget: float) -> Burst:
     """`messages` new conversations at once; msg/s from the first event to the last final answer."""
     await asyncio.sleep(0.5)
-    fds0, rss0, cpu0 = proc.fds(), proc.rss_mib(), proc.cpu()
+    cpu0 = proc.cpu()
     records = [(await p.send(None, f"burst {i}", new=True))[1] for i in range(messages)]
     deadline = time.monotonic() + budget
     while len([r for r in records if r.final is not None]) < messages and time.monotonic() < deadline:
@@ -819,8 +817,7 @@ async def burst(p: Platform, proc: Proc, messages: int, budget: float) -> Burst:
     t1 = max((r.final for r in finished), default=t0 + 1)  # type: ignore[type-var]
     if len(finished) < messages:
         print(f"  ! {p.name} ({p.bot}): {messages - len(finished)} of {messages} unanswered within {budget:g} s")
-    return Burst(len(finished), len(finished) / (t1 - t0), cpu * 1000 / max(1, len(finished)),
-                 (fds0, proc.fds()), (rss0, proc.rss_mib()))
+    return Burst(len(finished), len(finished) / (t1 - t0), cpu * 1000 / max(1, len(finished)))
 
 
 def pct(values: list[float], q: float) -> float:

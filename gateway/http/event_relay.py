@@ -91,8 +91,9 @@ class EventRelay:
         except Exception as e:  # the daemon stops either way; say what a browser on another replica misses
             log.warning("the event stream's last %d events were not written: %s: %s", len(self._pending),
                         type(e).__name__, e)
-        finally:
-            await cancel_and_wait(self._writing)  # a write that outlived the grace is not left running
+        finally:  # a write that outlived the grace is not left running (a failed one was reported above)
+            if self._writing is not None and not self._writing.done():
+                await cancel_and_wait(self._writing)
 
     def state(self) -> dict[str, Any]:
         """For /readyz: whether notifications arrive, or the store is being polled meanwhile."""

@@ -276,8 +276,6 @@ class Store:
         Raises Duplicate for a redelivery and QueueFull when the conversation's queue is full
         (in which case nothing is stored, not even the ledger row, so the person can retry).
         """
-        arrived = self.clock.now()
-
         def program(q: driver.Statements) -> driver.Program[Ingested]:
             yield from self._ledger(q, binding_id, event_ids)
             # A conversation the caller already found exists: no need to read it again. A new
@@ -286,7 +284,7 @@ class Store:
             conv, created = conversation, False
             if not conversation.id:
                 yield from self._lock(q, conversation.key)
-                conv, created = yield from self._conversation_raw(q, conversation, arrived)
+                conv, created = yield from self._conversation_raw(q, conversation, self.clock.now())
             yield from self._lock(q, conv.id)
             # Stamped once the conversation is ours: on PostgreSQL the lock may have waited for
             # another replica's run to end, and this run must not read as started before it ended.
@@ -567,7 +565,6 @@ class Store:
     async def claim_next_run(self, conversation_id: str) -> Claimed | None:
         """Move the oldest queued run of a conversation to running, with what the turn needs
         (its prompt and the conversation's history), in one transaction; None when nothing waits."""
-
         def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool, bool] | None]:
             yield from self._lock(q, conversation_id)
             now = self.clock.now()  # once the conversation is ours (see `ingest`)
