@@ -15,6 +15,7 @@ import binascii
 import contextlib
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -303,10 +304,11 @@ class _Api:
         # The runs still going are looked up before the messages are read: a run that ends in between
         # then has its final among them (and is shown by it alone); looked up after, it would be in neither.
         running = [run for run in await store.runs_in([repo.RUNNING]) if run.conversation_id == conv.id]
+        messages = [m for m in await store.messages(conv.id) if mine(m)]
         turns = [
             {**await self._answer_json(CommandAnswer(m.role, m.text, m.id), holder), "status": m.status,
              "run_id": m.run_id, "time": m.created_at.isoformat()}
-            for m in await store.messages(conv.id) if mine(m)
+            for m in messages
         ]
         # Handoffs answered in this conversation under another agent's name, in their own conversations.
         agents = self.gw.config.agents
@@ -315,9 +317,8 @@ class _Api:
             turns.append({"id": m.id, "role": m.role, "text": f"**{name}:**\n\n{m.text}", "status": m.status,
                           "run_id": m.run_id, "time": m.created_at.isoformat(), "agent": agent_id})
         # A reply still streaming is not a message yet; show what has been delivered so far.
-        answered = {t["run_id"] for t in turns if t["role"] == "assistant"}
         for run in running:
-            if run.id not in answered:
+            if not _ended_among(run, messages):
                 live = self.gw.runner.live_text(run.id)
                 parts = [live] if live else [d.text for d in await store.deliveries(run.id)]
                 if parts:  # dated as its final will be: before a handoff's answer that came while it ended
@@ -423,6 +424,19 @@ class _Api:
         with contextlib.suppress(Exception):
             await response.write_eof()
         return response
+
+
+def _ended_among(run: repo.Run, messages: Sequence[Message]) -> bool:
+    """Whether the run's final answer is among `messages` (it ended after the runs were read).
+
+    A run that parked with text said before its card has that text stored under its id, dated
+    when the run started; its answer after the card, once it ends, is dated later (`Store.end_run`).
+    So for a run that was parked (its state kept while it runs again) only a later one is its end.
+    """
+    said = [m.created_at for m in messages if m.run_id == run.id and m.role == "assistant"]
+    if run.state is None or run.started_at is None:
+        return bool(said)
+    return any(t > run.started_at for t in said)
 
 
 def _path_id(request: web.Request) -> str:
