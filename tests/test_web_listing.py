@@ -121,7 +121,7 @@ async def test_a_reply_resumed_after_its_card_is_listed_while_it_streams(
         card = await chat.card()
         status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
         assert status == 200
-        await wait_for(lambda: "[deploy: deployed api]" in (gw.runner.live_text(run_id) or ""),
+        await wait_for(lambda: "[deploy: deployed api]" in (gw.runner.live(run_id) or ("", None))[0],
                        what="the resumed reply's first words")
         turns = [(t["role"], t["status"], t["text"].strip()) for t in (await chat.state())["messages"]]
         assert turns == [("user", "processed", "deploy api"), ("assistant", "final", "Let me do that."),

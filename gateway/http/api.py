@@ -319,11 +319,18 @@ class _Api:
         # A reply still streaming is not a message yet; show what has been delivered so far.
         for run in running:
             if not _ended_among(run, messages):
-                live = self.gw.runner.live_text(run.id)
-                parts = [live] if live else [d.text for d in await store.deliveries(run.id)]
-                if parts:  # dated as its final will be: before a handoff's answer that came while it ended
-                    turns.append({"id": None, "role": "assistant", "text": "\n\n".join(parts), "status": "streaming",
-                                  "run_id": run.id, "time": (run.started_at or run.created_at).isoformat()})
+                live = self.gw.runner.live(run.id)
+                if live is not None and live[0]:
+                    text, message_id = live
+                else:  # running on another replica: what it has delivered (since its card, if it parked)
+                    delivered = [d for d in await store.deliveries(run.id) if run.state is None or not d.final]
+                    text = "\n\n".join(d.text for d in delivered)
+                    message_id = delivered[-1].platform_message_id if delivered else None
+                if text:  # dated as its final will be: before a handoff's answer that came while it ended
+                    # The id of the message its next deltas edit, so a reloaded page goes on drawing them there.
+                    turns.append({"id": None, "role": "assistant", "text": text, "status": "streaming",
+                                  "run_id": run.id, "message_id": message_id,
+                                  "time": (run.started_at or run.created_at).isoformat()})
         turns.sort(key=lambda t: t["time"])
         approvals = self.gw.approvals
         modes = await approvals.modes(conv.id)

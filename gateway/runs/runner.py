@@ -567,10 +567,11 @@ class Runner:
         """Whether a run in flight here replies through `adapter`."""
         return any(stream.adapter is adapter for stream in self._streams.values())
 
-    def live_text(self, run_id: str) -> str | None:
-        """What a run in flight in this process has said so far (None if not running here)."""
+    def live(self, run_id: str) -> tuple[str, str | None] | None:
+        """What a run in flight in this process has said so far, and the id of the message it is
+        writing it into (None before its first post); None if the run is not running here."""
         stream = self._streams.get(run_id)
-        return stream.text if stream is not None else None
+        return (stream.text, stream.first_message_id) if stream is not None else None
 
     @property
     def running_ids(self) -> list[str]:
