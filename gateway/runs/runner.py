@@ -68,7 +68,6 @@ from gateway.store.availability import StoreUnavailable
 from gateway.store.background import REPORT
 from gateway.store.schedules import SCHEDULED
 from gateway.store.conversation_log import ConversationLog
-from gateway.store.models import Run
 from gateway.store.notes import NoteStore
 from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, stopped_notice
 from gateway.outbound.adapter import (Adapter, AnswersDirectory, FetchesAttachments, ReplyTarget, ShowsStatus,
@@ -205,13 +204,14 @@ class Runner:
 
     # --- building -----------------------------------------------------------------------
 
-    async def prepare(self, run: Run) -> Prepared | None:
-        """The run's context, decided server-side from the binding that admitted it and who hears the answer."""
+    async def prepare(self, claimed: repo.Claimed) -> Prepared | None:
+        """The run's context, decided server-side from the binding that admitted it and who hears the answer.
+        What it needs of the store came with the claim: no round trip here."""
         gw = self.gateway
-        conversation = await gw.store.conversation(run.conversation_id)
+        run, conversation = claimed.run, claimed.conversation
         binding = gw.config.bindings.get(run.binding_id)
         adapter = gw.adapters.get(run.binding_id)
-        if conversation is None or binding is None or adapter is None:
+        if binding is None or adapter is None:
             await gw.store.end_run(run.id, repo.FAILED, reason="binding no longer configured")
             return None
         agent = gw.config.agents[binding.agent]
@@ -339,7 +339,7 @@ class Runner:
     async def execute(self, claimed: repo.Claimed) -> None:
         """Run a freshly claimed run from its queued user messages (or resume a decided one)."""
         run = claimed.run
-        prepared = await self.prepare(run)
+        prepared = await self.prepare(claimed)
         if prepared is None:
             return
         turn = prepared.turn
