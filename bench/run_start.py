@@ -14,7 +14,8 @@ Printed, medians over the messages: the event loop thread's CPU (`time.thread_ti
 counts whatever ran on the loop meanwhile, as the daemon's loop would) from `execute`'s entry to
 `run_agent`'s call and to the model request, split at `prepare` and `build_agent`; with
 `--calls`, the function calls (`sys.setprofile`, which load does not move) from `execute`'s entry to
-`run_agent`'s call and to the model request. The collector is set as the daemon sets it
+`run_agent`'s call and to the model request (a coroutine's every resumption counts as a call, as in
+cProfile). The collector is set as the daemon sets it
 (`freeze_startup_objects`): with CPython's default a young pass fell inside most windows. A checkout's figures are compared with another's by
 running this from each, in turns (A B B A): the code under test is the checkout's own.
 
