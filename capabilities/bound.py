@@ -1,18 +1,31 @@
-"""A built capability with its agent entry's renames, descriptions and denied tools applied.
+"""A built capability with its agent entry's renames, descriptions and denied tools applied, and
+instructions read from the run's deps.
 
-Its own module because it is pydantic-ai's (a wrapper capability, a prepared toolset): the registry's
-declarations and config checks import no pydantic-ai, and this is imported when a run is built
-(`registry.build_for_turn`).
+Its own module because it is pydantic-ai's (a wrapper capability, a prepared toolset, a run context):
+the registry's declarations and config checks import no pydantic-ai, and this is imported when a run
+is built (`registry.build_for_turn`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic_ai.capabilities.wrapper import WrapperCapability
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
+
+
+def from_deps(read: Callable[[Any], str]) -> Callable[[RunContext[Any]], str]:
+    """Instructions `read` from the run's Turn (its deps) at each model request: a capability built once
+    for every run of an agent (`CapabilityDecl.shared`) reads the run there, never from its build.
+    Here because pydantic-ai finds a function's run context by its annotation, which must resolve
+    where the function is defined."""
+
+    def instructions(ctx: RunContext[Any]) -> str:
+        return read(ctx.deps)
+    return instructions
 
 
 @dataclass
