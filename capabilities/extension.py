@@ -272,17 +272,17 @@ _CHECKS_WHEN_NAMED = (_when(_names("context"), "context"), _when(_knowledge_read
 
 def _mcp_tools(assembly: Assembly) -> Callable[[Turn], list[Any]]:
     """The MCP servers' capability builder, imported with the first turn of an agent that has any."""
-    readers: Any = None  # mcp_servers.ResourceReaders over the daemon's pool, made with that first turn
+    offers: Any = None  # mcp_servers.Offers over the daemon's pool, made with that first turn
 
     def build(turn: Turn) -> list[Any]:
-        nonlocal readers
+        nonlocal offers
         if not turn.agent.mcp_servers:
             return []
         from . import mcp_servers
 
-        if readers is None:
-            readers = mcp_servers.ResourceReaders(assembly.mcp)
-        return mcp_servers.build_for_turn(readers, turn)
+        if offers is None:
+            offers = mcp_servers.Offers(mcp_servers.ResourceReaders(assembly.mcp))
+        return mcp_servers.build_for_turn(offers, turn)
     return build
 
 
