@@ -190,7 +190,7 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None,
     once for the run's agent and binding (the runner puts them in its shared Agent); the gate's map is
     filled for them on every run all the same, so their tools are gated exactly as a run's own."""
     built: list[Any] = []
-    if shared is not None:
+    if shared is not None and turn.agent.capabilities:
         capabilities, tools = shared.get(turn, parts or {})
         turn.tools.update(tools)
         if capabilities is not None:
