@@ -12,20 +12,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.wrapper import WrapperCapability
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
 
 
-def from_deps(read: Callable[[Any], str]) -> Callable[[RunContext[Any]], str]:
-    """Instructions `read` from the run's Turn (its deps) at each model request: a capability built once
-    for every run of an agent (`CapabilityDecl.shared`) reads the run there, never from its build.
-    Here because pydantic-ai finds a function's run context by its annotation, which must resolve
-    where the function is defined."""
+@dataclass
+class FromDeps(AbstractCapability[Any]):
+    """Instructions `read` from the run's Turn (its deps) at each model request, and nothing else.
 
-    def instructions(ctx: RunContext[Any]) -> str:
-        return read(ctx.deps)
-    return instructions
+    A capability built once for every run of an agent (`CapabilityDecl.shared`) reads the run here,
+    never from its build. Not a `Capability(instructions=...)`: that contributes an empty function
+    toolset, and pydantic-ai walks every toolset beside another through a task group (`for_run`,
+    `for_run_step`, `get_tools`: bench/README.md, Round 12). Here because pydantic-ai finds a
+    function's run context by its annotation, which must resolve where the function is defined."""
+
+    read: Callable[[Any], str]
+
+    def get_instructions(self) -> Callable[[RunContext[Any]], str]:
+        read = self.read
+
+        def instructions(ctx: RunContext[Any]) -> str:
+            return read(ctx.deps)
+        return instructions
 
 
 @dataclass

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .registry import BuildContext, CapabilityDecl, register, simple
+from .registry import BuildContext, CapabilityDecl, register
 
 if TYPE_CHECKING:
     from pydantic_ai.capabilities import AbstractCapability
@@ -35,12 +35,12 @@ def now_line(zone: str, now: datetime | None = None) -> str:
 
 def build(ctx: BuildContext) -> AbstractCapability[Any]:
     assert isinstance(ctx.config, ClockConfig)
-    from .bound import from_deps
+    from .bound import FromDeps
 
     zone = ctx.config.timezone
     # A function, so a run resumed hours later after an approval reads the time anew; of the run's own
     # clock (its deps), so one built capability serves every run of the agent (`shared`).
-    return simple(instructions=from_deps(lambda turn: now_line(zone, turn.clock.now())))
+    return FromDeps(lambda turn: now_line(zone, turn.clock.now()))
 
 
 register(CapabilityDecl(
