@@ -210,6 +210,16 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None,
     return built
 
 
+def _secret(entry: CapabilityEntry) -> Secret | None:
+    """The entry's key, or None when it names none or it cannot be read."""
+    if entry.secret_id is None:
+        return None
+    try:
+        return entry.secret_id.resolve()
+    except SecretError:
+        return None
+
+
 def _is_shared(decl: CapabilityDecl) -> bool:
     return decl.shared and not decl.binding_only
 
@@ -221,13 +231,7 @@ def _bind(decl: CapabilityDecl, entry: CapabilityEntry, policy_entry: Capability
     from .bound import Bound
 
     config = decl.config_model.model_validate(entry.config)
-    secret = None
-    if policy_entry.secret_id is not None:
-        try:
-            secret = policy_entry.secret_id.resolve()
-        except SecretError:
-            secret = None
-    capability = decl.build(BuildContext(turn, entry, config, secret, parts))
+    capability = decl.build(BuildContext(turn, entry, config, _secret(policy_entry), parts))
     if capability is None:
         return None
     renames: dict[str, str] = {}
@@ -299,14 +303,8 @@ def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens 
         decl = decl_for(entry.id)
         if decl is None or decl.listens is None:
             continue
-        secret = None
-        if entry.secret_id is not None:
-            try:
-                secret = entry.secret_id.resolve()
-            except SecretError:
-                secret = None
-        listener = decl.listens(BuildContext(turn, entry, decl.config_model.model_validate(entry.config), secret,
-                                             parts or {}))
+        listener = decl.listens(BuildContext(turn, entry, decl.config_model.model_validate(entry.config),
+                                             _secret(entry), parts or {}))
         if listener is not None:
             return listener
     return None

@@ -5,8 +5,8 @@ for what it built once for the run's agent and binding and keeps for every run o
 whose tools and instructions are fixed by the config and read the run (its person, scope,
 conversation, clock) from `ctx.deps` on every call, never from their constructor. Given to each run
 instead, pydantic-ai combined them with the Agent's on every run (its capability sort and every
-hook's dispatch across the layers: ~8,000 of the shipped agent's ~14,700 calls to the model
-request, bench/README.md, Round 12). The runner keys its shared Agent by this object, by identity:
+hook's dispatch across the layers: ~1,100 of the shipped agent's ~14,700 calls to the model
+request, bench/README.md, Round 12), and each builder built them again. The runner keys its shared Agent by this object, by identity:
 the builder returns the same one until the config changes, and a reload's new one is a new key.
 """
 
