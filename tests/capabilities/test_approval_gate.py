@@ -16,14 +16,16 @@ from pydantic_ai.capabilities import AbstractCapability, Capability
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from capabilities.approval_gate import NoTurn, gate
-from gateway.messages import ChatKind
+from gateway.messages import ChatKind, Sender
+from gateway.outbound.adapter import Decision
 from gateway.runs.agent_run import run_agent
 from gateway.runs.runner import TurnAgent
 from gateway.runs.tool_calls import ToolCalls
 from gateway.runs.turn import Turn
 from gateway.store import repo
 
-from .shaping_script import SCRIPT, call
+from ..conftest import wait_for
+from .shaping_script import SCRIPT, call, say
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -135,6 +137,25 @@ async def test_a_shared_capabilitys_tools_are_gated_by_its_entry_as_a_runs_own_w
         SCRIPT.reset(call("read_memory", name="a.md"))
         await _run(w, "read", [])
         assert "kept" in str(SCRIPT.requests[-1].messages[-1]), "nothing was deleted before a person decided"
+
+        # The daemon's way: the card, a click, and the resumed run deletes the note once.
+        SCRIPT.reset(call("forget", name="a.md"))
+        await w.say(ALICE, DM, "forget it")
+        await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
+        [card] = w.adapter("slack").cards
+        [item] = card.items
+        assert item.tool_name == "forget" and item.capability == "memory_files"
+        SCRIPT.reset(say("forgotten"))
+        outcome = await w.gw.approvals.decide(item.approval_id, Decision.APPROVE, Sender("U1", "alice"),
+                                              binding_id="slack", surface="slack")
+        assert outcome.accepted, outcome
+
+        async def finished() -> bool:
+            run = await w.gw.store.run(card.run_id)
+            return run is not None and run.status == repo.FINISHED
+
+        await wait_for(finished, what="the resumed run")
+        assert SCRIPT.requests[0].tool_results()[0].startswith("Deleted a.md")
 
         elsewhere = await w.turn(ALICE, Place("telegram", "telegram", "", "42", ChatKind.DM), "hi")
         SCRIPT.reset(call("write_memory", name="b.md", content="x"))
