@@ -19,6 +19,8 @@ from gateway.store.conversation_search import ConversationSearch
 from gateway.store.engine import alembic_config, create_engine, migrate
 from gateway.store.repo import FINISHED, ConversationRef, FinalRow, Store
 
+from .support.locking import another_process_holds_the_lock
+
 WORDS = ("heron", "quartz", "lantern", "meadow", "copper", "violet", "harbor", "ember")
 
 
@@ -116,4 +118,23 @@ async def test_going_back_to_0016_indexes_what_was_still_waiting(tmp_path: Path)
     assert await _scalar(engine, "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'meadow'") == 2
     async with engine.begin() as conn:
         await conn.exec_driver_sql("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+    await engine.dispose()
+
+
+async def test_a_search_while_another_process_holds_the_lock_answers_with_what_is_indexed(tmp_path: Path) -> None:
+    """Indexing needs the write lock, matching does not (WAL): a lock held elsewhere past the bound
+    delays a search, it never fails it; what waited to be indexed is found once the lock is gone."""
+    path = tmp_path / "s.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}", busy_timeout=0.3)
+    await migrate(engine)
+    store = Store(engine)
+    search = ConversationSearch(store.sessions)
+    person = await _message(store, 1, "the quartz clock")
+    await message_index.catch_up(engine)
+    await _message(store, 2, "the ember glow")  # noted, not indexed yet
+    async with another_process_holds_the_lock(path, 30) as released:
+        assert len((await search.search(person, "quartz", 5)).found) == 1
+        assert (await search.search(person, "ember", 5)).found == []
+        released.let_go()
+    assert len((await search.search(person, "ember", 5)).found) == 1
     await engine.dispose()
