@@ -279,13 +279,15 @@ class Store:
         def program(q: driver.Statements) -> driver.Program[Ingested]:
             yield from self._ledger(q, binding_id, event_ids)
             # A conversation the caller already found exists: no need to read it again. A new
-            # one is created under a lock on its key; either way the conversation's own lock is
-            # held before its queue is read, as claim_next_run holds it to take the queued run.
+            # one is created under a lock on its key; an existing one's own lock is held before
+            # its queue is read, as claim_next_run holds it to take the queued run. One this
+            # transaction created needs none: no other replica can see its id before the commit.
             conv, created = conversation, False
             if not conversation.id:
                 yield from self._lock(q, conversation.key)
                 conv, created = yield from self._conversation_raw(q, conversation, self.clock.now())
-            yield from self._lock(q, conv.id)
+            if not created:
+                yield from self._lock(q, conv.id)
             # Stamped once the conversation is ours: on PostgreSQL the lock may have waited for
             # another replica's run to end, and this run must not read as started before it ended.
             now = self.clock.now()
