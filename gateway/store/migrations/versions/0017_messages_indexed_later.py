@@ -46,6 +46,7 @@ SQLITE_DOWN = [
     "DROP TRIGGER messages_fts_delete",
     "DROP TRIGGER messages_fts_insert",
     "DROP TABLE messages_fts_pending",
+    # 0008's triggers, restated rather than imported: a migration stays as it was written.
     "CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN "
     "INSERT INTO messages_fts(rowid, text) VALUES (new.id, new.text); END",
     "CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN "
