@@ -8,6 +8,7 @@ index (that was the point: FTS5's segment per commit, twice a message).
 
 from __future__ import annotations
 
+import contextlib
 import random
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from gateway.store.conversation_search import ConversationSearch
 from gateway.store.engine import alembic_config, create_engine, migrate
 from gateway.store.repo import FINISHED, ConversationRef, FinalRow, Store
 
+from .conftest import run_finished, running_gateway, wait_for, write_config
 from .support.locking import another_process_holds_the_lock
 
 WORDS = ("heron", "quartz", "lantern", "meadow", "copper", "violet", "harbor", "ember")
@@ -138,3 +140,26 @@ async def test_a_search_while_another_process_holds_the_lock_answers_with_what_i
         released.let_go()
     assert len((await search.search(person, "ember", 5)).found) == 1
     await engine.dispose()
+
+
+async def test_the_daemon_indexes_what_was_said_without_waiting_for_a_search(tmp_path: Path) -> None:
+    """The sweep indexes what waits (every third of a run's lease; the shortest lease here): the notes
+    do not pile up until someone searches."""
+    import sqlite3
+
+    import aiohttp
+
+    config = write_config(tmp_path / "config", gateway={"database": {"run_lease_seconds": 3}})
+    async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
+        conv = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+        sent = await (await s.post(f"/api/v1/conversations/{conv}/messages", json={"text": "a copper heron"})).json()
+        await wait_for(lambda: run_finished(gw, sent["run_id"]), what="the answer")
+
+        def indexed() -> bool:
+            with contextlib.closing(sqlite3.connect(config / "gateway.db")) as db:
+                waiting = db.execute("SELECT count(*) FROM messages_fts_pending").fetchone()[0]
+                found = db.execute("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'heron'").fetchone()[0]
+                said = db.execute("SELECT count(*) FROM messages WHERE text LIKE '%heron%'").fetchone()[0]
+            return waiting == 0 and found == said > 0  # the message, and the reply if it repeats it
+
+        await wait_for(indexed, what="the message indexed by the sweep")
