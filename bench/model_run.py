@@ -6,7 +6,8 @@ the whole daemon with `bench/platforms.py`'s pydantic-ai alone, an `Agent` with 
 its constructor and no capabilities. The daemon's run is not that agent: it goes through the shared
 agent (`gateway.runs.runner.TurnAgent` over `Runner._agent_for`: the instructions and, since Round 8,
 `ToolCalls`, the approval gate (`capabilities.approval_gate`) and the slow-call report in one
-capability, in the shared Agent's constructor, so a tool-less run brings no capability of its own),
+capability, in the shared Agent's constructor, so a tool-less run brings no capability of its own;
+since Round 12 a run with no tool goes through the Agent without `ToolCalls`, the last variant's shape),
 a cancellation token, a timeout and usage limits.
 pydantic-ai dispatches every hook of every capability, and passes every event of the stream through
 one async generator per capability, whether it overrides the hook or not, and re-composes the
@@ -99,7 +100,9 @@ async def main(args: argparse.Namespace) -> int:
 
     variants: dict[str, Callable[[], tuple[Any, dict[str, Any]]]] = {
         "pydantic-ai alone (instructions in the constructor)": lambda: (alone, {}),
-        "the daemon's run: instructions and ToolCalls (gate + slow calls) shared, no run capability": gateway(now, []),
+        # A plain agent's run takes the last row's shape since Round 12 (no tool: no ToolCalls); this is the shape
+        # of a run whose tools all come from the shared Agent.
+        "instructions and ToolCalls (gate + slow calls) shared, no run capability": gateway(now, []),
         # Round 7's: the gate held the turn, so it was each run's, and pydantic-ai composed the layers per run.
         "before Round 8 (the approval gate the run's capability)": gateway(round7, [Gate()]),
         "the gate and SlowCalls two capabilities of the shared Agent": gateway(apart, []),

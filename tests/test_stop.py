@@ -132,7 +132,7 @@ async def test_a_stop_pressed_on_another_replica_reaches_the_run(tmp_path: Path)
             aiohttp.ClientSession(a.url) as sa, aiohttp.ClientSession(b.url) as sb:
         conv = (await (await sa.post("/api/v1/conversations", json={})).json())["id"]
         run_id = (await (await sa.post(f"/api/v1/conversations/{conv}/messages", json={"text": "go"})).json())["run_id"]
-        await wait_for(lambda: a.runner.live_text(run_id), what="the reply to stream on a")
+        await wait_for(lambda: (a.runner.live(run_id) or ("", None))[0], what="the reply to stream on a")
 
         r = await sb.post(f"/api/v1/runs/{run_id}/stop", json={})
         body = await r.json()

@@ -197,6 +197,23 @@ async def test_claim_gives_prompt_and_history_and_end_run_records_the_reply(stor
     assert answer[0].created_at == START
 
 
+async def test_a_claim_brings_the_runs_conversation_in_a_process_that_never_saw_it(store: Store) -> None:
+    """The run is prepared from what its claim brings (`Runner.prepare` reads nothing else): where its replies
+    go must be there after a restart too, when this process has not seen the conversation yet."""
+    conv = await _conversation(store)
+    await _say(store, conv, "e1", "what time is it?")
+    claimed = await store.claim_next_run(conv.id)
+    assert claimed is not None and claimed.conversation == conv
+    await store.end_run(claimed.run.id, "finished", reply="Noon.")
+    await _say(store, conv, "e2", "thanks")
+
+    restarted = Store(store.engine, clock=ManualClock(START + timedelta(seconds=1)))
+    again = await restarted.claim_next_run(conv.id)
+    assert again is not None and again.conversation == conv
+    assert again.prompt == [Line("user", "thanks", "Ann")]
+    assert again.history == [Line("user", "what time is it?", "Ann"), Line("assistant", "Noon.", "")]
+
+
 async def test_a_message_into_an_idle_conversation_is_claimed_with_its_ingest(store: Store) -> None:
     async def say(event: str, text: str, conv: ConversationRef) -> Ingested:
         return await store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN,
@@ -207,6 +224,7 @@ async def test_a_message_into_an_idle_conversation_is_claimed_with_its_ingest(st
     first = await say("e1", "what time is it?", new)
     claimed = first.claimed
     assert claimed is not None and claimed.fresh and not claimed.more and not claimed.files
+    assert claimed.conversation == first.conversation
     assert claimed.prompt == [Line("user", "what time is it?", "Ann")] and claimed.history == []
     # Stored as the claim would have left it: running, leased to this process; nothing left to claim.
     run = await store.run(first.run_id)

@@ -59,8 +59,18 @@ def _last_prompt(messages: list[ModelMessage]) -> str:
     return ""
 
 
+# "slowly": the reply streams "one", then "two" once the test sets the first event, and ends at the second.
+HOLD: list[asyncio.Event] = []
+
+
 async def _answers(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
     said = _last_prompt(messages)
+    if said == "slowly" and HOLD:
+        yield "one"
+        await HOLD[0].wait()
+        yield " two"
+        await HOLD[1].wait()
+        return
     yield TABLE if "table" in said else HOSTILE if "hostile" in said else f"You said: {said}"
 
 
@@ -273,4 +283,30 @@ async def test_screenshots_light_dark_and_narrow(tmp_path: Path) -> None:
             await expect(page.locator("#sidebar")).to_be_visible()
             await page.screenshot(path=str(SHOTS / "narrow-sidebar.png"))
         finally:
+            await context.close()
+
+
+@pytest.mark.browser
+async def test_a_page_reloaded_while_a_reply_streams_goes_on_drawing_it_in_one_bubble(tmp_path: Path) -> None:
+    """After a reload the listing draws the reply so far; the deltas that follow redraw that bubble
+    (they name its message), never start a second one beside it."""
+    _require_chromium()
+    HOLD[:] = [asyncio.Event(), asyncio.Event()]
+    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+        try:
+            page = await _open(context, gw.url)
+            await _send(page, "slowly")
+            replies = page.locator(".msg.assistant")
+            await expect(replies).to_have_text(["one"], timeout=WAIT)
+            await page.reload()
+            await expect(replies).to_have_text(["one"], timeout=WAIT)
+            await expect(replies).to_have_class("msg assistant streaming")
+            HOLD[0].set()
+            await expect(replies).to_have_text(["one two"], timeout=WAIT)
+            HOLD[1].set()
+            await expect(page.locator(".msg.assistant.final")).to_have_text(["one two"], timeout=WAIT)
+            await expect(replies).to_have_count(1)
+        finally:
+            HOLD.clear()
             await context.close()

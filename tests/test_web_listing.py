@@ -17,7 +17,7 @@ import pytest
 from gateway.store.repo import Store
 from tests.capabilities.scripted import say_calls
 
-from .conftest import running_gateway, wait_for, write_config
+from .conftest import run_finished, running_gateway, wait_for, write_config
 from .test_web_handoffs import member
 
 
@@ -104,3 +104,30 @@ async def test_a_handoff_answering_before_the_handing_reply_ends_is_listed_after
         turns = await wait_for(final, what="the handing reply's final")
         assert [(t["role"], t.get("agent")) for t in turns] == [("user", None), ("assistant", None),
                                                                 ("assistant", "researcher")]
+
+
+async def test_a_reply_resumed_after_its_card_is_listed_while_it_streams(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that said something before its approval card has that text stored (under its run id)
+    when it parks; once approved it runs again and streams the rest below the card. A page loaded
+    meanwhile shows both: the stored text does not count as the resumed run's answer."""
+    from .test_approvals import Chat, _config
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("OPS_RESUME_GATE", str(gate))  # the resumed reply stays in flight until the gate
+    async with running_gateway(_config(tmp_path / "c")) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        run_id = (await chat.say("deploy api"))["run_id"]
+        card = await chat.card()
+        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
+        assert status == 200
+        await wait_for(lambda: "[deploy: deployed api]" in (gw.runner.live(run_id) or ("", None))[0],
+                       what="the resumed reply's first words")
+        turns = [(t["role"], t["status"], t["text"].strip()) for t in (await chat.state())["messages"]]
+        assert turns == [("user", "processed", "deploy api"), ("assistant", "final", "Let me do that."),
+                         ("assistant", "streaming", "[deploy: deployed api]")]
+        gate.touch()
+        await wait_for(lambda: run_finished(gw, run_id), what="the resumed run's end")
+        turns = [(t["role"], t["status"], t["text"].strip()) for t in (await chat.state())["messages"]]
+        assert turns == [("user", "processed", "deploy api"), ("assistant", "final", "Let me do that."),
+                         ("assistant", "final", "[deploy: deployed api]")]

@@ -15,6 +15,7 @@ import binascii
 import contextlib
 import json
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -303,10 +304,11 @@ class _Api:
         # The runs still going are looked up before the messages are read: a run that ends in between
         # then has its final among them (and is shown by it alone); looked up after, it would be in neither.
         running = [run for run in await store.runs_in([repo.RUNNING]) if run.conversation_id == conv.id]
+        messages = [m for m in await store.messages(conv.id) if mine(m)]
         turns = [
             {**await self._answer_json(CommandAnswer(m.role, m.text, m.id), holder), "status": m.status,
              "run_id": m.run_id, "time": m.created_at.isoformat()}
-            for m in await store.messages(conv.id) if mine(m)
+            for m in messages
         ]
         # Handoffs answered in this conversation under another agent's name, in their own conversations.
         agents = self.gw.config.agents
@@ -315,14 +317,20 @@ class _Api:
             turns.append({"id": m.id, "role": m.role, "text": f"**{name}:**\n\n{m.text}", "status": m.status,
                           "run_id": m.run_id, "time": m.created_at.isoformat(), "agent": agent_id})
         # A reply still streaming is not a message yet; show what has been delivered so far.
-        answered = {t["run_id"] for t in turns if t["role"] == "assistant"}
         for run in running:
-            if run.id not in answered:
-                live = self.gw.runner.live_text(run.id)
-                parts = [live] if live else [d.text for d in await store.deliveries(run.id)]
-                if parts:  # dated as its final will be: before a handoff's answer that came while it ended
-                    turns.append({"id": None, "role": "assistant", "text": "\n\n".join(parts), "status": "streaming",
-                                  "run_id": run.id, "time": (run.started_at or run.created_at).isoformat()})
+            if not _ended_among(run, messages):
+                live = self.gw.runner.live(run.id)
+                if live is not None and live[0]:
+                    text, message_id = live
+                else:  # running on another replica: what it has delivered (since its card, if it parked)
+                    delivered = [d for d in await store.deliveries(run.id) if run.state is None or not d.final]
+                    text = "\n\n".join(d.text for d in delivered)
+                    message_id = delivered[-1].platform_message_id if delivered else None
+                if text:  # dated as its final will be: before a handoff's answer that came while it ended
+                    # The id of the message its next deltas edit, so a reloaded page goes on drawing them there.
+                    turns.append({"id": None, "role": "assistant", "text": text, "status": "streaming",
+                                  "run_id": run.id, "message_id": message_id,
+                                  "time": (run.started_at or run.created_at).isoformat()})
         turns.sort(key=lambda t: t["time"])
         approvals = self.gw.approvals
         modes = await approvals.modes(conv.id)
@@ -423,6 +431,19 @@ class _Api:
         with contextlib.suppress(Exception):
             await response.write_eof()
         return response
+
+
+def _ended_among(run: repo.Run, messages: Sequence[Message]) -> bool:
+    """Whether the run's final answer is among `messages` (it ended after the runs were read).
+
+    A run that parked with text said before its card has that text stored under its id, dated
+    when the run started; its answer after the card, once it ends, is dated later (`Store.end_run`).
+    So for a run that was parked (its state kept while it runs again) only a later one is its end.
+    """
+    said = [m.created_at for m in messages if m.run_id == run.id and m.role == "assistant"]
+    if run.state is None or run.started_at is None:
+        return bool(said)
+    return any(t > run.started_at for t in said)
 
 
 def _path_id(request: web.Request) -> str:

@@ -68,7 +68,6 @@ from gateway.store.availability import StoreUnavailable
 from gateway.store.background import REPORT
 from gateway.store.schedules import SCHEDULED
 from gateway.store.conversation_log import ConversationLog
-from gateway.store.models import Run
 from gateway.store.notes import NoteStore
 from gateway.runs.stop import set_stop_control, stop_control_ends_with_final, stopped_notice
 from gateway.outbound.adapter import (Adapter, AnswersDirectory, FetchesAttachments, ReplyTarget, ShowsStatus,
@@ -205,13 +204,14 @@ class Runner:
 
     # --- building -----------------------------------------------------------------------
 
-    async def prepare(self, run: Run) -> Prepared | None:
-        """The run's context, decided server-side from the binding that admitted it and who hears the answer."""
+    async def prepare(self, claimed: repo.Claimed) -> Prepared | None:
+        """The run's context, decided server-side from the binding that admitted it and who hears the answer.
+        What it needs of the store came with the claim: no round trip here."""
         gw = self.gateway
-        conversation = await gw.store.conversation(run.conversation_id)
+        run, conversation = claimed.run, claimed.conversation
         binding = gw.config.bindings.get(run.binding_id)
         adapter = gw.adapters.get(run.binding_id)
-        if conversation is None or binding is None or adapter is None:
+        if binding is None or adapter is None:
             await gw.store.end_run(run.id, repo.FAILED, reason="binding no longer configured")
             return None
         agent = gw.config.agents[binding.agent]
@@ -304,11 +304,19 @@ class Runner:
         # configuration, and it holds nothing of the run (capabilities/tool_search.py reads the turn
         # from the run's deps), so the Agent is keyed by that configuration.
         search = next((_configuration(c) for c in capabilities if isinstance(c, ToolSearch)), _PLAIN_SEARCH)
-        return TurnAgent(self._shared_agent(turn.agent.id, self.instructions(turn), slow_seconds, search), model=model,
-                         model_settings=settings,  # type: ignore[arg-type]
-                         capabilities=[c for c in capabilities if not isinstance(c, ToolSearch)])
+        key = (turn.agent.id, self.instructions(turn), slow_seconds, search)
+        gated = self._shared_agent(*key, True)
+        if capabilities:
+            return TurnAgent(gated, model=model, model_settings=settings,  # type: ignore[arg-type]
+                             capabilities=[c for c in capabilities if not isinstance(c, ToolSearch)])
+        # A run with no capability of its own has no tool: `ToolCalls` would wrap nothing and still cost
+        # pydantic-ai's dispatch of its hooks, ~760 calls a run (bench/README.md, Round 12). It goes through
+        # the Agent without it unless its caller brings a capability, a toolset or deferred results (`TurnAgent`).
+        return TurnAgent(self._shared_agent(*key, False), model=model, model_settings=settings,  # type: ignore[arg-type]
+                         capabilities=(), gated=gated)
 
-    def _agent_for(self, name: str, instructions: str, slow_seconds: float, search: SearchConfig) -> Agent[Turn, Any]:
+    def _agent_for(self, name: str, instructions: str, slow_seconds: float, search: SearchConfig,
+                   gated: bool) -> Agent[Turn, Any]:
         """The pydantic-ai Agent every run of the agent `name` with these `instructions` goes through,
         built once (`_shared_agent`; its constructor cost ~0.3 ms a message, building the output schema
         and its toolsets again). What it holds changes only with the config, so a reload meets new
@@ -321,12 +329,16 @@ class Runner:
         replacing the Agent's ~0.5 ms more (Round 7, tool search), and the gate as a run's made pydantic-ai
         compose the run's capability layers for every run, a tool-less one too (Round 8). The model,
         settings and the other capabilities bound to the turn are each run's (`TurnAgent`). Bounded:
-        delegates' dynamic agents are named by the model."""
+        delegates' dynamic agents are named by the model. Not `gated`: the same without `ToolCalls`, for
+        runs that offer no tool (`build_agent`)."""
         cls, values = search
-        # The live list, not a copy: an Agent built before an extension installed its wrapper still gets it.
-        calls = ToolCalls(slow_seconds, self.gateway.clock, self._slow_call, wrappers=self.tool_wrappers)
+        capabilities: list[AbstractCapability[Turn]] = [cls(**dict(values))]
+        if gated:
+            # The live list, not a copy: an Agent built before an extension installed its wrapper still gets it.
+            capabilities.insert(0, ToolCalls(slow_seconds, self.gateway.clock, self._slow_call,
+                                             wrappers=self.tool_wrappers))
         return Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
-                     instructions=instructions or None, capabilities=[calls, cls(**dict(values))])
+                     instructions=instructions or None, capabilities=capabilities)
 
     def _slow_call(self, turn: Turn, tool: str, seconds: float, failed: bool) -> None:
         log.warning("slow tool call: %s took %.1f s%s", tool, seconds, " and failed" if failed else "",
@@ -339,7 +351,7 @@ class Runner:
     async def execute(self, claimed: repo.Claimed) -> None:
         """Run a freshly claimed run from its queued user messages (or resume a decided one)."""
         run = claimed.run
-        prepared = await self.prepare(run)
+        prepared = await self.prepare(claimed)
         if prepared is None:
             return
         turn = prepared.turn
@@ -567,26 +579,36 @@ class Runner:
         """Whether a run in flight here replies through `adapter`."""
         return any(stream.adapter is adapter for stream in self._streams.values())
 
-    def live_text(self, run_id: str) -> str | None:
-        """What a run in flight in this process has said so far (None if not running here)."""
+    def live(self, run_id: str) -> tuple[str, str | None] | None:
+        """What a run in flight in this process has said so far, and the id of the message it is
+        writing it into (None before its first post); None if the run is not running here."""
         stream = self._streams.get(run_id)
-        return stream.text if stream is not None else None
+        return (stream.text, stream.first_message_id) if stream is not None else None
 
     @property
     def running_ids(self) -> list[str]:
         return self._in_flight.ids()
 
 
+# What a caller may give a run besides capabilities that can make it call a tool (`Agent.iter`'s names).
+_MAY_CALL_TOOLS = ("toolsets", "deferred_tool_results", "spec", "workspace")
+
+
 class TurnAgent(WrapperAgent[Turn, Any]):
     """One run's agent: the shared `Runner._agent_for` with this run's model, model settings and capabilities,
     which pydantic-ai takes per run (`Agent.iter`), so nothing is built per message but them.
-    Capabilities a caller adds for its run (a background delegate's inbox) come after these."""
+    Capabilities a caller adds for its run (a background delegate's inbox) come after these.
+
+    `gated`: where `wrapped` is the shared Agent without `ToolCalls` (a run with no tool of its own), the one
+    with it. A run whose caller brings what can call a tool (a capability, a toolset, deferred calls'
+    results) goes through that one, so the gate is around every call of every run."""
 
     def __init__(self, wrapped: Agent[Turn, Any], *, model: Model, model_settings: ModelSettings | None,
-                 capabilities: Sequence[AbstractCapability[Turn]]) -> None:
+                 capabilities: Sequence[AbstractCapability[Turn]], gated: Agent[Turn, Any] | None = None) -> None:
         super().__init__(wrapped)
         self._model, self._settings = model, model_settings
         self._capabilities = list(capabilities)
+        self._gated = gated
 
     @property
     def model(self) -> Model:
@@ -595,8 +617,11 @@ class TurnAgent(WrapperAgent[Turn, Any]):
     def iter(self, user_prompt: Any = None, *, model: Any = None, instructions: Any = None,  # type: ignore[override]
              model_settings: Any = None, capabilities: Sequence[Any] | None = None,
              **kwargs: Any) -> contextlib.AbstractAsyncContextManager[Any]:
+        agent = self.wrapped
+        if self._gated is not None and (capabilities or any(kwargs.get(k) for k in _MAY_CALL_TOOLS)):
+            agent = self._gated
         # The shared Agent's own context manager, not one more `asynccontextmanager` layer around it.
-        return self.wrapped.iter(
+        return agent.iter(
             user_prompt, model=model or self._model, instructions=instructions,
             model_settings=model_settings if model_settings is not None else self._settings,
             capabilities=[*self._capabilities, *(capabilities or ())], **kwargs,

@@ -7,7 +7,8 @@ dispatches every hook of every capability and passes every event of the stream t
 generator per capability, about 800 function calls a run each whether it overrides them or not
 (bench/README.md, Round 8). Neither holds anything of a run (each reads the run's Turn from `ctx.deps`),
 so it sits in the shared Agent's constructor (`Runner._agent_for`), first, and a run of an agent with
-no tools brings no capability of its own.
+no tools brings no capability of its own. Such a run, offering no tool, goes through the same Agent
+without it until its caller brings something that can call one (`TurnAgent`; Round 12).
 
 First of the Agent's capabilities, and the Agent's come before any run's in pydantic-ai's dispatch
 order, so the wrappers sit outside every toolset of every run (capabilities', channel tools, MCP

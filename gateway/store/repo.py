@@ -92,9 +92,11 @@ class Line:
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """A run just moved to running, with its prompt and the conversation's earlier turns."""
+    """A run just moved to running, with its conversation, its prompt and the conversation's earlier turns:
+    everything `Runner.prepare` needs of the store, so the run's preparation makes no round trip of its own."""
 
     run: Run
+    conversation: ConversationRef
     prompt: list[Line]
     history: list[Line]
     fresh: bool  # never started before: nothing of it was posted yet
@@ -344,7 +346,7 @@ class Store:
                                     requester_account=account_id, requester_name=identity.display_name, requests=0,
                                     input_tokens=0, output_tokens=0, state=None, created_at=now, started_at=now,
                                     finished_at=None, lease_owner=self.owner, lease_expires=lease, kind="turn")
-                claimed = Claimed(run, [Line("user", text, identity.display_name)],
+                claimed = Claimed(run, conv, [Line("user", text, identity.display_name)],
                                   [Line(r[0], r[1], r[2]) for r in reversed(rows)
                                    if r[3] != run_id and r[4] in ("processed", "final")],
                                   fresh=True, files=files is not None)
@@ -571,8 +573,13 @@ class Store:
 
     async def claim_next_run(self, conversation_id: str) -> Claimed | None:
         """Move the oldest queued run of a conversation to running, with what the turn needs
-        (its prompt and the conversation's history), in one transaction; None when nothing waits."""
-        def program(q: driver.Statements) -> driver.Program[tuple[Run, list[Run], list[driver.Row], bool, bool] | None]:
+        (its conversation, its prompt and the conversation's history), in one transaction; None when
+        nothing waits. The conversation comes from this process's cache where it has it (most claims: its
+        message was ingested here), else from one more statement of the same transaction."""
+        known = self._conversations.get_fresh(conversation_id)
+
+        def program(q: driver.Statements) -> driver.Program[
+                tuple[Run, ConversationRef, list[Run], list[driver.Row], bool, bool] | None]:
             yield from self._lock(q, conversation_id)
             now = self.clock.now()  # once the conversation is ours (see `ingest`)
             live = yield q.all(
@@ -590,6 +597,12 @@ class Store:
             run = next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
             if run is None:
                 return None
+            conversation = known
+            if conversation is None:  # never None in the store: its runs hold its id as a foreign key
+                row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = :v", v=conversation_id)
+                if row is None:
+                    return None
+                conversation = ConversationRef(*row)
             fresh = run.started_at is None
             started = run.started_at or now
             changed = yield q.run(
@@ -609,19 +622,21 @@ class Store:
             # most runs have none, and then the run need not look them up.
             files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
                                 " AND scope = :s", s=f"run:{run.id}")
-            return run, runs, rows, fresh, bool(files and files[0])
+            return run, conversation, runs, rows, fresh, bool(files and files[0])
 
         # The message was accepted: a busy database delays its run, never drops it.
         claimed = await self.patiently(lambda: driver.transaction(self.engine, program), "claiming a run")
         if claimed is None:
             return None
-        run, runs, rows, fresh, files = claimed
+        run, conversation, runs, rows, fresh, files = claimed
+        if known is None:
+            self._remember(conversation)
         rows.reverse()
         run_id = run.id
         prompt = [Line(r[0], r[1], r[2]) for r in rows if r[3] == run_id and r[0] in ("user", "report", "scheduled")]
         history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
         more = any(r.status == QUEUED and r.id != run_id for r in runs)
-        return Claimed(run, prompt, history, fresh, more, files)
+        return Claimed(run, conversation, prompt, history, fresh, more, files)
 
     async def run(self, run_id: str) -> Run | None:
         async with self.sessions() as s:

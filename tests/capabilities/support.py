@@ -154,7 +154,7 @@ class World:
                                       platform_message_id=msg.message_id, queue_limit=1000)
         claimed = await store.claim_next_run(ingested.conversation.id)
         assert claimed is not None and claimed.run.id == ingested.run_id
-        prepared = await self.gw.runner.prepare(claimed.run)
+        prepared = await self.gw.runner.prepare(claimed)
         assert prepared is not None
         return prepared.turn
 

@@ -24,7 +24,7 @@ from gateway.runs.turn import Turn
 from gateway.store import repo
 
 from .shaping_script import SCRIPT, call
-from .support import Account, Place, World, agent, world
+from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
 DM = Place("slack", "slack", "T1", "D1", ChatKind.DM)
@@ -47,12 +47,19 @@ async def _run(w: World, text: str, capabilities: list[Any]) -> tuple[Turn, Any]
     return turn, result.output
 
 
-async def test_a_plain_agents_run_has_no_capability_of_its_own_and_its_agent_has_the_gate_first(tmp_path: Path) -> None:
-    async with world(tmp_path, agents={"assistant": agent(model="shaping-scripted")}) as w:
-        built = w.gw.runner.build_agent(await w.turn(ALICE, DM, "hello"))
-        assert isinstance(built, TurnAgent)
-        assert built._capabilities == [], "a tool-less run of a plain agent brings no per-run capability"
-        capabilities = list(built.wrapped.root_capability.capabilities)
+async def test_a_plain_agents_run_has_no_capability_and_an_agent_with_tools_has_the_gate_first(tmp_path: Path) -> None:
+    agents = {"assistant": agent(model="shaping-scripted"), "noted": agent({"id": "memory_files"}, model="shaping-scripted")}
+    bindings = {"slack": slack_binding(), "telegram": telegram_binding("noted")}
+    async with world(tmp_path, agents=agents, bindings=bindings) as w:
+        plain = w.gw.runner.build_agent(await w.turn(ALICE, DM, "hello"))
+        assert isinstance(plain, TurnAgent)
+        assert plain._capabilities == [], "a tool-less run of a plain agent brings no per-run capability"
+        # Nothing of it can call a tool: pydantic-ai need not dispatch the gate's and slow-call report's hooks.
+        assert not any(isinstance(c, ToolCalls) for c in plain.wrapped.root_capability.capabilities)
+
+        noted = w.gw.runner.build_agent(await w.turn(ALICE, Place("telegram", "telegram", "", "42", ChatKind.DM), "hi"))
+        assert isinstance(noted, TurnAgent) and noted._capabilities
+        capabilities = list(noted.wrapped.root_capability.capabilities)
         order = [type(c).__name__ for c in capabilities]
         # Only pydantic-ai's outermost tier before ours: its tool search, which answers search_tools itself and
         # hands every other call on by name, and its pending-message drain, which wraps no toolset.
@@ -77,10 +84,12 @@ def _launcher() -> tuple[list[str], Callable[[str], str]]:
     return ran, launch
 
 
-async def test_a_tool_a_callers_run_capability_brings_is_gated(tmp_path: Path) -> None:
+@pytest.mark.parametrize("capabilities", [[{"id": "memory_files"}], []], ids=["with tools", "plain"])
+async def test_a_tool_a_callers_run_capability_brings_is_gated(tmp_path: Path, capabilities: list[Any]) -> None:
+    """A plain agent's run goes through the Agent without the gate (it has no tool) until a caller brings one."""
     ran, launch = _launcher()
 
-    async with world(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="shaping-scripted")}) as w:
+    async with world(tmp_path, agents={"assistant": agent(*capabilities, model="shaping-scripted")}) as w:
         SCRIPT.reset(call("launch", target="moon"))
         turn, output = await _run(w, "launch it", [Capability(toolsets=[FunctionToolset([launch])])])
         assert "launch" not in turn.tools, "a tool no capability declared"

@@ -64,12 +64,16 @@ if "test_ops" not in REGISTRY:
 
 async def _script(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
     """Calls the tools named in the prompt ("deploy api", "deploy+status api"), then reports the results;
-    "deploy {JSON}" calls it with those arguments; "count N" streams "1 2 … N" one number at a time (after "1", waiting for the file $OPS_GATE if set)."""
+    "deploy {JSON}" calls it with those arguments; "count N" streams "1 2 … N" one number at a time (after "1", waiting for the file $OPS_GATE if set);
+    the report of the results waits for the file $OPS_RESUME_GATE, if set, before it ends."""
     last = messages[-1]
     returns = [p for p in last.parts if isinstance(p, ToolReturnPart)] if isinstance(last, ModelRequest) else []
     if returns:
         for p in returns:
             yield f"[{p.tool_name}: {p.content}] "
+        gate = os.environ.get("OPS_RESUME_GATE")
+        while gate and not os.path.exists(gate):  # the test looks at the page while this reply is still going
+            await asyncio.sleep(0.05)
         return
     prompt = next(p.content for p in reversed(last.parts) if isinstance(p, UserPromptPart))
     words = str(prompt).split()

@@ -269,8 +269,13 @@
     cards.clear();
     stops.clear();
     // Messages and approval cards in the order they happened.
-    const show = (m) => (m.role === "notice" ? notice(m.text) : m.role === "memory" && m.card ? renderMemory("m" + m.id, m.card)
-      : bubble(m.role, m.text, m.role === "command" ? "" : m.status));
+    const show = (m) => {
+      if (m.role === "notice") return notice(m.text);
+      if (m.role === "memory" && m.card) return renderMemory("m" + m.id, m.card);
+      const el = bubble(m.role, m.text, m.role === "command" ? "" : m.status);
+      if (m.status === "streaming" && m.message_id) bubbles.set(m.message_id, el); // its next deltas redraw it
+      return el;
+    };
     const items = data.messages.map((m) => ({ time: m.time, show: () => show(m) }))
       .concat((data.cards || []).map((c) => ({ time: c.time, show: () => renderCard(c) })))
       .concat((data.files || []).map((f) => ({ time: f.time, show: () => renderFiles(f) })));
