@@ -12,6 +12,13 @@ transactions run inline on the loop, nothing else runs meanwhile), medians per r
 function calls per message in one more burst of each (which load does not move).
 
     .venv/bin/python bench/store_ab.py --before /work/main --rounds 5 --messages 200
+
+A change of schema rather than of code (`--before-revision REV`): both sides run this checkout's repo.py,
+each on its own file, "before" migrated only to REV, "after" to head. The messages' full-text index
+(migration 0017) is caught up every `--index-every` messages, out of the timed message (the
+daemon's sweep does it), and its own loop CPU per message printed apart (on "after" only: REV may predate it).
+
+    .venv/bin/python bench/store_ab.py --before-revision 0016 --rounds 5 --messages 200 [--turns 3]
 """
 
 from __future__ import annotations
@@ -33,8 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from gateway.store import repo  # noqa: E402
-from gateway.store.engine import create_engine, migrate  # noqa: E402
+from gateway.store import message_index, repo  # noqa: E402
+from gateway.store.engine import alembic_config, create_engine, migrate  # noqa: E402
 
 
 def load_repo(checkout: Path) -> Any:
@@ -71,11 +78,29 @@ class Variant:
                                  deliveries=[m.FinalRow(0, f"{n}.1", "Hello from the fake model.")])
 
 
-async def main(before: Path, rounds: int, messages: int, turns: int) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        engine = create_engine(f"sqlite+aiosqlite:///{tmp}/ab.db")
+async def _engine(path: str, revision: str | None = None) -> Any:
+    engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    if revision is None:
         await migrate(engine)
-        variants = [Variant("before", load_repo(before), engine, turns), Variant("after", repo, engine, turns)]
+    else:
+        from alembic import command
+
+        async with engine.begin() as conn:
+            await conn.run_sync(lambda sync: command.upgrade(alembic_config(sync), revision))
+    return engine
+
+
+async def main(before: Path | None, revision: str | None, rounds: int, messages: int, turns: int,
+               index_every: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        if revision is not None:
+            variants = [Variant("before", repo, await _engine(f"{tmp}/before.db", revision), turns),
+                        Variant("after", repo, await _engine(f"{tmp}/after.db"), turns)]
+        else:
+            assert before is not None
+            engine = await _engine(f"{tmp}/ab.db")
+            variants = [Variant("before", load_repo(before), engine, turns), Variant("after", repo, engine, turns)]
+        indexing: dict[str, list[float]] = {"after": []}
         for v in variants:  # warm: statement caches, the connection
             for _ in range(20):
                 await v.message()
@@ -88,6 +113,10 @@ async def main(before: Path, rounds: int, messages: int, turns: int) -> None:
                     t0 = time.thread_time()
                     await v.message()
                     times[v.name].append(time.thread_time() - t0)
+                    if v.name == "after" and (i + 1) % index_every == 0:  # this checkout's schema has the notes
+                        t0 = time.thread_time()
+                        await message_index.catch_up(v.store.engine)
+                        indexing[v.name].append((time.thread_time() - t0) / index_every)
             for name, ts in times.items():
                 cpu[name].append(statistics.median(ts) * 1000)
         print(f"store CPU per message (loop thread, ingest + end_run; median of each round, {rounds} x {messages}):")
@@ -95,6 +124,9 @@ async def main(before: Path, rounds: int, messages: int, turns: int) -> None:
             print(f"  {name:7} {statistics.median(ms):.3f} ms   rounds: {' '.join(f'{x:.3f}' for x in ms)}")
         ratio = [a / b for a, b in zip(cpu["after"], cpu["before"], strict=True)]
         print(f"  after / before, per round: {' '.join(f'{r:.3f}' for r in ratio)}")
+        if indexing["after"]:
+            print(f"  after   index caught up every {index_every} messages: {statistics.median(indexing['after']) * 1e6:.1f}"
+                  " us per message (median), not in the figures above")
         for v in variants:
             profiler = cProfile.Profile()
             profiler.enable()
@@ -106,14 +138,19 @@ async def main(before: Path, rounds: int, messages: int, turns: int) -> None:
             sqlite_calls = sum(nc for (f, _l, fn), (_cc, nc, _tt, _ct, _c) in stats.items()
                                if f == "~" and "sqlite3" in fn)
             print(f"  {v.name:7} function calls per message {total / messages:.1f} (sqlite3's C calls {sqlite_calls / messages:.1f})")
-        await engine.dispose()
+        for v in variants:
+            await v.store.engine.dispose()
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", type=Path, required=True, help="a checkout whose gateway/store/repo.py is 'before'")
+    parser.add_argument("--before", type=Path, help="a checkout whose gateway/store/repo.py is 'before'")
+    parser.add_argument("--before-revision", help="instead: this checkout on a file migrated only to this revision")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--turns", type=int, default=1, help="messages per conversation")
+    parser.add_argument("--index-every", type=int, default=100, help="messages between full-text index catch-ups")
     args = parser.parse_args()
-    asyncio.run(main(args.before, args.rounds, args.messages, args.turns))
+    if (args.before is None) == (args.before_revision is None):
+        parser.error("give one of --before and --before-revision")
+    asyncio.run(main(args.before, args.before_revision, args.rounds, args.messages, args.turns, args.index_every))

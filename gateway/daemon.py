@@ -47,7 +47,7 @@ from gateway.runs.models_cache import ModelCache
 from gateway.runs.runner import Runner
 from gateway.runs.warm_up import warm_up
 from gateway.runs.stop import Stops
-from gateway.store import repo
+from gateway.store import message_index, repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
 from gateway.store.daemon_lock import DaemonLock, DatabaseInUse, sqlite_file
 from gateway.store.engine import SchemaError, create_engine, migrate
@@ -321,6 +321,7 @@ class Gateway:
         async def sweep_and_prune() -> None:
             await self.sweep()
             await pruning.when_due()
+            await message_index.catch_up(self.store.engine)  # searches catch up too: this keeps theirs short
 
         await every(min(SWEEP_EVERY, self.store.lease_seconds / 3), sweep_and_prune, "sweep", log)
 

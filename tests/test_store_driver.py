@@ -18,6 +18,7 @@ import pytest
 from gateway.approvals.arguments import digest
 from gateway.clock import ManualClock
 from gateway.store.approvals import ApprovalStore, NewItem
+from gateway.store.availability import StoreUnavailable
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import (
     Duplicate,
@@ -56,6 +57,18 @@ async def _conversation(store: Store) -> ConversationRef:
     return await store.create_conversation(
         ConversationRef("", "web:local:c1", "web", "web", "local", "c1", None, "dm")
     )
+
+
+@contextlib.asynccontextmanager
+async def _pg_store() -> AsyncIterator[tuple[Store, str]]:
+    """A store on a fresh, migrated PostgreSQL database of its own, and that database's URL."""
+    async with pg_database() as url:
+        engine = create_engine(url)
+        try:
+            await migrate(engine)
+            yield Store(engine, clock=ManualClock(START)), url
+        finally:
+            await engine.dispose()
 
 
 async def _say(store: Store, conv: ConversationRef, event: str, text: str, limit: int = 10):  # type: ignore[no-untyped-def]
@@ -606,51 +619,74 @@ async def test_a_run_started_after_waiting_for_its_conversation_is_dated_when_it
     before the reply that came first."""
     import asyncpg
 
-    async with pg_database() as url:
-        engine = create_engine(url)
+    async with _pg_store() as (store, url):
+        conv = await _conversation(store)
+        queued = await _say(store, conv, "e0", "queued first")
+        dsn = url.replace("postgresql+asyncpg", "postgresql")
+        holder, watching = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+
+        async def waits_on_lock() -> bool:
+            return bool(await watching.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"))
+
+        async def held_while(work: Any) -> Any:
+            """Hold the conversation's lock (another replica's transaction), let `work` wait on it,
+            let 5 s pass, then let go."""
+            tx = holder.transaction()
+            await tx.start()
+            await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", conv.id)
+            task = asyncio.create_task(work)
+            await wait_for(waits_on_lock, what="the store waiting on the conversation's lock")
+            _clock(store).advance(5)
+            await tx.commit()
+            return await asyncio.wait_for(task, 30)
+
         try:
-            await migrate(engine)
-            store = Store(engine, clock=ManualClock(START))
-            conv = await _conversation(store)
-            queued = await _say(store, conv, "e0", "queued first")
-            dsn = url.replace("postgresql+asyncpg", "postgresql")
-            holder, watching = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+            claimed = await held_while(store.claim_next_run(conv.id))
+            assert claimed is not None and claimed.run.id == queued.run_id
+            run = await store.run(queued.run_id)
+            assert run is not None and run.started_at == START + timedelta(seconds=5)
+            await store.end_run(queued.run_id, "finished", reply="Done.")
 
-            async def waits_on_lock() -> bool:
-                return bool(await watching.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"))
-
-            async def held_while(work: Any) -> Any:
-                """Hold the conversation's lock (another replica's transaction), let `work` wait on it,
-                let 5 s pass, then let go."""
-                tx = holder.transaction()
-                await tx.start()
-                await holder.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", conv.id)
-                task = asyncio.create_task(work)
-                await wait_for(waits_on_lock, what="the store waiting on the conversation's lock")
-                _clock(store).advance(5)
-                await tx.commit()
-                return await asyncio.wait_for(task, 30)
-
-            try:
-                claimed = await held_while(store.claim_next_run(conv.id))
-                assert claimed is not None and claimed.run.id == queued.run_id
-                run = await store.run(queued.run_id)
-                assert run is not None and run.started_at == START + timedelta(seconds=5)
-                await store.end_run(queued.run_id, "finished", reply="Done.")
-
-                idle = await held_while(store.ingest(
-                    binding_id="web", event_ids=["e1"], conversation=conv, identity=ANN, account_id="ann",
-                    text="now you", agent_id="assistant", platform_message_id="e1", queue_limit=10, start=True))
-                assert idle.claimed is not None
-                started = await store.run(idle.run_id)
-                assert started is not None and started.started_at == START + timedelta(seconds=10)
-                first_end = run.started_at  # the reply "Done." is dated from its run's start
-                mine = [m for m in await store.messages(conv.id) if m.text == "now you"]
-                assert mine and mine[0].created_at == START + timedelta(seconds=10) > first_end
-            finally:
-                await holder.close()
-                await watching.close()
+            idle = await held_while(store.ingest(
+                binding_id="web", event_ids=["e1"], conversation=conv, identity=ANN, account_id="ann",
+                text="now you", agent_id="assistant", platform_message_id="e1", queue_limit=10, start=True))
+            assert idle.claimed is not None
+            started = await store.run(idle.run_id)
+            assert started is not None and started.started_at == START + timedelta(seconds=10)
+            first_end = run.started_at  # the reply "Done." is dated from its run's start
+            mine = [m for m in await store.messages(conv.id) if m.text == "now you"]
+            assert mine and mine[0].created_at == START + timedelta(seconds=10) > first_end
         finally:
-            await engine.dispose()
+            await holder.close()
+            await watching.close()
+
+
+@pytest.mark.postgres
+async def test_a_pooled_connection_the_server_closed_is_replaced_before_a_message_uses_it() -> None:
+    """A PostgreSQL restart or a terminated backend closes the connections waiting in the pool: the
+    next message is stored on a new one (the pool checks without a round trip), at worst on its
+    redelivery when the close came too late to be seen; never refused for good."""
+    import asyncpg
+
+    async with _pg_store() as (store, url):
+        conv = await _conversation(store)
+        await _say(store, conv, "e0", "before")  # the pool holds its connection now
+        watching = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+        try:
+            await watching.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                                   " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+            async def gone() -> bool:
+                return not await watching.fetchval("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                                                   " current_database() AND pid <> pg_backend_pid()")
+
+            await wait_for(gone, what="the store's backends gone")
+        finally:
+            await watching.close()
+        try:
+            after = await _say(store, conv, "e1", "after")
+        except StoreUnavailable:  # closed a moment too late for the check to see: refused once, then
+            after = await _say(store, conv, "e1", "after")  # stored when the platform delivers it again
+        assert [m.text for m in await store.messages(conv.id)] == ["before", "after"] and after.message_id

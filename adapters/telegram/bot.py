@@ -6,11 +6,11 @@ refetch) it. Here getUpdates returns raw JSON and each update is parsed on its o
 The text sends and edits of a reply (`call`): `Bot.send_message` and `edit_message_text` parse
 the returned message into a `Message` (about 0.3 ms of CPU a call on the 2-core machine) that the
 adapter never reads beyond its id, and pass ~20 parameters, most of them None, through the
-defaults machinery. Both go through `_post` here, as getUpdates does, with only the parameters
-given: PTB still serializes them (markup objects, enums) and raises the same errors (`RetryAfter`,
+defaults machinery. Here the parameters given go as one JSON body (`request.JsonCall`) through
+the transport's `post`, as PTB's `_post` would send its form: the same errors (`RetryAfter`,
 `BadRequest`, ...) from the same transport. `do_api_request` is the documented door for this but
-warns for methods `Bot` knows; `_post` is what both use underneath (python-telegram-bot is pinned
-to 22.8). File sends keep `Bot`'s own methods (multipart, captions).
+warns for methods `Bot` knows and builds the form; `post` is what it uses underneath
+(python-telegram-bot is pinned to 22.8). File sends keep `Bot`'s own methods (multipart, captions).
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from typing import Any
 from telegram import Bot
 
 from gateway.outbound.adapter import PlatformError
+
+from .request import JsonCall
 
 POLL_TIMEOUT = 30  # seconds a getUpdates long poll waits on Telegram's side
 ALLOWED_UPDATES = ("message", "edited_message", "callback_query")
@@ -35,7 +37,8 @@ class TelegramBot(Bot):
 
     async def call(self, method: str, **params: Any) -> Any:
         """A Bot API method with these parameters (None ones left out), its answer as JSON."""
-        return await self._post(method, params)
+        body = JsonCall({k: v for k, v in params.items() if v is not None})
+        return await self._request[1].post(f"{self.base_url}/{method}", body)
 
 
 def sent_id(result: Any, method: str) -> str:

@@ -3,7 +3,9 @@
 A person's conversations are the ones they said something in (a `user` message from any account
 that is theirs now), on any platform. Matching uses the full-text objects of migration 0008 — FTS5 on SQLite,
 `websearch_to_tsquery('simple', ...)` / `ts_rank_cd` over a stored tsvector with a GIN index on PostgreSQL —
-which the database keeps in step with `messages` on every insert, whichever code path wrote it.
+which the database keeps in step with `messages` whichever code path wrote it: PostgreSQL with the row,
+SQLite in batches after it (migration 0017), caught up here before every match (`message_index`;
+while another process holds the write lock past the bound, what is not indexed yet is not found).
 Whole words, case-folded, not stemmed, on both engines.
 
 A channel or group conversation counts only while the person is still in that channel, which only
@@ -13,6 +15,7 @@ best first, before it is returned or opened.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,6 +24,8 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.membership import Place
+from gateway.store import message_index
+from gateway.store.availability import StoreUnavailable
 from gateway.store.fulltext import MESSAGES_PG_CONFIG, fts5_query, parse
 from gateway.store.models import UTCDateTime
 
@@ -155,6 +160,11 @@ class ConversationSearch:
         async with self._sessions() as s:
             dialect = s.bind.dialect.name
             if dialect == "sqlite":
+                # Before the session takes the connection: the messages stored so far are all indexed.
+                # Unless another process holds the write lock past the bound: a read is not refused
+                # under a lock (WAL), so the search goes on with what is indexed (all but the latest).
+                with contextlib.suppress(StoreUnavailable):
+                    await message_index.catch_up(s.bind)
                 rows = (await s.execute(text(
                     "SELECT m.conversation_id, snippet(messages_fts, 0, '**', '**', '…', 24), bm25(messages_fts)"
                     " FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid"

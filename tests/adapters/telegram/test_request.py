@@ -14,9 +14,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 from telegram import Bot
-from telegram.error import TimedOut
+from telegram.constants import ParseMode
+from telegram.error import BadRequest, RetryAfter, TimedOut
 
+from adapters.telegram.bot import TelegramBot
+from adapters.telegram.errors import retry_after_seconds
 from adapters.telegram.request import AiohttpRequest
+from adapters.telegram.stop import stop_keyboard
 
 TOKEN = "123:secret-token"
 ME = {"id": 123, "is_bot": True, "first_name": "Bot", "username": "direct_bot"}
@@ -78,6 +82,40 @@ async def test_a_file_goes_as_multipart_with_the_other_parameters(serve: Any) ->
     assert sent.message_id == 7
     assert received == {"chat_id": "42", "caption": "the table", "name": "table.csv", "type": "text/csv",
                         "data": b"one,two\n"}
+
+
+async def test_a_reply_s_call_goes_as_one_json_body_and_its_refusals_as_python_telegram_bot_raises_them(
+        serve: Any) -> None:
+    """The texts, edits, drafts and typing of every reply (`TelegramBot.call`): one JSON body, which the
+    Bot API takes for any method without a file (PTB's own form cost a third of each call's CPU)."""
+    bodies: list[tuple[str, Any]] = []
+    refusals = [{"ok": False, "error_code": 429, "description": "Too Many Requests: retry after 3",
+                 "parameters": {"retry_after": 3}},
+                {"ok": False, "error_code": 400, "description": "Bad Request: message is not modified"}]
+
+    async def edit(request: web.Request) -> web.Response:
+        bodies.append((request.content_type, await request.json()))
+        if len(bodies) > 1:
+            return web.json_response(refusals[len(bodies) - 2], status=refusals[len(bodies) - 2]["error_code"])
+        return web.json_response({"ok": True, "result": {"message_id": 7}})
+
+    app = answering("direct_bot")  # getMe, when the bot starts
+    app.router.add_post(f"/bot{TOKEN}/editMessageText", edit)
+    url = await serve(app)
+    async with TelegramBot(TOKEN, base_url=f"{url}/bot", request=transport()) as bot:
+        answer = await bot.call("editMessageText", chat_id=42, message_id=7, text="<b>Grüße</b> 🚀",
+                                parse_mode=ParseMode.HTML, reply_markup=stop_keyboard("run-1"), message_thread_id=None)
+        with pytest.raises(RetryAfter) as waited:
+            await bot.call("editMessageText", chat_id=42, message_id=7, text="again")
+        with pytest.raises(BadRequest, match="(?i)message is not modified"):
+            await bot.call("editMessageText", chat_id=42, message_id=7, text="again")
+    assert answer == {"message_id": 7}
+    assert retry_after_seconds(waited.value) == 3
+    content_type, body = bodies[0]
+    assert content_type == "application/json"
+    assert body == {"chat_id": 42, "message_id": 7, "text": "<b>Grüße</b> 🚀", "parse_mode": "HTML",
+                    "reply_markup": {"inline_keyboard": [[{"text": "⏹ Stop", "callback_data": "stop:run-1"}]]}}
+    # no message_thread_id: None is left out
 
 
 async def test_a_server_that_never_answers_is_a_timeout(serve: Any) -> None:
