@@ -20,6 +20,7 @@ cProfile). The collector is set as the daemon sets it
 running this from each, in turns (A B B A): the code under test is the checkout's own.
 
     .venv/bin/python bench/run_start.py                        # 300 messages, the plain agent
+    .venv/bin/python bench/run_start.py --agent shipped --calls 50     # clock + memory files
     .venv/bin/python bench/run_start.py --agent tool_search --calls 50
 """
 
@@ -48,6 +49,18 @@ from gateway.store import repo  # noqa: E402
 from tests.capabilities.shaping_script import SCRIPT, ScriptedModel  # noqa: E402
 from tests.capabilities.support import World, agent, world  # noqa: E402
 from tests.capabilities.test_tool_search import _agent  # noqa: E402
+
+# The agents measured, by `--agent` (bench/runner_turn.py takes the same): the shipped one is
+# config/agents/assistant.yaml's capabilities on the scripted model.
+AGENTS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
+    "plain": lambda: {"assistant": agent(model="shaping-scripted")},
+    "shipped": lambda: {"assistant": agent({"id": "clock", "config": {"timezone": "UTC"}},
+                                           {"id": "memory_files", "tool_approval": {"delete_memory": "required"}},
+                                           model="shaping-scripted")},
+    "tool_search": lambda: _agent(strategy="keywords"),
+}
+AGENT_HELP = ("plain: no capability, no tool; shipped: clock and memory files (config/agents/assistant.yaml); "
+              "tool_search: memory files, tool search, three MCP servers")
 
 # Where one message's run is, by the loop thread's CPU clock (or by calls counted): set by the probes.
 stamps: dict[str, float] = {}
@@ -116,7 +129,7 @@ class Calls:
 async def main(args: argparse.Namespace) -> int:
     counter = Calls()
     probe(counter.count if args.calls else time.thread_time)
-    agents = _agent(strategy="keywords") if args.agent == "tool_search" else {"assistant": agent(model="shaping-scripted")}
+    agents = AGENTS[args.agent]()
     numbers = itertools.count()
     split: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,6 +170,5 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=300, help="messages, one at a time")
     parser.add_argument("--calls", type=int, default=0, help="count calls over this many messages instead of CPU")
-    parser.add_argument("--agent", choices=("plain", "tool_search"), default="plain",
-                        help="plain: no capability, no tool; tool_search: memory files, tool search, three MCP servers")
+    parser.add_argument("--agent", choices=tuple(AGENTS), default="plain", help=AGENT_HELP)
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -4,7 +4,7 @@
 Issue 37: nothing a run needs should be built per message when the config fixes it. This starts a
 gateway in this process on the fake chat platforms (tests/capabilities/support.py's `world`) with
 one agent: memory files, tool search, and three MCP servers on stdio (the tool-search test's agent),
-or with `--agent plain` one with no capability and no tool.
+or with `--agent plain` one with no capability and no tool, `--agent shipped` the shipped one's (clock, memory files).
 Each run is one message as `Runner.drive` takes it: recorded and claimed (`World.turn`, which ends
 in `Runner.prepare`), the MCP servers readied (`turn_preparers`), the agent built, and run to its
 answer by `run_agent` against the scripted FunctionModel (it answers "done"). Every run is a DM of
@@ -52,8 +52,8 @@ from gateway.runs.agent_run import run_agent  # noqa: E402
 from gateway.runs.turn import Turn  # noqa: E402
 from gateway.store import repo  # noqa: E402
 from tests.capabilities.shaping_script import SCRIPT  # noqa: E402
-from tests.capabilities.support import Account, Place, World, agent, built_for_its_run, world  # noqa: E402
-from tests.capabilities.test_tool_search import _agent  # noqa: E402
+from tests.capabilities.support import Account, Place, World, built_for_its_run, world  # noqa: E402
+from bench.run_start import AGENT_HELP, AGENTS  # noqa: E402
 
 ALICE = Account("slack", "T1", "U1", "alice")
 Build = Callable[[World, Turn], Any]
@@ -90,8 +90,7 @@ async def main(args: argparse.Namespace) -> int:
     # Per message, per variant: (whole message, agent built, agent run), CPU ms.
     seen: dict[str, list[tuple[float, float, float]]] = {name: [] for name in variants}
     with tempfile.TemporaryDirectory() as tmp:
-        agents = _agent(strategy="keywords") if args.agent == "tool_search" else {
-            "assistant": agent(model="shaping-scripted")}
+        agents = AGENTS[args.agent]()
         async with world(Path(tmp), agents=agents) as w:
 
             async def message(name: str) -> tuple[float, float, float]:
@@ -138,7 +137,5 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--runs", type=int, default=100, help="messages per variant and round")
     parser.add_argument("--profile", help="write a cProfile of one more burst of the shared variant here")
-    parser.add_argument("--agent", choices=("tool_search", "plain"), default="tool_search",
-                        help="tool_search: memory files, tool search, three MCP servers; plain: no capability, "
-                             "no tool")
+    parser.add_argument("--agent", choices=tuple(AGENTS), default="tool_search", help=AGENT_HELP)
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -1,18 +1,41 @@
-"""A built capability with its agent entry's renames, descriptions and denied tools applied.
+"""A built capability with its agent entry's renames, descriptions and denied tools applied, and
+instructions read from the run's deps.
 
-Its own module because it is pydantic-ai's (a wrapper capability, a prepared toolset): the registry's
-declarations and config checks import no pydantic-ai, and this is imported when a run is built
-(`registry.build_for_turn`).
+Its own module because it is pydantic-ai's (a wrapper capability, a prepared toolset, a run context):
+the registry's declarations and config checks import no pydantic-ai, and this is imported when a run
+is built (`registry.build_for_turn`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.capabilities.wrapper import WrapperCapability
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, PreparedToolset
+
+
+@dataclass
+class FromDeps(AbstractCapability[Any]):
+    """Instructions `read` from the run's Turn (its deps) at each model request, and nothing else.
+
+    A capability built once for every run of an agent (`CapabilityDecl.shared`) reads the run here,
+    never from its build. Not a `Capability(instructions=...)`: that contributes an empty function
+    toolset, and pydantic-ai walks every toolset beside another through a task group (`for_run`,
+    `for_run_step`, `get_tools`: bench/README.md, Round 12). Here because pydantic-ai finds a
+    function's run context by its annotation, which must resolve where the function is defined."""
+
+    read: Callable[[Any], str]
+
+    def get_instructions(self) -> Callable[[RunContext[Any]], str]:
+        read = self.read
+
+        def instructions(ctx: RunContext[Any]) -> str:
+            return read(ctx.deps)
+        return instructions
 
 
 @dataclass

@@ -181,5 +181,6 @@ def build(ctx: BuildContext) -> AbstractCapability[Any]:
 
 register(CapabilityDecl(
     id="charts", name="Charts", category="analysis", tools=(ToolDecl("create_chart"),), build=build,
+    shared=True,  # its tool reads the run (where to post) from its deps
     description="Draws numbers the agent already has as a line, bar, area, scatter or pie chart, posted as a PNG.",
 ))

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .registry import BuildContext, CapabilityDecl, register, simple
+from .registry import BuildContext, CapabilityDecl, register
 
 if TYPE_CHECKING:
     from pydantic_ai.capabilities import AbstractCapability
@@ -35,13 +35,15 @@ def now_line(zone: str, now: datetime | None = None) -> str:
 
 def build(ctx: BuildContext) -> AbstractCapability[Any]:
     assert isinstance(ctx.config, ClockConfig)
+    from .bound import FromDeps
+
     zone = ctx.config.timezone
-    clock = ctx.turn.clock
-    # A function, so a run resumed hours later after an approval reads the time anew.
-    return simple(instructions=lambda: now_line(zone, clock.now()))
+    # A function, so a run resumed hours later after an approval reads the time anew; of the run's own
+    # clock (its deps), so one built capability serves every run of the agent (`shared`).
+    return FromDeps(lambda turn: now_line(zone, turn.clock.now()))
 
 
 register(CapabilityDecl(
-    id="clock", name="Date and time", category="utility", tools=(), build=build, config_model=ClockConfig,
+    id="clock", name="Date and time", category="utility", tools=(), build=build, config_model=ClockConfig, shared=True,
     description="Puts the current date and time into the instructions.",
 ))

@@ -33,7 +33,7 @@ class CapabilitiesExtension(Extension):
     def install(self, assembly: Assembly) -> None:
         from . import approval_gate, catalog
         from .audio_clients import AudioClients
-        from .registry import LoadedCapabilities, build_for_turn, listener_for
+        from .registry import LoadedCapabilities, SharedBuilds, build_for_turn, listener_for
 
         # Collaborators kept for the daemon's life, handed to the capabilities that use them. Each is built
         # (its module imported) when a run first asks for it: a config that names no context, knowledge,
@@ -58,7 +58,10 @@ class CapabilitiesExtension(Extension):
         # The gate around every call of every run, first (outermost): outside every run's capability (these
         # builders' ones, a caller's), so it sees the names the model calls. It reads the Turn from the deps.
         assembly.tool_wrappers.insert(0, approval_gate.gate)
-        assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts))
+        # What holds nothing of a run (`CapabilityDecl.shared`) is built once per agent and binding, for the
+        # runner's shared Agent: a run then brings only what is its own (bench/README.md, Round 12).
+        shared = SharedBuilds()
+        assembly.capability_builders.append(lambda turn: build_for_turn(turn, parts, shared))
         assembly.listeners.append(lambda turn: listener_for(turn, parts))
         assembly.routes.extend(catalog.http_routes(lambda: assembly.config().gateway.scopes.granted))
         # What loaded capabilities hold for the daemon's life (web_search's HTTP clients), closed at stop.
@@ -269,17 +272,17 @@ _CHECKS_WHEN_NAMED = (_when(_names("context"), "context"), _when(_knowledge_read
 
 def _mcp_tools(assembly: Assembly) -> Callable[[Turn], list[Any]]:
     """The MCP servers' capability builder, imported with the first turn of an agent that has any."""
-    readers: Any = None  # mcp_servers.ResourceReaders over the daemon's pool, made with that first turn
+    offers: Any = None  # mcp_servers.Offers over the daemon's pool, made with that first turn
 
     def build(turn: Turn) -> list[Any]:
-        nonlocal readers
+        nonlocal offers
         if not turn.agent.mcp_servers:
             return []
         from . import mcp_servers
 
-        if readers is None:
-            readers = mcp_servers.ResourceReaders(assembly.mcp)
-        return mcp_servers.build_for_turn(readers, turn)
+        if offers is None:
+            offers = mcp_servers.Offers(mcp_servers.ResourceReaders(assembly.mcp))
+        return mcp_servers.build_for_turn(offers, turn)
     return build
 
 

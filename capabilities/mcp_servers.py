@@ -153,46 +153,100 @@ def _why_not(connection: Any) -> str:
     return f"MCP server unavailable: {detail}" if detail else "MCP server unavailable"
 
 
-def build_for_turn(readers: ResourceReaders, turn: Turn) -> list[Any]:
-    """The MCP servers' tools for one run (after `McpPool.prepare` ran for this turn), from `readers.pool`."""
-    pool = readers.pool
-    toolsets: list[AbstractToolset[Any]] = []
-    for spec in turn.agent.mcp_servers:
-        if not spec.enabled:
-            continue
-        connection = pool.existing(turn.agent.id, spec.name)
-        live = connection.live_toolset() if connection is not None else None
-        if connection is None or live is None:
-            turn.notices.append(f"The {spec.name} tools are not available right now ({_why_not(connection)}); "
-                                "I'll answer without them.")
-            continue
+@dataclass(frozen=True)
+class _Offer:
+    """One server's offer to runs as computed from one listing: the gate's entries and the toolset."""
+
+    spec: Any  # McpServerSpec: the config's, so a reload's permissions are a new offer
+    listed: list[Any]  # the connection's tool list (a new list at every listing)
+    live: Any  # the connection's live toolset (a reconnect makes a new one)
+    handshake: bool
+    resources: bool
+    tools: dict[str, ToolInfo]
+    toolset: AbstractToolset[Any] | None
+
+
+class Offers:
+    """What each server offers a run, computed once per listing of its tools and kept for the next runs.
+
+    Recomputing it per run (each tool's visible name, permission and gate entry, and the toolsets) was
+    ~200 of an MCP agent's ~320 calls in `build_agent` (bench/README.md, Round 12). Nothing of a run is
+    in it: the toolsets read the run from their context and call through whichever connection is live.
+    A new listing (the server changed its tools), a reconnect, or a reload's spec makes a new offer; a
+    run where another tool already has one of its names gets one of its own (and the log line)."""
+
+    def __init__(self, readers: ResourceReaders) -> None:
+        self.readers = readers
+        self.pool = readers.pool
+        self._offers: dict[tuple[str, str], _Offer] = {}
+
+    def offer(self, turn: Turn, spec: Any, connection: Any, live: Any) -> _Offer:
+        key = (turn.agent.id, spec.name)
+        handshake, resources = connection.handshake(), connection.offers_resources()
+        kept = self._offers.get(key)
+        if (kept is not None and kept.spec is spec and kept.listed is connection.tools and kept.live is live
+                and kept.handshake == handshake and kept.resources == resources):
+            if not any(name in turn.tools for name in kept.tools):
+                return kept
+        made, collided = self._compute(turn, spec, connection, live, handshake, resources)
+        if not collided:  # what this run lacked for another tool's name is not every run's offer
+            if len(self._offers) >= 256 and key not in self._offers:  # bounded: delegates' agents are the model's
+                del self._offers[next(iter(self._offers))]
+            self._offers[key] = made
+        return made
+
+    def _compute(self, turn: Turn, spec: Any, connection: Any, live: Any, handshake: bool,
+                 resources: bool) -> tuple[_Offer, bool]:
+        """The offer, and whether another tool of this run had one of its names (then it is this run's only)."""
+        tools: dict[str, ToolInfo] = {}
         offered = set()
-        for row in visible_tools(spec, connection.tools, handshake=connection.handshake()):
+        collided = False
+        for row in visible_tools(spec, connection.tools, handshake=handshake):
             if row.note:
                 if row.permission != "deny":
                     connection.warn_once(f"name:{row.visible}", "MCP server %s: tool %r %s", connection.label,
                                          row.server_name, row.note)
                 continue
             if row.visible in turn.tools:
+                collided = True
                 connection.warn_once(f"collision:{row.visible}", "MCP server %s: tool %r is not offered: %r is "
                                      "already the name of another tool of this agent", connection.label,
                                      row.server_name, row.visible)
                 continue
-            turn.tools[row.visible] = ToolInfo(stable_id=row.visible, capability=f"mcp:{spec.name}", from_mcp=True,
-                                               mcp_permission=row.permission)
+            tools[row.visible] = ToolInfo(stable_id=row.visible, capability=f"mcp:{spec.name}", from_mcp=True,
+                                          mcp_permission=row.permission)
             offered.add(row.server_name)
         group: list[AbstractToolset[Any]] = []
         if offered:
-            group.append(_ServerTools(live, offered=frozenset(offered), pool=pool, agent_id=turn.agent.id,
+            group.append(_ServerTools(live, offered=frozenset(offered), pool=self.pool, agent_id=turn.agent.id,
                                       server=spec.name))
         reader = f"{spec.name}_{READ_RESOURCE}"
-        if (connection.offers_resources() and READ_RESOURCE not in {t.name for t in connection.tools}
+        collided = collided or reader in turn.tools
+        if (resources and READ_RESOURCE not in {t.name for t in connection.tools}
                 and spec.permission(READ_RESOURCE) != "deny" and reader not in turn.tools):
-            turn.tools[reader] = ToolInfo(stable_id=reader, capability=f"mcp:{spec.name}", from_mcp=True,
-                                          mcp_permission=spec.permission(READ_RESOURCE))
-            group.append(readers(turn.agent.id, spec.name))
-        if group:
-            toolsets.append(CombinedToolset(group).prefixed(spec.name))
+            tools[reader] = ToolInfo(stable_id=reader, capability=f"mcp:{spec.name}", from_mcp=True,
+                                     mcp_permission=spec.permission(READ_RESOURCE))
+            group.append(self.readers(turn.agent.id, spec.name))
+        toolset = CombinedToolset(group).prefixed(spec.name) if group else None
+        return _Offer(spec, connection.tools, live, handshake, resources, tools, toolset), collided
+
+
+def build_for_turn(offers: Offers, turn: Turn) -> list[Any]:
+    """The MCP servers' tools for one run (after `McpPool.prepare` ran for this turn), from `offers.pool`."""
+    toolsets: list[AbstractToolset[Any]] = []
+    for spec in turn.agent.mcp_servers:
+        if not spec.enabled:
+            continue
+        connection = offers.pool.existing(turn.agent.id, spec.name)
+        live = connection.live_toolset() if connection is not None else None
+        if connection is None or live is None:
+            turn.notices.append(f"The {spec.name} tools are not available right now ({_why_not(connection)}); "
+                                "I'll answer without them.")
+            continue
+        offer = offers.offer(turn, spec, connection, live)
+        turn.tools.update(offer.tools)
+        if offer.toolset is not None:
+            toolsets.append(offer.toolset)
     return [simple(toolsets=toolsets)] if toolsets else []
 
 

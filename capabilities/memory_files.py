@@ -41,6 +41,7 @@ register(CapabilityDecl(
     ),
     build=build,
     runtime=RUNTIME,
+    shared=True,  # the tools and the index read the store and scope from the run's deps on every call
     description=(
         "Notes the agent keeps across conversations, indexed by MEMORY.md. One to one they are the person's "
         "(and the index is shown to the agent); in a group chat they are the chat's; a public surface has none."

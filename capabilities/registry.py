@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from bindings.loader import LoadedConfig
     from gateway.inbound.attachments import Listens
+    from gateway.runs.shared_capabilities import SharedCapabilities
     from gateway.runs.turn import Turn
 
 # Declarations and config checks import no pydantic-ai: `agent-gateway check` and the admin's commands
@@ -102,6 +103,10 @@ class CapabilityDecl:
     # The module `build` imports with the first run (the capability's pydantic-ai code), where the
     # declaration keeps it out of a config check: imported in the daemon's warm-up, so no run pays.
     runtime: str | None = None
+    # Built once per agent and binding and kept in the runner's shared Agent (`SharedBuilds`), not per run:
+    # only for a capability whose build keeps nothing of `BuildContext.turn` and whose tools and
+    # instructions read the run (person, memory scope, conversation, clock) from `ctx.deps` at call time.
+    shared: bool = False
 
     @property
     def tool_ids(self) -> frozenset[str]:
@@ -177,51 +182,119 @@ def entries_for(turn: Turn) -> list[CapabilityEntry]:
     return entries
 
 
-def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None) -> list[AbstractCapability[Any]]:
-    """The runner's capability builder: registry entries → pydantic-ai capabilities + the gate's map."""
-    from .bound import Bound
+def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None,
+                   shared: SharedBuilds | None = None) -> list[Any]:
+    """The runner's capability builder: registry entries → pydantic-ai capabilities + the gate's map.
 
-    built: list[AbstractCapability[Any]] = []
+    With `shared`, the capabilities declared `shared` come back as one `SharedCapabilities`, built
+    once for the run's agent and binding (the runner puts them in its shared Agent); the gate's map is
+    filled for them on every run all the same, so their tools are gated exactly as a run's own."""
+    built: list[Any] = []
+    if shared is not None and turn.agent.capabilities:
+        capabilities, tools = shared.get(turn, parts or {})
+        turn.tools.update(tools)
+        if capabilities is not None:
+            built.append(capabilities)
     overrides = {e.id: e for e in turn.agent.capabilities}
-    denied = frozenset(turn.binding.deny_tools)
     for entry in entries_for(turn):
         decl = decl_for(entry.id)
         if decl is None:
             continue  # refused at load; a capability removed from code since is simply absent
+        if shared is not None and _is_shared(decl):
+            continue
         # channel_tools' approval and renames can be set on an agent entry of the same id.
         policy_entry = overrides.get(entry.id, entry) if decl.binding_only else entry
-        config = decl.config_model.model_validate(entry.config)
-        secret = None
-        if policy_entry.secret_id is not None:
-            try:
-                secret = policy_entry.secret_id.resolve()
-            except SecretError:
-                secret = None
-        capability = decl.build(BuildContext(turn, entry, config, secret, parts or {}))
-        if capability is None:
-            continue
-        renames: dict[str, str] = {}
-        descriptions: dict[str, str] = {}
-        hidden = frozenset(t.id for t in decl.tools if t.id in denied)
-        for tool in decl.tools:
-            if tool.id in hidden:
-                continue  # not in the gate's map either: a call to it is an unknown tool
-            override = policy_entry.tool_overrides.get(tool.id)
-            visible = override.name if override and override.name else tool.id
-            if visible != tool.id:
-                renames[visible] = tool.id
-            if override and override.description:
-                descriptions[visible] = override.description
-            turn.tools[visible] = ToolInfo(
-                stable_id=tool.id,
-                capability=decl.id,
-                side_effecting=tool.side_effecting,
-                approval=policy_entry.approval,
-                tool_approval=policy_entry.tool_approval.get(tool.id, "default"),
-            )
-        built.append(Bound(capability, renames=renames, descriptions=descriptions, hidden=hidden)
-                     if (renames or descriptions or hidden) else capability)
+        capability = _bind(decl, entry, policy_entry, turn, parts or {}, turn.tools)
+        if capability is not None:
+            built.append(capability)
     return built
+
+
+def _secret(entry: CapabilityEntry) -> Secret | None:
+    """The entry's key, or None when it names none or it cannot be read."""
+    if entry.secret_id is None:
+        return None
+    try:
+        return entry.secret_id.resolve()
+    except SecretError:
+        return None
+
+
+def _is_shared(decl: CapabilityDecl) -> bool:
+    return decl.shared and not decl.binding_only
+
+
+def _bind(decl: CapabilityDecl, entry: CapabilityEntry, policy_entry: CapabilityEntry, turn: Turn,
+          parts: Mapping[str, Any], tools: dict[str, ToolInfo]) -> AbstractCapability[Any] | None:
+    """One entry built and bound: the entry's renames, descriptions and the binding's denied tools applied,
+    its offered tools entered into `tools` (the gate's map). None when bound with nothing usable."""
+    from .bound import Bound
+
+    config = decl.config_model.model_validate(entry.config)
+    capability = decl.build(BuildContext(turn, entry, config, _secret(policy_entry), parts))
+    if capability is None:
+        return None
+    renames: dict[str, str] = {}
+    descriptions: dict[str, str] = {}
+    denied = frozenset(turn.binding.deny_tools)
+    hidden = frozenset(t.id for t in decl.tools if t.id in denied)
+    for tool in decl.tools:
+        if tool.id in hidden:
+            continue  # not in the gate's map either: a call to it is an unknown tool
+        override = policy_entry.tool_overrides.get(tool.id)
+        visible = override.name if override and override.name else tool.id
+        if visible != tool.id:
+            renames[visible] = tool.id
+        if override and override.description:
+            descriptions[visible] = override.description
+        tools[visible] = ToolInfo(
+            stable_id=tool.id,
+            capability=decl.id,
+            side_effecting=tool.side_effecting,
+            approval=policy_entry.approval,
+            tool_approval=policy_entry.tool_approval.get(tool.id, "default"),
+        )
+    if renames or descriptions or hidden:
+        return Bound(capability, renames=renames, descriptions=descriptions, hidden=hidden)
+    return capability
+
+
+class SharedBuilds:
+    """The `shared` capabilities of each agent and binding, built once and kept while both are the config's.
+
+    Keyed by the two config objects' identity (a reload parses new ones, so it builds anew), each kept
+    with its key so the ids cannot be reused meanwhile; bounded, as delegates' dynamic agents are
+    made per delegation. What a shared capability's build is given of the turn is the first run's:
+    a capability declared `shared` keeps nothing of it (`CapabilityDecl.shared`)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._size = size
+        self._built: dict[tuple[int, int], tuple[Any, Any, SharedCapabilities | None, dict[str, ToolInfo]]] = {}
+
+    def get(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, Mapping[str, ToolInfo]]:
+        """(the capabilities, or None when the agent has none shared; their tools for the gate's map)."""
+        agent, binding = turn.agent, turn.binding
+        key = (id(agent), id(binding))
+        found = self._built.get(key)
+        if found is None or found[0] is not agent or found[1] is not binding:
+            found = (agent, binding, *self._build(turn, parts))
+            if len(self._built) >= self._size:
+                del self._built[next(iter(self._built))]  # the oldest: a config long replaced
+            self._built[key] = found
+        return found[2], found[3]
+
+    def _build(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, dict[str, ToolInfo]]:
+        from gateway.runs.shared_capabilities import SharedCapabilities
+
+        tools: dict[str, ToolInfo] = {}
+        built: list[AbstractCapability[Any]] = []
+        for entry in entries_for(turn):
+            decl = decl_for(entry.id)
+            if decl is not None and _is_shared(decl):
+                capability = _bind(decl, entry, entry, turn, parts, tools)
+                if capability is not None:
+                    built.append(capability)
+        return (SharedCapabilities(tuple(built)) if built else None), tools
 
 
 def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens | None:
@@ -230,14 +303,8 @@ def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens 
         decl = decl_for(entry.id)
         if decl is None or decl.listens is None:
             continue
-        secret = None
-        if entry.secret_id is not None:
-            try:
-                secret = entry.secret_id.resolve()
-            except SecretError:
-                secret = None
-        listener = decl.listens(BuildContext(turn, entry, decl.config_model.model_validate(entry.config), secret,
-                                             parts or {}))
+        listener = decl.listens(BuildContext(turn, entry, decl.config_model.model_validate(entry.config),
+                                             _secret(entry), parts or {}))
         if listener is not None:
             return listener
     return None

@@ -77,5 +77,6 @@ def build(ctx: BuildContext) -> AbstractCapability[Any]:
 
 register(CapabilityDecl(
     id="view_image", name="Looking at an image", category="analysis", tools=(ToolDecl("view_image"),), build=build,
+    shared=True,  # its tool reads the run (the conversation's files, the fetcher) from its deps
     description="Looks again at an image shared earlier in the conversation, fetched anew from the platform.",
 ))

@@ -61,6 +61,7 @@ from gateway.outbound.native_stream import NativeReplyStream
 from gateway.runs.llm import ModelConfigError
 from gateway.runs.in_flight import InFlight
 from gateway.runs.memory import resolve_scope
+from gateway.runs.shared_capabilities import SharedCapabilities
 from gateway.runs.tool_calls import ToolCalls, ToolsetWrapper
 from gateway.messages import Attachment, ChatKind
 from gateway.store import repo, run_costs
@@ -304,11 +305,13 @@ class Runner:
         # configuration, and it holds nothing of the run (capabilities/tool_search.py reads the turn
         # from the run's deps), so the Agent is keyed by that configuration.
         search = next((_configuration(c) for c in capabilities if isinstance(c, ToolSearch)), _PLAIN_SEARCH)
-        key = (turn.agent.id, self.instructions(turn), slow_seconds, search)
+        # What a builder made once for the agent and binding (`SharedCapabilities`) goes in the shared Agent too.
+        shared = tuple(c for c in capabilities if isinstance(c, SharedCapabilities))
+        key = (turn.agent.id, self.instructions(turn), slow_seconds, search, shared)
         gated = self._shared_agent(*key, True)
         if capabilities:
             return TurnAgent(gated, model=model, model_settings=settings,  # type: ignore[arg-type]
-                             capabilities=[c for c in capabilities if not isinstance(c, ToolSearch)])
+                             capabilities=[c for c in capabilities if not isinstance(c, (ToolSearch, SharedCapabilities))])
         # A run with no capability of its own has no tool: `ToolCalls` would wrap nothing and still cost
         # pydantic-ai's dispatch of its hooks, ~760 calls a run (bench/README.md, Round 12). It goes through
         # the Agent without it unless its caller brings a capability, a toolset or deferred results (`TurnAgent`).
@@ -316,7 +319,7 @@ class Runner:
                          capabilities=(), gated=gated)
 
     def _agent_for(self, name: str, instructions: str, slow_seconds: float, search: SearchConfig,
-                   gated: bool) -> Agent[Turn, Any]:
+                   shared: tuple[SharedCapabilities, ...], gated: bool) -> Agent[Turn, Any]:
         """The pydantic-ai Agent every run of the agent `name` with these `instructions` goes through,
         built once (`_shared_agent`; its constructor cost ~0.3 ms a message, building the output schema
         and its toolsets again). What it holds changes only with the config, so a reload meets new
@@ -328,11 +331,14 @@ class Runner:
         them per run on the way to the model request (bench/README.md, Round 7), a run's tool search
         replacing the Agent's ~0.5 ms more (Round 7, tool search), and the gate as a run's made pydantic-ai
         compose the run's capability layers for every run, a tool-less one too (Round 8). The model,
-        settings and the other capabilities bound to the turn are each run's (`TurnAgent`). Bounded:
-        delegates' dynamic agents are named by the model. Not `gated`: the same without `ToolCalls`, for
-        runs that offer no tool (`build_agent`)."""
+        settings and the other capabilities bound to the turn are each run's (`TurnAgent`), but those a
+        builder made once for the agent and binding (`shared`: they read the run from its deps), which sit
+        here after `ToolCalls`, inside its wrappers as a run's own would. Bounded: delegates' dynamic agents
+        are named by the model. Not `gated`: the same without `ToolCalls`, for runs that offer no tool
+        (`build_agent`)."""
         cls, values = search
-        capabilities: list[AbstractCapability[Turn]] = [cls(**dict(values))]
+        capabilities: list[AbstractCapability[Turn]] = [c for held in shared for c in held.capabilities]
+        capabilities.append(cls(**dict(values)))
         if gated:
             # The live list, not a copy: an Agent built before an extension installed its wrapper still gets it.
             capabilities.insert(0, ToolCalls(slow_seconds, self.gateway.clock, self._slow_call,

@@ -24,6 +24,7 @@ from gateway.clock import Clock
 from gateway.runs import llm
 from gateway.daemon import Gateway
 from gateway.messages import ChatKind, InboundMessage, Sender
+from gateway.runs.shared_capabilities import SharedCapabilities
 from gateway.runs.tool_calls import ToolCalls
 from gateway.runs.turn import Turn
 from gateway.store import repo
@@ -214,7 +215,9 @@ def built_for_its_run(gw: Gateway, turn: Turn) -> Agent[Turn, Any]:
     runner = gw.runner
     capabilities: list[Any] = [ToolCalls(gw.config.gateway.limits.slow_tool_seconds, gw.clock, runner._slow_call,
                                          wrappers=tuple(runner.tool_wrappers))]
-    capabilities.extend(c for build in runner.capability_builders for c in build(turn))
+    for build in runner.capability_builders:  # what a builder made once for the shared Agent, here the run's too
+        for c in build(turn):
+            capabilities.extend(c.capabilities if isinstance(c, SharedCapabilities) else [c])
     return Agent(gw.models.get(turn.agent.model, gw.config.gateway.providers), deps_type=Turn,
                  output_type=[str, DeferredToolRequests], instructions=runner.instructions(turn),
                  capabilities=capabilities, name=turn.agent.id)

@@ -16,14 +16,16 @@ from pydantic_ai.capabilities import AbstractCapability, Capability
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 
 from capabilities.approval_gate import NoTurn, gate
-from gateway.messages import ChatKind
+from gateway.messages import ChatKind, Sender
+from gateway.outbound.adapter import Decision
 from gateway.runs.agent_run import run_agent
 from gateway.runs.runner import TurnAgent
 from gateway.runs.tool_calls import ToolCalls
 from gateway.runs.turn import Turn
 from gateway.store import repo
 
-from .shaping_script import SCRIPT, call
+from ..conftest import wait_for
+from .shaping_script import SCRIPT, call, say
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -58,9 +60,11 @@ async def test_a_plain_agents_run_has_no_capability_and_an_agent_with_tools_has_
         assert not any(isinstance(c, ToolCalls) for c in plain.wrapped.root_capability.capabilities)
 
         noted = w.gw.runner.build_agent(await w.turn(ALICE, Place("telegram", "telegram", "", "42", ChatKind.DM), "hi"))
-        assert isinstance(noted, TurnAgent) and noted._capabilities
+        # memory_files holds nothing of a run: built once, it is in the shared Agent, inside the gate.
+        assert isinstance(noted, TurnAgent) and noted._capabilities == []
         capabilities = list(noted.wrapped.root_capability.capabilities)
         order = [type(c).__name__ for c in capabilities]
+        assert order.index("ToolCalls") < order.index("Capability"), order
         # Only pydantic-ai's outermost tier before ours: its tool search, which answers search_tools itself and
         # hands every other call on by name, and its pending-message drain, which wraps no toolset.
         assert set(order[:order.index("ToolCalls")]) <= {"ToolSearch", "PendingMessageDrainCapability"}, order
@@ -113,6 +117,52 @@ async def test_the_gate_sees_the_name_a_run_capabilitys_wrapper_gave_a_tool(tmp_
         assert isinstance(output, DeferredToolRequests), output
         assert [c.tool_name for c in output.approvals] == ["peek"]
         assert SCRIPT.requests[-1].tools.keys() >= {"peek"} and "list_memory" not in SCRIPT.requests[-1].tools
+
+
+async def test_a_shared_capabilitys_tools_are_gated_by_its_entry_as_a_runs_own_were(tmp_path: Path) -> None:
+    """memory_files is built once and held by the shared Agent (the shipped agent's shape): its entry's
+    `tool_approval` and renames still decide each run's calls, and a binding's denied tool is not offered."""
+    entry = {"id": "memory_files", "tool_approval": {"delete_memory": "required"},
+             "tool_overrides": {"delete_memory": {"name": "forget"}}}
+    bindings = {"slack": slack_binding(), "telegram": telegram_binding(deny_tools=["write_memory"])}
+    async with world(tmp_path, agents={"assistant": agent({"id": "clock"}, entry, model="shaping-scripted")},
+                     bindings=bindings) as w:
+        SCRIPT.reset(call("write_memory", name="a.md", content="kept"))
+        turn, output = await _run(w, "write", [])
+        assert output == "done" and turn.tools["forget"].stable_id == "delete_memory"
+        SCRIPT.reset(call("forget", name="a.md"))
+        turn, output = await _run(w, "forget it", [])
+        assert isinstance(output, DeferredToolRequests), output
+        assert [c.tool_name for c in output.approvals] == ["forget"]
+        SCRIPT.reset(call("read_memory", name="a.md"))
+        await _run(w, "read", [])
+        assert "kept" in str(SCRIPT.requests[-1].messages[-1]), "nothing was deleted before a person decided"
+
+        # The daemon's way: the card, a click, and the resumed run deletes the note once.
+        SCRIPT.reset(call("forget", name="a.md"))
+        await w.say(ALICE, DM, "forget it")
+        await wait_for(lambda: w.adapter("slack").cards, what="the approval card")
+        [card] = w.adapter("slack").cards
+        [item] = card.items
+        assert item.tool_name == "forget" and item.capability == "memory_files"
+        SCRIPT.reset(say("forgotten"))
+        outcome = await w.gw.approvals.decide(item.approval_id, Decision.APPROVE, Sender("U1", "alice"),
+                                              binding_id="slack", surface="slack")
+        assert outcome.accepted, outcome
+
+        async def finished() -> bool:
+            run = await w.gw.store.run(card.run_id)
+            return run is not None and run.status == repo.FINISHED
+
+        await wait_for(finished, what="the resumed run")
+        assert SCRIPT.requests[0].tool_results()[0].startswith("Deleted a.md")
+
+        elsewhere = await w.turn(ALICE, Place("telegram", "telegram", "", "42", ChatKind.DM), "hi")
+        SCRIPT.reset(call("write_memory", name="b.md", content="x"))
+        result = await run_agent(w.gw.runner.build_agent(elsewhere), "hi", deps=elsewhere)
+        await w.gw.store.end_run(elsewhere.run_id, repo.FINISHED, reply=str(result.output))
+        assert "write_memory" not in elsewhere.tools and "write_memory" not in SCRIPT.requests[0].tools
+        assert "Created" not in str(SCRIPT.requests[-1].messages[-1]), "a denied tool called anyway does not run"
 
 
 async def test_a_tool_called_in_a_run_without_its_turn_is_not_run(tmp_path: Path) -> None:
