@@ -279,8 +279,10 @@ class SharedBuilds:
         if found is None or found[0] is not agent or found[1] is not binding:
             found = (agent, binding, *self._build(turn, parts))
             if len(self._built) >= self._size:
-                del self._built[next(iter(self._built))]  # the oldest: a config long replaced
-            self._built[key] = found
+                del self._built[next(iter(self._built))]  # the least recently used: a config long replaced
+        else:  # used again: last out, so delegates' one-off agents never push out the configured ones
+            del self._built[key]
+        self._built[key] = found
         return found[2], found[3]
 
     def _build(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, dict[str, ToolInfo]]:

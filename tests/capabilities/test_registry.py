@@ -218,3 +218,28 @@ def test_every_declared_scope_is_known_and_granted_by_default() -> None:
     declared = {scope for decl in load_all().values() for scope in decl.scopes}
     assert declared <= set(KNOWN_SCOPES)
     assert set(GatewayConfig().scopes.granted) == set(KNOWN_SCOPES)
+
+
+def test_the_shared_builds_kept_are_the_ones_used_lately_not_the_first_made() -> None:
+    """Delegates' one-off agents come and go; an agent every message uses stays built among them."""
+    from types import SimpleNamespace
+
+    from capabilities.registry import SharedBuilds
+
+    class Counted(SharedBuilds):
+        built: list[str] = []
+
+        def _build(self, turn, parts):  # type: ignore[no-untyped-def, override]
+            self.built.append(turn.agent.name)
+            return None, {}
+
+    builds = Counted(size=2)
+    binding = SimpleNamespace()
+    configured = SimpleNamespace(name="configured")
+    turn = SimpleNamespace(agent=configured, binding=binding)
+    builds.get(turn, {})  # type: ignore[arg-type]
+    for i in range(5):  # each delegation's agent once, the configured agent's runs between them
+        builds.get(SimpleNamespace(agent=SimpleNamespace(name=f"delegate {i}"), binding=binding), {})  # type: ignore[arg-type]
+        builds.get(turn, {})  # type: ignore[arg-type]
+    assert Counted.built.count("configured") == 1
+    assert Counted.built == ["configured"] + [f"delegate {i}" for i in range(5)]
