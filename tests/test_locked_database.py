@@ -11,6 +11,7 @@ The only timed assertion is the issue's generous bound on the event loop's longe
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ import pytest
 from gateway.clock import ManualClock
 from gateway.store.availability import StoreUnavailable, guard
 from gateway.store.engine import create_engine, migrate
+from gateway.store.notes import INDEX, NoteStore, Scope
 from gateway.store.repo import ConversationRef, Identity, Store
 
 from .conftest import pg_database, run_finished, running_gateway, wait_for, write_config
@@ -244,5 +246,36 @@ async def test_no_connection_within_the_bound_is_store_unavailable(tmp_path: Pat
         # Ready again, saying what happened meanwhile: the error, and when it recovered.
         assert after["status"] == "ok" and "unavailable_since" not in after, after
         assert after["outages"] == 1 and after["last_error"] and after["recovered_at"] >= after["last_error_at"], after
+    finally:
+        await engine.dispose()
+
+
+async def test_a_runs_memory_index_is_read_while_another_process_holds_the_write_lock(tmp_path: Path) -> None:
+    """The index is read on every model request: an admin's lock must not delay or refuse it (WAL:
+    readers never wait for the writer). It is read again each time: a note another process stops is
+    not shown at the next read."""
+    path = tmp_path / "s.db"
+    engine = create_engine(f"sqlite+aiosqlite:///{path}", busy_timeout=0.3)  # a read that waited would be refused
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock())
+    notes = NoteStore(store)
+    ann = Scope("assistant", "person", "person-ann")
+    try:
+        await notes.write(ann, INDEX, "- diet: what Ann eats")
+        await notes.write(ann, "diet", "vegetarian")
+        with StallMeter() as meter:
+            async with another_process_holds_the_lock(path, seconds=60) as released:
+                assert await notes.index(ann) == "- diet: what Ann eats"
+                assert (note := await notes.read(ann, "diet")) is not None and note.content == "vegetarian"
+                assert await notes.names(ann) == [INDEX, "diet"]
+                assert guard(engine).outages.count == 0, "/readyz would report an outage"
+                released.let_go()
+                await released.wait()
+        assert meter.longest < STALL_BOUND, f"the event loop stalled for {meter.longest * 1000:.0f} ms"
+        with sqlite3.connect(path) as other:  # the CLI or another replica stops the index
+            other.execute("UPDATE memory_notes SET suppressed = 1 WHERE name = ?", (INDEX,))
+        assert await notes.index(ann) is None
+        assert await notes.read(ann, INDEX) is None
+        assert await notes.names(ann) == ["diet"]
     finally:
         await engine.dispose()

@@ -690,3 +690,32 @@ async def test_a_pooled_connection_the_server_closed_is_replaced_before_a_messag
         except StoreUnavailable:  # closed a moment too late for the check to see: refused once, then
             after = await _say(store, conv, "e1", "after")  # stored when the platform delivers it again
         assert [m.text for m in await store.messages(conv.id)] == ["before", "after"] and after.message_id
+
+
+async def test_notes_read_on_the_driver_are_the_orms_rows_and_never_a_stopped_one(store: Store) -> None:
+    """What a run reads per request (`index`, `read`, `names`, on `driver.read`): the notes the ORM
+    wrote, aware timestamps and all, only the run's own store, and nothing stopped."""
+    from gateway.store.notes import INDEX, Holder, NoteStore, Scope
+
+    notes = NoteStore(store)
+    ann, bob = Scope("assistant", "person", "person-ann"), Scope("assistant", "person", "person-bob")
+    other_agent, chat = Scope("helper", "person", "person-ann"), Scope("assistant", "chat", "person-ann")
+    await notes.write(ann, INDEX, "- diet")
+    await notes.write(ann, "diet", "vegetarian 🥕")
+    await notes.write(ann, "old", "stale")
+    await notes.write(bob, "diet", "vegan")
+    await notes.write(other_agent, INDEX, "the helper's")
+    await notes.suppress(ann, "old", True)
+    written = {n.name: n for n in await notes.held(Holder("person", "person-ann")) if n.agent_id == "assistant"}
+
+    assert await notes.read(ann, "diet") == written["diet"]
+    assert (await notes.read(ann, "diet")).created_at.tzinfo is not None  # type: ignore[union-attr]
+    assert await notes.read(ann, "old") is None, "a stopped note is not read"
+    assert await notes.read(chat, "diet") is None
+    assert await notes.names(ann) == [INDEX, "diet"]
+    assert await notes.names(chat) == []
+    assert await notes.index(ann) == "- diet"
+    assert await notes.index(bob) is None
+    assert await notes.index(other_agent) == "the helper's"
+    await notes.suppress(ann, INDEX, True)
+    assert await notes.index(ann) is None

@@ -21,6 +21,11 @@ A program therefore never awaits anything: it cannot, which is what makes the on
 safe (nothing can run inside someone else's transaction).
 
 Either way a database that does not answer within the bound raises `StoreUnavailable`.
+
+A program that only reads goes through `read`: no write lock (SQLite) and no transaction at all,
+each statement seeing the database as of its own start, as PostgreSQL's READ COMMITTED does. So
+it answers while another process holds SQLite's write lock (WAL: readers never wait for the
+writer), where `transaction`'s BEGIN IMMEDIATE would wait for it up to the bound.
 """
 
 from __future__ import annotations
@@ -118,11 +123,13 @@ def _sqlite_bind(params: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def _run_on_sqlite(program: Callable[[Statements], Program[T]], conn: sqlite3.Connection) -> T:
-    """The whole transaction, in the connection's thread."""
+def _run_on_sqlite(program: Callable[[Statements], Program[T]], conn: sqlite3.Connection, write: bool = True) -> T:
+    """The whole transaction, in the connection's thread; a read (`write=False`) outside any:
+    sqlite3 begins none for a SELECT."""
     # IMMEDIATE takes the write lock up front: another process is waited for at BEGIN (in the
     # busy handler, up to the bound), never in the middle of a read-then-write.
-    conn.execute("BEGIN IMMEDIATE")
+    if write:
+        conn.execute("BEGIN IMMEDIATE")
     try:
         steps = program(_SQLITE)
         try:
@@ -139,7 +146,8 @@ def _run_on_sqlite(program: Callable[[Statements], Program[T]], conn: sqlite3.Co
                 stmt = steps.send(result)
         except StopIteration as done:
             value: T = done.value
-        conn.commit()
+        if write:
+            conn.commit()
         return value
     except BaseException:
         # A failed commit must not leave the connection inside the transaction.
@@ -188,26 +196,32 @@ class _AsyncpgTx:
         return int(tail) if tail.isdigit() else 0
 
 
-async def _run_on_asyncpg(program: Callable[[Statements], Program[T]], raw: Any) -> T:
-    tx = _AsyncpgTx(raw)
+async def _run_on_asyncpg(program: Callable[[Statements], Program[T]], raw: Any, write: bool = True) -> T:
+    if not write:  # each statement on its own: a transaction would add two round trips, no snapshot
+        return await _steps_on_asyncpg(program, raw)
     async with raw.transaction():
-        steps = program(_POSTGRES)
-        try:
-            stmt = next(steps)
-            while True:
-                result = await getattr(tx, stmt.kind)(stmt.sql, **_storable(stmt.params))
-                stmt = steps.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        return await _steps_on_asyncpg(program, raw)
 
 
-async def transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]]) -> T:
+async def _steps_on_asyncpg(program: Callable[[Statements], Program[T]], raw: Any) -> T:
+    tx = _AsyncpgTx(raw)
+    steps = program(_POSTGRES)
+    try:
+        stmt = next(steps)
+        while True:
+            result = await getattr(tx, stmt.kind)(stmt.sql, **_storable(stmt.params))
+            stmt = steps.send(result)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]], *, write: bool = True) -> T:
     """Run a program as one write transaction: committed when it returns, rolled back if it
     raises (its exception propagates). StoreUnavailable if the database does not answer in time."""
     limits = guard(engine)
     waiting = limits.waits.begin()  # not `waits.waiting()`: a context manager's calls, every transaction
     try:
-        result = await _transaction(engine, program, limits)
+        result = await _transaction(engine, program, limits, write)
     except StoreUnavailable as e:
         limits.outages.failed(e)
         raise
@@ -217,10 +231,17 @@ async def transaction(engine: AsyncEngine, program: Callable[[Statements], Progr
     return result
 
 
-async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]], limits: Guard) -> T:
+async def read(engine: AsyncEngine, program: Callable[[Statements], Program[T]]) -> T:
+    """Run a program of SELECTs without a write lock or a transaction (see the module's doc): the
+    same paths, bound and /readyz accounting as `transaction`. A program that writes must not."""
+    return await transaction(engine, program, write=False)
+
+
+async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Program[T]], limits: Guard,
+                       write: bool = True) -> T:
     bound = limits.bound
     if engine.dialect.name == "sqlite":
-        function = partial(_run_on_sqlite, program)
+        function = partial(_run_on_sqlite, program, write=write)
         started = time.monotonic()
         deadline = started + bound
         while True:
@@ -236,17 +257,17 @@ async def _transaction(engine: AsyncEngine, program: Callable[[Statements], Prog
                 if sqlite.idle_connection(engine.sync_engine) is not conn:
                     continue
             try:  # on the loop, never waiting there
-                return sqlite.inline(conn, function, bound)
+                return sqlite.inline(conn, function, bound, write)
             except sqlite.Busy:
                 pass
-            return await sqlite.run(conn, function, bound, deadline)
+            return await sqlite.run(conn, function, bound, deadline, write)
         async with engine.connect() as c:
             raw = (await c.get_raw_connection()).driver_connection
-            return await sqlite.run(raw, function, bound)
+            return await sqlite.run(raw, function, bound, write=write)
     try:
         async with engine.connect() as c:
             raw = (await c.get_raw_connection()).driver_connection
-            return await _run_on_asyncpg(program, raw)
+            return await _run_on_asyncpg(program, raw, write)
     except StoreUnavailable:
         raise
     except Exception as e:

@@ -247,15 +247,16 @@ async def thread_idle(conn: Any, deadline: float, bound: float) -> None:
                      "the database is busy (waited for earlier work past the bound)", bound)
 
 
-def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
+def inline(conn: Any, function: Callable[[Any], T], bound: float, write: bool = True) -> T:
     """Call `function(sqlite3_connection)` on the loop, never waiting: Busy if another process holds
     the lock, if the thread has work of ours (it would run inside or beside it), or when a
-    checkpoint is due."""
+    checkpoint is due. A read (`write=False`) adds nothing to the WAL: it is not counted towards
+    the checkpoint and does not wait for one."""
     state = _thread(conn)
     sqlite = conn._conn
     # In a transaction: someone else's, still open in the thread (a session's, say, whose caller
     # was cancelled): never run inside it.
-    if state.calls or state.since_checkpoint >= CHECKPOINT_EVERY or sqlite.in_transaction:
+    if state.calls or (write and state.since_checkpoint >= CHECKPOINT_EVERY) or sqlite.in_transaction:
         raise Busy
     state.settle(sqlite.execute, 0, 0)  # left so: whatever uses the connection next sets what it needs
     try:
@@ -264,21 +265,25 @@ def inline(conn: Any, function: Callable[[Any], T], bound: float) -> T:
         if is_sqlite_busy(e):
             raise Busy from e
         raise
-    state.since_checkpoint += 1
+    if write:
+        state.since_checkpoint += 1
     return result
 
 
-async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: float | None = None) -> T:
+async def run(conn: Any, function: Callable[[Any], T], bound: float, deadline: float | None = None,
+              write: bool = True) -> T:
     """Call `function(sqlite3_connection)` in the connection's thread; past `bound` seconds of
     waiting (for the thread's queue, then for another process's lock) raise StoreUnavailable.
-    Then a passive checkpoint of what inline transactions left in the WAL, if they left much."""
+    Then a passive checkpoint of what inline transactions left in the WAL, if they left much;
+    never before a read (`write=False`): the next writer would restart the log, on the loop."""
     deadline = deadline or time.monotonic() + bound
     state = _thread(conn)
-    checkpoint = state.since_checkpoint >= CHECKPOINT_EVERY
+    checkpoint = write and state.since_checkpoint >= CHECKPOINT_EVERY
     if checkpoint:
         state.since_checkpoint = 0
     # Counted as an inline one is: after inline work it runs with no auto-checkpoint too.
-    state.since_checkpoint += 1
+    if write:
+        state.since_checkpoint += 1
 
     def call() -> T:
         sqlite = conn._conn
