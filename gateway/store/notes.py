@@ -202,13 +202,8 @@ class NoteStore:
         return dropped
 
     async def index(self, scope: Scope) -> str | None:
-        """The index's text, read on every model request (no Note: only its text is shown)."""
-        def program(q: driver.Statements) -> driver.Program[str | None]:
-            row = yield q.one(f"SELECT content FROM memory_notes WHERE {_IN_SCOPE} AND name = :n AND suppressed = :no",
-                              a=scope.agent_id, k=scope.kind, o=scope.owner, n=INDEX, no=False)
-            return row[0] if row is not None else None
-
-        return await driver.read(self.store.engine, program)
+        note = await self.read(scope, INDEX)
+        return note.content if note is not None else None
 
     # --- what a person does to their own notes, or to a chat's -----------------------------
 
