@@ -289,7 +289,7 @@ async def test_screenshots_light_dark_and_narrow(tmp_path: Path) -> None:
 @pytest.mark.browser
 async def test_a_page_reloaded_while_a_reply_streams_goes_on_drawing_it_in_one_bubble(tmp_path: Path) -> None:
     """After a reload the listing draws the reply so far; the deltas that follow redraw that bubble
-    (they name its message), never start a second one beside it."""
+    (they name its message), never start a second one beside it, and none is lost to a stream that opens late."""
     _require_chromium()
     HOLD[:] = [asyncio.Event(), asyncio.Event()]
     async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
@@ -299,6 +299,14 @@ async def test_a_page_reloaded_while_a_reply_streams_goes_on_drawing_it_in_one_b
             await _send(page, "slowly")
             replies = page.locator(".msg.assistant")
             await expect(replies).to_have_text(["one"], timeout=WAIT)
+
+            async def slow_token(route: Any) -> None:
+                await asyncio.sleep(1.5)  # pacing only: the reloaded page's stream opens late, as on a slow link
+                await route.continue_()
+
+            # A word streamed while the reloaded page has its listing but not yet its stream must still come:
+            # the page connects its stream before it reads the listing (read the other way round, it was lost).
+            await page.route("**/api/v1/stream-tokens", slow_token)
             await page.reload()
             await expect(replies).to_have_text(["one"], timeout=WAIT)
             await expect(replies).to_have_class("msg assistant streaming")

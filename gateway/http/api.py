@@ -400,8 +400,10 @@ class _Api:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         )
-        await response.prepare(request)
+        # Subscribed before the headers go: the page counts its stream open at the headers, then reads
+        # the listing; an event published between the two must not reach no one.
         async with self.gw.events.listen(conv.id) as queue:
+            await response.prepare(request)
             await response.write(b": connected\n\n")
             idle = 0.0
             while True:

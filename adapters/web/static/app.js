@@ -350,7 +350,10 @@
     location.hash = id;
     markCurrent();
     document.body.classList.remove("browsing");
-    ready = (async () => { await load(); await listen(); })();
+    // The stream first, then the listing: what streams meanwhile is drawn and then drawn again by the
+    // listing (which holds it); read the other way round, a delta sent between the two was lost and a
+    // reloaded page showed a reply stuck at its listed text until the run's next word (seen in CI).
+    ready = (async () => { await listen(); await load(); })();
     await ready;
   }
 
