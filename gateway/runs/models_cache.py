@@ -89,6 +89,9 @@ class ModelCache:
         self._models: dict[tuple[Any, ...], Model] = {}
         self._retired: list[Provider[Any]] = []  # waiting for the runs that may still use them
         self._retiring: set[asyncio.Task[None]] = set()
+        # Set while the start's warm-up (`gateway.runs.warm_up`) builds and imports in its thread what a
+        # first run would: a run waits for it (`Runner`) rather than do the same on the loop meanwhile.
+        self.warming: asyncio.Event | None = None
 
     def get(self, name: str, providers: dict[str, ProviderConfig]) -> Model:
         """The model `name` (an agent's `model:`) with `providers` (gateway.yaml's), built on first use.

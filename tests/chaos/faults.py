@@ -32,6 +32,10 @@ class Faults:
     closed: int = 0  # times the PostgreSQL database was closed to connections
     seen: list[dict[str, Any]] = field(default_factory=list)  # /readyz's database part during faults
     unanswered: int = 0  # /readyz reads that got no answer (the loop stalled or the daemon died)
+    # Each of those: when it was asked (seconds from the start) and how long it waited; the daemon's log
+    # then says what held its loop (gateway.loop's "event loop stalled ... in task ..." lines).
+    silent: list[tuple[float, float]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
 
 
 async def _watch(w: World, faults: Faults, seconds: float | None = None, until: asyncio.Event | None = None,
@@ -39,9 +43,11 @@ async def _watch(w: World, faults: Faults, seconds: float | None = None, until: 
     """Read /readyz every 0.2-0.3 s while a fault lasts (`on_read` after each read)."""
     end = time.monotonic() + (seconds or 0)
     while (until is not None and not until.is_set()) or (until is None and time.monotonic() < end):
+        asked = time.monotonic()
         state = await w.daemon.readiness()
         if state is None:
             faults.unanswered += 1
+            faults.silent.append((round(asked - faults.started, 2), round(time.monotonic() - asked, 2)))
         else:
             faults.seen.append(state["database"])
         on_read()

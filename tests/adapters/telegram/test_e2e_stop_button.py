@@ -88,7 +88,8 @@ async def test_the_button_rides_every_edit_only_the_requester_stops_and_it_is_go
                  and int(c.params["message_id"]) == reply.message_id]
         first = next(i for i, c in enumerate(calls) if stop_data(c.params.get("reply_markup")) == data)
         edits = [c.params for c in calls[first:] if c.method == "editMessageText"]
-        assert len(edits) >= 2 and all(stop_data(e.get("reply_markup")) == data for e in edits)
+        assert len(edits) >= 2 and all(stop_data(e.get("reply_markup")) == data for e in edits), [
+            (c.method, stop_data(c.params.get("reply_markup")), len(c.params.get("text", ""))) for c in calls]
 
 
 async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake: FakeTelegram) -> None:
