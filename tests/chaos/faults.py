@@ -108,7 +108,12 @@ async def sqlite_faults(w: World, faults: Faults, until: float, *, hold: float =
 async def stream_under_faults(w: World, tally: Tally, faults: Faults, store: str, duration: float, *,
                               slack_threads: int = 4, web_conversations: int = 3, wait: float = 60) -> None:
     """Slack threads and web conversations for `duration` s with the store's faults alongside."""
-    w.slack.redeliver_after = 3.0  # what Slack does (after minutes) with an event nobody acked
+    # What Slack does with an event nobody acked: three more tries, over minutes there, far longer than these faults
+    # last. The fake's must outlast them too: 3 s apart, on a loaded machine three events were refused on all four
+    # tries within 14 s of terminations, and the fake gave up on them (as Slack would only minutes later) while
+    # settled() waited for their ack. Half the stream's span apart (the faults end within about 1.4 spans); at
+    # most 30 s, as a sender waits `wait` for its answer.
+    w.slack.redeliver_after = min(duration / 2, 30.0)
     until = time.monotonic() + duration
     fault = postgres_faults if store == "postgresql" else sqlite_faults
     running = asyncio.create_task(fault(w, faults, until))
