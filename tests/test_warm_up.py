@@ -201,7 +201,7 @@ async def test_a_message_during_the_warm_up_waits_for_its_thread_and_does_not_do
             conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
             async with gw.events.listen(conversation) as events:
                 await s.post(f"/api/v1/conversations/{conversation}/messages", json={"text": "hello"})
-                await wait_for(lambda: asked or any(r.getMessage() == "run waits for the warm-up" for r in caplog.records),
+                await wait_for(lambda: asked or _logged(caplog, "run waits for the warm-up"),
                                what="the run to wait for the warm-up (or to ask the model)")
                 held.set()
                 while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end":
@@ -211,6 +211,10 @@ async def test_a_message_during_the_warm_up_waits_for_its_thread_and_does_not_do
     finally:
         held.set()
         await gw.stop()
+
+
+def _logged(caplog: pytest.LogCaptureFixture, message: str) -> bool:
+    return any(r.getMessage() == message for r in caplog.records)
 
 
 @pytest.mark.parametrize("free", [0, 1], ids=["none-free", "one-free"])

@@ -457,10 +457,9 @@ class Runner:
         try:
             if not due:
                 await asyncio.sleep(0)  # the indicator started now writes its request before the run's work
-            warming = gw.models.warming
-            if warming is not None:  # the start's warm-up imports in its thread what this run would, on the loop
+            if gw.models.warming is not None:  # the warm-up's thread imports what this run would import
                 log.debug("run waits for the warm-up", extra=turn.log_fields)
-                await warming.wait()
+                await gw.models.until_warm()
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)

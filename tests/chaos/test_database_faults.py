@@ -17,7 +17,7 @@ from .harness import Tally, world
 
 
 def _stalls(log: str) -> str:
-    """The daemon's lines naming what held its loop (gateway/ops/loop_watchdog.py), the first cause of a /readyz unanswered."""
+    """The daemon's lines naming what held its loop (gateway/ops/loop_watchdog.py): why a /readyz went unanswered."""
     return "\n".join(line for line in log.splitlines() if "logger=gateway.loop" in line)
 
 
