@@ -16,8 +16,9 @@ answers, in a thread with an event loop of its own: the thread takes the GIL in 
 keeps serving meanwhile. A run that comes meanwhile waits for the thread (`ModelCache.warming`): doing
 the same first-time work on the loop, it imported the modules the thread was importing, and Python's
 per-module import lock then held the loop itself until the thread was done (the provider's SDK, 11.6 s
-on a loaded machine: every conversation and /readyz frozen, tests/chaos/test_database_faults.py). What it builds is the process's (modules, pydantic-ai's caches, the models,
-which the gateway's `ModelCache` adopts); nothing bound to the thread's loop is kept. Then one more
+on a loaded machine: every conversation and /readyz frozen, tests/chaos/test_database_faults.py).
+What it builds is the process's (modules, pydantic-ai's caches, the models, which the gateway's
+`ModelCache` adopts); nothing bound to the thread's loop is kept. Then one more
 rehearsal on the daemon's loop, cheap by then, starts that loop's own parts. Only what the config
 names is built: a deployment on Anthropic never imports openai, the offline demo imports neither.
 
