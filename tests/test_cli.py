@@ -1,5 +1,7 @@
 """`agent-gateway`'s command table (gateway/ops/cli.py:COMMANDS and group agent_gateway.commands): a call
-imports its own command's module and no other's, and every line of the table builds."""
+imports its own command's module and no other's, nor what its work does not use (the store for `check`,
+Alembic for `db current` at head), and every line of the table builds. `run_cli` runs a command in the
+test's own process, for the tests of what it says rather than of what its process imports."""
 
 from __future__ import annotations
 
