@@ -13,9 +13,9 @@ tool is entered into the run's visible-name → stable-id map that the approval 
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -259,31 +259,42 @@ def _bind(decl: CapabilityDecl, entry: CapabilityEntry, policy_entry: Capability
     return capability
 
 
-class SharedBuilds:
-    """The `shared` capabilities of each agent and binding, built once and kept while both are the config's.
+V = TypeVar("V")
 
-    Keyed by the two config objects' identity (a reload parses new ones, so it builds anew), each kept
-    with its key so the ids cannot be reused meanwhile; bounded, as delegates' dynamic agents are
-    made per delegation. What a shared capability's build is given of the turn is the first run's:
-    a capability declared `shared` keeps nothing of it (`CapabilityDecl.shared`)."""
+
+class ByIdentity(Generic[V]):
+    """What was made from some config objects, kept while they are the config's: keyed by their identity
+    (a reload parses new ones, so it makes anew) and an optional hashable `also`, each entry kept with
+    its objects so their ids cannot be reused meanwhile; bounded, least recently used out first."""
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._built: dict[tuple[int, int], tuple[Any, Any, SharedCapabilities | None, dict[str, ToolInfo]]] = {}
+        self._made: dict[tuple[Any, ...], tuple[tuple[object, ...], V]] = {}
+
+    def get(self, objects: tuple[object, ...], make: Callable[[], V], also: Hashable = None) -> V:
+        key = (*map(id, objects), also)
+        found = self._made.get(key)
+        if found is None or any(a is not b for a, b in zip(found[0], objects, strict=True)):
+            found = (objects, make())
+            if len(self._made) >= self._size:
+                del self._made[next(iter(self._made))]  # the least recently used: a config long replaced
+        else:  # used again: last out, so one-off configs never push out the ones in use
+            del self._made[key]
+        self._made[key] = found
+        return found[1]
+
+
+class SharedBuilds:
+    """The `shared` capabilities of each agent and binding, built once and kept while both are the config's
+    (`ByIdentity`). What a shared capability's build is given of the turn is the first run's: a capability
+    declared `shared` keeps nothing of it (`CapabilityDecl.shared`)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._built: ByIdentity[tuple[SharedCapabilities | None, dict[str, ToolInfo]]] = ByIdentity(size)
 
     def get(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, Mapping[str, ToolInfo]]:
         """(the capabilities, or None when the agent has none shared; their tools for the gate's map)."""
-        agent, binding = turn.agent, turn.binding
-        key = (id(agent), id(binding))
-        found = self._built.get(key)
-        if found is None or found[0] is not agent or found[1] is not binding:
-            found = (agent, binding, *self._build(turn, parts))
-            if len(self._built) >= self._size:
-                del self._built[next(iter(self._built))]  # the least recently used: a config long replaced
-        else:  # used again: last out, so delegates' one-off agents never push out the configured ones
-            del self._built[key]
-        self._built[key] = found
-        return found[2], found[3]
+        return self._built.get((turn.agent, turn.binding), lambda: self._build(turn, parts))
 
     def _build(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, dict[str, ToolInfo]]:
         from gateway.runs.shared_capabilities import SharedCapabilities
