@@ -9,6 +9,7 @@ The memory notes (test_memory_files.py), the clock (test_clock.py) and a shared 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,9 @@ DM_ALICE = Place("slack", "slack", "T1", "D1", ChatKind.DM)
 DM_BOB = Place("slack", "slack", "T1", "D2", ChatKind.DM)
 DM_ALICE_2 = Place("slack", "slack", "T1", "D4", ChatKind.DM)
 CHANNEL = Place("slack", "slack", "T1", "C1", ChatKind.CHANNEL)
+SKILLS = Path(__file__).parents[2] / "config" / "examples" / "skills"
+SKILL = "incident-summary"
+SKILL_BODY = "Never speculate about a root cause"
 
 
 def _reminders(prompt: str) -> str:
@@ -111,6 +115,29 @@ async def test_conversation_search_answers_the_dm_and_refuses_the_channel_at_onc
         assert "not available here" in refused and "talked about" not in refused, refused
 
 
+async def test_a_skill_one_run_loaded_is_not_loaded_in_another_run_beside_it(tmp_path: Path) -> None:
+    """skills is built once: which skills a run loaded is the run's own (pydantic-ai's run context), so a
+    run beside one that loaded a skill neither reads its files nor gets its body."""
+    loaded = asyncio.Event()
+    template = {"skill_name": SKILL, "resource_name": "template.md"}
+    interleaved.script({
+        "load it": [step("load_capability", id=SKILL), step("read_skill_resource", signal=loaded, **template),
+                    step(None)],
+        "read it": [step("read_skill_resource", after=loaded, **template), step(None)],
+    })
+    shutil.copytree(SKILLS, tmp_path / "skills")
+    entry = {"id": "skills", "config": {"skills": [SKILL]}}
+    async with world(tmp_path, agents={"assistant": agent(entry, model="interleaved")}) as w:
+        loading, reading = await w.turn(ALICE, DM_ALICE, "load it"), await w.turn(BOB, CHANNEL, "read it")
+        agents = await at_once(w, (loading, "load it"), (reading, "read it"))
+        assert [a._capabilities for a in agents] == [[], []], "skills is the shared Agent's, not each run's"
+        assert interleaved.SHOWN["load it"][-1].startswith("**Incident summary"), interleaved.SHOWN["load it"]
+        assert SKILL_BODY in str(interleaved.SENT["load it"][-1]), "the run that loaded it got its body"
+        refused, sent = interleaved.SHOWN["read it"][-1], interleaved.SENT["read it"][-1]
+        assert "is not loaded" in refused and "Incident summary" not in refused, refused
+        assert not any(SKILL_BODY in str(p.content) for m in sent if isinstance(m, ModelRequest) for p in m.parts)
+
+
 THOUGHT: list[object] = []  # each request's thinking, as pydantic-ai resolved it for the model
 
 
@@ -144,6 +171,8 @@ GATED: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
     ({"id": "code_execution"}, "run_python", {"code": "1 + 1"}),
     ({"id": "conversation_search"}, "search_conversations", {"query": "tea"}),
     ({"id": "schedules"}, "schedule_task", {"task": "say hi", "at": "2099-01-01T09:00Z"}),
+    ({"id": "skills", "config": {"skills": [SKILL]}}, "read_skill_resource",
+     {"skill_name": SKILL, "resource_name": "template.md"}),
 ]
 
 
@@ -151,6 +180,7 @@ GATED: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
 async def test_a_shared_capabilitys_tool_needing_approval_parks_and_does_not_run(
         tmp_path: Path, entry: dict[str, Any], tool: str, args: dict[str, Any]) -> None:
     required = {**entry, "tool_approval": {tool: "required"}}
+    shutil.copytree(SKILLS, tmp_path / "skills")
     async with world(tmp_path, agents={"assistant": agent(required, model="shaping-scripted")}) as w:
         SCRIPT.reset(call(tool, **args))
         turn = await w.turn(ALICE, DM_ALICE, "do it")
