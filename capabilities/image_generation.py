@@ -126,8 +126,5 @@ register(CapabilityDecl(
     id="image_generation", name="Image generation", category="analysis",
     tools=(ToolDecl("generate_image", side_effecting=True, summary="Draw an image and post it (gated: it costs money)."),),
     build=build, config_model=ImageGenerationConfig, needs_key="required",
-    # The generator is the entry's (model, key: a reload reads the key again); where to post and whose spend
-    # it is are read from the run's deps on every call.
-    shared=True,
     description="Draws an image with a dedicated image model (OpenAI's GPT Image) and posts it in the conversation.",
 ))

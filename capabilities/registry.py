@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -191,10 +191,11 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None,
     filled for them on every run all the same, so their tools are gated exactly as a run's own."""
     built: list[Any] = []
     if shared is not None and turn.agent.capabilities:
-        capabilities, tools = shared.get(turn, parts or {})
-        turn.tools.update(tools)
-        if capabilities is not None:
-            built.append(capabilities)
+        made = shared.get(turn, parts or {})
+        turn.tools.update(made.tools)
+        turn.notices.extend(made.notices)
+        if made.capabilities is not None:
+            built.append(made.capabilities)
     overrides = {e.id: e for e in turn.agent.capabilities}
     for entry in entries_for(turn):
         decl = decl_for(entry.id)
@@ -284,30 +285,41 @@ class ByIdentity(Generic[V]):
         return found[1]
 
 
+@dataclass(frozen=True)
+class SharedBuild:
+    """What `SharedBuilds` made for an agent and binding: the capabilities (None when none is shared), their
+    tools for the gate's map, and the notes their builds left for the person (`Turn.notices`), told to every
+    run: what a shared build says is the config's, not the one run it was built in."""
+
+    capabilities: SharedCapabilities | None
+    tools: Mapping[str, ToolInfo]
+    notices: tuple[str, ...] = ()
+
+
 class SharedBuilds:
     """The `shared` capabilities of each agent and binding, built once and kept while both are the config's
     (`ByIdentity`). What a shared capability's build is given of the turn is the first run's: a capability
     declared `shared` keeps nothing of it (`CapabilityDecl.shared`)."""
 
     def __init__(self, size: int = 256) -> None:
-        self._built: ByIdentity[tuple[SharedCapabilities | None, dict[str, ToolInfo]]] = ByIdentity(size)
+        self._built: ByIdentity[SharedBuild] = ByIdentity(size)
 
-    def get(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, Mapping[str, ToolInfo]]:
-        """(the capabilities, or None when the agent has none shared; their tools for the gate's map)."""
+    def get(self, turn: Turn, parts: Mapping[str, Any]) -> SharedBuild:
         return self._built.get((turn.agent, turn.binding), lambda: self._build(turn, parts))
 
-    def _build(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, dict[str, ToolInfo]]:
+    def _build(self, turn: Turn, parts: Mapping[str, Any]) -> SharedBuild:
         from gateway.runs.shared_capabilities import SharedCapabilities
 
         tools: dict[str, ToolInfo] = {}
         built: list[AbstractCapability[Any]] = []
-        for entry in entries_for(turn):
+        told = replace(turn, notices=[])  # what the builds tell the person is kept for every run
+        for entry in entries_for(told):
             decl = decl_for(entry.id)
             if decl is not None and _is_shared(decl):
-                capability = _bind(decl, entry, entry, turn, parts, tools)
+                capability = _bind(decl, entry, entry, told, parts, tools)
                 if capability is not None:
                     built.append(capability)
-        return (SharedCapabilities(tuple(built)) if built else None), tools
+        return SharedBuild(SharedCapabilities(tuple(built)) if built else None, tools, tuple(told.notices))
 
 
 def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens | None:

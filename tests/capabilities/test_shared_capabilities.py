@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCalls, FunctionModel
 from pydantic_ai.profiles import ModelProfile
 
+from capabilities.registry import REGISTRY, BuildContext, CapabilityDecl
 from gateway.messages import ChatKind
 from gateway.runs import llm
 from gateway.runs.agent_run import run_agent
@@ -173,6 +174,7 @@ GATED: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
     ({"id": "schedules"}, "schedule_task", {"task": "say hi", "at": "2099-01-01T09:00Z"}),
     ({"id": "skills", "config": {"skills": [SKILL]}}, "read_skill_resource",
      {"skill_name": SKILL, "resource_name": "template.md"}),
+    ({"id": "web_fetch", "config": {"method": "local"}}, "web_fetch", {"url": "https://example.com/"}),
 ]
 
 
@@ -191,6 +193,25 @@ async def test_a_shared_capabilitys_tool_needing_approval_parks_and_does_not_run
         assert isinstance(result.output, DeferredToolRequests), result.output
         assert [c.tool_name for c in result.output.approvals] == [tool]
         assert len(SCRIPT.requests) == 1, "nothing ran and went back to the model before a person decided"
+
+
+def _noticing(ctx: BuildContext) -> None:
+    ctx.turn.notices.append("noticed: off for this agent")  # as web_fetch says when it cannot be gated
+    return None
+
+
+async def test_what_a_shared_build_tells_the_person_is_told_in_every_run(tmp_path: Path) -> None:
+    REGISTRY["noticing"] = CapabilityDecl(id="noticing", name="Noticing", category="utility", tools=(),
+                                          build=_noticing, shared=True)
+    try:
+        async with world(tmp_path, agents={"assistant": agent({"id": "noticing"}, model="shaping-scripted")}) as w:
+            for where in (DM_ALICE, CHANNEL, DM_ALICE):
+                turn = await w.turn(ALICE, where, "hello")
+                w.gw.runner.build_agent(turn)
+                assert turn.notices == ["noticed: off for this agent"]
+                await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply="done")
+    finally:
+        del REGISTRY["noticing"]
 
 
 # --- delegations: the delegate's agent is made once per parent agent and binding -----------------------------
