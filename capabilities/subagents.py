@@ -128,7 +128,8 @@ _SPECS: ByIdentity[tuple[AgentSpec, frozenset[str]]] = ByIdentity()
 def _quiet(binding: BindingSpec) -> BindingSpec:
     """The binding as a delegate sees it: no binding prompt, no channel tools (those are the parent's)."""
     def make() -> BindingSpec:
-        channels = {k: v.model_copy(update={"prompt": None, "channel_tools": None}) for k, v in binding.channels.items()}
+        channels = {k: v.model_copy(update={"prompt": None, "channel_tools": None})
+                    for k, v in binding.channels.items()}
         return binding.model_copy(update={"prompt": "", "channel_tools": None, "channels": channels})
 
     return _QUIET.get((binding,), make)

@@ -81,7 +81,8 @@ async def at_once(w: World, *runs: tuple[Turn, str]) -> list[TurnAgent]:
     """Run each (turn, prompt; the prompt names its plan) at once; each run's agent, all through one shared Agent."""
     agents = [w.gw.runner.build_agent(turn) for turn, _ in runs]
     assert all(isinstance(a, TurnAgent) for a in agents)
-    assert len({id(a.wrapped) for a in agents}) == 1, "the runs go through the agent's one shared Agent"  # type: ignore[attr-defined]
+    shared = {id(a.wrapped) for a in agents}  # type: ignore[attr-defined]
+    assert len(shared) == 1, "the runs go through the agent's one shared Agent"
     outputs = await asyncio.wait_for(asyncio.gather(*(run_agent(a, prompt, deps=turn)
                                                       for a, (turn, prompt) in zip(agents, runs, strict=True))), 30)
     assert [str(o.output) for o in outputs] == ["done"] * len(runs)
