@@ -211,8 +211,8 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None,
     return built
 
 
-def _secret(entry: CapabilityEntry) -> Secret | None:
-    """The entry's key, or None when it names none or it cannot be read."""
+def read_key(entry: CapabilityEntry) -> Secret | None:
+    """The entry's key as it reads now, or None when it names none or it cannot be read."""
     if entry.secret_id is None:
         return None
     try:
@@ -232,7 +232,7 @@ def _bind(decl: CapabilityDecl, entry: CapabilityEntry, policy_entry: Capability
     from .bound import Bound
 
     config = decl.config_model.model_validate(entry.config)
-    capability = decl.build(BuildContext(turn, entry, config, _secret(policy_entry), parts))
+    capability = decl.build(BuildContext(turn, entry, config, read_key(policy_entry), parts))
     if capability is None:
         return None
     renames: dict[str, str] = {}
@@ -329,7 +329,7 @@ def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens 
         if decl is None or decl.listens is None:
             continue
         listener = decl.listens(BuildContext(turn, entry, decl.config_model.model_validate(entry.config),
-                                             _secret(entry), parts or {}))
+                                             read_key(entry), parts or {}))
         if listener is not None:
             return listener
     return None

@@ -175,6 +175,7 @@ GATED: list[tuple[dict[str, Any], str, dict[str, Any]]] = [
     ({"id": "skills", "config": {"skills": [SKILL]}}, "read_skill_resource",
      {"skill_name": SKILL, "resource_name": "template.md"}),
     ({"id": "web_fetch", "config": {"method": "local"}}, "web_fetch", {"url": "https://example.com/"}),
+    ({"id": "web_research", "config": {"method": "duckduckgo"}}, "web_search", {"query": "tea"}),
 ]
 
 
