@@ -58,9 +58,15 @@ AGENTS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
                                            {"id": "memory_files", "tool_approval": {"delete_memory": "required"}},
                                            model="shaping-scripted")},
     "tool_search": lambda: _agent(strategy="keywords"),
+    # The shipped agent with the capabilities shared in Round 13 (none of them needs a server or a key).
+    "worker": lambda: {"assistant": agent({"id": "clock", "config": {"timezone": "UTC"}}, {"id": "memory_files"},
+                                          {"id": "planning"}, {"id": "sandbox"}, {"id": "code_execution"},
+                                          {"id": "schedules"}, {"id": "thinking", "config": {"effort": "low"}},
+                                          model="shaping-scripted")},
 }
 AGENT_HELP = ("plain: no capability, no tool; shipped: clock and memory files (config/agents/assistant.yaml); "
-              "tool_search: memory files, tool search, three MCP servers")
+              "tool_search: memory files, tool search, three MCP servers; worker: shipped with planning, sandbox, "
+              "code_execution, schedules and thinking")
 
 # Where one message's run is, by the loop thread's CPU clock (or by calls counted): set by the probes.
 stamps: dict[str, float] = {}

@@ -313,6 +313,8 @@ register(CapabilityDecl(
     ),
     build=build,
     config_model=ContextConfig,
+    # Whose files (the agent's, or its parent's when lent) is read from the run's deps at each request and call.
+    shared=True,
     description=("Files an admin puts beside the agent (config/context/<agent>/): `inject` files are in its "
                  "instructions, fenced as reference material; `link` files are listed and read on demand."),
 ))

@@ -186,6 +186,8 @@ register(CapabilityDecl(
     build=build,
     config_model=ConversationSearchConfig,
     scopes=("conversations:read",),
+    # Whose conversations, and whether anyone else is listening, are read from the run's deps on every call.
+    shared=True,
     description=("Searches the earlier conversations of the person the run answers (any platform) and opens one. "
                  "Only in a direct conversation: in a group chat or channel both tools refuse."),
 ))

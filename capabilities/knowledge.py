@@ -133,6 +133,7 @@ register(CapabilityDecl(
     build=build,
     config_model=KnowledgeConfig,
     scopes=("knowledge:read",),
+    shared=True,  # the collections are the config's, the index the daemon's; nothing of a run is kept
     description=("Searches the document collections (gateway.yaml knowledge.collections) the entry binds, and "
                  "cites file and heading. Bound with no collections it is not attached."),
 ))

@@ -24,7 +24,7 @@ from pydantic_ai import DeferredToolRequests
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import RunContext
-from pydantic_ai_harness.planning import Planning
+from pydantic_ai_harness.planning import Planning, PlanStore
 
 from gateway.store.plans import ConversationPlanStore
 from gateway.runs.turn import Turn
@@ -118,6 +118,12 @@ class ConversationPlanning(Planning[Turn]):
         await store.begin_run(ctx.deps.run_id)
         return clone  # type: ignore[return-value]
 
+    def resolve_store(self, ctx: RunContext[Turn]) -> PlanStore:
+        """The run's store: its own copy's (`for_run`), else resolved from `ctx` and not kept. The harness keeps
+        the first one it resolves, which on the built capability, every run's (`shared`), would be one run's
+        plan for all."""
+        return self._resolved_store or self._resolve_store(ctx)
+
     async def after_run(self, ctx: RunContext[Turn], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         if isinstance(result.output, DeferredToolRequests):
             store = self.resolve_store(ctx)
@@ -142,6 +148,8 @@ register(CapabilityDecl(
                          .split("\n")[0]) for name in CORE + SUBTASKS),
     build=build,
     config_model=PlanningConfig,
+    # The store is resolved from the run's deps, kept only in each run's own copy (`for_run`, `resolve_store`).
+    shared=True,
     description=("A checklist the agent keeps for multi-step work. It belongs to the conversation (it survives "
                  "messages, restarts and replicas) and is shown to the agent at the end of each request, not in "
                  "the system prompt."),

@@ -13,9 +13,9 @@ tool is entered into the run's visible-name → stable-id map that the approval 
 from __future__ import annotations
 
 import string
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -191,10 +191,11 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None,
     filled for them on every run all the same, so their tools are gated exactly as a run's own."""
     built: list[Any] = []
     if shared is not None and turn.agent.capabilities:
-        capabilities, tools = shared.get(turn, parts or {})
-        turn.tools.update(tools)
-        if capabilities is not None:
-            built.append(capabilities)
+        made = shared.get(turn, parts or {})
+        turn.tools.update(made.tools)
+        turn.notices.extend(made.notices)
+        if made.capabilities is not None:
+            built.append(made.capabilities)
     overrides = {e.id: e for e in turn.agent.capabilities}
     for entry in entries_for(turn):
         decl = decl_for(entry.id)
@@ -210,8 +211,8 @@ def build_for_turn(turn: Turn, parts: Mapping[str, Any] | None = None,
     return built
 
 
-def _secret(entry: CapabilityEntry) -> Secret | None:
-    """The entry's key, or None when it names none or it cannot be read."""
+def read_key(entry: CapabilityEntry) -> Secret | None:
+    """The entry's key as it reads now, or None when it names none or it cannot be read."""
     if entry.secret_id is None:
         return None
     try:
@@ -231,7 +232,7 @@ def _bind(decl: CapabilityDecl, entry: CapabilityEntry, policy_entry: Capability
     from .bound import Bound
 
     config = decl.config_model.model_validate(entry.config)
-    capability = decl.build(BuildContext(turn, entry, config, _secret(policy_entry), parts))
+    capability = decl.build(BuildContext(turn, entry, config, read_key(policy_entry), parts))
     if capability is None:
         return None
     renames: dict[str, str] = {}
@@ -259,44 +260,66 @@ def _bind(decl: CapabilityDecl, entry: CapabilityEntry, policy_entry: Capability
     return capability
 
 
-class SharedBuilds:
-    """The `shared` capabilities of each agent and binding, built once and kept while both are the config's.
+V = TypeVar("V")
 
-    Keyed by the two config objects' identity (a reload parses new ones, so it builds anew), each kept
-    with its key so the ids cannot be reused meanwhile; bounded, as delegates' dynamic agents are
-    made per delegation. What a shared capability's build is given of the turn is the first run's:
-    a capability declared `shared` keeps nothing of it (`CapabilityDecl.shared`)."""
+
+class ByIdentity(Generic[V]):
+    """What was made from some config objects, kept while they are the config's: keyed by their identity
+    (a reload parses new ones, so it makes anew) and an optional hashable `also`, each entry kept with
+    its objects so their ids cannot be reused meanwhile; bounded, least recently used out first."""
 
     def __init__(self, size: int = 256) -> None:
         self._size = size
-        self._built: dict[tuple[int, int], tuple[Any, Any, SharedCapabilities | None, dict[str, ToolInfo]]] = {}
+        self._made: dict[tuple[Any, ...], tuple[tuple[object, ...], V]] = {}
 
-    def get(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, Mapping[str, ToolInfo]]:
-        """(the capabilities, or None when the agent has none shared; their tools for the gate's map)."""
-        agent, binding = turn.agent, turn.binding
-        key = (id(agent), id(binding))
-        found = self._built.get(key)
-        if found is None or found[0] is not agent or found[1] is not binding:
-            found = (agent, binding, *self._build(turn, parts))
-            if len(self._built) >= self._size:
-                del self._built[next(iter(self._built))]  # the least recently used: a config long replaced
-        else:  # used again: last out, so delegates' one-off agents never push out the configured ones
-            del self._built[key]
-        self._built[key] = found
-        return found[2], found[3]
+    def get(self, objects: tuple[object, ...], make: Callable[[], V], also: Hashable = None) -> V:
+        key = (*map(id, objects), also)
+        found = self._made.get(key)
+        if found is None or any(a is not b for a, b in zip(found[0], objects, strict=True)):
+            found = (objects, make())
+            if len(self._made) >= self._size:
+                del self._made[next(iter(self._made))]  # the least recently used: a config long replaced
+        else:  # used again: last out, so one-off configs never push out the ones in use
+            del self._made[key]
+        self._made[key] = found
+        return found[1]
 
-    def _build(self, turn: Turn, parts: Mapping[str, Any]) -> tuple[SharedCapabilities | None, dict[str, ToolInfo]]:
+
+@dataclass(frozen=True)
+class SharedBuild:
+    """What `SharedBuilds` made for an agent and binding: the capabilities (None when none is shared), their
+    tools for the gate's map, and the notes their builds left for the person (`Turn.notices`), told to every
+    run: what a shared build says is the config's, not the one run it was built in."""
+
+    capabilities: SharedCapabilities | None
+    tools: Mapping[str, ToolInfo]
+    notices: tuple[str, ...] = ()
+
+
+class SharedBuilds:
+    """The `shared` capabilities of each agent and binding, built once and kept while both are the config's
+    (`ByIdentity`). What a shared capability's build is given of the turn is the first run's: a capability
+    declared `shared` keeps nothing of it (`CapabilityDecl.shared`)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._built: ByIdentity[SharedBuild] = ByIdentity(size)
+
+    def get(self, turn: Turn, parts: Mapping[str, Any]) -> SharedBuild:
+        return self._built.get((turn.agent, turn.binding), lambda: self._build(turn, parts))
+
+    def _build(self, turn: Turn, parts: Mapping[str, Any]) -> SharedBuild:
         from gateway.runs.shared_capabilities import SharedCapabilities
 
         tools: dict[str, ToolInfo] = {}
         built: list[AbstractCapability[Any]] = []
-        for entry in entries_for(turn):
+        told = replace(turn, notices=[])  # what the builds tell the person is kept for every run
+        for entry in entries_for(told):
             decl = decl_for(entry.id)
             if decl is not None and _is_shared(decl):
-                capability = _bind(decl, entry, entry, turn, parts, tools)
+                capability = _bind(decl, entry, entry, told, parts, tools)
                 if capability is not None:
                     built.append(capability)
-        return (SharedCapabilities(tuple(built)) if built else None), tools
+        return SharedBuild(SharedCapabilities(tuple(built)) if built else None, tools, tuple(told.notices))
 
 
 def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens | None:
@@ -306,7 +329,7 @@ def listener_for(turn: Turn, parts: Mapping[str, Any] | None = None) -> Listens 
         if decl is None or decl.listens is None:
             continue
         listener = decl.listens(BuildContext(turn, entry, decl.config_model.model_validate(entry.config),
-                                             _secret(entry), parts or {}))
+                                             read_key(entry), parts or {}))
         if listener is not None:
             return listener
     return None

@@ -214,6 +214,7 @@ register(CapabilityDecl(
     build=build,
     config_model=RunPythonConfig,
     scopes=("code:execute",),
+    shared=True,  # each call runs in a fresh Monty session of the config's limits: nothing is kept between calls
     description=(
         "run_python: a small Python program in Pydantic's Monty sandbox, with no files, no network and no "
         "environment; stopped at timeout_secs and max_memory_mb. Computes and forgets."

@@ -599,8 +599,12 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     if check(ctx.config):
         return None  # refused at load; never offered half-built
     scope = ctx.config.session_scope
-    turn = ctx.turn
-    return simple(instructions=instructions_for(turn, scope), toolsets=[toolset(ctx.config)])
+
+    # Of the run's deps, never of the build: one built capability serves every run of the agent (`shared`).
+    def instructions(run: RunContext[Turn]) -> str:
+        return instructions_for(run.deps, scope)
+
+    return simple(instructions=instructions, toolsets=[toolset(ctx.config)])
 
 
 def validate_config(config: Any, report: Any) -> None:
@@ -635,6 +639,8 @@ register(CapabilityDecl(
     config_model=SandboxConfig,
     check=check,
     scopes=("sandbox:execute",),
+    # Whose workspace (and the line saying so) is worked out from the run's deps at each request and call.
+    shared=True,
     description=(
         "A workspace of files that survives between turns, kept in this gateway's database (state backend, no "
         "shell). session_scope decides who shares it: run, conversation (default), channel, user (one-to-one "

@@ -217,6 +217,8 @@ register(CapabilityDecl(
     build=build,
     config_model=SchedulesConfig,
     check=_check,
+    # The person, the conversation, the binding and the clock are read from the run's deps on every call.
+    shared=True,
     description=("Tasks the agent sets to run later on its own, once or on a cron, posting in the conversation "
                  "they were made in, as the person who asked; exactly once across restarts and replicas."),
 ))

@@ -113,6 +113,8 @@ register(CapabilityDecl(
     build=build,
     config_model=SkillsConfig,
     scopes=("knowledge:read",),
+    # The bundles are the config's (a reload builds anew); which skills a run loaded is its run context's.
+    shared=True,
     description=(
         "Agent Skills from skills/<name>/SKILL.md: the model sees each named skill's name and description, "
         "loads its instructions on demand (load_capability) and reads its files with read_skill_resource."

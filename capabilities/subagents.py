@@ -66,7 +66,7 @@ from gateway.runs.background import BackgroundRuns, clip
 from gateway.runs.turn import Turn
 
 from .delegate_questions import ASK_PARENT, AsksParent, answerer
-from .registry import BuildContext, CapabilityDecl, ToolDecl, decl_for, register, simple
+from .registry import BuildContext, ByIdentity, CapabilityDecl, ToolDecl, decl_for, register, simple
 
 log = logging.getLogger("capabilities.subagents")
 
@@ -118,10 +118,21 @@ class Delegator:
     background: BackgroundRuns | None = None  # where async delegations run; None: sync only
 
 
+# A delegate's agent and binding are made once per parent agent, binding and delegate, and kept while those are
+# the config's: the runner's shared Agent and the shared capabilities (`SharedBuilds`) are keyed by their identity,
+# so copies made anew for each delegation built both again (~0.3 ms and more a delegation; bench/README.md, Round 13).
+_QUIET: ByIdentity[BindingSpec] = ByIdentity()
+_SPECS: ByIdentity[tuple[AgentSpec, frozenset[str]]] = ByIdentity()
+
+
 def _quiet(binding: BindingSpec) -> BindingSpec:
     """The binding as a delegate sees it: no binding prompt, no channel tools (those are the parent's)."""
-    channels = {k: v.model_copy(update={"prompt": None, "channel_tools": None}) for k, v in binding.channels.items()}
-    return binding.model_copy(update={"prompt": "", "channel_tools": None, "channels": channels})
+    def make() -> BindingSpec:
+        channels = {k: v.model_copy(update={"prompt": None, "channel_tools": None})
+                    for k, v in binding.channels.items()}
+        return binding.model_copy(update={"prompt": "", "channel_tools": None, "channels": channels})
+
+    return _QUIET.get((binding,), make)
 
 
 def _shared(parent: AgentSpec, ids: Sequence[str], own: Sequence[CapabilityEntry]) -> list[CapabilityEntry]:
@@ -132,6 +143,20 @@ def _shared(parent: AgentSpec, ids: Sequence[str], own: Sequence[CapabilityEntry
 def _lent(shared: Sequence[CapabilityEntry]) -> frozenset[str]:
     """The shared capabilities whose state comes with them (a capability the delegate binds itself is its own)."""
     return frozenset(e.id for e in shared if (decl := decl_for(e.id)) is None or decl.lends_state)
+
+
+def _pinned(parent: AgentSpec, spec: AgentSpec, lending: Sequence[str]) -> tuple[AgentSpec, frozenset[str]]:
+    """A configured delegate as `parent` calls it: its own capabilities plus those lent (and whose state is lent)."""
+    own = list(spec.capabilities)
+    shared = _shared(parent, lending, own)
+    return spec.model_copy(update={"capabilities": own + shared}), _lent(shared)
+
+
+def _specialist(parent: AgentSpec, sp: Specialist, lending: Sequence[str]) -> tuple[AgentSpec, frozenset[str]]:
+    """A specialist written in `parent`'s config, with the capabilities lent to it."""
+    shared = _shared(parent, lending, [])
+    return AgentSpec(id=f"{parent.id}.{sp.name}", name=sp.name, description=sp.description, model=sp.model,
+                     instructions=sp.instructions, limits=parent.limits, capabilities=shared), _lent(shared)
 
 
 class _Delegation:
@@ -145,22 +170,18 @@ class _Delegation:
         agents = delegator.agents()
         self.delegates: dict[str, tuple[str, AgentSpec]] = {}
         self.lent: dict[str, frozenset[str]] = {}  # per delegate: the lent ids whose state is the parent's
-        for name in turn.agent.subagents:
+        parent, lending = turn.agent, tuple(config.share_with_delegates)
+        for name in parent.subagents:
             spec = agents.get(name)
             if spec is not None:
-                own = list(spec.capabilities)
-                shared = _shared(turn.agent, config.share_with_delegates, own)
-                self.delegates[name] = ("pinned", spec.model_copy(update={"capabilities": own + shared}))
-                self.lent[name] = _lent(shared)
+                made, self.lent[name] = _SPECS.get((parent, spec), lambda: _pinned(parent, spec, lending), also=lending)
+                self.delegates[name] = ("pinned", made)
         for sp in config.inline:
             if sp.model is None:
                 continue  # refused at load
-            shared = _shared(turn.agent, config.share_with_delegates, [])
-            spec = AgentSpec(id=f"{turn.agent.id}.{sp.name}", name=sp.name, description=sp.description,
-                             model=sp.model, instructions=sp.instructions, limits=turn.agent.limits,
-                             capabilities=shared)
-            self.delegates[sp.name] = ("specialist", spec)
-            self.lent[sp.name] = _lent(shared)
+            made, self.lent[sp.name] = _SPECS.get((parent,), lambda: _specialist(parent, sp, lending),
+                                                  also=(sp.name, sp.description, sp.model, sp.instructions, lending))
+            self.delegates[sp.name] = ("specialist", made)
 
     def child(self, parent: Turn, name: str, spec: AgentSpec, run_id: str, levels_left: int) -> Turn:
         """The delegate's Turn: the parent's conversation, requester and memory scope; its own run id, so its

@@ -28,5 +28,6 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
 
 register(CapabilityDecl(
     id="thinking", name="Thinking", category="reasoning", tools=(), build=build, config_model=ThinkingConfig,
+    shared=True,  # a model setting of the config alone: no tool, nothing of any run
     description="Asks the model to reason before it answers: slower and dearer, better on multi-step work.",
 ))

@@ -306,6 +306,8 @@ register(CapabilityDecl(
     id="web_fetch", name="Web fetch", category="research",
     tools=(ToolDecl("web_fetch", summary="Read the full page at a URL, as Markdown"),),
     build=build, config_model=WebFetchConfig, scopes=("web:fetch",), check_entry=check_entry,
+    # The tool is the config's; the conversation's modes are read per call, and the build's notice is told to every run.
+    shared=True,
     description="Reads a page as Markdown (PDFs and images as files) through pydantic-ai's SSRF-guarded download: "
     "private, loopback, link-local and cloud-metadata addresses are refused on every redirect hop.",
 ))

@@ -36,6 +36,7 @@ loopback fake. No config field, environment variable or API reaches it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -52,7 +53,7 @@ from gateway.runs.turn import Turn
 
 from .failures import trouble
 from .loop_clients import LoopClients
-from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+from .registry import BuildContext, CapabilityDecl, ToolDecl, read_key, register, simple
 from .web_fetch import approval_required, unless_asking_every_tool
 
 Method = Literal["duckduckgo", "native", "tavily", "brave", "exa"]
@@ -271,7 +272,9 @@ Returns:
 """
 
 
-def local_tool(config: WebSearchConfig, clients: SearchClients, key: str | None, key_missing: bool) -> Tool[Turn]:
+def local_tool(config: WebSearchConfig, clients: SearchClients, key: Callable[[], str | None]) -> Tool[Turn]:
+    """The search tool; `key` reads the entry's key at each search, so a key put in place (or rotated) is used
+    at the next search, without a reload, though the tool is built once (`shared`)."""
     method, n, name = config.method, config.max_results, LABELS[config.method]
     keyless = LABELS[KEYLESS]
     falls_back = config.fallback and method in PAID
@@ -280,14 +283,15 @@ def local_tool(config: WebSearchConfig, clients: SearchClients, key: str | None,
         if not query.strip():
             return trouble(ctx, "mistake", 'query is empty: pass the words to search for, e.g. query="..."')
         failed: SearchFailed | None = None
-        if key_missing:
+        secret = key() if method in PAID else None
+        if method in PAID and not secret:
             if not falls_back:
                 return trouble(ctx, "refusal", f"Web search is unavailable: the {name} API key could not be read on "
                                                "this server. Searching again will not help; tell the person.")
             dropped = f"{name} was skipped: its API key could not be read on this server"
         else:
             try:
-                hits = await search(clients, method, query, n, key)
+                hits = await search(clients, method, query, n, secret)
             except SearchFailed as e:
                 failed, dropped = e, f"{name} failed: {e.reason}"
             else:
@@ -326,9 +330,13 @@ def builder(clients: SearchClients) -> Any:
                 ctx.turn.notices.append("web_search is off: it needs approval, which method: native cannot ask for")
                 return None
             return WebSearch(native=unless_asking_every_tool(WebSearchTool()), local=False)
-        key = ctx.secret.reveal() if ctx.secret is not None else None
-        missing = config.method in PAID and not key
-        return simple(tools=[local_tool(config, clients, key, missing)])
+        entry = ctx.entry
+
+        def key() -> str | None:
+            secret = read_key(entry)
+            return secret.reveal() if secret is not None else None
+
+        return simple(tools=[local_tool(config, clients, key)])
 
     return build
 
@@ -338,6 +346,9 @@ register(CapabilityDecl(
     tools=(ToolDecl("web_search", summary="Search the public web for current information"),),
     build=builder(CLIENTS), config_model=WebSearchConfig, scopes=("web:read",), needs_key="conditional",
     check_entry=check_entry, holds=(CLIENTS,),
+    # The tool is the config's and reads the key at each search; the conversation's modes are read per request,
+    # and the build's notice is told to every run (`SharedBuild`).
+    shared=True,
     description="Searches the web with DuckDuckGo (free, no key), Tavily, Brave or Exa (a key in secret_id), "
     "or the model provider's own search. A search that could not run says so; it never reads as 'nothing found'.",
 ))

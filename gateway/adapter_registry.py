@@ -14,10 +14,10 @@ from bindings.models import BindingSpec, GatewayConfig
 
 from gateway import extensions
 from gateway.clock import Clock
-from gateway.outbound.adapter import Adapter
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
+    from gateway.outbound.adapter import Adapter
 
 # Adapters registered in code ('module:Class' by platform), ahead of the entry points: tests put a
 # fake platform in a real one's place with it.

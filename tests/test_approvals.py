@@ -305,10 +305,7 @@ async def test_expiry_denies_pending_calls_and_ends_the_run(tmp_path: Path) -> N
 
 
 async def test_approvals_list_command(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
-    from .conftest import ROOT
+    from .test_cli import run_cli
 
     RAN.clear()
     cfg = _config(tmp_path / "c")
@@ -318,8 +315,7 @@ async def test_approvals_list_command(tmp_path: Path) -> None:
         card = await chat.card()
         await chat.decide(card["items"][0]["approval_id"], "approve")
         await wait_for(lambda: run_finished(gw, sent["run_id"]))
-    out = subprocess.run([sys.executable, "-m", "gateway.ops.cli", "approvals", "list", "--config", str(cfg), "--json"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    out = await asyncio.to_thread(run_cli, "approvals", "list", "--config", str(cfg), "--json")
     assert out.returncode == 0, out.stderr
     [row] = [json.loads(line) for line in out.stdout.splitlines()]
     assert row["state"] == "approved" and row["decided_by"] == "local" and row["tool"] == "deploy"

@@ -1,4 +1,7 @@
-"""`db backup` / `db restore` / `db current` / `db upgrade` as an operator runs them, against a live daemon."""
+"""`db backup` / `db restore` / `db current` / `db upgrade` as an operator runs them, against a live daemon.
+
+The backup under load and `run`'s refusals are processes of their own, as an operator starts them; what
+the other commands say and return is read from `cli.main` in this process (`run_cli`)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from gateway.store.notes import NoteStore, Scope
 
 from .conftest import ROOT, run_finished, running_gateway, wait_for, write_config
 from .test_approvals import Chat, _config
+from .test_cli import run_cli
 
 # What a deployment must get back: its conversations and what was said, the approvals (and their
 # cards) still waiting, and the notes agents keep.
@@ -32,11 +36,18 @@ def rows(database: Path) -> dict[str, set[tuple[Any, ...]]]:
 
 
 async def cli(*args: str) -> tuple[int, str, str]:
+    """`agent-gateway ARGS` in a process of its own, as an operator runs it."""
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway.ops.cli", *args, cwd=ROOT,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
     return proc.returncode, out.decode(), err.decode()
+
+
+async def command(*args: str) -> tuple[int, str, str]:
+    """The same command through `cli.main` in this process, off the test's loop (tests/test_cli.py:run_cli)."""
+    done = await asyncio.to_thread(run_cli, *args)
+    return done.returncode, done.stdout, done.stderr
 
 
 async def test_a_backup_taken_under_load_restores_into_a_fresh_deployment(tmp_path: Path) -> None:
@@ -68,12 +79,12 @@ async def test_a_backup_taken_under_load_restores_into_a_fresh_deployment(tmp_pa
         assert code == 0, err
         assert f"to {backup}" in out
         # The daemon holds the database: a restore into it is refused, and loses nothing.
-        code, _, err = await cli("db", "restore", str(backup), "--config", str(live))
+        code, _, err = await command("db", "restore", str(backup), "--config", str(live))
         assert code == 1 and "a daemon is running on" in err and "stop it first" in err
         assert (await gw.store.run(parked["run_id"])).status == "parked"  # type: ignore[union-attr]
 
     fresh = _config(tmp_path / "fresh")
-    code, out, err = await cli("db", "restore", str(backup), "--config", str(fresh))
+    code, out, err = await command("db", "restore", str(backup), "--config", str(fresh))
     assert code == 0, err
     restored = rows(fresh / "gateway.db")
     for table, kept in before.items():
@@ -90,14 +101,14 @@ async def test_a_backup_taken_under_load_restores_into_a_fresh_deployment(tmp_pa
 
 async def test_restore_keeps_the_database_it_replaces_and_refuses_what_is_not_a_backup(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c")  # a database migrated to this version's head
-    code, out, err = await cli("db", "backup", str(tmp_path / "b.db"), "--config", str(config))
+    code, out, err = await command("db", "backup", str(tmp_path / "b.db"), "--config", str(config))
     assert code == 0, err
-    code, _, err = await cli("db", "backup", str(tmp_path / "b.db"), "--config", str(config))
+    code, _, err = await command("db", "backup", str(tmp_path / "b.db"), "--config", str(config))
     assert code == 1 and "exists: choose a new file name" in err
     (tmp_path / "junk.db").write_text("not a database")
-    code, _, err = await cli("db", "restore", str(tmp_path / "junk.db"), "--config", str(config))
+    code, _, err = await command("db", "restore", str(tmp_path / "junk.db"), "--config", str(config))
     assert code == 1 and "is not a SQLite database" in err
-    code, out, err = await cli("db", "restore", str(tmp_path / "b.db"), "--config", str(config))
+    code, out, err = await command("db", "restore", str(tmp_path / "b.db"), "--config", str(config))
     assert code == 0, err
     [kept] = (tmp_path / "c").glob("gateway.db.before-restore-*")
     assert f"kept as {kept}" in out
@@ -105,7 +116,7 @@ async def test_restore_keeps_the_database_it_replaces_and_refuses_what_is_not_a_
 
 async def test_postgresql_backup_names_the_pg_dump_to_run(tmp_path: Path) -> None:
     config = write_config(tmp_path / "c", gateway={"database": {"url": "postgresql+asyncpg://gw:secret@db.internal/gw"}})
-    code, out, err = await cli("db", "backup", "/var/backups/gw.dump", "--config", str(config))
+    code, out, err = await command("db", "backup", "/var/backups/gw.dump", "--config", str(config))
     assert code == 2 and "pg_dump" in err
     assert out.strip() == ("pg_dump --format=custom --no-owner --no-privileges --file=/var/backups/gw.dump "
                            "postgresql://gw@db.internal/gw")  # the password never printed
@@ -117,13 +128,13 @@ async def test_migrate_check_refuses_an_old_schema_until_db_upgrade(tmp_path: Pa
     code, out, err = await cli("run", "--config", str(config))
     assert code == 1
     assert "this version needs" in err and "run `agent-gateway db upgrade` first" in err
-    code, out, _ = await cli("db", "current", "--config", str(config))
+    code, out, _ = await command("db", "current", "--config", str(config))
     assert code == 1 and "nothing (empty)" in out
-    code, _, err = await cli("approvals", "list", "--config", str(config))  # a CLI command does not migrate either
+    code, _, err = await command("approvals", "list", "--config", str(config))  # a CLI command does not migrate either
     assert code == 1 and "run `agent-gateway db upgrade` first" in err and "Traceback" not in err
-    code, out, err = await cli("db", "upgrade", "--config", str(config))
+    code, out, err = await command("db", "upgrade", "--config", str(config))
     assert code == 0, err
-    code, out, _ = await cli("db", "current", "--config", str(config))
+    code, out, _ = await command("db", "current", "--config", str(config))
     assert code == 0 and "(up to date)" in out
     async with running_gateway(config) as gw:
         assert gw.port

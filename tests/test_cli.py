@@ -1,13 +1,19 @@
 """`agent-gateway`'s command table (gateway/ops/cli.py:COMMANDS and group agent_gateway.commands): a call
-imports its own command's module and no other's, and every line of the table builds."""
+imports its own command's module and no other's, nor what its work does not use (the store for `check`,
+Alembic for `db current` at head), and every line of the table builds. `run_cli` runs a command in the
+test's own process, for the tests of what it says rather than of what its process imports."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -40,6 +46,32 @@ def imported_by(*argv: str, cwd: Path = ROOT) -> tuple[subprocess.CompletedProce
     head, _, modules = done.stdout.rpartition("\nIMPORTED ")
     done.stdout = head
     return done, set(json.loads(modules))
+
+
+def run_cli(*argv: str) -> subprocess.CompletedProcess[str]:
+    """`agent-gateway ARGV` through `cli.main` in this process: its exit code, stdout and stderr.
+
+    For the tests of what a command says and returns, where a process of its own would only pay the
+    libraries' imports again (1-2 s of CPU each); a subprocess stays where the process is the point
+    (what it imports, the daemon, the entry point itself). stderr holds, as the process's would, the
+    warnings logged on this thread (a process with no handler prints them, `logging.lastResort`).
+    Run it off the test's event loop (`asyncio.to_thread`) when the command talks to fakes on it;
+    the command runs its own loop (`asyncio.run`) and must not find one running."""
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    thread = threading.get_ident()
+    handler.addFilter(lambda record: record.thread == thread)
+    logging.getLogger().addHandler(handler)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(argv))
+            except SystemExit as e:  # argparse: --help, a usage error
+                code = 0 if e.code is None else e.code if isinstance(e.code, int) else 1
+    finally:
+        logging.getLogger().removeHandler(handler)
+    return subprocess.CompletedProcess(["agent-gateway", *argv], code, out.getvalue(), err.getvalue())
 
 
 def heavy(modules: set[str]) -> set[str]:
@@ -81,10 +113,11 @@ def test_a_config_command_imports_what_it_reads_and_no_other_command(tmp_path: P
     done, modules = imported_by("check", "--config", str(config))
     assert done.returncode == 0 and "ok" in done.stdout, done.stderr
     assert "bindings.loader" in modules  # what `check` needs, it has
-    # Two command modules are the daemon's own too (the config's checks reach the memory scopes through the
-    # adapter contract); no module that only a command needs is imported, nor MCP with no server configured.
-    assert modules & set(COMMAND_MODULES.values()) <= {"gateway.runs.memory", "gateway.inbound.pairing"}
+    # No command's module, nor MCP with no server configured, nor the store: the config's check of each
+    # binding's platform names the adapter contract only as a type (SQLAlchemy came with it, ~0.3 s).
+    assert modules.isdisjoint(COMMAND_MODULES.values())
     assert not any(m == "mcp" or m.startswith(("mcp.", "gateway.mcp")) for m in modules)
+    assert heavy(modules) == {"pydantic", "ruamel", "bindings"}
 
 
 def test_checking_the_shipped_config_reads_its_capabilities_without_pydantic_ai(tmp_path: Path) -> None:
@@ -98,6 +131,16 @@ def test_checking_the_shipped_config_reads_its_capabilities_without_pydantic_ai(
     assert "capabilities.memory_files_tools" not in modules
 
 
+def test_the_schema_of_a_database_at_head_is_read_without_alembic(tmp_path: Path) -> None:
+    """`db current` (and `doctor`'s database line) on a database at this version's head reads its version row
+    as the daemon's start does: Alembic, Mako and the dialects its DDL modules load are ~140 modules it does
+    not need; a database behind or ahead is still Alembic's to describe (tests/test_backup.py)."""
+    config = write_config(tmp_path)  # its database migrated to this version's head
+    done, modules = imported_by("db", "current", "--config", str(config))
+    assert done.returncode == 0 and "(up to date)" in done.stdout, done.stderr
+    assert heavy(modules) == {"sqlalchemy", "pydantic", "ruamel", "bindings"}  # no Alembic, pydantic-ai, aiohttp, MCP
+
+
 def test_the_stores_failures_are_still_said_in_words(tmp_path: Path) -> None:
     """The store's exceptions are caught without being imported by the CLI (a command that never opened
     the store cannot raise them): each still ends in its sentence and exit code, not a traceback."""
@@ -105,15 +148,15 @@ def test_the_stores_failures_are_still_said_in_words(tmp_path: Path) -> None:
 
     empty = write_config(tmp_path / "empty", gateway={"database": {"url": f"sqlite+aiosqlite:///{tmp_path / 'e.db'}",
                                                                    "migrate": "check"}})
-    done, _ = imported_by("approvals", "list", "--config", str(empty))  # a SchemaError: the schema is behind
+    done = run_cli("approvals", "list", "--config", str(empty))  # a SchemaError: the schema is behind
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     assert "db upgrade" in done.stderr
 
     locked = write_config(tmp_path / "locked", gateway={"database": {"busy_timeout_seconds": 0.2}})
     holder = sqlite3.connect(locked / "gateway.db", isolation_level=None)
     try:
-        holder.execute("BEGIN IMMEDIATE")  # another process holds the write lock (a sqlite3 shell, say)
-        done, _ = imported_by("pairing", "revoke", "web", "U1", "--config", str(locked))  # a StoreUnavailable
+        holder.execute("BEGIN IMMEDIATE")  # another connection holds the write lock (a sqlite3 shell, say)
+        done = run_cli("pairing", "revoke", "web", "U1", "--config", str(locked))  # a StoreUnavailable
     finally:
         holder.close()
     assert done.returncode == 75 and "Traceback" not in done.stderr, done.stderr

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +9,7 @@ import pytest
 from bindings.loader import ConfigError, load_config
 
 from .conftest import ROOT, write_config
+from .test_cli import run_cli
 
 
 def _problems(directory: Path) -> list[str]:
@@ -94,20 +93,17 @@ def test_id_must_match_file_name(tmp_path: Path) -> None:
     assert problem.startswith(f"{cfg}/agents/assistant.yaml:1:1: id: id 'other' must match the file name")
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "gateway.ops.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
-
-
 def test_check_command_exit_codes(tmp_path: Path) -> None:
+    """What `check` and `run` print and return, read from `cli.main` in this process (tests/test_cli.py:run_cli;
+    tests/test_startup.py runs the daemon's own process)."""
     cfg = write_config(tmp_path)
-    ok = _cli("check", "--config", str(cfg))
+    ok = run_cli("check", "--config", str(cfg))
     assert ok.returncode == 0 and "ok" in ok.stdout
     (cfg / "gateway.yaml").write_text("http:\n  listen: nowhere\n")
-    bad = _cli("check", "--config", str(cfg))
+    bad = run_cli("check", "--config", str(cfg))
     assert bad.returncode == 1
     assert f"{cfg}/gateway.yaml:2:3: http.listen: expected host:port" in bad.stderr
-    run = _cli("run", "--config", str(cfg))
+    run = run_cli("run", "--config", str(cfg))
     assert run.returncode == 1
     assert f"{cfg}/gateway.yaml:2:3: http.listen: expected host:port" in run.stderr
 
@@ -115,7 +111,7 @@ def test_check_command_exit_codes(tmp_path: Path) -> None:
 def test_schema_command_prints_json_schema() -> None:
     import json
 
-    out = _cli("schema", "binding")
+    out = run_cli("schema", "binding")
     assert out.returncode == 0
     schema = json.loads(out.stdout)
     assert "platform" in schema["properties"] and schema["additionalProperties"] is False

@@ -1,5 +1,6 @@
-"""`agent-gateway doctor` as an operator runs it: a real process against fake Slack, a fake model
-server, an MCP server of its own and the database on disk."""
+"""`agent-gateway doctor` as an operator runs it: against fake Slack, a fake model server, an MCP
+server of its own and the database on disk; a good deployment in a real process, the problems each
+is told of through `cli.main` in this process (the same command, without the libraries' imports again)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from .conftest import ROOT, write_config
 from .fakes.openai import FakeOpenAI
 from .fakes.slack import APP_TOKEN, BOT_TOKEN, FakeSlack
+from .test_cli import run_cli
 from .test_mcp import SERVER
 
 ENV = {"DOCTOR_SLACK_BOT": BOT_TOKEN, "DOCTOR_SLACK_APP": APP_TOKEN, "DOCTOR_MODEL_KEY": "sk-test"}
 
 
 async def doctor(config: Path, *flags: str) -> tuple[int, list[str], str]:
+    """`agent-gateway doctor FLAGS --config CONFIG` in a process of its own, ENV in its environment."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "gateway.ops.cli", "doctor", *flags, "--config", str(config), cwd=ROOT,
         env={**os.environ, **ENV}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
     return proc.returncode, out.decode().splitlines(), err.decode()
+
+
+async def doctor_here(monkeypatch: pytest.MonkeyPatch, config: Path, *flags: str,
+                      env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+    """The same through `cli.main` in this process (tests/test_cli.py:run_cli), off the test's loop (the
+    fakes run on it), ENV and `env` in this process's environment for the call."""
+    with monkeypatch.context() as patched:
+        for name, value in {**ENV, **(env or {})}.items():
+            patched.setenv(name, value)
+        done = await asyncio.to_thread(run_cli, "doctor", *flags, "--config", str(config))
+    return done.returncode, done.stdout.splitlines(), done.stderr
 
 
 def deployment(tmp_path: Path, slack: FakeSlack, model: FakeOpenAI, *, bot_token: str = "env:DOCTOR_SLACK_BOT",
@@ -64,7 +80,8 @@ async def test_a_good_deployment_is_ok_on_every_line(tmp_path: Path) -> None:
     assert len(model.requests) == 1 and 1 in (model.requests[0].get("max_tokens"), model.requests[0].get("max_completion_tokens"))
 
 
-async def test_a_broken_deployment_names_each_problem_and_what_to_change(tmp_path: Path) -> None:
+async def test_a_broken_deployment_names_each_problem_and_what_to_change(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     model = await FakeOpenAI().start()
     model.status = 404  # the model is not served there (a 5xx is retried by the SDK, with backoff, before the doctor hears)
     with socket.socket() as sock:  # a loopback port nobody listens on
@@ -79,8 +96,8 @@ async def test_a_broken_deployment_names_each_problem_and_what_to_change(tmp_pat
                 (config / "bindings" / "acme.yaml").read_text().replace("env:DOCTOR_SLACK_BOT", "env:DOCTOR_UNSET"))
             with sqlite3.connect(config / "gateway.db") as db:  # as a newer version would leave it
                 db.execute("UPDATE alembic_version SET version_num = '0099_newer'")
-            code, lines, err = await doctor(config, "--online")
-            offline_code, offline, _ = await doctor(config)
+            code, lines, err = await doctor_here(monkeypatch, config, "--online")
+            offline_code, offline, _ = await doctor_here(monkeypatch, config)
     finally:
         await model.stop()
     assert code == 1 and "problems found" in err
@@ -106,13 +123,13 @@ async def test_a_broken_deployment_names_each_problem_and_what_to_change(tmp_pat
     assert BOT_TOKEN not in "\n".join(lines + offline) + err  # a secret never printed
 
 
-async def test_an_unusable_model_key_is_found_offline(tmp_path: Path) -> None:
+async def test_an_unusable_model_key_is_found_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     model = await FakeOpenAI().start()
     try:
         async with FakeSlack() as slack:
             config = deployment(tmp_path / "c", slack, model, api_key="env:DOCTOR_NO_KEY")
             (config / "gateway.db").unlink(missing_ok=True)  # a new deployment: no database file yet
-            code, lines, _ = await doctor(config)
+            code, lines, _ = await doctor_here(monkeypatch, config)
     finally:
         await model.stop()
     assert code == 1
@@ -121,7 +138,7 @@ async def test_an_unusable_model_key_is_found_offline(tmp_path: Path) -> None:
     assert "ok: database" in "\n".join(lines) and "does not exist yet" in "\n".join(lines)
 
 
-async def test_telegram_and_mattermost_tokens_are_asked_online(tmp_path: Path) -> None:
+async def test_telegram_and_mattermost_tokens_are_asked_online(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from .fakes.mattermost import FakeMattermost
     from .fakes.telegram import FakeTelegram
 
@@ -139,12 +156,8 @@ async def test_telegram_and_mattermost_tokens_are_asked_online(tmp_path: Path) -
                 "mm-person": {"platform": "mattermost", "agent": "assistant",
                               "mattermost": {"url": url, "token": "env:DOCTOR_MM_ALICE"}},
             })
-            ENV.update(DOCTOR_TG="999:not-the-bots-token", DOCTOR_MM="mm-bot-token", DOCTOR_MM_ALICE="mm-alice-token")
-            try:
-                code, lines, _ = await doctor(config, "--online")
-            finally:
-                for name in ("DOCTOR_TG", "DOCTOR_MM", "DOCTOR_MM_ALICE"):
-                    ENV.pop(name)
+            code, lines, _ = await doctor_here(monkeypatch, config, "--online", env={
+                "DOCTOR_TG": "999:not-the-bots-token", "DOCTOR_MM": "mm-bot-token", "DOCTOR_MM_ALICE": "mm-alice-token"})
     finally:
         await mattermost.stop()
     assert code == 1

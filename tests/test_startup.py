@@ -14,20 +14,24 @@ from bindings.models import RuntimeConfig
 from gateway.ops.cli import event_loop_factory
 
 from .conftest import ROOT, write_config
+from .test_cli import run_cli
 
 
 def cli(*args: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """`agent-gateway ARGS --config CONFIG` in a process of its own, as an operator or systemd starts it."""
     return subprocess.run([sys.executable, "-m", "gateway.ops.cli", *args, "--config", str(config)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 
 def test_check_refuses_what_run_refuses_with_file_and_line(tmp_path: Path) -> None:
-    """A public listen without an api_token: `check` used to pass it and `run` refuse it."""
+    """A public listen without an api_token: `check` used to pass it and `run` refuse it. Both refuse it at
+    the config's load, before `run` starts anything: read from `cli.main` in this process (`run` as its own
+    process is the two tests below)."""
     config = write_config(tmp_path / "c", gateway={"http": {"listen": "0.0.0.0:8788"}})
     lines = (config / "gateway.yaml").read_text().splitlines()
     line = next(i for i, text in enumerate(lines, 1) if "listen:" in text)
     for command in ("check", "run"):
-        done = cli(command, config=config)
+        done = run_cli(command, "--config", str(config))
         assert done.returncode == 1, (command, done.stderr)
         assert f"{config / 'gateway.yaml'}:{line}:" in done.stderr
         assert "http.listen: 0.0.0.0:8788 listens beyond loopback but http.api_token is not set" in done.stderr

@@ -719,3 +719,26 @@ async def test_notes_read_on_the_driver_are_the_orms_rows_and_never_a_stopped_on
     assert await notes.index(other_agent) == "the helper's"
     await notes.suppress(ann, INDEX, True)
     assert await notes.index(ann) is None
+
+
+async def test_capability_state_read_on_the_driver_is_what_was_written_and_only_its_scope(store: Store) -> None:
+    """What planning reads per request (`get`, `keys`, `items`, on `driver.read`): the values written,
+    text of every kind intact, in key order, of the one capability and scope asked for."""
+    state = store.capability_state
+    await state.put("planning", "conv-a", "current", '[{"id": "1", "content": "wäsche 🧺"}]')
+    await state.put("planning", "conv-a", "finished:2026", "[]")
+    await state.put("planning", "conv-b", "current", "the other conversation's")
+    await state.put("sandbox", "conv-a", "current", "another capability's")
+    assert await state.add("planning", "conv-a", "finished:2025", "old") is True
+    await state.put("planning", "conv-a", "current", "replaced")
+
+    assert await state.get("planning", "conv-a", "current") == "replaced"
+    assert await state.get("planning", "conv-a", "missing") is None
+    assert await state.get("planning", "conv-c", "current") is None
+    assert await state.keys("planning", "conv-a") == ["current", "finished:2025", "finished:2026"]
+    assert await state.items("planning", "conv-a") == {"current": "replaced", "finished:2025": "old",
+                                                       "finished:2026": "[]"}
+    assert await state.items("sandbox", "conv-a") == {"current": "another capability's"}
+    assert await state.delete("planning", "conv-a", "finished:2025") == 1
+    assert await state.keys("planning", "conv-a") == ["current", "finished:2026"]
+    assert await state.get("planning", "conv-b", "current") == "the other conversation's"

@@ -144,7 +144,8 @@ async def _ask(subject: str, model: Any) -> Line:
     from pydantic_ai.messages import ModelRequest
 
     try:
-        async with asyncio.timeout(MODEL_TIMEOUT):
+        # Entered, so that its provider's HTTP client is closed once asked (not left to the process's exit).
+        async with model, asyncio.timeout(MODEL_TIMEOUT):
             await model_request(model, [ModelRequest.user_text_prompt("Say ok.")], model_settings={"max_tokens": 1})
     except Exception as e:
         return Line(subject, Trouble(f"the provider did not answer ({type(e).__name__}: {str(e)[:300]})",

@@ -3,26 +3,35 @@
 Capabilities reach it through the run context (`Turn.state`); they name the scope themselves
 from what the run was granted (the conversation id, the memory scope's owner), so one
 capability's state never leaks into another's and a process restart loses nothing.
+
+Reads (`get`, `items`, `keys`) are one statement on the store's driver (`driver.read`: no ORM session,
+no write lock, the same bound): planning reads its plan on every model request, where a session's
+cost was most of a planning run's calls (bench/README.md, Round 13). Writes stay the ORM's.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from gateway.clock import Clock
+from gateway.store import driver
 from gateway.store.models import CapabilityStateRow
+
+_OF = 'FROM capability_state WHERE capability = :c AND scope = :s'
 
 
 class CapabilityState:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Clock) -> None:
-        self._sessions, self._clock = sessions, clock
+    def __init__(self, engine: AsyncEngine, sessions: async_sessionmaker[AsyncSession], clock: Clock) -> None:
+        self._engine, self._sessions, self._clock = engine, sessions, clock
 
     async def get(self, capability: str, scope: str, key: str) -> str | None:
-        async with self._sessions() as s:
-            row = await s.get(CapabilityStateRow, (capability, scope, key))
-            return row.value if row is not None else None
+        def program(q: driver.Statements) -> driver.Program[str | None]:
+            row = yield q.one(f'SELECT value {_OF} AND "key" = :k', c=capability, s=scope, k=key)
+            return row[0] if row is not None else None
+
+        return await driver.read(self._engine, program)
 
     async def put(self, capability: str, scope: str, key: str, value: str) -> None:
         async with self._sessions() as s, s.begin():
@@ -51,14 +60,15 @@ class CapabilityState:
 
     async def items(self, capability: str, scope: str) -> dict[str, str]:
         """Every key of the scope with its value, in key order (a workspace's files, for a listing or a search)."""
-        async with self._sessions() as s:
-            rows = await s.execute(select(CapabilityStateRow.key, CapabilityStateRow.value).where(
-                CapabilityStateRow.capability == capability, CapabilityStateRow.scope == scope)
-                .order_by(CapabilityStateRow.key))
+        def program(q: driver.Statements) -> driver.Program[dict[str, str]]:
+            rows = yield q.all(f'SELECT "key", value {_OF} ORDER BY "key"', c=capability, s=scope)
             return {key: value for key, value in rows}
 
+        return await driver.read(self._engine, program)
+
     async def keys(self, capability: str, scope: str) -> list[str]:
-        async with self._sessions() as s:
-            return list(await s.scalars(select(CapabilityStateRow.key).where(
-                CapabilityStateRow.capability == capability, CapabilityStateRow.scope == scope)
-                .order_by(CapabilityStateRow.key)))
+        def program(q: driver.Statements) -> driver.Program[list[str]]:
+            rows = yield q.all(f'SELECT "key" {_OF} ORDER BY "key"', c=capability, s=scope)
+            return [row[0] for row in rows]
+
+        return await driver.read(self._engine, program)

@@ -164,7 +164,7 @@ class Store:
         # Conversations never change once created, and accounts rarely: keep what we read.
         self._conversations: _Lru[str, ConversationRef] = _Lru(CACHE_SIZE)
         self._identities: _Lru[tuple[str, str, str], tuple[Identity, str, float]] = _Lru(CACHE_SIZE)
-        self.capability_state = CapabilityState(self.sessions, self.clock)
+        self.capability_state = CapabilityState(self.engine, self.sessions, self.clock)
 
     def _lock(self, q: driver.Statements, key: str) -> driver.Program[None]:
         """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).

@@ -5,21 +5,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from gateway.runs import llm
-from gateway.runs.agent_run import run_agent
 from gateway.runs.memory import NO_STORE_ANONYMOUS, NO_STORE_PERSONAL_OFF, resolve_scope
 from gateway.messages import ChatKind
 from gateway.store.notes import INDEX, NoteStore, Scope
 from gateway.store.people import AccountRef, PeopleStore
 from gateway.runs.turn import Memory
-from gateway.store import repo
 
+from . import interleaved
+from .interleaved import at_once, step
 from .support import Account, Place, World, agent, slack_binding, telegram_binding, world
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -218,73 +218,27 @@ async def test_the_agents_own_delete_prunes_the_index_too(tmp_path: Path) -> Non
 
 # --- two runs of one agent at once, through its one shared Agent ----------------------------------
 
-# Per run (by its prompt), what the model does at each request: an awaitable giving (tool, args), or None to answer.
-Plan = dict[str, list[Callable[[], Awaitable[tuple[str, dict[str, str]] | None]]]]
-PLAN: Plan = {}
-SHOWN: dict[str, list[str]] = {}  # per run: every instruction and tool result the model was sent
-
-
-async def _interleaved(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-    first = messages[0]
-    assert isinstance(first, ModelRequest)
-    prompt = str(next(p.content for p in first.parts if isinstance(p, UserPromptPart)))
-    shown = SHOWN.setdefault(prompt, [])
-    shown.append(info.instructions or "")
-    last = messages[-1]
-    if isinstance(last, ModelRequest):
-        shown.extend(str(p.content) for p in last.parts if isinstance(p, ToolReturnPart))
-    step = sum(isinstance(m, ModelResponse) for m in messages)
-    action = await PLAN[prompt][step]() if step < len(PLAN[prompt]) else None
-    if action is None:
-        yield "done"
-        return
-    tool, args = action
-    yield {0: DeltaToolCall(name=tool, json_args=json.dumps(args), tool_call_id=f"{prompt}-{step}")}
-
-
-llm.register_model("interleaved", lambda: FunctionModel(stream_function=_interleaved, model_name="interleaved"))
-
 
 async def test_two_runs_of_one_agent_at_once_each_see_only_their_own_audiences_notes(tmp_path: Path) -> None:
     """memory_files is built once and held by the agent's shared Agent: a DM's run and a group's run of the
     same agent and binding, interleaved, each read and write only their own store, and the person's index
     is shown in the DM only, never in the group, while the other run is mid-way."""
     dm_wrote, group_wrote = asyncio.Event(), asyncio.Event()
-
-    async def then(event: asyncio.Event, waits: asyncio.Event | None, tool: str, **args: str) -> tuple[str, dict[str, str]]:
-        event.set()
-        if waits is not None:
-            await waits.wait()
-        return tool, args
-
-    async def write(content: str, after: asyncio.Event | None = None) -> tuple[str, dict[str, str]]:
-        if after is not None:
-            await after.wait()
-        return "write_memory", {"name": INDEX, "content": content}
-
-    async def done() -> None:
-        return None
-
-    PLAN.clear()
-    SHOWN.clear()
-    PLAN["in the dm"] = [lambda: write("alice-private-token"),
-                         lambda: then(dm_wrote, group_wrote, "read_memory", name=INDEX), done]
-    PLAN["in the group"] = [lambda: write("room-token", after=dm_wrote),
-                            lambda: then(group_wrote, None, "read_memory", name=INDEX),
-                            lambda: then(group_wrote, None, "list_memory"), done]
+    interleaved.script({
+        "in the dm": [step("write_memory", name=INDEX, content="alice-private-token"),
+                      step("read_memory", signal=dm_wrote, after=group_wrote, name=INDEX), step(None)],
+        "in the group": [step("write_memory", after=dm_wrote, name=INDEX, content="room-token"),
+                         step("read_memory", signal=group_wrote, name=INDEX),
+                         step("list_memory", signal=group_wrote), step(None)],
+    })
     async with world(tmp_path, agents={"assistant": agent({"id": "memory_files"}, model="interleaved")}) as w:
         in_dm = await w.turn(ALICE, DM_ALICE, "in the dm")
         in_group = await w.turn(ALICE, CHANNEL, "in the group")
-        dm_agent, group_agent = w.gw.runner.build_agent(in_dm), w.gw.runner.build_agent(in_group)
-        assert dm_agent.wrapped is group_agent.wrapped, "both runs go through the agent's one shared Agent"
-        outputs = await asyncio.wait_for(asyncio.gather(run_agent(dm_agent, "in the dm", deps=in_dm),
-                                                        run_agent(group_agent, "in the group", deps=in_group)), 30)
-        assert [str(o.output) for o in outputs] == ["done", "done"]
-        dm, group = "\n".join(SHOWN["in the dm"]), "\n".join(SHOWN["in the group"])
+        await at_once(w, (in_dm, "in the dm"), (in_group, "in the group"))
+        shown = interleaved.SHOWN
+        dm, group = "\n".join(shown["in the dm"]), "\n".join(shown["in the group"])
         assert "room-token" not in dm, "the chat's notes never reach the person's one-to-one run"
         assert "alice-private-token" not in group, "the person's notes never reach a group run"
-        assert SHOWN["in the dm"][-1].endswith("alice-private-token")  # read back after the group wrote its own
-        assert "alice-private-token" in SHOWN["in the dm"][-2], "the DM's index, injected in the DM"
-        assert "room-token" in group and "group chat" in SHOWN["in the group"][0]
-        for turn in (in_dm, in_group):
-            await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply="done")
+        assert shown["in the dm"][-1].endswith("alice-private-token")  # read back after the group wrote its own
+        assert "alice-private-token" in shown["in the dm"][-2], "the DM's index, injected in the DM"
+        assert "room-token" in group and "group chat" in shown["in the group"][0]

@@ -224,14 +224,14 @@ def test_the_shared_builds_kept_are_the_ones_used_lately_not_the_first_made() ->
     """Delegates' one-off agents come and go; an agent every message uses stays built among them."""
     from types import SimpleNamespace
 
-    from capabilities.registry import SharedBuilds
+    from capabilities.registry import SharedBuild, SharedBuilds
 
     class Counted(SharedBuilds):
         built: list[str] = []
 
         def _build(self, turn, parts):  # type: ignore[no-untyped-def, override]
             self.built.append(turn.agent.name)
-            return None, {}
+            return SharedBuild(None, {})
 
     builds = Counted(size=2)
     binding = SimpleNamespace()

@@ -31,7 +31,6 @@ import asyncio
 import html
 import itertools
 import json
-import random
 import re
 import time
 from collections.abc import Callable
@@ -254,9 +253,11 @@ class FakeTelegram:
         # A share of getUpdates long polls cut, as a proxy or a flaky network does: answered 502
         # (an HTML page, not the Bot API's JSON) or, after the poll took its updates, closed
         # unanswered. Either way the updates stay queued: only a later `offset` confirms them.
+        # The share is kept exactly, not drawn at random: a loaded machine polls fewer times in a test's
+        # span, and a random share of few polls was sometimes one cut (the drops test's own check failed).
         self.poll_cut_share = 0.0
         self.polls_cut = 0
-        self._poll_cuts = random.Random(502)
+        self._cut_credit = 0.0
 
     # --- server lifecycle ------------------------------------------------------------------
 
@@ -497,8 +498,13 @@ class FakeTelegram:
         if wait is not None:
             self.throttled.append(self.calls[-1])
             return _error(ApiError(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait}))
-        cut = method == "getUpdates" and self._poll_cuts.random() < self.poll_cut_share
-        if cut and self._poll_cuts.random() < 0.5:
+        cut = False
+        if method == "getUpdates" and self.poll_cut_share:
+            self._cut_credit += self.poll_cut_share
+            cut = self._cut_credit >= 1.0
+        if cut:
+            self._cut_credit -= 1.0
+        if cut and self.polls_cut % 2 == 0:  # the two ways alternate: a 502 page first, then a closed poll
             self.polls_cut += 1
             return web.Response(status=502, text="<html><body><h1>502 Bad Gateway</h1></body></html>",
                                 content_type="text/html")
