@@ -7,20 +7,26 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import sys
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from bindings.loader import load_config
 from gateway import extensions
 from gateway.daemon import Gateway
+from gateway.runs.llm import register_model
 from gateway.runs.models_cache import ModelCache
 
-from .conftest import ROOT, write_config
+from .conftest import ROOT, wait_for, write_config
 from .fakes.openai import FakeOpenAI
 
 # In a fresh interpreter: the daemon started, its warm-up awaited, then one message through the web API;
@@ -167,6 +173,48 @@ async def test_a_message_during_the_warm_up_is_answered_with_the_one_model_kept(
             await gw.stop()
     finally:
         await served.stop()
+
+
+async def test_a_message_during_the_warm_up_waits_for_its_thread_and_does_not_do_its_work_on_the_loop(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run that came while the warm-up's thread imported what a first run imports did the same on the loop: with
+    a module the thread was still importing (the OpenAI SDK), the loop itself waited for the thread on Python's
+    import lock, 11.6 s on a loaded machine (tests/chaos/test_database_faults.py: /readyz unanswered). Here the
+    thread's part is held until the run is seen waiting for it (or the model asked: before the fix)."""
+    held, asked = threading.Event(), []
+
+    def model() -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            asked.append(held.is_set())
+            yield "Hello."
+        return FunctionModel(stream_function=stream)
+
+    register_model("warm-up-held", model)
+    config = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": "warm-up-held"}})
+    extensions.register_checks()
+    gw = Gateway(load_config(config))
+    gw.warm_ups.append(lambda config: held.wait(60))  # an extension's part of the warm-up, in its thread
+    caplog.set_level(logging.DEBUG, logger="gateway.runs.runner")
+    await gw.start()  # not running_gateway: it would wait for the warm-up
+    try:
+        async with aiohttp.ClientSession(gw.url) as s:
+            conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+            async with gw.events.listen(conversation) as events:
+                await s.post(f"/api/v1/conversations/{conversation}/messages", json={"text": "hello"})
+                await wait_for(lambda: asked or _logged(caplog, "run waits for the warm-up"),
+                               what="the run to wait for the warm-up (or to ask the model)")
+                held.set()
+                while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end":
+                    pass
+        assert event["status"] == "finished"
+        assert asked == [True], "the model was asked while the warm-up's thread was still at work"
+    finally:
+        held.set()
+        await gw.stop()
+
+
+def _logged(caplog: pytest.LogCaptureFixture, message: str) -> bool:
+    return any(r.getMessage() == message for r in caplog.records)
 
 
 @pytest.mark.parametrize("free", [0, 1], ids=["none-free", "one-free"])

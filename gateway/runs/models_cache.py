@@ -48,6 +48,7 @@ from gateway.tasks import cancel_and_wait
 log = logging.getLogger("gateway.models")
 
 RETIRE_POLL = 0.1  # seconds between looks at whether the runs that may use a retired provider ended
+WARMING_WAIT = 30.0  # seconds a run waits at most for the warm-up's thread (`ModelCache.until_warm`)
 
 
 def config_key(provider_name: str, cfg: ProviderConfig | None) -> tuple[Any, ...]:
@@ -89,6 +90,9 @@ class ModelCache:
         self._models: dict[tuple[Any, ...], Model] = {}
         self._retired: list[Provider[Any]] = []  # waiting for the runs that may still use them
         self._retiring: set[asyncio.Task[None]] = set()
+        # Set while the start's warm-up (`gateway.runs.warm_up`) builds and imports in its thread what a
+        # first run would: a run waits for it (`Runner`) rather than do the same on the loop meanwhile.
+        self.warming: asyncio.Event | None = None
 
     def get(self, name: str, providers: dict[str, ProviderConfig]) -> Model:
         """The model `name` (an agent's `model:`) with `providers` (gateway.yaml's), built on first use.
@@ -120,6 +124,15 @@ class ModelCache:
         built = await asyncio.to_thread(scratch._build, names, providers)
         await self._adopt(scratch)
         return built
+
+    async def until_warm(self) -> None:
+        """Until the warm-up's thread part has ended (`warming`); at most WARMING_WAIT seconds, after which
+        the run does the first-time work itself: a warm-up stuck in an extension's part holds no run for good."""
+        warming = self.warming
+        if warming is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(WARMING_WAIT):
+                    await warming.wait()
 
     def _build(self, names: list[str], providers: dict[str, ProviderConfig]) -> list[str]:
         """In the warm-up's thread, on a cache nobody else uses yet."""

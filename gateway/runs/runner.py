@@ -457,6 +457,9 @@ class Runner:
         try:
             if not due:
                 await asyncio.sleep(0)  # the indicator started now writes its request before the run's work
+            if gw.models.warming is not None:  # the warm-up's thread imports what this run would import
+                log.debug("run waits for the warm-up", extra=turn.log_fields)
+                await gw.models.until_warm()
             for prepare in self.turn_preparers:
                 await prepare(turn)
             agent = self.build_agent(turn)

@@ -13,8 +13,12 @@ message (bench/README.md, "The first message"):
 So after `Gateway.start` has opened the gate (READY does not wait for it), `warm_up` builds the
 configured models, then rehearses one run per agent name on an offline model that calls a tool and
 answers, in a thread with an event loop of its own: the thread takes the GIL in slices, so the loop
-keeps serving meanwhile. What it builds is the process's (modules, pydantic-ai's caches, the models,
-which the gateway's `ModelCache` adopts); nothing bound to the thread's loop is kept. Then one more
+keeps serving meanwhile. A run that comes meanwhile waits for the thread (`ModelCache.warming`): doing
+the same first-time work on the loop, it imported the modules the thread was importing, and Python's
+per-module import lock then held the loop itself until the thread was done (the provider's SDK, 11.6 s
+on a loaded machine: every conversation and /readyz frozen, tests/chaos/test_database_faults.py).
+What it builds is the process's (modules, pydantic-ai's caches, the models, which the gateway's
+`ModelCache` adopts); nothing bound to the thread's loop is kept. Then one more
 rehearsal on the daemon's loop, cheap by then, starts that loop's own parts. Only what the config
 names is built: a deployment on Anthropic never imports openai, the offline demo imports neither.
 
@@ -55,12 +59,9 @@ async def warm_up(config: LoadedConfig, models: ModelCache,
     """Build `config`'s models, do the extensions' part (`Assembly.warm_ups`) and rehearse a run per agent
     (see the module docstring); logs one line."""
     started, cpu, modules = time.monotonic(), time.process_time(), len(sys.modules)
+    names = sorted(config.agents)
     try:
-        built = await models.warm(config)
-        for warm in extra:
-            await asyncio.to_thread(warm, config)
-        names = sorted(config.agents)
-        await asyncio.to_thread(_rehearse_in_thread, names)
+        built = await _in_threads(config, models, extra, names)
         on_loop = time.monotonic()
         await _rehearse(names[:1])
     except Exception as e:  # never the daemon's failure: the first run does it instead
@@ -70,6 +71,21 @@ async def warm_up(config: LoadedConfig, models: ModelCache,
              extra={"models": built, "agents": len(names), "seconds": round(time.monotonic() - started, 3),
                     "on_loop_seconds": round(time.monotonic() - on_loop, 3),
                     "cpu_seconds": round(time.process_time() - cpu, 3), "modules": len(sys.modules) - modules})
+
+
+async def _in_threads(config: LoadedConfig, models: ModelCache, extra: Sequence[Callable[[LoadedConfig], None]],
+                      names: list[str]) -> list[str]:
+    """The warm-up's work off the loop, with `models.warming` set meanwhile; returns the models built."""
+    warming = models.warming = asyncio.Event()
+    try:
+        built = await models.warm(config)
+        for warm in extra:
+            await asyncio.to_thread(warm, config)
+        await asyncio.to_thread(_rehearse_in_thread, names)
+        return built
+    finally:  # the runs that came meanwhile go on (after a failed warm-up they do its work themselves)
+        models.warming = None
+        warming.set()
 
 
 def _rehearse_in_thread(names: list[str]) -> None:

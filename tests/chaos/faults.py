@@ -32,6 +32,10 @@ class Faults:
     closed: int = 0  # times the PostgreSQL database was closed to connections
     seen: list[dict[str, Any]] = field(default_factory=list)  # /readyz's database part during faults
     unanswered: int = 0  # /readyz reads that got no answer (the loop stalled or the daemon died)
+    # Each of those: when it was asked (seconds from the start) and how long it waited; the daemon's log
+    # then says what held its loop (gateway.loop's "event loop stalled ... in task ..." lines).
+    silent: list[tuple[float, float]] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
 
 
 async def _watch(w: World, faults: Faults, seconds: float | None = None, until: asyncio.Event | None = None,
@@ -39,9 +43,11 @@ async def _watch(w: World, faults: Faults, seconds: float | None = None, until: 
     """Read /readyz every 0.2-0.3 s while a fault lasts (`on_read` after each read)."""
     end = time.monotonic() + (seconds or 0)
     while (until is not None and not until.is_set()) or (until is None and time.monotonic() < end):
+        asked = time.monotonic()
         state = await w.daemon.readiness()
         if state is None:
             faults.unanswered += 1
+            faults.silent.append((round(asked - faults.started, 2), round(time.monotonic() - asked, 2)))
         else:
             faults.seen.append(state["database"])
         on_read()
@@ -102,7 +108,12 @@ async def sqlite_faults(w: World, faults: Faults, until: float, *, hold: float =
 async def stream_under_faults(w: World, tally: Tally, faults: Faults, store: str, duration: float, *,
                               slack_threads: int = 4, web_conversations: int = 3, wait: float = 60) -> None:
     """Slack threads and web conversations for `duration` s with the store's faults alongside."""
-    w.slack.redeliver_after = 3.0  # what Slack does (after minutes) with an event nobody acked
+    # What Slack does with an event nobody acked: three more tries, over minutes there, far longer than these faults
+    # last. The fake's must outlast them too: 3 s apart, on a loaded machine three events were refused on all four
+    # tries within 14 s of terminations, and the fake gave up on them (as Slack would only minutes later) while
+    # settled() waited for their ack. Half the stream's span apart (the faults end within about 1.4 spans); at
+    # most 30 s, as a sender waits `wait` for its answer.
+    w.slack.redeliver_after = min(duration / 2, 30.0)
     until = time.monotonic() + duration
     fault = postgres_faults if store == "postgresql" else sqlite_faults
     running = asyncio.create_task(fault(w, faults, until))

@@ -16,6 +16,11 @@ from .faults import BUSY, Faults, stream_under_faults
 from .harness import Tally, world
 
 
+def _stalls(log: str) -> str:
+    """The daemon's lines naming what held its loop (gateway/ops/loop_watchdog.py): why a /readyz went unanswered."""
+    return "\n".join(line for line in log.splitlines() if "logger=gateway.loop" in line)
+
+
 @pytest.mark.postgres
 async def test_postgres_backends_terminated_and_refused_under_load(tmp_path: Path) -> None:
     async with world(tmp_path / "config", "postgresql", busy_timeout=BUSY) as w:
@@ -30,7 +35,7 @@ async def test_postgres_backends_terminated_and_refused_under_load(tmp_path: Pat
     # While it was closed /readyz answered, saying so and since when; afterwards, that it
     # recovered and when.
     down = [d for d in faults.seen if d.get("unavailable_since")]
-    assert faults.unanswered == 0, faults
+    assert faults.unanswered == 0, f"{faults}\n{_stalls(log)}"
     assert down and any(d["status"] == "down" for d in down) and "accepting connections" in down[-1]["last_error"], faults
     assert after["status"] == "ok" and "unavailable_since" not in after, after
     assert after["recovered_at"] > down[0]["unavailable_since"] and after["last_error"], after
@@ -48,7 +53,7 @@ async def test_sqlite_locked_by_an_admin_under_load(tmp_path: Path) -> None:
     assert tally.answered == tally.admitted == tally.sent, tally
     # The loop is free while the store waits in its own thread: /readyz answered throughout,
     # first "degraded" (writes waiting), then "unavailable since" (refused past the bound).
-    assert faults.unanswered == 0, faults
+    assert faults.unanswered == 0, f"{faults}\n{_stalls(log)}"
     assert any(d["status"] == "degraded" for d in faults.seen), faults
     down = [d for d in faults.seen if d.get("unavailable_since")]
     assert down and down[-1]["last_error"], faults

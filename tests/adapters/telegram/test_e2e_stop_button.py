@@ -16,16 +16,20 @@ from gateway.runs.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.telegram import ChatMessage, FakeTelegram
-from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, one_run_finished, quick_model, slow_model
+from tests.test_stop import BRIEF_WORDS, QUICK, brief_model, one_run_finished, quick_model
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*retry_after.*:telegram.warnings.PTBDeprecationWarning")
 
 from .team import ADA, BOB, GROUP_ID, fake  # noqa: F401  (fake: the fixture)
 BRIEF = "telegram-stop-brief"
+# A reply that goes on until it is stopped (10 minutes of words): the slow model's ten seconds were the test's
+# whole time for the button, an edit after it, Bob's press and Ada's; on a loaded machine (3 s of them here, 5-6 s
+# to spare) a slower run let the reply finish first, and its final edit took the button away, as it should.
+LONG, LONG_WORDS = "telegram-stop-long", 3000
 
 
 def _config(tmp_path: Path, fake: FakeTelegram, model: str) -> Path:
-    register_model(SLOW, slow_model)
+    register_model(LONG, lambda: brief_model(LONG_WORDS))
     register_model(BRIEF, brief_model)
     register_model(QUICK, quick_model)
     telegram = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": fake.api_url, "mode": "polling"}
@@ -54,7 +58,7 @@ async def _ask(fake: FakeTelegram, gw: Any, text: str) -> tuple[ChatMessage, rep
 
 async def test_the_button_rides_every_edit_only_the_requester_stops_and_it_is_gone_at_the_end(
         tmp_path: Path, fake: FakeTelegram) -> None:
-    async with running_gateway(_config(tmp_path, fake, SLOW)) as gw:
+    async with running_gateway(_config(tmp_path, fake, LONG)) as gw:
         reply, run = await _ask(fake, gw, "write a long essay")
         data = await fake.wait_for(lambda: stop_data(reply.reply_markup), what="the Stop button")
         assert data == f"stop:{run.id}"
@@ -79,7 +83,8 @@ async def test_the_button_rides_every_edit_only_the_requester_stops_and_it_is_go
         await wait_for(stopped, what="the run to end stopped")
         await fake.wait_for(lambda: "Stopped by Ada" in reply.text and reply.reply_markup is None,
                             what="the stopped line, without the button")
-        assert "⏹ Stopped by Ada; before that I wrote what is above." in reply.text and "word99" not in reply.text
+        assert "⏹ Stopped by Ada; before that I wrote what is above." in reply.text
+        assert f"word{LONG_WORDS - 1}" not in reply.text
         # Every edit from the button's arrival on passed it along (the final one too, before it was taken
         # away). An edit before it may lack it: the button waits for room in the chat's budget, and a
         # reply's text is worth more (a fresh-clone run under load put one edit first).
@@ -88,7 +93,8 @@ async def test_the_button_rides_every_edit_only_the_requester_stops_and_it_is_go
                  and int(c.params["message_id"]) == reply.message_id]
         first = next(i for i, c in enumerate(calls) if stop_data(c.params.get("reply_markup")) == data)
         edits = [c.params for c in calls[first:] if c.method == "editMessageText"]
-        assert len(edits) >= 2 and all(stop_data(e.get("reply_markup")) == data for e in edits)
+        assert len(edits) >= 2 and all(stop_data(e.get("reply_markup")) == data for e in edits), [
+            (c.method, stop_data(c.params.get("reply_markup")), len(c.params.get("text", ""))) for c in calls]
 
 
 async def test_a_reply_that_finishes_loses_its_button(tmp_path: Path, fake: FakeTelegram) -> None:
