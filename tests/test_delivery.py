@@ -243,9 +243,9 @@ async def test_a_finished_replys_final_row_goes_with_the_runs_end(store: Store, 
     transactions: list[str] = []
     real = driver.transaction
 
-    async def counted(engine: Any, program: Any) -> Any:
+    async def counted(engine: Any, program: Any, **kw: Any) -> Any:
         transactions.append(getattr(program, "__qualname__", "?"))
-        return await real(engine, program)
+        return await real(engine, program, **kw)
 
     monkeypatch.setattr(driver, "transaction", counted)
     chat = RecordingChat()
