@@ -10,6 +10,7 @@ adapter-level ones stand a refusing core in for the store, to reach the bounds o
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 from adapters.slack.adapter import SlackAdapter
 from adapters.slack.held import HELD_EVENTS, HELD_FOR, RETRY_CAP
 from gateway.clock import ManualClock
+from gateway.daemon import Gateway
 from gateway.messages import InboundMessage
 from gateway.outbound.adapter import SubmitResult
 from gateway.store.availability import StoreUnavailable
@@ -51,20 +53,22 @@ def _answers(fake: FakeSlack, root_ts: str) -> list[str]:
     return [m.text for m in fake.bot_messages("C0GEN") if m.thread_ts == root_ts]
 
 
-async def _warm_up(fake: FakeSlack) -> None:
-    """A first turn before the lock, as tests/test_locked_database.py's: a process's first run builds
-    what every later run reuses, and that stall is not the lock's."""
-    root, _ = await fake.say("C0GEN", "U0ADA", "<@U0BOT> warm up")
-    await fake.wait_for(lambda: _answers(fake, root.ts))
+@contextlib.asynccontextmanager
+async def _warm_gateway(tmp_path: Path, fake: FakeSlack) -> AsyncIterator[tuple[Gateway, Path]]:
+    """The daemon on Socket Mode, connected, after a first turn before the lock (as
+    tests/test_locked_database.py's: a process's first run builds what every later run reuses)."""
+    config_dir = _config(tmp_path, fake.api_url)
+    async with running_gateway(config_dir) as gw:
+        await wait_for(lambda: gw.adapters["acme"].health().connected, what="slack connected")
+        root, _ = await fake.say("C0GEN", "U0ADA", "<@U0BOT> warm up")
+        await fake.wait_for(lambda: _answers(fake, root.ts))
+        yield gw, config_dir
 
 
 async def test_the_last_delivery_during_a_lock_is_acked_and_answered_once(
         tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
-    config_dir = _config(tmp_path, fake_slack.api_url)
-    async with running_gateway(config_dir) as gw:
-        await wait_for(lambda: gw.adapters["acme"].health().connected, what="slack connected")
-        await _warm_up(fake_slack)
+    async with _warm_gateway(tmp_path, fake_slack) as (gw, config_dir):
         root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello on the last try")
         async with another_process_holds_the_lock(config_dir / "gateway.db", HOLD) as released:
             # Slack's third retry of both events of the mention (`message`, `app_mention`).
@@ -84,10 +88,7 @@ async def test_an_earlier_delivery_during_a_lock_is_not_acked(
         tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
     """Slack delivers it again (durably, across our restart): the adapter holds nothing."""
     caplog.set_level(logging.INFO)
-    config_dir = _config(tmp_path, fake_slack.api_url)
-    async with running_gateway(config_dir) as gw:
-        await wait_for(lambda: gw.adapters["acme"].health().connected, what="slack connected")
-        await _warm_up(fake_slack)
+    async with _warm_gateway(tmp_path, fake_slack) as (gw, config_dir):
         root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello on the first retry")
         bodies = [fake_slack.event_callback(e) for e in events]
         async with another_process_holds_the_lock(config_dir / "gateway.db", HOLD) as released:
