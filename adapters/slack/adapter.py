@@ -136,7 +136,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         # its first, then asks the core whether it was stored (in a burst it mostly arrives meanwhile).
         self._handling: dict[str, asyncio.Event] = {}
         # Slack's last deliveries of events the store refused: acked, held, stored when it answers.
-        self._held = HeldEvents(self._handle_event, self._spawn, self._clock, self._log)
+        self._held = HeldEvents(self._handle_event, self._spawn, lambda: self._stopping, self._clock, self._log)
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0

@@ -35,6 +35,7 @@ HELD_FOR = 15 * 60.0  # seconds
 # Between passes over the held events while the database refuses them: soon at first (a lock is
 # mostly short), then at most every 30 s (no busy-polling of a database that is down).
 RETRY_BASE, RETRY_CAP = 1.0, 30.0
+STOPPED = "the binding stopped before the database answered"
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,9 @@ class HeldEvents:
     """The last deliveries acked while the store was refusing them, until it takes them."""
 
     def __init__(self, store: Callable[[dict[str, Any], BotIdentity], Awaitable[None]],
-                 spawn: Callable[[Coroutine[Any, Any, None]], None], clock: Clock, log: logging.Logger) -> None:
-        self._store, self._spawn, self._clock, self._log = store, spawn, clock, log
+                 spawn: Callable[[Coroutine[Any, Any, None]], None], stopping: Callable[[], bool], clock: Clock,
+                 log: logging.Logger) -> None:
+        self._store, self._spawn, self._stopping, self._clock, self._log = store, spawn, stopping, clock, log
         self._held: collections.deque[_Held] = collections.deque()
         self._retrying = False
 
@@ -61,8 +63,13 @@ class HeldEvents:
         if (retry_attempt or 0) < LAST_RETRY:
             return False
         held = _Held(str(body.get("event_id", "?")), body, bot, self._clock.monotonic())
+        # Either way acked all the same: without an ack no further delivery would come either.
+        if self._stopping():
+            # A handler the stop did not wait for (the SDK runs each envelope's in a task of its own):
+            # a retry spawned now would outlive the binding.
+            self._lost(held, STOPPED)
+            return True
         if len(self._held) >= HELD_EVENTS:
-            # Acked all the same: without an ack no further delivery would come either.
             self._lost(held, f"{len(self._held)} events are held already, waiting for the database")
             return True
         self._held.append(held)
@@ -108,7 +115,7 @@ class HeldEvents:
     def give_up(self) -> None:
         """The binding stops (its stop has cancelled and awaited `_retry`): what is held is lost."""
         while self._held:
-            self._lost(self._held.popleft(), "the binding stopped before the database answered")
+            self._lost(self._held.popleft(), STOPPED)
         self._retrying = False  # a retry cancelled before it ran never reached its `finally`
 
     def _lost(self, held: _Held, why: str) -> None:

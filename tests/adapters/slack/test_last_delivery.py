@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 
 from adapters.slack.adapter import SlackAdapter
-from adapters.slack.held import HELD_EVENTS, HELD_FOR, RETRY_CAP
+from adapters.slack.held import HELD_EVENTS, HELD_FOR, RETRY_CAP, STOPPED
 from gateway.clock import ManualClock
 from gateway.daemon import Gateway
 from gateway.messages import InboundMessage
@@ -145,9 +145,14 @@ class DownStore(FakeDispatcher):
     def __init__(self) -> None:
         super().__init__(deciders={"U0ADA"})
         self.down = True
+        self.entered = asyncio.Event()  # set by the first submit
+        self.slow: asyncio.Event | None = None  # when set up, a refusal waits for it (the store's bound)
 
     async def submit(self, message: InboundMessage) -> SubmitResult:
+        self.entered.set()
         if self.down:
+            if self.slow is not None:
+                await self.slow.wait()
             raise StoreUnavailable("database is locked", retry_after=1.0)
         return await super().submit(message)
 
@@ -216,7 +221,24 @@ async def test_a_stop_gives_up_what_is_held_and_leaves_no_task(fake_slack: FakeS
     assert _retries()
     await adapter.stop()
     assert not _retries(), "the held events' retries ended with the stop"
-    assert len(_logged(caplog, "was lost: the binding stopped before the database answered")) == 1
+    assert len(_logged(caplog, f"was lost: {STOPPED}")) == 1
+
+
+async def test_an_event_refused_after_the_stop_is_not_held(fake_slack: FakeSlack,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """The store's refusal comes after the binding stopped (an envelope's handler runs in a task of
+    the SDK's own, which a stop does not wait for): nothing is held that no stop would end."""
+    caplog.set_level(logging.INFO)
+    core = DownStore()
+    core.slow = asyncio.Event()
+    adapter = await start_adapter(fake_slack, core)
+    _, events = fake_slack.user_posts("D0ADA", "U0ADA", "hello")
+    await fake_slack.send_event(events[0], retry_attempt=3)
+    await eventually(core.entered.is_set)
+    await adapter.stop()
+    core.slow.set()
+    await eventually(lambda: _logged(caplog, f"was lost: {STOPPED}"))
+    assert not _retries() and not _logged(caplog, "acked and held")
 
 
 async def test_no_more_than_the_cap_is_held(fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
