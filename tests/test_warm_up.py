@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import threading
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,11 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from bindings.loader import load_config
 from gateway import extensions
 from gateway.daemon import Gateway
+from gateway.runs import warm_up as warm_up_module
 from gateway.runs.llm import register_model
 from gateway.runs.models_cache import ModelCache
 
-from .conftest import ROOT, wait_for, write_config
+from .conftest import DEFAULT_AGENT, ROOT, run_finished, running_gateway, wait_for, write_config
 from .fakes.openai import FakeOpenAI
 
 # In a fresh interpreter: the daemon started, its warm-up awaited, then one message through the web API;
@@ -231,3 +233,25 @@ async def test_a_warm_up_out_of_descriptors_logs_one_line_and_no_traceback(tmp_p
     assert process.returncode == 0, err.decode()
     assert out.decode().splitlines() == ["WARNING warm-up failed: OSError: [Errno 24] Too many open files"]
     assert err.decode() == ""
+
+
+async def test_a_second_gateway_in_one_process_answers_without_rehearsing_its_agents_in_the_thread_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the thread's rehearsal builds is the process's: a gateway started again in the same process (a
+    restart inside a test, the suite's next test) rehearses only on its loop, and still answers."""
+    loops: list[asyncio.AbstractEventLoop] = []  # the rehearsal threads' loops, each made by the real `_thread_loop`
+    make_loop = warm_up_module._thread_loop
+
+    def counted() -> asyncio.AbstractEventLoop:
+        loops.append(make_loop())
+        return loops[-1]
+    monkeypatch.setattr(warm_up_module, "_thread_loop", counted)
+    agent = f"fresh-{uuid.uuid4().hex[:8]}"  # a name no earlier gateway of this process rehearsed
+    config = write_config(tmp_path / "c", agents={agent: DEFAULT_AGENT}, bindings={"web": {"platform": "web", "agent": agent}})
+    for start in (1, 2):
+        async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
+            assert len(loops) == 1, f"start {start}"
+            conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+            run = (await (await s.post(f"/api/v1/conversations/{conversation}/messages",
+                                       json={"text": "hello"})).json())["run_id"]
+            await wait_for(lambda: run_finished(gw, run), what="the answer")

@@ -23,6 +23,11 @@ rehearsal on the daemon's loop, cheap by then, starts that loop's own parts. Onl
 names is built: a deployment on Anthropic never imports openai, the offline demo imports neither.
 
 A warm-up that fails is logged and changes nothing else: the first run then pays, as it used to.
+
+The thread's rehearsal is done once per agent name and process: what it builds is the process's, so a
+second gateway started in the same process (a test suite's next test, a restart inside one) would
+rehearse for nothing (~15 ms of CPU each). The daemon starts one gateway per process; for it nothing
+changes. The rehearsal on the loop is the loop's own and is done at every start.
 """
 
 from __future__ import annotations
@@ -53,6 +58,8 @@ log = logging.getLogger("gateway.warm_up")
 
 REHEARSAL_SECONDS = 30.0  # a rehearsal that has not ended by then is given up (logged)
 
+_rehearsed: set[str] = set()  # the agent names this process has rehearsed in the thread (see the module docstring)
+
 
 async def warm_up(config: LoadedConfig, models: ModelCache,
                   extra: Sequence[Callable[[LoadedConfig], None]] = ()) -> None:
@@ -81,7 +88,10 @@ async def _in_threads(config: LoadedConfig, models: ModelCache, extra: Sequence[
         built = await models.warm(config)
         for warm in extra:
             await asyncio.to_thread(warm, config)
-        await asyncio.to_thread(_rehearse_in_thread, names)
+        fresh = [name for name in names if name not in _rehearsed]
+        if fresh:
+            await asyncio.to_thread(_rehearse_in_thread, fresh)
+            _rehearsed.update(fresh)  # on the loop, after the thread: only a rehearsal that ended counts
         return built
     finally:  # the runs that came meanwhile go on (after a failed warm-up they do its work themselves)
         models.warming = None

@@ -12,15 +12,20 @@ a stale file costs speed, never a test. Nothing here decides what runs, only in 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 DURATIONS = Path(__file__).resolve().parent.parent / "durations.json"
+# The xdist group's suffix ("...::test@browser", tests/conftest.py:_group_in_nodeid) is not part of a
+# test's name; an "@" inside a parameter's id is ("test_strip_mention[@agentbot-]"): a test's name ends
+# with its name or its parameters' "]", never in a group's suffix.
+_GROUP_SUFFIX = re.compile(r"@[\w-]+$")
 
 
 def _key(nodeid: str) -> str:
-    return nodeid.split("@", 1)[0]  # the xdist group's suffix is not part of a test's name
+    return _GROUP_SUFFIX.sub("", nodeid)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
