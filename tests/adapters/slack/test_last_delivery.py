@@ -19,7 +19,6 @@ from typing import Any
 import aiohttp
 import pytest
 
-from adapters.slack.adapter import SlackAdapter
 from adapters.slack.held import HELD_EVENTS, HELD_FOR, RETRY_CAP, STOPPED
 from gateway.clock import ManualClock
 from gateway.daemon import Gateway
@@ -177,7 +176,7 @@ def _as_time_passes(fake: FakeSlack, seen: Callable[[], Any]) -> Any:
     return seen()
 
 
-async def _held(fake: FakeSlack, adapter: SlackAdapter, text: str) -> str:
+async def _held(fake: FakeSlack, text: str) -> str:
     """Ada's DM arrives on its last delivery while the store is down; acked, so held."""
     _, events = fake.user_posts("D0ADA", "U0ADA", text)
     envelope = await fake.send_event(events[0], retry_attempt=3)
@@ -189,7 +188,7 @@ async def test_a_held_event_is_stored_when_the_store_answers(manual_slack: FakeS
     core = DownStore()
     adapter = await start_adapter(manual_slack, core)
     try:
-        await _held(manual_slack, adapter, "hello")
+        await _held(manual_slack, "hello")
         core.down = False
         await eventually(lambda: _as_time_passes(manual_slack, lambda: core.accepted))
         assert [m.text for m in core.accepted] == ["hello"]
@@ -204,7 +203,7 @@ async def test_a_held_event_is_given_up_after_its_time(manual_slack: FakeSlack,
     core = DownStore()
     adapter = await start_adapter(manual_slack, core)
     try:
-        await _held(manual_slack, adapter, "hello")
+        await _held(manual_slack, "hello")
         lost = f"was lost: the database did not answer for {HELD_FOR / 60:.0f} minutes"
         await eventually(lambda: _as_time_passes(manual_slack, lambda: _logged(caplog, lost)))
         await eventually(lambda: not _retries())
@@ -217,7 +216,7 @@ async def test_a_stop_gives_up_what_is_held_and_leaves_no_task(fake_slack: FakeS
                                                                 caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO)
     adapter = await start_adapter(fake_slack, DownStore())
-    await _held(fake_slack, adapter, "hello")
+    await _held(fake_slack, "hello")
     assert _retries()
     await adapter.stop()
     assert not _retries(), "the held events' retries ended with the stop"
@@ -246,7 +245,7 @@ async def test_no_more_than_the_cap_is_held(fake_slack: FakeSlack, caplog: pytes
     adapter = await start_adapter(fake_slack, DownStore())
     try:
         for i in range(HELD_EVENTS + 1):
-            await _held(fake_slack, adapter, f"message {i}")
+            await _held(fake_slack, f"message {i}")
         assert len(_logged(caplog, "acked and held")) == HELD_EVENTS
         assert len(_logged(caplog, f"was lost: {HELD_EVENTS} events are held already")) == 1
     finally:
