@@ -11,7 +11,9 @@ Acks: bolt runs with `process_before_response=True`, so the ack (the Socket Mode
 response, or the HTTP 200) is sent only when our listener returns — after
 `dispatcher.submit()` has durably recorded the message; `_on_socket_event` acks the same way.
 A listener that fails before that sends no ack, and Slack redelivers; the core's ledger turns a
-redelivery into nothing. A message this process stored lately, delivered again (a mention comes
+redelivery into nothing. Slack's last delivery (its third retry) is the exception: refused by a
+busy store, it is acked and held in memory until the store takes it (`held.HeldEvents`), since
+no further delivery would come. A message this process stored lately, delivered again (a mention comes
 as `message` and `app_mention`), and the bot's own posts echoed back are acked unread.
 """
 
@@ -88,6 +90,7 @@ from .stop import control_blocks, is_reply, parse_stop, reply_blocks
 from .questions import QUESTION_ACTION_PREFIX, parse_question_value, question_message
 from .directory import SlackDirectory
 from .frames import CheckedSocketModeClient, payload_problem
+from .held import HeldEvents
 from .normalize import BotIdentity, chat_kind, echoed, normalize_event, pair_key
 from .render import markdown_to_mrkdwn
 
@@ -132,6 +135,8 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         # Dedupe keys of the events being handled now (Socket Mode): the other event of a pair waits for
         # its first, then asks the core whether it was stored (in a burst it mostly arrives meanwhile).
         self._handling: dict[str, asyncio.Event] = {}
+        # Slack's last deliveries of events the store refused: acked, held, stored when it answers.
+        self._held = HeldEvents(self._handle_event, self._spawn, lambda: self._stopping, self._clock, self._log)
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
@@ -166,6 +171,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         await (self._socket_once() if self._section.mode == "socket" else self._http_ready())
 
     async def _close(self) -> None:
+        self._held.give_up()  # its retries were cancelled and awaited with the other side tasks
         # Requests that still reach the HTTP route get 503 (Slack retries them later).
         self._app = None
         self._conn.client = self._conn.users = None
@@ -335,16 +341,19 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         and every listener argument built per event: ~220 calls). Over Socket Mode nothing of it is
         needed for an event: no signature to check, who the bot is is our own auth.test's, its own
         posts are `normalize`'s to tell. As Bolt's `process_before_response`: acked once handled,
-        and a handler that raises sends no ack (Bolt's 500), so Slack delivers the event again.
+        and a handler that raises sends no ack (Bolt's 500), so Slack delivers the event again
+        (unless this was its last delivery and the store refused it: acked and held, `HeldEvents`).
         While it is handled, an event of the same `key` waits (`_on_socket_request`)."""
         handling = asyncio.Event()
         if key is not None:
             self._handling[key] = handling  # before any await: the caller checked there was none
+        bot = BotIdentity(self._conn.bot_user_id, self._conn.bot_id)
         try:
-            await self._handle_event(req.payload, BotIdentity(self._conn.bot_user_id, self._conn.bot_id))
+            await self._handle_event(req.payload, bot)
         except Exception as e:
-            await self._on_listener_error(e, req.payload)
-            return
+            if not (isinstance(e, StoreUnavailable) and self._held.take(req.payload, bot, req.retry_attempt)):
+                await self._on_listener_error(e, req.payload)
+                return
         finally:
             if key is not None:
                 del self._handling[key]
@@ -388,10 +397,16 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
     # --- inbound --------------------------------------------------------------------------
 
-    async def _on_event(self, ack: Any, body: dict[str, Any], context: AsyncBoltContext) -> None:
-        """An event through Bolt (HTTP mode, its signature checked), acked once handled."""
-        await self._handle_event(body, BotIdentity(context.bot_user_id or self._conn.bot_user_id,
-                                                   context.bot_id or self._conn.bot_id))
+    async def _on_event(self, ack: Any, body: dict[str, Any], context: AsyncBoltContext,
+                        request: AsyncBoltRequest) -> None:
+        """An event through Bolt (HTTP mode, its signature checked), acked once handled; one the
+        store refused on Slack's last delivery (`X-Slack-Retry-Num`) is acked and held."""
+        bot = BotIdentity(context.bot_user_id or self._conn.bot_user_id, context.bot_id or self._conn.bot_id)
+        try:
+            await self._handle_event(body, bot)
+        except StoreUnavailable:
+            if not self._held.take(body, bot, _retry_num(request)):
+                raise
         await ack()
 
     async def _handle_event(self, body: dict[str, Any], bot: BotIdentity) -> None:
@@ -864,6 +879,15 @@ async def _close_socket(socket: SocketModeClient) -> None:
     if socket.current_session is not None:
         await within(socket.current_session.close())
     await socket.aiohttp_client_session.close()
+
+
+def _retry_num(request: AsyncBoltRequest) -> int | None:
+    """Which of Slack's retries an HTTP request is (`X-Slack-Retry-Num`); None on its first delivery."""
+    values = request.headers.get("x-slack-retry-num") or []
+    try:
+        return int(values[0]) if values else None
+    except ValueError:
+        return None
 
 
 def _bolt_refusal(e: Exception) -> str:

@@ -1,0 +1,253 @@
+"""Slack's last delivery of an event (its third retry) must not be lost to a busy database.
+
+An event the store refuses is not acked, and Slack delivers it again; but only three times. Its
+third retry, refused, is acked and held by the adapter, and stored once the database answers:
+the person gets their one answer. Earlier attempts keep the rule: no ack, Slack delivers again.
+The end-to-end tests lock the real SQLite store from another process past its bound; the
+adapter-level ones stand a refusing core in for the store, to reach the bounds on what is held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from adapters.slack.held import HELD_EVENTS, HELD_FOR, RETRY_CAP, STOPPED
+from gateway.clock import ManualClock
+from gateway.daemon import Gateway
+from gateway.messages import InboundMessage
+from gateway.outbound.adapter import SubmitResult
+from gateway.store.availability import StoreUnavailable
+from tests.conftest import running_gateway, wait_for, write_config
+from tests.fakes.slack import FakeSlack, signed_event_request
+from tests.support.dispatcher import FakeDispatcher
+from tests.support.locking import another_process_holds_the_lock
+from tests.support.settled import settled
+
+from .conftest import eventually, start_adapter
+
+BOUND = 0.5  # busy_timeout_seconds: the store refuses a write waiting longer
+HOLD = 120.0  # the other process's lock, until the test lets go (its steps must all fall inside it)
+
+
+def _config(tmp_path: Path, api_url: str, mode: str = "socket") -> Path:
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "mode": mode, "api_url": api_url}
+    return write_config(tmp_path / "config", bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}},
+                        gateway={"database": {"busy_timeout_seconds": BOUND}})
+
+
+def _logged(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if text in r.getMessage()]
+
+
+def _answers(fake: FakeSlack, root_ts: str) -> list[str]:
+    return [m.text for m in fake.bot_messages("C0GEN") if m.thread_ts == root_ts]
+
+
+@contextlib.asynccontextmanager
+async def _warm_gateway(tmp_path: Path, fake: FakeSlack) -> AsyncIterator[tuple[Gateway, Path]]:
+    """The daemon on Socket Mode, connected, after a first turn before the lock (as
+    tests/test_locked_database.py's: a process's first run builds what every later run reuses)."""
+    config_dir = _config(tmp_path, fake.api_url)
+    async with running_gateway(config_dir) as gw:
+        await wait_for(lambda: gw.adapters["acme"].health().connected, what="slack connected")
+        root, _ = await fake.say("C0GEN", "U0ADA", "<@U0BOT> warm up")
+        await fake.wait_for(lambda: _answers(fake, root.ts))
+        yield gw, config_dir
+
+
+async def test_the_last_delivery_during_a_lock_is_acked_and_answered_once(
+        tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    async with _warm_gateway(tmp_path, fake_slack) as (gw, config_dir):
+        root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello on the last try")
+        async with another_process_holds_the_lock(config_dir / "gateway.db", HOLD) as released:
+            # Slack's third retry of both events of the mention (`message`, `app_mention`).
+            envelopes = [await fake_slack.send_event(e, retry_attempt=3) for e in events]
+            await fake_slack.wait_for(lambda: all(fake_slack.acked(env) for env in envelopes))
+            assert not _answers(fake_slack, root.ts), "nothing can have been stored while the lock is held"
+            assert len(_logged(caplog, "acked and held until the database answers")) == 2
+            released.let_go()
+        answers = await fake_slack.wait_for(lambda: _answers(fake_slack, root.ts))
+        await settled(gw, fake_slack)  # nothing left that could post a second answer
+        answers = _answers(fake_slack, root.ts)
+        assert len(answers) == 1 and answers[0].endswith("hello on the last try"), answers
+        assert not _logged(caplog, "was lost")
+
+
+async def test_an_earlier_delivery_during_a_lock_is_not_acked(
+        tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    """Slack delivers it again (durably, across our restart): the adapter holds nothing."""
+    caplog.set_level(logging.INFO)
+    async with _warm_gateway(tmp_path, fake_slack) as (gw, config_dir):
+        root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello on the first retry")
+        bodies = [fake_slack.event_callback(e) for e in events]
+        async with another_process_holds_the_lock(config_dir / "gateway.db", HOLD) as released:
+            envelopes = [await fake_slack.send_event(e, body=b, retry_attempt=1) for e, b in zip(events, bodies)]
+            await wait_for(lambda: all(_logged(caplog, f"event {b['event_id']} not acked") for b in bodies),
+                           what="the store's refusal")
+            assert not any(fake_slack.acked(env) for env in envelopes)
+            assert not _logged(caplog, "acked and held")
+            released.let_go()
+        # Slack's next retry, once the database answers: stored, acked, answered.
+        again = [await fake_slack.send_event(e, body=b, retry_attempt=2) for e, b in zip(events, bodies)]
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(env) for env in again))
+        await settled(gw, fake_slack)
+        assert len(_answers(fake_slack, root.ts)) == 1
+
+
+async def test_http_mode_acks_only_the_last_delivery_during_a_lock(
+        tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    """In HTTP mode the ack is the answer's status: a 5xx asks Slack to retry, a 200 says it has it."""
+    caplog.set_level(logging.INFO)
+    config_dir = _config(tmp_path, fake_slack.api_url, mode="http")
+    async with running_gateway(config_dir) as gw, aiohttp.ClientSession() as http:
+        await wait_for(lambda: gw.adapters["acme"].health().connected, what="slack token verified")
+        url = f"{gw.url}/slack/events/acme"
+
+        async def deliver(body: dict[str, Any], retry_num: int | None = None) -> int:
+            raw, headers = signed_event_request(body, retry_num=retry_num)
+            async with http.post(url, data=raw.encode(), headers=headers) as response:
+                return response.status
+
+        warm, warm_events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> warm up")
+        assert await deliver(fake_slack.event_callback(warm_events[0])) == 200
+        await fake_slack.wait_for(lambda: _answers(fake_slack, warm.ts))
+        root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello over http")
+        body = fake_slack.event_callback(events[0])
+        async with another_process_holds_the_lock(config_dir / "gateway.db", HOLD) as released:
+            assert await deliver(body) >= 500, "a first delivery the store refused is not acked"
+            assert await deliver(body, retry_num=2) >= 500
+            assert await deliver(body, retry_num=3) == 200, "the last delivery is acked, and held"
+            assert not _answers(fake_slack, root.ts)
+            released.let_go()
+        await fake_slack.wait_for(lambda: _answers(fake_slack, root.ts))
+        await settled(gw, fake_slack)
+        assert len(_answers(fake_slack, root.ts)) == 1
+        assert len(_logged(caplog, "acked and held until the database answers")) == 1
+
+
+# --- the bounds, against a core that cannot store (adapter level) ---------------------------
+
+
+class DownStore(FakeDispatcher):
+    """The core while its database refuses every write (`down`), as `StoreUnavailable` says it."""
+
+    def __init__(self) -> None:
+        super().__init__(deciders={"U0ADA"})
+        self.down = True
+        self.entered = asyncio.Event()  # set by the first submit
+        self.slow: asyncio.Event | None = None  # when set up, a refusal waits for it (the store's bound)
+
+    async def submit(self, message: InboundMessage) -> SubmitResult:
+        self.entered.set()
+        if self.down:
+            if self.slow is not None:
+                await self.slow.wait()
+            raise StoreUnavailable("database is locked", retry_after=1.0)
+        return await super().submit(message)
+
+
+def _retries() -> list[asyncio.Task[Any]]:
+    return [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "") == "HeldEvents._retry"]
+
+
+@pytest.fixture
+async def manual_slack(slack_env: None) -> AsyncIterator[FakeSlack]:
+    async with FakeSlack(clock=ManualClock()) as fake:
+        fake.add_user("U0ADA", "ada", real_name="Ada Lovelace", display_name="Ada")
+        fake.add_channel("D0ADA", "", kind="im", members=["U0ADA"])
+        yield fake
+
+
+def _as_time_passes(fake: FakeSlack, seen: Callable[[], Any]) -> Any:
+    """`seen()`, the fake's clock moved on by the longest wait between two passes over the held events
+    first (each poll of `eventually` moves it again: the retries' backoff takes no real time)."""
+    assert isinstance(fake.clock, ManualClock)
+    fake.clock.advance(RETRY_CAP)
+    return seen()
+
+
+async def _held(fake: FakeSlack, text: str) -> str:
+    """Ada's DM arrives on its last delivery while the store is down; acked, so held."""
+    _, events = fake.user_posts("D0ADA", "U0ADA", text)
+    envelope = await fake.send_event(events[0], retry_attempt=3)
+    await fake.wait_for(lambda: fake.acked(envelope))
+    return envelope
+
+
+async def test_a_held_event_is_stored_when_the_store_answers(manual_slack: FakeSlack) -> None:
+    core = DownStore()
+    adapter = await start_adapter(manual_slack, core)
+    try:
+        await _held(manual_slack, "hello")
+        core.down = False
+        await eventually(lambda: _as_time_passes(manual_slack, lambda: core.accepted))
+        assert [m.text for m in core.accepted] == ["hello"]
+        await eventually(lambda: not _retries())  # nothing held: the retries end
+    finally:
+        await adapter.stop()
+
+
+async def test_a_held_event_is_given_up_after_its_time(manual_slack: FakeSlack,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    core = DownStore()
+    adapter = await start_adapter(manual_slack, core)
+    try:
+        await _held(manual_slack, "hello")
+        lost = f"was lost: the database did not answer for {HELD_FOR / 60:.0f} minutes"
+        await eventually(lambda: _as_time_passes(manual_slack, lambda: _logged(caplog, lost)))
+        await eventually(lambda: not _retries())
+        assert core.accepted == []
+    finally:
+        await adapter.stop()
+
+
+async def test_a_stop_gives_up_what_is_held_and_leaves_no_task(fake_slack: FakeSlack,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    adapter = await start_adapter(fake_slack, DownStore())
+    await _held(fake_slack, "hello")
+    assert _retries()
+    await adapter.stop()
+    assert not _retries(), "the held events' retries ended with the stop"
+    assert len(_logged(caplog, f"was lost: {STOPPED}")) == 1
+
+
+async def test_an_event_refused_after_the_stop_is_not_held(fake_slack: FakeSlack,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """The store's refusal comes after the binding stopped (an envelope's handler runs in a task of
+    the SDK's own, which a stop does not wait for): nothing is held that no stop would end."""
+    caplog.set_level(logging.INFO)
+    core = DownStore()
+    core.slow = asyncio.Event()
+    adapter = await start_adapter(fake_slack, core)
+    _, events = fake_slack.user_posts("D0ADA", "U0ADA", "hello")
+    await fake_slack.send_event(events[0], retry_attempt=3)
+    await eventually(core.entered.is_set)
+    await adapter.stop()
+    core.slow.set()
+    await eventually(lambda: _logged(caplog, f"was lost: {STOPPED}"))
+    assert not _retries() and not _logged(caplog, "acked and held")
+
+
+async def test_no_more_than_the_cap_is_held(fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    adapter = await start_adapter(fake_slack, DownStore())
+    try:
+        for i in range(HELD_EVENTS + 1):
+            await _held(fake_slack, f"message {i}")
+        assert len(_logged(caplog, "acked and held")) == HELD_EVENTS
+        assert len(_logged(caplog, f"was lost: {HELD_EVENTS} events are held already")) == 1
+    finally:
+        await adapter.stop()
+
