@@ -162,11 +162,10 @@ async def test_a_message_during_the_warm_up_is_answered_with_the_one_model_kept(
         await gw.start()  # not running_gateway: it would wait for the warm-up
         try:
             async with aiohttp.ClientSession(gw.url) as s:
-                conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+                conversation = await _conversation(s)
                 async with gw.events.listen(conversation) as events:
                     await s.post(f"/api/v1/conversations/{conversation}/messages", json={"text": "hello"})
-                    while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end":
-                        pass
+                    event = await _run_end(events)
             assert event["status"] == "finished"
             await gw.warmed()
             [provider] = gw.models.providers()
@@ -200,14 +199,13 @@ async def test_a_message_during_the_warm_up_waits_for_its_thread_and_does_not_do
     await gw.start()  # not running_gateway: it would wait for the warm-up
     try:
         async with aiohttp.ClientSession(gw.url) as s:
-            conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+            conversation = await _conversation(s)
             async with gw.events.listen(conversation) as events:
                 await s.post(f"/api/v1/conversations/{conversation}/messages", json={"text": "hello"})
                 await wait_for(lambda: asked or _logged(caplog, "run waits for the warm-up"),
                                what="the run to wait for the warm-up (or to ask the model)")
                 held.set()
-                while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end":
-                    pass
+                event = await _run_end(events)
         assert event["status"] == "finished"
         assert asked == [True], "the model was asked while the warm-up's thread was still at work"
     finally:
@@ -251,7 +249,18 @@ async def test_a_second_gateway_in_one_process_answers_without_rehearsing_its_ag
     for start in (1, 2):
         async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
             assert len(loops) == 1, f"start {start}"
-            conversation = (await (await s.post("/api/v1/conversations", json={})).json())["id"]
+            conversation = await _conversation(s)
             run = (await (await s.post(f"/api/v1/conversations/{conversation}/messages",
                                        json={"text": "hello"})).json())["run_id"]
             await wait_for(lambda: run_finished(gw, run), what="the answer")
+
+
+async def _conversation(s: aiohttp.ClientSession) -> str:
+    return str((await (await s.post("/api/v1/conversations", json={})).json())["id"])
+
+
+async def _run_end(events: asyncio.Queue[dict[str, Any]]) -> dict[str, Any]:
+    """The next run's end the conversation's event stream carries."""
+    while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end":
+        pass
+    return event
