@@ -235,3 +235,35 @@ async def test_delegations_of_one_delegate_from_two_runs_reuse_its_one_shared_ag
             assert "current date and time" in SCRIPT.requests[1].instructions, "the delegate has its own capabilities"
             built.append(agents.cache_info().misses)
         assert built[1] == built[2] == built[0], f"Agents built after each delegation: {built}"
+
+
+async def test_two_peoples_images_drawn_at_once_are_each_spent_on_their_own_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """image_generation is built once: two people's runs draw at once, and each drawing is recorded on the
+    run that asked for it (its row: what is billed to whom), none on a third run of one of them beside."""
+    from tests.fakes.openai import FakeOpenAI
+
+    from .test_image_generation import _drawing, _png
+
+    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    alice_drew = asyncio.Event()
+    interleaved.script({
+        "alice draws": [step("generate_image", prompt="alice's cat"), step(None, signal=alice_drew)],
+        "bob draws": [step("generate_image", after=alice_drew, prompt="bob's dog"), step(None)],
+        "bob chats": [step(None)],
+    })
+    try:
+        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="interleaved")}) as w:
+            runs = [(await w.turn(ALICE, DM_ALICE, "alice draws"), "alice draws"),
+                    (await w.turn(BOB, CHANNEL, "bob draws"), "bob draws"),
+                    (await w.turn(BOB, DM_BOB, "bob chats"), "bob chats")]
+            agents = await at_once(w, *runs)
+            assert [a._capabilities for a in agents] == [[], [], []], "image_generation is the shared Agent's"
+            drawn = [(await w.gw.store.run(turn.run_id)).images for turn, _ in runs]  # type: ignore[union-attr]
+    finally:
+        await images.stop()
+    assert drawn == [1, 1, 0], drawn
+    assert sorted(body["prompt"] for body, _ in images.image_requests) == ["alice's cat", "bob's dog"]
+    assert all("drawn but not posted" in interleaved.SHOWN[p][-1] for p in ("alice draws", "bob draws"))
