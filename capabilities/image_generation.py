@@ -14,7 +14,8 @@ model gets back and the log; the bytes never reach the model.
 The image model's client (its provider's pooled HTTP client) is the daemon's, one per image config and key
 (`ImageClients`), reused by every run and closed when the gateway stops: built per run, each run opened a
 connection to the image server and left it open. The capability is then built once per config (`shared`):
-the tool reads the key at each call (a rotated key file is a new client) and the run from its deps.
+the tool reads the key at each request and call (a rotated key file is a new client; an unreadable one
+hides the tool) and the run from its deps.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pydantic_ai.exceptions import ContentFilterError, ModelAPIError, ModelHTTPE
 from pydantic_ai.images import ImageGenerator
 from pydantic_ai.images.openai import OpenAIImageGenerationModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import RunContext, Tool, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
 from gateway.outbound.adapter import OutboundFile, PlatformError
@@ -146,15 +147,18 @@ def _toolset(cfg: ImageGenerationConfig, key: Callable[[], str | None], clients:
             return trouble(ctx, "transient", f"the platform did not take the image ({e})")
         return f"{shared.note[:1].upper()}{shared.note[1:]}{cost}. The person sees it; do not paste it as text."
 
-    return FunctionToolset([generate_image])
+    async def while_the_key_reads(ctx: RunContext[Turn], tool_def: ToolDefinition) -> ToolDefinition | None:
+        # Offered only while the key can be read (checked at each request): a tool that could only refuse is
+        # not offered, and a key put in place is used from the next request on, without a reload.
+        return tool_def if key() is not None else None
+
+    return FunctionToolset([Tool(generate_image, prepare=while_the_key_reads)])
 
 
 def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     cfg = ctx.config
     assert isinstance(cfg, ImageGenerationConfig)
-    if ctx.secret is None:  # refused at load (needs_key); nothing to build with
-        return None
-    entry = ctx.entry
+    entry = ctx.entry  # its secret_id is required at load (needs_key); whether it reads is asked per request
 
     def key() -> str | None:  # read at each call, as web_search reads its key: a rotated file is seen
         secret = read_key(entry)

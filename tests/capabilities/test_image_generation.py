@@ -149,3 +149,28 @@ async def test_many_runs_draw_over_one_connection_which_is_closed_when_the_gatew
     assert len(images.image_requests) == RUNS
     assert len(opened) == len(still_open) == 1, f"{RUNS} runs opened {len(opened)} connections, {len(still_open)} open"
     assert not after_stop, f"{len(after_stop)} connections to the image server left open after the gateway stopped"
+
+
+async def test_a_key_put_in_place_is_used_from_the_next_run_and_until_then_the_tool_is_not_offered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built once for the config, the tool still follows its key: with none readable it is not offered (it
+    could only refuse), and once the key reads the next run draws with it, without a reload."""
+    monkeypatch.delenv("TEST_IMAGE_KEY", raising=False)
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    offered = []
+    try:
+        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="shaping-scripted")}) as w:
+            for n in range(2):
+                if n == 1:
+                    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-put-in-place")
+                SCRIPT.reset(*([call("generate_image", prompt="a kite")] if n else []), say("done"))
+                turn = await w.turn(ALICE, DM_ALICE, f"draw {n}")
+                result = await run_agent(w.gw.runner.build_agent(turn), f"draw {n}", deps=turn)
+                await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
+                offered.append("generate_image" in SCRIPT.requests[0].tools)
+    finally:
+        await images.stop()
+    assert offered == [False, True]
+    ((body, auth),) = images.image_requests
+    assert body["prompt"] == "a kite" and auth == "Bearer sk-put-in-place"
