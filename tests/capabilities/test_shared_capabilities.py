@@ -267,3 +267,52 @@ async def test_two_peoples_images_drawn_at_once_are_each_spent_on_their_own_run(
     assert drawn == [1, 1, 0], drawn
     assert sorted(body["prompt"] for body, _ in images.image_requests) == ["alice's cat", "bob's dog"]
     assert all("drawn but not posted" in interleaved.SHOWN[p][-1] for p in ("alice draws", "bob draws"))
+
+
+async def _one_run(w: World, who: Account, where: Place, text: str) -> TurnAgent:
+    """One run of `text` through the runner's agent for it, to its end; that agent."""
+    turn = await w.turn(who, where, text)
+    built = w.gw.runner.build_agent(turn)
+    assert isinstance(built, TurnAgent)
+    result = await run_agent(built, text, deps=turn)
+    await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
+    return built
+
+
+async def test_the_reminder_cadence_is_each_conversations_own_through_the_shared_agent(tmp_path: Path) -> None:
+    """system_reminders is built once: a run counts its own conversation's requests only, so the second
+    request of the DM is reminded and a channel's first request, between the DM's two, is not."""
+    from .test_system_reminders import LINE, _tail
+
+    entry = {"id": "system_reminders", "config": {"reminders": [{"text": LINE, "interval": 2}]}}
+    async with world(tmp_path, agents={"assistant": agent(entry, model="shaping-scripted")}) as w:
+        tails = []
+        for who, where in ((ALICE, DM_ALICE), (BOB, CHANNEL), (ALICE, DM_ALICE)):
+            SCRIPT.reset(say("ok"))
+            built = await _one_run(w, who, where, "hello")
+            assert built._capabilities == [], "system_reminders is the shared Agent's, not each run's"
+            tails.append(_tail(SCRIPT.requests[0]))
+    assert tails == ["", "", f"<system-reminder>\n{LINE}\n</system-reminder>"], tails
+
+
+async def test_guardrails_screen_each_runs_own_words_through_the_shared_agent(tmp_path: Path) -> None:
+    """guardrails is built once: Alice's pasted key is redacted in her run, Bob's run right after reaches the
+    model with his own words, and a blocked term ends only the run it is in."""
+    from .test_guardrails import PASTED
+
+    entry = {"id": "guardrails", "config": {"redact_secrets_in": True, "blocked_keywords_in": "nightjar"}}
+    async with world(tmp_path, agents={"assistant": agent(entry, model="shaping-scripted")}) as w:
+        SCRIPT.reset(say("noted"))
+        built = await _one_run(w, ALICE, DM_ALICE, f"my key is {PASTED}")
+        assert built._capabilities == [], "guardrails is the shared Agent's, not each run's"
+        assert SCRIPT.requests[0].user_texts() == ["my key is [redacted:anthropic_key]"]
+        SCRIPT.reset(say("hi bob"))
+        await _one_run(w, BOB, CHANNEL, "what is new?")
+        assert SCRIPT.requests[0].user_texts() == ["what is new?"]
+        SCRIPT.reset(say("sure"))
+        with pytest.raises(Exception, match="blocked term"):
+            await _one_run(w, BOB, DM_BOB, "tell me about nightjar")
+        assert SCRIPT.requests == []
+        SCRIPT.reset(say("hello alice"))
+        await _one_run(w, ALICE, DM_ALICE_2, "and now?")
+        assert SCRIPT.requests[0].user_texts() == ["and now?"]
