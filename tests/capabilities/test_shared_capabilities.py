@@ -9,6 +9,7 @@ The memory notes (test_memory_files.py), the clock (test_clock.py) and a shared 
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -316,3 +317,53 @@ async def test_guardrails_screen_each_runs_own_words_through_the_shared_agent(tm
         SCRIPT.reset(say("hello alice"))
         await _one_run(w, ALICE, DM_ALICE_2, "and now?")
         assert SCRIPT.requests[0].user_texts() == ["and now?"]
+
+
+HANDLE = re.compile(r"stored to handle '([^']+)'")
+
+
+def _handle(prompt: str) -> str:
+    """The handle of the first spill the run `prompt` was shown."""
+    match = HANDLE.search("\n".join(interleaved.SHOWN[prompt]))
+    assert match, interleaved.SHOWN[prompt]
+    return match.group(1)
+
+
+def _reading(prompt: str, of: str, pattern: str, *, after: asyncio.Event | None = None,
+             signal: asyncio.Event | None = None) -> Any:
+    """A model step: read back the handle the run `of` was last shown."""
+    async def take() -> interleaved.Action:
+        if signal is not None:
+            signal.set()
+        if after is not None:
+            await after.wait()
+        return ("read_tool_result", {"handle": _handle(of), "pattern": pattern})
+
+    return take
+
+
+async def test_two_runs_at_once_each_read_back_only_their_own_spilled_result(tmp_path: Path) -> None:
+    """tool_output_limits is built once: two people's runs spill a large result at once; each reads its own
+    back, and a handle of the other run's reads nothing; each run's spills are gone when it ends."""
+    alice_spilled, bob_spilled, bob_read = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    big = "print('\\n'.join('{}-line-%d' % i for i in range(3000)))"
+    interleaved.script({
+        "alice": [step("run_python", code=big.format("alice")),
+                  _reading("alice", "alice", "alice-line-600", signal=alice_spilled, after=bob_spilled),
+                  step(None, after=bob_read)],
+        "bob": [step("run_python", after=alice_spilled, code=big.format("bob")),
+                _reading("bob", "alice", "alice", signal=bob_spilled),
+                _reading("bob", "bob", "bob-line-600"), step(None, signal=bob_read)],
+    })
+    async with world(tmp_path, agents={"assistant": agent({"id": "code_execution"}, {"id": "tool_output_limits"},
+                                                          model="interleaved")}) as w:
+        runs = [(await w.turn(ALICE, DM_ALICE, "alice"), "alice"), (await w.turn(BOB, DM_BOB, "bob"), "bob")]
+        agents = await at_once(w, *runs)
+        assert [a._capabilities for a in agents] == [[], []], "tool_output_limits is the shared Agent's"
+        left = [await w.gw.store.capability_state.get("tool_output_limits", turn.run_id, _handle(p))
+                for turn, p in runs]
+    alice, bob = ([t for t in interleaved.SHOWN[p] if not t.startswith("You are a test agent.")] for p in ("alice", "bob"))
+    assert "alice-line-600" in alice[-1] and "bob-line" not in "\n".join(alice), alice[-1]
+    assert "No stored tool result" in bob[-2] and "alice-line" not in bob[-2], bob[-2]
+    assert "bob-line-600" in bob[-1], bob[-1]
+    assert left == [None, None], "each run's spills are gone when it ends"
