@@ -367,3 +367,27 @@ async def test_two_runs_at_once_each_read_back_only_their_own_spilled_result(tmp
     assert "No stored tool result" in bob[-2] and "alice-line" not in bob[-2], bob[-2]
     assert "bob-line-600" in bob[-1], bob[-1]
     assert left == [None, None], "each run's spills are gone when it ends"
+
+
+async def test_a_conversations_compacted_history_is_never_another_conversations(tmp_path: Path) -> None:
+    """compaction is built once: Alice's long DM compacts and is continued from its snapshot, and Bob's
+    channel run after it starts from his own conversation, with nothing of hers."""
+    from .test_compaction import FILLER
+
+    entry = {"id": "compaction", "config": {"strategy": "sliding_window", "context_window": 2000,
+                                            "max_fraction": 0.5, "keep_messages": 4}}
+    async with world(tmp_path, agents={"assistant": agent(entry, model="shaping-scripted")}) as w:
+        turn = await w.turn(ALICE, DM_ALICE_2, "hello")
+        assert w.gw.runner.build_agent(turn)._capabilities == [], "compaction is the shared Agent's"  # type: ignore[attr-defined]
+        await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply="done")
+        sent = []
+        for i in range(8):
+            SCRIPT.reset(say(f"answer {i}"))
+            await w.say(ALICE, DM_ALICE, f"message {i}: {FILLER * 3}")
+            sent.append(len(SCRIPT.answered[0].messages))
+        assert sent[-1] < 2 * len(sent) - 1, f"Alice's history was compacted: {sent}"
+        SCRIPT.reset(say("hi bob"))
+        await w.say(BOB, CHANNEL, "hello, what do you know?")
+        [request] = SCRIPT.answered
+        assert "message" not in str(request.messages) and "lorem" not in str(request.messages), request.messages
+        assert len(request.messages) == 1, request.messages
