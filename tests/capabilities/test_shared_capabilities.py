@@ -391,3 +391,31 @@ async def test_a_conversations_compacted_history_is_never_another_conversations(
         [request] = SCRIPT.answered
         assert "message" not in str(request.messages) and "lorem" not in str(request.messages), request.messages
         assert len(request.messages) == 1, request.messages
+
+
+async def test_two_peoples_speech_at_once_is_each_spent_on_their_own_run(tmp_path: Path) -> None:
+    """audio is built once: two people's runs speak at once, and each one's characters are recorded on its
+    own run, none on a third run beside them."""
+    from tests.fakes.openai import FakeOpenAI
+
+    server = await FakeOpenAI().start()
+    alice_spoke = asyncio.Event()
+    interleaved.script({
+        "alice speaks": [step("generate_speech", text="alice's words"), step(None, signal=alice_spoke)],
+        "bob speaks": [step("generate_speech", after=alice_spoke, text="bob says a longer line"), step(None)],
+        "bob chats": [step(None)],
+    })
+    entry = {"id": "audio", "config": {"provider": "fake"}}
+    providers = {"providers": {"fake": {"kind": "openai-chat", "base_url": server.base_url}}}
+    try:
+        async with world(tmp_path, agents={"assistant": agent(entry, model="interleaved")}, gateway=providers) as w:
+            runs = [(await w.turn(ALICE, DM_ALICE, "alice speaks"), "alice speaks"),
+                    (await w.turn(BOB, CHANNEL, "bob speaks"), "bob speaks"),
+                    (await w.turn(BOB, DM_BOB, "bob chats"), "bob chats")]
+            agents = await at_once(w, *runs)
+            assert [a._capabilities for a in agents] == [[], [], []], "audio is the shared Agent's"
+            spoken = [(await w.gw.store.run(turn.run_id)).spoken_characters for turn, _ in runs]  # type: ignore[union-attr]
+    finally:
+        await server.stop()
+    assert spoken == [len("alice's words"), len("bob says a longer line"), 0], spoken
+    assert sorted(r["input"] for r in server.speech_requests) == ["alice's words", "bob says a longer line"]
