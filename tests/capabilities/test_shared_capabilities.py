@@ -9,6 +9,7 @@ The memory notes (test_memory_files.py), the clock (test_clock.py) and a shared 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import shutil
 from collections.abc import AsyncIterator
@@ -28,6 +29,7 @@ from gateway.runs.agent_run import run_agent
 from gateway.runs.runner import TurnAgent
 from gateway.store import repo
 
+from ..conftest import wait_for
 from . import interleaved
 from .interleaved import at_once, step
 from .shaping_script import SCRIPT, call, say
@@ -419,3 +421,32 @@ async def test_two_peoples_speech_at_once_is_each_spent_on_their_own_run(tmp_pat
         await server.stop()
     assert spoken == [len("alice's words"), len("bob says a longer line"), 0], spoken
     assert sorted(r["input"] for r in server.speech_requests) == ["alice's words", "bob says a longer line"]
+
+
+async def test_two_peoples_handoffs_each_act_for_their_sender_from_their_own_conversation(tmp_path: Path) -> None:
+    """handoffs is built once: Alice's hand-over from a channel and Bob's from his DM each start a run for
+    their own sender, counted in their own conversation."""
+    from .scripted import say_calls
+    from .test_handoffs import handed_runs, member, send
+
+    agents = {"assistant": member("Assistant"), "researcher": member("Researcher", "Finds things out")}
+    async with world(tmp_path, agents=agents) as w:
+        turn = await w.turn(ALICE, DM_ALICE_2, "hello")
+        assert w.gw.runner.build_agent(turn)._capabilities == [], "handoffs is the shared Agent's"  # type: ignore[attr-defined]
+        await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply="done")
+        for who, where in ((ALICE, CHANNEL), (BOB, DM_BOB)):
+            seen = await w.say(who, where, say_calls(send("researcher", f"for {who.name}", False)))
+            assert seen.tool_results[0].startswith("Handed over to Researcher"), seen.tool_results
+
+        async def both_answered() -> bool:
+            runs = await handed_runs(w)
+            return len(runs) == 2 and all(r.status == repo.FINISHED for r in runs)
+
+        await wait_for(both_answered, what="the researcher's two runs")
+        runs = await handed_runs(w)
+        assert [(r.requester_name, r.requester_person_id) for r in runs] == [
+            ("alice", await w.person(ALICE)), ("bob", await w.person(BOB))]
+        for run, where in zip(runs, (CHANNEL, DM_BOB), strict=True):
+            origin = json.loads(await w.gw.store.capability_state.get("handoffs", run.conversation_id, "origin") or "{}")
+            source = await w.gw.store.conversation(origin["from_conversation"])
+            assert source is not None and where.channel in source.key.split(":"), source
