@@ -450,3 +450,26 @@ async def test_two_peoples_handoffs_each_act_for_their_sender_from_their_own_con
             origin = json.loads(await w.gw.store.capability_state.get("handoffs", run.conversation_id, "origin") or "{}")
             source = await w.gw.store.conversation(origin["from_conversation"])
             assert source is not None and where.channel in source.key.split(":"), source
+
+
+async def test_two_peoples_mcp_calls_at_once_go_through_the_shared_agent_and_each_gets_its_own(
+        tmp_path: Path) -> None:
+    """An MCP server's kept offer is the shared Agent's: two people's runs call its tool at once, each is
+    answered for its own call only; the server's tools are in each run's gate map."""
+    from .shaping_script import mcp_server
+
+    alice_called = asyncio.Event()
+    interleaved.script({
+        "alice asks": [step("svc_leak", service="alice-billing"), step(None, signal=alice_called)],
+        "bob asks": [step("svc_leak", after=alice_called, service="bob-payroll"), step(None)],
+    })
+    spec = {**agent(model="interleaved"), "mcp_servers": [mcp_server("svc", tools={"leak": "allow"})]}
+    async with world(tmp_path, agents={"assistant": spec}) as w:
+        runs = [(await w.turn(ALICE, DM_ALICE, "alice asks"), "alice asks"),
+                (await w.turn(BOB, CHANNEL, "bob asks"), "bob asks")]
+        agents = await at_once(w, *runs)
+        assert [a._capabilities for a in agents] == [[], []], "the MCP tools are the shared Agent's"
+        assert all(turn.tools["svc_leak"].from_mcp for turn, _ in runs)
+    alice, bob = "\n".join(interleaved.SHOWN["alice asks"]), "\n".join(interleaved.SHOWN["bob asks"])
+    assert "alice-billing config" in alice and "bob-payroll" not in alice, alice
+    assert "bob-payroll config" in bob and "alice-billing" not in bob, bob
