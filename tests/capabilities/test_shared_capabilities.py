@@ -240,6 +240,21 @@ async def test_delegations_of_one_delegate_from_two_runs_reuse_its_one_shared_ag
         assert built[1] == built[2] == built[0], f"Agents built after each delegation: {built}"
 
 
+async def _spent_at_once(tmp_path: Path, entry: dict[str, Any], tool: str, alice: dict[str, Any],
+                         bob: dict[str, Any], spent: Any, gateway: dict[str, Any] | None = None) -> list[Any]:
+    """Alice's run and Bob's call `tool` at once (Bob's once Alice's call is done), a third run of Bob's beside
+    them only answers; what each run's row says it spent (`spent` of the row), its agent the shared Agent's."""
+    first = asyncio.Event()
+    interleaved.script({"alice": [step(tool, **alice), step(None, signal=first)],
+                        "bob": [step(tool, after=first, **bob), step(None)], "bob chats": [step(None)]})
+    async with world(tmp_path, agents={"assistant": agent(entry, model="interleaved")}, gateway=gateway) as w:
+        runs = [(await w.turn(ALICE, DM_ALICE, "alice"), "alice"), (await w.turn(BOB, CHANNEL, "bob"), "bob"),
+                (await w.turn(BOB, DM_BOB, "bob chats"), "bob chats")]
+        agents = await at_once(w, *runs)
+        assert [a._capabilities for a in agents] == [[], [], []], f"{entry['id']} is the shared Agent's"
+        return [spent(await w.gw.store.run(turn.run_id)) for turn, _ in runs]
+
+
 async def test_two_peoples_images_drawn_at_once_are_each_spent_on_their_own_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """image_generation is built once: two people's runs draw at once, and each drawing is recorded on the
@@ -251,25 +266,14 @@ async def test_two_peoples_images_drawn_at_once_are_each_spent_on_their_own_run(
     monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
     images = await FakeOpenAI().start()
     images.image = _png()
-    alice_drew = asyncio.Event()
-    interleaved.script({
-        "alice draws": [step("generate_image", prompt="alice's cat"), step(None, signal=alice_drew)],
-        "bob draws": [step("generate_image", after=alice_drew, prompt="bob's dog"), step(None)],
-        "bob chats": [step(None)],
-    })
     try:
-        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="interleaved")}) as w:
-            runs = [(await w.turn(ALICE, DM_ALICE, "alice draws"), "alice draws"),
-                    (await w.turn(BOB, CHANNEL, "bob draws"), "bob draws"),
-                    (await w.turn(BOB, DM_BOB, "bob chats"), "bob chats")]
-            agents = await at_once(w, *runs)
-            assert [a._capabilities for a in agents] == [[], [], []], "image_generation is the shared Agent's"
-            drawn = [(await w.gw.store.run(turn.run_id)).images for turn, _ in runs]  # type: ignore[union-attr]
+        drawn = await _spent_at_once(tmp_path, _drawing(images), "generate_image", {"prompt": "alice's cat"},
+                                     {"prompt": "bob's dog"}, lambda run: run.images)
     finally:
         await images.stop()
     assert drawn == [1, 1, 0], drawn
     assert sorted(body["prompt"] for body, _ in images.image_requests) == ["alice's cat", "bob's dog"]
-    assert all("drawn but not posted" in interleaved.SHOWN[p][-1] for p in ("alice draws", "bob draws"))
+    assert all("drawn but not posted" in interleaved.SHOWN[p][-1] for p in ("alice", "bob"))
 
 
 async def _one_run(w: World, who: Account, where: Place, text: str) -> TurnAgent:
@@ -401,22 +405,11 @@ async def test_two_peoples_speech_at_once_is_each_spent_on_their_own_run(tmp_pat
     from tests.fakes.openai import FakeOpenAI
 
     server = await FakeOpenAI().start()
-    alice_spoke = asyncio.Event()
-    interleaved.script({
-        "alice speaks": [step("generate_speech", text="alice's words"), step(None, signal=alice_spoke)],
-        "bob speaks": [step("generate_speech", after=alice_spoke, text="bob says a longer line"), step(None)],
-        "bob chats": [step(None)],
-    })
-    entry = {"id": "audio", "config": {"provider": "fake"}}
     providers = {"providers": {"fake": {"kind": "openai-chat", "base_url": server.base_url}}}
     try:
-        async with world(tmp_path, agents={"assistant": agent(entry, model="interleaved")}, gateway=providers) as w:
-            runs = [(await w.turn(ALICE, DM_ALICE, "alice speaks"), "alice speaks"),
-                    (await w.turn(BOB, CHANNEL, "bob speaks"), "bob speaks"),
-                    (await w.turn(BOB, DM_BOB, "bob chats"), "bob chats")]
-            agents = await at_once(w, *runs)
-            assert [a._capabilities for a in agents] == [[], [], []], "audio is the shared Agent's"
-            spoken = [(await w.gw.store.run(turn.run_id)).spoken_characters for turn, _ in runs]  # type: ignore[union-attr]
+        spoken = await _spent_at_once(tmp_path, {"id": "audio", "config": {"provider": "fake"}}, "generate_speech",
+                                      {"text": "alice's words"}, {"text": "bob says a longer line"},
+                                      lambda run: run.spoken_characters, gateway=providers)
     finally:
         await server.stop()
     assert spoken == [len("alice's words"), len("bob says a longer line"), 0], spoken
