@@ -12,8 +12,10 @@ over the provider's reported usage, where genai-prices knows the model) is recor
 model gets back and the log; the bytes never reach the model.
 
 The image model's client (its provider's pooled HTTP client) is the daemon's, one per image config and key
-(`ImageClients`), reused by every run and closed when the gateway stops: built per run, each run opened a
-connection to the image server and left it open. The capability is then built once per config (`shared`):
+(`ImageClients`), reused by every run and closed when the gateway stops: built per run, each run made a
+provider with its own HTTP client and SSL context (~26 ms of CPU) and, drawing, opened a connection to the
+image server and left it open. A config or key a reload replaced keeps its client until the stop (one per
+distinct config and key, not per run): a run in flight may still be drawing through it. The capability is then built once per config (`shared`):
 the tool reads the key at each request and call (a rotated key file is a new client; an unreadable one
 hides the tool) and the run from its deps.
 """
