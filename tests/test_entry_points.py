@@ -74,14 +74,18 @@ def test_a_capability_module_is_imported_only_when_a_config_names_it(tmp_path: P
 
 # What a deployment that binds none of it must never load: the platform SDKs, PostgreSQL's driver, the
 # capabilities' heavy libraries, the model providers' SDKs with no key, MCP with no server, and Alembic
-# for a database already at head; nor SQLAlchemy's PostgreSQL dialect on SQLite.
+# for a database already at head; nor SQLAlchemy's PostgreSQL dialect on SQLite; nor the parts of a
+# library no process of ours runs.
 NEVER_FOR_THE_SHIPPED_CONFIG = ("slack_sdk", "slack_bolt", "telegram", "asyncpg", "matplotlib", "av", "pypdf", "bs4",
                                 "markdownify", "pydantic_ai_skills", "re2", "mcp", "fastmcp", "openai", "anthropic",
                                 "tiktoken", "alembic", "sqlalchemy.dialects.postgresql",
                                 # capabilities it names none of: their checks and daemon parts included
                                 "capabilities.context", "capabilities.knowledge", "capabilities.knowledge_index",
                                 "capabilities.subagents", "capabilities.handoffs",
-                                "capabilities.background_delegation", "capabilities.delegate_questions")
+                                "capabilities.background_delegation", "capabilities.delegate_questions",
+                                # httpx's command-line client, which `import httpx` loads when they are
+                                # installed (gateway/ops/library_parts.py)
+                                "rich", "click", "pygments")
 
 
 def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_path: Path) -> None:
