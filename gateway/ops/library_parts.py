@@ -22,12 +22,15 @@ ImportError in a process that imported the gateway (httpx's own CLI is `httpx`, 
 
 from __future__ import annotations
 
-import importlib.abc
 import importlib.machinery
 import sys
-from collections.abc import Sequence
-from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # importlib.abc and typing's imports: ~2 MiB and 27 modules every command would load here
+    from collections.abc import Sequence
+    from importlib.abc import Loader
+    from types import ModuleType
+    from typing import Any
 
 # Module -> why no process of ours needs it. Only modules whose importer catches ImportError.
 UNUSED = {
@@ -48,7 +51,7 @@ def skip_unused() -> None:
         sys.meta_path.insert(0, _Hide())
 
 
-class _Hide(importlib.abc.MetaPathFinder):
+class _Hide:  # an importlib.abc.MetaPathFinder
     """Finds a `HIDDEN_WHILE_IMPORTING` package where Python would, and runs it with its modules hidden."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
@@ -58,14 +61,14 @@ class _Hide(importlib.abc.MetaPathFinder):
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is not None and spec.loader is not None:
-            spec.loader = _Hiding(spec.loader, hidden)
+            spec.loader = _Hiding(spec.loader, hidden)  # type: ignore[assignment]
         return spec
 
 
-class _Hiding(importlib.abc.Loader):
+class _Hiding:  # an importlib.abc.Loader
     """The package's own loader, with `hidden` absent from `sys.modules` while the package's code runs."""
 
-    def __init__(self, loader: importlib.abc.Loader, hidden: tuple[str, ...]) -> None:
+    def __init__(self, loader: Loader, hidden: tuple[str, ...]) -> None:
         self._loader, self._hidden = loader, hidden
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
