@@ -74,14 +74,18 @@ def test_a_capability_module_is_imported_only_when_a_config_names_it(tmp_path: P
 
 # What a deployment that binds none of it must never load: the platform SDKs, PostgreSQL's driver, the
 # capabilities' heavy libraries, the model providers' SDKs with no key, MCP with no server, and Alembic
-# for a database already at head; nor SQLAlchemy's PostgreSQL dialect on SQLite.
+# for a database already at head; nor SQLAlchemy's PostgreSQL dialect on SQLite; nor the parts of a
+# library no process of ours runs.
 NEVER_FOR_THE_SHIPPED_CONFIG = ("slack_sdk", "slack_bolt", "telegram", "asyncpg", "matplotlib", "av", "pypdf", "bs4",
                                 "markdownify", "pydantic_ai_skills", "re2", "mcp", "fastmcp", "openai", "anthropic",
                                 "tiktoken", "alembic", "sqlalchemy.dialects.postgresql",
                                 # capabilities it names none of: their checks and daemon parts included
                                 "capabilities.context", "capabilities.knowledge", "capabilities.knowledge_index",
                                 "capabilities.subagents", "capabilities.handoffs",
-                                "capabilities.background_delegation", "capabilities.delegate_questions")
+                                "capabilities.background_delegation", "capabilities.delegate_questions",
+                                # httpx's command-line client, which `import httpx` loads when they are
+                                # installed (gateway/ops/library_parts.py)
+                                "rich", "click", "pygments")
 
 
 def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_path: Path) -> None:
@@ -109,3 +113,35 @@ def test_the_shipped_config_starts_without_importing_what_it_does_not_bind(tmp_p
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_telegram_binding_connects_without_loading_cryptography(tmp_path: Path) -> None:
+    """python-telegram-bot imports `cryptography` only for Telegram Passport, which the gateway never offers:
+    7 MiB of OpenSSL's bindings in every Telegram deployment (gateway/ops/library_parts.py). The daemon,
+    started on a Telegram binding against the fake server, connects and never loads it."""
+    script = ("import asyncio, os, sys\n"
+              "import gateway\n"  # first, as in the daemon: `agent-gateway run` is gateway.ops.cli
+              "from pathlib import Path\n"
+              "from bindings.loader import load_config\n"
+              "from gateway import extensions\n"
+              "from gateway.daemon import Gateway\n"
+              "from tests.adapters.stopping import ENV, fake_platforms\n"
+              "from tests.conftest import write_config\n"
+              "os.environ.update(ENV)\n"
+              "extensions.register_checks()\n"
+              "async def main():\n"
+              "    async with fake_platforms() as fakes:\n"
+              f"        config = write_config(Path({str(tmp_path / 'config')!r}),\n"
+              "                              bindings={'telegram': fakes.bindings()['telegram']})\n"
+              "        gateway = Gateway(load_config(config), listen='127.0.0.1:0')\n"
+              "        await gateway.start()\n"
+              "        down = await gateway.wait_connected(30)\n"
+              "        await gateway.stop()\n"
+              "    print(down, 'cryptography' in sys.modules)\n"
+              "asyncio.run(main())\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AGENT_GATEWAY_MODEL")}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[] False", "connected, and cryptography never imported"

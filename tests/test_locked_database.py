@@ -225,6 +225,38 @@ async def test_postgres_that_is_not_there_is_store_unavailable() -> None:
         await engine.dispose()
 
 
+async def test_a_database_that_does_not_answer_is_down_while_writes_wait_on_it() -> None:
+    """A server that accepts connections and never answers (a hung PostgreSQL, a dead host behind a
+    proxy): once a write got no answer, /readyz says "down" (not ready), also while the next
+    writes are waiting on it, as they always are under load. It read "degraded", ready."""
+    release = asyncio.Event()
+    held: list[asyncio.StreamWriter] = []
+
+    async def silent(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        await release.wait()
+        writer.close()
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    engine = create_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/test", busy_timeout=0.5)
+    store = Store(engine, clock=ManualClock())
+    try:
+        with pytest.raises(StoreUnavailable):
+            await store.record("web", ["e1"])
+        waiting = asyncio.create_task(store.record("web", ["e2"]))
+        await wait_for(lambda: guard(engine).waits.longest() > 0, what="the next write waiting")
+        during = await store.health()
+        assert during["status"] == "down" and during["unavailable_since"], during
+        with pytest.raises(StoreUnavailable):
+            await waiting
+    finally:
+        release.set()
+        await engine.dispose()
+        server.close()
+        await server.wait_closed()
+
+
 async def test_no_connection_within_the_bound_is_store_unavailable(tmp_path: Path) -> None:
     """SQLite has one connection: a write that cannot get it within the queue's bound is refused,
     not queued for ever (the bound is short here; the daemon's is a minute, for bursts)."""

@@ -161,6 +161,9 @@ class Outages:
         self.last_error_at: datetime | None = None
         self.recovered_at: datetime | None = None
         self.count = 0  # outages since start
+        # The last failure got no answer at all (refused, lost, timed out connecting), as against
+        # "locked, wait": while that lasts the database is down, whatever is waiting on it.
+        self.unreachable = False
 
     def failed(self, error: BaseException) -> None:
         now = datetime.now(timezone.utc)
@@ -168,6 +171,13 @@ class Outages:
             self.since = now
             self.count += 1
         self.last_error, self.last_error_at = str(error)[:200], now
+        self.unreachable = getattr(error, "unreachable", True)
+
+    def down(self) -> dict[str, Any] | None:
+        """/readyz's "down" while the database has not answered since an unreachable failure."""
+        if self.since is None or not self.unreachable:
+            return None
+        return {"status": "down", "error": self.last_error}
 
     def answered(self) -> None:
         """The database answered: an outage in progress is over. Cheap when there is none."""

@@ -20,7 +20,9 @@ per statement. On PostgreSQL each statement is awaited on a raw asyncpg connecti
 A program therefore never awaits anything: it cannot, which is what makes the one-call form
 safe (nothing can run inside someone else's transaction).
 
-Either way a database that does not answer within the bound raises `StoreUnavailable`.
+Either way a database that does not answer within the bound raises `StoreUnavailable`, and any other
+error of the database driver is raised as SQLAlchemy raises it (`sqlalchemy.exc.OperationalError` for
+sqlite3's, ...): a caller catches the store's failures one way, whichever path ran the statement.
 
 A program that only reads goes through `read`: no write lock (SQLite) and no transaction at all,
 each statement seeing the database as of its own start, as PostgreSQL's READ COMMITTED does. So
@@ -39,6 +41,7 @@ from datetime import datetime, timezone
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.store import sqlite
@@ -225,10 +228,19 @@ async def transaction(engine: AsyncEngine, program: Callable[[Statements], Progr
     except StoreUnavailable as e:
         limits.outages.failed(e)
         raise
+    except Exception as e:
+        if not _from_the_driver(e):
+            raise  # the program's own (a Duplicate, a refusal): it means what it says
+        raise DBAPIError.instance(None, None, e, Exception, hide_parameters=True, dialect=engine.dialect) from e
     finally:
         limits.waits.end(waiting)
     limits.outages.answered()
     return result
+
+
+def _from_the_driver(error: BaseException) -> bool:
+    """An error sqlite3 or asyncpg raised (not a program's own, not SQLAlchemy's already)."""
+    return isinstance(error, sqlite3.Error) or type(error).__module__.startswith("asyncpg")
 
 
 async def read(engine: AsyncEngine, program: Callable[[Statements], Program[T]]) -> T:

@@ -189,7 +189,10 @@ class Store:
         limits = guard(self.engine)
         waits = limits.waits
         if waits.longest():
-            return waits.state()  # something is in flight: a probe would only queue behind it
+            # Something is in flight: a probe would only queue behind it. What is known decides:
+            # an outage of no answer at all is "down" even with writes retrying against it (under
+            # load they always are: PostgreSQL refusing connections read "degraded", ready).
+            return limits.outages.down() or waits.state()
         patience = 4 * DEGRADED_AFTER
         started = time.monotonic()
         try:

@@ -242,3 +242,20 @@ async def test_two_runs_of_one_agent_at_once_each_see_only_their_own_audiences_n
         assert shown["in the dm"][-1].endswith("alice-private-token")  # read back after the group wrote its own
         assert "alice-private-token" in shown["in the dm"][-2], "the DM's index, injected in the DM"
         assert "room-token" in group and "group chat" in shown["in the group"][0]
+
+
+async def test_a_store_failure_is_reported_the_same_by_every_memory_tool(tmp_path: Path) -> None:
+    """A database error that is not a busy lock (here: the notes table gone, as a disk error or a
+    bad restore would leave it) is trouble the tool reports, whichever path its statements took:
+    list_memory goes through the ORM, read_memory through the store's driver, which raised sqlite3's
+    own error past the tools' except (the run failed instead)."""
+    import sqlite3
+
+    async with world(tmp_path) as w:
+        await w.run(BOB, CHANNEL, "write_memory name=MEMORY.md content=room-index")
+        database = w.gw.store.engine.url.database
+        with sqlite3.connect(database) as admin:
+            admin.execute("ALTER TABLE memory_notes RENAME TO memory_notes_lost")
+        for call in ("list_memory", "read_memory name=MEMORY.md"):
+            seen = await w.run(BOB, CHANNEL, call)
+            assert "store did not answer; try again" in seen.output, (call, seen.output)
