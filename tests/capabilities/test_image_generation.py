@@ -14,6 +14,7 @@ from pydantic_ai.images.result import ImageGenerationResult
 from pydantic_ai.usage import RequestUsage
 
 from bindings.loader import load_config
+from gateway import extensions
 from gateway.ops import cli
 from gateway.runs.agent_run import run_agent
 from gateway.store import repo
@@ -100,6 +101,7 @@ async def test_a_generated_image_is_gated_and_posted_once_after_approval_and_its
 def test_image_generation_without_a_key_is_refused_at_load(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "config", agents={"assistant": {
         "name": "Painter", "model": "demo", "capabilities": [{"id": "image_generation"}]}})
+    extensions.register_checks()  # as the CLI and the daemon do before loading: the capabilities' own checks
     with pytest.raises(Exception, match=r"image_generation needs a key: set secret_id"):
         load_config(cfg)
 
