@@ -63,10 +63,21 @@ AGENTS: dict[str, Callable[[], dict[str, dict[str, Any]]]] = {
                                           {"id": "planning"}, {"id": "sandbox"}, {"id": "code_execution"},
                                           {"id": "schedules"}, {"id": "thinking", "config": {"effort": "low"}},
                                           model="shaping-scripted")},
+    # Round 14: the shipped agent with the capabilities shared in Round 14 (the image key is read, never used).
+    "steered": lambda: {"assistant": agent({"id": "clock", "config": {"timezone": "UTC"}}, {"id": "memory_files"},
+                                           {"id": "guardrails", "config": {"redact_secrets_in": True,
+                                                                           "redact_secrets_tool": True}},
+                                           {"id": "system_reminders", "config": {"goal_reanchor": {"interval": 5}}},
+                                           {"id": "tool_output_limits"}, {"id": "compaction"},
+                                           {"id": "image_generation", "secret_id": "env:BENCH_IMAGE_KEY",
+                                            "config": {"base_url": "http://127.0.0.1:9/v1"}},
+                                           model="shaping-scripted")},
 }
+os.environ.setdefault("BENCH_IMAGE_KEY", "sk-bench-never-sent")
 AGENT_HELP = ("plain: no capability, no tool; shipped: clock and memory files (config/agents/assistant.yaml); "
               "tool_search: memory files, tool search, three MCP servers; worker: shipped with planning, sandbox, "
-              "code_execution, schedules and thinking")
+              "code_execution, schedules and thinking; steered: shipped with guardrails, system_reminders, "
+              "tool_output_limits, compaction and image_generation")
 
 # Where one message's run is, by the loop thread's CPU clock (or by calls counted): set by the probes.
 stamps: dict[str, float] = {}

@@ -221,8 +221,8 @@ def _stem(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:40] or "speech"
 
 
-def _toolset(audio: Audio) -> FunctionToolset[Turn]:
-    cfg = audio.cfg
+def _toolset(cfg: AudioConfig, clients: AudioClients) -> FunctionToolset[Turn]:
+    """The tools, made once for the config: each call's requests are the calling run's (`Audio` of its deps)."""
 
     async def transcribe_audio(ctx: RunContext[Turn], file_id: str | None = None, url: str | None = None,
                                language: str | None = None) -> dict[str, Any] | str:
@@ -260,7 +260,7 @@ def _toolset(audio: Audio) -> FunctionToolset[Turn]:
                 if isinstance(got_url, str):
                     return got_url
                 name, mime, data = got_url
-            t = await audio.transcribe(name, mime, data, language)
+            t = await Audio(cfg, clients, ctx.deps).transcribe(name, mime, data, language)
         except Refused as e:
             if e.transient:
                 return trouble(ctx, "transient", str(e))
@@ -296,7 +296,7 @@ def _toolset(audio: Audio) -> FunctionToolset[Turn]:
             if not _NAME.match(value):
                 return trouble(ctx, "mistake", f"`{label}` {value!r} is not a name the speech service knows")
         try:
-            ogg, seconds = await audio.speak(text, voice, model)
+            ogg, seconds = await Audio(cfg, clients, ctx.deps).speak(text, voice, model)
         except Refused as e:
             if e.transient:
                 return trouble(ctx, "transient", str(e))
@@ -360,7 +360,9 @@ def _audio(ctx: BuildContext) -> Audio:
 
 
 def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
-    return simple(toolsets=[_toolset(_audio(ctx))])
+    cfg = ctx.config
+    assert isinstance(cfg, AudioConfig)
+    return simple(toolsets=[_toolset(cfg, ctx.part(CAPABILITY, AudioClients))])
 
 
 def listens(ctx: BuildContext) -> VoiceListener | None:
@@ -374,6 +376,9 @@ register(CapabilityDecl(
     tools=(ToolDecl("transcribe_audio", summary="Transcribe an audio file shared here, or at a public URL."),
            ToolDecl("generate_speech", summary="Speak text aloud: posted as a voice message.")),
     build=build, config_model=AudioConfig, listens=listens,
+    # The tools are the config's and the clients the daemon's; each call's provider (the run's agent's model),
+    # spend and posting are the calling run's (`Audio` of its deps). The listener is still made per turn.
+    shared=True,
     description="Voice messages transcribed before the agent reads them; transcribe_audio and generate_speech over "
                 "the provider's OpenAI-compatible audio API.",
 ))

@@ -231,7 +231,7 @@ register(CapabilityDecl(
     ),
     build=build,
     config_model=ChannelToolsConfig,
-    binding_only=True,
+    binding_only=True,  # so never `shared` (registry._is_shared): which tools it offers is the channel's
     description=(
         "Granted per binding: look up the channel the message arrived in with the bot's own credentials. "
         "What the platform cannot answer is not offered; runs with no channel (web chat, API) get nothing."

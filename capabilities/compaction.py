@@ -103,18 +103,16 @@ class CompactionConfig(BaseModel):
 
 @dataclass
 class _TellingSummary(SummarizingCompaction[Turn]):
-    """The harness's summariser, saying in the chat that it is summarising before it does."""
-
-    turn: Turn | None = field(default=None, kw_only=True)
+    """The harness's summariser, saying in the chat that it is summarising before it does (in the run's own
+    reply: the run is its deps)."""
 
     async def _summarize(self, messages: list[ModelMessage], ctx: RunContext[Turn], *,
                          previous_summary: str | None = None) -> str:
-        if self.turn is not None:
-            await self.turn.tell(SUMMARISING)
+        await ctx.deps.tell(SUMMARISING)
         return await super()._summarize(messages, ctx, previous_summary=previous_summary)
 
 
-def strategy_for(config: CompactionConfig, turn: Turn) -> AbstractCapability[Turn]:
+def strategy_for(config: CompactionConfig) -> AbstractCapability[Turn]:
     windows: dict[str, Any] = {"context_window": config.context_window,
                                "fallback_context_window": config.fallback_context_window}
     prompt: dict[str, Any] = {"summary_prompt": config.summary_prompt} if config.summary_prompt else {}
@@ -123,12 +121,11 @@ def strategy_for(config: CompactionConfig, turn: Turn) -> AbstractCapability[Tur
     if config.strategy == "clear_tool_results":
         return ClearToolResults(max_fraction=config.max_fraction, keep_pairs=config.keep_tool_pairs, **windows)
     if config.strategy == "summarize":
-        return _TellingSummary(max_fraction=config.max_fraction, keep_messages=config.keep_messages, turn=turn,
+        return _TellingSummary(max_fraction=config.max_fraction, keep_messages=config.keep_messages,
                                **windows, **prompt)
     # tiered: the tiers' own triggers are bypassed; the tiered target decides.
     return TieredCompaction(tiers=[ClearToolResults(max_messages=1, keep_pairs=config.keep_tool_pairs),
-                                   _TellingSummary(max_messages=1, keep_messages=config.keep_messages, turn=turn,
-                                                   **prompt)],
+                                   _TellingSummary(max_messages=1, keep_messages=config.keep_messages, **prompt)],
                             target_fraction=config.max_fraction, **windows)
 
 
@@ -168,11 +165,14 @@ def _speaker_line(text: str, sender: str, chat_kind: ChatKind) -> str:
 
 @dataclass
 class ConversationCompaction(AbstractCapability[Turn]):
-    """A harness strategy, kept for the conversation, that gives up out loud when the overhead alone is too much."""
+    """A harness strategy, kept for the conversation, that gives up out loud when the overhead alone is too much.
+
+    Built once for the config (`shared`; the harness's strategies keep nothing between calls): `turn` is None
+    on the built one, and each run's copy (`for_run`) is bound to the run it is for, from the run's deps."""
 
     strategy: AbstractCapability[Turn]
     config: CompactionConfig
-    turn: Turn
+    turn: Turn = None  # type: ignore[assignment]  # each run's copy's (`for_run`); never read on the built one
     _first: bool = field(default=True, init=False)
     _continued: bool = field(default=False, init=False)  # started from a stored compacted history
     _compacted: bool = field(default=False, init=False)
@@ -181,6 +181,7 @@ class ConversationCompaction(AbstractCapability[Turn]):
 
     async def for_run(self, ctx: RunContext[Turn]) -> ConversationCompaction:
         clone = copy(self)
+        clone.turn = ctx.deps
         clone._first, clone._continued, clone._compacted, clone._overhead, clone._told = True, False, False, None, False
         return clone
 
@@ -271,12 +272,15 @@ class ConversationCompaction(AbstractCapability[Turn]):
 def build(ctx: BuildContext) -> AbstractCapability[Any]:
     config = ctx.config
     assert isinstance(config, CompactionConfig)
-    return ConversationCompaction(strategy_for(config, ctx.turn), config, ctx.turn)
+    return ConversationCompaction(strategy_for(config), config)
 
 
 register(CapabilityDecl(
     id=CAPABILITY, name="Context management", category="utility", tools=(), build=build,
     config_model=CompactionConfig, lends_state=False,  # lent, a delegate trims its own history, never the parent's
+    # The strategy is the config's; the snapshot is the conversation's, read and written by each run's own
+    # copy (`ConversationCompaction.for_run`, bound to the run's deps), and the summariser tells the run's reply.
+    shared=True,
     description="Trims a long conversation's history before a request (summary, cleared tool results or a sliding "
                 "window) once it reaches a fraction of the model's context window; the next turn continues from "
                 "what the model last saw.",

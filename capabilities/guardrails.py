@@ -277,6 +277,12 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
 
 register(CapabilityDecl(
     id="guardrails", name="Guardrails", category="utility", tools=(), build=build, config_model=GuardrailsConfig,
+    # The guards are the config's detectors and keep nothing between calls (the held-back text is one stream's
+    # local, a redaction is written into the run's own messages). In the shared Agent they sit outside the run's
+    # capabilities: the harness's guards keep their declared places (input and tool-result innermost, so a
+    # return is screened before tool_output_limits spills it; output outermost), and the request-only
+    # redaction of earlier prompts now comes before a run's compaction or reminders see the request.
+    shared=True,
     description="Redacts secrets and personal data, or ends the run on a blocked term, in the person's message, "
                 "the answer, and what a tool returned (before the model reads it).",
 ))

@@ -93,9 +93,10 @@ def envelope(sender: AgentSpec, requester: str, message: str) -> str:
 
 
 class _Handoffs:
-    """One run's send_to_agent and list_agents."""
+    """send_to_agent and list_agents of an agent, made once for the config: each call's sender, conversation,
+    depth and count are the calling run's (its deps)."""
 
-    def __init__(self, turn: Turn, config: HandoffsConfig, board: Switchboard, allowed: list[str]) -> None:
+    def __init__(self, config: HandoffsConfig, board: Switchboard, allowed: list[str]) -> None:
         self.config, self.board, self.allowed = config, board, allowed
         self.agents = board.agents()
 
@@ -211,7 +212,7 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     allowed = reachable(ctx.turn.agent, board.agents())
     if not allowed:
         return None  # nobody to send to: neither tool is offered
-    handoffs = _Handoffs(ctx.turn, ctx.config, board, allowed)
+    handoffs = _Handoffs(ctx.config, board, allowed)
     return simple(instructions=handoffs.instructions(),
                   tools=[Tool(handoffs.send_to_agent, name="send_to_agent"),
                          Tool(handoffs.list_agents, name="list_agents")])
@@ -249,6 +250,10 @@ register(CapabilityDecl(
     build=build,
     config_model=HandoffsConfig,
     scopes=("agents:handoff",),
+    # Whom it may send to is the config's (the agent's handoffs and the config's agents: a reload makes new
+    # agents, so a new build); who sends, from which conversation, at what depth and count is read from the
+    # calling run's deps at each call.
+    shared=True,
     description=("Send work to other agents of this config, as the agent file's handoffs: allows (true, team, "
                  "a list, false). wait: true returns the answer into the turn; wait: false starts a conversation "
                  "on the other agent in the same thread or DM, answered under its own name. Chains stop at "

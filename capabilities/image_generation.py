@@ -10,12 +10,22 @@ a restart never posts the same request twice. Its cost (pydantic-ai's `ImageGene
 over the provider's reported usage, where genai-prices knows the model) is recorded with the run
 (`Turn.record_media`: the run's row, `agent-gateway runs list`, the metrics), and goes in the line the
 model gets back and the log; the bytes never reach the model.
+
+The image model's client (its provider's pooled HTTP client) is the daemon's, one per image config and key
+(`ImageClients`), reused by every run and closed when the gateway stops: built per run, each run made a
+provider with its own HTTP client and SSL context (~26 ms of CPU) and, drawing, opened a connection to the
+image server and left it open. A config or key a reload replaced keeps its client until the stop (one per
+distinct config and key, not per run): a run in flight may still be drawing through it. The capability is then built once per config (`shared`):
+the tool reads the key at each request and call (a rotated key file is a new client; an unreadable one
+hides the tool) and the run from its deps.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +34,7 @@ from pydantic_ai.exceptions import ContentFilterError, ModelAPIError, ModelHTTPE
 from pydantic_ai.images import ImageGenerator
 from pydantic_ai.images.openai import OpenAIImageGenerationModel
 from pydantic_ai.providers.openai import OpenAIProvider
-from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import RunContext, Tool, ToolDefinition
 from pydantic_ai.toolsets import FunctionToolset
 
 from gateway.outbound.adapter import OutboundFile, PlatformError
@@ -33,7 +43,8 @@ from gateway.runs.turn import Turn
 from gateway.store.run_costs import MediaSpend
 
 from .failures import trouble
-from .registry import BuildContext, CapabilityDecl, ToolDecl, register, simple
+from .loop_clients import LoopClients
+from .registry import BuildContext, CapabilityDecl, ToolDecl, read_key, register, simple
 
 log = logging.getLogger("capabilities.image_generation")
 PROMPT_CHARS = 4000
@@ -50,12 +61,38 @@ class ImageGenerationConfig(BaseModel):
     output_format: Literal["png", "webp", "jpeg"] | None = None
 
 
-def _generator(cfg: ImageGenerationConfig, key: str) -> ImageGenerator:
+def _generator(cfg: ImageGenerationConfig, key: str) -> tuple[OpenAIProvider, ImageGenerator]:
     provider = OpenAIProvider(base_url=cfg.base_url, api_key=key)
     settings: dict[str, Any] = {f"openai_{name}": value for name, value in
                                 (("quality", cfg.quality), ("size", cfg.size), ("background", cfg.background),
                                  ("output_format", cfg.output_format)) if value is not None}
-    return ImageGenerator(OpenAIImageGenerationModel(cfg.model, provider=provider), settings=settings or None)  # type: ignore[arg-type]
+    model = OpenAIImageGenerationModel(cfg.model, provider=provider)
+    return provider, ImageGenerator(model, settings=settings or None)  # type: ignore[arg-type]
+
+
+async def _close(made: tuple[OpenAIProvider, ImageGenerator]) -> None:
+    # The provider made its HTTP client, so leaving it with nobody inside closes it (pydantic-ai's rule).
+    async with made[0]:
+        pass
+
+
+class ImageClients:
+    """One image generator (its provider's pooled client) per image config and key, for the daemon's life:
+    every run of every agent with that config and key draws through it; `stop()` (the gateway's) closes them."""
+
+    def __init__(self) -> None:
+        self._made: LoopClients[tuple[OpenAIProvider, ImageGenerator]] = LoopClients(_close)
+
+    def generator(self, cfg: ImageGenerationConfig, key: str) -> ImageGenerator:
+        # Keyed by the key's digest: the secret itself is kept only inside its client.
+        digest = hashlib.sha256(key.encode()).hexdigest()
+        return self._made.get((cfg.model_dump_json(), digest), lambda: _generator(cfg, key))[1]
+
+    async def stop(self) -> None:
+        await self._made.stop()
+
+
+CLIENTS = ImageClients()
 
 
 def _name(prompt: str, media_type: str) -> str:
@@ -63,9 +100,7 @@ def _name(prompt: str, media_type: str) -> str:
     return f"{stem}.{media_type.rsplit('/', 1)[-1].replace('jpeg', 'jpg')}"
 
 
-def _toolset(cfg: ImageGenerationConfig, key: str) -> FunctionToolset[Turn]:
-    generator = _generator(cfg, key)
-
+def _toolset(cfg: ImageGenerationConfig, key: Callable[[], str | None], clients: ImageClients) -> FunctionToolset[Turn]:
     async def generate_image(ctx: RunContext[Turn], prompt: str) -> str:
         """Draw an image from a written description and post it in this conversation.
 
@@ -85,8 +120,11 @@ def _toolset(cfg: ImageGenerationConfig, key: str) -> FunctionToolset[Turn]:
             return trouble(ctx, "mistake", "`prompt` is empty: describe what to draw")
         if len(prompt) > PROMPT_CHARS:
             return trouble(ctx, "mistake", f"`prompt` has {len(prompt)} characters; keep it within {PROMPT_CHARS}")
+        secret = key()
+        if secret is None:
+            return trouble(ctx, "transient", "the image provider's key cannot be read now; nothing was drawn")
         try:
-            result = await generator.generate(prompt)
+            result = await clients.generator(cfg, secret).generate(prompt)
         except ContentFilterError:
             return "The image provider refused this description (content moderation); nothing was drawn."
         except (ModelHTTPError, ModelAPIError) as e:
@@ -111,20 +149,32 @@ def _toolset(cfg: ImageGenerationConfig, key: str) -> FunctionToolset[Turn]:
             return trouble(ctx, "transient", f"the platform did not take the image ({e})")
         return f"{shared.note[:1].upper()}{shared.note[1:]}{cost}. The person sees it; do not paste it as text."
 
-    return FunctionToolset([generate_image])
+    async def while_the_key_reads(ctx: RunContext[Turn], tool_def: ToolDefinition) -> ToolDefinition | None:
+        # Offered only while the key can be read (checked at each request): a tool that could only refuse is
+        # not offered, and a key put in place is used from the next request on, without a reload.
+        return tool_def if key() is not None else None
+
+    return FunctionToolset([Tool(generate_image, prepare=while_the_key_reads)])
 
 
 def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     cfg = ctx.config
     assert isinstance(cfg, ImageGenerationConfig)
-    if ctx.secret is None:  # refused at load (needs_key); nothing to build with
-        return None
-    return simple(toolsets=[_toolset(cfg, ctx.secret.reveal())])
+    entry = ctx.entry  # its secret_id is required at load (needs_key); whether it reads is asked per request
+
+    def key() -> str | None:  # read at each call, as web_search reads its key: a rotated file is seen
+        secret = read_key(entry)
+        return secret.reveal() if secret is not None else None
+
+    return simple(toolsets=[_toolset(cfg, key, CLIENTS)])
 
 
 register(CapabilityDecl(
     id="image_generation", name="Image generation", category="analysis",
     tools=(ToolDecl("generate_image", side_effecting=True, summary="Draw an image and post it (gated: it costs money)."),),
-    build=build, config_model=ImageGenerationConfig, needs_key="required",
+    build=build, config_model=ImageGenerationConfig, needs_key="required", holds=(CLIENTS,),
+    # The tool is the config's, its client the daemon's (`CLIENTS`), its key read at each call; where to
+    # post and whose run the spend is recorded on are read from the run's deps at the call.
+    shared=True,
     description="Draws an image with a dedicated image model (OpenAI's GPT Image) and posts it in the conversation.",
 ))

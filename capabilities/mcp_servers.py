@@ -30,9 +30,10 @@ from gateway.mcp.call import CURRENT_CALL, RunCall
 from gateway.mcp.offered import visible_tools
 from gateway.mcp.pool import READ_RESOURCE
 from gateway.mcp.results import for_the_model
+from gateway.runs.shared_capabilities import SharedCapabilities
 
 from .failures import trouble
-from .registry import simple
+from .registry import ByIdentity, simple
 
 if TYPE_CHECKING:
     from bindings.loader import LoadedConfig
@@ -179,6 +180,15 @@ class Offers:
         self.readers = readers
         self.pool = readers.pool
         self._offers: dict[tuple[str, str], _Offer] = {}
+        self._shared: ByIdentity[SharedCapabilities] = ByIdentity()
+
+    def kept(self, turn: Turn, spec: Any) -> _Offer | None:
+        """The offer kept for the agent's server: the next runs', unless its listing changes."""
+        return self._offers.get((turn.agent.id, spec.name))
+
+    def shared(self, offers: tuple[_Offer, ...]) -> SharedCapabilities:
+        """The kept offers' toolsets as one capability of the shared Agent, the same object while they are kept."""
+        return self._shared.get(offers, lambda: SharedCapabilities((simple(toolsets=[o.toolset for o in offers]),)))
 
     def offer(self, turn: Turn, spec: Any, connection: Any, live: Any) -> _Offer:
         key = (turn.agent.id, spec.name)
@@ -232,8 +242,13 @@ class Offers:
 
 
 def build_for_turn(offers: Offers, turn: Turn) -> list[Any]:
-    """The MCP servers' tools for one run (after `McpPool.prepare` ran for this turn), from `offers.pool`."""
-    toolsets: list[AbstractToolset[Any]] = []
+    """The MCP servers' tools for one run (after `McpPool.prepare` ran for this turn), from `offers.pool`.
+
+    The servers' kept offers go in the runner's shared Agent (`SharedCapabilities`, one per set of offers,
+    so the same Agent while no listing, reconnect or reload changes them): their toolsets read the run from
+    its deps at each call. An offer made for this run alone (a name collision) is this run's capability."""
+    kept: list[_Offer] = []
+    own: list[AbstractToolset[Any]] = []
     for spec in turn.agent.mcp_servers:
         if not spec.enabled:
             continue
@@ -246,8 +261,14 @@ def build_for_turn(offers: Offers, turn: Turn) -> list[Any]:
         offer = offers.offer(turn, spec, connection, live)
         turn.tools.update(offer.tools)
         if offer.toolset is not None:
-            toolsets.append(offer.toolset)
-    return [simple(toolsets=toolsets)] if toolsets else []
+            if offers.kept(turn, spec) is offer:
+                kept.append(offer)
+            else:
+                own.append(offer.toolset)
+    built: list[Any] = [offers.shared(tuple(kept))] if kept else []
+    if own:
+        built.append(simple(toolsets=own))
+    return built
 
 
 # --- load-time validation -----------------------------------------------------------------

@@ -487,6 +487,9 @@ register(CapabilityDecl(
     build=build,
     config_model=SubagentsConfig,
     scopes=("agents:delegate",),
+    # Not `shared`: the build keeps the run's own state, its fan-out count (`_Delegation.made`, per reply) and its
+    # levels left (the turn's delegation depth, which also decides whether the tool is offered at all), and the
+    # background tools are bound to the turn. The delegates' specs are made once already (`_SPECS`, `_QUIET`).
     description=("Hand self-contained work to other agents of this config (named under subagents: in the agent "
                  "file) or to specialists defined here, each on its own model; sync: the answer comes back as "
                  "the tool's result; async: the delegate works in the background and its report comes back into "

@@ -147,7 +147,10 @@ class _Cadenced:
 
 @dataclass
 class ConversationReminders(SystemReminders[Turn]):
-    """The harness's injection with the cadence counted per conversation and kept in `Turn.state`."""
+    """The harness's injection with the cadence counted per conversation and kept in `Turn.state`.
+
+    Built once for the config (`shared`): `turn` is None on the built one and each run's copy (`for_run`)
+    is bound to the run it is for, read from the run's deps, so a run counts only its own conversation."""
 
     config: SystemRemindersConfig | None = None
     turn: Turn | None = None
@@ -155,7 +158,8 @@ class ConversationReminders(SystemReminders[Turn]):
 
     async def for_run(self, ctx: RunContext[Turn]) -> ConversationReminders:
         clone = copy(await super().for_run(ctx))
-        assert clone.turn is not None and clone.config is not None
+        clone.turn = ctx.deps
+        assert clone.config is not None
         tally = _Tally.load(await clone.turn.state.get(CAPABILITY, clone.turn.scope(CAPABILITY, "conversation"), STATE_KEY))
         clone._tally = tally
         clone._request_count = tally.requests
@@ -200,12 +204,15 @@ def build(ctx: BuildContext) -> AbstractCapability[Any] | None:
     # The harness refuses an empty configuration; the dynamic kinds are bound per run (for_run).
     placeholder: list[Any] = [] if fixed else [lambda ctx: None]
     return ConversationReminders(reminders=fixed, dynamic_reminders=placeholder, cache_ttl=config.cache_ttl,
-                                 config=config, turn=ctx.turn)
+                                 config=config)
 
 
 register(CapabilityDecl(
     id=CAPABILITY, name="System reminders", category="reasoning", tools=(), build=build,
     config_model=SystemRemindersConfig,
+    # The reminders are the config's; the cadence is the conversation's, read and written by each run's own
+    # copy (`ConversationReminders.for_run`, bound to the run's deps), never by the built one.
+    shared=True,
     description="Re-states steering guidance on a cadence of the conversation's model requests (fixed lines, the "
                 "run's goal, or a nudge the model writes), appended to that request only, never to the history.",
 ))

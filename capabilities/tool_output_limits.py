@@ -20,14 +20,14 @@ from __future__ import annotations
 import base64
 import copy
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_ai import DeferredToolRequests
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.tools import RunContext, ToolDefinition
-from pydantic_ai.toolsets import PreparedToolset
+from pydantic_ai.tools import RunContext, Tool, ToolDefinition
+from pydantic_ai.toolsets import FunctionToolset, PreparedToolset
 from pydantic_ai_harness.tool_output_limits import (
     READ_TOOL_NAME,
     Band,
@@ -37,6 +37,8 @@ from pydantic_ai_harness.tool_output_limits import (
     Truncate,
     TruncationStrategy,
 )
+# The harness's bounded slicing of a spill (its read tool keeps the store it was made with; ours reads the run's).
+from pydantic_ai_harness.tool_output_limits._capability import _read_slice
 
 from gateway.store.capability_state import CapabilityState
 from gateway.runs.turn import Turn
@@ -155,13 +157,30 @@ def _described(tool: ToolDefinition) -> ToolDefinition:
     return replace(tool, description=READ_DESCRIPTION, parameters_json_schema=schema)
 
 
+def spills_of(turn: Turn) -> RunSpills:
+    """The run's spill store: its own run's scope, or the parent's where lent (share_with_delegates)."""
+    return RunSpills(turn.state, turn.scope(CAPABILITY, "run"), borrowed=turn.owner(CAPABILITY) is not turn)
+
+
 @dataclass
 class RunToolOutputLimits(ToolOutputLimits[Turn]):
-    """The harness's reduction with our store, our description, and the run's spills gone when it ends."""
+    """The harness's reduction with our store, our description, and the run's spills gone when it ends.
+
+    Built once for the config (`shared`): the built one has no store; each run's copy (`for_run`) writes
+    and discards the run's own spills (`spills_of` its deps), and the read tool, made once, reads the
+    calling run's. The harness's read tool keeps the store it was made with, so it is not used."""
+
+    _reader: Any = field(default=None, init=False, repr=False, compare=False)
+
+    async def for_run(self, ctx: RunContext[Turn]) -> RunToolOutputLimits:
+        clone = copy.copy(await super().for_run(ctx))
+        clone.store = clone._store = spills_of(ctx.deps)
+        return clone
 
     def get_toolset(self) -> Any:
-        toolset = super().get_toolset()
-        return PreparedToolset(toolset, _Describe()) if toolset is not None else None
+        if self._reader is None:  # copied into each run's copy: made once, not per run
+            self._reader = PreparedToolset(FunctionToolset([Tool(_read_tool_result, name=READ_TOOL_NAME)]), _Describe())
+        return self._reader
 
     async def wrap_run(self, ctx: RunContext[Turn], *, handler: Any) -> Any:
         parked = False
@@ -177,14 +196,24 @@ class RunToolOutputLimits(ToolOutputLimits[Turn]):
                     log.warning("could not delete the spills of run %s: %s", self.store.run_id, e)
 
 
-def _not_the_read_tool(turn: Turn) -> Any:
+async def _read_tool_result(ctx: RunContext[Turn], handle: str, offset: int = 0, limit: int = 200,
+                            from_end: bool = False, pattern: str | None = None) -> str:
+    """Read a slice of a spilled tool result (the harness's slicing, over the calling run's spills).
+
+    Args:
+        handle: The handle from the overflowed tool return.
+        offset: Number of matching lines to skip from the start (or end). Must be >= 0.
+        limit: Maximum number of lines to return (>= 1; clamped to a built-in cap).
+        from_end: Count `offset`/`limit` from the end of the result.
+        pattern: Optional literal substring; only lines containing it are returned.
+    """
+    return await _read_slice(spills_of(ctx.deps), handle, offset, limit, from_end, pattern)
+
+
+def _not_the_read_tool(ctx: RunContext[Turn], tool_def: ToolDefinition) -> bool:
     """The harness exempts `read_tool_result` by name; a rename must not make its pages spill again."""
-
-    def select(ctx: RunContext[Turn], tool_def: ToolDefinition) -> bool:
-        info = turn.tools.get(tool_def.name)
-        return not (info is not None and info.capability == CAPABILITY and info.stable_id == READ_TOOL_NAME)
-
-    return select
+    info = ctx.deps.tools.get(tool_def.name)
+    return not (info is not None and info.capability == CAPABILITY and info.stable_id == READ_TOOL_NAME)
 
 
 def bands_for(config: ToolOutputLimitsConfig) -> list[Band]:
@@ -202,16 +231,17 @@ def build(ctx: BuildContext) -> AbstractCapability[Any]:
     config = ctx.config
     assert isinstance(config, ToolOutputLimitsConfig)
     extra: dict[str, Any] = {"summary_prompt": config.summary_prompt} if config.summary_prompt else {}
-    return RunToolOutputLimits(bands=bands_for(config), tool_filter=_not_the_read_tool(ctx.turn),
-                               over_tokens=config.over_tokens, strip_ansi=config.strip_ansi,
-                               store=RunSpills(ctx.turn.state, ctx.turn.scope(CAPABILITY, "run"),
-                                               borrowed=ctx.turn.owner(CAPABILITY) is not ctx.turn), **extra)
+    return RunToolOutputLimits(bands=bands_for(config), tool_filter=_not_the_read_tool,
+                               over_tokens=config.over_tokens, strip_ansi=config.strip_ansi, **extra)
 
 
 register(CapabilityDecl(
     id=CAPABILITY, name="Tool output limits", category="utility",
     tools=(ToolDecl(READ_TOOL_NAME, summary="Read a slice of a tool result that was too large to show whole."),),
     build=build, config_model=ToolOutputLimitsConfig,
+    # The bands are the config's; the spills are the run's, written, read and discarded through the run's
+    # deps by its own copy (`RunToolOutputLimits.for_run`) and the read tool, never by the built one.
+    shared=True,
     description="Reduces an oversized tool return (MCP tools included) once, when it is produced: spilled to a "
                 "store kept for the run and paged back with read_tool_result, truncated, or summarised.",
 ))

@@ -71,6 +71,8 @@ def build(ctx: BuildContext) -> AbstractCapability[Any]:
 
 register(CapabilityDecl(
     id="tool_search", name="Tool search", category="utility", tools=(), build=build, config_model=ToolSearchConfig,
+    # Not `shared`: the runner puts its ToolSearch in the shared Agent itself, keyed by its configuration
+    # (`Runner.build_agent`); in a `SharedCapabilities` it would sit beside the plain one pydantic-ai adds.
     description="Defers the agent's MCP tools: the model finds one by search instead of carrying every schema on "
                 "every request. The agent's own capabilities stay visible; a found tool keeps its name, approval "
                 "and renames.",

@@ -14,7 +14,10 @@ from pydantic_ai.images.result import ImageGenerationResult
 from pydantic_ai.usage import RequestUsage
 
 from bindings.loader import load_config
+from gateway import extensions
 from gateway.ops import cli
+from gateway.runs.agent_run import run_agent
+from gateway.store import repo
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
 from tests.conftest import running_gateway, write_config
 from tests.fakes.openai import FakeOpenAI
@@ -23,6 +26,9 @@ from tests.support.settled import settled
 
 from . import support
 from .scripted import say_calls
+from .shaping_script import SCRIPT, call, say
+from .support import agent, world
+from .test_shared_capabilities import ALICE, BOB, CHANNEL, DM_ALICE
 from .test_charts import png_size
 
 
@@ -95,5 +101,78 @@ async def test_a_generated_image_is_gated_and_posted_once_after_approval_and_its
 def test_image_generation_without_a_key_is_refused_at_load(tmp_path: Path) -> None:
     cfg = write_config(tmp_path / "config", agents={"assistant": {
         "name": "Painter", "model": "demo", "capabilities": [{"id": "image_generation"}]}})
+    extensions.register_checks()  # as the CLI and the daemon do before loading: the capabilities' own checks
     with pytest.raises(Exception, match=r"image_generation needs a key: set secret_id"):
         load_config(cfg)
+
+
+# --- one client for the config, not one per run ---------------------------------------------------------------
+
+RUNS = 4
+
+
+def _open_connections_to(port: int) -> set[int]:
+    """This machine's open TCP connections to 127.0.0.1:`port`, by their client port (/proc/net/tcp, state
+    ESTABLISHED): a socket the gateway opened to the image server and has not closed."""
+    target = f"0100007F:{port:04X}"
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if remote == target and state == "01":
+            ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _drawing(images: FakeOpenAI) -> dict[str, object]:
+    return {"id": "image_generation", "config": {"base_url": images.base_url}, "secret_id": "env:TEST_IMAGE_KEY",
+            "tool_approval": {"generate_image": "never"}}
+
+
+async def test_many_runs_draw_over_one_connection_which_is_closed_when_the_gateway_stops(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each run made its own OpenAI client and never closed it: a connection (an fd) left open per run."""
+    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    opened: set[int] = set()
+    try:
+        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="shaping-scripted")}) as w:
+            for n in range(RUNS):
+                SCRIPT.reset(call("generate_image", prompt=f"a lighthouse, take {n}"), say("done"))
+                turn = await w.turn(ALICE if n % 2 else BOB, DM_ALICE if n % 2 else CHANNEL, f"draw {n}")
+                result = await run_agent(w.gw.runner.build_agent(turn), f"draw {n}", deps=turn)
+                await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
+                assert "drawn but not posted" in SCRIPT.requests[1].tool_results()[0]  # the fake chat takes no files
+                opened |= _open_connections_to(images.port)
+            still_open = _open_connections_to(images.port)
+        after_stop = _open_connections_to(images.port)
+    finally:
+        await images.stop()
+    assert len(images.image_requests) == RUNS
+    assert len(opened) == len(still_open) == 1, f"{RUNS} runs opened {len(opened)} connections, {len(still_open)} open"
+    assert not after_stop, f"{len(after_stop)} connections to the image server left open after the gateway stopped"
+
+
+async def test_a_key_put_in_place_is_used_from_the_next_run_and_until_then_the_tool_is_not_offered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built once for the config, the tool still follows its key: with none readable it is not offered (it
+    could only refuse), and once the key reads the next run draws with it, without a reload."""
+    monkeypatch.delenv("TEST_IMAGE_KEY", raising=False)
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    offered = []
+    try:
+        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="shaping-scripted")}) as w:
+            for n in range(2):
+                if n == 1:
+                    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-put-in-place")
+                SCRIPT.reset(*([call("generate_image", prompt="a kite")] if n else []), say("done"))
+                turn = await w.turn(ALICE, DM_ALICE, f"draw {n}")
+                result = await run_agent(w.gw.runner.build_agent(turn), f"draw {n}", deps=turn)
+                await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
+                offered.append("generate_image" in SCRIPT.requests[0].tools)
+    finally:
+        await images.stop()
+    assert offered == [False, True]
+    ((body, auth),) = images.image_requests
+    assert body["prompt"] == "a kite" and auth == "Bearer sk-put-in-place"

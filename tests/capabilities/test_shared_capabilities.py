@@ -9,6 +9,8 @@ The memory notes (test_memory_files.py), the clock (test_clock.py) and a shared 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from gateway.runs.agent_run import run_agent
 from gateway.runs.runner import TurnAgent
 from gateway.store import repo
 
+from ..conftest import wait_for
 from . import interleaved
 from .interleaved import at_once, step
 from .shaping_script import SCRIPT, call, say
@@ -235,3 +238,231 @@ async def test_delegations_of_one_delegate_from_two_runs_reuse_its_one_shared_ag
             assert "current date and time" in SCRIPT.requests[1].instructions, "the delegate has its own capabilities"
             built.append(agents.cache_info().misses)
         assert built[1] == built[2] == built[0], f"Agents built after each delegation: {built}"
+
+
+async def _spent_at_once(tmp_path: Path, entry: dict[str, Any], tool: str, alice: dict[str, Any],
+                         bob: dict[str, Any], spent: Any, gateway: dict[str, Any] | None = None) -> list[Any]:
+    """Alice's run and Bob's call `tool` at once (Bob's once Alice's call is done), a third run of Bob's beside
+    them only answers; what each run's row says it spent (`spent` of the row), its agent the shared Agent's."""
+    first = asyncio.Event()
+    interleaved.script({"alice": [step(tool, **alice), step(None, signal=first)],
+                        "bob": [step(tool, after=first, **bob), step(None)], "bob chats": [step(None)]})
+    async with world(tmp_path, agents={"assistant": agent(entry, model="interleaved")}, gateway=gateway) as w:
+        runs = [(await w.turn(ALICE, DM_ALICE, "alice"), "alice"), (await w.turn(BOB, CHANNEL, "bob"), "bob"),
+                (await w.turn(BOB, DM_BOB, "bob chats"), "bob chats")]
+        agents = await at_once(w, *runs)
+        assert [a._capabilities for a in agents] == [[], [], []], f"{entry['id']} is the shared Agent's"
+        return [spent(await w.gw.store.run(turn.run_id)) for turn, _ in runs]
+
+
+async def test_two_peoples_images_drawn_at_once_are_each_spent_on_their_own_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """image_generation is built once: two people's runs draw at once, and each drawing is recorded on the
+    run that asked for it (its row: what is billed to whom), none on a third run of one of them beside."""
+    from tests.fakes.openai import FakeOpenAI
+
+    from .test_image_generation import _drawing, _png
+
+    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    try:
+        drawn = await _spent_at_once(tmp_path, _drawing(images), "generate_image", {"prompt": "alice's cat"},
+                                     {"prompt": "bob's dog"}, lambda run: run.images)
+    finally:
+        await images.stop()
+    assert drawn == [1, 1, 0], drawn
+    assert sorted(body["prompt"] for body, _ in images.image_requests) == ["alice's cat", "bob's dog"]
+    assert all("drawn but not posted" in interleaved.SHOWN[p][-1] for p in ("alice", "bob"))
+
+
+async def _one_run(w: World, who: Account, where: Place, text: str) -> TurnAgent:
+    """One run of `text` through the runner's agent for it, to its end; that agent."""
+    turn = await w.turn(who, where, text)
+    built = w.gw.runner.build_agent(turn)
+    assert isinstance(built, TurnAgent)
+    result = await run_agent(built, text, deps=turn)
+    await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
+    return built
+
+
+async def test_the_reminder_cadence_is_each_conversations_own_through_the_shared_agent(tmp_path: Path) -> None:
+    """system_reminders is built once: a run counts its own conversation's requests only, so the second
+    request of the DM is reminded and a channel's first request, between the DM's two, is not."""
+    from .test_system_reminders import LINE, _tail
+
+    entry = {"id": "system_reminders", "config": {"reminders": [{"text": LINE, "interval": 2}]}}
+    async with world(tmp_path, agents={"assistant": agent(entry, model="shaping-scripted")}) as w:
+        tails = []
+        for who, where in ((ALICE, DM_ALICE), (BOB, CHANNEL), (ALICE, DM_ALICE)):
+            SCRIPT.reset(say("ok"))
+            built = await _one_run(w, who, where, "hello")
+            assert built._capabilities == [], "system_reminders is the shared Agent's, not each run's"
+            tails.append(_tail(SCRIPT.requests[0]))
+    assert tails == ["", "", f"<system-reminder>\n{LINE}\n</system-reminder>"], tails
+
+
+async def test_guardrails_screen_each_runs_own_words_through_the_shared_agent(tmp_path: Path) -> None:
+    """guardrails is built once: Alice's pasted key is redacted in her run, Bob's run right after reaches the
+    model with his own words, and a blocked term ends only the run it is in."""
+    from .test_guardrails import PASTED
+
+    entry = {"id": "guardrails", "config": {"redact_secrets_in": True, "blocked_keywords_in": "nightjar"}}
+    async with world(tmp_path, agents={"assistant": agent(entry, model="shaping-scripted")}) as w:
+        SCRIPT.reset(say("noted"))
+        built = await _one_run(w, ALICE, DM_ALICE, f"my key is {PASTED}")
+        assert built._capabilities == [], "guardrails is the shared Agent's, not each run's"
+        assert SCRIPT.requests[0].user_texts() == ["my key is [redacted:anthropic_key]"]
+        SCRIPT.reset(say("hi bob"))
+        await _one_run(w, BOB, CHANNEL, "what is new?")
+        assert SCRIPT.requests[0].user_texts() == ["what is new?"]
+        SCRIPT.reset(say("sure"))
+        with pytest.raises(Exception, match="blocked term"):
+            await _one_run(w, BOB, DM_BOB, "tell me about nightjar")
+        assert SCRIPT.requests == []
+        SCRIPT.reset(say("hello alice"))
+        await _one_run(w, ALICE, DM_ALICE_2, "and now?")
+        assert SCRIPT.requests[0].user_texts() == ["and now?"]
+
+
+HANDLE = re.compile(r"stored to handle '([^']+)'")
+
+
+def _handle(prompt: str) -> str:
+    """The handle of the first spill the run `prompt` was shown."""
+    match = HANDLE.search("\n".join(interleaved.SHOWN[prompt]))
+    assert match, interleaved.SHOWN[prompt]
+    return match.group(1)
+
+
+def _reading(prompt: str, of: str, pattern: str, *, after: asyncio.Event | None = None,
+             signal: asyncio.Event | None = None) -> Any:
+    """A model step: read back the handle the run `of` was last shown."""
+    async def take() -> interleaved.Action:
+        if signal is not None:
+            signal.set()
+        if after is not None:
+            await after.wait()
+        return ("read_tool_result", {"handle": _handle(of), "pattern": pattern})
+
+    return take
+
+
+async def test_two_runs_at_once_each_read_back_only_their_own_spilled_result(tmp_path: Path) -> None:
+    """tool_output_limits is built once: two people's runs spill a large result at once; each reads its own
+    back, and a handle of the other run's reads nothing; each run's spills are gone when it ends."""
+    alice_spilled, bob_spilled, bob_read = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    big = "print('\\n'.join('{}-line-%d' % i for i in range(3000)))"
+    interleaved.script({
+        "alice": [step("run_python", code=big.format("alice")),
+                  _reading("alice", "alice", "alice-line-600", signal=alice_spilled, after=bob_spilled),
+                  step(None, after=bob_read)],
+        "bob": [step("run_python", after=alice_spilled, code=big.format("bob")),
+                _reading("bob", "alice", "alice", signal=bob_spilled),
+                _reading("bob", "bob", "bob-line-600"), step(None, signal=bob_read)],
+    })
+    async with world(tmp_path, agents={"assistant": agent({"id": "code_execution"}, {"id": "tool_output_limits"},
+                                                          model="interleaved")}) as w:
+        runs = [(await w.turn(ALICE, DM_ALICE, "alice"), "alice"), (await w.turn(BOB, DM_BOB, "bob"), "bob")]
+        agents = await at_once(w, *runs)
+        assert [a._capabilities for a in agents] == [[], []], "tool_output_limits is the shared Agent's"
+        left = [await w.gw.store.capability_state.get("tool_output_limits", turn.run_id, _handle(p))
+                for turn, p in runs]
+    alice, bob = ([t for t in interleaved.SHOWN[p] if not t.startswith("You are a test agent.")] for p in ("alice", "bob"))
+    assert "alice-line-600" in alice[-1] and "bob-line" not in "\n".join(alice), alice[-1]
+    assert "No stored tool result" in bob[-2] and "alice-line" not in bob[-2], bob[-2]
+    assert "bob-line-600" in bob[-1], bob[-1]
+    assert left == [None, None], "each run's spills are gone when it ends"
+
+
+async def test_a_conversations_compacted_history_is_never_another_conversations(tmp_path: Path) -> None:
+    """compaction is built once: Alice's long DM compacts and is continued from its snapshot, and Bob's
+    channel run after it starts from his own conversation, with nothing of hers."""
+    from .test_compaction import FILLER
+
+    entry = {"id": "compaction", "config": {"strategy": "sliding_window", "context_window": 2000,
+                                            "max_fraction": 0.5, "keep_messages": 4}}
+    async with world(tmp_path, agents={"assistant": agent(entry, model="shaping-scripted")}) as w:
+        turn = await w.turn(ALICE, DM_ALICE_2, "hello")
+        assert w.gw.runner.build_agent(turn)._capabilities == [], "compaction is the shared Agent's"  # type: ignore[attr-defined]
+        await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply="done")
+        sent = []
+        for i in range(8):
+            SCRIPT.reset(say(f"answer {i}"))
+            await w.say(ALICE, DM_ALICE, f"message {i}: {FILLER * 3}")
+            sent.append(len(SCRIPT.answered[0].messages))
+        assert sent[-1] < 2 * len(sent) - 1, f"Alice's history was compacted: {sent}"
+        SCRIPT.reset(say("hi bob"))
+        await w.say(BOB, CHANNEL, "hello, what do you know?")
+        [request] = SCRIPT.answered
+        assert "message" not in str(request.messages) and "lorem" not in str(request.messages), request.messages
+        assert len(request.messages) == 1, request.messages
+
+
+async def test_two_peoples_speech_at_once_is_each_spent_on_their_own_run(tmp_path: Path) -> None:
+    """audio is built once: two people's runs speak at once, and each one's characters are recorded on its
+    own run, none on a third run beside them."""
+    from tests.fakes.openai import FakeOpenAI
+
+    server = await FakeOpenAI().start()
+    providers = {"providers": {"fake": {"kind": "openai-chat", "base_url": server.base_url}}}
+    try:
+        spoken = await _spent_at_once(tmp_path, {"id": "audio", "config": {"provider": "fake"}}, "generate_speech",
+                                      {"text": "alice's words"}, {"text": "bob says a longer line"},
+                                      lambda run: run.spoken_characters, gateway=providers)
+    finally:
+        await server.stop()
+    assert spoken == [len("alice's words"), len("bob says a longer line"), 0], spoken
+    assert sorted(r["input"] for r in server.speech_requests) == ["alice's words", "bob says a longer line"]
+
+
+async def test_two_peoples_handoffs_each_act_for_their_sender_from_their_own_conversation(tmp_path: Path) -> None:
+    """handoffs is built once: Alice's hand-over from a channel and Bob's from his DM each start a run for
+    their own sender, counted in their own conversation."""
+    from .scripted import say_calls
+    from .test_handoffs import handed_runs, member, send
+
+    agents = {"assistant": member("Assistant"), "researcher": member("Researcher", "Finds things out")}
+    async with world(tmp_path, agents=agents) as w:
+        turn = await w.turn(ALICE, DM_ALICE_2, "hello")
+        assert w.gw.runner.build_agent(turn)._capabilities == [], "handoffs is the shared Agent's"  # type: ignore[attr-defined]
+        await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply="done")
+        for who, where in ((ALICE, CHANNEL), (BOB, DM_BOB)):
+            seen = await w.say(who, where, say_calls(send("researcher", f"for {who.name}", False)))
+            assert seen.tool_results[0].startswith("Handed over to Researcher"), seen.tool_results
+
+        async def both_answered() -> bool:
+            runs = await handed_runs(w)
+            return len(runs) == 2 and all(r.status == repo.FINISHED for r in runs)
+
+        await wait_for(both_answered, what="the researcher's two runs")
+        runs = await handed_runs(w)
+        assert [(r.requester_name, r.requester_person_id) for r in runs] == [
+            ("alice", await w.person(ALICE)), ("bob", await w.person(BOB))]
+        for run, where in zip(runs, (CHANNEL, DM_BOB), strict=True):
+            origin = json.loads(await w.gw.store.capability_state.get("handoffs", run.conversation_id, "origin") or "{}")
+            source = await w.gw.store.conversation(origin["from_conversation"])
+            assert source is not None and where.channel in source.key.split(":"), source
+
+
+async def test_two_peoples_mcp_calls_at_once_go_through_the_shared_agent_and_each_gets_its_own(
+        tmp_path: Path) -> None:
+    """An MCP server's kept offer is the shared Agent's: two people's runs call its tool at once, each is
+    answered for its own call only; the server's tools are in each run's gate map."""
+    from .shaping_script import mcp_server
+
+    alice_called = asyncio.Event()
+    interleaved.script({
+        "alice asks": [step("svc_leak", service="alice-billing"), step(None, signal=alice_called)],
+        "bob asks": [step("svc_leak", after=alice_called, service="bob-payroll"), step(None)],
+    })
+    spec = {**agent(model="interleaved"), "mcp_servers": [mcp_server("svc", tools={"leak": "allow"})]}
+    async with world(tmp_path, agents={"assistant": spec}) as w:
+        runs = [(await w.turn(ALICE, DM_ALICE, "alice asks"), "alice asks"),
+                (await w.turn(BOB, CHANNEL, "bob asks"), "bob asks")]
+        agents = await at_once(w, *runs)
+        assert [a._capabilities for a in agents] == [[], []], "the MCP tools are the shared Agent's"
+        assert all(turn.tools["svc_leak"].from_mcp for turn, _ in runs)
+    alice, bob = "\n".join(interleaved.SHOWN["alice asks"]), "\n".join(interleaved.SHOWN["bob asks"])
+    assert "alice-billing config" in alice and "bob-payroll" not in alice, alice
+    assert "bob-payroll config" in bob and "alice-billing" not in bob, bob
