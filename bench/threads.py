@@ -52,16 +52,20 @@ THREADS_HOOK = '''
 import json, os, signal, sys, threading, time
 exec(compile(open(%(profile_hook)r).read(), %(profile_hook)r, "exec"))
 _store = {}  # thread name -> [driver transactions, their thread CPU ns]
+_programs = {}  # the store method a transaction is of ("Store.ingest") -> [transactions, thread CPU ns]
 
 def _timed(run):
-    def timed(*args, **kwargs):
+    def timed(program, *args, **kwargs):
         t0 = time.thread_time_ns()
         try:
-            return run(*args, **kwargs)
+            return run(program, *args, **kwargs)
         finally:
-            got = _store.setdefault(threading.current_thread().name, [0, 0])
-            got[0] += 1
-            got[1] += time.thread_time_ns() - t0
+            took = time.thread_time_ns() - t0
+            for key, table in ((threading.current_thread().name, _store),
+                               (getattr(program, "__qualname__", "?").split(".<locals>")[0], _programs)):
+                got = table.setdefault(key, [0, 0])
+                got[0] += 1
+                got[1] += took
     return timed
 
 def _names(*_):
@@ -69,7 +73,7 @@ def _names(*_):
     if driver is not None and not hasattr(driver._run_on_sqlite, "__wrapped_by_bench__"):
         driver._run_on_sqlite = _timed(driver._run_on_sqlite)  # looked up at each transaction
         driver._run_on_sqlite.__wrapped_by_bench__ = True
-    out = {"names": {t.native_id: t.name for t in threading.enumerate()}, "store": _store}
+    out = {"names": {t.native_id: t.name for t in threading.enumerate()}, "store": _store, "programs": _programs}
     path = os.path.join(os.environ["THREADS_OUT"], "%%d.json" %% os.getpid())
     with open(path + ".tmp", "w") as f:
         json.dump(out, f)
@@ -111,8 +115,11 @@ def thread_cpu(pid: int) -> dict[int, int]:
     return out
 
 
-async def thread_names(pid: int, out: Path) -> tuple[dict[int, str], dict[str, tuple[int, int]]]:
-    """The daemon's threads by native id, and its driver transactions so far by thread name: (count, CPU ns)."""
+Tally = dict[str, tuple[int, int]]  # a name -> (driver transactions, their CPU ns), so far
+
+
+async def thread_names(pid: int, out: Path) -> tuple[dict[int, str], Tally, Tally]:
+    """The daemon's threads by native id; its driver transactions so far by thread name, and by store method."""
     path = out / f"{pid}.json"
     path.unlink(missing_ok=True)
     os.kill(pid, signal.SIGWINCH)
@@ -120,9 +127,10 @@ async def thread_names(pid: int, out: Path) -> tuple[dict[int, str], dict[str, t
         if path.exists():
             got = json.loads(path.read_text())
             return ({int(k): v for k, v in got["names"].items()},
-                    {k: (int(v[0]), int(v[1])) for k, v in got["store"].items()})
+                    {k: (int(v[0]), int(v[1])) for k, v in got["store"].items()},
+                    {k: (int(v[0]), int(v[1])) for k, v in got["programs"].items()})
         await asyncio.sleep(0.05)
-    return {}, {}
+    return {}, {}, {}
 
 
 def label(name: str) -> str:
@@ -201,6 +209,7 @@ async def main(args: argparse.Namespace) -> int:
             whole: list[float] = []
             transactions: dict[str, list[float]] = defaultdict(list)  # the driver's, per message, by thread
             driver_cpu: dict[str, list[float]] = defaultdict(list)  # their own CPU ms per message, by thread
+            programs: dict[str, list[tuple[float, float]]] = defaultdict(list)  # by store method: per message, CPU ms
             alone_cpu: list[float] = []
             shares: dict[str, float] = defaultdict(float)
             profiled_total = 0.0
@@ -212,11 +221,14 @@ async def main(args: argparse.Namespace) -> int:
                     if side == "alone":
                         alone_cpu.append((await alone.burst(args.burst, args.budget)).cpu_ms)
                         continue
-                    _, store0 = await thread_names(daemon.pid, names_out)
+                    _, store0, programs0 = await thread_names(daemon.pid, names_out)
                     before = thread_cpu(daemon.pid)
                     b: Burst = await burst(platform, daemon, args.burst, args.budget)
                     after = thread_cpu(daemon.pid)
-                    names, store1 = await thread_names(daemon.pid, names_out)
+                    names, store1, programs1 = await thread_names(daemon.pid, names_out)
+                    for name, (count, ns) in programs1.items():
+                        count0, ns0 = programs0.get(name, (0, 0))
+                        programs[name].append(((count - count0) / b.messages, (ns - ns0) / 1e6 / b.messages))
                     for name, (count, ns) in store1.items():
                         count0, ns0 = store0.get(name, (0, 0))
                         where = label(name)
@@ -256,6 +268,9 @@ async def main(args: argparse.Namespace) -> int:
                           f"| {med(d):.2f} ({min(d):.2f}-{max(d):.2f}) |")
             print(f"| the daemon, all threads | {med(whole):.2f} ({min(whole):.2f}-{max(whole):.2f}) |")
             print(f"| pydantic-ai alone, per run | {med(alone_cpu):.2f} ({min(alone_cpu):.2f}-{max(alone_cpu):.2f}) |")
+            print("\n| the store's driver transactions, by store method | a message | CPU ms a message |\n| --- | --- | --- |")
+            for name, got in sorted(programs.items(), key=lambda kv: -med([c for _, c in kv[1]])):
+                print(f"| {name} | {med([n for n, _ in got]):.2f} | {med([c for _, c in got]):.3f} |")
             ratios = [w / a for w, a in zip(whole, alone_cpu)]
             print(f"daemon / alone, per round: {', '.join(f'{x:.2f}' for x in ratios)}x (median {med(ratios):.2f}x)")
             if args.profile and profiled_total:
