@@ -178,33 +178,34 @@ def instrument() -> None:
     real_transaction = driver.transaction
     real_run = driver._run_on_sqlite
 
-    async def transaction(engine: Any, program: Any) -> Any:
+    async def transaction(engine: Any, program: Any, *, write: bool = True) -> Any:
         label = _short(getattr(program, "__qualname__", "?"))
 
         def labelled(q: Any) -> Any:
             return program(q)
 
         labelled.label = label  # type: ignore[attr-defined]
-        return await real_transaction(engine, labelled)
+        return await real_transaction(engine, labelled, write=write)
 
-    def run_on_sqlite(program: Any, conn: Any) -> Any:
+    def run_on_sqlite(program: Any, conn: Any, write: bool = True) -> Any:
         COUNTS.label = getattr(program, "label", "?")
         t0 = time.thread_time()
         try:
-            return real_run(program, Timed(conn))
+            return real_run(program, Timed(conn), write)
         finally:
             COUNTS.cpu[COUNTS.label] += time.thread_time() - t0
 
     # The label before the connection's own PRAGMAs around a transaction (inline, or in the thread).
     real_inline, real_thread_run = sqlite.inline, sqlite.run
 
-    def inline(conn: Any, function: Any, bound: float) -> Any:
+    def inline(conn: Any, function: Any, bound: float, write: bool = True) -> Any:
         COUNTS.label = getattr(function.args[0], "label", "?")
-        return real_inline(conn, function, bound)
+        return real_inline(conn, function, bound, write)
 
-    async def thread_run(conn: Any, function: Any, bound: float, deadline: float | None = None) -> Any:
+    async def thread_run(conn: Any, function: Any, bound: float, deadline: float | None = None,
+                         write: bool = True) -> Any:
         COUNTS.label = getattr(getattr(function, "args", (None,))[0], "label", "?")
-        return await real_thread_run(conn, function, bound, deadline)
+        return await real_thread_run(conn, function, bound, deadline, write)
 
     sqlite.inline = inline  # type: ignore[assignment]
     sqlite.run = thread_run  # type: ignore[assignment]

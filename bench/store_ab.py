@@ -19,6 +19,11 @@ each on its own file, "before" migrated only to REV, "after" to head. The messag
 daemon's sweep does it), and its own loop CPU per message printed apart (on "after" only: REV may predate it).
 
     .venv/bin/python bench/store_ab.py --before-revision 0016 --rounds 5 --messages 200 [--turns 3]
+
+A connection setting (`--pragmas "cache_size=-16384; mmap_size=268435456"`): both sides this checkout at
+head, each on its own file, "after" with the PRAGMAs run on its connection once connected. `--touch MIB`
+walks that much memory between messages (both sides), as the daemon's other work between two of a
+message's transactions evicts the CPU's caches: SQLite then runs cold, as it does in the daemon.
 """
 
 from __future__ import annotations
@@ -78,8 +83,16 @@ class Variant:
                                  deliveries=[m.FinalRow(0, f"{n}.1", "Hello from the fake model.")])
 
 
-async def _engine(path: str, revision: str | None = None) -> Any:
+async def _engine(path: str, revision: str | None = None, pragmas: str = "") -> Any:
     engine = create_engine(f"sqlite+aiosqlite:///{path}")
+    if pragmas:
+        from sqlalchemy import event
+
+        def setting(dbapi_connection: Any, _record: object) -> None:
+            for pragma in filter(None, (p.strip() for p in pragmas.split(";"))):
+                dbapi_connection.cursor().execute(f"PRAGMA {pragma}")
+
+        event.listen(engine.sync_engine, "connect", setting)
     if revision is None:
         await migrate(engine)
     else:
@@ -91,9 +104,17 @@ async def _engine(path: str, revision: str | None = None) -> Any:
 
 
 async def main(before: Path | None, revision: str | None, rounds: int, messages: int, turns: int,
-               index_every: int) -> None:
+               index_every: int, pragmas: str = "", touch: int = 0) -> None:
+    scratch = bytearray(touch << 20)
+
+    def walk() -> None:  # a write every 64 bytes: every cache line of the scratch
+        scratch[::64] = b"\x01" * len(range(0, len(scratch), 64))
+
     with tempfile.TemporaryDirectory() as tmp:
-        if revision is not None:
+        if pragmas:
+            variants = [Variant("before", repo, await _engine(f"{tmp}/before.db"), turns),
+                        Variant("after", repo, await _engine(f"{tmp}/after.db", pragmas=pragmas), turns)]
+        elif revision is not None:
             variants = [Variant("before", repo, await _engine(f"{tmp}/before.db", revision), turns),
                         Variant("after", repo, await _engine(f"{tmp}/after.db"), turns)]
         else:
@@ -110,6 +131,8 @@ async def main(before: Path | None, revision: str | None, rounds: int, messages:
             for i in range(messages):
                 order = variants if i % 2 == 0 else variants[::-1]
                 for v in order:
+                    if touch:
+                        walk()
                     t0 = time.thread_time()
                     await v.message()
                     times[v.name].append(time.thread_time() - t0)
@@ -149,8 +172,11 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--messages", type=int, default=200)
     parser.add_argument("--turns", type=int, default=1, help="messages per conversation")
+    parser.add_argument("--pragmas", default="", help="instead: PRAGMAs for 'after' ('a=1; b=2'), both at head")
+    parser.add_argument("--touch", type=int, default=0, help="MiB of memory walked between messages")
     parser.add_argument("--index-every", type=int, default=100, help="messages between full-text index catch-ups")
     args = parser.parse_args()
-    if (args.before is None) == (args.before_revision is None):
-        parser.error("give one of --before and --before-revision")
-    asyncio.run(main(args.before, args.before_revision, args.rounds, args.messages, args.turns, args.index_every))
+    if sum(x is not None for x in (args.before, args.before_revision, args.pragmas or None)) != 1:
+        parser.error("give one of --before, --before-revision and --pragmas")
+    asyncio.run(main(args.before, args.before_revision, args.rounds, args.messages, args.turns, args.index_every,
+                     args.pragmas, args.touch))

@@ -182,6 +182,27 @@ async def test_malformed_input_is_dropped_and_the_adapter_keeps_working(fake_sla
     assert adapter.health().connected
 
 
+async def test_a_frame_is_parsed_once(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher,
+                                      monkeypatch) -> None:
+    """Checking a frame must not parse it a second time: slack_sdk's listeners get the frame parsed
+    where it was checked (each parse of a mention's frame ~17 us of the loop, bench/README.md)."""
+    import json
+
+    parsed: list[str] = []
+    real_loads = json.loads
+
+    def loads(s: str | bytes, *args: object, **kwargs: object) -> object:
+        if isinstance(s, str) and "parse me once" in s:
+            parsed.append(s)
+        return real_loads(s, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(json, "loads", loads)
+    _, (envelope,) = await fake_slack.say("D0ADA", "U0ADA", "parse me once")
+    await fake_slack.wait_for(lambda: fake_slack.acked(envelope))
+    assert [m.text for m in dispatcher.accepted] == ["parse me once"]
+    assert len(parsed) == 1
+
+
 async def test_redelivery_with_retry_attempt_runs_nothing_new(fake_slack: FakeSlack, adapter: SlackAdapter, dispatcher: FakeDispatcher) -> None:
     _, events = fake_slack.user_posts("D0ADA", "U0ADA", "hello once")
     body = fake_slack.event_callback(events[0])
