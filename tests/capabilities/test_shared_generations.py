@@ -1,0 +1,67 @@
+"""Capabilities built once per config generation (`CapabilityDecl.shared`) across a reload: a run in flight
+keeps its own generation's, and the first run after the reload is built from the new one, never from a
+shared build the old generation left behind (a stale one would skip an approval the admin just required).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import DeferredToolRequests
+
+from gateway.runs.agent_run import run_agent
+from gateway.runs.runner import TurnAgent
+from gateway.store import repo
+
+from ..conftest import dump_yaml
+from . import interleaved
+from .interleaved import step
+from .support import agent, world
+from .test_shared_capabilities import ALICE, BOB, DM_ALICE, DM_BOB, _reminders
+
+
+def _generation(line: str, **python: Any) -> dict[str, Any]:
+    """The agent file of one generation: run_python (with `python`'s entry settings) and a reminder on every request."""
+    return agent({"id": "code_execution", **python},
+                 {"id": "system_reminders", "config": {"reminders": [{"text": line, "interval": 1}]}},
+                 model="interleaved")
+
+
+async def test_a_reload_while_a_run_is_in_flight_keeps_its_generation_and_the_next_run_gets_the_new(
+        tmp_path: Path) -> None:
+    """Alice's run is mid-way when a reload changes the agent's reminder and makes run_python need approval:
+    her run goes on with her generation's reminder only, and Bob's run, started after the reload, is reminded
+    of the new line only and his run_python call parks instead of running."""
+    alice_asked, bob_done = asyncio.Event(), asyncio.Event()
+    interleaved.script({
+        "alice": [step("run_python", signal=alice_asked, after=bob_done, code="print('alice-ran')"), step(None)],
+        "bob": [step("run_python", code="print('bob-ran')"), step(None)],
+    })
+    async with world(tmp_path, agents={"assistant": _generation("GEN-ONE")}) as w:
+        alice = await w.turn(ALICE, DM_ALICE, "alice")
+        alice_agent = w.gw.runner.build_agent(alice)
+        assert isinstance(alice_agent, TurnAgent) and alice_agent._capabilities == [], "both are the shared Agent's"
+        in_flight = asyncio.create_task(run_agent(alice_agent, "alice", deps=alice))
+        await asyncio.wait_for(alice_asked.wait(), 30)
+
+        (w.gw.config.directory / "agents" / "assistant.yaml").write_text(dump_yaml(
+            _generation("GEN-TWO", tool_approval={"run_python": "required"})))
+        ok, problems = await w.gw.reload_from_disk()
+        assert ok, problems
+
+        bob = await w.turn(BOB, DM_BOB, "bob")
+        bob_agent = w.gw.runner.build_agent(bob)
+        parked = await asyncio.wait_for(run_agent(bob_agent, "bob", deps=bob), 30)
+        await w.gw.store.end_run(bob.run_id, repo.FINISHED, reply=str(parked.output))
+        bob_done.set()
+        finished = await asyncio.wait_for(in_flight, 30)
+        await w.gw.store.end_run(alice.run_id, repo.FINISHED, reply=str(finished.output))
+
+    assert isinstance(parked.output, DeferredToolRequests), f"Bob's call ran without approval: {parked.output}"
+    assert [c.tool_name for c in parked.output.approvals] == ["run_python"]
+    assert "bob-ran" not in "\n".join(interleaved.SHOWN["bob"]), "nothing ran before a person decided"
+    assert "GEN-TWO" in _reminders("bob") and "GEN-ONE" not in _reminders("bob"), _reminders("bob")
+    assert str(finished.output) == "done" and len(interleaved.SENT["alice"]) == 2
+    assert "GEN-ONE" in _reminders("alice") and "GEN-TWO" not in _reminders("alice"), _reminders("alice")
