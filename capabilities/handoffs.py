@@ -142,9 +142,10 @@ class _Handoffs:
             nothing was sent (an agent you may not send to, a chain or a conversation at its limit).
         """
         turn = ctx.deps
-        if wait and ctx.tool_call_approved and decisions_of(ctx.tool_call_metadata) is not None and agent in self.agents:
+        if wait and ctx.tool_call_approved and decisions_of(ctx.tool_call_metadata) is not None and agent in self.allowed:
             # A card for a gated call of the agent waited for was decided: it goes on where it stopped, in the
-            # slot it took when it was sent (the checks below held then).
+            # slot it took when it was sent (the checks below held then). Only while this agent may still send
+            # to it: a reload that revoked the handoff meanwhile refuses it below, as a new send would be.
             return await self._wait_for(ctx, agent, "")
         if agent not in self.agents:
             return f"Not sent: there is no agent {agent!r}. You may send to: {', '.join(self.allowed)}."

@@ -127,6 +127,40 @@ async def test_a_handoff_waited_for_parks_on_its_gated_call_and_resumes_in_the_s
         assert len(slots) == 1, "the resumed handoff is the same handoff, not a second one"
 
 
+async def test_a_handoff_the_admin_revoked_while_it_was_parked_does_not_resume(tmp_path: Path) -> None:
+    """The card was shown while lead could send to ops; the admin removed ops from lead's handoffs and
+    reloaded before anyone decided. Approving the card must not run ops' call: the resume is held to
+    the same rule as a new send (it checked only that ops still existed)."""
+    RAN.clear()
+    LEAD_REQUESTS.clear()
+
+    def agents(handoffs: list[str]) -> dict[str, Any]:
+        return {
+            "lead": {"name": "Lead", "model": "test:lead", "handoffs": handoffs, "capabilities": [{"id": "handoffs"}]},
+            "ops": {"name": "Ops", "description": "Deploys things", "model": "test:ops-anywhere",
+                    "capabilities": [{"id": "test_ops"}]},
+            "scribe": {"name": "Scribe", "description": "Writes things down", "model": "test:ops-anywhere"},
+        }
+
+    def config(handoffs: list[str]) -> Path:
+        return write_config(tmp_path / "c", agents=agents(handoffs), bindings={"web": {"platform": "web", "agent": "lead"}},
+                            gateway={"plugins": ["tests.support.plugin_delegation"]})
+
+    async with running_gateway(config(["ops"])) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        sent = await chat.say("send ops deploy queue")
+        card = await chat.card()
+        config(["scribe"])
+        ok, problems = await gw.reload_from_disk()
+        assert ok, problems
+        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
+        assert status == 200
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        assert RAN == [], "a handoff the admin revoked ran on an old card"
+        [said] = [r for r in await chat.replies() if "said" in r]
+        assert "may not send work to 'ops'" in said, said
+
+
 async def _runs(gw: Any, chat: Chat) -> list[dict[str, Any]]:
     conv = await gw.store.conversation(chat.conv)
     assert conv is not None
