@@ -20,7 +20,7 @@ from gateway.runs.llm import register_model
 from gateway.store.notes import NoteStore, Scope
 
 from .conftest import running_gateway, write_config
-from .support.browser import BROWSER_LOOP
+from .support.browser import BROWSER_LOOP, CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = BROWSER_LOOP
 
@@ -45,6 +45,12 @@ async def _slow_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIt
     for chunk in CHUNKS:
         yield chunk
         await asyncio.sleep(0.12)
+
+
+def _launch_args(profile: Path) -> dict[str, object]:
+    """A chromium of its own with `profile`, for the browser tests that still launch one (those of
+    tests/capabilities/, on the test's own loop); the tests here take the shared `chromium`."""
+    return {"user_data_dir": str(profile), "executable_path": str(CHROMIUM), "headless": True, "args": CHROMIUM_ARGS}
 
 
 @pytest.mark.browser
