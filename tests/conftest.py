@@ -33,7 +33,8 @@ from gateway.daemon import Gateway  # noqa: E402
 from tests.support.template_db import PG_ADMIN_DSN, copy_migrated_sqlite, create_migrated_pg  # noqa: E402
 from tests.support.patience import PATIENCE  # noqa: E402
 
-pytest_plugins = ["tests.support.longest_first"]  # the lane's order: longest tests first
+pytest_plugins = ["tests.support.longest_first",  # the lane's order: longest tests first
+                  "tests.support.browser"]  # the `chromium` fixture: one browser per test process
 
 T = TypeVar("T")
 

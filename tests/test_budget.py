@@ -18,8 +18,10 @@ import pytest
 from gateway.clock import ManualClock
 from tests.support.patience import AUTOJUMP
 from gateway.outbound.budget import Pacer, Rule
+from adapters.telegram.budget import PER_CHAT, TelegramBudget
 
 RULE = Rule("chat", 1, 0.2)  # one call per 0.2 s, per key
+GROUP_ID = -100200  # a Telegram group (negative): its sends count against the chat, the group and the bot
 
 
 class Calls:
@@ -83,3 +85,27 @@ async def test_a_call_that_overslept_its_window_still_keeps_a_window_from_a_newc
     newcomer = await c.start(1, first=2)  # C takes its slot before B wakes
     await asyncio.gather(*waiting, *newcomer)
     assert all(gap >= RULE.per for gap in c.gaps()), c.gaps()
+
+
+# Moments on the clock where the float sum e + w, less w, comes out below e (found by trying random
+# moments): the pacer then counted the chat's last call inside its own window at the moment it ends.
+LOSSY_MOMENTS = [7.253398, 2.07155, 1.774498, 2.609237]
+
+
+@pytest.mark.parametrize("start", LOSSY_MOMENTS + [1.0, 15.1])
+async def test_a_second_message_in_a_group_waits_for_its_chat_not_for_the_groups_minute(start: float) -> None:
+    """Telegram: a message a moment after another in one group waits out the chat's second (one a
+    second), not the group's minute (twenty a minute, far from full). At some moments it waited the
+    minute: a Stop button stayed under a finished reply for a minute, and a test's clock, jumping
+    over that wait, ran an every-minute schedule twice (tests/adapters/telegram/test_e2e_schedules.py)."""
+    clock = ManualClock()
+    pacer, budget = Pacer(clock=clock), TelegramBudget()
+    clock.advance(start)
+    async with pacer.paced(budget.message(GROUP_ID)):
+        pass  # the first goes at once
+    second = asyncio.create_task(pacer.take(budget.message(GROUP_ID)))
+    await asyncio.sleep(0)  # it has reserved its moment and sleeps until then
+    try:
+        assert clock.next_due() == pytest.approx(pacer.window(PER_CHAT))
+    finally:
+        second.cancel()

@@ -1,8 +1,6 @@
 """The web page in a real browser: type, watch the answer stream in, reload, still there.
 
-Playwright drives Debian's chromium (`/usr/bin/chromium`), never a downloaded browser: the
-machines running the suite have no network. `make test` installs chromium when it is missing;
-without it this test fails (a skipped browser test would hide a broken page).
+Debian's chromium, one per test process, a fresh context each test (tests/support/browser.py).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from playwright.async_api import BrowserContext, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, Page, Request, expect
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -22,19 +20,10 @@ from gateway.runs.llm import register_model
 from gateway.store.notes import NoteStore, Scope
 
 from .conftest import running_gateway, write_config
+from .support.browser import BROWSER_LOOP, CHROMIUM, CHROMIUM_ARGS
 
-CHROMIUM = Path("/usr/bin/chromium")
-# Without these, a headless chromium on a machine with no network stalls on start-up chores.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+pytestmark = BROWSER_LOOP
+
 CHUNKS = ["Streaming ", "answer ", "arrives ", "in **pieces**, ", "then it ", "is done."]
 FINAL = "Streaming answer arrives in pieces, then it is done."  # as rendered (bold is markup)
 WAIT = 10_000  # ms: generous ceilings for Playwright's polling, not timing assertions
@@ -59,28 +48,20 @@ async def _slow_stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIt
 
 
 def _launch_args(profile: Path) -> dict[str, object]:
-    return {
-        "user_data_dir": str(profile),
-        "executable_path": str(CHROMIUM),
-        "headless": True,
-        "args": CHROMIUM_ARGS,
-    }
+    """A chromium of its own with `profile`, for the browser tests that still launch one (those of
+    tests/capabilities/, on the test's own loop); the tests here take the shared `chromium`."""
+    return {"user_data_dir": str(profile), "executable_path": str(CHROMIUM), "headless": True, "args": CHROMIUM_ARGS}
 
 
 @pytest.mark.browser
-async def test_page_streams_answer_and_keeps_it_after_reload(tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(
-            f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`, "
-            "or run `make test`, which does it). Do not use `playwright install`."
-        )
+async def test_page_streams_answer_and_keeps_it_after_reload(chromium: Browser, tmp_path: Path) -> None:
     register_model("browser-stream", lambda: FunctionModel(stream_function=_slow_stream, model_name="browser-stream"))
     cfg = write_config(
         tmp_path / "config",
         agents={"assistant": {"name": "Browser test agent", "model": "browser-stream", "instructions": "Test."}},
     )
-    async with running_gateway(cfg) as gw, async_playwright() as pw:
-        context: BrowserContext = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))
+    async with running_gateway(cfg) as gw:
+        context: BrowserContext = await chromium.new_context()
         try:
             page: Page = context.pages[0] if context.pages else await context.new_page()
             await page.add_init_script(RECORD_TEXTS)
@@ -131,12 +112,10 @@ window.done = (async () => {
 
 @pytest.mark.browser
 async def test_with_a_token_the_page_streams_through_a_stream_token_and_another_site_changes_nothing(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        chromium: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The page's own requests carry the token in a header; its event stream opens with a stream
     token (never the API token in a URL) and the reply arrives. A page on another origin, in the
     same browser, sends the "simple" POSTs of issue 29: nothing is erased, nothing created."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`).")
     token = "browser-s3cret"
     monkeypatch.setenv("GW_BROWSER_TOKEN", token)
     register_model("browser-stream", lambda: FunctionModel(stream_function=_slow_stream, model_name="browser-stream"))
@@ -150,7 +129,7 @@ async def test_with_a_token_the_page_streams_through_a_stream_token_and_another_
 
     attacker = web.Application()
     attacker.router.add_get("/", attacker_page)
-    async with running_gateway(cfg) as gw, async_playwright() as pw:
+    async with running_gateway(cfg) as gw:
         gw_url = gw.url
         person = (await gw.store.identify("web", "local", "local", "local")).person_id
         await NoteStore(gw.store).write(Scope("assistant", "person", person), "tea.md", "green")
@@ -159,7 +138,7 @@ async def test_with_a_token_the_page_streams_through_a_stream_token_and_another_
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         attacker_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        context: BrowserContext = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))
+        context: BrowserContext = await chromium.new_context()
         try:
             page: Page = context.pages[0] if context.pages else await context.new_page()
             await page.add_init_script(f"localStorage.setItem('agent-gateway-token', {token!r});")

@@ -8,23 +8,24 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.async_api import async_playwright, expect
+from playwright.async_api import Browser, expect
 
 from .conftest import running_gateway, wait_for
 from .support.plugin_ops import RAN
 from .test_approvals import _config
-from .test_web_browser import CHROMIUM, WAIT, _launch_args
+from .support.browser import BROWSER_LOOP
+from .test_web_browser import WAIT
+
+pytestmark = BROWSER_LOOP
 
 LONG = "staging" + " " * 1600 + "AND-ALSO-PROD"
 
 
 @pytest.mark.browser
-async def test_the_page_shows_every_argument_of_a_long_call_before_it_is_approved(tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`).")
+async def test_the_page_shows_every_argument_of_a_long_call_before_it_is_approved(chromium: Browser, tmp_path: Path) -> None:
     RAN.clear()
-    async with running_gateway(_config(tmp_path / "c")) as gw, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))
+    async with running_gateway(_config(tmp_path / "c")) as gw:
+        context = await chromium.new_context()
         try:
             page = context.pages[0] if context.pages else await context.new_page()
             await page.goto(gw.url + "/")

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import BrowserContext, Page, async_playwright, expect
+from playwright.async_api import Browser, BrowserContext, Page, expect
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from sqlalchemy import text
@@ -19,7 +19,9 @@ from gateway.runs.llm import register_model
 from gateway.store.notes import NoteStore, Scope
 
 from .conftest import running_gateway, write_config
-from .test_web_browser import CHROMIUM, _launch_args
+from .support.browser import BROWSER_LOOP
+
+pytestmark = BROWSER_LOOP
 
 WAIT = 10_000  # ms: a ceiling for Playwright's polling, not a timing assertion
 SHOTS = Path("/tmp/webchat-shots")
@@ -74,11 +76,6 @@ async def _answers(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterat
     yield TABLE if "table" in said else HOSTILE if "hostile" in said else f"You said: {said}"
 
 
-def _require_chromium() -> None:
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (`apt-get install -y chromium`).")
-
-
 def _config(tmp_path: Path) -> Path:
     register_model("browser-chat", lambda: FunctionModel(stream_function=_answers, model_name="browser-chat"))
     return write_config(tmp_path / "config", agents={"assistant": {"name": "Chat", "model": "browser-chat"}})
@@ -100,12 +97,11 @@ async def _open(context: BrowserContext, url: str) -> Page:
 
 
 @pytest.mark.browser
-async def test_help_is_a_list_and_the_memory_card_stays_after_the_next_message_and_a_reload(tmp_path: Path) -> None:
-    _require_chromium()
-    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
+async def test_help_is_a_list_and_the_memory_card_stays_after_the_next_message_and_a_reload(chromium: Browser, tmp_path: Path) -> None:
+    async with running_gateway(_config(tmp_path)) as gw:
         person = (await gw.store.identify("web", "local", "local", "local")).person_id
         await NoteStore(gw.store).write(Scope("assistant", "person", person), "tea.md", "green, no sugar")
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+        context = await chromium.new_context()
         try:
             page = await _open(context, gw.url)
             await _send(page, "/help")
@@ -139,10 +135,9 @@ async def test_help_is_a_list_and_the_memory_card_stays_after_the_next_message_a
 
 
 @pytest.mark.browser
-async def test_tables_task_lists_code_render_and_a_hostile_answer_runs_nothing(tmp_path: Path) -> None:
-    _require_chromium()
-    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+async def test_tables_task_lists_code_render_and_a_hostile_answer_runs_nothing(chromium: Browser, tmp_path: Path) -> None:
+    async with running_gateway(_config(tmp_path)) as gw:
+        context = await chromium.new_context()
         try:
             page = await _open(context, gw.url)
             dialogs: list[str] = []
@@ -187,12 +182,11 @@ async def test_tables_task_lists_code_render_and_a_hostile_answer_runs_nothing(t
 
 
 @pytest.mark.browser
-async def test_a_message_typed_before_the_page_is_listening_still_gets_its_reply(tmp_path: Path) -> None:
+async def test_a_message_typed_before_the_page_is_listening_still_gets_its_reply(chromium: Browser, tmp_path: Path) -> None:
     """The page opens a conversation's event stream after drawing it; a person who types at once must not
     lose the reply to a stream not yet open (it went to no one: neither it nor the run's end came)."""
-    _require_chromium()
-    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+    async with running_gateway(_config(tmp_path)) as gw:
+        context = await chromium.new_context()
         try:
             page = context.pages[0] if context.pages else await context.new_page()
 
@@ -211,10 +205,9 @@ async def test_a_message_typed_before_the_page_is_listening_still_gets_its_reply
 
 
 @pytest.mark.browser
-async def test_two_conversations_in_the_sidebar_switching_and_deleting_one(tmp_path: Path) -> None:
-    _require_chromium()
-    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+async def test_two_conversations_in_the_sidebar_switching_and_deleting_one(chromium: Browser, tmp_path: Path) -> None:
+    async with running_gateway(_config(tmp_path)) as gw:
+        context = await chromium.new_context()
         try:
             page = await _open(context, gw.url)
             await _send(page, "about apples")
@@ -258,12 +251,11 @@ async def test_two_conversations_in_the_sidebar_switching_and_deleting_one(tmp_p
 
 
 @pytest.mark.browser
-async def test_screenshots_light_dark_and_narrow(tmp_path: Path) -> None:
+async def test_screenshots_light_dark_and_narrow(chromium: Browser, tmp_path: Path) -> None:
     """Not an assertion of looks: pictures to look at (SHOTS), and the narrow layout's menu works."""
-    _require_chromium()
     SHOTS.mkdir(exist_ok=True)
-    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+    async with running_gateway(_config(tmp_path)) as gw:
+        context = await chromium.new_context()
         try:
             page = await _open(context, gw.url)
             await _send(page, "/help")
@@ -287,13 +279,12 @@ async def test_screenshots_light_dark_and_narrow(tmp_path: Path) -> None:
 
 
 @pytest.mark.browser
-async def test_a_page_reloaded_while_a_reply_streams_goes_on_drawing_it_in_one_bubble(tmp_path: Path) -> None:
+async def test_a_page_reloaded_while_a_reply_streams_goes_on_drawing_it_in_one_bubble(chromium: Browser, tmp_path: Path) -> None:
     """After a reload the listing draws the reply so far; the deltas that follow redraw that bubble
     (they name its message), never start a second one beside it, and none is lost to a stream that opens late."""
-    _require_chromium()
     HOLD[:] = [asyncio.Event(), asyncio.Event()]
-    async with running_gateway(_config(tmp_path)) as gw, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+    async with running_gateway(_config(tmp_path)) as gw:
+        context = await chromium.new_context()
         try:
             page = await _open(context, gw.url)
             await _send(page, "slowly")

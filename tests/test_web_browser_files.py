@@ -5,14 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from playwright.async_api import async_playwright, expect
+from playwright.async_api import Browser, expect
 from pydantic_ai.messages import BinaryContent
 
 from gateway.runs.llm import register_model
 from tests.support.files_model import CSV, Recorder
 
 from .conftest import running_gateway, wait_for, write_config
-from .test_web_browser import _launch_args
+from .support.browser import BROWSER_LOOP
+
+pytestmark = BROWSER_LOOP
 
 WAIT = 10_000  # ms: a ceiling for Playwright's polling, not a timing assertion
 
@@ -28,13 +30,13 @@ for (const type of ["dragover", "drop"]) {
 
 
 @pytest.mark.browser
-async def test_files_attached_by_button_and_by_drop_reach_the_model(tmp_path: Path) -> None:
+async def test_files_attached_by_button_and_by_drop_reach_the_model(chromium: Browser, tmp_path: Path) -> None:
     recorder = Recorder()
     register_model("browser-files", recorder.model)
     config = write_config(tmp_path / "config", agents={"assistant": {"name": "Files", "model": "browser-files"}})
     (tmp_path / "q3.csv").write_bytes(CSV)
-    async with running_gateway(config) as gw, async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(**_launch_args(tmp_path / "profile"))  # type: ignore[arg-type]
+    async with running_gateway(config) as gw:
+        context = await chromium.new_context()
         try:
             page = await context.new_page()
             await page.goto(gw.url + "/")

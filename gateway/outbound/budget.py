@@ -33,6 +33,10 @@ from gateway.outbound.adapter import RateLimited
 HEADROOM = 0.1  # the window kept is this much longer than the platform's...
 SLACK = 0.05  # ...plus this many seconds, for calls that arrive closer together than they were sent
 DRAFT_SHARE = 0.8  # of a budget, what drafts may use (at least one call per window)
+# A candidate moment is an entry's plus its window, e + w; in floating point (e + w) - w can come out
+# a hair below e, and e was then counted inside its own window: at some moments a Telegram group's
+# next message skipped the chat's second and waited out the group's minute. A microsecond's allowance.
+ROUNDING = 1e-6
 
 _patience: ContextVar[float | None] = ContextVar("budget_patience", default=None)
 
@@ -226,7 +230,8 @@ class Pacer:
         caps = [(max(1, int(rule.limit * share)), w, times) for rule, w, times in lists]
 
         def fits(t: float) -> bool:
-            return all(bisect.bisect_left(times, t + w) - bisect.bisect_right(times, t - w) < cap for cap, w, times in caps)
+            return all(bisect.bisect_left(times, t + w) - bisect.bisect_right(times, t - w + ROUNDING) < cap
+                       for cap, w, times in caps)
 
         # The count within (t - w, t + w) only falls at t = e + w for some entry e: try now, then those
         # in order, merged lazily (each list is sorted; every e + w is past now once the old are pruned).
