@@ -50,7 +50,9 @@ def next_after(expr: str, zone: str, after: datetime) -> datetime:
 def latest_until(expr: str, zone: str, until: datetime) -> datetime:
     """The last occurrence at or before `until`, in UTC (cronsim's reverse walk is strictly before
     its start, which it takes to the minute: a second past `until` includes `until` itself)."""
-    local = (until + timedelta(seconds=1)).astimezone(ZoneInfo(zone))
+    # To the whole second first: 09:16:59.5 plus a second is 09:17:00.5, whose minute cronsim includes,
+    # and an every-minute task's "latest" came out 09:17, half a second in the future.
+    local = (until.replace(microsecond=0) + timedelta(seconds=1)).astimezone(ZoneInfo(zone))
     return next(CronSim(expr, local, reverse=True)).astimezone(UTC)
 
 

@@ -97,6 +97,10 @@ def test_a_time_the_spring_change_skips_fires_once_after_the_gap() -> None:
     day.append(next_after("30 2 * * *", WARSAW, day[0]))
     assert [d.isoformat() for d in day] == ["2026-03-29T01:00:00+00:00", "2026-03-30T00:30:00+00:00"]
     assert latest_until("0 9 * * *", "UTC", datetime(2026, 3, 2, 9, tzinfo=UTC)) == datetime(2026, 3, 2, 9, tzinfo=UTC)
+    # The last second of a minute, with its fraction: never the next minute (in the future), whatever the zone.
+    for zone in ("UTC", WARSAW):
+        for until in (datetime(2026, 3, 2, 9, 16, 59, 500000, tzinfo=UTC), datetime(2026, 3, 2, 9, 16, 59, 999999, tzinfo=UTC)):
+            assert latest_until("* * * * *", zone, until) == datetime(2026, 3, 2, 9, 16, tzinfo=UTC), (zone, until)
 
 
 async def test_an_outage_runs_the_latest_missed_occurrence_once_or_skips_it(tmp_path: Path) -> None:
