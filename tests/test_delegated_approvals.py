@@ -161,6 +161,33 @@ async def test_a_handoff_the_admin_revoked_while_it_was_parked_does_not_resume(t
         assert "may not send work to 'ops'" in said, said
 
 
+async def test_a_delegate_the_admin_removed_while_it_was_parked_does_not_resume(tmp_path: Path) -> None:
+    """The same for a sync delegate: ops taken out of lead's subagents before the card is decided."""
+    RAN.clear()
+
+    def config(delegates: list[str]) -> Path:
+        return write_config(tmp_path / "c", agents={
+            "lead": {"name": "Lead", "model": "test:lead", "subagents": delegates,
+                     "capabilities": [{"id": "subagents", "config": {"max_depth": 1}}]},
+            "ops": {"name": "Ops", "description": "Deploys things", "model": "test:ops", "capabilities": [{"id": "test_ops"}]},
+            "scribe": {"name": "Scribe", "description": "Writes things down", "model": "test:ops"},
+        }, bindings={"web": {"platform": "web", "agent": "lead"}}, gateway={"plugins": ["tests.support.plugin_delegation"]})
+
+    async with running_gateway(config(["ops"])) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        sent = await chat.say("delegate ops deploy api")
+        card = await chat.card()
+        config(["scribe"])
+        ok, problems = await gw.reload_from_disk()
+        assert ok, problems
+        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
+        assert status == 200
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        assert RAN == [], "a delegate the admin removed ran on an old card"
+        [said] = [r for r in await chat.replies() if "task said" in r]
+        assert "nothing it asked for ran" in said, said
+
+
 async def _runs(gw: Any, chat: Chat) -> list[dict[str, Any]]:
     conv = await gw.store.conversation(chat.conv)
     assert conv is not None
