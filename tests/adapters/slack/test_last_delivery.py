@@ -400,3 +400,29 @@ async def test_an_unwritable_spool_holds_in_memory(manual_slack: FakeSlack, tmp_
         assert [m.text for m in core.accepted] == ["hello"]
     finally:
         await adapter.stop()
+
+
+async def test_an_event_refused_after_the_stop_waits_in_the_spool(
+        manual_slack: FakeSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The refusal comes after the binding stopped (as `test_an_event_refused_after_the_stop_is_not_held`):
+    nothing retries it in the stopped binding, but the next start stores it."""
+    caplog.set_level(logging.INFO)
+    spool = tmp_path / "gateway.db.spool"
+    core = DownStore()
+    core.slow = asyncio.Event()
+    adapter = await start_adapter(manual_slack, core, spool=spool)
+    _, events = manual_slack.user_posts("D0ADA", "U0ADA", "hello")
+    await manual_slack.send_event(events[0], retry_attempt=3)
+    await eventually(core.entered.is_set)
+    await adapter.stop()
+    core.slow.set()
+    await eventually(lambda: _logged(caplog, "acked and kept in the spool for the next start"))
+    assert not _retries() and not [m for m in _logged(caplog, "Slack's last delivery") if "was lost" in m]
+    after = DownStore()
+    after.down = False
+    adapter = await start_adapter(manual_slack, after, spool=spool)
+    try:
+        await eventually(lambda: _as_time_passes(manual_slack, lambda: after.accepted))
+        assert [m.text for m in after.accepted] == ["hello"]
+    finally:
+        await adapter.stop()
