@@ -44,9 +44,14 @@ HELD_FOR = 15 * 60.0  # seconds
 # mostly short), then at most every 30 s (no busy-polling of a database that is down).
 RETRY_BASE, RETRY_CAP = 1.0, 30.0
 STOPPED = "the binding stopped before the database answered"
+TOO_OLD = f"the database did not answer for {HELD_FOR / 60:.0f} minutes"
 # How long an ack waits for the spool's write (a few ms on a local disk): a disk that hangs (a network
 # mount) must not hold the ack back until Slack gives up on it; past this it is held in memory only.
 SPOOL_WAIT = 2.0  # seconds
+
+
+def _too_many(held: int) -> str:
+    return f"{held} events are held already, waiting for the database"
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,7 @@ class HeldEvents:
             self._lost(held, STOPPED)
             return True
         if len(self._held) + self._writing >= HELD_EVENTS:
-            self._lost(held, f"{len(self._held) + self._writing} events are held already, waiting for the database")
+            self._lost(held, _too_many(len(self._held) + self._writing))
             return True
         self._writing += 1
         try:
@@ -135,9 +140,9 @@ class HeldEvents:
             known.add(event_id)
             held = _Held(event_id, body, bot, monotonic - max(0.0, now - held_at), held_at, spooled=True)
             if now - held_at > HELD_FOR:
-                await self._drop(held, f"the database did not answer for {HELD_FOR / 60:.0f} minutes")
+                await self._drop(held, TOO_OLD)
             elif len(self._held) >= HELD_EVENTS:
-                await self._drop(held, f"{len(self._held)} events are held already, waiting for the database")
+                await self._drop(held, _too_many(len(self._held)))
             else:
                 self._log.info("Slack's last delivery of event %s: read back from the spool, held until the "
                                "database answers", event_id)
@@ -179,7 +184,7 @@ class HeldEvents:
                     held = self._held[0]
                     if self._clock.monotonic() - held.since > HELD_FOR:
                         self._held.popleft()
-                        await self._drop(held, f"the database did not answer for {HELD_FOR / 60:.0f} minutes")
+                        await self._drop(held, TOO_OLD)
                         continue
                     try:
                         await self._store(held.body, held.bot)
