@@ -291,6 +291,24 @@ def _entries(spool: Path) -> list[Path]:
     return sorted((spool / "acme").glob("*.json"))
 
 
+@contextlib.asynccontextmanager
+async def _next_start(fake: FakeSlack, spool: Path) -> AsyncIterator[DownStore]:
+    """The binding started (again) on `spool`, its database answering: the core it stores into."""
+    core = DownStore()
+    core.down = False
+    adapter = await start_adapter(fake, core, spool=spool)
+    try:
+        yield core
+    finally:
+        await adapter.stop()
+
+
+async def _stored(fake: FakeSlack, core: DownStore) -> list[str]:
+    """The texts `core` took, once it took any (the retries' backoff passed on the fake's clock)."""
+    await eventually(lambda: _as_time_passes(fake, lambda: core.accepted))
+    return [m.text for m in core.accepted]
+
+
 async def test_an_event_held_when_the_process_dies_is_stored_by_the_next(
         manual_slack: FakeSlack, tmp_path: Path) -> None:
     """`kill -9` after the ack: nothing runs at a stop. The next process (a second adapter on the same
@@ -302,15 +320,9 @@ async def test_an_event_held_when_the_process_dies_is_stored_by_the_next(
         # On disk at the ack; the body holds the person's text: for the daemon's user only.
         modes = [stat.S_IMODE(p.stat().st_mode) for p in (spool, spool / "acme", *_entries(spool))]
         assert modes == [0o700, 0o700, 0o600], [oct(m) for m in modes]
-        core = DownStore()
-        core.down = False
-        after = await start_adapter(manual_slack, core, spool=spool)
-        try:
-            await eventually(lambda: _as_time_passes(manual_slack, lambda: core.accepted))
-            assert [m.text for m in core.accepted] == ["hello"]
+        async with _next_start(manual_slack, spool) as core:
+            assert await _stored(manual_slack, core) == ["hello"]
             await eventually(lambda: not _entries(spool))
-        finally:
-            await after.stop()
     finally:
         await dead.stop()
 
@@ -333,18 +345,12 @@ async def test_a_cut_short_spool_entry_is_skipped_at_start(
     # Another entry cut short (a disk that lost its tail), and a write a crash stopped halfway.
     (spool / "acme" / ("0" * 32 + ".json")).write_bytes(whole[: len(whole) // 2])
     (spool / "acme" / ("." + "1" * 32 + ".0a1b2c3d.tmp")).write_bytes(whole[:10])
-    core = DownStore()
-    core.down = False
-    adapter = await start_adapter(manual_slack, core, spool=spool)
-    try:
-        await eventually(lambda: _as_time_passes(manual_slack, lambda: core.accepted))
-        assert [m.text for m in core.accepted] == ["hello"], "the whole entry is stored, the broken ones skipped"
+    async with _next_start(manual_slack, spool) as core:
+        assert await _stored(manual_slack, core) == ["hello"], "the whole entry is stored, the broken ones skipped"
         assert len(_logged(caplog, "is unreadable (JSONDecodeError): skipped")) == 1
         assert len(_logged(caplog, "cut short by a crash while it was written: removed")) == 1
         await eventually(lambda: not _entries(spool))
         assert sorted(p.suffix for p in (spool / "acme").iterdir()) == [".unreadable"], "kept aside, not read again"
-    finally:
-        await adapter.stop()
 
 
 async def test_a_spooled_event_past_its_time_is_given_up_at_start(
@@ -355,18 +361,13 @@ async def test_a_spooled_event_past_its_time_is_given_up_at_start(
     await _held_then_stopped(manual_slack, spool, caplog)
     assert isinstance(manual_slack.clock, ManualClock)
     manual_slack.clock.advance(HELD_FOR + 1)  # the daemon was down that long
-    core = DownStore()
-    core.down = False
-    adapter = await start_adapter(manual_slack, core, spool=spool)
-    try:
+    async with _next_start(manual_slack, spool) as core:
         lost = f"was lost: the database did not answer for {HELD_FOR / 60:.0f} minutes"
         await eventually(lambda: _logged(caplog, lost))
         assert not _entries(spool)
         manual_slack.clock.advance(RETRY_CAP)
         await settled(manual_slack)
         assert core.accepted == []
-    finally:
-        await adapter.stop()
 
 
 async def test_the_spool_holds_no_more_than_the_cap(fake_slack: FakeSlack, tmp_path: Path,
@@ -418,11 +419,5 @@ async def test_an_event_refused_after_the_stop_waits_in_the_spool(
     core.slow.set()
     await eventually(lambda: _logged(caplog, "acked and kept in the spool for the next start"))
     assert not _retries() and not [m for m in _logged(caplog, "Slack's last delivery") if "was lost" in m]
-    after = DownStore()
-    after.down = False
-    adapter = await start_adapter(manual_slack, after, spool=spool)
-    try:
-        await eventually(lambda: _as_time_passes(manual_slack, lambda: after.accepted))
-        assert [m.text for m in after.accepted] == ["hello"]
-    finally:
-        await adapter.stop()
+    async with _next_start(manual_slack, spool) as after:
+        assert await _stored(manual_slack, after) == ["hello"]
