@@ -320,6 +320,8 @@ async def test_an_event_held_when_the_process_dies_is_stored_by_the_next(
         # On disk at the ack; the body holds the person's text: for the daemon's user only.
         modes = [stat.S_IMODE(p.stat().st_mode) for p in (spool, spool / "acme", *_entries(spool))]
         assert modes == [0o700, 0o700, 0o600], [oct(m) for m in modes]
+        on_disk = b"".join(p.read_bytes() for p in _entries(spool))
+        assert b"hello" in on_disk and b"verification-token" not in on_disk, "Slack's token written to the spool"
         async with _next_start(manual_slack, spool) as core:
             assert await _stored(manual_slack, core) == ["hello"]
             await eventually(lambda: not _entries(spool))
