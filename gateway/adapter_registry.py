@@ -8,6 +8,7 @@ import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bindings.models import BindingSpec, GatewayConfig
@@ -31,6 +32,9 @@ class AdapterContext:
     gateway: GatewayConfig
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("adapters"))
     clock: Clock = field(default_factory=Clock)  # the gateway's: read positions are saved by it
+    # The gateway's spool (`gateway.spool`): what an adapter acked while the database refused it, kept
+    # on disk across a restart (a directory per binding in it). None: held in memory only (`doctor`).
+    spool: Path | None = None
 
 
 def register(platform: str, path: str) -> None:

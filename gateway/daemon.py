@@ -47,6 +47,7 @@ from gateway.runs.models_cache import ModelCache
 from gateway.runs.runner import Runner
 from gateway.runs.warm_up import warm_up
 from gateway.runs.stop import Stops
+from gateway.spool import spool_directory
 from gateway.store import message_index, repo
 from gateway.store.availability import NotAccepting, StoreUnavailable
 from gateway.store.daemon_lock import DaemonLock, DatabaseInUse, sqlite_file
@@ -79,6 +80,8 @@ class Gateway:
         self.config = config
         self.clock = clock or Clock()
         self.listen = listen or config.gateway.http.listen
+        # Beside the database the process opened (a reload's new `database` waits for a restart too).
+        self._spool = spool_directory(config.gateway.database.url, config.directory)
         self.metrics = Metrics()
         self.events = EventBus()
         self.runner = Runner(self)
@@ -235,7 +238,10 @@ class Gateway:
         self.notifier.ready(status)
 
     def _adapter_for(self, binding: BindingSpec) -> Adapter:
-        return create_adapter(binding, AdapterContext(self.config.gateway, clock=self.clock))
+        return create_adapter(binding, self._adapter_context(self.config))
+
+    def _adapter_context(self, config: LoadedConfig) -> AdapterContext:
+        return AdapterContext(config.gateway, clock=self.clock, spool=self._spool)
 
     # --- reload -------------------------------------------------------------------------
 
@@ -278,7 +284,7 @@ class Gateway:
         replacements: dict[str, Adapter] = {}
         for binding_id in changed:
             if binding_id in wanted:
-                replacements[binding_id] = create_adapter(wanted[binding_id], AdapterContext(config.gateway, clock=self.clock))
+                replacements[binding_id] = create_adapter(wanted[binding_id], self._adapter_context(config))
         # Runs in flight on a changed binding finish on the adapter they started with (within the
         # shutdown grace); only then does it stop, and its replacement starts (Telegram allows one
         # poller at a time, so the two never overlap).

@@ -12,8 +12,8 @@ response, or the HTTP 200) is sent only when our listener returns — after
 `dispatcher.submit()` has durably recorded the message; `_on_socket_event` acks the same way.
 A listener that fails before that sends no ack, and Slack redelivers; the core's ledger turns a
 redelivery into nothing. Slack's last delivery (its third retry) is the exception: refused by a
-busy store, it is acked and held in memory until the store takes it (`held.HeldEvents`), since
-no further delivery would come. A message this process stored lately, delivered again (a mention comes
+busy store, it is acked and held until the store takes it (`held.HeldEvents`: in memory and in
+the gateway's spool on disk, written before the ack), since no further delivery would come. A message this process stored lately, delivered again (a mention comes
 as `message` and `app_mention`), and the bot's own posts echoed back are acked unread.
 """
 
@@ -52,6 +52,7 @@ from bindings.models import BindingSpec, SlackSection
 from gateway.inbound.memory_card import MemoryCard, MemoryClick
 from gateway.messages import Attachment, ChatKind, InboundMessage, Sender
 from gateway.store.availability import StoreUnavailable
+from gateway.spool import Spool
 from gateway.outbound.adapter import (
     AnswersDirectory,
     ApprovalCard,
@@ -136,7 +137,9 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         # its first, then asks the core whether it was stored (in a burst it mostly arrives meanwhile).
         self._handling: dict[str, asyncio.Event] = {}
         # Slack's last deliveries of events the store refused: acked, held, stored when it answers.
-        self._held = HeldEvents(self._handle_event, self._spawn, lambda: self._stopping, self._clock, self._log)
+        # On disk too, where the gateway has a spool: a restart keeps them (`gateway.spool`).
+        spool = Spool(context.spool / binding.id, self._log) if context.spool is not None else None
+        self._held = HeldEvents(self._handle_event, self._spawn, lambda: self._stopping, self._clock, self._log, spool)
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
@@ -168,6 +171,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         self._app = self._build_app(client, signing_secret)
 
     async def _connect_once(self) -> None:
+        await self._held.resume()  # what a stop or a crash left in the spool: once per start
         await (self._socket_once() if self._section.mode == "socket" else self._http_ready())
 
     async def _close(self) -> None:
@@ -351,7 +355,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         try:
             await self._handle_event(req.payload, bot)
         except Exception as e:
-            if not (isinstance(e, StoreUnavailable) and self._held.take(req.payload, bot, req.retry_attempt)):
+            if not (isinstance(e, StoreUnavailable) and await self._held.take(req.payload, bot, req.retry_attempt)):
                 await self._on_listener_error(e, req.payload)
                 return
         finally:
@@ -405,7 +409,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         try:
             await self._handle_event(body, bot)
         except StoreUnavailable:
-            if not self._held.take(body, bot, _retry_num(request)):
+            if not await self._held.take(body, bot, _retry_num(request)):
                 raise
         await ack()
 

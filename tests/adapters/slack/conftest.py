@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -74,9 +75,9 @@ def dispatcher() -> FakeDispatcher:
     return FakeDispatcher(deciders={"U0ADA"})
 
 
-async def start_adapter(fake: FakeSlack, dispatcher: Any, **binding_kw: Any) -> SlackAdapter:
-    adapter = SlackAdapter(slack_binding(fake, **binding_kw),
-                           AdapterContext(gateway=GatewayConfig(), clock=fake.clock))  # the fake's: one time for both
+async def start_adapter(fake: FakeSlack, dispatcher: Any, *, spool: Path | None = None, **binding_kw: Any) -> SlackAdapter:
+    adapter = SlackAdapter(slack_binding(fake, **binding_kw),  # the fake's clock: one time for both
+                           AdapterContext(gateway=GatewayConfig(), clock=fake.clock, spool=spool))
     await adapter.start(dispatcher)
     await eventually(lambda: adapter.health().connected)
     return adapter

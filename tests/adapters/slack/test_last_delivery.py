@@ -3,6 +3,8 @@
 An event the store refuses is not acked, and Slack delivers it again; but only three times. Its
 third retry, refused, is acked and held by the adapter, and stored once the database answers:
 the person gets their one answer. Earlier attempts keep the rule: no ack, Slack delivers again.
+What is held is on disk too (the gateway's spool) before the ack: a stop, a restart or a crash
+while the database still refuses it loses nothing, and the next start answers it, once.
 The end-to-end tests lock the real SQLite store from another process past its bound; the
 adapter-level ones stand a refusing core in for the store, to reach the bounds on what is held.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -81,6 +84,34 @@ async def test_the_last_delivery_during_a_lock_is_acked_and_answered_once(
         answers = _answers(fake_slack, root.ts)
         assert len(answers) == 1 and answers[0].endswith("hello on the last try"), answers
         assert not _logged(caplog, "was lost")
+
+
+def _spooled(spool: Path) -> list[Path]:
+    """The entries a binding's spool holds (what a crash now would leave for the next start)."""
+    return sorted(spool.glob("*.json")) if spool.is_dir() else []
+
+
+async def test_a_held_event_survives_a_restart_and_is_answered_once(
+        tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    """Held during a lock, the daemon stopped before the lock ends: the next start answers it."""
+    caplog.set_level(logging.INFO)
+    async with contextlib.AsyncExitStack() as lock:
+        async with _warm_gateway(tmp_path, fake_slack) as (gw, config_dir):
+            root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello across a restart")
+            released = await lock.enter_async_context(another_process_holds_the_lock(config_dir / "gateway.db", HOLD))
+            lock.callback(released.let_go)  # a failing step must not wait out the whole hold
+            envelopes = [await fake_slack.send_event(e, retry_attempt=3) for e in events]
+            await fake_slack.wait_for(lambda: all(fake_slack.acked(env) for env in envelopes))
+        assert not _answers(fake_slack, root.ts), "the lock is still held: nothing can have been stored"
+        released.let_go()
+    assert not _logged(caplog, "was lost")
+    async with running_gateway(config_dir) as gw:
+        await fake_slack.wait_for(lambda: _answers(fake_slack, root.ts))
+        await settled(gw, fake_slack)
+        answers = _answers(fake_slack, root.ts)
+        assert len(answers) == 1 and answers[0].endswith("hello across a restart"), answers
+        assert _spooled(config_dir / "gateway.db.spool" / "acme") == [], "what the store took is off the spool"
+    assert not any("hello across a restart" in r.getMessage() for r in caplog.records), "a body is never logged"
 
 
 async def test_an_earlier_delivery_during_a_lock_is_not_acked(
@@ -251,3 +282,144 @@ async def test_no_more_than_the_cap_is_held(fake_slack: FakeSlack, caplog: pytes
     finally:
         await adapter.stop()
 
+
+
+# --- the spool across a stop or a crash (adapter level) ------------------------------------
+
+
+def _entries(spool: Path) -> list[Path]:
+    return sorted((spool / "acme").glob("*.json"))
+
+
+@contextlib.asynccontextmanager
+async def _next_start(fake: FakeSlack, spool: Path) -> AsyncIterator[DownStore]:
+    """The binding started (again) on `spool`, its database answering: the core it stores into."""
+    core = DownStore()
+    core.down = False
+    adapter = await start_adapter(fake, core, spool=spool)
+    try:
+        yield core
+    finally:
+        await adapter.stop()
+
+
+async def _stored(fake: FakeSlack, core: DownStore) -> list[str]:
+    """The texts `core` took, once it took any (the retries' backoff passed on the fake's clock)."""
+    await eventually(lambda: _as_time_passes(fake, lambda: core.accepted))
+    return [m.text for m in core.accepted]
+
+
+async def test_an_event_held_when_the_process_dies_is_stored_by_the_next(
+        manual_slack: FakeSlack, tmp_path: Path) -> None:
+    """`kill -9` after the ack: nothing runs at a stop. The next process (a second adapter on the same
+    spool, the first never stopped meanwhile) finds the event and stores it."""
+    spool = tmp_path / "gateway.db.spool"
+    dead = await start_adapter(manual_slack, DownStore(), spool=spool)
+    try:
+        await _held(manual_slack, "hello")
+        # On disk at the ack; the body holds the person's text: for the daemon's user only.
+        modes = [stat.S_IMODE(p.stat().st_mode) for p in (spool, spool / "acme", *_entries(spool))]
+        assert modes == [0o700, 0o700, 0o600], [oct(m) for m in modes]
+        on_disk = b"".join(p.read_bytes() for p in _entries(spool))
+        assert b"hello" in on_disk and b"verification-token" not in on_disk, "Slack's token written to the spool"
+        async with _next_start(manual_slack, spool) as core:
+            assert await _stored(manual_slack, core) == ["hello"]
+            await eventually(lambda: not _entries(spool))
+    finally:
+        await dead.stop()
+
+
+async def _held_then_stopped(fake: FakeSlack, spool: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Ada's "hello" held on its last delivery while the store is down, then the binding stopped."""
+    adapter = await start_adapter(fake, DownStore(), spool=spool)
+    await _held(fake, "hello")
+    await adapter.stop()
+    assert not _logged(caplog, "was lost") and len(_entries(spool)) == 1
+
+
+async def test_a_cut_short_spool_entry_is_skipped_at_start(
+        manual_slack: FakeSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    spool = tmp_path / "gateway.db.spool"
+    await _held_then_stopped(manual_slack, spool, caplog)
+    [entry] = _entries(spool)
+    whole = entry.read_bytes()
+    # Another entry cut short (a disk that lost its tail), and a write a crash stopped halfway.
+    (spool / "acme" / ("0" * 32 + ".json")).write_bytes(whole[: len(whole) // 2])
+    (spool / "acme" / ("." + "1" * 32 + ".0a1b2c3d.tmp")).write_bytes(whole[:10])
+    async with _next_start(manual_slack, spool) as core:
+        assert await _stored(manual_slack, core) == ["hello"], "the whole entry is stored, the broken ones skipped"
+        assert len(_logged(caplog, "is unreadable (JSONDecodeError): skipped")) == 1
+        assert len(_logged(caplog, "cut short by a crash while it was written: removed")) == 1
+        await eventually(lambda: not _entries(spool))
+        assert sorted(p.suffix for p in (spool / "acme").iterdir()) == [".unreadable"], "kept aside, not read again"
+
+
+async def test_a_spooled_event_past_its_time_is_given_up_at_start(
+        manual_slack: FakeSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The 15 minutes count from when it was first held, not from the restart."""
+    caplog.set_level(logging.INFO)
+    spool = tmp_path / "gateway.db.spool"
+    await _held_then_stopped(manual_slack, spool, caplog)
+    assert isinstance(manual_slack.clock, ManualClock)
+    manual_slack.clock.advance(HELD_FOR + 1)  # the daemon was down that long
+    async with _next_start(manual_slack, spool) as core:
+        lost = f"was lost: the database did not answer for {HELD_FOR / 60:.0f} minutes"
+        await eventually(lambda: _logged(caplog, lost))
+        assert not _entries(spool)
+        manual_slack.clock.advance(RETRY_CAP)
+        await settled(manual_slack)
+        assert core.accepted == []
+
+
+async def test_the_spool_holds_no_more_than_the_cap(fake_slack: FakeSlack, tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    spool = tmp_path / "gateway.db.spool"
+    adapter = await start_adapter(fake_slack, DownStore(), spool=spool)
+    try:
+        for i in range(HELD_EVENTS + 1):
+            await _held(fake_slack, f"message {i}")
+        assert len(_logged(caplog, f"was lost: {HELD_EVENTS} events are held already")) == 1
+    finally:
+        await adapter.stop()
+    assert len(_entries(spool)) == HELD_EVENTS
+
+
+async def test_an_unwritable_spool_holds_in_memory(manual_slack: FakeSlack, tmp_path: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """A spool that cannot be written (here its place is a file; a read-only disk the same): acked
+    and held in memory as before the spool, and the log says so."""
+    caplog.set_level(logging.INFO)
+    (tmp_path / "gateway.db.spool").write_text("")
+    core = DownStore()
+    adapter = await start_adapter(manual_slack, core, spool=tmp_path / "gateway.db.spool")
+    try:
+        await _held(manual_slack, "hello")
+        assert len(_logged(caplog, "cannot be written")) == 1
+        assert len(_logged(caplog, "acked and held until the database answers (in memory only)")) == 1
+        core.down = False
+        await eventually(lambda: _as_time_passes(manual_slack, lambda: core.accepted))
+        assert [m.text for m in core.accepted] == ["hello"]
+    finally:
+        await adapter.stop()
+
+
+async def test_an_event_refused_after_the_stop_waits_in_the_spool(
+        manual_slack: FakeSlack, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The refusal comes after the binding stopped (as `test_an_event_refused_after_the_stop_is_not_held`):
+    nothing retries it in the stopped binding, but the next start stores it."""
+    caplog.set_level(logging.INFO)
+    spool = tmp_path / "gateway.db.spool"
+    core = DownStore()
+    core.slow = asyncio.Event()
+    adapter = await start_adapter(manual_slack, core, spool=spool)
+    _, events = manual_slack.user_posts("D0ADA", "U0ADA", "hello")
+    await manual_slack.send_event(events[0], retry_attempt=3)
+    await eventually(core.entered.is_set)
+    await adapter.stop()
+    core.slow.set()
+    await eventually(lambda: _logged(caplog, "acked and kept in the spool for the next start"))
+    assert not _retries() and not [m for m in _logged(caplog, "Slack's last delivery") if "was lost" in m]
+    async with _next_start(manual_slack, spool) as after:
+        assert await _stored(manual_slack, after) == ["hello"]
