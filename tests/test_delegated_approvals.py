@@ -4,6 +4,7 @@ the delegate, a decision resumes that delegate where it stopped, and its answer 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -127,65 +128,52 @@ async def test_a_handoff_waited_for_parks_on_its_gated_call_and_resumes_in_the_s
         assert len(slots) == 1, "the resumed handoff is the same handoff, not a second one"
 
 
+async def _approved_after_a_reload(config: Callable[[list[str]], Path], say: str) -> list[str]:
+    """A card shown while lead may reach ops (`config(["ops"])`), lead's list changed to scribe and
+    reloaded, then the card approved: the chat's replies once the run has ended."""
+    async with running_gateway(config(["ops"])) as gw, aiohttp.ClientSession(gw.url) as s:
+        chat = await Chat(s).open()
+        sent = await chat.say(say)
+        card = await chat.card()
+        config(["scribe"])
+        ok, problems = await gw.reload_from_disk()
+        assert ok, problems
+        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
+        assert status == 200
+        await wait_for(lambda: run_finished(gw, sent["run_id"]))
+        return await chat.replies()
+
+
+def _lead_reaching(tmp: Path, lead: dict[str, Any]) -> Path:
+    """lead (as given), ops with its gated tool, and scribe, on the web binding."""
+    return write_config(tmp, agents={
+        "lead": {"name": "Lead", "model": "test:lead", **lead},
+        "ops": {"name": "Ops", "description": "Deploys things", "model": "test:ops-anywhere",
+                "capabilities": [{"id": "test_ops"}]},
+        "scribe": {"name": "Scribe", "description": "Writes things down", "model": "test:ops-anywhere"},
+    }, bindings={"web": {"platform": "web", "agent": "lead"}}, gateway={"plugins": ["tests.support.plugin_delegation"]})
+
+
 async def test_a_handoff_the_admin_revoked_while_it_was_parked_does_not_resume(tmp_path: Path) -> None:
     """The card was shown while lead could send to ops; the admin removed ops from lead's handoffs and
     reloaded before anyone decided. Approving the card must not run ops' call: the resume is held to
     the same rule as a new send (it checked only that ops still existed)."""
     RAN.clear()
-    LEAD_REQUESTS.clear()
-
-    def agents(handoffs: list[str]) -> dict[str, Any]:
-        return {
-            "lead": {"name": "Lead", "model": "test:lead", "handoffs": handoffs, "capabilities": [{"id": "handoffs"}]},
-            "ops": {"name": "Ops", "description": "Deploys things", "model": "test:ops-anywhere",
-                    "capabilities": [{"id": "test_ops"}]},
-            "scribe": {"name": "Scribe", "description": "Writes things down", "model": "test:ops-anywhere"},
-        }
-
-    def config(handoffs: list[str]) -> Path:
-        return write_config(tmp_path / "c", agents=agents(handoffs), bindings={"web": {"platform": "web", "agent": "lead"}},
-                            gateway={"plugins": ["tests.support.plugin_delegation"]})
-
-    async with running_gateway(config(["ops"])) as gw, aiohttp.ClientSession(gw.url) as s:
-        chat = await Chat(s).open()
-        sent = await chat.say("send ops deploy queue")
-        card = await chat.card()
-        config(["scribe"])
-        ok, problems = await gw.reload_from_disk()
-        assert ok, problems
-        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
-        assert status == 200
-        await wait_for(lambda: run_finished(gw, sent["run_id"]))
-        assert RAN == [], "a handoff the admin revoked ran on an old card"
-        [said] = [r for r in await chat.replies() if "said" in r]
-        assert "may not send work to 'ops'" in said, said
+    replies = await _approved_after_a_reload(lambda names: _lead_reaching(tmp_path / "c", {
+        "handoffs": names, "capabilities": [{"id": "handoffs"}]}), "send ops deploy queue")
+    assert RAN == [], "a handoff the admin revoked ran on an old card"
+    [said] = [r for r in replies if "said" in r]
+    assert "may not send work to 'ops'" in said, said
 
 
 async def test_a_delegate_the_admin_removed_while_it_was_parked_does_not_resume(tmp_path: Path) -> None:
     """The same for a sync delegate: ops taken out of lead's subagents before the card is decided."""
     RAN.clear()
-
-    def config(delegates: list[str]) -> Path:
-        return write_config(tmp_path / "c", agents={
-            "lead": {"name": "Lead", "model": "test:lead", "subagents": delegates,
-                     "capabilities": [{"id": "subagents", "config": {"max_depth": 1}}]},
-            "ops": {"name": "Ops", "description": "Deploys things", "model": "test:ops", "capabilities": [{"id": "test_ops"}]},
-            "scribe": {"name": "Scribe", "description": "Writes things down", "model": "test:ops"},
-        }, bindings={"web": {"platform": "web", "agent": "lead"}}, gateway={"plugins": ["tests.support.plugin_delegation"]})
-
-    async with running_gateway(config(["ops"])) as gw, aiohttp.ClientSession(gw.url) as s:
-        chat = await Chat(s).open()
-        sent = await chat.say("delegate ops deploy api")
-        card = await chat.card()
-        config(["scribe"])
-        ok, problems = await gw.reload_from_disk()
-        assert ok, problems
-        status, _ = await chat.decide(card["items"][0]["approval_id"], "approve")
-        assert status == 200
-        await wait_for(lambda: run_finished(gw, sent["run_id"]))
-        assert RAN == [], "a delegate the admin removed ran on an old card"
-        [said] = [r for r in await chat.replies() if "task said" in r]
-        assert "nothing it asked for ran" in said, said
+    replies = await _approved_after_a_reload(lambda names: _lead_reaching(tmp_path / "c", {
+        "subagents": names, "capabilities": [{"id": "subagents", "config": {"max_depth": 1}}]}), "delegate ops deploy api")
+    assert RAN == [], "a delegate the admin removed ran on an old card"
+    [said] = [r for r in replies if "task said" in r]
+    assert "nothing it asked for ran" in said, said
 
 
 async def _runs(gw: Any, chat: Chat) -> list[dict[str, Any]]:
