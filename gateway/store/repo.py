@@ -314,31 +314,33 @@ class Store:
             # or parked goes first, through the claim.
             claim = start and new_run and not live
             lease = now + timedelta(seconds=self.lease_seconds)
+            run_row: dict[str, Any] | None = None
             if run_id is None:
                 run_id = new_id()
-                yield q.run(
-                    "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
-                    " requester_person_id, requester_account, requester_name, requests, input_tokens,"
-                    " output_tokens, created_at, started_at, lease_owner, lease_expires)"
-                    " VALUES (:id, :c, :b, :a, :st, '', :p, :acc, :name, 0, 0, 0, :t, :s, :o, :e)",
-                    id=run_id, c=conv.id, b=binding_id, a=agent_id, p=identity.person_id, acc=account_id,
-                    name=identity.display_name, t=now, st=RUNNING if claim else QUEUED,
-                    s=now if claim else None, o=self.owner if claim else None, e=lease if claim else None,
-                )
-            row = yield q.one(
-                "INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
-                " sender_name, platform_message_id, created_at)"
-                " VALUES (:c, :r, 'user', :text, :st, :p, :acc, :name, :pm, :t) RETURNING id",
-                c=conv.id, r=run_id, text=text, p=identity.person_id, acc=account_id, name=identity.display_name,
-                pm=platform_message_id, t=now, st="processing" if claim else "queued",
-            )
+                run_row = dict(id=run_id, c=conv.id, b=binding_id, a=agent_id, p=identity.person_id, acc=account_id,
+                               name=identity.display_name, t=now, rst=RUNNING if claim else QUEUED,
+                               s=now if claim else None, o=self.owner if claim else None, e=lease if claim else None)
+            message = dict(c=conv.id, r=run_id, text=text, p=identity.person_id, acc=account_id,
+                           name=identity.display_name, pm=platform_message_id, t=now,
+                           mst="processing" if claim else "queued")
+            attached = None if files is None else dict(fs=f"run:{run_id}", fv=files, t=now)
+            if self.shared:
+                # PostgreSQL answers each statement in a round trip of its own (about 120 us of the loop's
+                # CPU in the socket's send): the run, the message and its files go as one, in
+                # data-modifying CTEs, which all run to completion whichever the SELECT reads. None reads
+                # another's rows (each sees the database as of the statement's start): the message's id
+                # reaches the files' row by RETURNING, and the run's row is checked against its
+                # conversation at the statement's end, as it would be at the end of its own.
+                row = yield q.one(_pg_insert_sql(run_row is not None, attached is not None),
+                                  **{**(run_row or {}), **message, **(attached or {})})
+            else:
+                if run_row is not None:
+                    yield q.run(_RUN_INSERT, **run_row)
+                row = yield q.one(_MESSAGE_INSERT, **message)
+                assert row is not None
+                if attached is not None:
+                    yield q.run(_FILES_ROW, k=f"{int(row[0]):012d}", **attached)
             assert row is not None
-            if files is not None:
-                yield q.run(
-                    "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
-                    " VALUES ('attachments', :s, :k, :v, :t)",
-                    s=f"run:{run_id}", k=f"{int(row[0]):012d}", v=files, t=now,
-                )
             claimed = None
             if claim:
                 # What the claim would read: the run as stored, this message as its prompt, and the
@@ -661,42 +663,38 @@ class Store:
         `deliveries`: the reply's final delivery rows, written in the same transaction (one
         round trip fewer per reply than `save_delivery` before it; the same order)."""
         now = self.clock.now()
+        # Recorded already (a try whose commit reached the database but whose answer was lost with
+        # its connection: `patiently` tries again): its row is left alone and its reply not added twice.
+        fresh = status in ENDED or status == PARKED
+        answer = (_reply_sql(status == PARKED, fresh),
+                  dict(text=reply, mst="final" if status in (FINISHED, PARKED) else status, t=now, id=run_id, st=status)
+                  ) if reply else None
+        outcome = dict(st=status, reason=reason, state=state, f=None if status == PARKED else now, id=run_id)
+        if usage is not None:
+            outcome["n"], outcome["i"], outcome["o"] = usage
+        ending = _end_sql(usage is not None, fresh)
 
         def program(q: driver.Statements) -> driver.Program[None]:
             for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
                 yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now)
-            # Recorded already (a try whose commit reached the database but whose answer was lost with
-            # its connection: `patiently` tries again): its row is left alone and its reply not added twice.
-            fresh = " AND status != :st" if status in ENDED | {PARKED} else ""
-            if reply:
-                # Read off the run's row as it stands (its conversation, when it started, whether it was
-                # parked before), so nothing of it is read back on its own. Dated from when the answer
-                # began streaming, so it sorts right after the turn it answers even if more messages
-                # arrived meanwhile; the part after an approval card began when the run resumed.
-                dated = ("COALESCE(started_at, :t)" if status == PARKED
-                         else "CASE WHEN state IS NOT NULL THEN :t ELSE COALESCE(started_at, :t) END")
-                yield q.run(
-                    "INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
-                    f" SELECT conversation_id, id, 'assistant', :text, :mst, '', {dated} FROM runs WHERE id = :id{fresh}",
-                    text=reply, mst="final" if status in (FINISHED, PARKED) else status, t=now, id=run_id, st=status,
-                )
-            counts = ", requests = :n, input_tokens = :i, output_tokens = :o" if usage is not None else ""
-            n, i, o = usage or (0, 0, 0)
-            changed = yield q.run(
-                f"UPDATE runs SET status = :st, reason = :reason, state = :state, finished_at = :f{counts}"
-                f" WHERE id = :id{fresh}",
-                st=status, reason=reason, state=state, f=None if status == PARKED else now, id=run_id,
-                **({"n": n, "i": i, "o": o} if usage is not None else {}),
-            )
+            if answer is not None:
+                yield q.run(answer[0], **answer[1])
+            changed = yield q.run(ending, **outcome)
             if not changed:  # no such run, or recorded already (then the reply above was not added either)
                 return
-            yield q.run(
-                "UPDATE messages SET status = 'processed'"
-                " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')",
-                r=run_id,
-            )
+            yield q.run(_PROCESSED, r=run_id)
 
-        await self.patiently(lambda: driver.transaction(self.engine, program), f"recording run {run_id} {status}")
+        def one_statement(q: driver.Statements) -> driver.Program[None]:
+            rows = {f"{name}{j}": value for j, d in enumerate(deliveries)
+                    for name, value in (("seq", d.seq), ("pm", d.platform_message_id), ("text", d.text), ("final", True))}
+            yield q.one(_pg_end_sql(len(deliveries), answer[0] if answer else None, ending),
+                        **{**rows, **(answer[1] if answer else {}), **outcome, "r": run_id, "t": now})
+
+        # PostgreSQL: the same writes in one statement, one round trip instead of one each (`_pg_end_sql`).
+        # Not when two rows share a seq: one statement may not write a row twice, and the second's
+        # update of the first is what the statements one by one would leave.
+        chosen = one_statement if self.shared and len({d.seq for d in deliveries}) == len(deliveries) else program
+        await self.patiently(lambda: driver.transaction(self.engine, chosen), f"recording run {run_id} {status}")
 
     async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
         async with self.sessions() as s:
@@ -782,6 +780,38 @@ def _ledger_sql(ids: int) -> str:
     return f"INSERT INTO inbound_ledger (binding_id, event_id, received_at) VALUES {rows} ON CONFLICT DO NOTHING"
 
 
+# A new run, a user's message and the files shared with it (`ingest`): statements of their own on SQLite,
+# one on PostgreSQL (`_pg_insert_sql`).
+_RUN_INSERT = (
+    "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
+    " requester_person_id, requester_account, requester_name, requests, input_tokens,"
+    " output_tokens, created_at, started_at, lease_owner, lease_expires)"
+    " VALUES (:id, :c, :b, :a, :rst, '', :p, :acc, :name, 0, 0, 0, :t, :s, :o, :e)"
+)
+_MESSAGE_INSERT = (
+    "INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
+    " sender_name, platform_message_id, created_at)"
+    " VALUES (:c, :r, 'user', :text, :mst, :p, :acc, :name, :pm, :t) RETURNING id"
+)
+_FILES_INSERT = "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
+_FILES_ROW = _FILES_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
+
+
+@cache
+def _pg_insert_sql(run: bool, files: bool) -> str:
+    """`ingest`'s writes as one PostgreSQL statement returning the message's id: the run's insert when the
+    run is new, the message's, and the files' row keyed by the message's id as `ingest` keys it on SQLite
+    (zero-padded to 12 digits, never cut: lpad alone would cut a longer id)."""
+    if not run and not files:
+        return _MESSAGE_INSERT
+    parts = ["r AS (" + _RUN_INSERT + ")"] if run else []
+    parts.append("m AS (" + _MESSAGE_INSERT + ")")
+    if files:
+        parts.append("f AS (" + _FILES_INSERT + " SELECT 'attachments', :fs,"
+                     " lpad(id::text, greatest(12, length(id::text)), '0'), :fv, :t FROM m)")
+    return "WITH " + ", ".join(parts) + " SELECT id FROM m"
+
+
 def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[driver.Row]]:
     """A conversation's messages a run is reminded of, newest first: (role, text, sender_name, run_id, status).
     The newest turns only: a long conversation must not grow every request without bound."""
@@ -797,15 +827,58 @@ def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[
 def _save_delivery(q: driver.Statements, run_id: str, seq: int, platform_message_id: str | None, text: str,
                    final: bool, now: datetime) -> driver.Program[None]:
     """One delivery row, written or updated, in one statement: a step of a transaction (`save_delivery`,
-    `end_run`). An update keeps the posted message's id when this call has none (an edit names none);
-    a retried try whose commit was lost updates what it wrote."""
-    yield q.run(
-        "INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
-        " VALUES (:r, :seq, :pm, :text, :final, :t) ON CONFLICT (run_id, seq) DO UPDATE SET text = excluded.text,"
-        " final = excluded.final, updated_at = excluded.updated_at,"
-        " platform_message_id = COALESCE(NULLIF(excluded.platform_message_id, ''), deliveries.platform_message_id)",
-        r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now,
-    )
+    `end_run`)."""
+    yield q.run(_delivery_sql(), r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now)
+
+
+@cache
+def _delivery_sql(n: str = "") -> str:
+    """A delivery row's upsert, its own values named with suffix `n` (several in one statement, `_pg_end_sql`).
+    An update keeps the posted message's id when this call has none (an edit names none); a retried try
+    whose commit was lost updates what it wrote."""
+    return ("INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
+            f" VALUES (:r, :seq{n}, :pm{n}, :text{n}, :final{n}, :t) ON CONFLICT (run_id, seq) DO UPDATE"
+            " SET text = excluded.text, final = excluded.final, updated_at = excluded.updated_at,"
+            " platform_message_id = COALESCE(NULLIF(excluded.platform_message_id, ''), deliveries.platform_message_id)")
+
+
+@cache
+def _reply_sql(parked: bool, fresh: bool) -> str:
+    """`end_run`'s reply, read off the run's row as it stands (its conversation, when it started, whether it
+    was parked before), so nothing of it is read back on its own. Dated from when the answer began
+    streaming, so it sorts right after the turn it answers even if more messages arrived meanwhile; the
+    part after an approval card began when the run resumed."""
+    dated = "COALESCE(started_at, :t)" if parked else "CASE WHEN state IS NOT NULL THEN :t ELSE COALESCE(started_at, :t) END"
+    return ("INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
+            f" SELECT conversation_id, id, 'assistant', :text, :mst, '', {dated} FROM runs WHERE id = :id"
+            + (" AND status != :st" if fresh else ""))
+
+
+@cache
+def _end_sql(counts: bool, fresh: bool) -> str:
+    """`end_run`'s update of the run's row; `fresh`: only if not recorded already (see `end_run`)."""
+    return ("UPDATE runs SET status = :st, reason = :reason, state = :state, finished_at = :f"
+            + (", requests = :n, input_tokens = :i, output_tokens = :o" if counts else "")
+            + " WHERE id = :id" + (" AND status != :st" if fresh else ""))
+
+
+# The run's messages of people become history once it ended.
+_PROCESSED = ("UPDATE messages SET status = 'processed'"
+              " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')")
+
+
+@cache
+def _pg_end_sql(deliveries: int, reply: str | None, ending: str) -> str:
+    """`end_run`'s writes as one PostgreSQL statement, in data-modifying CTEs (each runs to completion, each
+    sees the database as of the statement's start): the delivery rows; the reply, read off the run's row
+    as it stood before this end, as when it went first on its own; the run's row; and its messages
+    made history only if the run's row changed, as `changed` decides one statement after another."""
+    parts = [f"d{j} AS ({_delivery_sql(str(j))})" for j in range(deliveries)]
+    if reply is not None:
+        parts.append(f"a AS ({reply})")
+    parts.append(f"u AS ({ending} RETURNING 1)")
+    parts.append(f"p AS ({_PROCESSED} AND EXISTS (SELECT FROM u))")
+    return "WITH " + ", ".join(parts) + " SELECT count(*) FROM u"
 
 
 # Read by name, not `dataclasses.asdict`, which deep-copies every field (a new conversation's two
