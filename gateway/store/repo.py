@@ -801,14 +801,14 @@ _FILES_ROW = _FILES_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
 def _pg_insert_sql(run: bool, files: bool) -> str:
     """`ingest`'s writes as one PostgreSQL statement returning the message's id: the run's insert when the
     run is new, the message's, and the files' row keyed by the message's id as `ingest` keys it on SQLite
-    (zero-padded to 12 digits, never cut: lpad alone would cut a longer id)."""
+    (zero-padded to 12 digits; lpad would cut a longer one, but the id is an integer: 10 digits at most)."""
     if not run and not files:
         return _MESSAGE_INSERT
     parts = ["r AS (" + _RUN_INSERT + ")"] if run else []
     parts.append("m AS (" + _MESSAGE_INSERT + ")")
     if files:
         parts.append("f AS (" + _FILES_INSERT + " SELECT 'attachments', :fs,"
-                     " lpad(id::text, greatest(12, length(id::text)), '0'), :fv, :t FROM m)")
+                     " lpad(id::text, 12, '0'), :fv, :t FROM m)")
     return "WITH " + ", ".join(parts) + " SELECT id FROM m"
 
 
