@@ -251,6 +251,35 @@ async def test_a_message_into_an_idle_conversation_is_claimed_with_its_ingest(st
                                      Line("user", "and the date?", "Ann"), Line("assistant", "The first.", "")]
 
 
+async def test_a_message_started_with_its_ingest_is_reminded_of_what_its_claim_would_have_read(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest turns, the message itself taking one of the places wherever it sorts: on PostgreSQL the
+    turns are read in the statement that stores the message, which does not see it (`_history_beside`)."""
+    from gateway.store import repo
+
+    monkeypatch.setattr(repo, "HISTORY_MESSAGES", 3)
+
+    def say(store: Store, event: str) -> Any:
+        return store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN, account_id="ann",
+                            text=f"q{event}", agent_id="assistant", platform_message_id=event, queue_limit=10,
+                            start=True)
+
+    conv = await _conversation(store)
+    for i in range(3):
+        said = await _say(store, conv, f"{i}", f"q{i}")
+        await store.claim_next_run(conv.id)
+        await store.end_run(said.run_id, "finished", reply=f"a{i}")
+        _clock(store).advance(1)
+    newest = await say(store, "3")  # sorts first: it takes a place, two turns are left
+    assert newest.claimed is not None
+    assert newest.claimed.history == [Line("user", "q2", "Ann"), Line("assistant", "a2", "")]
+    await store.end_run(newest.run_id, "finished", reply="a3")
+    # A replica whose clock is behind: its message sorts after three turns, which keep their places.
+    behind = await say(Store(store.engine, clock=ManualClock(START - timedelta(days=1))), "4")
+    assert behind.claimed is not None
+    assert behind.claimed.history == [Line("assistant", "a2", ""), Line("user", "q3", "Ann"), Line("assistant", "a3", "")]
+
+
 async def test_redelivery_and_a_full_queue_store_nothing(store: Store) -> None:
     conv = await _conversation(store)
     await _say(store, conv, "e1", "one", limit=1)
@@ -414,8 +443,8 @@ async def test_on_postgresql_a_messages_rows_and_its_runs_end_go_in_few_round_tr
         async with store.engine.connect() as c:
             await c.exec_driver_sql("SELECT setval(pg_get_serial_sequence('messages', 'id'), 1234567889)")
         again, trips = await _trips(sent, say("e2", conv, files='[{"name": "a.png"}]'))
-        # BEGIN, the ledger, the lock, the queue, the run with its message and files, the history, COMMIT.
-        assert again.claimed is not None and again.claimed.files and len(trips) == 7, trips
+        # BEGIN, the ledger, the lock, the queue, the run with its message, its files and the turns before, COMMIT.
+        assert again.claimed is not None and again.claimed.files and len(trips) == 6, trips
         assert again.message_id == 1234567890
         assert await store.capability_state.keys("attachments", f"run:{again.run_id}") == ["001234567890"]
         assert again.claimed.history == [Line("user", "said e1", "Ann"), Line("assistant", "Hi.", "")]

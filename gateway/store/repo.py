@@ -324,6 +324,9 @@ class Store:
                            name=identity.display_name, pm=platform_message_id, t=now,
                            mst="processing" if claim else "queued")
             attached = None if files is None else dict(fs=f"run:{run_id}", fv=files, t=now)
+            # What the claim would read of the conversation's earlier turns: none in a conversation this
+            # transaction created; read with the message's rows on PostgreSQL; else after them.
+            rows: list[driver.Row] | None = [] if created else None
             if self.shared:
                 # PostgreSQL answers each statement in a round trip of its own (about 120 us of the loop's
                 # CPU in the socket's send): the run, the message and its files go as one, in
@@ -331,8 +334,12 @@ class Store:
                 # another's rows (each sees the database as of the statement's start): the message's id
                 # reaches the files' row by RETURNING, and the run's row is checked against its
                 # conversation at the statement's end, as it would be at the end of its own.
-                row = yield q.one(_pg_insert_sql(run_row is not None, attached is not None),
-                                  **{**(run_row or {}), **message, **(attached or {})})
+                params = {**(run_row or {}), **message, **(attached or {})}
+                if claim and rows is None:
+                    got = yield q.all(_pg_insert_sql(True, attached is not None, True), n=HISTORY_MESSAGES, **params)
+                    row, rows = got[0], _history_beside(got, now)
+                else:
+                    row = yield q.one(_pg_insert_sql(run_row is not None, attached is not None), **params)
             else:
                 if run_row is not None:
                     yield q.run(_RUN_INSERT, **run_row)
@@ -344,8 +351,9 @@ class Store:
             claimed = None
             if claim:
                 # What the claim would read: the run as stored, this message as its prompt, and the
-                # conversation's earlier turns (none in a conversation this transaction created).
-                rows = [] if created else (yield from _history(q, conv.id))
+                # conversation's earlier turns.
+                if rows is None:
+                    rows = yield from _history(q, conv.id)
                 run = _detached_run(id=run_id, conversation_id=conv.id, binding_id=binding_id, agent_id=agent_id,
                                     status=RUNNING, reason="", requester_person_id=identity.person_id,
                                     requester_account=account_id, requester_name=identity.display_name, requests=0,
@@ -798,30 +806,47 @@ _FILES_ROW = _FILES_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
 
 
 @cache
-def _pg_insert_sql(run: bool, files: bool) -> str:
+def _pg_insert_sql(run: bool, files: bool, history: bool = False) -> str:
     """`ingest`'s writes as one PostgreSQL statement returning the message's id: the run's insert when the
     run is new, the message's, and the files' row keyed by the message's id as `ingest` keys it on SQLite
-    (zero-padded to 12 digits; lpad would cut a longer one, but the id is an integer: 10 digits at most)."""
-    if not run and not files:
+    (zero-padded to 12 digits; lpad would cut a longer one, but the id is an integer: 10 digits at most).
+    `history`: each row also one of the conversation's earlier turns (`_history_beside`)."""
+    if not run and not files and not history:
         return _MESSAGE_INSERT
     parts = ["r AS (" + _RUN_INSERT + ")"] if run else []
     parts.append("m AS (" + _MESSAGE_INSERT + ")")
     if files:
         parts.append("f AS (" + _FILES_INSERT + " SELECT 'attachments', :fs,"
                      " lpad(id::text, 12, '0'), :fv, :t FROM m)")
-    return "WITH " + ", ".join(parts) + " SELECT id FROM m"
+    if not history:
+        return "WITH " + ", ".join(parts) + " SELECT id FROM m"
+    return ("WITH " + ", ".join(parts) + " SELECT m.id, h.* FROM m LEFT JOIN (SELECT " + _HISTORY_COLUMNS
+            + ", created_at, id" + _HISTORY_ROWS + ") h ON true ORDER BY h.created_at DESC, h.id DESC")
+
+
+def _history_beside(got: list[driver.Row], now: datetime) -> list[driver.Row]:
+    """`_history`'s rows from the statement that stored the message (`_pg_insert_sql(history=True)`): (the
+    message's id, a turn's columns, its created_at and id), newest first, or one row of NULLs for none. That
+    statement's read does not see the message it stores; `_history`, read after, sees it take one of the
+    places, so the oldest turn is left out when the message sorts before it, as it would have been."""
+    rows = [r[1:6] for r in got if r[1] is not None]
+    last = got[-1]
+    if len(rows) == HISTORY_MESSAGES and (last[6], last[7]) < (now, got[0][0]):
+        rows.pop()
+    return rows
 
 
 def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[driver.Row]]:
     """A conversation's messages a run is reminded of, newest first: (role, text, sender_name, run_id, status).
     The newest turns only: a long conversation must not grow every request without bound."""
-    rows: list[driver.Row] = yield q.all(
-        "SELECT role, text, sender_name, run_id, status FROM messages"
-        " WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
-        " ORDER BY created_at DESC, id DESC LIMIT :n",
-        c=conversation_id, n=HISTORY_MESSAGES,
-    )
+    rows: list[driver.Row] = yield q.all(_HISTORY, c=conversation_id, n=HISTORY_MESSAGES)
     return rows
+
+
+_HISTORY_COLUMNS = "role, text, sender_name, run_id, status"
+_HISTORY_ROWS = (" FROM messages WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
+                 " ORDER BY created_at DESC, id DESC LIMIT :n")
+_HISTORY = "SELECT " + _HISTORY_COLUMNS + _HISTORY_ROWS
 
 
 def _save_delivery(q: driver.Statements, run_id: str, seq: int, platform_message_id: str | None, text: str,
