@@ -317,13 +317,15 @@ class Store:
             run_row: dict[str, Any] | None = None
             if run_id is None:
                 run_id = new_id()
-                run_row = dict(id=run_id, c=conv.id, b=binding_id, a=agent_id, p=identity.person_id, acc=account_id,
-                               name=identity.display_name, t=now, rst=RUNNING if claim else QUEUED,
-                               s=now if claim else None, o=self.owner if claim else None, e=lease if claim else None)
-            message = dict(c=conv.id, r=run_id, text=text, p=identity.person_id, acc=account_id,
-                           name=identity.display_name, pm=platform_message_id, t=now,
-                           mst="processing" if claim else "queued")
-            attached = None if files is None else dict(fs=f"run:{run_id}", fv=files, t=now)
+                run_row = {"id": run_id, "c": conv.id, "b": binding_id, "a": agent_id, "p": identity.person_id,
+                           "acc": account_id, "name": identity.display_name, "t": now,
+                           "rst": RUNNING if claim else QUEUED, "s": now if claim else None,
+                           "o": self.owner if claim else None, "e": lease if claim else None}
+            # Each statement's parameters are its own dict, bound in place (`driver.Stmt`): built here once.
+            message = {"c": conv.id, "r": run_id, "text": text, "p": identity.person_id, "acc": account_id,
+                       "name": identity.display_name, "pm": platform_message_id, "t": now,
+                       "mst": "processing" if claim else "queued"}
+            attached = None if files is None else {"fs": f"run:{run_id}", "fv": files, "t": now}
             # What the claim would read of the conversation's earlier turns: none in a conversation this
             # transaction created; read with the message's rows on PostgreSQL; else after them.
             rows: list[driver.Row] | None = [] if created else None
@@ -342,11 +344,12 @@ class Store:
                     row = yield q.one(_pg_insert_sql(run_row is not None, attached is not None), **params)
             else:
                 if run_row is not None:
-                    yield q.run(_RUN_INSERT, **run_row)
-                row = yield q.one(_MESSAGE_INSERT, **message)
+                    yield driver.Stmt("run", _RUN_INSERT, run_row)
+                row = yield driver.Stmt("one", _MESSAGE_INSERT, message)
                 assert row is not None
                 if attached is not None:
-                    yield q.run(_FILES_ROW, k=f"{int(row[0]):012d}", **attached)
+                    attached["k"] = f"{int(row[0]):012d}"
+                    yield driver.Stmt("run", _FILES_ROW, attached)
             assert row is not None
             claimed = None
             if claim:
@@ -674,10 +677,12 @@ class Store:
         # Recorded already (a try whose commit reached the database but whose answer was lost with
         # its connection: `patiently` tries again): its row is left alone and its reply not added twice.
         fresh = status in ENDED or status == PARKED
+        # Copied into each try's statements (`patiently` may run the program again; binding changes them).
         answer = (_reply_sql(status == PARKED, fresh),
-                  dict(text=reply, mst="final" if status in (FINISHED, PARKED) else status, t=now, id=run_id, st=status)
-                  ) if reply else None
-        outcome = dict(st=status, reason=reason, state=state, f=None if status == PARKED else now, id=run_id)
+                  {"text": reply, "mst": "final" if status in (FINISHED, PARKED) else status, "t": now, "id": run_id,
+                   "st": status}) if reply else None
+        outcome: dict[str, Any] = {"st": status, "reason": reason, "state": state,
+                                   "f": None if status == PARKED else now, "id": run_id}
         if usage is not None:
             outcome["n"], outcome["i"], outcome["o"] = usage
         ending = _end_sql(usage is not None, fresh)
