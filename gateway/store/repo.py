@@ -290,7 +290,23 @@ class Store:
             conv, created = conversation, False
             if not conversation.id:
                 yield from self._lock(q, conversation.key)
-                conv, created = yield from self._conversation_raw(q, conversation, self.clock.now())
+                if not self.shared:
+                    conv, created = yield from self._conversation_raw(q, conversation, self.clock.now())
+                else:
+                    # PostgreSQL: the conversation's row goes in the statement with the run's and the
+                    # message's (one round trip fewer). If its key is taken (a conversation this process no
+                    # longer has at hand) that statement stores nothing: the message goes into the one there.
+                    ingested = yield from stored(q, self._new_conversation(conversation), True, joined=True)
+                    if ingested is not None:
+                        return ingested
+                    conv = yield from _keyed(q, conversation.key)
+            ingested = yield from stored(q, conv, created)
+            assert ingested is not None  # None only where `joined`
+            return ingested
+
+        def stored(q: driver.Statements, conv: ConversationRef, created: bool,
+                   joined: bool = False) -> driver.Program[Ingested | None]:
+            """The message stored in `conv`; `joined`: with the conversation's own row, None if its key is taken."""
             if not created:
                 yield from self._lock(q, conv.id)
             # Stamped once the conversation is ours: on PostgreSQL the lock may have waited for
@@ -337,7 +353,14 @@ class Store:
                 # reaches the files' row by RETURNING, and the run's row is checked against its
                 # conversation at the statement's end, as it would be at the end of its own.
                 params = {**(run_row or {}), **message, **(attached or {})}
-                if claim and rows is None:
+                if joined:
+                    row = yield q.one(_pg_insert_sql(True, attached is not None, conversation=True),
+                                      key=conv.key, platform=conv.platform, binding_id=conv.binding_id,
+                                      workspace=conv.workspace, channel=conv.channel, thread=conv.thread,
+                                      chat_kind=conv.chat_kind, **params)
+                    if row is None:  # the key was taken: nothing was stored
+                        return None
+                elif claim and rows is None:
                     got = yield q.all(_pg_insert_sql(True, attached is not None, True), n=HISTORY_MESSAGES, **params)
                     row, rows = got[0], _history_beside(got, now)
                 else:
@@ -372,6 +395,14 @@ class Store:
         self._remember(ingested.conversation)
         return ingested
 
+    @staticmethod
+    def _new_conversation(ref: ConversationRef) -> ConversationRef:
+        """`ref` with an id of its own, for its row. Built by its constructor, not `dataclasses.replace` and
+        a getattr per field (8.4 -> 5.0 us, the id's own 1.5 included): a burst of new DMs is a new
+        conversation a message."""
+        return ref if ref.id else ConversationRef(new_id(), ref.key, ref.platform, ref.binding_id, ref.workspace,
+                                                  ref.channel, ref.thread, ref.chat_kind)
+
     def _conversation_raw(
         self, q: driver.Statements, ref: ConversationRef, now: datetime
     ) -> driver.Program[tuple[ConversationRef, bool]]:
@@ -380,24 +411,16 @@ class Store:
         Inserted first, read only when the key is taken: a conversation asked for here is new but for
         one this process no longer has at hand (`ingest` is handed the ones it knows), so most cost
         one statement, not a read that finds nothing and the insert."""
-        # Built by its constructor and bound by name, not `dataclasses.replace` and a getattr per field
-        # (8.4 -> 5.0 us, the id's own 1.5 included): a burst of new DMs is a new conversation a message.
-        created = ref if ref.id else ConversationRef(new_id(), ref.key, ref.platform, ref.binding_id, ref.workspace,
-                                                     ref.channel, ref.thread, ref.chat_kind)
+        created = self._new_conversation(ref)
         added = yield q.run(
-            f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
-            " VALUES (:id, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)"
-            " ON CONFLICT (key) DO NOTHING",
-            id=created.id, key=created.key, platform=created.platform, binding_id=created.binding_id,
+            _CONVERSATION_INSERT,
+            c=created.id, key=created.key, platform=created.platform, binding_id=created.binding_id,
             workspace=created.workspace, channel=created.channel, thread=created.thread, chat_kind=created.chat_kind,
             t=now,
         )
         if added == 1:
             return created, True
-        row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
-        if row is None:  # pragma: no cover - the key conflicted in this very transaction
-            raise RuntimeError(f"conversation {created.id} could not be stored")
-        return ConversationRef(*row), False
+        return (yield from _keyed(q, ref.key)), False
 
     async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
         now = self.clock.now()
@@ -795,31 +818,36 @@ def _ledger_sql(ids: int) -> str:
 
 # A new run, a user's message and the files shared with it (`ingest`): statements of their own on SQLite,
 # one on PostgreSQL (`_pg_insert_sql`).
-_RUN_INSERT = (
-    "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
-    " requester_person_id, requester_account, requester_name, requests, input_tokens,"
-    " output_tokens, created_at, started_at, lease_owner, lease_expires)"
-    " VALUES (:id, :c, :b, :a, :rst, '', :p, :acc, :name, 0, 0, 0, :t, :s, :o, :e)"
-)
-_MESSAGE_INSERT = (
-    "INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
-    " sender_name, platform_message_id, created_at)"
-    " VALUES (:c, :r, 'user', :text, :mst, :p, :acc, :name, :pm, :t) RETURNING id"
-)
+_RUN_INTO = ("INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
+             " requester_person_id, requester_account, requester_name, requests, input_tokens,"
+             " output_tokens, created_at, started_at, lease_owner, lease_expires)")
+_RUN_VALUES = ":id, :c, :b, :a, :rst, '', :p, :acc, :name, 0, 0, 0, :t, :s, :o, :e"
+_RUN_INSERT = f"{_RUN_INTO} VALUES ({_RUN_VALUES})"
+_MESSAGE_INTO = ("INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
+                 " sender_name, platform_message_id, created_at)")
+_MESSAGE_VALUES = ":c, :r, 'user', :text, :mst, :p, :acc, :name, :pm, :t"
+_MESSAGE_INSERT = f"{_MESSAGE_INTO} VALUES ({_MESSAGE_VALUES}) RETURNING id"
 _FILES_INSERT = "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
 _FILES_ROW = _FILES_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
 
 
 @cache
-def _pg_insert_sql(run: bool, files: bool, history: bool = False) -> str:
+def _pg_insert_sql(run: bool, files: bool, history: bool = False, conversation: bool = False) -> str:
     """`ingest`'s writes as one PostgreSQL statement returning the message's id: the run's insert when the
     run is new, the message's, and the files' row keyed by the message's id as `ingest` keys it on SQLite
     (zero-padded to 12 digits; lpad would cut a longer one, but the id is an integer: 10 digits at most).
-    `history`: each row also one of the conversation's earlier turns (`_history_beside`)."""
+    `history`: each row also one of the conversation's earlier turns (`_history_beside`). `conversation`:
+    the conversation's row first, the others only if it was added (their rows from it: none, and no row
+    returned, when its key is taken)."""
     if not run and not files and not history:
         return _MESSAGE_INSERT
-    parts = ["r AS (" + _RUN_INSERT + ")"] if run else []
-    parts.append("m AS (" + _MESSAGE_INSERT + ")")
+    if conversation:
+        parts = ["cv AS (" + _CONVERSATION_INSERT + " RETURNING id)",
+                 f"r AS ({_RUN_INTO} SELECT {_RUN_VALUES} FROM cv)",
+                 f"m AS ({_MESSAGE_INTO} SELECT {_MESSAGE_VALUES} FROM cv RETURNING id)"]
+    else:
+        parts = ["r AS (" + _RUN_INSERT + ")"] if run else []
+        parts.append("m AS (" + _MESSAGE_INSERT + ")")
     if files:
         parts.append("f AS (" + _FILES_INSERT + " SELECT 'attachments', :fs,"
                      " lpad(id::text, 12, '0'), :fv, :t FROM m)")
@@ -839,6 +867,14 @@ def _history_beside(got: list[driver.Row], now: datetime) -> list[driver.Row]:
     if len(rows) == HISTORY_MESSAGES and (last[6], last[7]) < (now, got[0][0]):
         rows.pop()
     return rows
+
+
+def _keyed(q: driver.Statements, key: str) -> driver.Program[ConversationRef]:
+    """The conversation under `key`, whose insert found the key taken."""
+    row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=key)
+    if row is None:  # pragma: no cover - the key conflicted in this very transaction
+        raise RuntimeError(f"conversation {key} could not be stored")
+    return ConversationRef(*row)
 
 
 def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[driver.Row]]:
@@ -915,6 +951,9 @@ def _pg_end_sql(deliveries: int, reply: str | None, ending: str) -> str:
 # calls were 8 % of the store's profiled time per message of a new conversation).
 _CONVERSATION_FIELDS = tuple(f.name for f in fields(ConversationRef))
 _CONVERSATION_COLUMNS = ", ".join(_CONVERSATION_FIELDS)
+_CONVERSATION_INSERT = (f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
+                        " VALUES (:c, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)"
+                        " ON CONFLICT (key) DO NOTHING")
 _RUN_NAMES = tuple(c.name for c in Run.__table__.columns)
 _RUN_COLUMNS = ", ".join(_RUN_NAMES)
 _RUN_TIMES = frozenset(name for name in _RUN_NAMES if name.endswith(("_at", "_expires")))
