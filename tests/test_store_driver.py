@@ -420,10 +420,11 @@ async def _trips(sent: list[str], work: Any) -> tuple[Any, list[str]]:
 
 @pytest.mark.postgres
 async def test_on_postgresql_a_messages_rows_and_its_runs_end_go_in_few_round_trips() -> None:
-    """Each statement on PostgreSQL is a round trip (about 120 us of the loop's CPU, bench/README.md): a new
-    run, its message and the message's files go in one; the run's end (its reply's delivery row, the reply,
-    the run's row, its messages made history) in one. The lock stays a statement of its own before the
-    queue is read: one statement's snapshot is taken at its start, before any wait for the lock in it."""
+    """Each statement on PostgreSQL is a round trip (about 100 us of the loop's CPU, bench/README.md): a new
+    conversation's row, a new run, its message, the message's files and the turns before it go in one; the
+    run's end (its reply's delivery row, the reply, the run's row, its messages made history) in one. The
+    lock stays a statement of its own before the queue is read: one statement's snapshot is taken at its
+    start, before any wait for the lock in it."""
     async with _counted_pg_store() as (store, sent):
         def say(event: str, conv: ConversationRef, files: str | None = None) -> Any:
             return store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN, account_id="ann",
@@ -439,7 +440,7 @@ async def test_on_postgresql_a_messages_rows_and_its_runs_end_go_in_few_round_tr
                                                     deliveries=[FinalRow(0, "m-1", "Hi.")]))
         assert len(trips) == 3, trips  # BEGIN, the run's end, COMMIT
 
-        # The files' row is keyed by the message's id zero-padded to 12 digits, as on SQLite, however long it is.
+        # The files' row is keyed by the message's id zero-padded to 12 digits, as on SQLite (a 10-digit id here).
         async with store.engine.connect() as c:
             await c.exec_driver_sql("SELECT setval(pg_get_serial_sequence('messages', 'id'), 1234567889)")
         again, trips = await _trips(sent, say("e2", conv, files='[{"name": "a.png"}]'))
