@@ -251,6 +251,35 @@ async def test_a_message_into_an_idle_conversation_is_claimed_with_its_ingest(st
                                      Line("user", "and the date?", "Ann"), Line("assistant", "The first.", "")]
 
 
+async def test_a_message_started_with_its_ingest_is_reminded_of_what_its_claim_would_have_read(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest turns, the message itself taking one of the places wherever it sorts: on PostgreSQL the
+    turns are read in the statement that stores the message, which does not see it (`_history_beside`)."""
+    from gateway.store import repo
+
+    monkeypatch.setattr(repo, "HISTORY_MESSAGES", 3)
+
+    def say(store: Store, event: str) -> Any:
+        return store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN, account_id="ann",
+                            text=f"q{event}", agent_id="assistant", platform_message_id=event, queue_limit=10,
+                            start=True)
+
+    conv = await _conversation(store)
+    for i in range(3):
+        said = await _say(store, conv, f"{i}", f"q{i}")
+        await store.claim_next_run(conv.id)
+        await store.end_run(said.run_id, "finished", reply=f"a{i}")
+        _clock(store).advance(1)
+    newest = await say(store, "3")  # sorts first: it takes a place, two turns are left
+    assert newest.claimed is not None
+    assert newest.claimed.history == [Line("user", "q2", "Ann"), Line("assistant", "a2", "")]
+    await store.end_run(newest.run_id, "finished", reply="a3")
+    # A replica whose clock is behind: its message sorts after three turns, which keep their places.
+    behind = await say(Store(store.engine, clock=ManualClock(START - timedelta(days=1))), "4")
+    assert behind.claimed is not None
+    assert behind.claimed.history == [Line("assistant", "a2", ""), Line("user", "q3", "Ann"), Line("assistant", "a3", "")]
+
+
 async def test_redelivery_and_a_full_queue_store_nothing(store: Store) -> None:
     conv = await _conversation(store)
     await _say(store, conv, "e1", "one", limit=1)
@@ -349,6 +378,86 @@ async def test_a_runs_end_writes_its_replys_final_rows_in_the_same_transaction(s
         "the retried end added its reply once"
     await store.end_run("no-such-run", "finished", reply="Lost.")  # its run is gone: nothing is written
     assert [m.text for m in await store.messages(conv.id)] == ["tell me two things", "One.\n\nTwo."]
+
+
+async def test_a_reply_posting_one_message_twice_keeps_what_its_last_edit_left(store: Store) -> None:
+    """Two final rows of one seq (not what a reply makes today, but what end_run accepts): written one after
+    the other, the second updating the first, on PostgreSQL too, where one statement could not write the
+    row twice and the other rows go in one statement (`_pg_end_sql`)."""
+    conv = await _conversation(store)
+    said = await _say(store, conv, "e1", "hi")
+    await store.claim_next_run(conv.id)
+    await store.end_run(said.run_id, "finished", reply="Hello.",
+                        deliveries=[FinalRow(0, "m-1", "Hel"), FinalRow(0, None, "Hello.")])
+    assert [(r.seq, r.platform_message_id, r.text, r.final) for r in await store.deliveries(said.run_id)] == [
+        (0, "m-1", "Hello.", True)]
+    assert [(m.role, m.status) for m in await store.messages(conv.id)] == [("user", "processed"), ("assistant", "final")]
+
+
+@contextlib.asynccontextmanager
+async def _counted_pg_store() -> AsyncIterator[tuple[Store, list[str]]]:
+    """A store on a fresh PostgreSQL database, and every statement its connections send (BEGIN and
+    COMMIT included: each is a round trip), as asyncpg's query logger sees them."""
+    from sqlalchemy import event
+
+    sent: list[str] = []
+    async with pg_database() as url:
+        engine = create_engine(url)
+        event.listen(engine.sync_engine, "connect",
+                     lambda dbapi, _record: dbapi.driver_connection.add_query_logger(lambda r: sent.append(r.query)))
+        try:
+            await migrate(engine)
+            yield Store(engine, clock=ManualClock(START)), sent
+        finally:
+            await engine.dispose()
+
+
+async def _trips(sent: list[str], work: Any) -> tuple[Any, list[str]]:
+    sent.clear()
+    result = await work
+    return result, list(sent)
+
+
+@pytest.mark.postgres
+async def test_on_postgresql_a_messages_rows_and_its_runs_end_go_in_few_round_trips() -> None:
+    """Each statement on PostgreSQL is a round trip (about 100 us of the loop's CPU, bench/README.md): a new
+    conversation's row, a new run, its message, the message's files and the turns before it go in one; the
+    run's end (its reply's delivery row, the reply, the run's row, its messages made history) in one. The
+    lock stays a statement of its own before the queue is read: one statement's snapshot is taken at its
+    start, before any wait for the lock in it."""
+    async with _counted_pg_store() as (store, sent):
+        def say(event: str, conv: ConversationRef, files: str | None = None) -> Any:
+            return store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN, account_id="ann",
+                                text=f"said {event}", agent_id="assistant", platform_message_id=event, queue_limit=10,
+                                files=files, start=True)
+
+        new = ConversationRef("", "web:local:c5", "web", "web", "local", "c5", None, "dm")
+        first, trips = await _trips(sent, say("e1", new))
+        # BEGIN, the ledger, the key's lock, the conversation with its run and message, COMMIT.
+        assert first.claimed is not None and len(trips) == 5, trips
+        conv = first.conversation
+        _, trips = await _trips(sent, store.end_run(first.run_id, "finished", usage=(1, 2, 3), reply="Hi.",
+                                                    deliveries=[FinalRow(0, "m-1", "Hi.")]))
+        assert len(trips) == 3, trips  # BEGIN, the run's end, COMMIT
+
+        # The files' row is keyed by the message's id zero-padded to 12 digits, as on SQLite (a 10-digit id here).
+        async with store.engine.connect() as c:
+            await c.exec_driver_sql("SELECT setval(pg_get_serial_sequence('messages', 'id'), 1234567889)")
+        again, trips = await _trips(sent, say("e2", conv, files='[{"name": "a.png"}]'))
+        # BEGIN, the ledger, the lock, the queue, the run with its message, its files and the turns before, COMMIT.
+        assert again.claimed is not None and again.claimed.files and len(trips) == 6, trips
+        assert again.message_id == 1234567890
+        assert await store.capability_state.keys("attachments", f"run:{again.run_id}") == ["001234567890"]
+        assert again.claimed.history == [Line("user", "said e1", "Ann"), Line("assistant", "Hi.", "")]
+        await store.end_run(again.run_id, "finished", reply="Seen.")
+        third, _ = await _trips(sent, say("e3", conv, files="[]"))
+        assert await store.capability_state.keys("attachments", f"run:{third.run_id}") == [f"{third.message_id:012d}"]
+        assert [(r.seq, r.platform_message_id, r.text, r.final) for r in await store.deliveries(first.run_id)] == [
+            (0, "m-1", "Hi.", True)]
+        ended = await store.run(first.run_id)
+        assert ended is not None and ended.status == "finished" and (ended.requests, ended.input_tokens) == (1, 2)
+        assert [(m.text, m.status) for m in await store.messages(conv.id)][:3] == [
+            ("said e1", "processed"), ("Hi.", "final"), ("said e2", "processed")]
 
 
 def _parked(engine: Any) -> int:

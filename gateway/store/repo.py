@@ -290,7 +290,23 @@ class Store:
             conv, created = conversation, False
             if not conversation.id:
                 yield from self._lock(q, conversation.key)
-                conv, created = yield from self._conversation_raw(q, conversation, self.clock.now())
+                if not self.shared:
+                    conv, created = yield from self._conversation_raw(q, conversation, self.clock.now())
+                else:
+                    # PostgreSQL: the conversation's row goes in the statement with the run's and the
+                    # message's (one round trip fewer). If its key is taken (a conversation this process no
+                    # longer has at hand) that statement stores nothing: the message goes into the one there.
+                    ingested = yield from stored(q, self._new_conversation(conversation), True, joined=True)
+                    if ingested is not None:
+                        return ingested
+                    conv = yield from _keyed(q, conversation.key)
+            ingested = yield from stored(q, conv, created)
+            assert ingested is not None  # None only where `joined`
+            return ingested
+
+        def stored(q: driver.Statements, conv: ConversationRef, created: bool,
+                   joined: bool = False) -> driver.Program[Ingested | None]:
+            """The message stored in `conv`; `joined`: with the conversation's own row, None if its key is taken."""
             if not created:
                 yield from self._lock(q, conv.id)
             # Stamped once the conversation is ours: on PostgreSQL the lock may have waited for
@@ -314,36 +330,56 @@ class Store:
             # or parked goes first, through the claim.
             claim = start and new_run and not live
             lease = now + timedelta(seconds=self.lease_seconds)
+            run_row: dict[str, Any] | None = None
             if run_id is None:
                 run_id = new_id()
-                yield q.run(
-                    "INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
-                    " requester_person_id, requester_account, requester_name, requests, input_tokens,"
-                    " output_tokens, created_at, started_at, lease_owner, lease_expires)"
-                    " VALUES (:id, :c, :b, :a, :st, '', :p, :acc, :name, 0, 0, 0, :t, :s, :o, :e)",
-                    id=run_id, c=conv.id, b=binding_id, a=agent_id, p=identity.person_id, acc=account_id,
-                    name=identity.display_name, t=now, st=RUNNING if claim else QUEUED,
-                    s=now if claim else None, o=self.owner if claim else None, e=lease if claim else None,
-                )
-            row = yield q.one(
-                "INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
-                " sender_name, platform_message_id, created_at)"
-                " VALUES (:c, :r, 'user', :text, :st, :p, :acc, :name, :pm, :t) RETURNING id",
-                c=conv.id, r=run_id, text=text, p=identity.person_id, acc=account_id, name=identity.display_name,
-                pm=platform_message_id, t=now, st="processing" if claim else "queued",
-            )
+                run_row = {"id": run_id, "c": conv.id, "b": binding_id, "a": agent_id, "p": identity.person_id,
+                           "acc": account_id, "name": identity.display_name, "t": now,
+                           "rst": RUNNING if claim else QUEUED, "s": now if claim else None,
+                           "o": self.owner if claim else None, "e": lease if claim else None}
+            # Each statement's parameters are its own dict, bound in place (`driver.Stmt`): built here once.
+            message = {"c": conv.id, "r": run_id, "text": text, "p": identity.person_id, "acc": account_id,
+                       "name": identity.display_name, "pm": platform_message_id, "t": now,
+                       "mst": "processing" if claim else "queued"}
+            attached = None if files is None else {"fs": f"run:{run_id}", "fv": files, "t": now}
+            # What the claim would read of the conversation's earlier turns: none in a conversation this
+            # transaction created; read with the message's rows on PostgreSQL; else after them.
+            rows: list[driver.Row] | None = [] if created else None
+            if self.shared:
+                # PostgreSQL answers each statement in a round trip of its own (about 120 us of the loop's
+                # CPU in the socket's send): the run, the message and its files go as one, in
+                # data-modifying CTEs, which all run to completion whichever the SELECT reads. None reads
+                # another's rows (each sees the database as of the statement's start): the message's id
+                # reaches the files' row by RETURNING, and the run's row is checked against its
+                # conversation at the statement's end, as it would be at the end of its own.
+                params = {**(run_row or {}), **message, **(attached or {})}
+                if joined:
+                    row = yield q.one(_pg_insert_sql(True, attached is not None, conversation=True),
+                                      key=conv.key, platform=conv.platform, binding_id=conv.binding_id,
+                                      workspace=conv.workspace, channel=conv.channel, thread=conv.thread,
+                                      chat_kind=conv.chat_kind, **params)
+                    if row is None:  # the key was taken: nothing was stored
+                        return None
+                elif claim and rows is None:
+                    got = yield q.all(_pg_insert_sql(True, attached is not None, True), n=HISTORY_MESSAGES, **params)
+                    row, rows = got[0], _history_beside(got, now)
+                else:
+                    row = yield q.one(_pg_insert_sql(run_row is not None, attached is not None), **params)
+            else:
+                if run_row is not None:
+                    yield driver.Stmt("run", _RUN_INSERT, run_row)
+                row = yield driver.Stmt("one", _MESSAGE_INSERT, message)
+                assert row is not None
+                if attached is not None:
+                    attached["k"] = f"{int(row[0]):012d}"
+                    yield driver.Stmt("run", _FILES_ROW, attached)
             assert row is not None
-            if files is not None:
-                yield q.run(
-                    "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
-                    " VALUES ('attachments', :s, :k, :v, :t)",
-                    s=f"run:{run_id}", k=f"{int(row[0]):012d}", v=files, t=now,
-                )
             claimed = None
             if claim:
                 # What the claim would read: the run as stored, this message as its prompt, and the
-                # conversation's earlier turns (none in a conversation this transaction created).
-                rows = [] if created else (yield from _history(q, conv.id))
+                # conversation's earlier turns.
+                if rows is None:
+                    rows = yield from _history(q, conv.id)
                 run = _detached_run(id=run_id, conversation_id=conv.id, binding_id=binding_id, agent_id=agent_id,
                                     status=RUNNING, reason="", requester_person_id=identity.person_id,
                                     requester_account=account_id, requester_name=identity.display_name, requests=0,
@@ -359,6 +395,14 @@ class Store:
         self._remember(ingested.conversation)
         return ingested
 
+    @staticmethod
+    def _new_conversation(ref: ConversationRef) -> ConversationRef:
+        """`ref` with an id of its own, for its row. Built by its constructor, not `dataclasses.replace` and
+        a getattr per field (8.4 -> 5.0 us, the id's own 1.5 included): a burst of new DMs is a new
+        conversation a message."""
+        return ref if ref.id else ConversationRef(new_id(), ref.key, ref.platform, ref.binding_id, ref.workspace,
+                                                  ref.channel, ref.thread, ref.chat_kind)
+
     def _conversation_raw(
         self, q: driver.Statements, ref: ConversationRef, now: datetime
     ) -> driver.Program[tuple[ConversationRef, bool]]:
@@ -367,24 +411,16 @@ class Store:
         Inserted first, read only when the key is taken: a conversation asked for here is new but for
         one this process no longer has at hand (`ingest` is handed the ones it knows), so most cost
         one statement, not a read that finds nothing and the insert."""
-        # Built by its constructor and bound by name, not `dataclasses.replace` and a getattr per field
-        # (8.4 -> 5.0 us, the id's own 1.5 included): a burst of new DMs is a new conversation a message.
-        created = ref if ref.id else ConversationRef(new_id(), ref.key, ref.platform, ref.binding_id, ref.workspace,
-                                                     ref.channel, ref.thread, ref.chat_kind)
+        created = self._new_conversation(ref)
         added = yield q.run(
-            f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
-            " VALUES (:id, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)"
-            " ON CONFLICT (key) DO NOTHING",
-            id=created.id, key=created.key, platform=created.platform, binding_id=created.binding_id,
+            _CONVERSATION_INSERT,
+            c=created.id, key=created.key, platform=created.platform, binding_id=created.binding_id,
             workspace=created.workspace, channel=created.channel, thread=created.thread, chat_kind=created.chat_kind,
             t=now,
         )
         if added == 1:
             return created, True
-        row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=ref.key)
-        if row is None:  # pragma: no cover - the key conflicted in this very transaction
-            raise RuntimeError(f"conversation {created.id} could not be stored")
-        return ConversationRef(*row), False
+        return (yield from _keyed(q, ref.key)), False
 
     async def create_conversation(self, ref: ConversationRef) -> ConversationRef:
         now = self.clock.now()
@@ -661,42 +697,40 @@ class Store:
         `deliveries`: the reply's final delivery rows, written in the same transaction (one
         round trip fewer per reply than `save_delivery` before it; the same order)."""
         now = self.clock.now()
+        # Recorded already (a try whose commit reached the database but whose answer was lost with
+        # its connection: `patiently` tries again): its row is left alone and its reply not added twice.
+        fresh = status in ENDED or status == PARKED
+        # Copied into each try's statements (`patiently` may run the program again; binding changes them).
+        answer = (_reply_sql(status == PARKED, fresh),
+                  {"text": reply, "mst": "final" if status in (FINISHED, PARKED) else status, "t": now, "id": run_id,
+                   "st": status}) if reply else None
+        outcome: dict[str, Any] = {"st": status, "reason": reason, "state": state,
+                                   "f": None if status == PARKED else now, "id": run_id}
+        if usage is not None:
+            outcome["n"], outcome["i"], outcome["o"] = usage
+        ending = _end_sql(usage is not None, fresh)
 
         def program(q: driver.Statements) -> driver.Program[None]:
             for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
                 yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now)
-            # Recorded already (a try whose commit reached the database but whose answer was lost with
-            # its connection: `patiently` tries again): its row is left alone and its reply not added twice.
-            fresh = " AND status != :st" if status in ENDED | {PARKED} else ""
-            if reply:
-                # Read off the run's row as it stands (its conversation, when it started, whether it was
-                # parked before), so nothing of it is read back on its own. Dated from when the answer
-                # began streaming, so it sorts right after the turn it answers even if more messages
-                # arrived meanwhile; the part after an approval card began when the run resumed.
-                dated = ("COALESCE(started_at, :t)" if status == PARKED
-                         else "CASE WHEN state IS NOT NULL THEN :t ELSE COALESCE(started_at, :t) END")
-                yield q.run(
-                    "INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
-                    f" SELECT conversation_id, id, 'assistant', :text, :mst, '', {dated} FROM runs WHERE id = :id{fresh}",
-                    text=reply, mst="final" if status in (FINISHED, PARKED) else status, t=now, id=run_id, st=status,
-                )
-            counts = ", requests = :n, input_tokens = :i, output_tokens = :o" if usage is not None else ""
-            n, i, o = usage or (0, 0, 0)
-            changed = yield q.run(
-                f"UPDATE runs SET status = :st, reason = :reason, state = :state, finished_at = :f{counts}"
-                f" WHERE id = :id{fresh}",
-                st=status, reason=reason, state=state, f=None if status == PARKED else now, id=run_id,
-                **({"n": n, "i": i, "o": o} if usage is not None else {}),
-            )
+            if answer is not None:
+                yield q.run(answer[0], **answer[1])
+            changed = yield q.run(ending, **outcome)
             if not changed:  # no such run, or recorded already (then the reply above was not added either)
                 return
-            yield q.run(
-                "UPDATE messages SET status = 'processed'"
-                " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')",
-                r=run_id,
-            )
+            yield q.run(_PROCESSED, r=run_id)
 
-        await self.patiently(lambda: driver.transaction(self.engine, program), f"recording run {run_id} {status}")
+        def one_statement(q: driver.Statements) -> driver.Program[None]:
+            rows = {f"{name}{j}": value for j, d in enumerate(deliveries)
+                    for name, value in (("seq", d.seq), ("pm", d.platform_message_id), ("text", d.text), ("final", True))}
+            yield q.one(_pg_end_sql(len(deliveries), answer[0] if answer else None, ending),
+                        **{**rows, **(answer[1] if answer else {}), **outcome, "r": run_id, "t": now})
+
+        # PostgreSQL: the same writes in one statement, one round trip instead of one each (`_pg_end_sql`).
+        # Not when two rows share a seq: one statement may not write a row twice, and the second's
+        # update of the first is what the statements one by one would leave.
+        chosen = one_statement if self.shared and len({d.seq for d in deliveries}) == len(deliveries) else program
+        await self.patiently(lambda: driver.transaction(self.engine, chosen), f"recording run {run_id} {status}")
 
     async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
         async with self.sessions() as s:
@@ -782,36 +816,144 @@ def _ledger_sql(ids: int) -> str:
     return f"INSERT INTO inbound_ledger (binding_id, event_id, received_at) VALUES {rows} ON CONFLICT DO NOTHING"
 
 
+# A new run, a user's message and the files shared with it (`ingest`): statements of their own on SQLite,
+# one on PostgreSQL (`_pg_insert_sql`).
+_RUN_INTO = ("INSERT INTO runs (id, conversation_id, binding_id, agent_id, status, reason,"
+             " requester_person_id, requester_account, requester_name, requests, input_tokens,"
+             " output_tokens, created_at, started_at, lease_owner, lease_expires)")
+_RUN_VALUES = ":id, :c, :b, :a, :rst, '', :p, :acc, :name, 0, 0, 0, :t, :s, :o, :e"
+_RUN_INSERT = f"{_RUN_INTO} VALUES ({_RUN_VALUES})"
+_MESSAGE_INTO = ("INSERT INTO messages (conversation_id, run_id, role, text, status, person_id, account_id,"
+                 " sender_name, platform_message_id, created_at)")
+_MESSAGE_VALUES = ":c, :r, 'user', :text, :mst, :p, :acc, :name, :pm, :t"
+_MESSAGE_INSERT = f"{_MESSAGE_INTO} VALUES ({_MESSAGE_VALUES}) RETURNING id"
+_FILES_INSERT = "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
+_FILES_ROW = _FILES_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
+
+
+@cache
+def _pg_insert_sql(run: bool, files: bool, history: bool = False, conversation: bool = False) -> str:
+    """`ingest`'s writes as one PostgreSQL statement returning the message's id: the run's insert when the
+    run is new, the message's, and the files' row keyed by the message's id as `ingest` keys it on SQLite
+    (zero-padded to 12 digits; lpad would cut a longer one, but the id is an integer: 10 digits at most).
+    `history`: each row also one of the conversation's earlier turns (`_history_beside`). `conversation`:
+    the conversation's row first, the others only if it was added (their rows from it: none, and no row
+    returned, when its key is taken)."""
+    if not run and not files and not history:
+        return _MESSAGE_INSERT
+    if conversation:
+        parts = ["cv AS (" + _CONVERSATION_INSERT + " RETURNING id)",
+                 f"r AS ({_RUN_INTO} SELECT {_RUN_VALUES} FROM cv)",
+                 f"m AS ({_MESSAGE_INTO} SELECT {_MESSAGE_VALUES} FROM cv RETURNING id)"]
+    else:
+        parts = ["r AS (" + _RUN_INSERT + ")"] if run else []
+        parts.append("m AS (" + _MESSAGE_INSERT + ")")
+    if files:
+        parts.append("f AS (" + _FILES_INSERT + " SELECT 'attachments', :fs,"
+                     " lpad(id::text, 12, '0'), :fv, :t FROM m)")
+    if not history:
+        return "WITH " + ", ".join(parts) + " SELECT id FROM m"
+    return ("WITH " + ", ".join(parts) + " SELECT m.id, h.* FROM m LEFT JOIN (SELECT " + _HISTORY_COLUMNS
+            + ", created_at, id" + _HISTORY_ROWS + ") h ON true ORDER BY h.created_at DESC, h.id DESC")
+
+
+def _history_beside(got: list[driver.Row], now: datetime) -> list[driver.Row]:
+    """`_history`'s rows from the statement that stored the message (`_pg_insert_sql(history=True)`): (the
+    message's id, a turn's columns, its created_at and id), newest first, or one row of NULLs for none. That
+    statement's read does not see the message it stores; `_history`, read after, sees it take one of the
+    places, so the oldest turn is left out when the message sorts before it, as it would have been."""
+    rows = [r[1:6] for r in got if r[1] is not None]
+    last = got[-1]
+    if len(rows) == HISTORY_MESSAGES and (last[6], last[7]) < (now, got[0][0]):
+        rows.pop()
+    return rows
+
+
+def _keyed(q: driver.Statements, key: str) -> driver.Program[ConversationRef]:
+    """The conversation under `key`, whose insert found the key taken."""
+    row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE key = :k", k=key)
+    if row is None:  # pragma: no cover - the key conflicted in this very transaction
+        raise RuntimeError(f"conversation {key} could not be stored")
+    return ConversationRef(*row)
+
+
 def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[driver.Row]]:
     """A conversation's messages a run is reminded of, newest first: (role, text, sender_name, run_id, status).
     The newest turns only: a long conversation must not grow every request without bound."""
-    rows: list[driver.Row] = yield q.all(
-        "SELECT role, text, sender_name, run_id, status FROM messages"
-        " WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
-        " ORDER BY created_at DESC, id DESC LIMIT :n",
-        c=conversation_id, n=HISTORY_MESSAGES,
-    )
+    rows: list[driver.Row] = yield q.all(_HISTORY, c=conversation_id, n=HISTORY_MESSAGES)
     return rows
+
+
+_HISTORY_COLUMNS = "role, text, sender_name, run_id, status"
+_HISTORY_ROWS = (" FROM messages WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
+                 " ORDER BY created_at DESC, id DESC LIMIT :n")
+_HISTORY = "SELECT " + _HISTORY_COLUMNS + _HISTORY_ROWS
 
 
 def _save_delivery(q: driver.Statements, run_id: str, seq: int, platform_message_id: str | None, text: str,
                    final: bool, now: datetime) -> driver.Program[None]:
     """One delivery row, written or updated, in one statement: a step of a transaction (`save_delivery`,
-    `end_run`). An update keeps the posted message's id when this call has none (an edit names none);
-    a retried try whose commit was lost updates what it wrote."""
-    yield q.run(
-        "INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
-        " VALUES (:r, :seq, :pm, :text, :final, :t) ON CONFLICT (run_id, seq) DO UPDATE SET text = excluded.text,"
-        " final = excluded.final, updated_at = excluded.updated_at,"
-        " platform_message_id = COALESCE(NULLIF(excluded.platform_message_id, ''), deliveries.platform_message_id)",
-        r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now,
-    )
+    `end_run`)."""
+    yield q.run(_delivery_sql(), r=run_id, seq=seq, pm=platform_message_id, text=text, final=final, t=now)
+
+
+@cache
+def _delivery_sql(n: str = "") -> str:
+    """A delivery row's upsert, its own values named with suffix `n` (several in one statement, `_pg_end_sql`).
+    An update keeps the posted message's id when this call has none (an edit names none); a retried try
+    whose commit was lost updates what it wrote."""
+    return ("INSERT INTO deliveries (run_id, seq, platform_message_id, text, final, updated_at)"
+            f" VALUES (:r, :seq{n}, :pm{n}, :text{n}, :final{n}, :t) ON CONFLICT (run_id, seq) DO UPDATE"
+            " SET text = excluded.text, final = excluded.final, updated_at = excluded.updated_at,"
+            " platform_message_id = COALESCE(NULLIF(excluded.platform_message_id, ''), deliveries.platform_message_id)")
+
+
+@cache
+def _reply_sql(parked: bool, fresh: bool) -> str:
+    """`end_run`'s reply, read off the run's row as it stands (its conversation, when it started, whether it
+    was parked before), so nothing of it is read back on its own. Dated from when the answer began
+    streaming, so it sorts right after the turn it answers even if more messages arrived meanwhile; the
+    part after an approval card began when the run resumed."""
+    dated = "COALESCE(started_at, :t)" if parked else "CASE WHEN state IS NOT NULL THEN :t ELSE COALESCE(started_at, :t) END"
+    return ("INSERT INTO messages (conversation_id, run_id, role, text, status, sender_name, created_at)"
+            f" SELECT conversation_id, id, 'assistant', :text, :mst, '', {dated} FROM runs WHERE id = :id"
+            + (" AND status != :st" if fresh else ""))
+
+
+@cache
+def _end_sql(counts: bool, fresh: bool) -> str:
+    """`end_run`'s update of the run's row; `fresh`: only if not recorded already (see `end_run`)."""
+    return ("UPDATE runs SET status = :st, reason = :reason, state = :state, finished_at = :f"
+            + (", requests = :n, input_tokens = :i, output_tokens = :o" if counts else "")
+            + " WHERE id = :id" + (" AND status != :st" if fresh else ""))
+
+
+# The run's messages of people become history once it ended.
+_PROCESSED = ("UPDATE messages SET status = 'processed'"
+              " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')")
+
+
+@cache
+def _pg_end_sql(deliveries: int, reply: str | None, ending: str) -> str:
+    """`end_run`'s writes as one PostgreSQL statement, in data-modifying CTEs (each runs to completion, each
+    sees the database as of the statement's start): the delivery rows; the reply, read off the run's row
+    as it stood before this end, as when it went first on its own; the run's row; and its messages
+    made history only if the run's row changed, as `changed` decides one statement after another."""
+    parts = [f"d{j} AS ({_delivery_sql(str(j))})" for j in range(deliveries)]
+    if reply is not None:
+        parts.append(f"a AS ({reply})")
+    parts.append(f"u AS ({ending} RETURNING 1)")
+    parts.append(f"p AS ({_PROCESSED} AND EXISTS (SELECT FROM u))")
+    return "WITH " + ", ".join(parts) + " SELECT count(*) FROM u"
 
 
 # Read by name, not `dataclasses.asdict`, which deep-copies every field (a new conversation's two
 # calls were 8 % of the store's profiled time per message of a new conversation).
 _CONVERSATION_FIELDS = tuple(f.name for f in fields(ConversationRef))
 _CONVERSATION_COLUMNS = ", ".join(_CONVERSATION_FIELDS)
+_CONVERSATION_INSERT = (f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
+                        " VALUES (:c, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)"
+                        " ON CONFLICT (key) DO NOTHING")
 _RUN_NAMES = tuple(c.name for c in Run.__table__.columns)
 _RUN_COLUMNS = ", ".join(_RUN_NAMES)
 _RUN_TIMES = frozenset(name for name in _RUN_NAMES if name.endswith(("_at", "_expires")))
