@@ -21,17 +21,21 @@ from .support.template_db import copy_migrated_sqlite
 
 
 @contextlib.contextmanager
-def compiled_anew() -> Iterator[list[str]]:
-    """The SQL of every statement any engine of the process compiled anew meanwhile (a cache miss)."""
+def statements() -> Iterator[tuple[list[str], list[str]]]:
+    """The SQL of every compiled statement any engine of the process ran meanwhile, and of those it
+    compiled anew (a cache miss)."""
+    ran: list[str] = []
     missed: list[str] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool) -> None:
-        if getattr(context, "cache_hit", None) is CACHE_MISS:
-            missed.append(statement)
+        if getattr(context, "compiled", None) is not None:
+            ran.append(statement)
+            if getattr(context, "cache_hit", None) is CACHE_MISS:
+                missed.append(statement)
 
     event.listen(Engine, "after_cursor_execute", seen)
     try:
-        yield missed
+        yield ran, missed
     finally:
         event.remove(Engine, "after_cursor_execute", seen)
 
@@ -39,13 +43,13 @@ def compiled_anew() -> Iterator[list[str]]:
 async def test_a_second_gateway_in_the_process_compiles_none_of_the_statements_its_start_shares_with_the_first(
         tmp_path: Path) -> None:
     """The start-up's queries (sweeps, parked approvals, schedules due) were compiled again by every engine."""
-    with compiled_anew() as first:
+    with statements() as (first, _):
         async with running_gateway(write_config(tmp_path / "a")):
             pass
-    with compiled_anew() as second:
+    with statements() as (_, second):
         async with running_gateway(write_config(tmp_path / "b")):
             pass
-    assert first, "the first start compiled nothing: the check below would prove nothing"
+    assert first, "the first start ran nothing: the check below would prove nothing"
     assert [sql for sql in second if sql in first] == []
 
 

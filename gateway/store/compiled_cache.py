@@ -34,7 +34,8 @@ class SharedCompiledCache(LRUCache[Any, Any]):
 
     A dialect's settings are read at its first statement, after its first connection initialized it
     (the server's version, what it supports); a dialect's objects (its preparer, its type compiler)
-    are built from those settings and its class, and are left out."""
+    are built from those settings and its class, and are left out. So is a JSON serializer passed to
+    `create_engine`: ours pass none, and engines that differ only in theirs must not share this cache."""
 
     def __init__(self, capacity: int = CAPACITY) -> None:
         super().__init__(capacity)
@@ -48,7 +49,8 @@ class SharedCompiledCache(LRUCache[Any, Any]):
         return name
 
     def _key(self, key: Any) -> Any:
-        # SQLAlchemy's key: (dialect, statement's cache key, column keys, schema map?, executemany?).
+        # SQLAlchemy's key: (dialect, statement's cache key, column keys, schema map?, executemany?). A key of
+        # another shape (a later release) is kept as it is: per engine again, as before this cache.
         return (self._name(key[0]), *key[1:]) if isinstance(key, tuple) and isinstance(key[0], Dialect) else key
 
     def get(self, key: Any, default: Any = None) -> Any:
