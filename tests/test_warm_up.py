@@ -264,3 +264,28 @@ async def _run_end(events: asyncio.Queue[dict[str, Any]]) -> dict[str, Any]:
     while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end":
         pass
     return event
+
+
+async def test_the_warm_up_rehearses_no_run_on_the_daemons_loop_and_starts_that_loops_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A whole rehearsed run on the loop (11-13 ms of its CPU at every start) made the first run on that loop
+    no cheaper than starting the loop's worker thread does: the rest of a first run's work is the process's."""
+    callers: list[threading.Thread] = []  # the threads the rehearsal's offline model was asked from
+    script = warm_up_module._script
+
+    def counted(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        callers.append(threading.current_thread())
+        return script(messages, info)
+    monkeypatch.setattr(warm_up_module, "_script", counted)
+    loop = asyncio.get_running_loop()
+    config = write_config(tmp_path / "c")
+    for start in (1, 2):  # the first may rehearse in the thread (a process's first gateway); neither on the loop
+        async with running_gateway(config) as gw, aiohttp.ClientSession(gw.url) as s:
+            assert threading.current_thread() not in callers, f"start {start}"
+            workers = [t for t in threading.enumerate() if type(t).__name__ == "WorkerThread" and t.is_alive()
+                       and getattr(t, "loop", None) is loop]
+            assert workers, f"start {start}: no worker thread of this loop's"
+            conversation = await _conversation(s)
+            run = (await (await s.post(f"/api/v1/conversations/{conversation}/messages",
+                                       json={"text": "hello"})).json())["run_id"]
+            await wait_for(lambda: run_finished(gw, run), what="the answer")

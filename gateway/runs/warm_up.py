@@ -18,16 +18,19 @@ the same first-time work on the loop, it imported the modules the thread was imp
 per-module import lock then held the loop itself until the thread was done (the provider's SDK, 11.6 s
 on a loaded machine: every conversation and /readyz frozen, tests/chaos/test_database_faults.py).
 What it builds is the process's (modules, pydantic-ai's caches, the models, which the gateway's
-`ModelCache` adopts); nothing bound to the thread's loop is kept. Then one more
-rehearsal on the daemon's loop, cheap by then, starts that loop's own parts. Only what the config
-names is built: a deployment on Anthropic never imports openai, the offline demo imports neither.
+`ModelCache` adopts); nothing bound to the thread's loop is kept. Then the daemon's loop starts its own
+part: the worker thread its first synchronous instructions function would start. (It was a whole rehearsed
+run on the loop, 11-13 ms of the loop's CPU at every start, for a first run on that loop that was then
+~1 ms cheaper: the rest of a run's first-time work is the process's, done in the thread; bench/README.md,
+"Round 14 (issue 37): the gateway's own start, in process".) Only what the config names is built: a
+deployment on Anthropic never imports openai, the offline demo imports neither.
 
 A warm-up that fails is logged and changes nothing else: the first run then pays, as it used to.
 
 The thread's rehearsal is done once per agent name and process: what it builds is the process's, so a
 second gateway started in the same process (a test suite's next test, a restart inside one) would
 rehearse for nothing (~15 ms of CPU each). The daemon starts one gateway per process; for it nothing
-changes. The rehearsal on the loop is the loop's own and is done at every start.
+changes. The loop's worker thread is the loop's own and is started at every start.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 
+import anyio.to_thread
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.capabilities import Capability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
@@ -70,7 +74,7 @@ async def warm_up(config: LoadedConfig, models: ModelCache,
     try:
         built = await _in_threads(config, models, extra, names)
         on_loop = time.monotonic()
-        await _rehearse(names[:1])
+        await _start_loop_worker()
     except Exception as e:  # never the daemon's failure: the first run does it instead
         log.warning("warm-up failed: %s: %s", type(e).__name__, e)
         return
@@ -135,6 +139,12 @@ class _ThreadLoop(asyncio.SelectorEventLoop):
     def __del__(self) -> None:
         if self._built:
             super().__del__()
+
+
+async def _start_loop_worker() -> None:
+    """Start this loop's worker thread, as the first synchronous instructions function a run calls would
+    (pydantic-ai runs one through anyio's `to_thread.run_sync`, whose worker threads are each loop's own)."""
+    await anyio.to_thread.run_sync(_instructions)
 
 
 async def _rehearse(names: list[str]) -> None:

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import AsyncAdaptedQueuePool
 
 from gateway.store import sqlite
+from gateway.store.compiled_cache import COMPILED
 from gateway.store.storable import clean_statement
 from gateway.store.availability import StoreUnavailable, guard, is_lock_wait, is_transient
 from gateway.version import version
@@ -107,6 +108,8 @@ def create_engine(url: str, *, busy_timeout: float = DEFAULT_BUSY_TIMEOUT,
     guard(engine).bound = busy_timeout
     guard(engine).queue_wait = queue_wait
     _watch(engine)
+    # What one engine compiled, the next one of this process need not (`compiled_cache`).
+    engine.sync_engine.update_execution_options(compiled_cache=COMPILED)
     return engine
 
 
