@@ -11,7 +11,6 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from gateway.clock import ManualClock
@@ -19,7 +18,8 @@ from gateway.store import driver
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import ConversationRef, Duplicate, FinalRow, Identity, Line, QueueFull, Store
 
-from .conftest import database_url, wait_for
+from .conftest import database_url
+from .test_store_driver import until_a_lock_is_waited_for
 
 START = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 ANN = Identity("person-ann", "Ann")
@@ -160,15 +160,8 @@ async def test_an_end_retried_while_its_first_try_is_still_committing_adds_its_r
             first_try.append(first)
             await committing.wait()
             retry = asyncio.create_task(a.end_run(said.run_id, "finished", reply="Done.", deliveries=rows))
-            watcher = await asyncpg.connect(str(a.engine.url).replace("postgresql+asyncpg", "postgresql"))
-            try:
-                async def waits() -> bool:
-                    return retry.done() or bool(await watcher.fetchval(
-                        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                        " AND wait_event_type = 'Lock'"))
-                await wait_for(waits, what="the retry to wait on the first try's lock")
-            finally:
-                await watcher.close()
+            await until_a_lock_is_waited_for(a.engine.url.render_as_string(hide_password=False), retry.done,
+                                             "the retry to wait on the first try's lock")
             go_on.set()
             await asyncio.wait_for(asyncio.gather(first, retry), 30)
         finally:
