@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -460,6 +460,22 @@ async def test_on_postgresql_a_messages_rows_and_its_runs_end_go_in_few_round_tr
             ("said e1", "processed"), ("Hi.", "final"), ("said e2", "processed")]
 
 
+async def until_a_lock_is_waited_for(url: str, ended: Callable[[], bool], what: str) -> None:
+    """Until a session on `url`'s PostgreSQL database waits on another's lock, or `ended()`: the server says
+    when one is blocked behind another, not a window of time."""
+    import asyncpg
+
+    watcher = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        async def waiting() -> bool:
+            return ended() or bool(await watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"))
+        await wait_for(waiting, what=what)
+    finally:
+        await watcher.close()
+
+
 def _parked(engine: Any) -> int:
     """Transactions waiting for a session to give the SQLite connection back (`sqlite.given_back`):
     what a test waits for instead of a window in which they must not have run."""
@@ -590,19 +606,7 @@ async def test_a_message_arriving_while_its_run_is_claimed_is_not_lost() -> None
                 second = asyncio.create_task(_say(store, conv, "e2", "two"))
                 await reached.wait()
                 claim = asyncio.create_task(store.claim_next_run(conv.id))
-                # The server says when a session waits on another's lock: the wait ends when the
-                # claim is blocked behind the ingest (or has ended without waiting), not after a window.
-                import asyncpg
-
-                watcher = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
-                try:
-                    async def blocked() -> bool:
-                        return claim.done() or bool(await watcher.fetchval(
-                            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                            " AND wait_event_type = 'Lock'"))
-                    await wait_for(blocked, what="the claim to wait on the ingest's lock, or to end")
-                finally:
-                    await watcher.close()
+                await until_a_lock_is_waited_for(url, claim.done, "the claim to wait on the ingest's lock, or to end")
                 assert not claim.done(), "the claim did not wait for the ingest in flight"
                 go_on.set()
                 joined, claimed = await second, await claim

@@ -936,13 +936,15 @@ _PROCESSED = ("UPDATE messages SET status = 'processed'"
 @cache
 def _pg_end_sql(deliveries: int, reply: str | None, ending: str) -> str:
     """`end_run`'s writes as one PostgreSQL statement, in data-modifying CTEs (each runs to completion, each
-    sees the database as of the statement's start): the delivery rows; the reply, read off the run's row
-    as it stood before this end, as when it went first on its own; the run's row; and its messages
-    made history only if the run's row changed, as `changed` decides one statement after another."""
+    sees the database as of the statement's start): the delivery rows; the run's row; the reply, read off
+    the run's row as it stood before this end, as when it went first on its own; and its messages made
+    history. The reply and the messages only if the run's row changed: the statement's snapshot may
+    predate a try still committing (`patiently`'s retry after a lost answer) whose lock on the row `u`
+    waits for, then finds the end recorded; read off the snapshot alone, the reply went in twice."""
     parts = [f"d{j} AS ({_delivery_sql(str(j))})" for j in range(deliveries)]
-    if reply is not None:
-        parts.append(f"a AS ({reply})")
     parts.append(f"u AS ({ending} RETURNING 1)")
+    if reply is not None:
+        parts.append(f"a AS ({reply} AND EXISTS (SELECT FROM u))")
     parts.append(f"p AS ({_PROCESSED} AND EXISTS (SELECT FROM u))")
     return "WITH " + ", ".join(parts) + " SELECT count(*) FROM u"
 
