@@ -72,7 +72,8 @@ class AudioClients:
     def client(self, name: str) -> AsyncOpenAI:
         """The client of provider `name` (from `provider_name`), built on first use."""
         cfg = self._providers().get(name) if name != "openai" or "openai" in self._providers() else None
-        return self._clients.get((*config_key(name, cfg), secret_digest(cfg)), lambda: _build(name, cfg))
+        config = config_key(name, cfg)
+        return self._clients.get((*config, secret_digest(cfg)), lambda: _build(name, cfg), family=config)
 
     async def stop(self) -> None:
         await self._clients.stop()

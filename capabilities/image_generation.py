@@ -86,7 +86,8 @@ class ImageClients:
     def generator(self, cfg: ImageGenerationConfig, key: str) -> ImageGenerator:
         # Keyed by the key's digest: the secret itself is kept only inside its client.
         digest = hashlib.sha256(key.encode()).hexdigest()
-        return self._made.get((cfg.model_dump_json(), digest), lambda: _generator(cfg, key))[1]
+        config = cfg.model_dump_json()
+        return self._made.get((config, digest), lambda: _generator(cfg, key), family=config)[1]
 
     async def stop(self) -> None:
         await self._made.stop()

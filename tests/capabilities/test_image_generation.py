@@ -19,7 +19,7 @@ from gateway.ops import cli
 from gateway.runs.agent_run import run_agent
 from gateway.store import repo
 from tests.adapters.slack.conftest import eventually, fake_slack, slack_env  # noqa: F401  (fixtures)
-from tests.conftest import running_gateway, write_config
+from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.openai import FakeOpenAI
 from tests.fakes.slack import FakeSlack
 from tests.support.settled import settled
@@ -151,6 +151,28 @@ async def test_many_runs_draw_over_one_connection_which_is_closed_when_the_gatew
     assert len(images.image_requests) == RUNS
     assert len(opened) == len(still_open) == 1, f"{RUNS} runs opened {len(opened)} connections, {len(still_open)} open"
     assert not after_stop, f"{len(after_stop)} connections to the image server left open after the gateway stopped"
+
+
+async def test_a_rotated_key_closes_the_client_two_keys_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client per key: each rotation made one more, and the old ones stayed open for the daemon's life.
+    The newest and the one before (a run may still be drawing through it) are kept; older ones closed."""
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    open_after: list[int] = []
+    try:
+        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="shaping-scripted")}) as w:
+            for n in range(4):
+                monkeypatch.setenv("TEST_IMAGE_KEY", f"sk-rotated-{n}")
+                SCRIPT.reset(call("generate_image", prompt=f"a kite, take {n}"), say("done"))
+                turn = await w.turn(ALICE, DM_ALICE, f"draw {n}")
+                result = await run_agent(w.gw.runner.build_agent(turn), f"draw {n}", deps=turn)
+                await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
+                await wait_for(lambda: len(_open_connections_to(images.port)) <= 2, what="clients two keys back closed")
+                open_after.append(len(_open_connections_to(images.port)))
+    finally:
+        await images.stop()
+    assert [auth for _, auth in images.image_requests] == [f"Bearer sk-rotated-{n}" for n in range(4)]
+    assert open_after == [1, 2, 2, 2], open_after
 
 
 async def test_a_key_put_in_place_is_used_from_the_next_run_and_until_then_the_tool_is_not_offered(
