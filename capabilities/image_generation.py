@@ -14,10 +14,10 @@ model gets back and the log; the bytes never reach the model.
 The image model's client (its provider's pooled HTTP client) is the daemon's, one per image config and key
 (`ImageClients`), reused by every run and closed when the gateway stops: built per run, each run made a
 provider with its own HTTP client and SSL context (~26 ms of CPU) and, drawing, opened a connection to the
-image server and left it open. A config or key a reload replaced keeps its client until the stop (one per
-distinct config and key, not per run): a run in flight may still be drawing through it. The capability is then built once per config (`shared`):
-the tool reads the key at each request and call (a rotated key file is a new client; an unreadable one
-hides the tool) and the run from its deps.
+image server and left it open. A rotated key is a new client; the config keeps that one and the one before
+(a run may still be drawing through it) and closes older ones (`LoopClients`' family); a config a reload
+replaced keeps its clients until the stop. The capability is built once per config (`shared`): the tool
+reads the key at each request and call (an unreadable one hides the tool) and the run from its deps.
 """
 
 from __future__ import annotations

@@ -67,5 +67,4 @@ class LoopClients(Generic[C]):
         loop = asyncio.get_running_loop()
         for client_loop, client in held.values():
             if client_loop is loop:  # a client of a loop that has ended went with it
-                with contextlib.suppress(Exception):
-                    await self._close(client)
+                await self._quietly_close(client)

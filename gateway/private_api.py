@@ -56,6 +56,11 @@ USED: tuple[Private, ...] = (
             "capabilities/system_reminders.py: the cadence counted per conversation"),
     Private("pydantic-ai-harness", "pydantic_ai_harness.system_reminders", "LLMReminder", ("_generate",),
             "capabilities/system_reminders.py: an LLM reminder on the run's own model"),
+    Private("pydantic-ai-harness", "pydantic_ai_harness.tool_output_limits", "ToolOutputLimits", ("_store",),
+            "capabilities/tool_output_limits.py: each run's copy of the shared capability spills to the run's store"),
+    # A module's function: its module is the "owner" (the package holds its submodule as an attribute).
+    Private("pydantic-ai-harness", "pydantic_ai_harness.tool_output_limits", "_capability", ("_read_slice",),
+            "capabilities/tool_output_limits.py: read_tool_result over the calling run's spills"),
 )
 
 

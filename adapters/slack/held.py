@@ -22,7 +22,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gateway.clock import Clock
@@ -166,7 +166,7 @@ class HeldEvents:
             self._log.warning("the spool %s cannot be written (%s): event %s is held in memory only",
                               self._spool.directory, e, held.event_id)
             return held
-        return _Held(held.event_id, held.body, held.bot, held.since, held.held_at, spooled=True)
+        return replace(held, spooled=True)
 
     def _hold(self, held: _Held) -> None:
         self._held.append(held)
