@@ -10,6 +10,7 @@ import pytest
 
 from gateway.clock import ManualClock
 from gateway.outbound.delivery import ReplyStream, split_paragraphs
+from gateway.outbound.native_stream import NativeReplyStream
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
@@ -81,7 +82,7 @@ async def test_one_message_edited_at_a_paced_interval(store: Store) -> None:
     stream = ReplyStream(chat, TARGET, store, "run1", clock)  # type: ignore[arg-type]
     for word in ["Hello ", "there ", "friend"]:
         await stream.append(word)  # all within the same second: one post, no edits yet
-    assert chat.messages == {"m1": ["Hello "]}
+    assert chat.messages == {"m1": ["Hello"]}, "a draft is shown without the space after its last word"
     clock.advance(1.0)
     await stream.append(".")
     assert chat.messages["m1"][-1] == "Hello there friend."
@@ -112,17 +113,68 @@ async def test_rate_limited_draft_is_skipped_and_the_final_waits(store: Store) -
     await stream.append("two ")  # rate limited: skipped, no busy loop
     clock.advance(1)
     await stream.append("three ")  # still inside Retry-After: not even tried
-    assert chat.messages["m1"] == ["one "]
+    assert chat.messages["m1"] == ["one"]
     assert clock.next_due() == 4.0, "the next draft is due when the Retry-After ends"
     chat.rate_limit_next = [2.0]
     finishing = asyncio.create_task(stream.finish("one two three"))
     await wait_for(lambda: clock.next_due() == 2.0, what="the final waiting out its Retry-After on the clock")
     clock.advance(1.9)
-    assert clock.next_due() == pytest.approx(0.1) and chat.final() == ["one "], "not tried before Retry-After"
+    assert clock.next_due() == pytest.approx(0.1) and chat.final() == ["one"], "not tried before Retry-After"
     clock.advance(0.1)
     await finishing
     assert chat.final() == ["one two three"]
     assert list(chat.messages) == ["m1"]
+
+
+async def test_a_draft_shows_no_trailing_whitespace_so_the_final_only_extends_it(store: Store) -> None:
+    """The final is the answer trimmed: a draft caught at "... 2 " would lose its space when the
+    final lands. What a person sees only ever grows, and the space between words comes back."""
+    chat, clock = RecordingChat(), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run10", clock)  # type: ignore[arg-type]
+    for word in ["Counting: 1 ", "2 ", "3 "]:
+        await stream.append(word)
+        clock.advance(1.0)
+    await stream.append("\n\n")  # only whitespace since the last draft: nothing to show
+    await stream.finish("Counting: 1 2 3")
+    versions = chat.messages["m1"]
+    assert versions == ["Counting: 1", "Counting: 1 2", "Counting: 1 2 3"]
+    assert all(later.startswith(earlier) for earlier, later in zip(versions, versions[1:])), versions
+
+
+class RecordingLive:
+    """A native stream's platform side (Slack's appendStream): every piece appended, in order."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    async def start(self, markdown: str) -> str | None:
+        self.pieces.append(markdown)
+        return "s1"
+
+    async def append(self, markdown: str) -> None:
+        self.pieces.append(markdown)
+
+    async def stop(self, markdown: str = "") -> str | None:
+        if markdown:
+            self.pieces.append(markdown)
+        return "s1"
+
+    def shown(self) -> list[str]:
+        """What the message reads after each piece."""
+        return ["".join(self.pieces[: n + 1]) for n in range(len(self.pieces))]
+
+
+async def test_a_native_stream_holds_back_a_trailing_space_and_sends_it_with_the_next_word(store: Store) -> None:
+    live, clock = RecordingLive(), ManualClock()
+    stream = NativeReplyStream(live, RecordingChat(), TARGET, store, "run11", clock, fresh=True)  # type: ignore[arg-type]
+    await stream.append("a ")
+    clock.advance(1.0)
+    await stream.append("b ")
+    clock.advance(1.0)
+    await stream.append("c")
+    await stream.finish("a b c")
+    assert live.pieces == ["a", " b", " c"], "no space lost between words, none shown after the last"
+    assert live.shown()[-1] == "a b c" and not any(text.endswith(" ") for text in live.shown())
 
 
 async def test_a_restarted_run_edits_what_it_already_posted(store: Store) -> None:

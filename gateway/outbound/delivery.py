@@ -349,10 +349,20 @@ class ReplyStream:
         # finished reply; otherwise it would keep every reply's text for the life of the process.
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
 
+    def _draft_text(self) -> str:
+        """What a draft shows: the text so far without its trailing whitespace. The final is the
+        answer as the runner trimmed it, so a draft caught at "... 20 " would lose its space when
+        the final lands; trimmed, every draft is a prefix of the final, and the space between two
+        words comes back with the word after it."""
+        return self.text.rstrip()
+
     async def _flush(self, *, final: bool) -> None:
         self._last_flush = self.clock.monotonic()
+        text = self.text if final else self._draft_text()
+        if not text:
+            return  # nothing but whitespace yet: nothing to show
         await self._load()
-        pieces = self._render_pieces(self.text)
+        pieces = self._render_pieces(text)
         for seq, piece in enumerate(pieces):
             is_last = seq == len(pieces) - 1
             piece_final = final or not is_last
