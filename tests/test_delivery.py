@@ -141,6 +141,43 @@ async def test_a_draft_shows_no_trailing_whitespace_so_the_final_only_extends_it
     assert all(later.startswith(earlier) for earlier, later in zip(versions, versions[1:])), versions
 
 
+async def test_an_answer_shown_when_written_is_the_final_posted_once(store: Store) -> None:
+    """The answer shown the moment the model wrote it, within the first draft's hold: the final finds it
+    shown, so the reply is one post, never edited, with one row, and that row is the final's."""
+    chat, clock = RecordingChat(hold=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run12", clock)  # type: ignore[arg-type]
+    first_posts: list[str | None] = []
+
+    async def stop_control() -> None:
+        first_posts.append(stream.first_message_id)
+
+    stream.on_first_post = stop_control
+    for word in ["Quick ", "answer. "]:
+        await stream.append(word)
+    await stream.show_answer()
+    assert chat.messages == {"m1": ["Quick answer."]}, "not shown before the run's end"
+    assert await store.deliveries("run12") == [], "a draft row written for what the final row records"
+    await stream.finish("Quick answer.")
+    assert chat.messages == {"m1": ["Quick answer."]} and first_posts == []
+    [row] = await store.deliveries("run12")
+    assert row.final and (row.platform_message_id, row.text) == ("m1", "Quick answer.")
+
+
+async def test_an_answer_the_platform_refused_to_show_is_posted_by_the_final(store: Store) -> None:
+    chat, clock = RecordingChat(hold=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run13", clock)  # type: ignore[arg-type]
+    await stream.append("The answer.")
+    chat.rate_limit_next = [2.0]
+    await stream.show_answer()  # a 429: not shown, not retried here
+    assert chat.messages == {}
+    finishing = asyncio.create_task(stream.finish("The answer."))
+    await wait_for(lambda: chat.messages, what="the final's post")
+    await finishing
+    assert chat.messages == {"m1": ["The answer."]}
+    [row] = await store.deliveries("run13")
+    assert row.final and row.platform_message_id == "m1"
+
+
 class RecordingLive:
     """A native stream's platform side (Slack's appendStream): every piece appended, in order."""
 

@@ -45,6 +45,14 @@ class NativeReplyStream(ReplyStream):
         else:
             await self._stream()
 
+    async def show_answer(self) -> None:
+        if self._live is not None:
+            if self._started:
+                return  # the live message ends with the final (its stop): an append now is one call more
+            # Never started: the answer is one message, posted now as the final would post it.
+            self._live = None
+        await super().show_answer()
+
     async def _stream(self) -> None:
         assert self._live is not None
         # What this draft sends: the model may go on while it is sent (a draft its timer started),
