@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+import pytest
+
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelMessage, ModelRequest, PartEndEvent, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
@@ -46,23 +48,16 @@ async def test_a_text_answer_is_written_once_at_its_end() -> None:
     assert await _written(stream) == ["Quick answer."]
 
 
-async def test_text_before_a_tool_call_is_not_the_answer_the_text_after_it_is() -> None:
+CALL: DeltaToolCalls = {0: DeltaToolCall(name="look", json_args=json.dumps({"what": "x"}), tool_call_id="c1")}
+
+
+@pytest.mark.parametrize("first", [["Let me look. ", CALL], [CALL, "Looking."]], ids=["text-then-call", "call-then-text"])
+async def test_a_response_that_calls_a_tool_is_not_the_answer_the_one_after_it_is(first: list[str | DeltaToolCalls]) -> None:
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
         if _called(messages):
             yield "Found it."
             return
-        yield "Let me look. "
-        yield {0: DeltaToolCall(name="look", json_args=json.dumps({"what": "x"}), tool_call_id="c1")}
+        for piece in first:
+            yield piece
 
     assert await _written(stream) == ["Found it."]
-
-
-async def test_a_tool_call_before_the_text_of_the_same_response_is_not_an_answer() -> None:
-    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
-        if _called(messages):
-            yield "Done."
-            return
-        yield {0: DeltaToolCall(name="look", json_args=json.dumps({"what": "x"}), tool_call_id="c1")}
-        yield "Looking."
-
-    assert await _written(stream) == ["Done."]

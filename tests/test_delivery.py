@@ -54,6 +54,17 @@ class RecordingChat:
         return [versions[-1] for versions in self.messages.values()]
 
 
+def _first_posts(stream: ReplyStream) -> list[str | None]:
+    """Each time the stream posts the reply's first message (where the runner puts its Stop control)."""
+    posted: list[str | None] = []
+
+    async def stop_control() -> None:
+        posted.append(stream.first_message_id)
+
+    stream.on_first_post = stop_control
+    return posted
+
+
 @pytest.fixture
 async def store(tmp_path: Path) -> Any:
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
@@ -146,12 +157,7 @@ async def test_an_answer_shown_when_written_is_the_final_posted_once(store: Stor
     shown, so the reply is one post, never edited, with one row, and that row is the final's."""
     chat, clock = RecordingChat(hold=1.0), ManualClock()
     stream = ReplyStream(chat, TARGET, store, "run12", clock)  # type: ignore[arg-type]
-    first_posts: list[str | None] = []
-
-    async def stop_control() -> None:
-        first_posts.append(stream.first_message_id)
-
-    stream.on_first_post = stop_control
+    first_posts = _first_posts(stream)
     for word in ["Quick ", "answer. "]:
         await stream.append(word)
     await stream.show_answer()
@@ -229,12 +235,7 @@ async def test_an_answer_complete_within_the_hold_is_posted_once_as_final(store:
     """A chat platform holds a reply's first draft for a moment: a quick answer is one post, no edits."""
     chat, clock = RecordingChat(hold=1.0), ManualClock()
     stream = ReplyStream(chat, TARGET, store, "run5", clock)  # type: ignore[arg-type]
-    posted: list[str | None] = []
-
-    async def stop_control() -> None:
-        posted.append(stream.first_message_id)
-
-    stream.on_first_post = stop_control
+    posted = _first_posts(stream)
     for word in ["Quick ", "answer", "."]:
         await stream.append(word)
         clock.advance(0.3)
@@ -252,12 +253,7 @@ async def test_held_text_is_shown_when_its_time_comes_though_the_model_says_noth
     the Stop control goes on then."""
     chat, clock = RecordingChat(hold=1.0, interval=1.0), ManualClock()
     stream = ReplyStream(chat, TARGET, store, "run6", clock)  # type: ignore[arg-type]
-    posted: list[str | None] = []
-
-    async def stop_control() -> None:
-        posted.append(stream.first_message_id)
-
-    stream.on_first_post = stop_control
+    posted = _first_posts(stream)
     await stream.append("Let me look that up…")
     clock.advance(0.9)
     assert chat.messages == {} and clock.next_due() == pytest.approx(0.1), "a draft waits for the hold's end"
