@@ -369,7 +369,8 @@ class ReplyStream:
         # finished reply; otherwise it would keep every reply's text for the life of the process.
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
 
-    def _draft_text(self) -> str:
+    @property
+    def draft_text(self) -> str:
         """What a draft shows: the text so far, trimmed as the runner trims the final answer. A draft
         caught at "... 20 " would otherwise lose its space when the final lands; trimmed, every draft
         is a prefix of the final, and the space between two words comes back with the word after it."""
@@ -377,7 +378,7 @@ class ReplyStream:
 
     async def _flush(self, *, final: bool) -> None:
         self._last_flush = self.clock.monotonic()
-        text = self.text if final else self._draft_text()
+        text = self.text if final else self.draft_text
         if not text:
             return  # nothing but whitespace yet: nothing to show
         await self._load()

@@ -58,7 +58,7 @@ class NativeReplyStream(ReplyStream):
         # What this draft sends: the model may go on while it is sent (a draft its timer started),
         # and what it adds meanwhile is for the next draft or the final, not taken as sent. Trimmed
         # like every draft: the space after the last word goes out with the word after it.
-        text = self._draft_text()
+        text = self.draft_text
         if len(text) > self.adapter.limits.max_message_chars:  # longer than one message: post + edit
             await self._leave_native()
             await super()._show_draft()
