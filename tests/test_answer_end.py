@@ -51,8 +51,10 @@ async def test_a_text_answer_is_written_once_at_its_end() -> None:
 CALL: DeltaToolCalls = {0: DeltaToolCall(name="look", json_args=json.dumps({"what": "x"}), tool_call_id="c1")}
 
 
-@pytest.mark.parametrize("first", [["Let me look. ", CALL], [CALL, "Looking."]], ids=["text-then-call", "call-then-text"])
-async def test_a_response_that_calls_a_tool_is_not_the_answer_the_one_after_it_is(first: list[str | DeltaToolCalls]) -> None:
+@pytest.mark.parametrize("first", [["Let me look. ", CALL], [CALL, "Looking."]],
+                         ids=["text-then-call", "call-then-text"])
+async def test_a_response_that_calls_a_tool_is_not_the_answer_the_one_after_it_is(
+        first: list[str | DeltaToolCalls]) -> None:
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
         if _called(messages):
             yield "Found it."

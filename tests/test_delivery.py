@@ -209,7 +209,8 @@ class RecordingLive:
 
 async def test_a_native_stream_holds_back_a_trailing_space_and_sends_it_with_the_next_word(store: Store) -> None:
     live, clock = RecordingLive(), ManualClock()
-    stream = NativeReplyStream(live, RecordingChat(), TARGET, store, "run11", clock, fresh=True)  # type: ignore[arg-type]
+    chat = RecordingChat()
+    stream = NativeReplyStream(live, chat, TARGET, store, "run11", clock, fresh=True)  # type: ignore[arg-type]
     await stream.append("a ")
     clock.advance(1.0)
     await stream.append("b ")
