@@ -10,6 +10,7 @@ import pytest
 
 from gateway.clock import ManualClock
 from gateway.outbound.delivery import ReplyStream, split_paragraphs
+from gateway.outbound.native_stream import NativeReplyStream
 from gateway.messages import ChatKind
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
@@ -53,6 +54,17 @@ class RecordingChat:
         return [versions[-1] for versions in self.messages.values()]
 
 
+def _first_posts(stream: ReplyStream) -> list[str | None]:
+    """Each time the stream posts the reply's first message (where the runner puts its Stop control)."""
+    posted: list[str | None] = []
+
+    async def stop_control() -> None:
+        posted.append(stream.first_message_id)
+
+    stream.on_first_post = stop_control
+    return posted
+
+
 @pytest.fixture
 async def store(tmp_path: Path) -> Any:
     engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
@@ -81,7 +93,7 @@ async def test_one_message_edited_at_a_paced_interval(store: Store) -> None:
     stream = ReplyStream(chat, TARGET, store, "run1", clock)  # type: ignore[arg-type]
     for word in ["Hello ", "there ", "friend"]:
         await stream.append(word)  # all within the same second: one post, no edits yet
-    assert chat.messages == {"m1": ["Hello "]}
+    assert chat.messages == {"m1": ["Hello"]}, "a draft is shown without the space after its last word"
     clock.advance(1.0)
     await stream.append(".")
     assert chat.messages["m1"][-1] == "Hello there friend."
@@ -112,17 +124,101 @@ async def test_rate_limited_draft_is_skipped_and_the_final_waits(store: Store) -
     await stream.append("two ")  # rate limited: skipped, no busy loop
     clock.advance(1)
     await stream.append("three ")  # still inside Retry-After: not even tried
-    assert chat.messages["m1"] == ["one "]
+    assert chat.messages["m1"] == ["one"]
     assert clock.next_due() == 4.0, "the next draft is due when the Retry-After ends"
     chat.rate_limit_next = [2.0]
     finishing = asyncio.create_task(stream.finish("one two three"))
     await wait_for(lambda: clock.next_due() == 2.0, what="the final waiting out its Retry-After on the clock")
     clock.advance(1.9)
-    assert clock.next_due() == pytest.approx(0.1) and chat.final() == ["one "], "not tried before Retry-After"
+    assert clock.next_due() == pytest.approx(0.1) and chat.final() == ["one"], "not tried before Retry-After"
     clock.advance(0.1)
     await finishing
     assert chat.final() == ["one two three"]
     assert list(chat.messages) == ["m1"]
+
+
+async def test_a_draft_shows_no_trailing_whitespace_so_the_final_only_extends_it(store: Store) -> None:
+    """The final is the answer trimmed: a draft caught at "... 2 " would lose its space when the
+    final lands. What a person sees only ever grows, and the space between words comes back."""
+    chat, clock = RecordingChat(), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run10", clock)  # type: ignore[arg-type]
+    for word in ["Counting: 1 ", "2 ", "3 "]:
+        await stream.append(word)
+        clock.advance(1.0)
+    await stream.append("\n\n")  # only whitespace since the last draft: nothing to show
+    await stream.finish("Counting: 1 2 3")
+    versions = chat.messages["m1"]
+    assert versions == ["Counting: 1", "Counting: 1 2", "Counting: 1 2 3"]
+    assert all(later.startswith(earlier) for earlier, later in zip(versions, versions[1:])), versions
+
+
+async def test_an_answer_shown_when_written_is_the_final_posted_once(store: Store) -> None:
+    """The answer shown the moment the model wrote it, within the first draft's hold: the final finds it
+    shown, so the reply is one post, never edited, with one row, and that row is the final's."""
+    chat, clock = RecordingChat(hold=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run12", clock)  # type: ignore[arg-type]
+    first_posts = _first_posts(stream)
+    for word in ["Quick ", "answer. "]:
+        await stream.append(word)
+    await stream.show_answer()
+    assert chat.messages == {"m1": ["Quick answer."]}, "not shown before the run's end"
+    assert await store.deliveries("run12") == [], "a draft row written for what the final row records"
+    await stream.finish("Quick answer.")
+    assert chat.messages == {"m1": ["Quick answer."]} and first_posts == []
+    [row] = await store.deliveries("run12")
+    assert row.final and (row.platform_message_id, row.text) == ("m1", "Quick answer.")
+
+
+async def test_an_answer_the_platform_refused_to_show_is_posted_by_the_final(store: Store) -> None:
+    chat, clock = RecordingChat(hold=1.0), ManualClock()
+    stream = ReplyStream(chat, TARGET, store, "run13", clock)  # type: ignore[arg-type]
+    await stream.append("The answer.")
+    chat.rate_limit_next = [2.0]
+    await stream.show_answer()  # a 429: not shown, not retried here
+    assert chat.messages == {}
+    finishing = asyncio.create_task(stream.finish("The answer."))
+    await wait_for(lambda: chat.messages, what="the final's post")
+    await finishing
+    assert chat.messages == {"m1": ["The answer."]}
+    [row] = await store.deliveries("run13")
+    assert row.final and row.platform_message_id == "m1"
+
+
+class RecordingLive:
+    """A native stream's platform side (Slack's appendStream): every piece appended, in order."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+
+    async def start(self, markdown: str) -> str | None:
+        self.pieces.append(markdown)
+        return "s1"
+
+    async def append(self, markdown: str) -> None:
+        self.pieces.append(markdown)
+
+    async def stop(self, markdown: str = "") -> str | None:
+        if markdown:
+            self.pieces.append(markdown)
+        return "s1"
+
+    def shown(self) -> list[str]:
+        """What the message reads after each piece."""
+        return ["".join(self.pieces[: n + 1]) for n in range(len(self.pieces))]
+
+
+async def test_a_native_stream_holds_back_a_trailing_space_and_sends_it_with_the_next_word(store: Store) -> None:
+    live, clock = RecordingLive(), ManualClock()
+    chat = RecordingChat()
+    stream = NativeReplyStream(live, chat, TARGET, store, "run11", clock, fresh=True)  # type: ignore[arg-type]
+    await stream.append("a ")
+    clock.advance(1.0)
+    await stream.append("b ")
+    clock.advance(1.0)
+    await stream.append("c")
+    await stream.finish("a b c")
+    assert live.pieces == ["a", " b", " c"], "no space lost between words, none shown after the last"
+    assert live.shown()[-1] == "a b c" and not any(text.endswith(" ") for text in live.shown())
 
 
 async def test_a_restarted_run_edits_what_it_already_posted(store: Store) -> None:
@@ -140,12 +236,7 @@ async def test_an_answer_complete_within_the_hold_is_posted_once_as_final(store:
     """A chat platform holds a reply's first draft for a moment: a quick answer is one post, no edits."""
     chat, clock = RecordingChat(hold=1.0), ManualClock()
     stream = ReplyStream(chat, TARGET, store, "run5", clock)  # type: ignore[arg-type]
-    posted: list[str | None] = []
-
-    async def stop_control() -> None:
-        posted.append(stream.first_message_id)
-
-    stream.on_first_post = stop_control
+    posted = _first_posts(stream)
     for word in ["Quick ", "answer", "."]:
         await stream.append(word)
         clock.advance(0.3)
@@ -163,12 +254,7 @@ async def test_held_text_is_shown_when_its_time_comes_though_the_model_says_noth
     the Stop control goes on then."""
     chat, clock = RecordingChat(hold=1.0, interval=1.0), ManualClock()
     stream = ReplyStream(chat, TARGET, store, "run6", clock)  # type: ignore[arg-type]
-    posted: list[str | None] = []
-
-    async def stop_control() -> None:
-        posted.append(stream.first_message_id)
-
-    stream.on_first_post = stop_control
+    posted = _first_posts(stream)
     await stream.append("Let me look that up…")
     clock.advance(0.9)
     assert chat.messages == {} and clock.next_due() == pytest.approx(0.1), "a draft waits for the hold's end"

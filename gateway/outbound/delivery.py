@@ -140,6 +140,7 @@ class ReplyStream:
         self._due: Timer | None = None  # a draft waiting for its time (on the clock: a test moves it)
         self._drafting: asyncio.Task[None] | None = None  # a draft its timer started, being shown
         self._settled = False  # the final is under way: no more drafts
+        self._answering = False  # `show_answer` is showing the text: a new post gets no draft row
         self._showing = False  # a draft is being shown (inline or by its timer): one at a time
         self._failed: BaseException | None = None  # what a draft its timer sent raised (the store's trouble)
         self._reported: asyncio.Task[None] | None = None  # the last draft task whose end `_drafted` took
@@ -286,6 +287,25 @@ class ReplyStream:
 
         await self._alone(show)
 
+    async def show_answer(self) -> None:
+        """The model's answer is written (its text part ended in the response that is the run's
+        output): show it now, as the final will read, not after pydantic-ai's end of the run (the
+        output's checks, the result's assembly: 2-4 ms of the bench's answer). The final then finds it
+        shown and only records it; text that comes after all (a tool call after the text, a retry) is
+        drafted and finished as usual. Shown like a draft, past the hold and the edit interval (it is
+        what the hold waits for), never past a budget or a 429: then the final shows it. A new post
+        gets no row of its own: its row goes with the final's, in the run's end, as a quick answer's
+        always did; a kill between the two leaves a post `unrecorded_posts` finds. No Stop control
+        either: the runner puts one on only if the run goes on."""
+        if self._settled or self._busy() or not self._shows_drafts() or self.clock.monotonic() < self._blocked_until:
+            return
+        self._cancel_due()
+        self._answering = True
+        try:
+            await self._alone(self._show_draft)
+        finally:
+            self._answering = False
+
     async def between_drafts(self, action: Callable[[], Awaitable[None]]) -> None:
         """Run `action` (the Stop control put on again, which shows the reply's text on Slack) with no
         draft going out meanwhile; nothing while one is (the caller asks again at its next step)."""
@@ -349,10 +369,20 @@ class ReplyStream:
         # finished reply; otherwise it would keep every reply's text for the life of the process.
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
 
+    @property
+    def draft_text(self) -> str:
+        """What a draft shows: the text so far, trimmed as the runner trims the final answer. A draft
+        caught at "... 20 " would otherwise lose its space when the final lands; trimmed, every draft
+        is a prefix of the final, and the space between two words comes back with the word after it."""
+        return self.text.strip()
+
     async def _flush(self, *, final: bool) -> None:
         self._last_flush = self.clock.monotonic()
+        text = self.text if final else self.draft_text
+        if not text:
+            return  # nothing but whitespace yet: nothing to show
         await self._load()
-        pieces = self._render_pieces(self.text)
+        pieces = self._render_pieces(text)
         for seq, piece in enumerate(pieces):
             is_last = seq == len(pieces) - 1
             piece_final = final or not is_last
@@ -368,6 +398,8 @@ class ReplyStream:
             # Recorded when a message is first posted (so a restart edits it rather than posting
             # again) and when its text is final; intermediate edits need no row.
             if not known or piece_final:
+                if self._answering and not piece_final:
+                    continue  # the answer's post: its row goes with the final's (`show_answer`)
                 new = not known and seq not in self._saved
                 await self.rows_written()  # rows are written in order
                 self._saved.add(seq)

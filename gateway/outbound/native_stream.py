@@ -45,15 +45,24 @@ class NativeReplyStream(ReplyStream):
         else:
             await self._stream()
 
+    async def show_answer(self) -> None:
+        if self._live is not None:
+            if self._started:
+                return  # the live message ends with the final (its stop): an append now is one call more
+            # Never started: the answer is one message, posted now as the final would post it.
+            self._live = None
+        await super().show_answer()
+
     async def _stream(self) -> None:
         assert self._live is not None
-        if len(self.text) > self.adapter.limits.max_message_chars:  # longer than one message: post + edit
+        # What this draft sends: the model may go on while it is sent (a draft its timer started),
+        # and what it adds meanwhile is for the next draft or the final, not taken as sent. Trimmed
+        # like every draft: the space after the last word goes out with the word after it.
+        text = self.draft_text
+        if len(text) > self.adapter.limits.max_message_chars:  # longer than one message: post + edit
             await self._leave_native()
             await super()._show_draft()
             return
-        # What this draft sends: the model may go on while it is sent (a draft its timer started),
-        # and what it adds meanwhile is for the next draft or the final, not taken as sent.
-        text = self.text
         pending = text[len(self._sent):]
         if not pending.strip():
             return

@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import (
     Agent,
+    AgentRunResultEvent,
     DeferredToolRequests,
     DeferredToolResults,
+    FinalResultEvent,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
     ModelHTTPError,
     PartDeltaEvent,
+    PartEndEvent,
     PartStartEvent,
     RunCancelled,
     UsageLimitExceeded,
@@ -39,6 +42,7 @@ from pydantic_ai.messages import (
     ModelResponse,
     TextPart,
     TextPartDelta,
+    ToolCallPart,
     UserContent,
     UserPromptPart,
 )
@@ -466,9 +470,17 @@ class Runner:
             for notice in turn.notices:
                 await stream.append(f"_{notice}_\n\n")
             separate = False
+            answer = AnswerEnd()
 
             async def shown(event: Any) -> None:  # the reply streams as the model writes it
                 nonlocal separate
+                if answer.written(event):
+                    # Shown now, not after the run's end (if the run goes on after all, its next event puts
+                    # the Stop control on). Not where the Stop control is on already: the final edit takes
+                    # it away in the same call, where an edit now would leave it on the answer.
+                    if not control:
+                        await stream.show_answer()
+                    return
                 text = _text_of(event)
                 if text:
                     if separate and stream.text and not stream.text.endswith("\n"):
@@ -480,8 +492,8 @@ class Runner:
                 elif isinstance(event, FunctionToolResultEvent):
                     separate = True
                     tools_done.append(event.part.tool_name)
-                if not control and stream.posted:  # a budget with no room for it then: again now
-                    await stream.between_drafts(put_stop_control)
+                if not control and stream.posted and not isinstance(event, AgentRunResultEvent):
+                    await stream.between_drafts(put_stop_control)  # a budget with no room for it then: again now
 
             result = await run_agent(agent, prompt, deps=turn, history=history, deferred=deferred,
                                      usage_limits=UsageLimits(request_limit=turn.agent.limits.model_requests),
@@ -646,6 +658,27 @@ async def show_status(adapter: Adapter, target: ReplyTarget, text: str) -> None:
         await status.show_status(target, text)
     except Exception as e:
         log.debug("status not shown: %s", e)
+
+
+class AnswerEnd:
+    """Tells from a run's events when the model's answer is written: the text part that ends a
+    response whose text is the run's output (pydantic-ai's FinalResultEvent) and which calls no tool."""
+
+    def __init__(self) -> None:
+        self._answer = False  # this response's text is the run's output
+        self._calls = False  # this response calls a tool: the run goes on after it
+
+    def written(self, event: Any) -> bool:
+        if isinstance(event, FinalResultEvent):
+            self._answer = event.tool_name is None
+        elif isinstance(event, PartStartEvent) and isinstance(event.part, ToolCallPart):
+            self._calls = True
+        elif isinstance(event, FunctionToolResultEvent):
+            self._calls = False  # the next response is the model's own again
+        elif isinstance(event, PartEndEvent) and isinstance(event.part, TextPart) and event.next_part_kind is None:
+            written, self._answer = self._answer and not self._calls, False
+            return written
+        return False
 
 
 def _text_of(event: Any) -> str:

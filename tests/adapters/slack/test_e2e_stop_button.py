@@ -7,12 +7,18 @@ requester (or a decider) may press it; anyone else is told so privately and noth
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.run import AgentRunResult
+
+from capabilities.registry import REGISTRY, CapabilityDecl, register
 
 from gateway.runs.llm import register_model
 from gateway.store import repo
@@ -23,16 +29,18 @@ from tests.test_stop import BRIEF_WORDS, QUICK, SLOW, brief_model, one_run_finis
 from .conftest import eventually
 
 BRIEF = "stop-button-brief"
+HELD_END = "test_held_end"
 STOP = "Stop"
 
 
-def _config(tmp_path: Path, fake: FakeSlack, model: str) -> Path:
+def _config(tmp_path: Path, fake: FakeSlack, model: str, capabilities: tuple[str, ...] = ()) -> Path:
     register_model(SLOW, slow_model)
     register_model(BRIEF, brief_model)  # posted, edited at least once, and finished
     register_model(QUICK, quick_model)
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
              "api_url": fake.api_url}
-    return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
+    agent = {"name": "Slow", "model": model, "capabilities": [{"id": c} for c in capabilities]}
+    return write_config(tmp_path / "config", agents={"assistant": agent},
                         bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
 
 
@@ -121,6 +129,47 @@ async def test_a_quick_answer_is_posted_once_never_edited_and_gets_no_button(tmp
         assert reply.text == "Quick answer." and reply.blocks is None
         assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == ["Quick answer."]
         assert fake_slack.calls_to("chat.update") == [], "a draft was shown and edited, or a Stop button put on"
+
+
+class _HeldEnd(AbstractCapability[Any]):
+    """The run's end (pydantic-ai's `after_run`, after the model's answer) waits for the test."""
+
+    release = asyncio.Event()
+
+    async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
+        await self.release.wait()
+        return result
+
+
+def _held_end_config(tmp_path: Path, fake: FakeSlack, model: str) -> Path:
+    if HELD_END not in REGISTRY:
+        register(CapabilityDecl(id=HELD_END, name="Held end", category="test", tools=(),
+                                build=lambda ctx: _HeldEnd()))
+    return _config(tmp_path, fake, model, (HELD_END,))
+
+
+async def test_the_answer_is_posted_when_written_not_after_the_runs_end_and_only_once(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    """What pydantic-ai does after the model's last word (the output's checks, hooks, the result) is
+    no reason to keep the answer from the person: it is posted once written, once, never edited."""
+    from gateway.clock import ManualClock
+
+    _HeldEnd.release = asyncio.Event()
+    clock = fake_slack.clock = ManualClock()  # the first draft's hold never ends by itself
+    async with running_gateway(_held_end_config(tmp_path, fake_slack, QUICK), clock=clock) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> quick one")
+        # Posted while the run's end is held.
+        await fake_slack.wait_for(lambda: [m for m in fake_slack.bot_messages("C0GEN") if m.text == "Quick answer."])
+        [run] = await gw.store.runs_in([repo.RUNNING])
+        _HeldEnd.release.set()
+        await one_run_finished(gw)
+        (reply,) = fake_slack.bot_messages("C0GEN")
+        assert reply.text == "Quick answer." and reply.blocks is None
+        assert [c.args["text"] for c in fake_slack.calls_to("chat.postMessage")] == ["Quick answer."]
+        assert fake_slack.calls_to("chat.update") == [], "the final edited what was already shown, or a button came"
+        [row] = await gw.store.deliveries(run.id)
+        assert row.final and row.platform_message_id == reply.ts and row.text == "Quick answer."
 
 
 async def test_a_natively_streamed_reply_gets_the_button_beside_it(tmp_path: Path, fake_slack: FakeSlack) -> None:
