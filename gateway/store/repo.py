@@ -14,7 +14,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
@@ -122,6 +122,23 @@ class Ingested:
     claimed: Claimed | None = None  # `ingest(start=True)` in an idle conversation: its run, already running
 
 
+# What `Store._claim` read: the run, its conversation, the conversation's live runs, its history rows,
+# whether it never started, whether files came with it.
+_ClaimRows = tuple[Run, ConversationRef, list[Run], list["driver.Row"], bool, bool]
+
+
+class Handoff(Protocol):
+    """Who runs next once a run ends (`gateway.runs.queue.Scheduler`, on SQLite): the run's end then claims
+    that conversation's next run in its own transaction, one COMMIT instead of two. Under a burst most runs
+    wait for a slot, and each slot a run's end frees is the next waiting conversation's."""
+
+    def next_after(self, run_id: str) -> str | None:
+        """The conversation whose run to claim with `run_id`'s end, if the end frees a slot someone waits for."""
+
+    def handed(self, conversation_id: str, claimed: Claimed | None, made: bool) -> None:
+        """What that claim gave (`made`: False when the end's transaction failed and nothing was claimed)."""
+
+
 LEASE_SECONDS = 60.0
 CACHE_SIZE = 10_000
 HISTORY_MESSAGES = 200  # user and assistant messages a run is reminded of, newest kept
@@ -165,6 +182,7 @@ class Store:
         self._conversations: _Lru[str, ConversationRef] = _Lru(CACHE_SIZE)
         self._identities: _Lru[tuple[str, str, str], tuple[Identity, str, float]] = _Lru(CACHE_SIZE)
         self.capability_state = CapabilityState(self.engine, self.sessions, self.clock)
+        self.handoff: Handoff | None = None  # the scheduler's, on SQLite: a run's end claims the next run
 
     def _lock(self, q: driver.Statements, key: str) -> driver.Program[None]:
         """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).
@@ -616,55 +634,60 @@ class Store:
         nothing waits. The conversation comes from this process's cache where it has it (most claims: its
         message was ingested here), else from one more statement of the same transaction."""
         known = self._conversations.get_fresh(conversation_id)
-
-        def program(q: driver.Statements) -> driver.Program[
-                tuple[Run, ConversationRef, list[Run], list[driver.Row], bool, bool] | None]:
-            yield from self._lock(q, conversation_id)
-            now = self.clock.now()  # once the conversation is ours (see `ingest`)
-            live = yield q.all(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
-                " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
-                c=conversation_id,
-            )
-            runs = [_run(q, row) for row in live]
-            # A parked run holds the conversation too: its answer comes before the next turn's.
-            # A running run holds it while its replica keeps the lease; a lapsed lease means
-            # that replica died, and its run goes back to the queue ahead of newer ones.
-            for r in runs:
-                if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
-                    return None
-            run = next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
-            if run is None:
-                return None
-            conversation = known
-            if conversation is None:  # never None in the store: its runs hold its id as a foreign key
-                row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = :v", v=conversation_id)
-                if row is None:
-                    return None
-                conversation = ConversationRef(*row)
-            fresh = run.started_at is None
-            started = run.started_at or now
-            changed = yield q.run(
-                "UPDATE runs SET status = 'running', started_at = :s, lease_owner = :o, lease_expires = :e"
-                " WHERE id = :id AND status = :old",
-                s=started, o=self.owner, e=now + timedelta(seconds=self.lease_seconds), id=run.id, old=run.status,
-            )
-            if changed != 1:
-                return None
-            run.status, run.started_at = RUNNING, started
-            # Messages that joined this run stop counting against the queue once it starts.
-            yield q.run(
-                "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
-            )
-            rows = yield from _history(q, conversation_id)
-            # Whether its messages came with files, here where it costs no round trip of its own:
-            # most runs have none, and then the run need not look them up.
-            files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
-                                " AND scope = :s", s=f"run:{run.id}")
-            return run, conversation, runs, rows, fresh, bool(files and files[0])
-
         # The message was accepted: a busy database delays its run, never drops it.
-        claimed = await self.patiently(lambda: driver.transaction(self.engine, program), "claiming a run")
+        claimed = await self.patiently(lambda: driver.transaction(self.engine, lambda q: self._claim(q, conversation_id, known)),
+                                       "claiming a run")
+        return self._claimed(claimed, known)
+
+    def _claim(self, q: driver.Statements, conversation_id: str,
+               known: ConversationRef | None) -> driver.Program[_ClaimRows | None]:
+        """`claim_next_run`'s statements: a program of its own, or the tail of a run's end (`end_run`)."""
+        yield from self._lock(q, conversation_id)
+        now = self.clock.now()  # once the conversation is ours (see `ingest`)
+        live = yield q.all(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
+            " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
+            c=conversation_id,
+        )
+        runs = [_run(q, row) for row in live]
+        # A parked run holds the conversation too: its answer comes before the next turn's.
+        # A running run holds it while its replica keeps the lease; a lapsed lease means
+        # that replica died, and its run goes back to the queue ahead of newer ones.
+        for r in runs:
+            if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
+                return None
+        run = next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
+        if run is None:
+            return None
+        conversation = known
+        if conversation is None:  # never None in the store: its runs hold its id as a foreign key
+            row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = :v", v=conversation_id)
+            if row is None:
+                return None
+            conversation = ConversationRef(*row)
+        fresh = run.started_at is None
+        started = run.started_at or now
+        changed = yield q.run(
+            "UPDATE runs SET status = 'running', started_at = :s, lease_owner = :o, lease_expires = :e"
+            " WHERE id = :id AND status = :old",
+            s=started, o=self.owner, e=now + timedelta(seconds=self.lease_seconds), id=run.id, old=run.status,
+        )
+        if changed != 1:
+            return None
+        run.status, run.started_at = RUNNING, started
+        # Messages that joined this run stop counting against the queue once it starts.
+        yield q.run(
+            "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
+        )
+        rows = yield from _history(q, conversation_id)
+        # Whether its messages came with files, here where it costs no round trip of its own:
+        # most runs have none, and then the run need not look them up.
+        files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
+                            " AND scope = :s", s=f"run:{run.id}")
+        return run, conversation, runs, rows, fresh, bool(files and files[0])
+
+    def _claimed(self, claimed: _ClaimRows | None, known: ConversationRef | None) -> Claimed | None:
+        """What `_claim` read, as the run's turn needs it."""
         if claimed is None:
             return None
         run, conversation, runs, rows, fresh, files = claimed
@@ -709,18 +732,25 @@ class Store:
         if usage is not None:
             outcome["n"], outcome["i"], outcome["o"] = usage
         ending = _end_sql(usage is not None, fresh)
+        # SQLite: the next waiting conversation's claim goes in this transaction (`Handoff`). PostgreSQL keeps
+        # its one-statement end: a claim there takes the conversation's advisory lock, and a retry after a lost
+        # answer would find the claim it made and not know it was its own.
+        handoff = None if self.shared else self.handoff
+        after = handoff.next_after(run_id) if handoff is not None else None
+        known = self._conversations.get_fresh(after) if after is not None else None
 
-        def program(q: driver.Statements) -> driver.Program[None]:
+        def program(q: driver.Statements) -> driver.Program[_ClaimRows | None]:
             for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
                 yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now)
             if answer is not None:
                 yield q.run(answer[0], **answer[1])
             changed = yield q.run(ending, **outcome)
-            if not changed:  # no such run, or recorded already (then the reply above was not added either)
-                return
-            yield q.run(_PROCESSED, r=run_id)
+            # Not changed: no such run, or recorded already (then the reply above was not added either).
+            if changed:
+                yield q.run(_PROCESSED, r=run_id)
+            return (yield from self._claim(q, after, known)) if after is not None else None
 
-        def one_statement(q: driver.Statements) -> driver.Program[None]:
+        def one_statement(q: driver.Statements) -> driver.Program[_ClaimRows | None]:
             rows = {f"{name}{j}": value for j, d in enumerate(deliveries)
                     for name, value in (("seq", d.seq), ("pm", d.platform_message_id), ("text", d.text), ("final", True))}
             yield q.one(_pg_end_sql(len(deliveries), answer[0] if answer else None, ending),
@@ -730,7 +760,15 @@ class Store:
         # Not when two rows share a seq: one statement may not write a row twice, and the second's
         # update of the first is what the statements one by one would leave.
         chosen = one_statement if self.shared and len({d.seq for d in deliveries}) == len(deliveries) else program
-        await self.patiently(lambda: driver.transaction(self.engine, chosen), f"recording run {run_id} {status}")
+        try:
+            claimed = await self.patiently(lambda: driver.transaction(self.engine, chosen),
+                                           f"recording run {run_id} {status}")
+        except BaseException:
+            if handoff is not None and after is not None:
+                handoff.handed(after, None, made=False)
+            raise
+        if handoff is not None and after is not None:
+            handoff.handed(after, self._claimed(claimed, known), made=True)
 
     async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
         async with self.sessions() as s:
