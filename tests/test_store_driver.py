@@ -662,6 +662,62 @@ async def test_after_a_restart_every_queued_run_of_a_conversation_runs(tmp_path:
         await engine.dispose()
 
 
+async def test_under_a_burst_a_runs_end_claims_the_next_waiting_run_in_its_transaction(tmp_path: Path) -> None:
+    """More conversations than slots: each run's end claims the next waiting conversation's run in the
+    end's own transaction (SQLite), so a waiting run costs no transaction of its own. Every run runs once,
+    never more at once than the limit, and a conversation's runs in the order they were queued."""
+    import asyncio
+
+    from gateway.runs.queue import Scheduler
+    from gateway.store import sqlite as on_sqlite
+    from gateway.store.repo import Claimed
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'b.db'}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    convs = [await store.create_conversation(ConversationRef("", f"web:local:b{i}", "web", "web", "local", f"b{i}",
+                                                             None, "dm")) for i in range(10)]
+    for i, conv in enumerate(convs):
+        await _say(store, conv, f"e{i}", f"hello {i}")
+    connection = on_sqlite.idle_connection(engine.sync_engine)
+    assert connection is not None
+    statements: list[str] = []
+    connection._conn.set_trace_callback(statements.append)
+    ran: list[tuple[str, list[str]]] = []
+    running, most = 0, 0
+
+    async def execute(claimed: Claimed) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        ran.append((claimed.conversation.id, [line.text for line in claimed.prompt]))
+        if claimed.prompt[0].text == "hello 0":  # queued behind the one running: a run of its own, after it
+            await _say(store, convs[0], "later", "hello again")
+            scheduler.wake(convs[0].id)
+        await asyncio.sleep(0.01)
+        running -= 1
+        await store.end_run(claimed.run.id, "finished", reply="ok")
+
+    scheduler = Scheduler(store, execute, concurrent_runs=2)
+    try:
+        for conv in convs:
+            scheduler.wake(conv.id)
+        await wait_for(lambda: len(ran) == 11 and not scheduler.active, what="every run")
+        assert most == 2
+        assert sorted(ran) == sorted([(conv.id, [f"hello {i}"]) for i, conv in enumerate(convs)]
+                                     + [(convs[0].id, ["hello again"])])
+        assert [p for c, p in ran if c == convs[0].id] == [["hello 0"], ["hello again"]]
+        for conv in convs:
+            assert {m.status for m in await store.messages(conv.id)} == {"processed", "final"}
+        # 11 ends, the first two claims in free slots, the later message's ingest; the 8 other claims
+        # went in ends (11 of their own before), and so did "hello again"'s (it waited for a slot).
+        begins = [s for s in statements if s == "BEGIN IMMEDIATE"]
+        assert len(begins) == 11 + 2 + 1, statements
+    finally:
+        await scheduler.cancel()
+        await engine.dispose()
+
+
 async def test_transactions_on_the_loop_still_get_the_wal_checkpointed(tmp_path: Path) -> None:
     """A transaction run on the loop never checkpoints there (a checkpoint syncs the disk); the
     thread does it every so often, so the WAL stays within what SQLite's own auto-checkpoint keeps."""
