@@ -18,8 +18,6 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
-from sqlalchemy.orm import configure_mappers
-from sqlalchemy.orm.instrumentation import manager_of_class
 
 from gateway.clock import Clock, new_id
 from gateway.messages import ChatKind, InboundMessage, conversation_key, reply_thread
@@ -27,6 +25,7 @@ from gateway.outbound.adapter import ReplyTarget
 from gateway.store import driver
 from gateway.store.availability import DEGRADED_AFTER, StoreUnavailable, guard
 from gateway.store.capability_state import CapabilityState
+from gateway.store.detached import Rows
 from gateway.store.models import AdapterState, Base, Conversation, Delivery, Message, Run
 
 log = logging.getLogger("gateway.store")
@@ -398,11 +397,11 @@ class Store:
                 # conversation's earlier turns.
                 if rows is None:
                     rows = yield from _history(q, conv.id)
-                run = _detached_run(id=run_id, conversation_id=conv.id, binding_id=binding_id, agent_id=agent_id,
-                                    status=RUNNING, reason="", requester_person_id=identity.person_id,
-                                    requester_account=account_id, requester_name=identity.display_name, requests=0,
-                                    input_tokens=0, output_tokens=0, state=None, created_at=now, started_at=now,
-                                    finished_at=None, lease_owner=self.owner, lease_expires=lease, kind="turn")
+                run = _RUNS.new(id=run_id, conversation_id=conv.id, binding_id=binding_id, agent_id=agent_id,
+                                status=RUNNING, reason="", requester_person_id=identity.person_id,
+                                requester_account=account_id, requester_name=identity.display_name, requests=0,
+                                input_tokens=0, output_tokens=0, state=None, created_at=now, started_at=now,
+                                finished_at=None, lease_owner=self.owner, lease_expires=lease, kind="turn")
                 claimed = Claimed(run, conv, [Line("user", text, identity.display_name)],
                                   [Line(r[0], r[1], r[2]) for r in reversed(rows)
                                    if r[3] != run_id and r[4] in ("processed", "final")],
@@ -573,9 +572,12 @@ class Store:
                 msg.text = f"{line}\n\n{msg.text}".strip()
 
     async def conversations_with_queued_runs(self) -> list[str]:
-        async with self.sessions() as s:
-            rows = await s.scalars(select(Run.conversation_id).where(Run.status == QUEUED).distinct())
-            return list(rows)
+        """Read on the driver: every sweep asks (`gateway.store.detached` says why)."""
+        def program(q: driver.Statements) -> driver.Program[list[str]]:
+            rows = yield q.all("SELECT DISTINCT conversation_id FROM runs WHERE status = 'queued'")
+            return [r[0] for r in rows]
+
+        return await driver.read(self.engine, program)
 
     # --- identity -----------------------------------------------------------------------
 
@@ -649,7 +651,7 @@ class Store:
             " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
             c=conversation_id,
         )
-        runs = [_run(q, row) for row in live]
+        runs = [_RUNS.of(q, row) for row in live]
         # A parked run holds the conversation too: its answer comes before the next turn's.
         # A running run holds it while its replica keeps the lease; a lapsed lease means
         # that replica died, and its run goes back to the queue ahead of newer ones.
@@ -781,9 +783,19 @@ class Store:
         every run still marked running was interrupted by the last stop.
         """
         now = self.clock.now()
+        lapsed = self.shared or not at_start
+        # Asked at every sweep, and mostly there are none: read first on the driver, written only if any.
+        def program(q: driver.Statements) -> driver.Program[bool]:
+            row = yield q.one("SELECT 1 FROM runs WHERE status = 'running'"
+                              + (" AND (lease_expires <= :now OR lease_expires IS NULL)" if lapsed else "")
+                              + " LIMIT 1", now=now)
+            return row is not None
+
+        if not await driver.read(self.engine, program):
+            return []
         async with self.sessions() as s, s.begin():
             q = select(Run).where(Run.status == RUNNING)
-            if self.shared or not at_start:
+            if lapsed:
                 q = q.where(or_(Run.lease_expires <= now, Run.lease_expires.is_(None)))
             runs = list(await s.scalars(q))
             for run in runs:
@@ -994,31 +1006,5 @@ _CONVERSATION_COLUMNS = ", ".join(_CONVERSATION_FIELDS)
 _CONVERSATION_INSERT = (f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
                         " VALUES (:c, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)"
                         " ON CONFLICT (key) DO NOTHING")
-_RUN_NAMES = tuple(c.name for c in Run.__table__.columns)
-_RUN_COLUMNS = ", ".join(_RUN_NAMES)
-_RUN_TIMES = frozenset(name for name in _RUN_NAMES if name.endswith(("_at", "_expires")))
-
-
-def _run(q: driver.Statements, row: driver.Row) -> Run:
-    """A detached Run from a raw row (what the runner reads of it; nothing lazy to load)."""
-    values = dict(zip(_RUN_NAMES, row))
-    for name in _RUN_TIMES:
-        values[name] = q.time(values[name])
-    return _detached_run(**values)
-
-
-_RUN_CLASS = manager_of_class(Run)
-
-
-def _detached_run(**values: Any) -> Run:
-    """A Run holding `values`, for reading (no session ever adds it): built as the ORM's own loading
-    builds an instance, its values put in its __dict__, not through its constructor, whose every
-    attribute set is an ORM change event (a claimed run's 19 were 8 % of the store's profiled time
-    per message)."""
-    if not _RUN_CLASS.mapper.configured:  # what a constructor's first call does; new_instance does not
-        configure_mappers()
-    run: Run = _RUN_CLASS.new_instance()
-    run.__dict__.update(values)
-    return run
-
-
+_RUNS = Rows(Run)  # a Run from a raw row (what the runner reads of it; nothing lazy to load)
+_RUN_COLUMNS = _RUNS.columns
