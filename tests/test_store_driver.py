@@ -214,6 +214,23 @@ async def test_a_claim_brings_the_runs_conversation_in_a_process_that_never_saw_
     assert again.history == [Line("user", "what time is it?", "Ann"), Line("assistant", "Noon.", "")]
 
 
+async def test_a_queued_run_is_claimed_knowing_whether_files_came_with_its_messages(store: Store) -> None:
+    """A claim says whether the run's messages came with files (read with its live runs, no statement of
+    its own): a run with none is not looked up for them, one with some is."""
+    conv = await _conversation(store)
+    plain = await _say(store, conv, "e1", "no files")
+    with_files = await store.ingest(binding_id="web", event_ids=["e2"], conversation=conv, identity=ANN,
+                                    account_id="ann", text="a file", agent_id="assistant", platform_message_id="e2",
+                                    queue_limit=10, files='[{"name": "a.png"}]')
+    assert with_files.run_id == plain.run_id  # joined the queued run: its files are the run's
+    other = await store.create_conversation(ConversationRef("", "web:local:c2", "web", "web", "local", "c2", None, "dm"))
+    bare = await _say(store, other, "e3", "nothing attached")
+    claimed = await store.claim_next_run(conv.id)
+    assert claimed is not None and claimed.run.id == plain.run_id and claimed.files
+    claimed = await store.claim_next_run(other.id)
+    assert claimed is not None and claimed.run.id == bare.run_id and not claimed.files
+
+
 async def test_a_message_into_an_idle_conversation_is_claimed_with_its_ingest(store: Store) -> None:
     async def say(event: str, text: str, conv: ConversationRef) -> Ingested:
         return await store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN,
@@ -458,6 +475,15 @@ async def test_on_postgresql_a_messages_rows_and_its_runs_end_go_in_few_round_tr
         assert ended is not None and ended.status == "finished" and (ended.requests, ended.input_tokens) == (1, 2)
         assert [(m.text, m.status) for m in await store.messages(conv.id)][:3] == [
             ("said e1", "processed"), ("Hi.", "final"), ("said e2", "processed")]
+
+        # A queued run's claim: BEGIN, the lock, the live runs with whether files came with each, the run's
+        # row, its messages, the history, COMMIT (the files were a statement of their own).
+        await store.end_run(third.run_id, "finished", reply="Third.")
+        queued = await store.ingest(binding_id="web", event_ids=["e4"], conversation=conv, identity=ANN,
+                                    account_id="ann", text="queued", agent_id="assistant", platform_message_id="e4",
+                                    queue_limit=10, files='[{"name": "b.png"}]')
+        claimed, trips = await _trips(sent, store.claim_next_run(conv.id))
+        assert claimed is not None and claimed.run.id == queued.run_id and claimed.files and len(trips) == 7, trips
 
 
 async def until_a_lock_is_waited_for(url: str, ended: Callable[[], bool], what: str) -> None:

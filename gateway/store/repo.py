@@ -646,12 +646,16 @@ class Store:
         """`claim_next_run`'s statements: a program of its own, or the tail of a run's end (`end_run`)."""
         yield from self._lock(q, conversation_id)
         now = self.clock.now()  # once the conversation is ours (see `ingest`)
+        # Each live run with whether files came with its messages (gateway.inbound.attachments), in the same
+        # statement: most runs have none, and then the run need not look them up (a statement fewer a claim).
         live = yield q.all(
-            f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
+            f"SELECT {_RUN_COLUMNS}, (SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
+            " AND scope = 'run:' || runs.id) FROM runs WHERE conversation_id = :c"
             " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
             c=conversation_id,
         )
         runs = [_RUNS.of(q, row) for row in live]
+        files = {run.id: bool(row[-1]) for run, row in zip(runs, live)}
         # A parked run holds the conversation too: its answer comes before the next turn's.
         # A running run holds it while its replica keeps the lease; a lapsed lease means
         # that replica died, and its run goes back to the queue ahead of newer ones.
@@ -682,11 +686,7 @@ class Store:
             "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
         )
         rows = yield from _history(q, conversation_id)
-        # Whether its messages came with files, here where it costs no round trip of its own:
-        # most runs have none, and then the run need not look them up.
-        files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
-                            " AND scope = :s", s=f"run:{run.id}")
-        return run, conversation, runs, rows, fresh, bool(files and files[0])
+        return run, conversation, runs, rows, fresh, files[run.id]
 
     def _claimed(self, claimed: _ClaimRows | None, known: ConversationRef | None) -> Claimed | None:
         """What `_claim` read, as the run's turn needs it."""
