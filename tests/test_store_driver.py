@@ -223,7 +223,8 @@ async def test_a_queued_run_is_claimed_knowing_whether_files_came_with_its_messa
                                     account_id="ann", text="a file", agent_id="assistant", platform_message_id="e2",
                                     queue_limit=10, files='[{"name": "a.png"}]')
     assert with_files.run_id == plain.run_id  # joined the queued run: its files are the run's
-    other = await store.create_conversation(ConversationRef("", "web:local:c2", "web", "web", "local", "c2", None, "dm"))
+    other = await store.create_conversation(
+        ConversationRef("", "web:local:c2", "web", "web", "local", "c2", None, "dm"))
     bare = await _say(store, other, "e3", "nothing attached")
     claimed = await store.claim_next_run(conv.id)
     assert claimed is not None and claimed.run.id == plain.run_id and claimed.files

@@ -123,7 +123,7 @@ class Ingested:
 
 # What `Store._claim` read: the run, its conversation, the conversation's live runs, its history rows,
 # whether it never started, whether files came with it.
-_ClaimRows = tuple[Run, ConversationRef, list[Run], list["driver.Row"], bool, bool]
+_ClaimRows = tuple[Run, ConversationRef, list[Run], list[driver.Row], bool, bool]
 
 
 class Handoff(Protocol):
@@ -637,8 +637,8 @@ class Store:
         message was ingested here), else from one more statement of the same transaction."""
         known = self._conversations.get_fresh(conversation_id)
         # The message was accepted: a busy database delays its run, never drops it.
-        claimed = await self.patiently(lambda: driver.transaction(self.engine, lambda q: self._claim(q, conversation_id, known)),
-                                       "claiming a run")
+        claimed = await self.patiently(
+            lambda: driver.transaction(self.engine, lambda q: self._claim(q, conversation_id, known)), "claiming a run")
         return self._claimed(claimed, known)
 
     def _claim(self, q: driver.Statements, conversation_id: str,
