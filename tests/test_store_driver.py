@@ -214,6 +214,24 @@ async def test_a_claim_brings_the_runs_conversation_in_a_process_that_never_saw_
     assert again.history == [Line("user", "what time is it?", "Ann"), Line("assistant", "Noon.", "")]
 
 
+async def test_a_queued_run_is_claimed_knowing_whether_files_came_with_its_messages(store: Store) -> None:
+    """A claim says whether the run's messages came with files (read with its live runs, no statement of
+    its own): a run with none is not looked up for them, one with some is."""
+    conv = await _conversation(store)
+    plain = await _say(store, conv, "e1", "no files")
+    with_files = await store.ingest(binding_id="web", event_ids=["e2"], conversation=conv, identity=ANN,
+                                    account_id="ann", text="a file", agent_id="assistant", platform_message_id="e2",
+                                    queue_limit=10, files='[{"name": "a.png"}]')
+    assert with_files.run_id == plain.run_id  # joined the queued run: its files are the run's
+    other = await store.create_conversation(
+        ConversationRef("", "web:local:c2", "web", "web", "local", "c2", None, "dm"))
+    bare = await _say(store, other, "e3", "nothing attached")
+    claimed = await store.claim_next_run(conv.id)
+    assert claimed is not None and claimed.run.id == plain.run_id and claimed.files
+    claimed = await store.claim_next_run(other.id)
+    assert claimed is not None and claimed.run.id == bare.run_id and not claimed.files
+
+
 async def test_a_message_into_an_idle_conversation_is_claimed_with_its_ingest(store: Store) -> None:
     async def say(event: str, text: str, conv: ConversationRef) -> Ingested:
         return await store.ingest(binding_id="web", event_ids=[event], conversation=conv, identity=ANN,
@@ -459,6 +477,15 @@ async def test_on_postgresql_a_messages_rows_and_its_runs_end_go_in_few_round_tr
         assert [(m.text, m.status) for m in await store.messages(conv.id)][:3] == [
             ("said e1", "processed"), ("Hi.", "final"), ("said e2", "processed")]
 
+        # A queued run's claim: BEGIN, the lock, the live runs with whether files came with each, the run's
+        # row, its messages, the history, COMMIT (the files were a statement of their own).
+        await store.end_run(third.run_id, "finished", reply="Third.")
+        queued = await store.ingest(binding_id="web", event_ids=["e4"], conversation=conv, identity=ANN,
+                                    account_id="ann", text="queued", agent_id="assistant", platform_message_id="e4",
+                                    queue_limit=10, files='[{"name": "b.png"}]')
+        claimed, trips = await _trips(sent, store.claim_next_run(conv.id))
+        assert claimed is not None and claimed.run.id == queued.run_id and claimed.files and len(trips) == 7, trips
+
 
 async def until_a_lock_is_waited_for(url: str, ended: Callable[[], bool], what: str) -> None:
     """Until a session on `url`'s PostgreSQL database waits on another's lock, or `ended()`: the server says
@@ -657,6 +684,62 @@ async def test_after_a_restart_every_queued_run_of_a_conversation_runs(tmp_path:
                 break
             await asyncio.sleep(0.02)
         assert ran == [first.run_id, second.run_id]
+    finally:
+        await scheduler.cancel()
+        await engine.dispose()
+
+
+async def test_under_a_burst_a_runs_end_claims_the_next_waiting_run_in_its_transaction(tmp_path: Path) -> None:
+    """More conversations than slots: each run's end claims the next waiting conversation's run in the
+    end's own transaction (SQLite), so a waiting run costs no transaction of its own. Every run runs once,
+    never more at once than the limit, and a conversation's runs in the order they were queued."""
+    import asyncio
+
+    from gateway.runs.queue import Scheduler
+    from gateway.store import sqlite as on_sqlite
+    from gateway.store.repo import Claimed
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'b.db'}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    convs = [await store.create_conversation(ConversationRef("", f"web:local:b{i}", "web", "web", "local", f"b{i}",
+                                                             None, "dm")) for i in range(10)]
+    for i, conv in enumerate(convs):
+        await _say(store, conv, f"e{i}", f"hello {i}")
+    connection = on_sqlite.idle_connection(engine.sync_engine)
+    assert connection is not None
+    statements: list[str] = []
+    connection._conn.set_trace_callback(statements.append)
+    ran: list[tuple[str, list[str]]] = []
+    running, most = 0, 0
+
+    async def execute(claimed: Claimed) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        ran.append((claimed.conversation.id, [line.text for line in claimed.prompt]))
+        if claimed.prompt[0].text == "hello 0":  # queued behind the one running: a run of its own, after it
+            await _say(store, convs[0], "later", "hello again")
+            scheduler.wake(convs[0].id)
+        await asyncio.sleep(0.01)
+        running -= 1
+        await store.end_run(claimed.run.id, "finished", reply="ok")
+
+    scheduler = Scheduler(store, execute, concurrent_runs=2)
+    try:
+        for conv in convs:
+            scheduler.wake(conv.id)
+        await wait_for(lambda: len(ran) == 11 and not scheduler.active, what="every run")
+        assert most == 2
+        assert sorted(ran) == sorted([(conv.id, [f"hello {i}"]) for i, conv in enumerate(convs)]
+                                     + [(convs[0].id, ["hello again"])])
+        assert [p for c, p in ran if c == convs[0].id] == [["hello 0"], ["hello again"]]
+        for conv in convs:
+            assert {m.status for m in await store.messages(conv.id)} == {"processed", "final"}
+        # 11 ends, the first two claims in free slots, the later message's ingest; the 8 other claims
+        # went in ends (11 of their own before), and so did "hello again"'s (it waited for a slot).
+        begins = [s for s in statements if s == "BEGIN IMMEDIATE"]
+        assert len(begins) == 11 + 2 + 1, statements
     finally:
         await scheduler.cancel()
         await engine.dispose()

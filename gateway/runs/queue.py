@@ -8,6 +8,11 @@ A message into an idle conversation skips the queue's round trip: the inbound st
 slot under the limit first, the store takes the message and claims its run in one transaction
 (`Store.ingest(start=True)`), and `start` runs it at once in a new worker, which then drains the
 queue as any other. Nothing waits in memory holding a claimed run: the slot is taken before the claim.
+
+Under a burst most runs wait for a slot. On SQLite the run whose end frees one claims the next waiting
+conversation's run in its end's transaction (`Store.end_run`, `repo.Handoff`): one COMMIT instead of two.
+That claim is made in the slot still held by the run ending (it is given back right after), and handed
+to the worker the limit wakes with that slot: the waiters are kept in the order the limit wakes them.
 """
 
 from __future__ import annotations
@@ -33,6 +38,14 @@ class Scheduler:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()
         self._closed = False
+        # The hand-off of a claim from a run's end (SQLite): runs our workers execute (each end hands over
+        # once), conversations whose worker waits for a slot in the order the limit wakes them, and the
+        # claims made for them: (made, claimed), or made False when the end failed before claiming.
+        self._running: set[str] = set()
+        self._waiting: dict[str, None] = {}
+        self._handed: dict[str, asyncio.Future[tuple[bool, Claimed | None]]] = {}
+        if not store.shared:
+            store.handoff = self
 
     def wake(self, conversation_id: str) -> None:
         """Make sure the conversation's queued runs get run; cheap to call repeatedly."""
@@ -81,15 +94,16 @@ class Scheduler:
                 if backoff:
                     await asyncio.sleep(backoff)  # outside the limit: other conversations go on
                 if first is None:
-                    await self.limit.acquire()
+                    await self._slot(conversation_id)
                 try:  # the slot is held from here (`first`: since its `reserve`)
-                    claimed = first or await self.store.claim_next_run(conversation_id)
+                    claimed = first or await self._claim(conversation_id)
                     first = None
                     if claimed is None:
                         if conversation_id in self._again:
                             continue
                         return
                     try:
+                        self._running.add(claimed.run.id)
                         await self.execute(claimed)
                         backoff = 0.0
                     except asyncio.CancelledError:
@@ -106,6 +120,8 @@ class Scheduler:
                         continue
                     except Exception:  # the runner records outcomes; this is a bug guard
                         log.exception("run %s crashed", claimed.run.id)
+                    finally:
+                        self._running.discard(claimed.run.id)
                 finally:
                     self.limit.release()
                 # With one process on the database every message queued since the claim woke
@@ -114,9 +130,52 @@ class Scheduler:
                 if not (self.store.shared or claimed.more or conversation_id in self._again):
                     return
         finally:
+            self._handed.pop(conversation_id, None)  # cancelled while waiting (a stop): a start requeues its run
             if self._workers.get(conversation_id) is asyncio.current_task():
                 del self._workers[conversation_id]
                 self._on_active(len(self._workers))
+
+    async def _slot(self, conversation_id: str) -> None:
+        """A slot under the limit; while it is waited for, the conversation is among `_waiting`, in the
+        order the limit wakes its waiters (first come, first woken)."""
+        if not self.limit.locked():
+            await self.limit.acquire()  # not locked: taken without waiting
+            return
+        self._waiting[conversation_id] = None
+        try:
+            await self.limit.acquire()
+        finally:
+            del self._waiting[conversation_id]
+
+    async def _claim(self, conversation_id: str) -> Claimed | None:
+        """The conversation's next run: the one a run's end claimed for it, else claimed now."""
+        handed = self._handed.get(conversation_id)
+        if handed is not None:
+            try:
+                made, claimed = await handed  # the end's transaction may still be committing
+            finally:
+                del self._handed[conversation_id]
+            if made:
+                return claimed
+        return await self.store.claim_next_run(conversation_id)
+
+    def next_after(self, run_id: str) -> str | None:
+        """`repo.Handoff`: the first waiting conversation nothing was claimed for yet, if `run_id` is a run of
+        ours whose end frees its slot. That is whom the limit wakes next with a slot: each earlier waiter
+        was handed a claim by an end whose slot wakes it, or has been woken already."""
+        if run_id not in self._running:
+            return None
+        self._running.discard(run_id)
+        for conversation_id in self._waiting:
+            if conversation_id not in self._handed:
+                self._handed[conversation_id] = asyncio.get_running_loop().create_future()
+                return conversation_id
+        return None
+
+    def handed(self, conversation_id: str, claimed: Claimed | None, made: bool) -> None:
+        handed = self._handed.get(conversation_id)
+        if handed is not None and not handed.done():
+            handed.set_result((made, claimed))
 
     @property
     def active(self) -> int:

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.clock import Clock, unguessable_id
 from gateway.approvals.policy import Modes
+from gateway.store import driver
 from gateway.store.models import Account, ApprovalCardRow, ApprovalRow, Conversation, ConversationMode, Message, ModeChange, Run
 from gateway.store.repo import EXPIRED, PARKED, QUEUED, STOPPED
 
@@ -53,6 +54,7 @@ class Expired:
 class ApprovalStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession], clock: Clock) -> None:
         self._sessions, self._clock = sessions, clock
+        self._engine = sessions.kw["bind"]  # for the reads on the driver
 
     # --- modes --------------------------------------------------------------------------
 
@@ -150,13 +152,14 @@ class ApprovalStore:
     async def unshown(self, *, older_than: datetime | None) -> list[str]:
         """Pending cards of parked runs that no platform message shows (their process died before
         the card was posted, or posting failed): shown again so they can be decided."""
-        query = (select(ApprovalCardRow.id).join(Run, Run.id == ApprovalCardRow.run_id)
-                 .where(ApprovalCardRow.state == "pending", ApprovalCardRow.card_ref.is_(None), Run.status == PARKED)
-                 .order_by(ApprovalCardRow.created_at))
-        if older_than is not None:
-            query = query.where(ApprovalCardRow.created_at <= older_than)
-        async with self._sessions() as s:
-            return list(await s.scalars(query))
+        def program(q: driver.Statements) -> driver.Program[list[str]]:  # every sweep asks: on the driver
+            rows = yield q.all("SELECT c.id FROM approval_cards c JOIN runs r ON r.id = c.run_id"
+                               " WHERE c.state = 'pending' AND c.card_ref IS NULL AND r.status = :parked"
+                               + ("" if older_than is None else " AND c.created_at <= :older")
+                               + " ORDER BY c.created_at", parked=PARKED, older=older_than)
+            return [r[0] for r in rows]
+
+        return await driver.read(self._engine, program)
 
     async def set_card_ref(self, card_id: str, ref: str | None) -> None:
         async with self._sessions() as s, s.begin():
@@ -272,23 +275,26 @@ class ApprovalStore:
     async def expire_due(self) -> list[Expired]:
         """Expire every pending card past its time and end its run as expired; each card once, on any replica."""
         now = self._clock.now()
-        async with self._sessions() as s:
-            due = list(await s.scalars(select(ApprovalCardRow).where(ApprovalCardRow.state == "pending",
-                                                                     ApprovalCardRow.expires_at <= now)))
+
+        def program(q: driver.Statements) -> driver.Program[list[driver.Row]]:  # checked every minute: on the driver
+            rows: list[driver.Row] = yield q.all("SELECT id, run_id, conversation_id FROM approval_cards"
+                                                 " WHERE state = 'pending' AND expires_at <= :now", now=now)
+            return rows
+
         expired: list[Expired] = []
-        for card in due:
+        for card_id, run_id, conversation_id in await driver.read(self._engine, program):
             async with self._sessions() as s, s.begin():
-                claimed = await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card.id,
+                claimed = await s.execute(update(ApprovalCardRow).where(ApprovalCardRow.id == card_id,
                                                                         ApprovalCardRow.state == "pending")
                                           .values(state="expired"))
                 if not claimed.rowcount:
                     continue  # another replica got it
-                result = await s.execute(update(ApprovalRow).where(ApprovalRow.card_id == card.id,
+                result = await s.execute(update(ApprovalRow).where(ApprovalRow.card_id == card_id,
                                                                    ApprovalRow.state == "pending")
                                          .values(state="expired", decided_at=now))
-                await s.execute(update(Run).where(Run.id == card.run_id, Run.status == PARKED)
+                await s.execute(update(Run).where(Run.id == run_id, Run.status == PARKED)
                                 .values(status=EXPIRED, reason="approval timed out", finished_at=now, state=None))
-            expired.append(Expired(card.id, card.run_id, card.conversation_id, result.rowcount or 0))
+            expired.append(Expired(card_id, run_id, conversation_id, result.rowcount or 0))
         return expired
 
     async def close_for_stop(self, run_id: str, *, who: str, account_id: str) -> Expired | None:

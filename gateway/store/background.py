@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, or_, select, text, update
+from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gateway.clock import new_id
+from gateway.store import driver
+from gateway.store.detached import Rows
 from gateway.store.models import BackgroundRun, CapabilityStateRow, Message, Run
 from gateway.store.repo import FINISHED as FINISHED_RUN
 from gateway.store.repo import QUEUED, Store
@@ -27,6 +29,8 @@ REPORT = "report"  # the kind of run, and the role of the message, that carry a 
 # A running run's inbox (what its parent tells it: capabilities/delegate_inbox.py), capability state under
 # its id; it goes when the run ends, however it ends, with a question's turn nobody has read yet.
 INBOX = "subagents.inbox"
+
+_ROWS = Rows(BackgroundRun)  # read on the driver, detached (`gateway.store.detached`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,11 +152,15 @@ class BackgroundStore:
         """Running rows no process is working on: a lapsed lease (its replica died), or, at start-up on
         SQLite, every one (one process owns the file; the last one is gone)."""
         now = self._clock.now()
-        q = select(BackgroundRun).where(BackgroundRun.status == RUNNING)
-        if self._store.shared or not at_start:
-            q = q.where(or_(BackgroundRun.lease_expires <= now, BackgroundRun.lease_expires.is_(None)))
-        async with self._sessions() as s:
-            return list(await s.scalars(q))
+        lapsed = self._store.shared or not at_start
+
+        def program(q: driver.Statements) -> driver.Program[list[BackgroundRun]]:  # every sweep asks: on the driver
+            rows = yield q.all(f"SELECT {_ROWS.columns} FROM background_runs WHERE status = :running"
+                               + (" AND (lease_expires <= :now OR lease_expires IS NULL)" if lapsed else ""),
+                               running=RUNNING, now=now)
+            return [_ROWS.of(q, row) for row in rows]
+
+        return await driver.read(self._store.engine, program)
 
     async def request_stop(self, run_id: str, who: str) -> None:
         """A Stop for a run working on another replica; its owner takes it up at its next sweep."""

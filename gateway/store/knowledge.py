@@ -16,6 +16,7 @@ from sqlalchemy import bindparam, delete, select, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.clock import Clock
+from gateway.store import driver
 from gateway.store.fulltext import KNOWLEDGE_PG_CONFIG, Term, fts5_query, parse
 from gateway.store.models import KnowledgeChunk, KnowledgeDocument
 
@@ -96,6 +97,17 @@ class KnowledgeStore:
 
     async def forget(self, keep: Sequence[str]) -> None:
         """Drop every collection not in `keep` (one removed from the config)."""
+        names = {f"k{i}": collection for i, collection in enumerate(keep)}
+
+        def program(q: driver.Statements) -> driver.Program[bool]:
+            row = yield q.one("SELECT 1 FROM knowledge_documents"
+                              + (f" WHERE collection NOT IN ({', '.join(':' + n for n in names)})" if names else "")
+                              + " LIMIT 1", **names)
+            return row is not None
+
+        # Every start asks, and there is mostly nothing to drop: read on the driver, written only if there is.
+        if not await driver.read(self._sessions.kw["bind"], program):
+            return
         async with self._sessions() as s, s.begin():
             old = select(KnowledgeDocument.id).where(KnowledgeDocument.collection.not_in(list(keep)))
             await s.execute(delete(KnowledgeChunk).where(KnowledgeChunk.document_id.in_(old)))

@@ -14,12 +14,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
-from sqlalchemy.orm import configure_mappers
-from sqlalchemy.orm.instrumentation import manager_of_class
 
 from gateway.clock import Clock, new_id
 from gateway.messages import ChatKind, InboundMessage, conversation_key, reply_thread
@@ -27,6 +25,7 @@ from gateway.outbound.adapter import ReplyTarget
 from gateway.store import driver
 from gateway.store.availability import DEGRADED_AFTER, StoreUnavailable, guard
 from gateway.store.capability_state import CapabilityState
+from gateway.store.detached import Rows
 from gateway.store.models import AdapterState, Base, Conversation, Delivery, Message, Run
 
 log = logging.getLogger("gateway.store")
@@ -122,6 +121,23 @@ class Ingested:
     claimed: Claimed | None = None  # `ingest(start=True)` in an idle conversation: its run, already running
 
 
+# What `Store._claim` read: the run, its conversation, the conversation's live runs, its history rows,
+# whether it never started, whether files came with it.
+_ClaimRows = tuple[Run, ConversationRef, list[Run], list[driver.Row], bool, bool]
+
+
+class Handoff(Protocol):
+    """Who runs next once a run ends (`gateway.runs.queue.Scheduler`, on SQLite): the run's end then claims
+    that conversation's next run in its own transaction, one COMMIT instead of two. Under a burst most runs
+    wait for a slot, and each slot a run's end frees is the next waiting conversation's."""
+
+    def next_after(self, run_id: str) -> str | None:
+        """The conversation whose run to claim with `run_id`'s end, if the end frees a slot someone waits for."""
+
+    def handed(self, conversation_id: str, claimed: Claimed | None, made: bool) -> None:
+        """What that claim gave (`made`: False when the end's transaction failed and nothing was claimed)."""
+
+
 LEASE_SECONDS = 60.0
 CACHE_SIZE = 10_000
 HISTORY_MESSAGES = 200  # user and assistant messages a run is reminded of, newest kept
@@ -165,6 +181,7 @@ class Store:
         self._conversations: _Lru[str, ConversationRef] = _Lru(CACHE_SIZE)
         self._identities: _Lru[tuple[str, str, str], tuple[Identity, str, float]] = _Lru(CACHE_SIZE)
         self.capability_state = CapabilityState(self.engine, self.sessions, self.clock)
+        self.handoff: Handoff | None = None  # the scheduler's, on SQLite: a run's end claims the next run
 
     def _lock(self, q: driver.Statements, key: str) -> driver.Program[None]:
         """Serialize work on one conversation across replicas (a transaction-scoped advisory lock).
@@ -380,11 +397,11 @@ class Store:
                 # conversation's earlier turns.
                 if rows is None:
                     rows = yield from _history(q, conv.id)
-                run = _detached_run(id=run_id, conversation_id=conv.id, binding_id=binding_id, agent_id=agent_id,
-                                    status=RUNNING, reason="", requester_person_id=identity.person_id,
-                                    requester_account=account_id, requester_name=identity.display_name, requests=0,
-                                    input_tokens=0, output_tokens=0, state=None, created_at=now, started_at=now,
-                                    finished_at=None, lease_owner=self.owner, lease_expires=lease, kind="turn")
+                run = _RUNS.new(id=run_id, conversation_id=conv.id, binding_id=binding_id, agent_id=agent_id,
+                                status=RUNNING, reason="", requester_person_id=identity.person_id,
+                                requester_account=account_id, requester_name=identity.display_name, requests=0,
+                                input_tokens=0, output_tokens=0, state=None, created_at=now, started_at=now,
+                                finished_at=None, lease_owner=self.owner, lease_expires=lease, kind="turn")
                 claimed = Claimed(run, conv, [Line("user", text, identity.display_name)],
                                   [Line(r[0], r[1], r[2]) for r in reversed(rows)
                                    if r[3] != run_id and r[4] in ("processed", "final")],
@@ -555,9 +572,12 @@ class Store:
                 msg.text = f"{line}\n\n{msg.text}".strip()
 
     async def conversations_with_queued_runs(self) -> list[str]:
-        async with self.sessions() as s:
-            rows = await s.scalars(select(Run.conversation_id).where(Run.status == QUEUED).distinct())
-            return list(rows)
+        """Read on the driver: every sweep asks (`gateway.store.detached` says why)."""
+        def program(q: driver.Statements) -> driver.Program[list[str]]:
+            rows = yield q.all("SELECT DISTINCT conversation_id FROM runs WHERE status = 'queued'")
+            return [r[0] for r in rows]
+
+        return await driver.read(self.engine, program)
 
     # --- identity -----------------------------------------------------------------------
 
@@ -616,55 +636,60 @@ class Store:
         nothing waits. The conversation comes from this process's cache where it has it (most claims: its
         message was ingested here), else from one more statement of the same transaction."""
         known = self._conversations.get_fresh(conversation_id)
-
-        def program(q: driver.Statements) -> driver.Program[
-                tuple[Run, ConversationRef, list[Run], list[driver.Row], bool, bool] | None]:
-            yield from self._lock(q, conversation_id)
-            now = self.clock.now()  # once the conversation is ours (see `ingest`)
-            live = yield q.all(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE conversation_id = :c"
-                " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
-                c=conversation_id,
-            )
-            runs = [_run(q, row) for row in live]
-            # A parked run holds the conversation too: its answer comes before the next turn's.
-            # A running run holds it while its replica keeps the lease; a lapsed lease means
-            # that replica died, and its run goes back to the queue ahead of newer ones.
-            for r in runs:
-                if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
-                    return None
-            run = next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
-            if run is None:
-                return None
-            conversation = known
-            if conversation is None:  # never None in the store: its runs hold its id as a foreign key
-                row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = :v", v=conversation_id)
-                if row is None:
-                    return None
-                conversation = ConversationRef(*row)
-            fresh = run.started_at is None
-            started = run.started_at or now
-            changed = yield q.run(
-                "UPDATE runs SET status = 'running', started_at = :s, lease_owner = :o, lease_expires = :e"
-                " WHERE id = :id AND status = :old",
-                s=started, o=self.owner, e=now + timedelta(seconds=self.lease_seconds), id=run.id, old=run.status,
-            )
-            if changed != 1:
-                return None
-            run.status, run.started_at = RUNNING, started
-            # Messages that joined this run stop counting against the queue once it starts.
-            yield q.run(
-                "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
-            )
-            rows = yield from _history(q, conversation_id)
-            # Whether its messages came with files, here where it costs no round trip of its own:
-            # most runs have none, and then the run need not look them up.
-            files = yield q.one("SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
-                                " AND scope = :s", s=f"run:{run.id}")
-            return run, conversation, runs, rows, fresh, bool(files and files[0])
-
         # The message was accepted: a busy database delays its run, never drops it.
-        claimed = await self.patiently(lambda: driver.transaction(self.engine, program), "claiming a run")
+        claimed = await self.patiently(
+            lambda: driver.transaction(self.engine, lambda q: self._claim(q, conversation_id, known)), "claiming a run")
+        return self._claimed(claimed, known)
+
+    def _claim(self, q: driver.Statements, conversation_id: str,
+               known: ConversationRef | None) -> driver.Program[_ClaimRows | None]:
+        """`claim_next_run`'s statements: a program of its own, or the tail of a run's end (`end_run`)."""
+        yield from self._lock(q, conversation_id)
+        now = self.clock.now()  # once the conversation is ours (see `ingest`)
+        # Each live run with whether files came with its messages (gateway.inbound.attachments), in the same
+        # statement: most runs have none, and then the run need not look them up (a statement fewer a claim).
+        live = yield q.all(
+            f"SELECT {_RUN_COLUMNS}, (SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
+            " AND scope = 'run:' || runs.id) FROM runs WHERE conversation_id = :c"
+            " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
+            c=conversation_id,
+        )
+        runs = [_RUNS.of(q, row) for row in live]
+        files = {run.id: bool(row[-1]) for run, row in zip(runs, live)}
+        # A parked run holds the conversation too: its answer comes before the next turn's.
+        # A running run holds it while its replica keeps the lease; a lapsed lease means
+        # that replica died, and its run goes back to the queue ahead of newer ones.
+        for r in runs:
+            if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
+                return None
+        run = next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
+        if run is None:
+            return None
+        conversation = known
+        if conversation is None:  # never None in the store: its runs hold its id as a foreign key
+            row = yield q.one(f"SELECT {_CONVERSATION_COLUMNS} FROM conversations WHERE id = :v", v=conversation_id)
+            if row is None:
+                return None
+            conversation = ConversationRef(*row)
+        fresh = run.started_at is None
+        started = run.started_at or now
+        changed = yield q.run(
+            "UPDATE runs SET status = 'running', started_at = :s, lease_owner = :o, lease_expires = :e"
+            " WHERE id = :id AND status = :old",
+            s=started, o=self.owner, e=now + timedelta(seconds=self.lease_seconds), id=run.id, old=run.status,
+        )
+        if changed != 1:
+            return None
+        run.status, run.started_at = RUNNING, started
+        # Messages that joined this run stop counting against the queue once it starts.
+        yield q.run(
+            "UPDATE messages SET status = 'processing' WHERE run_id = :r AND status = 'queued'", r=run.id
+        )
+        rows = yield from _history(q, conversation_id)
+        return run, conversation, runs, rows, fresh, files[run.id]
+
+    def _claimed(self, claimed: _ClaimRows | None, known: ConversationRef | None) -> Claimed | None:
+        """What `_claim` read, as the run's turn needs it."""
         if claimed is None:
             return None
         run, conversation, runs, rows, fresh, files = claimed
@@ -709,18 +734,25 @@ class Store:
         if usage is not None:
             outcome["n"], outcome["i"], outcome["o"] = usage
         ending = _end_sql(usage is not None, fresh)
+        # SQLite: the next waiting conversation's claim goes in this transaction (`Handoff`). PostgreSQL keeps
+        # its one-statement end: a claim there takes the conversation's advisory lock, and a retry after a lost
+        # answer would find the claim it made and not know it was its own.
+        handoff = None if self.shared else self.handoff
+        after = handoff.next_after(run_id) if handoff is not None else None
+        known = self._conversations.get_fresh(after) if after is not None else None
 
-        def program(q: driver.Statements) -> driver.Program[None]:
+        def program(q: driver.Statements) -> driver.Program[_ClaimRows | None]:
             for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
                 yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now)
             if answer is not None:
                 yield q.run(answer[0], **answer[1])
             changed = yield q.run(ending, **outcome)
-            if not changed:  # no such run, or recorded already (then the reply above was not added either)
-                return
-            yield q.run(_PROCESSED, r=run_id)
+            # Not changed: no such run, or recorded already (then the reply above was not added either).
+            if changed:
+                yield q.run(_PROCESSED, r=run_id)
+            return (yield from self._claim(q, after, known)) if after is not None else None
 
-        def one_statement(q: driver.Statements) -> driver.Program[None]:
+        def one_statement(q: driver.Statements) -> driver.Program[_ClaimRows | None]:
             rows = {f"{name}{j}": value for j, d in enumerate(deliveries)
                     for name, value in (("seq", d.seq), ("pm", d.platform_message_id), ("text", d.text), ("final", True))}
             yield q.one(_pg_end_sql(len(deliveries), answer[0] if answer else None, ending),
@@ -730,7 +762,15 @@ class Store:
         # Not when two rows share a seq: one statement may not write a row twice, and the second's
         # update of the first is what the statements one by one would leave.
         chosen = one_statement if self.shared and len({d.seq for d in deliveries}) == len(deliveries) else program
-        await self.patiently(lambda: driver.transaction(self.engine, chosen), f"recording run {run_id} {status}")
+        try:
+            claimed = await self.patiently(lambda: driver.transaction(self.engine, chosen),
+                                           f"recording run {run_id} {status}")
+        except BaseException:
+            if handoff is not None and after is not None:
+                handoff.handed(after, None, made=False)
+            raise
+        if handoff is not None and after is not None:
+            handoff.handed(after, self._claimed(claimed, known), made=True)
 
     async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
         async with self.sessions() as s:
@@ -743,9 +783,19 @@ class Store:
         every run still marked running was interrupted by the last stop.
         """
         now = self.clock.now()
+        lapsed = self.shared or not at_start
+        # Asked at every sweep, and mostly there are none: read first on the driver, written only if any.
+        def program(q: driver.Statements) -> driver.Program[bool]:
+            row = yield q.one("SELECT 1 FROM runs WHERE status = 'running'"
+                              + (" AND (lease_expires <= :now OR lease_expires IS NULL)" if lapsed else "")
+                              + " LIMIT 1", now=now)
+            return row is not None
+
+        if not await driver.read(self.engine, program):
+            return []
         async with self.sessions() as s, s.begin():
             q = select(Run).where(Run.status == RUNNING)
-            if self.shared or not at_start:
+            if lapsed:
                 q = q.where(or_(Run.lease_expires <= now, Run.lease_expires.is_(None)))
             runs = list(await s.scalars(q))
             for run in runs:
@@ -956,31 +1006,5 @@ _CONVERSATION_COLUMNS = ", ".join(_CONVERSATION_FIELDS)
 _CONVERSATION_INSERT = (f"INSERT INTO conversations ({_CONVERSATION_COLUMNS}, created_at, updated_at)"
                         " VALUES (:c, :key, :platform, :binding_id, :workspace, :channel, :thread, :chat_kind, :t, :t)"
                         " ON CONFLICT (key) DO NOTHING")
-_RUN_NAMES = tuple(c.name for c in Run.__table__.columns)
-_RUN_COLUMNS = ", ".join(_RUN_NAMES)
-_RUN_TIMES = frozenset(name for name in _RUN_NAMES if name.endswith(("_at", "_expires")))
-
-
-def _run(q: driver.Statements, row: driver.Row) -> Run:
-    """A detached Run from a raw row (what the runner reads of it; nothing lazy to load)."""
-    values = dict(zip(_RUN_NAMES, row))
-    for name in _RUN_TIMES:
-        values[name] = q.time(values[name])
-    return _detached_run(**values)
-
-
-_RUN_CLASS = manager_of_class(Run)
-
-
-def _detached_run(**values: Any) -> Run:
-    """A Run holding `values`, for reading (no session ever adds it): built as the ORM's own loading
-    builds an instance, its values put in its __dict__, not through its constructor, whose every
-    attribute set is an ORM change event (a claimed run's 19 were 8 % of the store's profiled time
-    per message)."""
-    if not _RUN_CLASS.mapper.configured:  # what a constructor's first call does; new_instance does not
-        configure_mappers()
-    run: Run = _RUN_CLASS.new_instance()
-    run.__dict__.update(values)
-    return run
-
-
+_RUNS = Rows(Run)  # a Run from a raw row (what the runner reads of it; nothing lazy to load)
+_RUN_COLUMNS = _RUNS.columns

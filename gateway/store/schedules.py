@@ -25,6 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from bindings.cron import latest_until, next_after
 from gateway.clock import new_id
+from gateway.store import driver
+from gateway.store.detached import Rows
 from gateway.store.models import Message, Run, ScheduledTask, ScheduleOccurrence
 from gateway.store.repo import QUEUED, Store
 
@@ -39,6 +41,7 @@ FIRED, MISSED = "fired", "missed"
 # An occurrence fired within this of its time is on time (the sweep runs every 20 s); later is late.
 ON_TIME = timedelta(minutes=2)
 MISSED_COUNTED = 10_000  # slots a long outage skipped are counted up to this many
+_ROWS = Rows(ScheduledTask)  # read on the driver, detached (`gateway.store.detached`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +159,12 @@ class ScheduleStore:
 
     async def due(self, now: datetime, limit: int = 100) -> list[ScheduledTask]:
         """Active tasks whose next occurrence has come (a read; `fire` claims)."""
-        async with self._sessions() as s:
-            return list(await s.scalars(select(ScheduledTask).where(
-                ScheduledTask.status == ACTIVE, ScheduledTask.next_at <= now)
-                .order_by(ScheduledTask.next_at).limit(limit)))
+        def program(q: driver.Statements) -> driver.Program[list[ScheduledTask]]:  # every tick asks: on the driver
+            rows = yield q.all(f"SELECT {_ROWS.columns} FROM scheduled_tasks WHERE status = :active AND next_at <= :now"
+                               " ORDER BY next_at LIMIT :n", active=ACTIVE, now=now, n=limit)
+            return [_ROWS.of(q, row) for row in rows]
+
+        return await driver.read(self._store.engine, program)
 
     async def fire(self, task_ids: Sequence[str], *, agent_for: Callable[[str], str | None], card: Card) -> list[Fired]:
         """Claim the due occurrence of each of `task_ids` still due and queue its run, in one transaction.
@@ -225,6 +230,8 @@ class ScheduleStore:
         ones updated (due anew), removed ones cancelled. A paused one stays paused. (added, changed, removed)."""
         now = self._clock.now()
         added = changed = removed = 0
+        if not wanted and not await self._any_admin():
+            return added, changed, removed  # no admin tasks, none wanted: no write transaction (every start)
         async with self._sessions() as s, s.begin():
             if self._store.shared:  # two replicas reloading at once apply one after the other
                 await s.execute(text("SELECT pg_advisory_xact_lock(hashtextextended('scheduled_tasks:admin', 0))"))
@@ -250,6 +257,14 @@ class ScheduleStore:
                 row.status, row.reason, row.updated_at = CANCELLED, "removed from its binding file", now
                 removed += 1
         return added, changed, removed
+
+    async def _any_admin(self) -> bool:
+        def program(q: driver.Statements) -> driver.Program[bool]:
+            row = yield q.one("SELECT 1 FROM scheduled_tasks WHERE origin = :admin AND status IN (:a, :p) LIMIT 1",
+                              admin=ADMIN, a=LIVE[0], p=LIVE[1])
+            return row is not None
+
+        return await driver.read(self._store.engine, program)
 
 
 def _between(cron: str, zone: str, start: datetime, end: datetime) -> int:

@@ -62,7 +62,11 @@ T = TypeVar("T")
 QUEUE_WAIT = 60.0  # seconds a transaction may queue behind our own work for the one connection
 RETRY_AFTER_QUEUE = 2.0  # what a client is told to wait after a queue wait ran out (not the wait itself)
 AUTOCHECKPOINT = 1000  # pages: SQLite's default, kept for everything but an inline transaction
-CHECKPOINT_EVERY = 50  # inline transactions (about 10 pages each) between checkpoints on the thread
+# Inline transactions between checkpoints on the thread: a burst's are ~15 WAL frames each (a run's end
+# carries the next run's claim), so the WAL stays under SQLite's own 1,000. A checkpoint costs the thread
+# ~1.9 ms (its syncs) and ~17 us a transaction it copies: fewer would need a larger WAL (bench/README.md,
+# Round 15 "the store under a burst").
+CHECKPOINT_EVERY = 50
 
 
 def pragmas(busy_timeout: float) -> Callable[[Any, Any], None]:
