@@ -111,6 +111,24 @@ async def test_mention_gets_one_threaded_streamed_reply(tmp_path: Path, fake_sla
             assert (await r.json())["bindings"]["acme"]["connected"] is True
 
 
+async def test_a_mentions_run_asks_its_model_before_its_events_are_acked(tmp_path: Path, fake_slack: FakeSlack,
+                                                                         scripted: ScriptedModel) -> None:
+    """The ack waits once the message is stored (Slack allows 3 s); the run does not wait behind it: the
+    model is asked while the mention's two envelopes are still unacked, and each is acked all the same."""
+    scripted.hold = asyncio.Event()
+    async with running_gateway(config(tmp_path, fake_slack), clock=scripted.clock) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        gw.adapters["acme"].ack_after = 1.0  # far longer than a loaded test run's way to the model
+        _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi")
+        await fake_slack.wait_for(lambda: len(scripted.calls) == 1)
+        assert not any(fake_slack.acked(e) for e in envelopes)
+        scripted.hold.set()
+        await final_reply(fake_slack, "C0GEN", FINAL.format(n=1))
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
+        assert sorted(a["envelope_id"] for a in fake_slack.acks if a.get("envelope_id") in envelopes) == sorted(envelopes)
+        assert len(scripted.calls) == 1  # the pair ran once
+
+
 async def test_thread_reply_without_mention_continues_with_history(tmp_path: Path, fake_slack: FakeSlack, scripted: ScriptedModel) -> None:
     async with running_gateway(config(tmp_path, fake_slack), clock=scripted.clock) as gw:
         await eventually(lambda: gw.adapters["acme"].health().connected)
