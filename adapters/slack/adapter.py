@@ -325,7 +325,8 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
             await first.wait()  # the other event of its pair, being handled: then the core knows
         if req.type == "events_api" and self._settled_unread(req.payload, key):
             # Acked all the same: Slack delivers an envelope nobody acked again.
-            await self._ack_event(socket, req)
+            await self._out_of_the_way()
+            await self._send_ack(socket, req)
             return
         try:
             problem = payload_problem(req.payload)
@@ -358,24 +359,29 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
             self._handling[key] = handling  # before any await: the caller checked there was none
         bot = BotIdentity(self._conn.bot_user_id, self._conn.bot_id)
         try:
-            await self._handle_event(req.payload, bot)
-        except Exception as e:
-            if not (isinstance(e, StoreUnavailable) and await self._held.take(req.payload, bot, req.retry_attempt)):
-                await self._on_listener_error(e, req.payload)
-                return
+            try:
+                await self._handle_event(req.payload, bot)
+            except Exception as e:
+                if not (isinstance(e, StoreUnavailable) and await self._held.take(req.payload, bot, req.retry_attempt)):
+                    await self._on_listener_error(e, req.payload)
+                    return
+            # Stored (or held): its twin, waiting for `handling`, is settled only then, as this is acked.
+            await self._out_of_the_way()
         finally:
             if key is not None:
                 del self._handling[key]
             handling.set()
-        await self._ack_event(socket, req)
+        await self._send_ack(socket, req)
 
-    async def _ack_event(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
-        """An events envelope's ack, `ack_after` seconds after it was handled: out of the way of the
-        run its message started, on its way to the model request. Real time, not the gateway's clock:
-        the wait is for the loop's work of the moment, which a test's clock does not hold up. A
-        connection dropped meanwhile loses the ack (`_ack`); Slack then delivers the event again and
-        the ledger drops it."""
+    async def _out_of_the_way(self) -> None:
+        """Wait `ack_after` before an events envelope's ack (and its twin's settling): out of the way of
+        the run its message started, on its way to the model request. Real time, not the gateway's
+        clock: what is waited out is the loop's work of the moment, which a test's clock does not hold
+        up. A connection dropped meanwhile loses the ack (`_ack`); Slack then delivers the event again
+        and the ledger drops it."""
         await asyncio.sleep(self.ack_after)
+
+    async def _send_ack(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
 
     def _settled_unread(self, body: Any, key: str | None) -> bool:
