@@ -350,9 +350,10 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         """An Events API envelope, handled without Bolt's dispatch (its middleware, a Web API client
         and every listener argument built per event: ~220 calls). Over Socket Mode nothing of it is
         needed for an event: no signature to check, who the bot is is our own auth.test's, its own
-        posts are `normalize`'s to tell. As Bolt's `process_before_response`: acked once handled,
-        and a handler that raises sends no ack (Bolt's 500), so Slack delivers the event again
-        (unless this was its last delivery and the store refused it: acked and held, `HeldEvents`).
+        posts are `normalize`'s to tell. As Bolt's `process_before_response`: acked once handled
+        (`ack_after` later: `_out_of_the_way`), and a handler that raises sends no ack (Bolt's 500),
+        so Slack delivers the event again (unless this was its last delivery and the store refused
+        it: acked and held, `HeldEvents`).
         While it is handled, an event of the same `key` waits (`_on_socket_request`)."""
         handling = asyncio.Event()
         if key is not None:
