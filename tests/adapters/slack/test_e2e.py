@@ -102,7 +102,7 @@ async def test_mention_gets_one_threaded_streamed_reply(tmp_path: Path, fake_sla
         await fake_slack.wait_for(lambda: len(reply.edits) == 4)
         assert reply.edits == ["*Hello*", "*Hello* there,", "*Hello* there, turn 1.", "*Hello* there, turn 1."]
         assert reply.blocks is None and reply.block_edits[-1] is None
-        assert all(fake_slack.acked(e) for e in envelopes)
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))  # ack_after later
         assert len(scripted.calls) == 1  # the message/app_mention pair ran once
         assert scripted.prompts(0)[-1].endswith("hi") and "<@U0BOT>" not in scripted.prompts(0)[-1]
         status = fake_slack.calls_to("assistant.threads.setStatus")
