@@ -97,6 +97,10 @@ from .render import markdown_to_mrkdwn
 
 CONNECT_TIMEOUT = 15.0  # seconds for one websocket connect before backing off and retrying
 THINKING_STATUS = "is thinking…"
+# Seconds an events envelope's ack waits once its message is stored. Slack allows 3 s; sent at once, the
+# ack (and a mention's twin's) was the loop's work between the message's store and its run's model request,
+# a frame written and its reader woken. Later it goes while the run waits for its model (bench/README.md, Round 15).
+ACK_AFTER = 0.05
 
 # Slack shows up to 40,000 characters but folds long messages; 3,900 keeps one reply readable
 # and leaves room for the mrkdwn escapes `render` adds.
@@ -143,6 +147,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
         self._app_token = ""
         self.ping_interval = 10.0
+        self.ack_after = ACK_AFTER
         self.pacer = Pacer(clock=self._clock)  # every outbound call waits here for its method's tier and its channel
         self.budget = SlackBudget(scaled(RULES, context.gateway.limits.platform_budget_scale))
         self.native_streaming = True  # until a method is refused: then post + edit for this binding
@@ -320,7 +325,8 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
             await first.wait()  # the other event of its pair, being handled: then the core knows
         if req.type == "events_api" and self._settled_unread(req.payload, key):
             # Acked all the same: Slack delivers an envelope nobody acked again.
-            await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
+            await self._out_of_the_way()
+            await self._send_ack(socket, req)
             return
         try:
             problem = payload_problem(req.payload)
@@ -344,24 +350,39 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         """An Events API envelope, handled without Bolt's dispatch (its middleware, a Web API client
         and every listener argument built per event: ~220 calls). Over Socket Mode nothing of it is
         needed for an event: no signature to check, who the bot is is our own auth.test's, its own
-        posts are `normalize`'s to tell. As Bolt's `process_before_response`: acked once handled,
-        and a handler that raises sends no ack (Bolt's 500), so Slack delivers the event again
-        (unless this was its last delivery and the store refused it: acked and held, `HeldEvents`).
+        posts are `normalize`'s to tell. As Bolt's `process_before_response`: acked once handled
+        (`ack_after` later: `_out_of_the_way`), and a handler that raises sends no ack (Bolt's 500),
+        so Slack delivers the event again (unless this was its last delivery and the store refused
+        it: acked and held, `HeldEvents`).
         While it is handled, an event of the same `key` waits (`_on_socket_request`)."""
         handling = asyncio.Event()
         if key is not None:
             self._handling[key] = handling  # before any await: the caller checked there was none
         bot = BotIdentity(self._conn.bot_user_id, self._conn.bot_id)
         try:
-            await self._handle_event(req.payload, bot)
-        except Exception as e:
-            if not (isinstance(e, StoreUnavailable) and await self._held.take(req.payload, bot, req.retry_attempt)):
-                await self._on_listener_error(e, req.payload)
-                return
+            try:
+                await self._handle_event(req.payload, bot)
+            except Exception as e:
+                if not (isinstance(e, StoreUnavailable) and await self._held.take(req.payload, bot, req.retry_attempt)):
+                    await self._on_listener_error(e, req.payload)
+                    return
+            # Stored (or held): its twin, waiting for `handling`, is settled only then, as this is acked.
+            await self._out_of_the_way()
         finally:
             if key is not None:
                 del self._handling[key]
             handling.set()
+        await self._send_ack(socket, req)
+
+    async def _out_of_the_way(self) -> None:
+        """Wait `ack_after` before an events envelope's ack (and its twin's settling): out of the way of
+        the run its message started, on its way to the model request. Real time, not the gateway's
+        clock: what is waited out is the loop's work of the moment, which a test's clock does not hold
+        up. A connection dropped meanwhile loses the ack (`_ack`); Slack then delivers the event again
+        and the ledger drops it."""
+        await asyncio.sleep(self.ack_after)
+
+    async def _send_ack(self, socket: AsyncBaseSocketModeClient, req: SocketModeRequest) -> None:
         await self._ack(socket.send_socket_mode_response(SocketModeResponse(envelope_id=req.envelope_id)), req)
 
     def _settled_unread(self, body: Any, key: str | None) -> bool:

@@ -1,7 +1,9 @@
 """python-telegram-bot's `Bot`, with the calls whose answers the adapter reads raw.
 
 `Bot.get_updates` parses a whole batch at once: one malformed update would fail (and endlessly
-refetch) it. Here getUpdates returns raw JSON and each update is parsed on its own.
+refetch) it. Here getUpdates returns raw JSON and each update is parsed on its own; its parameters go
+as one JSON body, as a reply's do (below): the next poll is written between a message's store and its
+run's first step, so its form's cost was on the way to the model request (bench/README.md, Round 15).
 
 The text sends and edits of a reply (`call`): `Bot.send_message` and `edit_message_text` parse
 the returned message into a `Message` (about 0.3 ms of CPU a call on the 2-core machine) that the
@@ -31,8 +33,12 @@ class TelegramBot(Bot):
     """One binding's bot: PTB's `Bot` plus the two raw doors above."""
 
     async def get_updates_raw(self, offset: int | None) -> list[Any]:
-        data = {"offset": offset, "timeout": POLL_TIMEOUT, "allowed_updates": list(ALLOWED_UPDATES)}
-        result = await self._post("getUpdates", data, read_timeout=POLL_TIMEOUT + 10.0)
+        params: dict[str, Any] = {"timeout": POLL_TIMEOUT, "allowed_updates": list(ALLOWED_UPDATES)}
+        if offset is not None:
+            params["offset"] = offset
+        # PTB's own transport for getUpdates (`_request[0]`, its long read timeout), as `Bot._do_post` picks it.
+        result = await self._request[0].post(f"{self.base_url}/getUpdates", JsonCall(params),
+                                              read_timeout=POLL_TIMEOUT + 10.0)
         return result if isinstance(result, list) else []
 
     async def call(self, method: str, **params: Any) -> Any:

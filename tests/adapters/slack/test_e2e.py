@@ -102,13 +102,32 @@ async def test_mention_gets_one_threaded_streamed_reply(tmp_path: Path, fake_sla
         await fake_slack.wait_for(lambda: len(reply.edits) == 4)
         assert reply.edits == ["*Hello*", "*Hello* there,", "*Hello* there, turn 1.", "*Hello* there, turn 1."]
         assert reply.blocks is None and reply.block_edits[-1] is None
-        assert all(fake_slack.acked(e) for e in envelopes)
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))  # ack_after later
         assert len(scripted.calls) == 1  # the message/app_mention pair ran once
         assert scripted.prompts(0)[-1].endswith("hi") and "<@U0BOT>" not in scripted.prompts(0)[-1]
         status = fake_slack.calls_to("assistant.threads.setStatus")
         assert status and status[0].args["thread_ts"] == root.ts  # "is thinking…" while the model works
         async with aiohttp.ClientSession() as http, http.get(f"{gw.url}/readyz") as r:
             assert (await r.json())["bindings"]["acme"]["connected"] is True
+
+
+async def test_a_mentions_run_asks_its_model_before_its_events_are_acked(tmp_path: Path, fake_slack: FakeSlack,
+                                                                         scripted: ScriptedModel) -> None:
+    """The ack waits once the message is stored (Slack allows 3 s); the run does not wait behind it: the
+    model is asked while the mention's two envelopes are still unacked, and each is acked all the same."""
+    scripted.hold = asyncio.Event()
+    async with running_gateway(config(tmp_path, fake_slack), clock=scripted.clock) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        gw.adapters["acme"].ack_after = 1.0  # far longer than a loaded test run's way to the model
+        _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> hi")
+        await fake_slack.wait_for(lambda: len(scripted.calls) == 1)
+        assert not any(fake_slack.acked(e) for e in envelopes)
+        scripted.hold.set()
+        await final_reply(fake_slack, "C0GEN", FINAL.format(n=1))
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
+        acked = [a["envelope_id"] for a in fake_slack.acks if a.get("envelope_id") in envelopes]
+        assert sorted(acked) == sorted(envelopes)  # each once
+        assert len(scripted.calls) == 1  # the pair ran once
 
 
 async def test_thread_reply_without_mention_continues_with_history(tmp_path: Path, fake_slack: FakeSlack, scripted: ScriptedModel) -> None:

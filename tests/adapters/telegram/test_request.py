@@ -118,6 +118,27 @@ async def test_a_reply_s_call_goes_as_one_json_body_and_its_refusals_as_python_t
     # no message_thread_id: None is left out
 
 
+async def test_the_poll_goes_as_one_json_body_on_its_own_transport(serve: Any) -> None:
+    """getUpdates (`get_updates_raw`): one JSON body too, with no offset before the first update is known,
+    on the bot's getUpdates transport (the adapter gives it its own connection and long read timeout)."""
+    bodies: list[tuple[str, Any]] = []
+    update = {"update_id": 5, "message": {"message_id": 1, "date": 0, "chat": {"id": 42, "type": "private"}}}
+
+    async def get_updates(request: web.Request) -> web.Response:
+        bodies.append((request.content_type, await request.json()))
+        return web.json_response({"ok": True, "result": [update]})
+
+    app = answering("direct_bot")  # getMe, when the bot starts
+    app.router.add_post(f"/bot{TOKEN}/getUpdates", get_updates)
+    url = await serve(app)
+    async with TelegramBot(TOKEN, base_url=f"{url}/bot", request=transport(),
+                           get_updates_request=transport(connections=1)) as bot:
+        assert await bot.get_updates_raw(None) == [update]
+        assert await bot.get_updates_raw(6) == [update]
+    asked = {"timeout": 30, "allowed_updates": ["message", "edited_message", "callback_query"]}
+    assert bodies == [("application/json", asked), ("application/json", {**asked, "offset": 6})]
+
+
 async def test_a_server_that_never_answers_is_a_timeout(serve: Any) -> None:
     release = asyncio.Event()  # the server's answer, held until the client gave up
 
