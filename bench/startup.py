@@ -327,9 +327,10 @@ def library_floor(modules: tuple[str, ...], rounds: int = 3) -> tuple[float, flo
     """A bare process that imports `modules` and nothing of ours but `gateway.ops.library_parts` (the parts of
     them the daemon never loads are kept out here too), median of `rounds`: its CPU seconds once imported (the
     floor under CPU to READY), its VmRSS (MiB) after one pydantic-ai run on its test model (the floor under
-    idle RSS: any agent's first run loads pydantic-ai's price table, ~5 MiB, and anyio's backend, as the
-    daemon's warm-up does right after READY), and what each import added to RSS, in this order (the last
-    round's: the interpreter with asyncio, which every one of them needs, first)."""
+    idle RSS: any agent's first run loads anyio's backend, as the daemon's warm-up does right after READY, and
+    pydantic-ai's price table, ~5 MiB, which a daemon on the offline demo no longer loads: gateway/runs/llm.py),
+    and what each import added to RSS, in this order (the last round's: the interpreter with asyncio, which
+    every one of them needs, first)."""
     script = ("import gc, os, resource, asyncio, importlib, sys\n"
               "gc.disable()\n"  # as `agent-gateway run` imports (gateway.ops.cli.main)
               "try:\n"

@@ -75,7 +75,7 @@ def problems(used: tuple[Private, ...] = USED, version: Callable[[str], str] = m
     """One line per dependency that lacks what we use, with what to install. `in_use`: only what the modules
     of ours this process has imported use (the daemon's own, and the capabilities its config binds: loading a
     config imports them), so that a deployment binding none of them imports no capability's library to check
-    it (pydantic-ai-harness' reminders, tool output limits and compaction: 30 modules, ~1 MiB, ~10 ms of
+    it (pydantic-ai-harness' reminders, tool output limits and compaction: 26 modules, ~1 MiB, ~20 ms of
     every start; bench/README.md Round 15). The daemon asks so at start and at every reload."""
     lines = []
     for private in used:
