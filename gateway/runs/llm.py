@@ -191,13 +191,14 @@ class _PriceTableOnFirstNeed(data_snapshot.DataSnapshot):
     def find_provider_model(self, model_ref: str, provider: prices.Provider | None, provider_id: str | None,
                             provider_api_url: str | None) -> tuple[prices.Provider, prices.ModelInfo]:
         if provider is None and self._offline(model_ref, provider_id, provider_api_url):
-            raise LookupError(f"Unable to find model with {model_ref=!r}: an offline model of agent-gateway's")
+            raise _unpriced(model_ref)
         return load_price_table().find_provider_model(model_ref, provider, provider_id, provider_api_url)
 
     def calc(self, usage: prices.AbstractUsage, model_ref: str, provider_id: str | None, provider_api_url: str | None,
              genai_request_timestamp: datetime | None,
              price_context: prices.PriceContext | None = None) -> prices.PriceCalculation:
-        self.find_provider_model(model_ref, None, provider_id, provider_api_url)  # an offline model's: LookupError
+        if self._offline(model_ref, provider_id, provider_api_url):
+            raise _unpriced(model_ref)
         return load_price_table().calc(usage, model_ref, provider_id, provider_api_url, genai_request_timestamp,
                                        price_context)
 
@@ -208,6 +209,10 @@ class _PriceTableOnFirstNeed(data_snapshot.DataSnapshot):
     def extract_usage(self, response_data: Any, provider_id: str | None = None, provider_api_url: str | None = None,
                       api_flavor: str = "default") -> prices.ExtractedUsage:
         return load_price_table().extract_usage(response_data, provider_id, provider_api_url, api_flavor)
+
+
+def _unpriced(model_ref: str) -> LookupError:
+    return LookupError(f"Unable to find model with {model_ref=!r}: an offline model of agent-gateway's")
 
 
 _ON_FIRST_NEED = _PriceTableOnFirstNeed()
