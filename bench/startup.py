@@ -327,9 +327,10 @@ def library_floor(modules: tuple[str, ...], rounds: int = 3) -> tuple[float, flo
     """A bare process that imports `modules` and nothing of ours but `gateway.ops.library_parts` (the parts of
     them the daemon never loads are kept out here too), median of `rounds`: its CPU seconds once imported (the
     floor under CPU to READY), its VmRSS (MiB) after one pydantic-ai run on its test model (the floor under
-    idle RSS: any agent's first run loads pydantic-ai's price table, ~5 MiB, and anyio's backend, as the
-    daemon's warm-up does right after READY), and what each import added to RSS, in this order (the last
-    round's: the interpreter with asyncio, which every one of them needs, first)."""
+    idle RSS: any agent's first run loads anyio's backend, as the daemon's warm-up does right after READY; not
+    pydantic-ai's price table, ~5 MiB, which a daemon on the offline demo does not load: gateway/runs/llm.py),
+    and what each import added to RSS, in this order (the last round's: the interpreter with asyncio, which
+    every one of them needs, first)."""
     script = ("import gc, os, resource, asyncio, importlib, sys\n"
               "gc.disable()\n"  # as `agent-gateway run` imports (gateway.ops.cli.main)
               "try:\n"
@@ -346,6 +347,10 @@ def library_floor(modules: tuple[str, ...], rounds: int = 3) -> tuple[float, flo
               "usage = resource.getrusage(resource.RUSAGE_SELF)\n"
               "from pydantic_ai import Agent\n"
               "from pydantic_ai.models.test import TestModel\n"
+              # The table priced nothing the configs here run (the offline demo), and the daemon no longer
+              # loads it for them (gateway/runs/llm.py): an empty snapshot keeps it out of the floor too.
+              "from genai_prices import data_snapshot\n"
+              "data_snapshot.set_custom_snapshot(data_snapshot.DataSnapshot(providers=[], from_auto_update=False))\n"
               "before = rss()\n"
               "asyncio.run(Agent(TestModel()).run('hello'))\n"
               "steps.append(('one agent run', rss() - before))\n"

@@ -127,7 +127,7 @@ class Gateway:
         await self.stop()
 
     async def start(self) -> None:
-        missing = private_api.problems()
+        missing = private_api.problems(in_use=True)
         if missing:  # a dependency upgraded past what this version was built on
             raise StartupError("; ".join(missing))
         exposure = self.config.gateway.http.exposure_problem(self.listen)
@@ -266,6 +266,10 @@ class Gateway:
                 for problem in problems:
                     log.error("reload refused: %s", problem)
                 return False, problems
+            missing = private_api.problems(in_use=True)  # a capability the new config binds: checked now
+            if missing:
+                log.error("reload refused: %s", "; ".join(missing))
+                return False, missing
             changed = await self.apply(config)
             log.info("reloaded: %s", ", ".join(changed) if changed else "no binding changed")
             return True, []

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -62,15 +62,23 @@ class NotInstalled(LookupError):
 
 
 @functools.cache
+def _installed() -> EntryPoints:
+    """Every group's entry points, in one read: each read scans every installed distribution's metadata
+    (5-17 ms here), and start-up asked ten times, then once per group (four: ~10 ms more of every
+    start's CPU than one, bench/README.md Round 15). `rescan` forgets them (a reload does)."""
+    return entry_points()  # on Python 3.11 a `SelectableGroups`, whose `select` is EntryPoints' too
+
+
+@functools.cache
 def _declared(group: str) -> tuple[EntryPoint, ...]:
-    """`group`'s entry points, read once: each read scans every installed distribution's metadata
-    (5-17 ms here), and start-up asked ten times. `rescan` forgets them (a reload does)."""
-    return tuple(entry_points(group=group))
+    """`group`'s entry points, none of them loaded."""
+    return tuple(_installed().select(group=group))
 
 
 def rescan() -> None:
     """Read the installed distributions again at the next question: a package installed since start
     is found by the next reload."""
+    _installed.cache_clear()
     _declared.cache_clear()
 
 

@@ -14,6 +14,7 @@ uses, is pinned to one version instead.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module, metadata
@@ -26,6 +27,11 @@ class Private:
     owner: str  # the class holding the attributes
     attributes: tuple[str, ...]
     used_in: str
+
+    @property
+    def user(self) -> str:
+        """The module of ours that uses them (`used_in`'s file)."""
+        return self.used_in.partition(":")[0].removesuffix(".py").replace("/", ".")
 
     def missing(self) -> list[str]:
         cls = getattr(import_module(self.module), self.owner)
@@ -64,10 +70,17 @@ USED: tuple[Private, ...] = (
 )
 
 
-def problems(used: tuple[Private, ...] = USED, version: Callable[[str], str] = metadata.version) -> list[str]:
-    """One line per dependency that lacks what we use, with what to install."""
+def problems(used: tuple[Private, ...] = USED, version: Callable[[str], str] = metadata.version, *,
+             in_use: bool = False) -> list[str]:
+    """One line per dependency that lacks what we use, with what to install. `in_use`: only what the modules
+    of ours this process has imported use (the daemon's own, and the capabilities its config binds: loading a
+    config imports them), so that a deployment binding none of them imports no capability's library to check
+    it (pydantic-ai-harness' reminders, tool output limits and compaction: 26 modules, ~1 MiB, ~20 ms of
+    every start; bench/README.md Round 15). The daemon asks so at start and at every reload."""
     lines = []
     for private in used:
+        if in_use and private.user not in sys.modules:
+            continue
         try:
             missing = private.missing()
         except (ImportError, AttributeError) as e:

@@ -55,7 +55,8 @@ async def main():
                 while (event := await asyncio.wait_for(events.get(), 60))["type"] != "run_end" or event["run_id"] != run:
                     pass
         print(json.dumps({"status": event["status"], "imported": sorted(set(sys.modules) - before),
-                          "sdks": sorted(m for m in ("openai", "anthropic") if m in sys.modules)}))
+                          "sdks": sorted(m for m in ("openai", "anthropic") if m in sys.modules),
+                          "price_table": "genai_prices.data" in sys.modules}))
     finally:
         await gw.stop()
 
@@ -111,12 +112,13 @@ def _env() -> dict[str, str]:
 
 async def test_the_first_message_on_the_offline_model_imports_nothing_and_no_provider_sdk(tmp_path: Path) -> None:
     """The shipped agent's capabilities (clock, memory_files) on the offline demo: before the warm-up, the first
-    message imported genai-prices' price table and anyio's asyncio backend on the loop."""
+    message imported genai-prices' price table and anyio's asyncio backend on the loop. The table is never
+    loaded: it prices no offline model (gateway/runs/llm.py)."""
     config = write_config(tmp_path / "c", agents={"assistant": {
         "name": "A", "model": "demo", "instructions": "Be brief.",
         "capabilities": [{"id": "clock"}, {"id": "memory_files"}]}})
     result = await _first_message(config, _env())
-    assert result == {"status": "finished", "imported": [], "sdks": []}
+    assert result == {"status": "finished", "imported": [], "sdks": [], "price_table": False}
 
 
 async def test_the_first_message_on_an_openai_compatible_model_imports_nothing_and_not_anthropic(tmp_path: Path) -> None:
@@ -129,7 +131,7 @@ async def test_the_first_message_on_an_openai_compatible_model_imports_nothing_a
         assert len(served.requests) == 1  # the warm-up itself never calls the model: only the message did
     finally:
         await served.stop()
-    assert result == {"status": "finished", "imported": [], "sdks": ["openai"]}
+    assert result == {"status": "finished", "imported": [], "sdks": ["openai"], "price_table": True}  # by the warm-up
 
 
 async def test_a_model_a_run_built_while_the_warm_up_was_building_is_kept_and_the_warm_ups_closed(tmp_path: Path) -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Any
 
+from genai_prices import data_snapshot, types as prices
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -21,7 +24,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import Model, infer_model
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel, StreamFunctionDef
 from pydantic_ai.providers import Provider
 from pydantic_ai.tools import ToolDefinition
 
@@ -87,6 +90,7 @@ def resolve_model(
     model = in_process(name)
     if model is not None:
         return model
+    load_price_table()  # here, where pydantic-ai's `Model()` would load it: never a priced run's first lookup
     provider_name, _, model_name = name.partition(":")
     if provider_name in providers and model_name:
         cfg = providers[provider_name]
@@ -138,7 +142,80 @@ def model_from_config(cfg: ProviderConfig, model_name: str, provider: Provider[A
 
 
 def demo_model() -> FunctionModel:
-    return FunctionModel(stream_function=_demo_stream, model_name="offline-demo")
+    return offline_model(_demo_stream, "offline-demo")
+
+
+# --- genai-prices' table, loaded when a model it could price is built ---------------------------
+# Every pydantic-ai `Model()` loads genai-prices' bundled table (`genai_prices.data`: 4.7 MiB of RSS and
+# ~40 ms of CPU, bench/README.md Round 15), the offline demo and the warm-up's rehearsal included, though
+# the table knows neither: their lookups (a context window, a response's price) end in LookupError.
+# So the gateway's own offline models are built with `_PriceTableOnFirstNeed` as the process's snapshot
+# (genai-prices' public `set_custom_snapshot`): it answers their lookups as the table does, and the first
+# lookup of any other model, or a model built by `resolve_model`, loads the table and puts genai-prices'
+# own snapshot back. A deployment on the demo never loads it; anything priced (an agent's provider, an
+# image or audio model's `cost()`) is priced from the same table as before.
+
+OFFLINE_MODELS: set[str] = set()  # the model names of the gateway's own FunctionModels (`offline_model`)
+
+
+def offline_model(stream: StreamFunctionDef, name: str) -> FunctionModel:
+    """One of the gateway's offline models (the demo, the warm-up's rehearsal), built without loading
+    genai-prices' table (see above)."""
+    OFFLINE_MODELS.add(name.lower())
+    # Only when the table is not loaded yet (nothing to save otherwise), and never over a snapshot someone
+    # else set (genai-prices' UpdatePrices; a private name, read defensively: gone, nothing is set over).
+    if "genai_prices.data" not in sys.modules and getattr(data_snapshot, "_custom_snapshot", None) is None:
+        data_snapshot.set_custom_snapshot(_ON_FIRST_NEED)
+    return FunctionModel(stream_function=stream, model_name=name)
+
+
+def load_price_table() -> data_snapshot.DataSnapshot:
+    """genai-prices' snapshot as pydantic-ai's `Model()` leaves it: the bundled table loaded, unless a
+    snapshot of someone else's stands."""
+    if data_snapshot.get_snapshot() is _ON_FIRST_NEED:
+        data_snapshot.set_custom_snapshot(None)
+    return data_snapshot.get_snapshot()
+
+
+class _PriceTableOnFirstNeed(data_snapshot.DataSnapshot):
+    """genai-prices' snapshot until a lookup needs its table: the offline models' are answered here."""
+
+    def __init__(self) -> None:
+        super().__init__(providers=[], from_auto_update=False)
+
+    @staticmethod
+    def _offline(model_ref: str, provider_id: str | None, provider_api_url: str | None) -> bool:
+        # What pydantic-ai asks of a FunctionModel: its name, with its system ("function") or no provider.
+        return provider_api_url is None and provider_id in (None, "function") and model_ref.lower() in OFFLINE_MODELS
+
+    def find_provider_model(self, model_ref: str, provider: prices.Provider | None, provider_id: str | None,
+                            provider_api_url: str | None) -> tuple[prices.Provider, prices.ModelInfo]:
+        if provider is None and self._offline(model_ref, provider_id, provider_api_url):
+            raise _unpriced(model_ref)
+        return load_price_table().find_provider_model(model_ref, provider, provider_id, provider_api_url)
+
+    def calc(self, usage: prices.AbstractUsage, model_ref: str, provider_id: str | None, provider_api_url: str | None,
+             genai_request_timestamp: datetime | None,
+             price_context: prices.PriceContext | None = None) -> prices.PriceCalculation:
+        if self._offline(model_ref, provider_id, provider_api_url):
+            raise _unpriced(model_ref)
+        return load_price_table().calc(usage, model_ref, provider_id, provider_api_url, genai_request_timestamp,
+                                       price_context)
+
+    def find_provider(self, model_ref: str | None, provider_id: str | None,
+                      provider_api_url: str | None) -> prices.Provider:
+        return load_price_table().find_provider(model_ref, provider_id, provider_api_url)
+
+    def extract_usage(self, response_data: Any, provider_id: str | None = None, provider_api_url: str | None = None,
+                      api_flavor: str = "default") -> prices.ExtractedUsage:
+        return load_price_table().extract_usage(response_data, provider_id, provider_api_url, api_flavor)
+
+
+def _unpriced(model_ref: str) -> LookupError:
+    return LookupError(f"Unable to find model with {model_ref=!r}: an offline model of agent-gateway's")
+
+
+_ON_FIRST_NEED = _PriceTableOnFirstNeed()
 
 
 def _words(text: str) -> list[str]:

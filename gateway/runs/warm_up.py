@@ -3,7 +3,8 @@
 The first run in a process does work every later run reuses, on the event loop, in front of every
 other conversation's events. Found by sampling the loop's thread through a fresh daemon's first
 message (bench/README.md, "The first message"):
-- the first pydantic-ai model built loads genai-prices' price table (its `data` module, ~40 ms);
+- the first pydantic-ai model built loads genai-prices' price table (its `data` module, ~40 ms; not the
+  offline models, which it cannot price: gateway/runs/llm.py);
 - a provider's first model imports its SDK (the OpenAI SDK: 0.3-0.9 s) and makes its HTTP client's
   SSL context (`ModelCache.warm`, which did it on the loop before READY);
 - the first run imports anyio's asyncio backend, builds the agent's graph (pydantic-ai keeps one per
@@ -47,13 +48,14 @@ import anyio.to_thread
 from pydantic_ai import Agent, DeferredToolRequests
 from pydantic_ai.capabilities import Capability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.toolsets import FunctionToolset
 from pydantic_ai.usage import UsageLimits
 
 from bindings.loader import LoadedConfig
 
 from gateway.runs.agent_run import run_agent
+from gateway.runs.llm import offline_model
 from gateway.runs.models_cache import ModelCache
 from gateway.runs.runner import TurnAgent
 from gateway.runs.turn import Turn
@@ -152,7 +154,7 @@ async def _rehearse(names: list[str]) -> None:
     for name in names:
         agent = TurnAgent(Agent(None, deps_type=Turn, output_type=[str, DeferredToolRequests], name=name,
                                 instructions="A rehearsal."),
-                          model=FunctionModel(stream_function=_script, model_name="warm-up"), model_settings=None,
+                          model=offline_model(_script, "warm-up"), model_settings=None,
                           capabilities=[Capability(instructions=_instructions, toolsets=[FunctionToolset([echo])])])
         await run_agent(agent, "warm up", deps=None, usage_limits=UsageLimits(request_limit=3),
                         timeout=REHEARSAL_SECONDS)
