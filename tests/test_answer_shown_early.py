@@ -5,18 +5,13 @@ that was started is ended (a Slack stream left open keeps its "writing" look on 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any
-
-import pytest
 
 from gateway.clock import ManualClock
 from gateway.outbound.native_stream import NativeReplyStream
-from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Store
 
 from .conftest import wait_for
-from .test_delivery import TARGET, RecordingChat
+from .test_delivery import TARGET, RecordingChat, store  # noqa: F401 (the store fixture)
 
 
 class SlowLive:
@@ -38,14 +33,6 @@ class SlowLive:
     async def stop(self, markdown: str = "") -> str | None:
         self.calls.append(("stop", markdown))
         return "s1"
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> Any:
-    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'd.db'}")
-    await migrate(engine)
-    yield Store(engine)
-    await engine.dispose()
 
 
 async def test_an_answer_written_while_the_native_stream_starts_ends_that_stream(store: Store) -> None:
