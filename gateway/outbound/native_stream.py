@@ -35,6 +35,7 @@ class NativeReplyStream(ReplyStream):
         self._sent = ""  # the Markdown the live message holds
         self._message_id: str | None = None
         self._started = False
+        self._starting = False  # the live message's start is under way
 
     def _shows_drafts(self) -> bool:
         return self._live is not None or super()._shows_drafts()
@@ -47,8 +48,10 @@ class NativeReplyStream(ReplyStream):
 
     async def show_answer(self) -> None:
         if self._live is not None:
-            if self._started:
-                return  # the live message ends with the final (its stop): an append now is one call more
+            if self._started or self._starting:
+                # The live message ends with the final (its stop): an append now is one call more. One
+                # being started (a draft its timer sent) is not let go: it would never be stopped.
+                return
             # Never started: the answer is one message, posted now as the final would post it.
             self._live = None
         await super().show_answer()
@@ -69,7 +72,11 @@ class NativeReplyStream(ReplyStream):
         try:
             with impatient():  # a draft never waits for the budget
                 if not self._started:
-                    self._message_id = await self._live.start(pending)
+                    self._starting = True
+                    try:
+                        self._message_id = await self._live.start(pending)
+                    finally:
+                        self._starting = False
                     self._started, self._sent = True, text  # sent, whatever befalls its row
                     # The typing loop ends; a message that exists is recorded, so a restart edits it.
                     await self._adopt_first_message(self._message_id, self.adapter.render(text), final=False)

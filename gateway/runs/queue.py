@@ -177,6 +177,12 @@ class Scheduler:
         if handed is not None and not handed.done():
             handed.set_result((made, claimed))
 
+    def held(self) -> list[str]:
+        """`repo.Handoff`: the runs claimed for a waiting worker that has not taken its claim yet. It waits for
+        the ending run's slot, given back only after that run's tail (a card's post, a budget's wait)."""
+        return [claimed.run.id for f in self._handed.values() if f.done()
+                for made, claimed in [f.result()] if made and claimed is not None]
+
     @property
     def active(self) -> int:
         return sum(1 for t in self._workers.values() if not t.done())

@@ -137,6 +137,9 @@ class Handoff(Protocol):
     def handed(self, conversation_id: str, claimed: Claimed | None, made: bool) -> None:
         """What that claim gave (`made`: False when the end's transaction failed and nothing was claimed)."""
 
+    def held(self) -> list[str]:
+        """The runs claimed that way whose worker has not started them yet: their leases are renewed too."""
+
 
 LEASE_SECONDS = 60.0
 CACHE_SIZE = 10_000
@@ -816,6 +819,11 @@ class Store:
                                 .values(status=QUEUED))
 
     async def renew_leases(self, run_ids: Sequence[str]) -> None:
+        """Keep the leases of `run_ids` (the runs in flight here) and of the claims a run's end made for a
+        worker still waiting for its slot (`Handoff.held`): a lapsed one would be requeued as a dead process's
+        while it is run."""
+        if self.handoff is not None:
+            run_ids = [*run_ids, *self.handoff.held()]
         if not run_ids:
             return
         async with self.sessions() as s, s.begin():

@@ -1,0 +1,154 @@
+"""A run's end claims the next waiting conversation's run (SQLite, `repo.Handoff`): that claim waits in
+memory until a slot is free, and nothing of it may be lost or doubled meanwhile.
+
+The slot it waits for is the ending run's, given back only after that run's tail: a parked run's card
+posted (a platform's budget or a 429 can hold it a minute or two), the Stop control taken off. The
+claim is `running` in the database with a lease from its claim; the sweep renews the leases of what this
+process holds, else requeues them as a dead process's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from gateway.clock import ManualClock
+from gateway.runs.queue import Scheduler
+from gateway.store import repo
+from gateway.store.engine import create_engine, migrate
+from gateway.store.repo import Claimed, ConversationRef, Store
+
+from .conftest import wait_for
+from .test_store_driver import START, _say
+
+
+async def test_a_claim_waiting_behind_a_long_tail_is_not_requeued_by_the_sweep(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'h.db'}")
+    await migrate(engine)
+    clock = ManualClock(START)
+    store = Store(engine, clock=clock)
+    a, b = [await store.create_conversation(ConversationRef("", f"web:local:{c}", "web", "web", "local", c, None, "dm"))
+            for c in ("a", "b")]
+    await _say(store, a, "e1", "first")
+    waiting = await _say(store, b, "e2", "second")
+    tail = asyncio.Event()
+    in_flight: list[str] = []  # what the runner reports as running here (`Runner.running_ids`)
+    seen: list[tuple[str, str | None]] = []  # each run executed, and its status in the store as it runs
+
+    async def execute(claimed: Claimed) -> None:
+        in_flight.append(claimed.run.id)
+        try:
+            row = await store.run(claimed.run.id)
+            seen.append((claimed.run.id, row.status if row else None))
+            if claimed.conversation.id == a.id:
+                scheduler.wake(b.id)  # b's worker waits for the one slot
+                await asyncio.sleep(0.05)
+            await store.end_run(claimed.run.id, repo.FINISHED, reply="ok")
+            if claimed.conversation.id == a.id:
+                await tail.wait()  # after its end: its card's post waits out the platform's budget
+        finally:
+            in_flight.remove(claimed.run.id)
+
+    scheduler = Scheduler(store, execute, concurrent_runs=1)
+    try:
+        scheduler.wake(a.id)
+
+        async def handed() -> bool:  # a's end claimed b's run in its transaction; b's worker waits for the slot
+            row = await store.run(waiting.run_id)
+            return row is not None and row.status == repo.RUNNING
+
+        await wait_for(handed, what="a's end to claim b's run")
+        assert len(seen) == 1, "b's run started before a's slot was free"
+        # The sweeps while a's tail lasts (each renews what the runner runs, then requeues lapsed leases).
+        for _ in range(4):
+            clock.advance(store.lease_seconds / 3)
+            await store.renew_leases(list(in_flight))
+            assert await store.requeue_interrupted() == [], "a claim this process holds was requeued as a dead one's"
+        tail.set()
+        await wait_for(lambda: len(seen) == 2 and not scheduler.active, what="b's run")
+        assert seen[1] == (waiting.run_id, repo.RUNNING), seen
+        ended = await store.run(waiting.run_id)
+        assert ended is not None and ended.status == repo.FINISHED
+    finally:
+        tail.set()
+        await scheduler.cancel()
+        await engine.dispose()
+
+
+async def _one_slot_and_a_waiter(tmp_path: Path, name: str) -> tuple[Store, ConversationRef, ConversationRef, str]:
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / name}")
+    await migrate(engine)
+    store = Store(engine, clock=ManualClock(START))
+    a, b = [await store.create_conversation(ConversationRef("", f"web:local:{c}", "web", "web", "local", c, None, "dm"))
+            for c in ("a", "b")]
+    await _say(store, a, "e1", "first")
+    waiting = await _say(store, b, "e2", "second")
+    return store, a, b, waiting.run_id
+
+
+async def test_a_parked_run_holds_its_conversation_against_an_ends_claim(tmp_path: Path) -> None:
+    """b's first run waits on an approval card, its next message behind it: a's end claims nothing there."""
+    store, a, b, parked_id = await _one_slot_and_a_waiter(tmp_path, "p.db")
+    assert (await store.claim_next_run(b.id)) is not None
+    await store.end_run(parked_id, repo.PARKED, state="[]")
+    behind = await _say(store, b, "e3", "and then?")
+    ran: list[str] = []
+
+    async def execute(claimed: Claimed) -> None:
+        ran.append(claimed.run.id)
+        if claimed.conversation.id == a.id:
+            scheduler.wake(b.id)
+            await asyncio.sleep(0.05)  # b's worker waits for the one slot
+        await store.end_run(claimed.run.id, repo.FINISHED, reply="ok")
+
+    scheduler = Scheduler(store, execute, concurrent_runs=1)
+    try:
+        scheduler.wake(a.id)
+        await wait_for(lambda: ran and not scheduler.active, what="a's run, then b's worker finding nothing to run")
+        assert len(ran) == 1
+        queued = await store.run(behind.run_id)
+        assert queued is not None and queued.status == repo.QUEUED
+        assert (await store.run(parked_id)).status == repo.PARKED  # type: ignore[union-attr]
+    finally:
+        await scheduler.cancel()
+        await store.engine.dispose()
+
+
+async def test_a_claim_made_by_an_end_and_killed_before_it_ran_is_answered_once_after_a_restart(
+        tmp_path: Path) -> None:
+    """The process dies after a's end committed b's claim, before b's worker started it: the file says b's
+    run is running. The next start puts it back in the queue, and it runs once, with its message."""
+    store, a, b, waiting_id = await _one_slot_and_a_waiter(tmp_path, "k.db")
+    killed = asyncio.Event()
+
+    async def execute(claimed: Claimed) -> None:
+        scheduler.wake(b.id)
+        await asyncio.sleep(0.05)
+        await store.end_run(claimed.run.id, repo.FINISHED, reply="ok")
+        killed.set()
+        await asyncio.Event().wait()  # the process is gone: nothing after this runs
+
+    scheduler = Scheduler(store, execute, concurrent_runs=1)
+    scheduler.wake(a.id)
+    await killed.wait()
+    await scheduler.cancel()
+    assert (await store.run(waiting_id)).status == repo.RUNNING  # type: ignore[union-attr]
+    await store.engine.dispose()
+
+    engine = create_engine(f"sqlite+aiosqlite:///{tmp_path / 'k.db'}")
+    again = Store(engine, clock=ManualClock(START))
+    ran: list[tuple[str, list[str]]] = []
+
+    async def execute_again(claimed: Claimed) -> None:
+        ran.append((claimed.run.id, [line.text for line in claimed.prompt]))
+        await again.end_run(claimed.run.id, repo.FINISHED, reply="ok")
+
+    restarted = Scheduler(again, execute_again, concurrent_runs=1)
+    try:
+        for conversation_id in await again.requeue_interrupted(at_start=True):
+            restarted.wake(conversation_id)
+        await wait_for(lambda: ran and not restarted.active, what="b's run after the restart")
+        assert ran == [(waiting_id, ["second"])]
+        assert {m.status for m in await again.messages(b.id)} == {"processed", "final"}
+    finally:
+        await restarted.cancel()
+        await engine.dispose()
