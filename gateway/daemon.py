@@ -73,6 +73,19 @@ class StartupError(Exception):
     """The gateway cannot start with this configuration (the message says why)."""
 
 
+# gateway.yaml settings that the process reads once, at start (the store's engine, the listener, the
+# scheduler's slots, the uploads' memory budget, the adapters' pacers, which a reload keeps unless their
+# binding changed): a reload that changes one says so rather than appearing to apply it.
+READ_AT_START = ("database", "http", "limits.concurrent_runs", "limits.uploads_max_bytes",
+                 "limits.platform_budget_scale")
+
+
+def _setting(gateway: object, dotted: str) -> object:
+    for part in dotted.split("."):
+        gateway = getattr(gateway, part)
+    return gateway
+
+
 class Gateway:
     """Implements `gateway.outbound.adapter.Dispatcher` for the adapters it starts."""
 
@@ -280,8 +293,8 @@ class Gateway:
         """Swap to `config`: only bindings whose settings changed reconnect; runs in flight keep
         the config they started with (their Turn holds it)."""
         old = self.config
-        for key in ("database", "http"):
-            if getattr(old.gateway, key) != getattr(config.gateway, key):
+        for key in READ_AT_START:
+            if _setting(old.gateway, key) != _setting(config.gateway, key):
                 log.warning("gateway.yaml %s changed: it takes effect at the next restart", key)
         wanted = {b.id: b for b in config.bindings.values() if b.enabled}
         changed = [b for b in sorted(set(wanted) | set(self.adapters)) if old.bindings.get(b) != wanted.get(b)]

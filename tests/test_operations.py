@@ -180,6 +180,26 @@ async def test_reload_reconnects_only_changed_bindings(tmp_path: Path) -> None:
         assert gw.config.agents["assistant"].name == "Renamed"
 
 
+async def test_a_reload_says_which_changed_settings_wait_for_a_restart(tmp_path: Path, caplog: Any) -> None:
+    """The scheduler's slots, the uploads' budget, the pacers, the database and the listener are made
+    once: a reload that changes one must say so, not appear to apply it (it was silent on
+    `limits.concurrent_runs`)."""
+    import logging
+
+    from .conftest import running_gateway
+
+    cfg = write_config(tmp_path / "c", gateway={"limits": {"concurrent_runs": 4}})
+    async with running_gateway(cfg) as gw:
+        text = (cfg / "gateway.yaml").read_text()
+        (cfg / "gateway.yaml").write_text(text.replace("concurrent_runs: 4", "concurrent_runs: 9"))
+        with caplog.at_level(logging.WARNING, logger="gateway"):
+            ok, _ = await gw.reload_from_disk()
+        assert ok
+        said = [r.getMessage() for r in caplog.records if "next restart" in r.getMessage()]
+        assert said == ["gateway.yaml limits.concurrent_runs changed: it takes effect at the next restart"]
+        assert gw.scheduler.limit._value <= 4  # what it says is what it does: still the start's slots
+
+
 async def test_reload_lets_a_run_in_flight_finish_on_its_adapter(tmp_path: Path) -> None:
     from .conftest import running_gateway
 
