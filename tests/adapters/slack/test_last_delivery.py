@@ -91,6 +91,17 @@ def _spooled(spool: Path) -> list[Path]:
     return sorted(spool.glob("*.json")) if spool.is_dir() else []
 
 
+async def _answered_once_at_the_next_start(config_dir: Path, fake: FakeSlack, root_ts: str, text: str,
+                                           spool: Path) -> None:
+    """The next daemon on `config_dir` answers the held `text` once, and takes its entry off `spool`."""
+    async with running_gateway(config_dir) as gw:
+        await fake.wait_for(lambda: _answers(fake, root_ts))
+        await settled(gw, fake)
+        answers = _answers(fake, root_ts)
+        assert len(answers) == 1 and answers[0].endswith(text), answers
+        assert _spooled(spool) == [], "what the store took is off the spool"
+
+
 async def test_a_held_event_survives_a_restart_and_is_answered_once(
         tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
     """Held during a lock, the daemon stopped before the lock ends: the next start answers it."""
@@ -105,12 +116,7 @@ async def test_a_held_event_survives_a_restart_and_is_answered_once(
         assert not _answers(fake_slack, root.ts), "the lock is still held: nothing can have been stored"
         released.let_go()
     assert not _logged(caplog, "was lost")
-    async with running_gateway(config_dir) as gw:
-        await fake_slack.wait_for(lambda: _answers(fake_slack, root.ts))
-        await settled(gw, fake_slack)
-        answers = _answers(fake_slack, root.ts)
-        assert len(answers) == 1 and answers[0].endswith("hello across a restart"), answers
-        assert _spooled(config_dir / "gateway.db.spool" / "acme") == [], "what the store took is off the spool"
+    await _answered_once_at_the_next_start(config_dir, fake_slack, root.ts, "hello across a restart", config_dir / "gateway.db.spool" / "acme")
     assert not any("hello across a restart" in r.getMessage() for r in caplog.records), "a body is never logged"
 
 
@@ -456,12 +462,7 @@ async def test_http_mode_a_held_event_survives_a_restart_and_is_answered_once(
         assert len(_spooled(config_dir / "gateway.db.spool" / "acme")) == 1
         released.let_go()
     assert not _logged(caplog, "was lost")
-    async with running_gateway(config_dir) as gw:
-        await fake_slack.wait_for(lambda: _answers(fake_slack, root.ts))
-        await settled(gw, fake_slack)
-        answers = _answers(fake_slack, root.ts)
-        assert len(answers) == 1 and answers[0].endswith("hello over http, across a restart"), answers
-        assert _spooled(config_dir / "gateway.db.spool" / "acme") == [], "what the store took is off the spool"
+    await _answered_once_at_the_next_start(config_dir, fake_slack, root.ts, "hello over http, across a restart", config_dir / "gateway.db.spool" / "acme")
 
 
 @pytest.mark.postgres
@@ -482,10 +483,6 @@ async def test_on_postgresql_the_spool_in_the_state_directory_is_answered_at_the
         "platform": "slack", "agent": "assistant", "slack": {
             "bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
             "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake_slack.api_url}}})
-    async with running_gateway(config_dir) as gw:
-        await fake_slack.wait_for(lambda: _answers(fake_slack, root.ts))
-        await settled(gw, fake_slack)
-        answers = _answers(fake_slack, root.ts)
-        assert len(answers) == 1 and answers[0].endswith("hello from the state directory"), answers
-        assert _entries(state / "gateway.spool") == [], "what the store took is off the spool"
+    await _answered_once_at_the_next_start(config_dir, fake_slack, root.ts, "hello from the state directory",
+                                           state / "gateway.spool" / "acme")
     assert not (tmp_path / "other").exists() and not (config_dir / "gateway.spool").exists()
