@@ -133,10 +133,10 @@ class Audio:
         # OpenAI-compatible servers (faster-whisper) answer `verbose_json` with language and segments.
         verbose = not model.startswith("gpt-4o")
         with self._service("transcription"):
-            client = self.clients.client(self.provider)
-            result = await client.audio.transcriptions.create(
-                model=model, file=(name, data, mime), response_format="verbose_json" if verbose else "json",
-                **({"language": language} if language else {}), timeout=REQUEST_SECONDS)
+            async with self.clients.client(self.provider) as client:
+                result = await client.audio.transcriptions.create(
+                    model=model, file=(name, data, mime), response_format="verbose_json" if verbose else "json",
+                    **({"language": language} if language else {}), timeout=REQUEST_SECONDS)
         text = str(getattr(result, "text", "") or "")
         segments = [{"start_seconds": round(float(s.start), 2), "end_seconds": round(float(s.end), 2),
                      "text": str(s.text).strip()} for s in (getattr(result, "segments", None) or [])[:MAX_SEGMENTS]]
@@ -147,10 +147,10 @@ class Audio:
     async def speak(self, text: str, voice: str, model: str) -> tuple[bytes, float]:
         """Speech for `text` as OGG/Opus bytes (mono, 48 kHz) and its seconds, or Refused."""
         with self._service("speech"):
-            client = self.clients.client(self.provider)
             # MP3: what every OpenAI-compatible speech server answers; re-encoded here for voice notes.
-            response = await client.audio.speech.create(model=model, voice=voice, input=text, response_format="mp3",
-                                                        timeout=REQUEST_SECONDS)
+            async with self.clients.client(self.provider) as client:
+                response = await client.audio.speech.create(model=model, voice=voice, input=text,
+                                                            response_format="mp3", timeout=REQUEST_SECONDS)
             data = response.content
         if len(data) > self.cfg.max_bytes:
             raise Refused(f"the speech service answered {size_text(len(data))}, over the "

@@ -6,7 +6,8 @@ capability entry names, or by default the provider of the agent's own model, so 
 no config works wherever the agent runs on an OpenAI-compatible server. A local server (faster-whisper
 or a TTS server behind an OpenAI-compatible API) is a provider with a `base_url`. The client is the
 openai SDK's `AsyncOpenAI` that pydantic-ai's `OpenAIProvider` builds (pooled, kept alive), built once
-per provider config and secret, shared by every run, closed when the gateway stops.
+per provider config and secret, shared by every run, closed when the gateway stops or once a reload no
+longer configures that provider so and no request goes through it (`LoopClients`).
 
 Kept apart from `capabilities/audio.py` so the daemon can hold the clients (and check configs that
 name `audio`) without importing the capability, which is imported only once a config names it.
@@ -14,7 +15,8 @@ name `audio`) without importing the capability, which is imported only once a co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING
 
 from bindings.models import ProviderConfig
@@ -69,11 +71,20 @@ class AudioClients:
     def providers(self) -> Mapping[str, ProviderConfig]:
         return self._providers()
 
-    def client(self, name: str) -> AsyncOpenAI:
-        """The client of provider `name` (from `provider_name`), built on first use."""
+    @contextlib.asynccontextmanager
+    async def client(self, name: str) -> AsyncIterator[AsyncOpenAI]:
+        """The client of provider `name` (from `provider_name`), built on first use, while a request goes
+        through it (not closed meanwhile)."""
         cfg = self._providers().get(name) if name != "openai" or "openai" in self._providers() else None
         config = config_key(name, cfg)
-        return self._clients.get((*config, secret_digest(cfg)), lambda: _build(name, cfg), family=config)
+        async with self._clients.lease((*config, secret_digest(cfg)), lambda: _build(name, cfg), config) as client:
+            yield client
+
+    def reloaded(self, config: LoadedConfig) -> None:
+        """A reload's config: the clients of providers it no longer configures so are closed."""
+        providers = config.gateway.providers
+        named = [config_key(name, cfg) for name, cfg in providers.items()]
+        self._clients.keep(named if "openai" in providers else [*named, config_key("openai", None)])
 
     async def stop(self) -> None:
         await self._clients.stop()

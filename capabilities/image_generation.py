@@ -15,18 +15,19 @@ The image model's client (its provider's pooled HTTP client) is the daemon's, on
 (`ImageClients`), reused by every run and closed when the gateway stops: built per run, each run made a
 provider with its own HTTP client and SSL context (~26 ms of CPU) and, drawing, opened a connection to the
 image server and left it open. A rotated key is a new client; the config keeps that one and the one before
-(a run may still be drawing through it) and closes older ones (`LoopClients`' family); a config a reload
-replaced keeps its clients until the stop. The capability is built once per config (`shared`): the tool
+and closes the one before once no run draws through it (`LoopClients`' family); a config a reload replaced
+(or removed) is closed the same way (`ImageClients.reloaded`). The capability is built once per config (`shared`): the tool
 reads the key at each request and call (an unreadable one hides the tool) and the run from its deps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import re
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_ai.capabilities import AbstractCapability
@@ -45,6 +46,9 @@ from gateway.store.run_costs import MediaSpend
 from .failures import trouble
 from .loop_clients import LoopClients
 from .registry import BuildContext, CapabilityDecl, ToolDecl, read_key, register, simple
+
+if TYPE_CHECKING:
+    from bindings.loader import LoadedConfig
 
 log = logging.getLogger("capabilities.image_generation")
 PROMPT_CHARS = 4000
@@ -83,11 +87,20 @@ class ImageClients:
     def __init__(self) -> None:
         self._made: LoopClients[tuple[OpenAIProvider, ImageGenerator]] = LoopClients(_close)
 
-    def generator(self, cfg: ImageGenerationConfig, key: str) -> ImageGenerator:
+    @contextlib.asynccontextmanager
+    async def generator(self, cfg: ImageGenerationConfig, key: str) -> AsyncIterator[ImageGenerator]:
+        """The generator for `cfg` and `key` while a request draws through it (not closed meanwhile)."""
         # Keyed by the key's digest: the secret itself is kept only inside its client.
         digest = hashlib.sha256(key.encode()).hexdigest()
         config = cfg.model_dump_json()
-        return self._made.get((config, digest), lambda: _generator(cfg, key), family=config)[1]
+        async with self._made.lease((config, digest), lambda: _generator(cfg, key), family=config) as made:
+            yield made[1]
+
+    def reloaded(self, config: LoadedConfig) -> None:
+        """A reload's config: the clients of image configs no agent of it names are closed."""
+        self._made.keep(ImageGenerationConfig.model_validate(entry.config).model_dump_json()
+                        for agent in config.agents.values() for entry in agent.capabilities
+                        if entry.id == "image_generation" and entry.enabled)
 
     async def stop(self) -> None:
         await self._made.stop()
@@ -125,7 +138,8 @@ def _toolset(cfg: ImageGenerationConfig, key: Callable[[], str | None], clients:
         if secret is None:
             return trouble(ctx, "transient", "the image provider's key cannot be read now; nothing was drawn")
         try:
-            result = await clients.generator(cfg, secret).generate(prompt)
+            async with clients.generator(cfg, secret) as generator:
+                result = await generator.generate(prompt)
         except ContentFilterError:
             return "The image provider refused this description (content moderation); nothing was drawn."
         except (ModelHTTPError, ModelAPIError) as e:

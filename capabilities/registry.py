@@ -91,7 +91,8 @@ class CapabilityDecl:
     # yes; a compaction snapshot is the conversation's history, which a delegate's run is never part of.
     lends_state: bool = True
     # What the capability holds for the daemon's lifetime (shared HTTP clients): objects with an async
-    # `stop()`, awaited when the gateway stops if the capability was loaded (`LoadedCapabilities`).
+    # `stop()`, awaited when the gateway stops if the capability was loaded (`LoadedCapabilities`), and
+    # optionally `reloaded(config)`, told each reload's config (to close what it no longer names).
     holds: tuple[Any, ...] = ()
     # Extra publish-time checks: (config) -> list of (field path, message).
     check: Callable[[BaseModel], list[tuple[tuple[str | int, ...], str]]] | None = None
@@ -152,6 +153,12 @@ class LoadedCapabilities:
 
     Only what a config named is loaded, so this is asked at stop rather than handed each holding at
     start: a capability first named by a reload is stopped too, and one never named is never imported."""
+
+    def reloaded(self, config: LoadedConfig) -> None:
+        for decl in list(REGISTRY.values()):
+            for held in decl.holds:
+                if hasattr(held, "reloaded"):
+                    held.reloaded(config)
 
     async def stop(self) -> None:
         for decl in list(REGISTRY.values()):

@@ -315,6 +315,9 @@ class Gateway:
                 except Exception:
                     log.exception("stopping adapter %s", binding_id)
         self.config = config
+        for ext in self.extensions:  # what they hold for a config this one no longer names is let go
+            if hasattr(ext, "reloaded"):
+                ext.reloaded(config)
         await self.models.apply(config.gateway.providers)
         await self.models.warm(config)
         for binding_id, adapter in replacements.items():

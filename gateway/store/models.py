@@ -56,11 +56,21 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 TS = UTCDateTime()
 
+# A person's name as the platform gives it (display_name, sender_name, requester_name): PostgreSQL refuses a
+# longer one (the message it came with would be lost), SQLite would keep it whole; `fit_name` makes both keep
+# the same, where a name enters the store.
+NAME_CHARS = 200
+
+
+def fit_name(name: str) -> str:
+    """`name` cut to the name columns' length, in characters (as both engines count them), never an error."""
+    return name[:NAME_CHARS]
+
 
 class Person(Base):
     __tablename__ = "people"
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    display_name: Mapped[str] = mapped_column(String(200), default="")
+    display_name: Mapped[str] = mapped_column(String(NAME_CHARS), default="")
     created_at: Mapped[datetime] = mapped_column(TS)
 
 
@@ -73,7 +83,7 @@ class Account(Base):
     platform: Mapped[str] = mapped_column(String(20))
     workspace: Mapped[str] = mapped_column(String(200))
     account_id: Mapped[str] = mapped_column(String(200))
-    display_name: Mapped[str] = mapped_column(String(200), default="")
+    display_name: Mapped[str] = mapped_column(String(NAME_CHARS), default="")
     person_id: Mapped[str] = mapped_column(ForeignKey("people.id"), index=True)
     created_at: Mapped[datetime] = mapped_column(TS)
 
@@ -108,7 +118,7 @@ class Message(Base):
     status: Mapped[str] = mapped_column(String(20))
     person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     account_id: Mapped[str | None] = mapped_column(String(200), nullable=True, index=True)  # conversation search
-    sender_name: Mapped[str] = mapped_column(String(200), default="")
+    sender_name: Mapped[str] = mapped_column(String(NAME_CHARS), default="")
     platform_message_id: Mapped[str | None] = mapped_column(String(200), nullable=True)
     created_at: Mapped[datetime] = mapped_column(TS)
 
@@ -126,7 +136,7 @@ class Run(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     requester_person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     requester_account: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    requester_name: Mapped[str] = mapped_column(String(200), default="")
+    requester_name: Mapped[str] = mapped_column(String(NAME_CHARS), default="")
     requests: Mapped[int] = mapped_column(Integer, default=0)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
@@ -169,7 +179,7 @@ class BackgroundRun(Base):
     transcript: Mapped[str] = mapped_column(Text, default="[]")  # pydantic-ai messages as JSON, saved as it goes
     requester_person_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     requester_account: Mapped[str | None] = mapped_column(String(200), nullable=True)
-    requester_name: Mapped[str] = mapped_column(String(200), default="")
+    requester_name: Mapped[str] = mapped_column(String(NAME_CHARS), default="")
     requests: Mapped[int] = mapped_column(Integer, default=0)
     input_tokens: Mapped[int] = mapped_column(Integer, default=0)
     output_tokens: Mapped[int] = mapped_column(Integer, default=0)
@@ -310,7 +320,7 @@ class PairingRequest(Base):
     platform: Mapped[str] = mapped_column(String(20))
     workspace: Mapped[str] = mapped_column(String(200))
     account_id: Mapped[str] = mapped_column(String(200))
-    display_name: Mapped[str] = mapped_column(String(200), default="")
+    display_name: Mapped[str] = mapped_column(String(NAME_CHARS), default="")
     created_at: Mapped[datetime] = mapped_column(TS)
     expires_at: Mapped[datetime] = mapped_column(TS, index=True)
     notified_at: Mapped[datetime] = mapped_column(TS)  # when the code was last told to the sender
@@ -324,7 +334,7 @@ class PairedAccount(Base):
     account_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     platform: Mapped[str] = mapped_column(String(20))
     workspace: Mapped[str] = mapped_column(String(200))
-    display_name: Mapped[str] = mapped_column(String(200), default="")
+    display_name: Mapped[str] = mapped_column(String(NAME_CHARS), default="")
     approved_by: Mapped[str] = mapped_column(String(200))
     approved_at: Mapped[datetime] = mapped_column(TS)
 

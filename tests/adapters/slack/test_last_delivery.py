@@ -91,6 +91,17 @@ def _spooled(spool: Path) -> list[Path]:
     return sorted(spool.glob("*.json")) if spool.is_dir() else []
 
 
+async def _answered_once_at_the_next_start(config_dir: Path, fake: FakeSlack, root_ts: str, text: str,
+                                           spool: Path) -> None:
+    """The next daemon on `config_dir` answers the held `text` once, and takes its entry off `spool`."""
+    async with running_gateway(config_dir) as gw:
+        await fake.wait_for(lambda: _answers(fake, root_ts))
+        await settled(gw, fake)
+        answers = _answers(fake, root_ts)
+        assert len(answers) == 1 and answers[0].endswith(text), answers
+        assert _spooled(spool) == [], "what the store took is off the spool"
+
+
 async def test_a_held_event_survives_a_restart_and_is_answered_once(
         tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
     """Held during a lock, the daemon stopped before the lock ends: the next start answers it."""
@@ -105,12 +116,7 @@ async def test_a_held_event_survives_a_restart_and_is_answered_once(
         assert not _answers(fake_slack, root.ts), "the lock is still held: nothing can have been stored"
         released.let_go()
     assert not _logged(caplog, "was lost")
-    async with running_gateway(config_dir) as gw:
-        await fake_slack.wait_for(lambda: _answers(fake_slack, root.ts))
-        await settled(gw, fake_slack)
-        answers = _answers(fake_slack, root.ts)
-        assert len(answers) == 1 and answers[0].endswith("hello across a restart"), answers
-        assert _spooled(config_dir / "gateway.db.spool" / "acme") == [], "what the store took is off the spool"
+    await _answered_once_at_the_next_start(config_dir, fake_slack, root.ts, "hello across a restart", config_dir / "gateway.db.spool" / "acme")
     assert not any("hello across a restart" in r.getMessage() for r in caplog.records), "a body is never logged"
 
 
@@ -423,3 +429,60 @@ async def test_an_event_refused_after_the_stop_waits_in_the_spool(
     assert not _retries() and not [m for m in _logged(caplog, "Slack's last delivery") if "was lost" in m]
     async with _next_start(manual_slack, spool) as after:
         assert await _stored(manual_slack, after) == ["hello"]
+
+
+# --- across a restart: HTTP mode, and the spool's place on PostgreSQL ------------------------
+
+
+async def _deliver(http: aiohttp.ClientSession, gw: Gateway, body: dict[str, Any], retry_num: int | None = None) -> int:
+    """One signed Events API request to the binding's Request URL; its status (Slack's ack)."""
+    raw, headers = signed_event_request(body, retry_num=retry_num)
+    async with http.post(f"{gw.url}/slack/events/acme", data=raw.encode(), headers=headers) as response:
+        return response.status
+
+
+async def test_http_mode_a_held_event_survives_a_restart_and_is_answered_once(
+        tmp_path: Path, fake_slack: FakeSlack, caplog: pytest.LogCaptureFixture) -> None:
+    """Events API over HTTP: the last delivery, refused by a locked store, is answered 200 (Slack will not
+    send it again); the daemon stops before the lock ends, and the next start answers it, once."""
+    caplog.set_level(logging.INFO)
+    config_dir = _config(tmp_path, fake_slack.api_url, mode="http")
+    async with contextlib.AsyncExitStack() as lock, aiohttp.ClientSession() as http:
+        async with running_gateway(config_dir) as gw:
+            await wait_for(lambda: gw.adapters["acme"].health().connected, what="slack token verified")
+            warm, warm_events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> warm up")
+            assert await _deliver(http, gw, fake_slack.event_callback(warm_events[0])) == 200
+            await fake_slack.wait_for(lambda: _answers(fake_slack, warm.ts))
+            root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello over http, across a restart")
+            body = fake_slack.event_callback(events[0])
+            released = await lock.enter_async_context(another_process_holds_the_lock(config_dir / "gateway.db", HOLD))
+            lock.callback(released.let_go)  # a failing step must not wait out the whole hold
+            assert await _deliver(http, gw, body, retry_num=3) == 200, "the last delivery is acked, and held"
+        assert not _answers(fake_slack, root.ts), "the lock is still held: nothing can have been stored"
+        assert len(_spooled(config_dir / "gateway.db.spool" / "acme")) == 1
+        released.let_go()
+    assert not _logged(caplog, "was lost")
+    await _answered_once_at_the_next_start(config_dir, fake_slack, root.ts, "hello over http, across a restart", config_dir / "gateway.db.spool" / "acme")
+
+
+@pytest.mark.postgres
+async def test_on_postgresql_the_spool_in_the_state_directory_is_answered_at_the_next_start(
+        tmp_path: Path, fake_slack: FakeSlack, pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On PostgreSQL the spool has no SQLite file to sit beside: it is in systemd's `StateDirectory=`
+    (`$STATE_DIRECTORY`, the first of its paths). What a process held there when it died (here a binding
+    whose store refused, stopped) is read by the next daemon on PostgreSQL and answered, once."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("STATE_DIRECTORY", f"{state}:{tmp_path / 'other'}")
+    dead = await start_adapter(fake_slack, DownStore(), spool=state / "gateway.spool")
+    root, events = fake_slack.user_posts("C0GEN", "U0ADA", "<@U0BOT> hello from the state directory")
+    envelope = await fake_slack.send_event(events[0], retry_attempt=3)
+    await fake_slack.wait_for(lambda: fake_slack.acked(envelope))
+    await dead.stop()
+    assert len(_entries(state / "gateway.spool")) == 1
+    config_dir = write_config(tmp_path / "config", gateway={"database": {"url": pg_url}}, bindings={"acme": {
+        "platform": "slack", "agent": "assistant", "slack": {
+            "bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+            "signing_secret": "env:TEST_SLACK_SIGNING_SECRET", "api_url": fake_slack.api_url}}})
+    await _answered_once_at_the_next_start(config_dir, fake_slack, root.ts, "hello from the state directory",
+                                           state / "gateway.spool" / "acme")
+    assert not (tmp_path / "other").exists() and not (config_dir / "gateway.spool").exists()
