@@ -19,13 +19,23 @@ class ChatKind(StrEnum):
     CHANNEL = "channel"  # a named channel many people can join
 
 
+# The longest name of a person the gateway keeps, in characters (the store's name columns): a platform's
+# name for someone enters as a `Sender`, and is cut there, so every place that stores or shows it (a
+# message's sender, a run's requester, a card's decider, a stop's who) keeps the same, on either store.
+NAME_CHARS = 200
+
+
 @dataclass(frozen=True, slots=True)
 class Sender:
-    """A platform account as the platform names it."""
+    """A platform account as the platform names it (its name cut to `NAME_CHARS`)."""
 
     account_id: str
     display_name: str = ""
     is_bot: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.display_name) > NAME_CHARS:
+            object.__setattr__(self, "display_name", self.display_name[:NAME_CHARS])
 
 
 @dataclass(frozen=True, slots=True)

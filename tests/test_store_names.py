@@ -52,3 +52,37 @@ async def test_a_500_character_display_names_message_is_stored_and_answered(
                 }
     assert {key: [len(v) for v in values] for key, values in names.items()} == {key: [200] for key in names}
     assert names == {key: [LONG_NAME[:200]] for key in names}
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_a_decider_with_a_500_character_name_approves_and_the_call_runs(
+        tmp_path: Path, engine: str, fake_slack: FakeSlack) -> None:
+    """A decider's name is stored with the decision (`approvals.decided_by`): it reaches the store from the
+    click, not through `identify`, and PostgreSQL refused it whole (the click answered nothing, the run parked)."""
+    from tests.adapters.slack.test_e2e_approvals import MODEL, _model, buttons, card_of
+    from tests.support.gated_git import CAPABILITY, RAN
+    from gateway.runs.llm import register_model
+
+    RAN.clear()
+    register_model(MODEL, _model)
+    fake_slack.add_user("U0LONG", "long", real_name="Long Name", display_name=LONG_NAME)
+    fake_slack.channels["C0GEN"].members.append("U0LONG")
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN",
+             "mode": "socket", "api_url": fake_slack.api_url}
+    async with database_url(engine, tmp_path) as url:
+        config = write_config(
+            tmp_path / "config", gateway={"database": {"url": url}},
+            agents={"assistant": {"name": "Gated", "model": MODEL, "capabilities": [{"id": CAPABILITY}]}},
+            bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+        async with running_gateway(config) as gw:
+            await wait_for(lambda: gw.adapters["acme"].health().connected, what="slack connected")
+            await fake_slack.say("C0GEN", "U0LONG", "<@U0BOT> delete old-feature")
+            card = await fake_slack.wait_for(lambda: card_of(fake_slack))
+            approve = next(v for v in buttons(card) if v.startswith("approve:"))
+            await fake_slack.click("U0LONG", card, approve)
+            await fake_slack.wait_for(
+                lambda: [m for m in fake_slack.bot_messages("C0GEN") if m.text == "Done: deleted old-feature"])
+            async with gw.store.engine.connect() as db:
+                decided = (await db.execute(sa.text("SELECT decided_by FROM approvals"))).scalars().all()
+    assert RAN == ["old-feature"]
+    assert decided == [LONG_NAME[:200]]

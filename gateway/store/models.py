@@ -25,6 +25,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
+from gateway.messages import NAME_CHARS
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -56,15 +58,8 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 TS = UTCDateTime()
 
-# A person's name as the platform gives it (display_name, sender_name, requester_name): PostgreSQL refuses a
-# longer one (the message it came with would be lost), SQLite would keep it whole; `fit_name` makes both keep
-# the same, where a name enters the store.
-NAME_CHARS = 200
-
-
-def fit_name(name: str) -> str:
-    """`name` cut to the name columns' length, in characters (as both engines count them), never an error."""
-    return name[:NAME_CHARS]
+# A person's name (display_name, sender_name, requester_name, decided_by ...): PostgreSQL refuses a longer
+# one and SQLite keeps it whole, so a name is cut where it enters the gateway (`gateway.messages.Sender`).
 
 
 class Person(Base):

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gateway.clock import Clock
-from gateway.store.models import PairedAccount, PairingFailure, PairingRequest, fit_name
+from gateway.store.models import PairedAccount, PairingFailure, PairingRequest
 
 log = logging.getLogger("gateway.inbound.pairing")
 
@@ -95,7 +95,7 @@ class PairingStore:
                     while await s.get(PairingRequest, code) is not None:  # 40 bits: practically never
                         code = new_code()
                     s.add(PairingRequest(code=code, binding_id=binding_id, platform=platform, workspace=workspace,
-                                         account_id=account_id, display_name=fit_name(display_name), created_at=now,
+                                         account_id=account_id, display_name=display_name, created_at=now,
                                          expires_at=now + CODE_TTL, notified_at=now))
             except IntegrityError:  # the same sender's other message won the insert: it told them
                 return Challenge(None, None, False, "code being issued")

@@ -26,7 +26,7 @@ from gateway.store import driver
 from gateway.store.availability import DEGRADED_AFTER, StoreUnavailable, guard
 from gateway.store.capability_state import CapabilityState
 from gateway.store.detached import Rows
-from gateway.store.models import AdapterState, Base, Conversation, Delivery, Message, Run, fit_name
+from gateway.store.models import AdapterState, Base, Conversation, Delivery, Message, Run
 
 log = logging.getLogger("gateway.store")
 
@@ -586,7 +586,6 @@ class Store:
 
     async def identify(self, platform: str, workspace: str, account_id: str, display_name: str) -> Identity:
         """The person behind a platform account; created on first contact."""
-        display_name = fit_name(display_name)  # every stored name of a person comes from here
         key = (platform, workspace, account_id)
         cached = self._identities.get_fresh(key)
         if cached is not None and cached[1] == display_name and self.clock.monotonic() < cached[2]:
