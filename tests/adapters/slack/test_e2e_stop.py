@@ -15,6 +15,7 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
+from gateway.daemon import Gateway
 from gateway.messages import Sender
 from gateway.runs.llm import register_model
 from gateway.store import repo
@@ -86,6 +87,21 @@ async def test_stop_while_waiting_for_approval_closes_the_card(gated: Path, fake
 HANDED = "slack-e2e-stop-handed"
 
 
+async def _started_stopped(gw: Gateway, fake: FakeSlack, run_id: str, thread_ts: str) -> None:
+    """Ada's stop of a run not started yet: it ended stopped by her, its thread got the stopped line alone,
+    and she was told nothing (a stop that worked needs no answer)."""
+    async def ended() -> bool:
+        row = await gw.store.run(run_id)
+        return row is not None and row.status in repo.ENDED
+
+    await wait_for(ended, what="the run to end")
+    row = await gw.store.run(run_id)
+    assert row is not None and (row.status, row.reason) == (repo.STOPPED, "stopped by Ada")
+    notice = await fake.wait_for(lambda: [m.text for m in fake.bot_messages("C0GEN") if m.thread_ts == thread_ts])
+    assert notice == ["_⏹ Stopped by Ada; I had not done anything yet._"]
+    assert not [e.text for e in fake.ephemerals if e.user == "U0ADA"]
+
+
 @pytest.mark.parametrize("door", ["typed", "control"])
 async def test_a_stop_of_a_run_claimed_while_it_waits_for_a_slot_starts_it_stopped(
         tmp_path: Path, fake_slack: FakeSlack, door: str) -> None:
@@ -141,17 +157,7 @@ async def test_a_stop_of_a_run_claimed_while_it_waits_for_a_slot_starts_it_stopp
         finally:
             fake_slack.post_answer_delay = 0.0
 
-        async def ended() -> bool:
-            row = await gw.store.run(waiting.id)
-            return row is not None and row.status in repo.ENDED
-
-        await wait_for(ended, what="the second run to end")
-        row = await gw.store.run(waiting.id)
-        assert row is not None and (row.status, row.reason) == (repo.STOPPED, "stopped by Ada")
-        notice = await fake_slack.wait_for(lambda: [m.text for m in fake_slack.bot_messages("C0GEN")
-                                                    if m.thread_ts == second.ts])
-        assert notice == ["_⏹ Stopped by Ada; I had not done anything yet._"]
-        assert not [e.text for e in fake_slack.ephemerals if e.user == "U0ADA"]  # a stop that worked needs no answer
+        await _started_stopped(gw, fake_slack, waiting.id, second.ts)
         assert len(asked) == 1 and "delete" in asked[0]  # the second question never reached the model
 
 
@@ -177,15 +183,5 @@ async def test_a_stop_while_the_run_fetches_its_files_starts_it_stopped(tmp_path
         finally:
             fake_slack.file_hold.set()
 
-        async def ended() -> bool:
-            row = await gw.store.run(run.id)
-            return row is not None and row.status in repo.ENDED
-
-        await wait_for(ended, what="the run to end")
-        row = await gw.store.run(run.id)
-        assert row is not None and (row.status, row.reason) == (repo.STOPPED, "stopped by Ada")
-        notice = await fake_slack.wait_for(lambda: [m.text for m in fake_slack.bot_messages("C0GEN")
-                                                    if m.thread_ts == root.ts])
-        assert notice == ["_⏹ Stopped by Ada; I had not done anything yet._"]
-        assert not [e.text for e in fake_slack.ephemerals if e.user == "U0ADA"]  # a stop that worked needs no answer
+        await _started_stopped(gw, fake_slack, run.id, root.ts)
         assert recorder.requests == []
