@@ -9,7 +9,10 @@ process holds, else requeues them as a dead process's."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
+
+import pytest
 
 from gateway.clock import ManualClock
 from gateway.runs.queue import Scheduler
@@ -152,3 +155,66 @@ async def test_a_claim_made_by_an_end_and_killed_before_it_ran_is_answered_once_
     finally:
         await restarted.cancel()
         await engine.dispose()
+
+
+# What makes the next conversation's claim fail inside a run's end, done to the file from outside (an admin's
+# `sqlite3` shell), and how it is mended: its message's text made bytes that are no UTF-8 (sqlite3 cannot read
+# the row back), or a trigger that refuses the claim's update of its message (a constraint).
+FAULTS = {
+    "unreadable": ("UPDATE messages SET text = CAST(X'C328FF' AS TEXT) WHERE conversation_id = :b",
+                   "UPDATE messages SET text = 'second' WHERE conversation_id = :b"),
+    "refused": ("CREATE TRIGGER refuse_claim BEFORE UPDATE OF status ON messages"
+                " WHEN NEW.status = 'processing' AND NEW.conversation_id = :b BEGIN SELECT RAISE(ABORT, 'refused'); END",
+                "DROP TRIGGER refuse_claim"),
+}
+
+
+def _outside(path: Path, sql: str, b: str) -> None:
+    with sqlite3.connect(path, timeout=5) as db:
+        # A trigger's text cannot take a parameter: the id goes in quoted (ours, hex).
+        db.execute(sql.replace(":b", f"'{b}'"))
+    db.close()
+
+
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+async def test_a_claim_that_fails_does_not_fail_the_end_it_rides_on(tmp_path: Path, fault: str) -> None:
+    """b's row goes bad while a runs: a's end, which claims b's run in its transaction, is recorded with its
+    answer all the same, and b's run (its row mended meanwhile) is claimed by b's worker and runs once."""
+    store, a, b, waiting_id = await _one_slot_and_a_waiter(tmp_path, "f.db")
+    spoil, mend = FAULTS[fault]
+    _outside(tmp_path / "f.db", spoil, b.id)
+    ended, tail = asyncio.Event(), asyncio.Event()
+    ran: list[str] = []
+
+    async def execute(claimed: Claimed) -> None:
+        ran.append(claimed.run.id)
+        await asyncio.sleep(0)  # b's worker's first step: it finds the slot taken and waits for it
+        try:
+            await store.end_run(claimed.run.id, repo.FINISHED, reply=f"answer {len(ran)}")
+        finally:
+            if claimed.conversation.id == a.id:
+                ended.set()
+                await tail.wait()  # after its end: its card's post waits out the platform's budget
+
+    scheduler = Scheduler(store, execute, concurrent_runs=1)
+    try:
+        scheduler.wake(a.id)
+        scheduler.wake(b.id)
+        await ended.wait()
+        [first] = ran
+        row = await store.run(first)
+        assert row is not None and row.status == repo.FINISHED, "the end failed with the claim it carried"
+        assert [(m.role, m.text, m.status) for m in await store.messages(a.id)] == [
+            ("user", "first", "processed"), ("assistant", "answer 1", "final")]
+
+        _outside(tmp_path / "f.db", mend, b.id)
+        tail.set()
+        await wait_for(lambda: len(ran) == 2 and not scheduler.active, what="b's run")
+        assert ran == [first, waiting_id]
+        done = await store.run(waiting_id)
+        assert done is not None and done.status == repo.FINISHED
+        assert [(m.role, m.text) for m in await store.messages(b.id)] == [("user", "second"), ("assistant", "answer 2")]
+    finally:
+        tail.set()
+        await scheduler.cancel()
+        await store.engine.dispose()

@@ -2,6 +2,8 @@
 
 One piece for the runner's turns and the background runs: a Stop cancels the run's token and
 records who pressed it, so the run ends as "stopped by …" rather than as cut by a shutdown.
+A Stop of a run claimed here but not started yet (its worker waits for a slot, or fetches its files)
+is kept: the run's token is cancelled as it starts, so pydantic-ai never asks its model.
 """
 
 from __future__ import annotations
@@ -18,19 +20,23 @@ class InFlight:
 
     def start(self, run_id: str) -> CancellationToken:
         token = self._tokens[run_id] = CancellationToken()
+        if run_id in self._stopped_by:  # stopped between its claim and its start
+            token.cancel()
         return token
 
     def done(self, run_id: str) -> None:
         self._tokens.pop(run_id, None)
         self._stopped_by.pop(run_id, None)
 
-    def stop(self, run_id: str, who: str) -> bool:
-        """A person's Stop for a run in flight here (False when it is not running in this process)."""
+    def stop(self, run_id: str, who: str, *, claimed: bool = False) -> bool:
+        """A person's Stop for a run in flight here, or (`claimed`) claimed here and not started yet: it then
+        starts stopped. False when it is neither."""
         token = self._tokens.get(run_id)
-        if token is None:
+        if token is None and not claimed:
             return False
         self._stopped_by.setdefault(run_id, who)
-        token.cancel()
+        if token is not None:
+            token.cancel()
         return True
 
     def stopped_by(self, run_id: str) -> str | None:

@@ -13,6 +13,8 @@ Under a burst most runs wait for a slot. On SQLite the run whose end frees one c
 conversation's run in its end's transaction (`Store.end_run`, `repo.Handoff`): one COMMIT instead of two.
 That claim is made in the slot still held by the run ending (it is given back right after), and handed
 to the worker the limit wakes with that slot: the waiters are kept in the order the limit wakes them.
+A claim that fails there never fails the end: the end is recorded without it and the worker claims for
+itself. A Stop of a claim waiting so is kept for the run's start (`holds`, `Runner.stop`).
 """
 
 from __future__ import annotations
@@ -176,6 +178,11 @@ class Scheduler:
         handed = self._handed.get(conversation_id)
         if handed is not None and not handed.done():
             handed.set_result((made, claimed))
+
+    def holds(self, run_id: str) -> bool:
+        """Whether `run_id` was claimed here and has not ended: a worker executes it, or it was claimed for a
+        worker still waiting for its slot (`held`). A Stop of one not started yet is kept for its start."""
+        return run_id in self._running or run_id in self.held()
 
     def held(self) -> list[str]:
         """`repo.Handoff`: the runs claimed for a waiting worker that has not taken its claim yet. It waits for

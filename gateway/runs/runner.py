@@ -363,6 +363,7 @@ class Runner:
         run = claimed.run
         prepared = await self.prepare(claimed)
         if prepared is None:
+            self._in_flight.done(run.id)  # a Stop kept for its start (`stop`): it ended instead
             return
         turn = prepared.turn
         if run.state is not None and self.resume_results is not None:
@@ -593,8 +594,10 @@ class Runner:
         return self._in_flight.cancel_all()
 
     def stop(self, run_id: str, who: str) -> bool:
-        """A person's Stop for a run in flight here (False when it is not running in this process)."""
-        return self._in_flight.stop(run_id, who)
+        """A person's Stop for a run in flight here, or claimed here and not started yet (a run's end claimed it
+        for a worker still waiting for a slot, or it fetches its files): that one starts stopped, its model never
+        asked. False when the run is neither (it ended, or another process holds it)."""
+        return self._in_flight.stop(run_id, who, claimed=self.gateway.scheduler.holds(run_id))
 
     def uses(self, adapter: Adapter) -> bool:
         """Whether a run in flight here replies through `adapter`."""

@@ -4,7 +4,9 @@ Every door asks here, so the rule is one: the run's requester or one of the bind
 deciders may stop it (asked of `gateway.approvals.service`, the same deciders as a card), anyone
 else changes nothing and alone is told why. A stop cancels the run through its
 cancellation token (pydantic-ai keeps the messages so far); the runner then ends it as
-`stopped` with a line saying who stopped it and what it had done. A run parked on an
+`stopped` with a line saying who stopped it and what it had done. A run this process claimed and
+has not started yet (its worker waits for a slot the run before it still holds, or fetches the run's
+files) is stopped too: it starts stopped, the model never asked (`Runner.stop`). A run parked on an
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
 replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
 id); the replica holding its lease picks the request up at its next sweep and stops it there.

@@ -743,8 +743,14 @@ class Store:
         handoff = None if self.shared else self.handoff
         after = handoff.next_after(run_id) if handoff is not None else None
         known = self._conversations.get_fresh(after) if after is not None else None
+        # The claim rides on the end and must never fail it: where it raises (a row of that conversation that
+        # cannot be read, a constraint), the transaction is rolled back and the end recorded again on its own;
+        # the waiting worker then claims for itself, the ordinary way. `claiming`: the failure was the claim's.
+        claim_for, claiming = after, False
 
         def program(q: driver.Statements) -> driver.Program[_ClaimRows | None]:
+            nonlocal claiming
+            claiming = False
             for d in deliveries:  # idempotent: a try whose commit was lost updates what it wrote
                 yield from _save_delivery(q, run_id, d.seq, d.platform_message_id, d.text, True, now)
             if answer is not None:
@@ -753,7 +759,12 @@ class Store:
             # Not changed: no such run, or recorded already (then the reply above was not added either).
             if changed:
                 yield q.run(_PROCESSED, r=run_id)
-            return (yield from self._claim(q, after, known)) if after is not None else None
+            if claim_for is None:
+                return None
+            claiming = True
+            claimed = yield from self._claim(q, claim_for, known)
+            claiming = False  # a failed COMMIT is the end's own
+            return claimed
 
         def one_statement(q: driver.Statements) -> driver.Program[_ClaimRows | None]:
             rows = {f"{name}{j}": value for j, d in enumerate(deliveries)
@@ -765,15 +776,28 @@ class Store:
         # Not when two rows share a seq: one statement may not write a row twice, and the second's
         # update of the first is what the statements one by one would leave.
         chosen = one_statement if self.shared and len({d.seq for d in deliveries}) == len(deliveries) else program
+
+        async def record() -> _ClaimRows | None:
+            return await self.patiently(lambda: driver.transaction(self.engine, chosen),
+                                        f"recording run {run_id} {status}")
+
         try:
-            claimed = await self.patiently(lambda: driver.transaction(self.engine, chosen),
-                                           f"recording run {run_id} {status}")
+            try:
+                claimed = await record()
+            except Exception as e:
+                if not claiming:
+                    raise
+                # The error's type only: its text may quote the row it could not read.
+                log.warning("run %s's end could not claim the next run of conversation %s (%s); recorded without it",
+                            run_id, after, type(e).__name__)
+                claim_for = None
+                claimed = await record()
         except BaseException:
             if handoff is not None and after is not None:
                 handoff.handed(after, None, made=False)
             raise
         if handoff is not None and after is not None:
-            handoff.handed(after, self._claimed(claimed, known), made=True)
+            handoff.handed(after, self._claimed(claimed, known), made=claim_for is not None)
 
     async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
         async with self.sessions() as s:

@@ -253,6 +253,7 @@ class FakeSlack:
         self.max_file_bytes = MAX_FILE_BYTES
         self.complete_hold: asyncio.Event | None = None  # set up: completeUploadExternal shares, then waits for it
         self.file_fetches: list[str | None] = []  # the Authorization header of each file download
+        self.file_hold: asyncio.Event | None = None  # set up: a file's download is answered once it is set
         self._event_ids = itertools.count(1)
         self._runner: web.AppRunner | None = None
         self._changed = asyncio.Condition()
@@ -840,6 +841,9 @@ class FakeSlack:
     async def _file(self, request: web.Request) -> web.Response:
         """`url_private`: the bot token in the Authorization header, or Slack's login page (HTML, 200)."""
         self.file_fetches.append(request.headers.get("Authorization"))
+        if self.file_hold is not None:  # a large file, a slow link
+            await self._notify()
+            await self.file_hold.wait()
         file_id = request.match_info["team_file"].rsplit("-", 1)[-1]
         if request.headers.get("Authorization") != f"Bearer {BOT_TOKEN}" or file_id not in self.files:
             return web.Response(text="<html>Sign in to Slack</html>", content_type="text/html")

@@ -1,18 +1,28 @@
 """`/stop` on Slack end to end: in Ada's thread, Bob's `!stop` changes nothing (he alone is told why);
 Ada's ends the run within a second, leaving a stopped line, never the finished reply; a stop while
-the run waits on an approval card closes the card, and nothing on it runs."""
+the run waits on an approval card closes the card, and nothing on it runs; a stop of a run claimed but
+not started yet (it waits for a slot, or fetches its files) starts it stopped, and its model is never asked."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
+
+from gateway.daemon import Gateway
+from gateway.messages import Sender
 from gateway.runs.llm import register_model
 from gateway.store import repo
 from tests.conftest import running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack
-from tests.support.gated_git import RAN
+from tests.support.files_model import CSV, Recorder
+from tests.support.gated_git import CAPABILITY, RAN
 from tests.test_stop import SLOW, slow_model
 
 from .conftest import eventually
@@ -72,3 +82,106 @@ async def test_stop_while_waiting_for_approval_closes_the_card(gated: Path, fake
         ended = await gw.store.run(run.id)
         assert ended is not None and ended.status == repo.STOPPED and ended.reason == "stopped by Ada"
         assert RAN == []  # nothing the card asked for ran
+
+
+HANDED = "slack-e2e-stop-handed"
+
+
+async def _started_stopped(gw: Gateway, fake: FakeSlack, run_id: str, thread_ts: str) -> None:
+    """Ada's stop of a run not started yet: it ended stopped by her, its thread got the stopped line alone,
+    and she was told nothing (a stop that worked needs no answer)."""
+    async def ended() -> bool:
+        row = await gw.store.run(run_id)
+        return row is not None and row.status in repo.ENDED
+
+    await wait_for(ended, what="the run to end")
+    row = await gw.store.run(run_id)
+    assert row is not None and (row.status, row.reason) == (repo.STOPPED, "stopped by Ada")
+    notice = await fake.wait_for(lambda: [m.text for m in fake.bot_messages("C0GEN") if m.thread_ts == thread_ts])
+    assert notice == ["_⏹ Stopped by Ada; I had not done anything yet._"]
+    assert not [e.text for e in fake.ephemerals if e.user == "U0ADA"]
+
+
+@pytest.mark.parametrize("door", ["typed", "control"])
+async def test_a_stop_of_a_run_claimed_while_it_waits_for_a_slot_starts_it_stopped(
+        tmp_path: Path, fake_slack: FakeSlack, door: str) -> None:
+    """One run at a time. Ada's first question parks on an approval card whose post Slack is slow to answer;
+    her second, in another thread, waited for the slot, and the first run's end claimed it (it is `running`).
+    Her Stop then (typed in its thread, or the Stop control's click as the adapter hands it to the core)
+    stops it: it starts stopped, says so, and its model is never asked."""
+    go, asked = asyncio.Event(), []
+
+    def model() -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+            last = messages[-1]
+            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+                         if isinstance(last, ModelRequest) else "")
+            if "delete" in asked[-1]:
+                await go.wait()  # the second question arrives meanwhile, and waits for the slot
+                yield {0: DeltaToolCall(name="delete_branch", json_args=json.dumps({"branch": "old"}), tool_call_id="c1")}
+                return
+            yield "Here is what is new."
+
+        return FunctionModel(stream_function=stream)
+
+    register_model(HANDED, model)
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
+             "api_url": fake_slack.api_url}
+    cfg = write_config(tmp_path / "config", gateway={"limits": {"concurrent_runs": 1}},
+                       agents={"assistant": {"name": "Gated", "model": HANDED, "capabilities": [{"id": CAPABILITY}]}},
+                       bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+    RAN.clear()
+    async with running_gateway(cfg) as gw:
+        await eventually(lambda: gw.adapters["acme"].health().connected)
+        await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> delete the old branch")
+        await fake_slack.wait_for(lambda: asked)
+        second, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> what is new?")
+        [waiting] = await wait_for(lambda: gw.store.runs_in([repo.QUEUED]), what="the second run, queued")
+
+        fake_slack.post_answer_delay = 3600.0  # the card is posted; Slack's answer to it is slow
+        go.set()
+        try:
+            await fake_slack.wait_for(lambda: card_of(fake_slack))
+
+            async def handed() -> bool:  # the first run's end claimed it; its worker waits for the card's answer
+                row = await gw.store.run(waiting.id)
+                return row is not None and row.status == repo.RUNNING
+
+            await wait_for(handed, what="the first run's end to claim the second")
+            if door == "typed":
+                _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "!stop", thread_ts=second.ts)
+                await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))  # acked once handled
+            else:
+                outcome = await gw.stop_run(waiting.id, Sender("U0ADA", "Ada"), binding_id="acme")
+                assert (outcome.stopped, outcome.message) == (True, "Stopping.")
+        finally:
+            fake_slack.post_answer_delay = 0.0
+
+        await _started_stopped(gw, fake_slack, waiting.id, second.ts)
+        assert len(asked) == 1 and "delete" in asked[0]  # the second question never reached the model
+
+
+async def test_a_stop_while_the_run_fetches_its_files_starts_it_stopped(tmp_path: Path, fake_slack: FakeSlack) -> None:
+    """The run is claimed and fetches the file shared with its message (a large file, a slow link) before it
+    asks the model: Ada's `!stop` then stops it, and the model is never asked."""
+    recorder = Recorder()
+    register_model("slack-e2e-stop-files", recorder.model)
+    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
+             "api_url": fake_slack.api_url}
+    cfg = write_config(tmp_path / "config", agents={"assistant": {"name": "Files", "model": "slack-e2e-stop-files"}},
+                       bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+    fake_slack.file_hold = asyncio.Event()
+    async with running_gateway(cfg) as gw:
+        try:
+            await eventually(lambda: gw.adapters["acme"].health().connected)
+            root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> sum this up",
+                                           files=[fake_slack.add_file("q3.csv", "text/csv", CSV)])
+            await fake_slack.wait_for(lambda: fake_slack.file_fetches)
+            [run] = await gw.store.runs_in([repo.RUNNING])
+            _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "!stop", thread_ts=root.ts)
+            await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))  # acked once handled
+        finally:
+            fake_slack.file_hold.set()
+
+        await _started_stopped(gw, fake_slack, run.id, root.ts)
+        assert recorder.requests == []
