@@ -18,6 +18,7 @@ model server, 32 runs at once) and profiles each burst of each side in turn:
     .venv/bin/python bench/cpu_diff.py --platform mattermost --rounds 2 --burst 200 --spy
     .venv/bin/python bench/cpu_diff.py --gateway-src /tmp/old-checkout   # another checkout's daemon
     .venv/bin/python bench/cpu_diff.py --platform telegram --rounds 1 --burst 200 --functions --bare
+    .venv/bin/python bench/cpu_diff.py --platform telegram --untimed   # the profiled bursts as unprofiled ones run
 
 Printed: calls per message by library (pydantic-ai, openai, httpx/httpcore, anyio, pydantic,
 asyncio, the gateway's own) for each side, then the functions of pydantic-ai, the OpenAI SDK,
@@ -384,7 +385,8 @@ async def main(args: argparse.Namespace) -> int:
                         cpu[side].append(b.cpu_ms)
                         plain[side].add(path, b.messages)
                         b, path = await profiled(daemon.pid, stats, n[side] + 1, burst(platform, daemon, args.burst,
-                                                                                        args.budget))
+                                                                                        args.budget),
+                                                 "untimed" if args.untimed else "profile")
                         counts[side].add(path, b.messages)
                     else:
                         cpu_ms, path = await profiled(alone.proc.pid, stats, n[side], alone.burst(args.burst), "gc")
@@ -458,5 +460,8 @@ if __name__ == "__main__":
                         help="the platform SDKs' and the gateway's functions, per message")
     parser.add_argument("--bare", action="store_true",
                         help="profile the bare echo bot too (bench/bare_bots.py): beside the daemon in --functions")
+    parser.add_argument("--untimed", action="store_true",
+                        help="no first draft and no typing renewal in the daemon's profiled bursts: an unprofiled "
+                             "burst makes neither (bench/profile_hook says why)")
     parser.add_argument("--keep", metavar="DIR", help="keep the profiles (pstats, py-spy's raw stacks) here")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -19,10 +19,12 @@ then given as ms of the unprofiled loop thread's CPU per message. Read these as 
 Python: cProfile inflates a Python call ~8x and a C call (SQLite's statements, json) hardly, so C-heavy
 code reads too small (the driver transactions' own figure is the one to use for the store); and it
 slows runs enough that drafts show which an unprofiled burst never posts (5 Web API calls a Slack
-message under it, 2 without).
+message under it, 2 without); `--untimed` holds those off in the profiled burst (no first draft, no
+typing renewal), so it counts the calls the unprofiled burst makes.
 
     .venv/bin/python bench/threads.py                               # Slack, 3 rounds of 200
     .venv/bin/python bench/threads.py --platform mattermost --profile
+    .venv/bin/python bench/threads.py --platform telegram --profile --untimed
     .venv/bin/python bench/threads.py --gateway-src /tmp/old-checkout
 """
 
@@ -241,8 +243,8 @@ async def main(args: argparse.Namespace) -> int:
                         per_thread[k].append(v / b.messages)
                     whole.append(sum(by.values()) / b.messages)
                     if args.profile:
-                        (stats / "mode").write_text("profile")
-                        pb, path = await profiled(daemon.pid, stats, n, burst(platform, daemon, args.burst, args.budget))
+                        pb, path = await profiled(daemon.pid, stats, n, burst(platform, daemon, args.burst, args.budget),
+                                                  "untimed" if args.untimed else "profile")
                         (stats / "mode").write_text("gc")
                         n += 1
                         got, total, own = charged(path)
@@ -299,6 +301,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
     parser.add_argument("--profile", action="store_true", help="a cProfiled burst per round: the loop by whose code")
     parser.add_argument("--top", type=int, default=40, help="our functions listed with --profile")
+    parser.add_argument("--untimed", action="store_true",
+                        help="with --profile: no first draft and no typing renewal in the profiled burst, which an "
+                             "unprofiled burst does not make either (bench/profile_hook says why)")
     parser.add_argument("--gateway-src", default=str(ROOT), help="the checkout whose daemon is measured")
     return parser.parse_args()
 
