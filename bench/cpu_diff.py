@@ -122,11 +122,19 @@ async def alone_worker() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
         return sys.stdin.readline()
 
-    loop = asyncio.get_running_loop()
+    async def next_line() -> str:
+        # The main thread runs Python every 50 ms while it waits: a signal the kernel handed to another
+        # thread than the reader (a worker thread of the runs') is handled only when the main thread next
+        # runs Python, which an idle loop never did (a "no profile from <pid>" now and then, Round 16).
+        reading = asyncio.get_running_loop().run_in_executor(None, read_line)
+        while not reading.done():
+            await asyncio.wait({reading}, timeout=0.05)
+        return reading.result()
+
     async with agent:
         await bursting(100)  # warm-up: connections, first-run imports
         print("ready", flush=True)
-        while line := await loop.run_in_executor(None, read_line):
+        while line := await next_line():
             print(json.dumps({"cpu_ms": await bursting(int(line))}), flush=True)
 
 
