@@ -18,6 +18,7 @@ model server, 32 runs at once) and profiles each burst of each side in turn:
     .venv/bin/python bench/cpu_diff.py --platform mattermost --rounds 2 --burst 200 --spy
     .venv/bin/python bench/cpu_diff.py --gateway-src /tmp/old-checkout   # another checkout's daemon
     .venv/bin/python bench/cpu_diff.py --platform telegram --rounds 1 --burst 200 --functions --bare
+    .venv/bin/python bench/cpu_diff.py --platform telegram --untimed   # the profiled bursts as unprofiled ones run
 
 Printed: calls per message by library (pydantic-ai, openai, httpx/httpcore, anyio, pydantic,
 asyncio, the gateway's own) for each side, then the functions of pydantic-ai, the OpenAI SDK,
@@ -121,11 +122,19 @@ async def alone_worker() -> None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2})
         return sys.stdin.readline()
 
-    loop = asyncio.get_running_loop()
+    async def next_line() -> str:
+        # The main thread runs Python every 50 ms while it waits: a signal the kernel handed to another
+        # thread than the reader (a worker thread of the runs') is handled only when the main thread next
+        # runs Python, which an idle loop never did (a "no profile from <pid>" now and then, Round 16).
+        reading = asyncio.get_running_loop().run_in_executor(None, read_line)
+        while not reading.done():
+            await asyncio.wait({reading}, timeout=0.05)
+        return reading.result()
+
     async with agent:
         await bursting(100)  # warm-up: connections, first-run imports
         print("ready", flush=True)
-        while line := await loop.run_in_executor(None, read_line):
+        while line := await next_line():
             print(json.dumps({"cpu_ms": await bursting(int(line))}), flush=True)
 
 
@@ -384,7 +393,8 @@ async def main(args: argparse.Namespace) -> int:
                         cpu[side].append(b.cpu_ms)
                         plain[side].add(path, b.messages)
                         b, path = await profiled(daemon.pid, stats, n[side] + 1, burst(platform, daemon, args.burst,
-                                                                                        args.budget))
+                                                                                        args.budget),
+                                                 "untimed" if args.untimed else "profile")
                         counts[side].add(path, b.messages)
                     else:
                         cpu_ms, path = await profiled(alone.proc.pid, stats, n[side], alone.burst(args.burst), "gc")
@@ -458,5 +468,8 @@ if __name__ == "__main__":
                         help="the platform SDKs' and the gateway's functions, per message")
     parser.add_argument("--bare", action="store_true",
                         help="profile the bare echo bot too (bench/bare_bots.py): beside the daemon in --functions")
+    parser.add_argument("--untimed", action="store_true",
+                        help="no first draft and no typing renewal in the daemon's profiled bursts: an unprofiled "
+                             "burst makes neither (bench/profile_hook says why)")
     parser.add_argument("--keep", metavar="DIR", help="keep the profiles (pstats, py-spy's raw stacks) here")
     sys.exit(asyncio.run(main(parser.parse_args())))

@@ -715,11 +715,12 @@ PHASES = (("outbound: posting the reply", ("gateway/outbound/",)),
           ("the model run (pydantic-ai, the OpenAI SDK)", ("run_agent (",)),
           ("the run's preparation (prepare, the agent)", ("gateway/runs/",)),
           ("the adapter receiving the event", ("adapters/",)))
+# The first match wins: ours before the SDKs', whose "telegram/" is in adapters/telegram/'s path too.
 KINDS = (("pydantic-ai", ("pydantic_ai/", "pydantic_ai_harness/", "pydantic_graph/", "pydantic/", "pydantic_core/")),
          ("OpenAI SDK, httpx, anyio", ("openai/", "httpx/", "httpcore/", "anyio/", "h11/")),
-         ("platform SDKs, aiohttp", ("slack_sdk/", "slack_bolt/", "telegram/", "aiohttp/", "yarl/", "multidict/")),
          ("the store (our SQL, SQLite, SQLAlchemy)", ("gateway/store/", "sqlalchemy/", "aiosqlite/", "sqlite3/")),
          ("the gateway's own Python", ("gateway/", "adapters/", "capabilities/", "bindings/")),
+         ("platform SDKs, aiohttp", ("slack_sdk/", "slack_bolt/", "telegram/", "aiohttp/", "yarl/", "multidict/")),
          ("the event loop (asyncio, selectors)", ("asyncio/", "selectors.py")))
 
 

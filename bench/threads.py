@@ -19,10 +19,12 @@ then given as ms of the unprofiled loop thread's CPU per message. Read these as 
 Python: cProfile inflates a Python call ~8x and a C call (SQLite's statements, json) hardly, so C-heavy
 code reads too small (the driver transactions' own figure is the one to use for the store); and it
 slows runs enough that drafts show which an unprofiled burst never posts (5 Web API calls a Slack
-message under it, 2 without).
+message under it, 2 without); `--untimed` holds those off in the profiled burst (no first draft, no
+typing renewal), so it counts the calls the unprofiled burst makes.
 
     .venv/bin/python bench/threads.py                               # Slack, 3 rounds of 200
     .venv/bin/python bench/threads.py --platform mattermost --profile
+    .venv/bin/python bench/threads.py --platform telegram --profile --untimed
     .venv/bin/python bench/threads.py --gateway-src /tmp/old-checkout
 """
 
@@ -37,15 +39,17 @@ import signal
 import statistics
 import sys
 import tempfile
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.cpu_diff import NAMES, profiled  # noqa: E402
-from bench.platforms import CONCURRENT_RUNS, AloneBursts, Burst, burst, poll, start_gateway, start_model_server  # noqa: E402
+from bench.platforms import (CONCURRENT_RUNS, AloneBursts, Burst, Mattermost, Platform, burst, poll,  # noqa: E402
+                             start_gateway, start_model_server)
 
 HOOK = ROOT / "bench" / "profile_hook"
 THREADS_HOOK = '''
@@ -87,9 +91,11 @@ KINDS = (
     ("pydantic-ai, openai, httpx", ("/pydantic_ai/", "/pydantic_graph/", "/openai/", "/httpx/", "/httpcore/",
                                     "/h11/", "/anyio/", "/sniffio/", "/pydantic/", "/pydantic_core/",
                                     "/typing_extensions", "/jiter/", "/opentelemetry/", "/logfire", "/griffe")),
+    # Ours before the SDKs': "/telegram/" and "/mattermost" are in our adapters' paths too (adapters/telegram/
+    # was charged to the SDK, and "adapters (ours)" read 0).
+    ("adapters (ours)", ("/adapters/",)),
     ("platform SDK, aiohttp", ("/slack_sdk/", "/slack_bolt/", "/telegram/", "/aiohttp/", "/yarl/", "/multidict/",
                                "/websockets/", "/aiohappyeyeballs/", "/frozenlist/", "/propcache/", "/mattermost")),
-    ("adapters (ours)", ("/adapters/",)),
     ("inbound (ours)", ("/gateway/inbound/", "/gateway/membership", "/gateway/messages", "/bindings/")),
     ("store, loop side (ours, SQLite inline)", ("/gateway/store/", "/sqlalchemy/", "/aiosqlite/", "sqlite3")),
     ("runner (ours)", ("/gateway/runs/", "/capabilities/")),
@@ -102,6 +108,21 @@ KINDS = (
 
 def kind(filename: str) -> str | None:
     return next((name for name, marks in KINDS if any(m in filename for m in marks)), None)
+
+
+def api_calls(platform: Platform) -> list[str]:
+    """Every call the platform's fake has had so far, by name: a Bot API or Web API method; Mattermost's
+    REST route (its ids cut) or a websocket typing frame."""
+    fake: Any = getattr(platform, "fake")
+    if isinstance(platform, Mattermost):
+        routes = [f"{method} {'/'.join('*' if len(part) == 26 else part for part in path.split('/'))}"
+                  for method, path, _ in fake.requests]
+        return routes + ["typing (websocket)"] * len(fake.typing)
+    return [call.method for call in fake.calls]
+
+
+def per_message(calls: list[str], messages: int) -> str:
+    return ", ".join(f"{name} {n / messages:.2f}" for name, n in Counter(calls).most_common())
 
 
 def thread_cpu(pid: int) -> dict[int, int]:
@@ -215,6 +236,8 @@ async def main(args: argparse.Namespace) -> int:
             profiled_total = 0.0
             profiled_messages = 0
             inclusive: dict[str, float] = defaultdict(float)
+            calls: dict[str, list[str]] = defaultdict(list)  # the platform's calls in the bursts, unprofiled / profiled
+            counted: dict[str, int] = defaultdict(int)  # and their messages
             n = 0
             for r in range(args.rounds):
                 for side in (("daemon", "alone") if r % 2 == 0 else ("alone", "daemon")):
@@ -222,9 +245,11 @@ async def main(args: argparse.Namespace) -> int:
                         alone_cpu.append((await alone.burst(args.burst, args.budget)).cpu_ms)
                         continue
                     _, store0, programs0 = await thread_names(daemon.pid, names_out)
-                    before = thread_cpu(daemon.pid)
+                    before, seen = thread_cpu(daemon.pid), len(api_calls(platform))
                     b: Burst = await burst(platform, daemon, args.burst, args.budget)
                     after = thread_cpu(daemon.pid)
+                    calls["unprofiled"] += api_calls(platform)[seen:]
+                    counted["unprofiled"] += b.messages
                     names, store1, programs1 = await thread_names(daemon.pid, names_out)
                     for name, (count, ns) in programs1.items():
                         count0, ns0 = programs0.get(name, (0, 0))
@@ -241,9 +266,12 @@ async def main(args: argparse.Namespace) -> int:
                         per_thread[k].append(v / b.messages)
                     whole.append(sum(by.values()) / b.messages)
                     if args.profile:
-                        (stats / "mode").write_text("profile")
-                        pb, path = await profiled(daemon.pid, stats, n, burst(platform, daemon, args.burst, args.budget))
+                        seen = len(api_calls(platform))
+                        pb, path = await profiled(daemon.pid, stats, n, burst(platform, daemon, args.burst, args.budget),
+                                                  "untimed" if args.untimed else "profile")
                         (stats / "mode").write_text("gc")
+                        calls["profiled"] += api_calls(platform)[seen:]
+                        counted["profiled"] += pb.messages
                         n += 1
                         got, total, own = charged(path)
                         for k, v in got.items():
@@ -271,6 +299,8 @@ async def main(args: argparse.Namespace) -> int:
             print("\n| the store's driver transactions, by store method | a message | CPU ms a message |\n| --- | --- | --- |")
             for name, got in sorted(programs.items(), key=lambda kv: -med([c for _, c in kv[1]])):
                 print(f"| {name} | {med([n for n, _ in got]):.2f} | {med([c for _, c in got]):.3f} |")
+            for which, made in calls.items():
+                print(f"the platform's calls per message, {which} bursts: {per_message(made, counted[which])}")
             ratios = [w / a for w, a in zip(whole, alone_cpu)]
             print(f"daemon / alone, per round: {', '.join(f'{x:.2f}' for x in ratios)}x (median {med(ratios):.2f}x)")
             if args.profile and profiled_total:
@@ -299,6 +329,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")
     parser.add_argument("--profile", action="store_true", help="a cProfiled burst per round: the loop by whose code")
     parser.add_argument("--top", type=int, default=40, help="our functions listed with --profile")
+    parser.add_argument("--untimed", action="store_true",
+                        help="with --profile: no first draft and no typing renewal in the profiled burst, which an "
+                             "unprofiled burst does not make either (bench/profile_hook says why)")
     parser.add_argument("--gateway-src", default=str(ROOT), help="the checkout whose daemon is measured")
     return parser.parse_args()
 

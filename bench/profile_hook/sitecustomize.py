@@ -6,6 +6,13 @@ how many, their CPU, the longest, objects collected) in <pid>-<n>.gc.json. When 
 $CPU_DIFF_STATS/mode says "gc", only the collector's passes are counted (no cProfile, so its CPU is
 the unprofiled process's). Call counts do not move with the
 machine's load, so two processes' runs compare by them where their CPU times, minutes apart, would not.
+
+Mode "untimed": cProfile as "profile", with what the gateway does by the clock held off while it
+runs: a reply's first draft (each chat adapter's `limits.first_draft_after`) and the runner's typing
+renewals (`TYPING_EVERY`). cProfile slows a burst several times over, so its runs outlast the
+1 s draft hold and their queue's 4 s typing renewal: a profiled Telegram burst made 4.9 Bot API calls
+a message where the same burst unprofiled makes 2.0 (sendChatAction, sendMessage), and its counts were
+of work the burst does not do. Restored when the profile stops.
 """
 
 import cProfile
@@ -17,6 +24,7 @@ import time
 
 _directory = os.environ.get("CPU_DIFF_STATS")
 _state: dict[str, object] = {"profile": None, "n": 0, "gc": None, "began": 0}
+_held: list[tuple[object, str, object]] = []  # "untimed": (owner, attribute, its value before)
 
 
 def _on_gc(phase: str, info: dict[str, int]) -> None:
@@ -37,9 +45,12 @@ def _on_gc(phase: str, info: dict[str, int]) -> None:
 def _start(*_: object) -> None:
     _state["gc"] = [[0, 0, 0, 0] for _ in range(3)]
     with open(os.path.join(str(_directory), "mode")) as f:
-        if f.read().strip() == "gc":
-            _state["profile"] = "gc"
-            return
+        mode = f.read().strip()
+    if mode == "gc":
+        _state["profile"] = "gc"
+        return
+    if mode == "untimed":
+        _hold_timed_work()
     # The thread's own CPU time, not the wall clock: on a loaded machine a function the process was
     # descheduled in would be charged the wait (and the main thread's profile, another thread's turn).
     profile = cProfile.Profile(time.thread_time_ns, 1e-9)
@@ -47,7 +58,29 @@ def _start(*_: object) -> None:
     profile.enable()
 
 
+def _hold_timed_work() -> None:
+    """No first draft and no typing renewal while profiling (the module docstring says why)."""
+    import dataclasses
+    import sys
+
+    runner = sys.modules.get("gateway.runs.runner")
+    if runner is not None:
+        _held.append((runner, "TYPING_EVERY", runner.TYPING_EVERY))
+        runner.TYPING_EVERY = 1e9
+    for name, module in list(sys.modules.items()):
+        if not (name.startswith("adapters.") and name.endswith(".adapter")):
+            continue
+        for cls in vars(module).values():
+            limits = vars(cls).get("limits") if isinstance(cls, type) else None
+            if getattr(limits, "first_draft_after", 0) > 0:  # 0: a platform that drafts at once, as unprofiled
+                _held.append((cls, "limits", limits))
+                cls.limits = dataclasses.replace(limits, first_draft_after=1e9)
+
+
 def _stop(*_: object) -> None:
+    while _held:
+        owner, attribute, value = _held.pop()
+        setattr(owner, attribute, value)
     profile = _state["profile"]
     if profile is not None:
         if isinstance(profile, cProfile.Profile):
