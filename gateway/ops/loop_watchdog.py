@@ -1,8 +1,10 @@
 """The event-loop watchdog: a stall of the loop is a bug, and this names the task that caused it.
 
-The lag probe (metrics.py) sees a stall only after it ends, and cannot say whose it was: while
+The lag histogram (metrics.py) sees a stall only after it ends, and cannot say whose it was: while
 the loop is stuck, nothing on the loop runs. So the watchdog is a thread. The loop beats every
-BEAT seconds (a timer callback); the thread looks every BEAT/2, and when the last beat is older
+BEAT seconds (a timer callback); each beat also tells `on_beat` how late it ran, which is the loop's
+lag (the histogram's observation: one timer serves both, so an idle loop wakes 20 times a second,
+not 40). The thread looks every BEAT/2, and when the last beat is older
 than the threshold it reads what the loop's thread is doing right now (`sys._current_frames()`)
 and which task the loop is running (`asyncio.current_task(loop)`). When the beats resume it logs
 one warning with the stall's length, the task's name and coroutine, and where it was stuck; a
@@ -37,9 +39,12 @@ class _Stall:
 
 
 class LoopWatchdog:
-    def __init__(self, *, threshold: float = STALL_THRESHOLD, on_stall: Callable[[float], None] | None = None) -> None:
+    def __init__(self, *, threshold: float = STALL_THRESHOLD, on_stall: Callable[[float], None] | None = None,
+                 on_beat: Callable[[float], None] | None = None) -> None:
+        """`on_stall(seconds)` after each stall; `on_beat(seconds)` at each beat, with how late it ran."""
         self.threshold = threshold
         self._on_stall = on_stall
+        self._on_beat = on_beat
         self._beat = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -54,7 +59,8 @@ class LoopWatchdog:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._stop.clear()
-        self._tick()
+        self._beat = time.monotonic()
+        self._timer = self._loop.call_later(BEAT, self._tick)
         self._thread = threading.Thread(target=self._watch, name="gateway:loop-watchdog", daemon=True)
         self._thread.start()
 
@@ -69,7 +75,10 @@ class LoopWatchdog:
 
     def _tick(self) -> None:
         self._beat = time.monotonic()
-        assert self._loop is not None
+        assert self._loop is not None and self._timer is not None
+        if self._on_beat is not None:
+            # How much later than it was due the loop ran this timer: what every callback due meanwhile waited.
+            self._on_beat(max(0.0, self._loop.time() - self._timer.when()))
         self._timer = self._loop.call_later(BEAT, self._tick)
 
     def _watch(self) -> None:
