@@ -4,7 +4,7 @@
 Counts first, each daemon on its own with `bench/count_hook` on its PYTHONPATH (bench/platforms.py's
 setup, one platform's fake per binding): idle for `--idle` seconds, the loop thread's `epoll_wait`
 calls (`strace -c` attached to that thread alone) and the hook's counts (the loop's passes, the passes
-that waited in the selector, the handles and timer handles run, timers made by whose line, LogRecords
+that waited in the selector, the handles and timer handles run (idle, by callback), timers made by whose line, LogRecords
 made and emitted by logger and level); then a burst of `--burst` new conversations per platform, the
 same counts per message. Then the idle CPU: both daemons without the hook, side by side, every
 thread's CPU (`/proc/<pid>/task/*/schedstat`) over `--windows` windows of `--window` seconds, as ms a
@@ -199,6 +199,7 @@ async def main(args: argparse.Namespace) -> int:
             for key in ("passes", "waits", "handles run", "timer handles run"):
                 print(f"| loop {key} | {idle['before']['loop'][key]:.1f} | {idle['after']['loop'][key]:.1f} |")
             table("idle timers made a second, by whose line", side_by_side(idle, "timers"), args.top)
+            table("idle handles run a second, by callback", side_by_side(idle, "callbacks"), args.top)
             table("idle LogRecords made a second", side_by_side(idle, "records"), args.top)
             for cls in chosen:
                 per = {side: bursts[side][cls.name] for side in sides}

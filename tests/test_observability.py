@@ -135,6 +135,40 @@ async def test_an_idle_daemon_sets_one_timer_a_beat(config_dir: Path) -> None:
     assert len(timers) <= beats + 2, sorted(set(timers))
 
 
+async def test_the_watchdog_looks_a_few_times_a_second_while_the_loop_beats() -> None:
+    """The watchdog's thread takes the GIL from the loop each time it looks: while beats come, it looks
+    once the last one would be a stall (~3 times a second), not every 25 ms. Counted by its waits
+    while the loop beats 40 times; the stall test above shows it still catches a stall and names it."""
+    import threading
+
+    from gateway.ops.loop_watchdog import LoopWatchdog
+
+    looks = 0
+    beats: list[float] = []
+    enough = asyncio.Event()
+
+    def traced(frame: Any, event: str, arg: Any) -> None:
+        nonlocal looks
+        if event == "call" and frame.f_code.co_name == "wait" and frame.f_back.f_code.co_name == "_watch":
+            looks += 1
+
+    def beat(lag: float) -> None:
+        beats.append(lag)
+        if len(beats) == 40:
+            enough.set()
+
+    watchdog = LoopWatchdog(on_beat=beat)
+    threading.settrace(traced)  # the threads started from now on: the watchdog's
+    try:
+        watchdog.start()
+        await enough.wait()
+    finally:
+        watchdog.stop()
+        threading.settrace(None)  # type: ignore[arg-type]
+    # ~7 when the loop beats on time; a loaded machine's late beats make more looks a beat, never 2 a beat.
+    assert 0 < looks <= 20, f"{looks} looks in 40 beats"
+
+
 def _lag(rendered: bytes) -> tuple[float, float]:
     """(observations above 0.2 s, all observations) of the loop-lag histogram."""
     counts: dict[str, float] = {}

@@ -1,5 +1,5 @@
 """Counts in a bench's daemon (bench/wakeups.py puts this folder on its PYTHONPATH): the loop's
-passes, the handles it runs, the timers made and by whose line, and the LogRecords made and emitted
+passes, the handles it runs (by callback), the timers made and by whose line, and the LogRecords made and emitted
 by logger. SIGWINCH writes what was counted so far to $WAKEUPS_COUNTS/<pid>-<n>.json; the bench
 takes two and subtracts. Counts do not move with the machine's load; the patches slow the process,
 so its CPU is read from a daemon without this hook.
@@ -16,7 +16,7 @@ import sys
 from collections import Counter
 
 _directory = os.environ.get("WAKEUPS_COUNTS")
-_counts: dict[str, Counter] = {name: Counter() for name in ("loop", "timers", "records", "emitted")}
+_counts: dict[str, Counter] = {name: Counter() for name in ("loop", "timers", "callbacks", "records", "emitted")}
 _ASYNCIO = os.path.dirname(asyncio.__file__)
 _CHECKOUT = os.getcwd() + os.sep
 
@@ -33,6 +33,15 @@ def _caller() -> str:
     # from site-packages.
     name = name.removeprefix(_CHECKOUT).split("site-packages/", 1)[-1]
     return f"{name}:{frame.f_lineno} {frame.f_code.co_name}"
+
+
+def _callback(callback: object) -> str:
+    """A handle's callback by name: a task's step by its coroutine's."""
+    owner = getattr(callback, "__self__", None)
+    if isinstance(owner, asyncio.Task):
+        coro = owner.get_coro()
+        return f"task {getattr(coro, '__qualname__', type(coro).__name__)}"
+    return getattr(callback, "__qualname__", type(callback).__name__)
 
 
 def _patch() -> None:
@@ -53,6 +62,7 @@ def _patch() -> None:
 
     def counted_handle_run(self):  # type: ignore[no-untyped-def]
         _counts["loop"]["timer handles run" if isinstance(self, asyncio.TimerHandle) else "handles run"] += 1
+        _counts["callbacks"][_callback(self._callback)] += 1
         return handle_run(self)
 
     loop_class._run_once = counted_run_once
