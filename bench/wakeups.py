@@ -71,6 +71,19 @@ async def epoll_waits(pid: int, seconds: float) -> int:
     return sum(int(n) for n in found)
 
 
+def switches(pid: int) -> tuple[int, int]:
+    """Voluntary context switches so far (each a thread going to sleep, so one wake-up each): every
+    thread's, and the loop thread's."""
+    total = loop = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError, ValueError):
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+            n = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+            total += n
+            loop += n if int(tid) == pid else 0
+    return total, loop
+
+
 def process_cpu_ns(pid: int) -> int:
     return sum(thread_cpu(pid).values())
 
@@ -115,11 +128,14 @@ async def counted(side: str, src: Path, tmp: Path, model_url: str, chosen: list[
             await burst(p, daemon, 20, args.budget)
         await asyncio.sleep(3.0)  # the warm-up's connections closed, its timers run out
         a = await snapshot(daemon, counts_dir)
-        t0 = time.monotonic()
+        t0, s0 = time.monotonic(), switches(daemon.pid)
         waits = await epoll_waits(daemon.pid, args.idle)
+        s1 = switches(daemon.pid)
         idle = minus(await snapshot(daemon, counts_dir), a)
         elapsed = time.monotonic() - t0
         idle = {k: Counter({n: v / elapsed for n, v in c.items()}) for k, c in idle.items()}  # type: ignore[misc]
+        # strace's attach stops the loop thread too, so its switches are read from the same window alike.
+        idle["switches"] = Counter({"all threads": (s1[0] - s0[0]) / elapsed, "the loop thread": (s1[1] - s0[1]) / elapsed})
         print(f"{side}: idle {elapsed:.1f} s: {waits / args.idle:.1f} epoll_wait/s, "
               f"{idle['loop']['passes']:.1f} loop passes/s", flush=True)
         bursts = {}
@@ -198,6 +214,9 @@ async def main(args: argparse.Namespace) -> int:
                   f"| {waits['after'] / args.idle:.1f} |")
             for key in ("passes", "waits", "handles run", "timer handles run"):
                 print(f"| loop {key} | {idle['before']['loop'][key]:.1f} | {idle['after']['loop'][key]:.1f} |")
+            for key in ("all threads", "the loop thread"):
+                print(f"| voluntary context switches, {key} | {idle['before']['switches'][key]:.1f} "
+                      f"| {idle['after']['switches'][key]:.1f} |")
             table("idle timers made a second, by whose line", side_by_side(idle, "timers"), args.top)
             table("idle handles run a second, by callback", side_by_side(idle, "callbacks"), args.top)
             table("idle LogRecords made a second", side_by_side(idle, "records"), args.top)
