@@ -29,18 +29,36 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.cpu_ab import NAMES  # noqa: E402
+from bench.cpu_ab import NAMES, two_checkouts  # noqa: E402
 from bench.platforms import Platform, Proc, burst, poll, start_gateway, start_model_server  # noqa: E402
 from bench.threads import thread_cpu  # noqa: E402
 
 HOOK = ROOT / "bench" / "count_hook"
 Counts = dict[str, Counter[str]]
+
+
+@contextlib.asynccontextmanager
+async def fakes(platforms: list[Platform]) -> AsyncIterator[None]:
+    """The platforms' fakes running, and scanned for the daemons' answers."""
+    for p in platforms:
+        await p.start()
+    stop = asyncio.Event()
+    poller = asyncio.create_task(poll(platforms, stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await poller
+        for p in platforms:
+            with contextlib.suppress(Exception):
+                await p.stop()
 
 
 async def snapshot(proc: Proc, directory: Path) -> Counts:
@@ -108,92 +126,80 @@ async def counted(side: str, src: Path, tmp: Path, model_url: str, chosen: list[
     counts_dir = tmp / "counts"
     counts_dir.mkdir()
     platforms = [cls("gateway") for cls in chosen]
-    for p in platforms:
-        await p.start()
-    stop = asyncio.Event()
-    poller = asyncio.create_task(poll(platforms, stop))
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "WAKEUPS_COUNTS")}
-    os.environ["WAKEUPS_COUNTS"] = str(counts_dir)
-    os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(HOOK), saved["PYTHONPATH"]) if x)
-    try:
-        daemon = await start_gateway(src, tmp, model_url, platforms)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-    try:
-        for p in platforms:  # warm-up: the pools, the model cache, the first-run imports
-            await burst(p, daemon, 20, args.budget)
-        await asyncio.sleep(3.0)  # the warm-up's connections closed, its timers run out
-        a = await snapshot(daemon, counts_dir)
-        t0, s0 = time.monotonic(), switches(daemon.pid)
-        waits = await epoll_waits(daemon.pid, args.idle)
-        s1 = switches(daemon.pid)
-        idle = minus(await snapshot(daemon, counts_dir), a)
-        elapsed = time.monotonic() - t0
-        idle = {k: Counter({n: v / elapsed for n, v in c.items()}) for k, c in idle.items()}  # type: ignore[misc]
-        # strace's attach stops the loop thread too, so its switches are read from the same window alike.
-        idle["switches"] = Counter({"all threads": (s1[0] - s0[0]) / elapsed, "the loop thread": (s1[1] - s0[1]) / elapsed})
-        print(f"{side}: idle {elapsed:.1f} s: {waits / args.idle:.1f} epoll_wait/s, "
-              f"{idle['loop']['passes']:.1f} loop passes/s", flush=True)
-        bursts = {}
-        for p in platforms:
+    async with fakes(platforms):
+        saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "WAKEUPS_COUNTS")}
+        os.environ["WAKEUPS_COUNTS"] = str(counts_dir)
+        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(HOOK), saved["PYTHONPATH"]) if x)
+        try:
+            daemon = await start_gateway(src, tmp, model_url, platforms)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        try:
+            for p in platforms:  # warm-up: the pools, the model cache, the first-run imports
+                await burst(p, daemon, 20, args.budget)
+            await asyncio.sleep(3.0)  # the warm-up's connections closed, its timers run out
             a = await snapshot(daemon, counts_dir)
-            b = await burst(p, daemon, args.burst, args.budget)
-            per = minus(await snapshot(daemon, counts_dir), a)
-            bursts[p.name] = {k: Counter({n: v / b.messages for n, v in c.items()}) for k, c in per.items()}  # type: ignore[misc]
-            print(f"{side}: {p.name} burst of {b.messages}: {sum(bursts[p.name]['timers'].values()):.2f} timers/msg, "
-                  f"{sum(bursts[p.name]['records'].values()):.2f} records/msg, "
-                  f"{sum(bursts[p.name]['emitted'].values()):.2f} emitted/msg", flush=True)
-        return idle, waits, bursts
-    finally:
-        daemon.stop()
-        stop.set()
-        await poller
-        for p in platforms:
-            with contextlib.suppress(Exception):
-                await p.stop()
+            t0, s0 = time.monotonic(), switches(daemon.pid)
+            waits = await epoll_waits(daemon.pid, args.idle)
+            s1 = switches(daemon.pid)
+            idle = per(minus(await snapshot(daemon, counts_dir), a), time.monotonic() - t0)
+            # strace's attach stops the loop thread too: both sides' switches are read under it alike.
+            idle["switches"] = per(Counter({"all threads": s1[0] - s0[0], "the loop thread": s1[1] - s0[1]}),
+                                   time.monotonic() - t0)
+            print(f"{side}: idle: {waits / args.idle:.1f} epoll_wait/s, {idle['loop']['passes']:.1f} loop passes/s",
+                  flush=True)
+            bursts = {}
+            for p in platforms:
+                a = await snapshot(daemon, counts_dir)
+                b = await burst(p, daemon, args.burst, args.budget)
+                bursts[p.name] = per(minus(await snapshot(daemon, counts_dir), a), b.messages)
+                print(f"{side}: {p.name} burst of {b.messages}: {sum(bursts[p.name]['timers'].values()):.2f} "
+                      f"timers/msg, {sum(bursts[p.name]['records'].values()):.2f} records/msg, "
+                      f"{sum(bursts[p.name]['emitted'].values()):.2f} emitted/msg", flush=True)
+            return idle, waits, bursts
+        finally:
+            daemon.stop()
+
+
+def per(counts, n: float):  # type: ignore[no-untyped-def]
+    """Counts (or one Counter) divided by `n` (seconds, messages)."""
+    if isinstance(counts, Counter):
+        return Counter({k: v / n for k, v in counts.items()})
+    return {k: per(c, n) for k, c in counts.items()}
 
 
 async def idle_cpu(sides: dict[str, Path], tmp: Path, model_url: str, chosen: list[type[Platform]],
                    args: argparse.Namespace) -> dict[str, list[float]]:
     """Both daemons without the hook, idle side by side: CPU ms a minute in each window."""
     platforms = {side: [cls("gateway") for cls in chosen] for side in sides}
-    everyone = [p for ps in platforms.values() for p in ps]
-    for p in everyone:
-        await p.start()
-    stop = asyncio.Event()
-    poller = asyncio.create_task(poll(everyone, stop))
     daemons: dict[str, Proc] = {}
-    try:
-        for side, src in sides.items():
-            (tmp / f"idle-{side}").mkdir()
-            daemons[side] = await start_gateway(src, tmp / f"idle-{side}", model_url, platforms[side])
-        for side in sides:
-            for p in platforms[side]:
-                await burst(p, daemons[side], 20, args.budget)
-        await asyncio.sleep(3.0)
-        per_minute: dict[str, list[float]] = {side: [] for side in sides}
-        for w in range(args.windows):
-            cpu0 = {side: process_cpu_ns(d.pid) for side, d in daemons.items()}
-            t0 = time.monotonic()
-            await asyncio.sleep(args.window)
-            elapsed = time.monotonic() - t0
-            for side, d in daemons.items():
-                per_minute[side].append((process_cpu_ns(d.pid) - cpu0[side]) / 1e6 * 60 / elapsed)
-            print(f"  idle window {w + 1}: " + ", ".join(f"{s} {v[-1]:.0f} ms/min" for s, v in per_minute.items()),
-                  flush=True)
-        return per_minute
-    finally:
-        for d in daemons.values():
-            d.stop()
-        stop.set()
-        await poller
-        for p in everyone:
-            with contextlib.suppress(Exception):
-                await p.stop()
+    async with fakes([p for ps in platforms.values() for p in ps]):
+        try:
+            for side, src in sides.items():
+                (tmp / f"idle-{side}").mkdir()
+                daemons[side] = await start_gateway(src, tmp / f"idle-{side}", model_url, platforms[side])
+            for side in sides:
+                for p in platforms[side]:
+                    await burst(p, daemons[side], 20, args.budget)
+            await asyncio.sleep(3.0)
+            per_minute: dict[str, list[float]] = {side: [] for side in sides}
+            for w in range(args.windows):
+                cpu0 = {side: process_cpu_ns(d.pid) for side, d in daemons.items()}
+                t0 = time.monotonic()
+                await asyncio.sleep(args.window)
+                elapsed = time.monotonic() - t0
+                for side, d in daemons.items():
+                    per_minute[side].append((process_cpu_ns(d.pid) - cpu0[side]) / 1e6 * 60 / elapsed)
+                print(f"  idle window {w + 1}: " + ", ".join(f"{s} {v[-1]:.0f} ms/min" for s, v in per_minute.items()),
+                      flush=True)
+            return per_minute
+        finally:
+            for d in daemons.values():
+                d.stop()
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -241,10 +247,7 @@ async def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", required=True, help="the checkout measured as before")
-    parser.add_argument("--after", default=str(ROOT), help="the checkout measured as after (default: this one)")
-    parser.add_argument("--platforms", default="slack,telegram,mattermost")
+    parser = two_checkouts(__doc__)
     parser.add_argument("--burst", type=int, default=200, help="messages in a burst")
     parser.add_argument("--idle", type=float, default=10.0, help="seconds of idle counted")
     parser.add_argument("--window", type=float, default=30.0, help="seconds in an idle CPU window")
