@@ -124,11 +124,17 @@ async def main(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def two_checkouts(doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of a bench comparing two checkouts (this one and bench/wakeups.py)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="the checkout measured as before")
     parser.add_argument("--after", default=str(ROOT), help="the checkout measured as after (default: this one)")
     parser.add_argument("--platforms", default="slack,telegram,mattermost")
+    return parser
+
+
+if __name__ == "__main__":
+    parser = two_checkouts(__doc__)
     parser.add_argument("--burst", type=int, default=300, help="messages in a burst")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=float, default=120.0, help="seconds a burst may take at most")

@@ -76,3 +76,56 @@ async def test_a_failed_statement_names_no_parameter(tmp_path, engine: str) -> N
             await db.dispose()
     assert "insert into planted" in str(failed.value)
     assert "zebra" not in str(failed.value)
+
+
+@pytest.fixture
+def logging_restored():
+    """configure_logging changes the process's loggers: put back what pytest and the other tests set."""
+    import logging
+
+    from gateway.ops.logs import OWN_LOGGERS
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    own = {name: logging.getLogger(name).level for name in OWN_LOGGERS}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, was in own.items():
+        logging.getLogger(name).setLevel(was)
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warning"])
+def test_a_library_line_below_warning_is_not_even_made(logging_restored, capsys, level: str) -> None:
+    """What the handler would drop (a library's info and debug, docs/operations.md "Logs") is never
+    built as a record; the gateway's own lines at the configured level are written, as are a library's
+    warnings (bench/README.md, Round 16: the model client's line per request was made and dropped)."""
+    import logging
+
+    from bindings.models import LoggingConfig
+    from gateway.ops.logs import configure_logging
+
+    made: list[str] = []
+    factory = logging.getLogRecordFactory()
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        record = factory(*args, **kwargs)
+        made.append(f"{record.name} {record.levelname}")
+        return record
+
+    configure_logging(LoggingConfig(level=level))  # type: ignore[arg-type]
+    logging.setLogRecordFactory(counting)
+    try:
+        logging.getLogger("httpx").info("HTTP Request: POST https://example.invalid/v1/chat")
+        logging.getLogger("aiosqlite").debug("executing an SQL statement with parameters")
+        logging.getLogger("httpx").warning("a library's warning")
+        logging.getLogger("gateway.runs.runner").debug("the gateway's own detail")
+        logging.getLogger("adapters.slack").info("the gateway's own line")
+    finally:
+        logging.setLogRecordFactory(factory)
+    written = capsys.readouterr().err
+    assert made == ["httpx WARNING", *{"debug": ["gateway.runs.runner DEBUG", "adapters.slack INFO"],
+                                       "info": ["adapters.slack INFO"], "warning": []}[level]]
+    assert "a library's warning" in written and "SQL" not in written and "HTTP Request" not in written
+    assert ("the gateway's own detail" in written) == (level == "debug")
+    assert ("the gateway's own line" in written) == (level in ("debug", "info"))

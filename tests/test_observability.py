@@ -87,7 +87,7 @@ async def _all_text(cfg: Path) -> str:
 
 async def test_event_loop_lag_is_exported(config_dir: Path) -> None:
     """A stalled loop shows on /metrics as lag: a blocking call of 0.3 s in the daemon's loop
-    makes the probe's next wake-up at least 0.25 s late (it sleeps 0.05 s at a time)."""
+    makes the watchdog's next beat at least 0.25 s late (it beats every 0.05 s)."""
     import time
 
     async with running_gateway(config_dir) as gw, aiohttp.ClientSession(gw.url) as s:
@@ -96,6 +96,77 @@ async def test_event_loop_lag_is_exported(config_dir: Path) -> None:
         await wait_for(lambda: _lag(gw.metrics.render())[0] > 0)
         text = await (await s.get("/metrics")).text()
         assert "gateway_event_loop_lag_seconds_bucket" in text
+
+
+async def test_an_idle_daemon_sets_one_timer_a_beat(config_dir: Path) -> None:
+    """Idle, the loop wakes for the watchdog's beat and nothing else of the gateway's, and the lag
+    histogram observes that beat: 20 wake-ups a second, where a probe of its own beside it made 40
+    (bench/README.md, Round 16). Counted while the histogram observes 20 beats."""
+    import os
+    import sys
+
+    import gateway
+
+    own = os.path.dirname(gateway.__file__) + os.sep
+    library = os.path.dirname(asyncio.__file__)
+    timers: list[str] = []
+    async with running_gateway(config_dir) as gw:
+        loop = asyncio.get_running_loop()
+        call_at = loop.call_at
+
+        def counted(when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
+            frame = sys._getframe(1)
+            while frame.f_back is not None and frame.f_code.co_filename.startswith(library):
+                frame = frame.f_back  # past asyncio's own frames (call_later, sleep): who asked
+            if frame.f_code.co_filename.startswith(own):
+                timers.append(f"{frame.f_code.co_filename.removeprefix(own)} {frame.f_code.co_name}")
+            return call_at(when, callback, *args, context=context)
+
+        await wait_for(lambda: _lag(gw.metrics.render())[1] > 0)
+        loop.call_at = counted  # type: ignore[method-assign]
+        try:
+            beats = _lag(gw.metrics.render())[1]
+            await wait_for(lambda: _lag(gw.metrics.render())[1] >= beats + 20, what="20 beats observed")
+            beats = _lag(gw.metrics.render())[1] - beats
+        finally:
+            del loop.call_at
+    assert timers, "the beats set timers"
+    # A periodic sweep may come due meanwhile: a couple of others allowed, not a second timer a beat.
+    assert len(timers) <= beats + 2, sorted(set(timers))
+
+
+async def test_the_watchdog_looks_a_few_times_a_second_while_the_loop_beats() -> None:
+    """The watchdog's thread takes the GIL from the loop each time it looks: while beats come, it looks
+    once the last one would be a stall (~3 times a second), not every 25 ms. Counted by its waits
+    while the loop beats 40 times; the stall test above shows it still catches a stall and names it."""
+    import threading
+
+    from gateway.ops.loop_watchdog import LoopWatchdog
+
+    looks = 0
+    beats: list[float] = []
+    enough = asyncio.Event()
+
+    def traced(frame: Any, event: str, arg: Any) -> None:
+        nonlocal looks
+        if event == "call" and frame.f_code.co_name == "wait" and frame.f_back.f_code.co_name == "_watch":
+            looks += 1
+
+    def beat(lag: float) -> None:
+        beats.append(lag)
+        if len(beats) == 40:
+            enough.set()
+
+    watchdog = LoopWatchdog(on_beat=beat)
+    threading.settrace(traced)  # the threads started from now on: the watchdog's
+    try:
+        watchdog.start()
+        await enough.wait()
+    finally:
+        watchdog.stop()
+        threading.settrace(None)  # type: ignore[arg-type]
+    # ~7 when the loop beats on time; a loaded machine's late beats make more looks a beat, never 2 a beat.
+    assert 0 < looks <= 20, f"{looks} looks in 40 beats"
 
 
 def _lag(rendered: bytes) -> tuple[float, float]:

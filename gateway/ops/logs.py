@@ -65,7 +65,8 @@ def own(name: str) -> bool:
 
 
 class LibraryQuiet(logging.Filter):
-    """Drops a library's records below WARNING (see the module docstring)."""
+    """Drops a library's records below WARNING (see the module docstring). `configure_logging`'s levels
+    keep most of them from being made; this catches a library that sets its own logger's level."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno >= logging.WARNING or own(record.name)
@@ -77,4 +78,10 @@ def configure_logging(cfg: LoggingConfig) -> None:
     handler.addFilter(LibraryQuiet())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(cfg.level.upper())
+    # A record the filter would drop is not made at all: a library's logger inherits the root's WARNING, so
+    # its `isEnabledFor(INFO)` says no at the call (the model client's line per request, aiohttp's access
+    # log); our own loggers take the configured level, and their records reach the root's handler as before.
+    level = logging.getLevelName(cfg.level.upper())
+    root.setLevel(max(level, logging.WARNING))
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level)

@@ -1,8 +1,10 @@
 """The event-loop watchdog: a stall of the loop is a bug, and this names the task that caused it.
 
-The lag probe (metrics.py) sees a stall only after it ends, and cannot say whose it was: while
+The lag histogram (metrics.py) sees a stall only after it ends, and cannot say whose it was: while
 the loop is stuck, nothing on the loop runs. So the watchdog is a thread. The loop beats every
-BEAT seconds (a timer callback); the thread looks every BEAT/2, and when the last beat is older
+BEAT seconds (a timer callback); each beat also tells `on_beat` how late it ran, which is the loop's
+lag (the histogram's observation: one timer serves both, so an idle loop wakes 20 times a second,
+not 40). The thread looks BEAT/2 after the last beat would be a stall, and when the last beat is older
 than the threshold it reads what the loop's thread is doing right now (`sys._current_frames()`)
 and which task the loop is running (`asyncio.current_task(loop)`). When the beats resume it logs
 one warning with the stall's length, the task's name and coroutine, and where it was stuck; a
@@ -37,9 +39,12 @@ class _Stall:
 
 
 class LoopWatchdog:
-    def __init__(self, *, threshold: float = STALL_THRESHOLD, on_stall: Callable[[float], None] | None = None) -> None:
+    def __init__(self, *, threshold: float = STALL_THRESHOLD, on_stall: Callable[[float], None] | None = None,
+                 on_beat: Callable[[float], None] | None = None) -> None:
+        """`on_stall(seconds)` after each stall; `on_beat(seconds)` at each beat, with how late it ran."""
         self.threshold = threshold
         self._on_stall = on_stall
+        self._on_beat = on_beat
         self._beat = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -54,7 +59,8 @@ class LoopWatchdog:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._stop.clear()
-        self._tick()
+        self._beat = time.monotonic()
+        self._timer = self._loop.call_later(BEAT, self._tick)
         self._thread = threading.Thread(target=self._watch, name="gateway:loop-watchdog", daemon=True)
         self._thread.start()
 
@@ -69,12 +75,16 @@ class LoopWatchdog:
 
     def _tick(self) -> None:
         self._beat = time.monotonic()
-        assert self._loop is not None
+        assert self._loop is not None and self._timer is not None
+        if self._on_beat is not None:
+            # How much later than it was due the loop ran this timer: what every callback due meanwhile waited.
+            self._on_beat(max(0.0, self._loop.time() - self._timer.when()))
         self._timer = self._loop.call_later(BEAT, self._tick)
 
     def _watch(self) -> None:
         stall: _Stall | None = None
-        while not self._stop.wait(BEAT / 2):
+        wait = BEAT / 2
+        while not self._stop.wait(wait):
             now, beat = time.monotonic(), self._beat
             if stall is not None and beat > stall.since:
                 self._ended(stall, beat - stall.since - BEAT)
@@ -85,6 +95,10 @@ class LoopWatchdog:
                 stall.told = now
                 log.error("event loop still stalled", extra={"stalled_seconds": round(now - stall.since - BEAT, 3),
                                                               "task": stall.task, "where": stall.where})
+            # While the loop beats, look next when the last beat would be a stall, BEAT/2 past the threshold
+            # (as precise as looking every BEAT/2, ~3 looks a second instead of 40: each took the GIL from
+            # the loop); in a stall, every BEAT/2, to tell its end.
+            wait = BEAT / 2 if stall is not None else max(beat + BEAT + self.threshold - now, 0.0) + BEAT / 2
 
     def _caught(self, beat: float, now: float) -> _Stall:
         """What the loop's thread is doing now, in the middle of the stall."""

@@ -19,7 +19,6 @@ from prometheus_client.metrics_core import Metric
 from gateway import version
 
 from gateway.ops.loop_watchdog import LoopWatchdog
-from gateway.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from gateway.runs.runner import Turn
@@ -87,25 +86,20 @@ class Metrics:
         aliases.add(tasks)
         # How late a timer fires: the time every callback waits behind a busy loop (bench/streaming.py
         # reads its p99). Buckets fine at the low end, where a healthy loop lives.
+        # The watchdog's beat (a 50 ms timer) is observed here too: the lag is how late each beat ran,
+        # and the watchdog names the task of each stall.
         self.loop_lag = aliases.add(Histogram(f"{PREFIX}event_loop_lag_seconds", "How late the event loop ran a timer",
                                               buckets=LAG_BUCKETS, registry=r))
-        self._lag_probe: asyncio.Task[None] | None = None
-        # Beside the probe, which measures every lag, the watchdog names the task of each stall.
         self.loop_stalls = Counter(f"{PREFIX}event_loop_stalls", "Event-loop stalls over 250 ms (each logged "
                                    "with its task)", registry=r)
-        self.watchdog = LoopWatchdog(on_stall=lambda seconds: self.loop_stalls.inc())
+        self.watchdog = LoopWatchdog(on_stall=lambda seconds: self.loop_stalls.inc(), on_beat=self.loop_lag.observe)
 
     def start(self) -> None:
-        """Start the loop-lag probe and the stall watchdog (in the running loop)."""
-        if self._lag_probe is None:
-            self._lag_probe = asyncio.create_task(_probe_lag(self.loop_lag), name="gateway:loop-lag")
+        """Start the stall watchdog, whose beats the lag histogram observes (in the running loop)."""
         self.watchdog.start()
 
     async def stop(self) -> None:
         self.watchdog.stop()
-        if self._lag_probe is not None:
-            await cancel_and_wait(self._lag_probe)
-            self._lag_probe = None
 
     def run_ended(self, turn: Turn, outcome: str) -> None:
         self.runs.labels(turn.conversation.platform, outcome, turn.agent.id, turn.binding.id).inc()
@@ -176,18 +170,7 @@ class _Aliases:
                 yield alias
 
 
-LAG_EVERY = 0.05  # seconds between probes: 20 cheap wake-ups a second
 LAG_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
-
-
-async def _probe_lag(histogram: Histogram) -> None:
-    """Sleep LAG_EVERY, observe how much later than asked the loop woke us (the lag every
-    callback queued at that moment saw too)."""
-    loop = asyncio.get_running_loop()
-    while True:
-        asked = loop.time() + LAG_EVERY
-        await asyncio.sleep(LAG_EVERY)
-        histogram.observe(max(0.0, loop.time() - asked))
 
 
 def _tasks() -> float:
