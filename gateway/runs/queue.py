@@ -167,10 +167,13 @@ class Scheduler:
             log.error("conversation %s: its next run could not be claimed (%s) nor ended failed (%s)",
                       conversation_id, type(error).__name__, type(e).__name__)
             return False
-        if run_id is not None:
-            log.error("run %s could not be claimed (%s): it ended failed, its messages set aside",
-                      run_id, type(error).__name__, extra={"conversation": conversation_id, "run": run_id})
-        return run_id is not None
+        if run_id is None:
+            log.error("conversation %s: a claim failed (%s), and no run was waiting to end", conversation_id,
+                      type(error).__name__)
+            return False
+        log.error("run %s could not be claimed (%s): it ended failed, its messages set aside",
+                  run_id, type(error).__name__, extra={"conversation": conversation_id, "run": run_id})
+        return True
 
     async def _claim(self, conversation_id: str) -> Claimed | None:
         """The conversation's next run: the one a run's end claimed for it, else claimed now."""
