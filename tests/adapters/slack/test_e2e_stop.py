@@ -19,8 +19,9 @@ from gateway.daemon import Gateway
 from gateway.messages import Sender
 from gateway.runs.llm import register_model
 from gateway.store import repo
+from gateway.store.models import Run
 from tests.conftest import running_gateway, wait_for, write_config
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import FakeSlack, PostedMessage
 from tests.support.files_model import CSV, Recorder
 from tests.support.gated_git import CAPABILITY, RAN
 from tests.test_stop import SLOW, slow_model
@@ -29,21 +30,28 @@ from .conftest import eventually
 from .test_e2e_approvals import buttons, card_of, gated  # noqa: F401 - `gated` is a fixture used here
 
 
-def _config(tmp_path: Path, fake: FakeSlack) -> Path:
-    register_model(SLOW, slow_model)
+def _config(tmp_path: Path, fake: FakeSlack, model: str = SLOW) -> Path:
+    """Slack, and an agent on `model` (`slow_model` unless a test registered its own)."""
+    if model == SLOW:
+        register_model(SLOW, slow_model)
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
              "api_url": fake.api_url}
-    return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": SLOW}},
+    return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
                         bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+
+
+async def _essay(gw: Gateway, fake: FakeSlack) -> tuple[PostedMessage, PostedMessage, Run]:
+    """Ada asks for a long essay: her thread's root, the reply as it streams, and its run."""
+    await eventually(lambda: gw.adapters["acme"].health().connected)
+    root, _ = await fake.say("C0GEN", "U0ADA", "<@U0BOT> write a long essay")
+    reply = await fake.wait_for(lambda: next((m for m in fake.bot_messages("C0GEN") if m.text.startswith("word0")), None))
+    [run] = await gw.store.runs_in([repo.RUNNING])
+    return root, reply, run
 
 
 async def test_only_the_requester_stops_a_run_in_a_thread(tmp_path: Path, fake_slack: FakeSlack) -> None:
     async with running_gateway(_config(tmp_path, fake_slack)) as gw:
-        await eventually(lambda: gw.adapters["acme"].health().connected)
-        root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> write a long essay")
-        reply = await fake_slack.wait_for(
-            lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text.startswith("word0")), None))
-        [run] = await gw.store.runs_in([repo.RUNNING])
+        root, reply, run = await _essay(gw, fake_slack)
 
         _, envelopes = await fake_slack.say("C0GEN", "U0BOB", "!stop", thread_ts=root.ts)
         await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
@@ -206,16 +214,8 @@ async def test_a_stop_ends_the_messages_waiting_behind_the_run_too_and_only_for_
         return FunctionModel(stream_function=stream)
 
     register_model("slack-e2e-stop-queued", model)
-    slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
-             "api_url": fake_slack.api_url}
-    cfg = write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": "slack-e2e-stop-queued"}},
-                       bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
-    async with running_gateway(cfg) as gw:
-        await eventually(lambda: gw.adapters["acme"].health().connected)
-        root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> write a long essay")
-        reply = await fake_slack.wait_for(
-            lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text.startswith("word0")), None))
-        [running] = await gw.store.runs_in([repo.RUNNING])
+    async with running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-queued")) as gw:
+        root, reply, running = await _essay(gw, fake_slack)
         _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "and a short one after", thread_ts=root.ts)
         await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
         [waiting] = await gw.store.runs_in([repo.QUEUED])
