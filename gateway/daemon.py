@@ -180,7 +180,8 @@ class Gateway:
         self.questions = Questions(self.approvals, adapter_for)
         self.runner.park_handler = self.approvals.park
         self.runner.resume_results = self.approvals.results_for
-        self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY)
+        self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY,
+                           ended=self.events.run_ended)
         self.memory_cards = MemoryCards(self.store, self.approvals, lambda: self.config.bindings, adapter_for)
         self.inbound = Inbound(config=lambda: self.config, store=self.store,
                                pairing=pairing.through(self.store, self.outbound),

@@ -9,6 +9,7 @@ process holds, else requeues them as a dead process's."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from pathlib import Path
 
@@ -216,5 +217,55 @@ async def test_a_claim_that_fails_does_not_fail_the_end_it_rides_on(tmp_path: Pa
         assert [(m.role, m.text) for m in await store.messages(b.id)] == [("user", "second"), ("assistant", "answer 2")]
     finally:
         tail.set()
+        await scheduler.cancel()
+        await store.engine.dispose()
+
+
+async def test_a_run_whose_claim_fails_every_time_fails_once_and_its_worker_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """b's message is made unreadable from outside while a runs, and stays so: b's claim raises every time. Its run
+    ends `failed` once, with one error line naming the run and the error's type (never the row's text); b's
+    later message runs, a's conversation is not held up, and the sweep's wake finds nothing to fail again."""
+    store, a, b, poisoned = await _one_slot_and_a_waiter(tmp_path, "u.db")
+    spoil, _mend = FAULTS["unreadable"]
+    _outside(tmp_path / "u.db", spoil, b.id)
+    ran: list[tuple[str, list[str]]] = []
+
+    async def execute(claimed: Claimed) -> None:
+        ran.append((claimed.conversation.id, [line.text for line in claimed.prompt]))
+        if claimed.conversation.id == a.id:
+            scheduler.wake(b.id)  # b's worker waits for the one slot
+            await asyncio.sleep(0)
+        await store.end_run(claimed.run.id, repo.FINISHED, reply=f"answer {len(ran)}")
+
+    scheduler = Scheduler(store, execute, concurrent_runs=1)
+    caplog.set_level(logging.INFO)
+    try:
+        scheduler.wake(a.id)
+
+        async def failed() -> bool:
+            row = await store.run(poisoned)
+            return row is not None and row.status == repo.FAILED
+
+        await wait_for(failed, what="b's unreadable run to end failed")
+        await wait_for(lambda: not scheduler.active, what="the workers to settle")
+        assert ran == [(a.id, ["first"])]
+        row = await store.run(poisoned)
+        assert row is not None and row.reason == "could not be claimed: OperationalError"
+        errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == [f"run {poisoned} could not be claimed (OperationalError): it ended failed, its messages set aside"]
+        assert not [r for r in caplog.records if "\\xc3" in r.getMessage() or "decode" in r.getMessage()]
+
+        for conversation_id in await store.conversations_with_queued_runs():  # the sweep's wake
+            scheduler.wake(conversation_id)
+        later = await _say(store, b, "e3", "are you there?")
+        scheduler.wake(b.id)
+        await wait_for(lambda: len(ran) == 2 and not scheduler.active, what="b's later message")
+        assert ran[1] == (b.id, ["are you there?"])
+        done = await store.run(later.run_id)
+        assert done is not None and done.status == repo.FINISHED
+        assert await store.conversations_with_queued_runs() == []
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == errors  # once
+    finally:
         await scheduler.cancel()
         await store.engine.dispose()

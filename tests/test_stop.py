@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from pydantic_ai.messages import ModelMessage
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gateway.runs.llm import register_model
 from gateway.store import repo
 
-from .conftest import running_gateway, wait_for, write_config
+from .conftest import database_url, running_gateway, wait_for, write_config
 from .test_web_api import _sse
 
 SLOW = "stop-slow"
@@ -147,3 +148,60 @@ async def test_a_stop_pressed_on_another_replica_reaches_the_run(tmp_path: Path)
 
         await wait_for(stopped, timeout=1.0, what="the run to stop on a")
         assert await a.store.capability_state.items("stop", "requests") == {}
+
+
+WAITING = "stop-waiting"
+
+
+@pytest.mark.parametrize("door", ["typed", "api"])
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_a_stop_of_a_message_waiting_for_a_slot_ends_it_before_its_model_is_asked(
+        tmp_path: Path, engine: str, door: str) -> None:
+    """One run at a time: a question in one conversation runs, one in another waits for the slot. `/stop` there
+    (or the API's stop of its run) ends it at once: the stopped line is posted, the model is never asked it, and
+    it is kept as asked but not answered: the conversation's next question runs with it in its history."""
+    go, asked = asyncio.Event(), []
+
+    def model() -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            asked.append([str(p.content) for m in messages if isinstance(m, ModelRequest)
+                          for p in m.parts if isinstance(p, UserPromptPart)])
+            if asked[-1][-1] == "busy":
+                await go.wait()
+            yield "done"
+
+        return FunctionModel(stream_function=stream)
+
+    register_model(WAITING, model)
+    async with database_url(engine, tmp_path / "c") as url:
+        cfg = write_config(tmp_path / "c", agents={"assistant": {"name": "A", "model": WAITING}},
+                           gateway={"database": {"url": url}, "limits": {"concurrent_runs": 1}})
+        async with running_gateway(cfg) as gw, aiohttp.ClientSession(gw.url) as s:
+            busy, waiting = [(await (await s.post("/api/v1/conversations", json={})).json())["id"] for _ in range(2)]
+            await s.post(f"/api/v1/conversations/{busy}/messages", json={"text": "busy"})
+            await wait_for(lambda: asked, what="the first run to ask its model")
+            sent = await (await s.post(f"/api/v1/conversations/{waiting}/messages", json={"text": "waiting"})).json()
+            if door == "typed":
+                r = await s.post(f"/api/v1/conversations/{waiting}/messages", json={"text": "/stop"})
+                assert r.status == 200, await r.text()
+            else:
+                r = await s.post(f"/api/v1/runs/{sent['run_id']}/stop", json={})
+                assert (r.status, await r.json()) == (200, {"stopped": True, "message": "Stopped."})
+            run = await gw.store.run(sent["run_id"])
+            assert run is not None and (run.status, run.reason) == (repo.STOPPED, "stopped by local")
+            turns = (await (await s.get(f"/api/v1/conversations/{waiting}/messages")).json())["messages"]
+            assert [(t["role"], t["text"]) for t in turns if t["role"] != "command"][:2] == [
+                ("user", "waiting"), ("notice", "⏹ Stopped by local; I had not done anything yet.")]
+            r = await s.post(f"/api/v1/runs/{sent['run_id']}/stop", json={})
+            assert (r.status, (await r.json())["message"]) == (409, "That reply has already ended.")
+
+            go.set()
+            await one_run_finished(gw)
+            again = await (await s.post(f"/api/v1/conversations/{waiting}/messages", json={"text": "again"})).json()
+
+            async def answered() -> bool:
+                row = await gw.store.run(again["run_id"])
+                return row is not None and row.status == repo.FINISHED
+
+            await wait_for(answered, what="the next question's run")
+            assert asked == [["busy"], ["waiting", "again"]]  # the stopped one never asked; then it is history

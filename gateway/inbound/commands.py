@@ -93,7 +93,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
                 "what agents wrote down: about you in a direct message, for this chat in a group"),
     CommandSpec("approvals", "/approvals [auto on|off | ask on|off]",
                 "this conversation's approval mode (switching it is for the people who may decide)"),
-    CommandSpec("stop", "/stop", "stop the reply being written here (for whoever asked, or who decides approvals)"),
+    CommandSpec("stop", "/stop", "stop the reply being written here and what waits behind it (for whoever asked, or who "
+                                    "decides approvals)"),
     CommandSpec("schedules", "/schedules", "the tasks scheduled to run in this conversation, with their next run"),
     CommandSpec("start", "/start", "say hello", hidden=True),
 )

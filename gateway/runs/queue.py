@@ -15,6 +15,9 @@ That claim is made in the slot still held by the run ending (it is given back ri
 to the worker the limit wakes with that slot: the waiters are kept in the order the limit wakes them.
 A claim that fails there never fails the end: the end is recorded without it and the worker claims for
 itself. A Stop of a claim waiting so is kept for the run's start (`holds`, `Runner.stop`).
+
+A claim that raises every time (a row sqlite3 cannot read) ends the run it would take `failed` and sets its
+messages aside, once (`_unclaimable`): the worker, the conversation's later runs and the sweep go on.
 """
 
 from __future__ import annotations
@@ -98,7 +101,12 @@ class Scheduler:
                 if first is None:
                     await self._slot(conversation_id)
                 try:  # the slot is held from here (`first`: since its `reserve`)
-                    claimed = first or await self._claim(conversation_id)
+                    try:
+                        claimed = first or await self._claim(conversation_id)
+                    except Exception as e:  # a busy database is waited out in the claim: this fails every time
+                        claimed = None
+                        if await self._unclaimable(conversation_id, e):
+                            self._again.add(conversation_id)  # the conversation's later runs go on
                     first = None
                     if claimed is None:
                         if conversation_id in self._again:
@@ -148,6 +156,24 @@ class Scheduler:
             await self.limit.acquire()
         finally:
             del self._waiting[conversation_id]
+
+    async def _unclaimable(self, conversation_id: str, error: Exception) -> bool:
+        """A claim that raised for anything but a busy database (a row sqlite3 cannot read, a constraint) raises
+        again at every try: the run it would take ends `failed`, once, and the worker (and every later sweep)
+        goes on. The error's type is logged, never its text: it can quote the row. False when it failed too."""
+        try:
+            run_id = await self.store.fail_unclaimable(conversation_id, f"could not be claimed: {type(error).__name__}")
+        except Exception as e:
+            log.error("conversation %s: its next run could not be claimed (%s) nor ended failed (%s)",
+                      conversation_id, type(error).__name__, type(e).__name__)
+            return False
+        if run_id is None:
+            log.error("conversation %s: a claim failed (%s), and no run was waiting to end", conversation_id,
+                      type(error).__name__)
+            return False
+        log.error("run %s could not be claimed (%s): it ended failed, its messages set aside",
+                  run_id, type(error).__name__, extra={"conversation": conversation_id, "run": run_id})
+        return True
 
     async def _claim(self, conversation_id: str) -> Claimed | None:
         """The conversation's next run: the one a run's end claimed for it, else claimed now."""

@@ -1,10 +1,13 @@
-"""Stop: a person ends a run in flight — from a Stop control on the streaming reply, `/stop`, or the API.
+"""Stop: a person ends a run in flight or waiting in its queue — from a Stop control on the streaming reply, `/stop`, or the API.
 
 Every door asks here, so the rule is one: the run's requester or one of the binding's
 deciders may stop it (asked of `gateway.approvals.service`, the same deciders as a card), anyone
 else changes nothing and alone is told why. A stop cancels the run through its
 cancellation token (pydantic-ai keeps the messages so far); the runner then ends it as
-`stopped` with a line saying who stopped it and what it had done. A run this process claimed and
+`stopped` with a line saying who stopped it and what it had done. A run still waiting in the queue (for a
+slot, or behind the conversation's run) ends `stopped` at once, the same line posted, its messages kept as
+history asked but not answered, its model never asked; `/stop` stops the conversation's queued runs with
+its run in flight. A run this process claimed and
 has not started yet (its worker waits for a slot the run before it still holds, or fetches the run's
 files) is stopped too: it starts stopped, the model never asked (`Runner.stop`). A run parked on an
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
@@ -36,11 +39,14 @@ class Stops:
     """Who may stop a run, and the stop itself."""
 
     def __init__(self, store: repo.Store, approvals: Approvals,
-                 cancel: Callable[[str, str], bool], *, sweep_every: float) -> None:
+                 cancel: Callable[[str, str], bool], *, sweep_every: float,
+                 ended: Callable[[str, str, str], None]) -> None:
         """`cancel(run_id, who)`: cancel a run in flight in this process; False when it is not here.
-        `sweep_every`: how often each replica looks for stop requests other replicas stored."""
+        `sweep_every`: how often each replica looks for stop requests other replicas stored.
+        `ended(conversation_id, run_id, status)`: a run stopped before it started (the event a page hears)."""
         self._store, self._approvals, self._cancel = store, approvals, cancel
         self._sweep_every = sweep_every
+        self._ended = ended
         # Background runs (`gateway.runs.background`), once installed: Stop on a turn stops the ones it started.
         self.background: BackgroundStops | None = None
 
@@ -58,6 +64,13 @@ class Stops:
                                       "decide approvals here can stop this.", 403)
         name = who.display_name or who.account_id
         children = await self.background.stop_children(run_id, name) if self.background is not None else 0
+        if run.status == repo.QUEUED:  # still waiting in the queue: it ends here, before it starts
+            if await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {name}"):
+                await self._approvals.notice(conv, stopped_notice(name, [], False) if run.started_at is None
+                                             else f"⏹ Stopped by {name} before it went on.")
+                self._ended(conv.id, run.id, repo.STOPPED)
+                return StopOutcome(True, "Stopped.")
+            run = await self._store.run(run_id) or run  # claimed meanwhile: stopped as it runs now
         if run.status in repo.ENDED:
             if children:
                 return StopOutcome(True, f"Stopping the {_runs(children)} it started in the background.")
@@ -92,12 +105,14 @@ class Stops:
         return stopped
 
     async def stop_current(self, conversation_id: str, who: Sender) -> StopOutcome:
-        """`/stop`: the conversation's run in flight, if any."""
-        running = [r for r in await self._store.runs_in([repo.RUNNING, repo.PARKED])
-                   if r.conversation_id == conversation_id]
-        if not running:
+        """`/stop`: what the gateway does and is about to do in the conversation, each run by the one rule: its
+        run in flight and the runs waiting in its queue (those first: the end of the run in flight would start
+        one). Stopped if any was; else why not (the first run's refusal)."""
+        live = await self._store.runs_in([repo.QUEUED, repo.RUNNING, repo.PARKED], conversation_id)
+        if not live:
             return await self._stop_background(conversation_id, who)
-        return await self.stop(running[-1].id, who)
+        outcomes = [await self.stop(r.id, who) for r in sorted(live, key=lambda r: r.status != repo.QUEUED)]
+        return next((o for o in outcomes if o.stopped), outcomes[0])
 
     async def _stop_one_background(self, run_id: str, parent_id: str | None, who: Sender,
                                    binding_id: str | None) -> StopOutcome:

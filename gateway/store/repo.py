@@ -41,6 +41,8 @@ GUARDRAIL_BLOCKED, BUDGET_EXCEEDED = "guardrail_blocked", "budget_exceeded"
 # A file share's delivery row is keyed by this and a hash, not by its run (gateway/outbound/files.py).
 FILE_DELIVERY = "file-"
 ENDED = frozenset({FINISHED, FAILED, STOPPED, EXPIRED, GUARDRAIL_BLOCKED, BUDGET_EXCEEDED})
+# A message of a run that could not be claimed: kept in the table, never read as a turn's prompt or history again.
+SET_ASIDE = "set_aside"
 
 
 class Duplicate(Exception):
@@ -649,23 +651,7 @@ class Store:
         """`claim_next_run`'s statements: a program of its own, or the tail of a run's end (`end_run`)."""
         yield from self._lock(q, conversation_id)
         now = self.clock.now()  # once the conversation is ours (see `ingest`)
-        # Each live run with whether files came with its messages (gateway.inbound.attachments), in the same
-        # statement: most runs have none, and then the run need not look them up (a statement fewer a claim).
-        live = yield q.all(
-            f"SELECT {_RUN_COLUMNS}, (SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
-            " AND scope = 'run:' || runs.id) FROM runs WHERE conversation_id = :c"
-            " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
-            c=conversation_id,
-        )
-        runs = [_RUNS.of(q, row) for row in live]
-        files = {run.id: bool(row[-1]) for run, row in zip(runs, live)}
-        # A parked run holds the conversation too: its answer comes before the next turn's.
-        # A running run holds it while its replica keeps the lease; a lapsed lease means
-        # that replica died, and its run goes back to the queue ahead of newer ones.
-        for r in runs:
-            if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
-                return None
-        run = next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
+        runs, files, run = yield from _next_run(q, conversation_id, now)
         if run is None:
             return None
         conversation = known
@@ -704,6 +690,46 @@ class Store:
         history = [Line(r[0], r[1], r[2]) for r in rows if r[3] != run_id and r[4] in ("processed", "final")]
         more = any(r.status == QUEUED and r.id != run_id for r in runs)
         return Claimed(run, conversation, prompt, history, fresh, more, files)
+
+    async def stop_queued(self, run_id: str, conversation_id: str, reason: str) -> bool:
+        """A person stopped a run still waiting in its queue: it ends `stopped` before it starts, its messages
+        kept as history (asked, not answered). Under the conversation's lock, the one an ingest holds to join a
+        message to a queued run: no message joins it once it is stopped. False when it was no longer queued
+        (claimed meanwhile: it is stopped as a running one)."""
+        now = self.clock.now()
+
+        def program(q: driver.Statements) -> driver.Program[bool]:
+            yield from self._lock(q, conversation_id)
+            changed = yield q.run("UPDATE runs SET status = :st, reason = :reason, state = NULL, finished_at = :f"
+                                  " WHERE id = :id AND status = :old", st=STOPPED, reason=reason, f=now, id=run_id,
+                                  old=QUEUED)
+            if changed:
+                yield q.run(_PROCESSED, r=run_id)
+            return bool(changed)
+
+        return await self.patiently(lambda: driver.transaction(self.engine, program), f"stopping queued run {run_id}")
+
+    async def fail_unclaimable(self, conversation_id: str, reason: str) -> str | None:
+        """The run a claim of `conversation_id` would take, when that claim raises every time (a row sqlite3
+        cannot read, a constraint): it ends `failed` and its messages are set aside (`SET_ASIDE`), never read
+        as a prompt or history again, so the conversation's later runs can be claimed. Reads no message.
+        Returns its id (None: nothing was waiting after all)."""
+        def program(q: driver.Statements) -> driver.Program[str | None]:
+            yield from self._lock(q, conversation_id)
+            _, _, run = yield from _next_run(q, conversation_id, self.clock.now())
+            if run is None:
+                return None
+            changed = yield q.run("UPDATE runs SET status = :st, reason = :reason, finished_at = :f"
+                                  " WHERE id = :id AND status = :old", st=FAILED, reason=reason, f=self.clock.now(),
+                                  id=run.id, old=run.status)
+            if not changed:
+                return None
+            yield q.run("UPDATE messages SET status = :aside WHERE run_id = :r AND status IN ('queued', 'processing')",
+                        aside=SET_ASIDE, r=run.id)
+            return run.id
+
+        return await self.patiently(lambda: driver.transaction(self.engine, program),
+                                    f"failing the next run of conversation {conversation_id}")
 
     async def run(self, run_id: str) -> Run | None:
         async with self.sessions() as s:
@@ -799,9 +825,12 @@ class Store:
         if handoff is not None and after is not None:
             handoff.handed(after, self._claimed(claimed, known), made=claim_for is not None)
 
-    async def runs_in(self, statuses: Sequence[str]) -> list[Run]:
+    async def runs_in(self, statuses: Sequence[str], conversation_id: str | None = None) -> list[Run]:
+        query = select(Run).where(Run.status.in_(statuses)).order_by(Run.created_at)
+        if conversation_id is not None:
+            query = query.where(Run.conversation_id == conversation_id)
         async with self.sessions() as s:
-            return list(await s.scalars(select(Run).where(Run.status.in_(statuses)).order_by(Run.created_at)))
+            return list(await s.scalars(query))
 
     async def requeue_interrupted(self, *, at_start: bool = False) -> list[str]:
         """Runs left `running` by a process that died go back to the queue; returns their conversations.
@@ -959,6 +988,30 @@ def _keyed(q: driver.Statements, key: str) -> driver.Program[ConversationRef]:
     return ConversationRef(*row)
 
 
+def _next_run(q: driver.Statements, conversation_id: str,
+              now: datetime) -> driver.Program[tuple[list[Run], dict[str, bool], Run | None]]:
+    """The conversation's live runs, whether files came with each one's messages, and the run a claim takes
+    next (None while the conversation is held, or nothing waits). Reads no message: `Store.fail_unclaimable`
+    asks it of a conversation whose messages cannot be read."""
+    # Each live run with whether files came with its messages (gateway.inbound.attachments), in the same
+    # statement: most runs have none, and then the run need not look them up (a statement fewer a claim).
+    live = yield q.all(
+        f"SELECT {_RUN_COLUMNS}, (SELECT count(*) FROM capability_state WHERE capability = 'attachments'"
+        " AND scope = 'run:' || runs.id) FROM runs WHERE conversation_id = :c"
+        " AND status IN ('queued', 'running', 'parked') ORDER BY created_at, id",
+        c=conversation_id,
+    )
+    runs = [_RUNS.of(q, row) for row in live]
+    files = {run.id: bool(row[-1]) for run, row in zip(runs, live)}
+    # A parked run holds the conversation too: its answer comes before the next turn's.
+    # A running run holds it while its replica keeps the lease; a lapsed lease means
+    # that replica died, and its run goes back to the queue ahead of newer ones.
+    for r in runs:
+        if r.status == PARKED or (r.status == RUNNING and r.lease_expires and r.lease_expires > now):
+            return runs, files, None
+    return runs, files, next((r for r in runs if r.status in (QUEUED, RUNNING)), None)
+
+
 def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[driver.Row]]:
     """A conversation's messages a run is reminded of, newest first: (role, text, sender_name, run_id, status).
     The newest turns only: a long conversation must not grow every request without bound."""
@@ -967,8 +1020,9 @@ def _history(q: driver.Statements, conversation_id: str) -> driver.Program[list[
 
 
 _HISTORY_COLUMNS = "role, text, sender_name, run_id, status"
+# Not a message set aside with a run that could not be claimed (`Store.fail_unclaimable`): it may be what failed.
 _HISTORY_ROWS = (" FROM messages WHERE conversation_id = :c AND role IN ('user', 'assistant', 'report', 'scheduled')"
-                 " ORDER BY created_at DESC, id DESC LIMIT :n")
+                 f" AND status != '{SET_ASIDE}' ORDER BY created_at DESC, id DESC LIMIT :n")
 _HISTORY = "SELECT " + _HISTORY_COLUMNS + _HISTORY_ROWS
 
 

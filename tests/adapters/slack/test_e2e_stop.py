@@ -19,8 +19,9 @@ from gateway.daemon import Gateway
 from gateway.messages import Sender
 from gateway.runs.llm import register_model
 from gateway.store import repo
+from gateway.store.models import Run
 from tests.conftest import running_gateway, wait_for, write_config
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import FakeSlack, PostedMessage
 from tests.support.files_model import CSV, Recorder
 from tests.support.gated_git import CAPABILITY, RAN
 from tests.test_stop import SLOW, slow_model
@@ -29,21 +30,28 @@ from .conftest import eventually
 from .test_e2e_approvals import buttons, card_of, gated  # noqa: F401 - `gated` is a fixture used here
 
 
-def _config(tmp_path: Path, fake: FakeSlack) -> Path:
-    register_model(SLOW, slow_model)
+def _config(tmp_path: Path, fake: FakeSlack, model: str = SLOW) -> Path:
+    """Slack, and an agent on `model` (`slow_model` unless a test registered its own)."""
+    if model == SLOW:
+        register_model(SLOW, slow_model)
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
              "api_url": fake.api_url}
-    return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": SLOW}},
+    return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
                         bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+
+
+async def _essay(gw: Gateway, fake: FakeSlack) -> tuple[PostedMessage, PostedMessage, Run]:
+    """Ada asks for a long essay: her thread's root, the reply as it streams, and its run."""
+    await eventually(lambda: gw.adapters["acme"].health().connected)
+    root, _ = await fake.say("C0GEN", "U0ADA", "<@U0BOT> write a long essay")
+    reply = await fake.wait_for(lambda: next((m for m in fake.bot_messages("C0GEN") if m.text.startswith("word0")), None))
+    [run] = await gw.store.runs_in([repo.RUNNING])
+    return root, reply, run
 
 
 async def test_only_the_requester_stops_a_run_in_a_thread(tmp_path: Path, fake_slack: FakeSlack) -> None:
     async with running_gateway(_config(tmp_path, fake_slack)) as gw:
-        await eventually(lambda: gw.adapters["acme"].health().connected)
-        root, _ = await fake_slack.say("C0GEN", "U0ADA", "<@U0BOT> write a long essay")
-        reply = await fake_slack.wait_for(
-            lambda: next((m for m in fake_slack.bot_messages("C0GEN") if m.text.startswith("word0")), None))
-        [run] = await gw.store.runs_in([repo.RUNNING])
+        root, reply, run = await _essay(gw, fake_slack)
 
         _, envelopes = await fake_slack.say("C0GEN", "U0BOB", "!stop", thread_ts=root.ts)
         await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
@@ -185,3 +193,53 @@ async def test_a_stop_while_the_run_fetches_its_files_starts_it_stopped(tmp_path
 
         await _started_stopped(gw, fake_slack, run.id, root.ts)
         assert recorder.requests == []
+
+
+async def test_a_stop_ends_the_messages_waiting_behind_the_run_too_and_only_for_who_may(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    """Ada's reply is being written and her next question waits behind it in the thread. Bob's `!stop` changes
+    nothing (he alone is told why). Ada's stops both: the reply ends with its stopped line, the waiting question
+    gets its own, and the model is never asked it."""
+    asked: list[str] = []
+
+    def model() -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            last = messages[-1]
+            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+                         if isinstance(last, ModelRequest) else "")
+            for i in range(100):
+                yield f"word{i} "
+                await asyncio.sleep(0.1)
+
+        return FunctionModel(stream_function=stream)
+
+    register_model("slack-e2e-stop-queued", model)
+    async with running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-queued")) as gw:
+        root, reply, running = await _essay(gw, fake_slack)
+        _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "and a short one after", thread_ts=root.ts)
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
+        [waiting] = await gw.store.runs_in([repo.QUEUED])
+
+        _, envelopes = await fake_slack.say("C0GEN", "U0BOB", "!stop", thread_ts=root.ts)
+        await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
+        refusal = await fake_slack.wait_for(lambda: [e for e in fake_slack.ephemerals if e.user == "U0BOB"])
+        assert [e.text for e in refusal] == ["Only Ada or someone who may decide approvals here can stop this."]
+        assert [(await gw.store.run(r.id)).status for r in (running, waiting)] == [repo.RUNNING, repo.QUEUED]  # type: ignore[union-attr]
+
+        await fake_slack.say("C0GEN", "U0ADA", "!stop", thread_ts=root.ts)
+
+        async def ended() -> bool:
+            rows = [await gw.store.run(r.id) for r in (running, waiting)]
+            return all(row is not None and row.status in repo.ENDED for row in rows)
+
+        await wait_for(ended, what="both runs to end")
+        for r in (running, waiting):
+            row = await gw.store.run(r.id)
+            assert row is not None and (row.status, row.reason) == (repo.STOPPED, "stopped by Ada")
+        await fake_slack.wait_for(lambda: reply.text.endswith("_"))
+        assert reply.text.endswith("_⏹ Stopped by Ada; before that I wrote what is above._")
+        notices = await fake_slack.wait_for(lambda: [m.text for m in fake_slack.bot_messages("C0GEN")
+                                                     if m.thread_ts == root.ts and m is not reply])
+        assert notices == ["_⏹ Stopped by Ada; I had not done anything yet._"]
+        assert not [e for e in fake_slack.ephemerals if e.user == "U0ADA"]  # a stop that worked needs no answer
+        assert asked == ["Ada: write a long essay"]  # the waiting question never reached the model
