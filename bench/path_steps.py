@@ -142,6 +142,10 @@ async def dump_marks(proc: Proc, path: Path) -> list[tuple[str, int, int]]:
 
 
 async def main(args: argparse.Namespace) -> None:
+    if args.handles and "telegram" in args.platforms:
+        # With Handle._run wrapped, the Telegram adapter's getMe failed in the daemon ("'NoneType' object has no
+        # attribute 'getall'", retried for good): not understood yet, so refused rather than left to hang.
+        raise SystemExit("--handles: not with Telegram (its getMe fails in the daemon so traced); name --platforms")
     other = args.other or (args.gateway_src if args.other_env else None)
     sources = [Path(args.gateway_src).resolve()] + ([Path(other).resolve()] if other else [])
     extra = dict(kv.split("=", 1) for kv in args.other_env)
