@@ -494,17 +494,21 @@ async def start_gateway(src: Path, tmp: Path, model_url: str, platforms: list[Pl
                              env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
     proc = Proc("gateway", popen, port)
     deadline = time.monotonic() + READY_WITHIN
-    async with aiohttp.ClientSession() as http:
-        while True:
-            if popen.poll() is not None:
-                raise RuntimeError(f"the gateway exited: see {tmp / 'gateway.log'}")
-            with contextlib.suppress(aiohttp.ClientError, ValueError):
-                async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
-                    if (await r.json()).get("ready"):
-                        return proc
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the gateway did not get ready in {READY_WITHIN:g} s: see {tmp / 'gateway.log'}")
-            await asyncio.sleep(0.1)
+    try:
+        async with aiohttp.ClientSession() as http:
+            while True:
+                if popen.poll() is not None:
+                    raise RuntimeError(f"the gateway exited: see {tmp / 'gateway.log'}")
+                with contextlib.suppress(aiohttp.ClientError, ValueError):
+                    async with http.get(f"http://127.0.0.1:{port}/readyz") as r:
+                        if (await r.json()).get("ready"):
+                            return proc
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the gateway did not get ready in {READY_WITHIN:g} s: see {tmp / 'gateway.log'}")
+                await asyncio.sleep(0.1)
+    except BaseException:
+        proc.stop()  # a daemon that never got ready is no caller's to stop: it would outlive the bench
+        raise
 
 
 async def start_bare(platforms: dict[str, Platform]) -> Proc:
