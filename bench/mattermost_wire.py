@@ -12,7 +12,9 @@ Beside them, the daemon's CPU per message (its own /proc/<pid>/stat: the fake ru
 process and is not in it) and the model server's CPU per message over the same burst. The model
 server does the same work for every completion, so its CPU per message is a control: when it moves
 between bursts, the machine did (other work on the shared cores slows every process alike), and
-"daemon / model server" is the daemon's figure with that drift divided out.
+"daemon / model server" is the daemon's figure with that drift divided out. Compare it between
+checkouts on this platform, not with another platform's: the model server's own cost per completion
+moves with how the requests arrive (bench/README.md, Round 16).
 
     .venv/bin/python bench/mattermost_wire.py                    # 3 bursts of 200
     .venv/bin/python bench/mattermost_wire.py --gateway-src /tmp/old-checkout --burst 300
