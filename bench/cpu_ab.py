@@ -5,7 +5,9 @@ A change to the gateway's own CPU is a millisecond of a message's 10-15: on a 2-
 shared with other work, two `bench/platforms.py` runs minutes apart differ by more than that. So
 both daemons run at once, each with its own instances of the fakes, against the same model
 server, and take turns: per round and platform, a burst to each (the order alternating), the CPU
-of each burst read from its daemon's /proc. The machine's drift then falls on both alike.
+of each burst read from its daemon's /proc. The machine's drift then falls on both alike. The last
+column divides each burst's CPU by the model server's over that burst first (the same work for
+either daemon, so it moves only with the machine's speed, which changes within seconds here).
 
     .venv/bin/python bench/cpu_ab.py --before /tmp/base-checkout            # this checkout is "after"
     .venv/bin/python bench/cpu_ab.py --before /tmp/base --after . --burst 300 --rounds 4
@@ -44,6 +46,7 @@ from bench.platforms import (  # noqa: E402
     start_model_server,
     summarise_profile,
 )
+from bench.threads import thread_cpu  # noqa: E402
 
 NAMES = {"slack": Slack, "telegram": Telegram, "mattermost": Mattermost}
 
@@ -80,6 +83,9 @@ async def main(args: argparse.Namespace) -> int:
     procs: list[Proc] = [model]
     cpu: dict[tuple[str, str], list[float]] = {}
     rate: dict[tuple[str, str], list[float]] = {}
+    # The model server's CPU per message in each burst: the same work for either daemon, so it moves only
+    # with the machine; each burst's CPU divided by it takes the drift between two bursts out.
+    control: dict[tuple[str, str], list[float]] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="gw-cpu-ab-") as tmp:
             daemons: dict[str, Proc] = {}
@@ -95,20 +101,26 @@ async def main(args: argparse.Namespace) -> int:
             for r in range(args.rounds):
                 for i, cls in enumerate(chosen):
                     for side in (order if r % 2 == 0 else order[::-1]):
+                        model0 = sum(thread_cpu(model.pid).values())
                         b = await burst(platforms[side][i], daemons[side], args.burst, args.budget)
+                        model_ms = (sum(thread_cpu(model.pid).values()) - model0) / 1e6 / max(1, b.messages)
                         cpu.setdefault((cls.name, side), []).append(b.cpu_ms)
                         rate.setdefault((cls.name, side), []).append(b.rate)
-                        print(f"  round {r + 1} {cls.name} {side}: {b.cpu_ms:.2f} ms CPU/msg, {b.rate:.0f} msg/s"
+                        control.setdefault((cls.name, side), []).append(b.cpu_ms / model_ms if model_ms else float("nan"))
+                        print(f"  round {r + 1} {cls.name} {side}: {b.cpu_ms:.2f} ms CPU/msg, {b.rate:.0f} msg/s, "
+                              f"model server {model_ms:.2f} ms/msg"
                               f"{'' if b.messages == args.burst else f' ({b.messages} answered)'}", flush=True)
             print(f"\n| burst of {args.burst}, {args.rounds} rounds interleaved | CPU ms/msg before (median; each) "
-                  "| after (median; each) | after / before | msg/s before / after (median) |")
-            print("| --- | --- | --- | --- | --- |")
+                  "| after (median; each) | after / before | msg/s before / after (median) "
+                  "| after / before, each burst's CPU / the model server's in it |")
+            print("| --- | --- | --- | --- | --- | --- |")
             for cls in chosen:
                 b, a = cpu[(cls.name, "before")], cpu[(cls.name, "after")]
                 print(f"| {cls.name} | {statistics.median(b):.2f} ({', '.join(f'{x:.2f}' for x in b)}) "
                       f"| {statistics.median(a):.2f} ({', '.join(f'{x:.2f}' for x in a)}) "
                       f"| {statistics.median(a) / statistics.median(b):.3f} "
-                      f"| {statistics.median(rate[(cls.name, 'before')]):.0f} / {statistics.median(rate[(cls.name, 'after')]):.0f} |")
+                      f"| {statistics.median(rate[(cls.name, 'before')]):.0f} / {statistics.median(rate[(cls.name, 'after')]):.0f} "
+                      f"| {statistics.median(control[(cls.name, 'after')]) / statistics.median(control[(cls.name, 'before')]):.3f} |")
             if args.profile:
                 for i, _ in enumerate(chosen):
                     await profile_burst(platforms["after"][i], daemons["after"], args.burst, args.budget,

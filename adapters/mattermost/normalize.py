@@ -9,6 +9,7 @@ channels of teams the binding does not serve.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -159,17 +160,23 @@ def normalize_post(event: PostedEvent, ctx: NormalizeContext, *, is_edit: bool =
     )
 
 
+@functools.lru_cache(maxsize=64)  # a bot username per binding: built once, not per post
 def _mention_pattern(username: str) -> re.Pattern[str]:
     # Usernames hold letters, digits, '.', '-' and '_'; a trailing '.' is punctuation.
     return re.compile(rf"(?<![\w@.-])@{re.escape(username)}(?![\w-]|\.\w)", re.IGNORECASE)
 
 
+@functools.lru_cache(maxsize=64)
+def _mention_and_separator(username: str) -> re.Pattern[str]:
+    return re.compile(_mention_pattern(username).pattern + r"[:,]?", re.IGNORECASE)
+
+
+_SPACES = re.compile(r"[ \t]{2,}")
+
+
 def strip_mention(message: str, username: str) -> str:
     """The text with the bot's @mention removed, with the ':' or ',' that followed it."""
-    mention = _mention_pattern(username).pattern
-    text = re.sub(mention + r"[:,]?", "", message, flags=re.IGNORECASE)
-    text = re.sub(r"[ \t]{2,}", " ", text)
-    return text.strip()
+    return _SPACES.sub(" ", _mention_and_separator(username).sub("", message)).strip()
 
 
 def _attachments(post: Mapping[str, Any], base_url: str) -> tuple[Attachment, ...]:
