@@ -70,7 +70,7 @@ class JsonPost:
 
     For a cosmetic call made with every message (assistant.threads.setStatus): `AsyncWebClient.api_call`
     builds its request arguments, headers and URL per call, sets up its retry handlers' request and state,
-    and wraps the answer in an `AsyncSlackResponse`, about 90 function calls on the loop of a call whose
+    and wraps the answer in an `AsyncSlackResponse`, about 140 function calls on the loop of a call whose
     answer is `{"ok": true}` (bench/README.md, Round 16). The wire is the SDK's own for a JSON call: the
     same URL, headers (`client.headers` hold its User-Agent), bearer token, JSON body, proxy and TLS
     settings; refusals come out as `call`'s do (`refusal`)."""
