@@ -27,7 +27,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -42,7 +42,6 @@ from slack_sdk.socket_mode.async_client import AsyncBaseSocketModeClient
 from slack_sdk.socket_mode.request import SocketModeRequest
 from slack_sdk.socket_mode.response import SocketModeResponse
 from slack_sdk.web.async_client import AsyncWebClient
-from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from adapters.base import BaseAdapter, read_capped, within
 from adapters.stop_buttons import StopButtons
@@ -82,7 +81,7 @@ from gateway.outbound.adapter import (
 from gateway.tasks import cancel_and_wait
 
 from . import scopes
-from .api import SlackConnection, UserNames, call
+from .api import JsonPost, SlackConnection, Unreached, UserNames, call, sdk_logger
 from .budget import RULES, SlackBudget
 from .native_stream import SlackNativeStream
 from .cards import (ACTION_PREFIX, MEMORY_ACTION_PREFIX, SHOW_ACTION_PREFIX, arguments_view, card_message, memory_message,
@@ -95,6 +94,7 @@ from .held import HeldEvents
 from .normalize import BotIdentity, chat_kind, echoed, normalize_event, pair_key
 from .render import markdown_to_mrkdwn
 
+T = TypeVar("T")
 CONNECT_TIMEOUT = 15.0  # seconds for one websocket connect before backing off and retrying
 THINKING_STATUS = "is thinking…"
 # Seconds an events envelope's ack waits once its message is stored. Slack allows 3 s; sent at once, the
@@ -145,6 +145,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         spool = Spool(context.spool / binding.id, self._log) if context.spool is not None else None
         self._held = HeldEvents(self._handle_event, self._spawn, lambda: self._stopping, self._clock, self._log, spool)
         self._no_status: set[str] = set()  # channels where assistant.threads.setStatus was refused
+        self._set_status: JsonPost | None = None
         self._app_token = ""
         self.ping_interval = 10.0
         self.ack_after = ACK_AFTER
@@ -170,9 +171,10 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         # would double the latency of each reply edit.
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit_per_host=WEB_API_CONNECTIONS))
         base_url = section.api_url if section.api_url.endswith("/") else section.api_url + "/"
-        client = AsyncWebClient(token=bot_token, base_url=base_url, session=self._session, logger=self._log)
+        client = AsyncWebClient(token=bot_token, base_url=base_url, session=self._session, logger=sdk_logger(self._log, "web"))
         self._conn.client = client
         self._conn.users = UserNames(client, self._call, clock=self._clock)
+        self._set_status = JsonPost(self._session, client, "assistant.threads.setStatus")  # every message's first sign
         self._app = self._build_app(client, signing_secret)
 
     async def _connect_once(self) -> None:
@@ -184,6 +186,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         # Requests that still reach the HTTP route get 503 (Slack retries them later).
         self._app = None
         self._conn.client = self._conn.users = None
+        self._set_status = None
         session, self._session = self._session, None
         if session is not None:
             await session.close()
@@ -296,7 +299,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
         socket = CheckedSocketModeClient(
             app_token=self._app_token,
-            logger=self._log.getChild("socket"),
+            logger=sdk_logger(self._log, "socket"),
             web_client=client,
             auto_reconnect_enabled=False,
             ping_interval=self.ping_interval,
@@ -759,13 +762,13 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
         """The assistant thread's status line ("using web_fetch…"), where Slack allows one."""
         if not target.thread or target.channel in self._no_status:
             return
+        if self._set_status is None:
+            raise PlatformError(f"slack binding {self.binding_id} is not started")
         try:
             with impatient():  # cosmetic: never worth waiting for, nor for a budget
-                await self._call(
-                    "assistant.threads.setStatus", target.channel,
-                    self._require_client().assistant_threads_setStatus(channel_id=target.channel, thread_ts=target.thread, status=text),
-                )
-        except RateLimited:
+                await self._call("assistant.threads.setStatus", target.channel,
+                                 self._set_status(channel_id=target.channel, thread_ts=target.thread, status=text))
+        except (RateLimited, Unreached):  # counted against the budget all the same; the next status is asked
             pass
         except PlatformError as e:
             self._no_status.add(target.channel)
@@ -851,7 +854,7 @@ class SlackAdapter(BaseAdapter, StreamsNatively, ShowsStatus, ShowsStopControl, 
 
     # --- helpers --------------------------------------------------------------------------
 
-    async def _call(self, method: str, channel: str, request: Coroutine[Any, Any, AsyncSlackResponse]) -> AsyncSlackResponse:
+    async def _call(self, method: str, channel: str, request: Coroutine[Any, Any, T]) -> T:
         """One outbound Web API call, sent when the method's tier and the channel's limit have room."""
         try:
             async with self.pacer.paced(self.budget.scopes(method, channel)):

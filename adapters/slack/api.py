@@ -8,10 +8,14 @@ Every call the adapter makes goes through `call()`, so a 429 always becomes
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 from dataclasses import dataclass
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
+
+import aiohttp
 
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -25,25 +29,97 @@ DEFAULT_RETRY_AFTER = 1.0
 # too large, as the team has restricted uploads of large files": docs.slack.dev/reference/methods/
 # files.getUploadURLExternal, Errors). Slack has no `file_too_large` code for it.
 TOO_LARGE = "file_upload_size_restricted"
+T = TypeVar("T")
 NOT_VISIBLE = frozenset({"channel_not_found", "not_in_channel", "is_archived", "thread_not_found"})
 
 
-async def call(method: str, request: Awaitable[AsyncSlackResponse]) -> AsyncSlackResponse:
+async def call(method: str, request: Awaitable[T]) -> T:
     """Await one Web API request; Slack's refusals come out as the core's exceptions."""
     try:
         return await request
     except SlackApiError as e:
         response = e.response
-        if response.status_code == 429 or response.get("error") == "ratelimited":
-            raise RateLimited(_retry_after(response.headers), method) from None
-        error = response.get("error")
-        kind = NotVisible if error in NOT_VISIBLE else PlatformError  # the bot's token cannot see it
-        if error == TOO_LARGE:
-            raise FileTooLarge(f"slack {method}: {error}: this workspace's admins restrict the size of uploads "
-                               "(Slack itself takes files up to 1 GB)") from None
-        raise kind(f"slack {method}: {error or response.status_code}") from None
+        raise refusal(method, response.status_code, response.get("error"), response.headers) from None
     except SlackClientError as e:
         raise PlatformError(f"slack {method}: {type(e).__name__}") from None
+
+
+def refusal(method: str, status: int, error: str | None, headers: Any) -> PlatformError:
+    """What a Web API answer that is not `ok` means to the core: a 429 (or `ratelimited`) is RateLimited
+    with its Retry-After, anything else a PlatformError naming Slack's error code."""
+    if status == 429 or error == "ratelimited":
+        return RateLimited(_retry_after(headers), method)
+    if error == TOO_LARGE:
+        return FileTooLarge(f"slack {method}: {error}: this workspace's admins restrict the size of uploads "
+                            "(Slack itself takes files up to 1 GB)")
+    kind = NotVisible if error in NOT_VISIBLE else PlatformError  # the bot's token cannot see it
+    return kind(f"slack {method}: {error or status}")
+
+
+class Unreached(PlatformError):
+    """A call that got no answer from Slack (the connection failed): nothing Slack said about it."""
+
+
+# What a reused keep-alive connection the server had closed meanwhile raises: the call never reached Slack,
+# and goes once more on a new connection (the SDK's own retry handler does this for every call it makes).
+STALE_CONNECTION = (aiohttp.ServerDisconnectedError, aiohttp.ServerConnectionError, aiohttp.ClientOSError)
+
+
+class JsonPost:
+    """One Web API method posted straight on the binding's session, its answer read for `ok` alone.
+
+    For a cosmetic call made with every message (assistant.threads.setStatus): `AsyncWebClient.api_call`
+    builds its request arguments, headers and URL per call, sets up its retry handlers' request and state,
+    and wraps the answer in an `AsyncSlackResponse`, about 140 function calls on the loop of a call whose
+    answer is `{"ok": true}` (bench/README.md, Round 16). The wire is the SDK's own for a JSON call: the
+    same URL, headers (`client.headers` hold its User-Agent), bearer token, JSON body, proxy and TLS
+    settings; refusals come out as `call`'s do (`refusal`)."""
+
+    __slots__ = ("_session", "_url", "_headers", "_proxy", "_ssl", "_method")
+
+    def __init__(self, session: aiohttp.ClientSession, client: AsyncWebClient, method: str) -> None:
+        self._session, self._method = session, method
+        self._url = client.base_url + method  # the SDK's base_url ends with "/"
+        self._headers = {"Content-Type": "application/json;charset=utf-8",
+                         **({"Authorization": f"Bearer {client.token}"} if client.token else {}), **client.headers}
+        self._proxy, self._ssl = client.proxy, client.ssl
+
+    async def __call__(self, **args: str) -> None:
+        body = json.dumps(args).encode()  # what aiohttp's `json=` sends for the SDK
+        for attempt in (1, 2):
+            try:
+                async with self._session.post(self._url, data=body, headers=self._headers, proxy=self._proxy,
+                                              ssl=self._ssl) as answer:
+                    raw = await answer.read()  # read whole, so the connection goes back to the pool
+                break
+            except STALE_CONNECTION as e:
+                if attempt == 2:
+                    raise Unreached(f"slack {self._method}: {type(e).__name__}") from None
+            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
+                raise Unreached(f"slack {self._method}: {type(e).__name__}") from None
+        if answer.status == 429:  # the Retry-After is all it says
+            raise RateLimited(_retry_after(answer.headers), self._method)
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if answer.status != 200 or not isinstance(data, dict) or not data.get("ok"):
+            error = data.get("error") if isinstance(data, dict) else None
+            raise refusal(self._method, answer.status, error, answer.headers)
+
+
+def sdk_logger(parent: logging.Logger, name: str) -> logging.Logger:
+    """A slack_sdk client's logger: a library's, so WARNING and up, under the binding's name.
+
+    The SDK writes each Web API request and answer, and each Socket Mode frame, at DEBUG, bodies included
+    (a reply's text, a status line, a person's message), which no log line may carry (docs/security.md,
+    "Logs"): under the binding's own logger they were written at `logging.level: debug`. The Web API
+    client also decides to build those lines by the logger's own `level`, not by whether it is enabled
+    (`if logger.level <= logging.DEBUG`): under a logger with no level of its own it formatted both for
+    every call, logged or not (~25 function calls a call, bench/README.md, Round 16)."""
+    logger = parent.getChild(name)
+    logger.setLevel(logging.WARNING)
+    return logger
 
 
 def _retry_after(headers: Any) -> float:

@@ -61,6 +61,7 @@ PER_CHANNEL = {  # (limit, seconds) per channel: Slack's special limits
     "assistant.threads.setStatus": (60, 60.0),  # as Slack's SDKs count it: 60 a minute per DM
 }
 BOT_TOKEN = "xoxb-fake-bot-token"
+DROPPED = 0  # `fail_next(status=DROPPED)`: no answer, the connection closed
 MANIFEST_SCOPES = ("app_mentions:read", "chat:write", "chat:write.customize", "channels:history", "groups:history",
                    "im:history", "mpim:history", "channels:read", "groups:read", "im:read", "mpim:read", "users:read",
                    "commands", "files:read", "files:write")
@@ -77,6 +78,8 @@ class ApiCall:
     token: str | None
     status: int = 200
     at: float = field(default_factory=time.monotonic)  # when it arrived, on the fake's clock (the bench reads it)
+    headers: dict[str, str] = field(default_factory=dict)  # as sent, the Authorization header left out
+    body: bytes = b""  # as sent
 
 
 @dataclass
@@ -314,7 +317,8 @@ class FakeSlack:
         return channel
 
     def fail_next(self, method: str, *, status: int = 429, error: str = "ratelimited", retry_after: float | None = 1, times: int = 1) -> None:
-        """The next `times` calls of `method` fail (a 429 with Retry-After by default)."""
+        """The next `times` calls of `method` fail (a 429 with Retry-After by default; `DROPPED`: the
+        connection is closed with no answer, as a server that closed a kept-alive connection meanwhile)."""
         self._failures.setdefault(method, []).extend(Failure(status, error, retry_after) for _ in range(times))
 
     def next_ts(self) -> str:
@@ -359,6 +363,7 @@ class FakeSlack:
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         args: dict[str, Any] = dict(request.query)
+        raw = b""
         if request.can_read_body:
             raw = await request.read()
             if request.content_type == "application/json":
@@ -367,7 +372,9 @@ class FakeSlack:
                 args.update(parse_qsl(raw.decode(), keep_blank_values=True))
         auth = request.headers.get("Authorization", "")
         token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else args.pop("token", None)
-        call = ApiCall(method, args, token, at=self.clock.monotonic())
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "authorization"}
+        call = ApiCall(method, args, token, at=self.clock.monotonic(), headers=headers,
+                       body=raw)
         self.calls.append(call)
         try:
             failures = self._failures.get(method)
@@ -377,6 +384,10 @@ class FakeSlack:
             if failures:
                 failure = failures.pop(0)
                 call.status = failure.status
+                if failure.status == DROPPED:  # the connection closed under the call: no answer at all
+                    assert request.transport is not None
+                    request.transport.close()
+                    return web.Response()
                 headers = {"Retry-After": f"{failure.retry_after:g}"} if failure.retry_after is not None else {}
                 return web.json_response({"ok": False, "error": failure.error}, status=failure.status, headers=headers)
             wanted = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN

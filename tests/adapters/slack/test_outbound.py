@@ -3,13 +3,20 @@ against the fake Slack: what lands in the channel is what a person would see."""
 
 from __future__ import annotations
 
+import json
+import logging
+
 import pytest
 
 from adapters.slack.adapter import SlackAdapter
+from adapters.slack.budget import SlackBudget
+from bindings.models import LoggingConfig
+from gateway.ops.logs import OWN_LOGGERS, configure_logging
+from gateway.outbound.budget import Rule
 from gateway.clock import ManualClock
 from gateway.messages import ChatKind
 from gateway.outbound.adapter import ApprovalCard, ApprovalItem, Decision, ItemState, NotVisible, PlatformError, RateLimited, ReplyTarget
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import BOT_TOKEN, DROPPED, FakeSlack
 
 from tests.support.dispatcher import FakeDispatcher
 
@@ -88,6 +95,69 @@ async def test_show_typing_is_a_no_op_where_refused(fake_slack: FakeSlack, adapt
     assert len(fake_slack.calls_to("assistant.threads.setStatus")) == 1
     fake_slack.fail_next("assistant.threads.setStatus", retry_after=30)
     await adapter.show_typing(target("C0ENG", thread="3.3"))  # a 429 on a cosmetic call is swallowed
+
+
+async def test_thread_status_goes_out_as_the_sdk_would_send_it(fake_slack: FakeSlack, adapter: SlackAdapter) -> None:
+    """The status skips the SDK's call machinery (`api.JsonPost`); Slack receives what the SDK itself sends
+    for it: the same URL, headers, token and body, byte for byte."""
+    await adapter.show_typing(target(thread="111.222"))
+    await adapter._require_client().assistant_threads_setStatus(channel_id="C0GEN", thread_ts="111.222",
+                                                                status="is thinking…")
+    ours, sdk = fake_slack.calls_to("assistant.threads.setStatus")
+    assert ours.token == sdk.token == BOT_TOKEN
+    assert ours.headers == sdk.headers and ours.body == sdk.body
+    assert ours.headers["Content-Type"] == "application/json;charset=utf-8"
+    assert json.loads(ours.body) == {"channel_id": "C0GEN", "thread_ts": "111.222", "status": "is thinking…"}
+
+
+async def test_a_429_on_the_status_is_not_retried_and_counts_against_its_budget(fake_slack: FakeSlack,
+                                                                                adapter: SlackAdapter) -> None:
+    # Three a minute per channel: a status may take two of them (`impatient`: the rest is left to the replies).
+    adapter.budget = SlackBudget([Rule("assistant.threads.setStatus", 3, 60.0)])
+    fake_slack.fail_next("assistant.threads.setStatus", retry_after=30)
+    await adapter.show_typing(target(thread="1.1"))  # 429: swallowed, not retried
+    await adapter.show_typing(target(thread="2.2"))  # the channel is not given up on: shown
+    await adapter.show_typing(target(thread="3.3"))  # the 429 counted: the channel's minute is full, skipped
+    await adapter.show_typing(target("C0ENG", thread="4.4"))
+    assert [(c.args["thread_ts"], c.status) for c in fake_slack.calls_to("assistant.threads.setStatus")] == [
+        ("1.1", 429), ("2.2", 200), ("4.4", 200)]
+
+
+async def test_a_status_whose_connection_drops_is_sent_again_once_and_never_gives_up_the_channel(
+        fake_slack: FakeSlack, adapter: SlackAdapter) -> None:
+    """A kept-alive connection the server closed meanwhile: the status goes once more on a new one.
+    Dropped twice, it is not shown, and no error reaches the core; the channel's next status goes."""
+    fake_slack.fail_next("assistant.threads.setStatus", status=DROPPED)
+    await adapter.show_typing(target(thread="1.1"))
+    fake_slack.fail_next("assistant.threads.setStatus", status=DROPPED, times=2)
+    await adapter.show_typing(target(thread="2.2"))
+    await adapter.show_typing(target(thread="3.3"))
+    assert [(c.args["thread_ts"], c.status) for c in fake_slack.calls_to("assistant.threads.setStatus")] == [
+        ("1.1", DROPPED), ("1.1", 200), ("2.2", DROPPED), ("2.2", DROPPED), ("3.3", 200)]
+
+
+async def test_at_debug_level_no_request_body_reaches_the_log(fake_slack: FakeSlack, adapter: SlackAdapter,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """slack_sdk writes each request and answer at DEBUG, bodies included: under the binding's own logger
+    (the gateway's, written at `logging.level: debug`) a reply's text and a status line reached the log."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    own = {name: logging.getLogger(name).level for name in OWN_LOGGERS}
+    configure_logging(LoggingConfig(level="debug"))
+    try:
+        logging.getLogger("adapters.slack.acme").debug("the binding's own detail")
+        ts = await adapter.post_message(target(thread="5.5"), "planted reply about the zebra 51f0")
+        await adapter.edit_message(target(thread="5.5"), ts, "planted edit about the zebra 51f0")
+        await adapter.show_status(target(thread="5.5"), "planted status about the zebra 51f0")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, was in own.items():
+            logging.getLogger(name).setLevel(was)
+    written = capsys.readouterr().err
+    assert "the binding's own detail" in written  # the level was in force
+    assert len(fake_slack.calls_to("chat.update")) == 1 and fake_slack.calls_to("assistant.threads.setStatus")
+    assert "zebra" not in written, [line for line in written.splitlines() if "zebra" in line]
 
 
 async def test_tell_privately_is_ephemeral_in_the_thread(fake_slack: FakeSlack, adapter: SlackAdapter) -> None:
