@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -22,6 +18,7 @@ from gateway.store.knowledge import KnowledgeStore
 
 from ..conftest import dump_yaml, wait_for, write_config
 from .knowledge_script import SCRIPT, call, scripted_agent, world_on
+from ..support.loop_timers import timers_set_from, waits_on
 from .support import Account, Place, World
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -193,44 +190,11 @@ def _reconfigure(config: Path, gateway_yaml: str, assistant: dict[str, object]) 
     (config / "agents" / "assistant.yaml").write_text(dump_yaml(assistant))
 
 
-@contextlib.contextmanager
-def _capability_timers() -> Iterator[list[str]]:
-    """The loop's timers set by code in capabilities/ meanwhile (whose line asked, as `file:function`):
-    what would wake an idle daemon for a capability."""
-    loop = asyncio.get_running_loop()
-    made: list[str] = []
-    asyncio_dir, ours = os.path.dirname(asyncio.__file__), os.path.dirname(capabilities.__file__) + os.sep
-
-    def call_at(when: float, callback: Any, *args: Any, context: Any = None) -> asyncio.TimerHandle:
-        frame = sys._getframe(1)
-        while frame is not None and frame.f_code.co_filename.startswith(asyncio_dir):
-            frame = frame.f_back
-        if frame is not None and frame.f_code.co_filename.startswith(ours):
-            made.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
-        return original(when, callback, *args, context=context)
-
-    original = loop.call_at
-    loop.call_at = call_at  # type: ignore[method-assign]
-    try:
-        yield made
-    finally:
-        del loop.call_at  # the class's own again
-
-
-def _waits_for_a_reload(task: asyncio.Task[Any]) -> bool:
-    """The indexer's task is between passes: `_run` awaiting its reload event directly (a poll would sleep)."""
-    chain, awaited = [], task.get_coro()
-    while awaited is not None and hasattr(awaited, "cr_await"):
-        chain.append(awaited.__qualname__)
-        awaited = awaited.cr_await
-    return chain == ["KnowledgeIndexer._run", "Event.wait"]
-
-
 async def test_an_idle_gateway_sets_no_knowledge_timer(tmp_path: Path) -> None:
     """Idle, knowledge wakes the loop for nothing: with no collection configured nothing of it waits at all
     (it looked every second for a reload), and a collection indexed at start that refreshes only at a reload
     (refresh_minutes: 0) leaves its indexer waiting for the reload with no timer (it too looked every second)."""
-    with _capability_timers() as made:
+    with timers_set_from(os.path.dirname(capabilities.__file__)) as made:
         async with world_on(tmp_path / "none", agents={"assistant": scripted_agent()}) as w:
             await wait_for(lambda: made or all(t.done() for t in asyncio.all_tasks()
                                                if t.get_name().startswith("knowledge:")),
@@ -243,7 +207,7 @@ async def test_an_idle_gateway_sets_no_knowledge_timer(tmp_path: Path) -> None:
             indexer = _indexer(w)
             assert indexer._task is not None
             task = indexer._task
-            await wait_for(lambda: made or (indexer.ready == {"handbook"} and _waits_for_a_reload(task)),
+            await wait_for(lambda: made or (indexer.ready == {"handbook"} and waits_on(task, "KnowledgeIndexer._run", "Event.wait")),
                            what="the collection indexed and the indexer waiting")
             assert made == [], "an indexed collection that refreshes only at a reload set a timer"
 
