@@ -156,27 +156,33 @@ def _configures_collections(config: LoadedConfig) -> bool:
 
 class _IndexerOnceConfigured:
     """Starts the knowledge indexer when a reload first configures a collection, for a gateway that started
-    with none; looked for every `tick` seconds, as the indexer itself looks for a reload (so a new
-    collection is indexed as soon as it would have been). Stops the indexer with the gateway."""
+    with none. Told by the reload (`reloaded`, from `Gateway.apply`), so until then it holds no task and sets
+    no timer (it used to look every second: the idle loop's one wake-up besides the beat). Stops the indexer
+    with the gateway and hands it every later reload."""
 
-    def __init__(self, assembly: Assembly, indexer: Callable[[], Any], *, tick: float = 1.0) -> None:
-        self._assembly, self._indexer, self._tick = assembly, indexer, tick
-        self._task: asyncio.Task[None] | None = None
-        self.started: Any = None  # the indexer, once started
+    def __init__(self, assembly: Assembly, indexer: Callable[[], Any]) -> None:
+        self._assembly, self._indexer = assembly, indexer
+        self._task: asyncio.Task[None] | None = None  # the forgetting at start, then the indexer's start
+        self.started: Any = None  # the indexer, once a reload configured a collection
 
     async def start(self) -> None:
         import asyncio  # where a loop runs: the CLI imports this module too
 
-        self._task = asyncio.create_task(self._until_configured(), name="knowledge:until-configured")
+        self._task = asyncio.create_task(self._forget_all(), name="knowledge:forget")
 
-    async def _until_configured(self) -> None:
+    def reloaded(self, config: LoadedConfig) -> None:
         import asyncio
 
-        await self._forget_all()
-        while not _configures_collections(self._assembly.config()):
-            await asyncio.sleep(self._tick)
-        self.started = self._indexer()  # before it starts: a stop from now on stops it
-        await self.started.start()
+        if self.started is not None:
+            self.started.reloaded(config)
+        elif _configures_collections(config):
+            self.started = self._indexer()  # before it starts: a stop from now on stops it
+            self._task = asyncio.create_task(self._start(self._task, self.started), name="knowledge:start")
+
+    async def _start(self, forgetting: asyncio.Task[None] | None, indexer: Any) -> None:
+        if forgetting is not None:
+            await forgetting  # first: the indexer's own first pass then forgets and indexes by the new config
+        await indexer.start()
 
     async def _forget_all(self) -> None:
         """What the indexer does at start for a config with no collection: drop the chunks of those the

@@ -1,8 +1,9 @@
 """The knowledge indexer: keeps each configured collection's chunks in the database, incrementally.
 
 A daemon-lifetime part (started and stopped with the gateway, wired in gateway/extensions.py).
-Every collection is indexed at start, again after a reload (a new config object), and every
-`refresh_minutes`. Only files whose content hash changed are read and chunked; files gone from
+Every collection is indexed at start, again after a reload (the daemon calls `reloaded`), and every
+`refresh_minutes`; in between it sleeps on neither a poll nor a timer unless a refresh is due. Only
+files whose content hash changed are read and chunked; files gone from
 the folder are dropped. Reading and chunking run in a worker thread; writes go through the async
 engine in batches, so a large collection never holds the database for long.
 
@@ -14,6 +15,7 @@ a citation `collection/path#anchor` stays the same while the heading does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import logging
@@ -242,10 +244,11 @@ class Report:
 class KnowledgeIndexer:
     """Keeps the configured collections indexed; `refresh` indexes now (tests, the bench, admins)."""
 
-    def __init__(self, config: Callable[[], LoadedConfig], store: KnowledgeStore, *, tick: float = 1.0) -> None:
-        self._config, self.store, self._tick = config, store, tick
+    def __init__(self, config: Callable[[], LoadedConfig], store: KnowledgeStore) -> None:
+        self._config, self.store = config, store
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._reloaded = asyncio.Event()  # set by `reloaded`: the next pass reads the new config
         self._seen: object = None
         self._due: dict[str, float] = {}
         self.ready: set[str] = set()  # collections indexed at least once under the current config
@@ -258,10 +261,16 @@ class KnowledgeIndexer:
             await cancel_and_wait(self._task)
             self._task = None
 
+    def reloaded(self, config: LoadedConfig) -> None:
+        """The daemon swapped its config (`Gateway.apply`): index what it names now, forget the rest."""
+        self._reloaded.set()
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            self._reloaded.clear()  # before the config is read: a reload during the pass wakes the next wait
             config = self._config()
+            wait: float | None
             try:
                 if config is not self._seen:
                     await self.refresh()
@@ -269,11 +278,22 @@ class KnowledgeIndexer:
                     for name, spec in config.gateway.knowledge.collections.items():
                         if spec.refresh_minutes and loop.time() >= self._due.get(name, 0):
                             await self.refresh(name)
+                wait = self._until_due(config, loop.time())
             except Exception:
                 log.exception("indexing knowledge collections; trying again in a minute")
                 self._seen = config
-                await asyncio.sleep(60)
-            await asyncio.sleep(self._tick)
+                wait = 60.0
+            # Until the next refresh is due, or for ever when none is (refresh_minutes 0, no collection): a
+            # reload cuts it short. A reload used to be found by looking every second.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await self._reloaded.wait()
+
+    def _until_due(self, config: LoadedConfig, now: float) -> float | None:
+        """Seconds until the first collection's refresh is due; None when none refreshes by itself."""
+        due = [self._due.get(name, 0) for name, spec in config.gateway.knowledge.collections.items()
+               if spec.refresh_minutes]
+        return max(0.0, min(due) - now) if due else None
 
     async def refresh(self, name: str | None = None) -> list[Report]:
         """Index one collection, or all of them (and forget collections no longer configured)."""

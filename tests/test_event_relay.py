@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 
 import pytest
@@ -10,6 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway.clock import ManualClock
+from gateway.http import event_relay
 from gateway.http.event_relay import EventRelay
 from gateway.http.events import EventBus
 from gateway.store.engine import create_engine
@@ -17,6 +19,7 @@ from gateway.store.repo import ConversationRef, Store
 from gateway.store.stream_events import StreamEvents
 
 from .conftest import pg_database, wait_for
+from .support.loop_timers import timers_set_from, waits_on
 from .test_store_driver import START
 
 pytestmark = pytest.mark.postgres
@@ -95,4 +98,30 @@ async def test_a_write_the_database_refused_is_written_when_it_answers_again() -
             await relay.stop()
             assert await _rows(engine) == 1
         finally:
+            await engine.dispose()
+
+
+async def test_an_idle_replica_reads_nothing_until_a_browser_watches() -> None:
+    """With no browser watching here, the relay's reader waits for one (it read every 5 s, each read
+    returning at once); the first `watch` starts its safety read again."""
+    async with pg_database() as url:
+        engine = create_engine(url)
+        relay: EventRelay | None = None
+        try:
+            store, conv = await _web_conversation(engine)
+            relay = EventRelay(engine, store, EventBus())
+            with timers_set_from(os.path.dirname(event_relay.__file__)) as made:
+                await relay.start()
+                await wait_for(lambda: relay.listening, what="the relay listening")
+                reader = next(t for t in relay._tasks if t.get_name() == "relay:read")
+                await wait_for(lambda: waits_on(reader, "EventRelay._read_forever", "Event.wait"),
+                               what="the reader waiting")
+                assert [m for m in made if m.endswith(":_read_forever")] == [], "an unwatched relay polled"
+
+                await relay.watch(conv.id)
+                await wait_for(lambda: [m for m in made if m.endswith(":_read_forever")],
+                               what="the safety read started by the first watch")
+        finally:
+            if relay is not None:
+                await relay.stop()
             await engine.dispose()

@@ -13,7 +13,8 @@ execute on another. Each replica therefore:
   local listeners had them at once).
 
 Reading is one path whatever woke it: a notification, the poll every `POLL_WHILE_DOWN` seconds
-while the LISTEN connection is down (reconnecting with backoff), or the slow safety poll. Each
+while the LISTEN connection is down (reconnecting with backoff), or the slow safety poll; while no
+browser here watches a conversation there is nothing to read, and no poll either, until one does. Each
 read takes every row since the previous read began (by the database's clock, with a margin for
 transactions still committing), skipping ids already shown: so after a dropped connection the
 first read catches up on everything missed, in order.
@@ -180,6 +181,8 @@ class EventRelay:
         except Exception as e:  # the database's clock is better (replicas agree on it); ours will do
             log.debug("watching from this process's clock: the database's is unavailable: %s", e)
             now = datetime.now().astimezone()
+        if not self._watch_from:
+            self._wake.set()  # the first listener: the reader waited on nothing, its safety read starts now
         self._watch_from.setdefault(conversation_id, now)
         if self._after is None:
             self._after = now
@@ -197,8 +200,11 @@ class EventRelay:
 
     async def _read_forever(self) -> None:
         while True:
+            # With no local listener a read has nothing to do (`read` returns at once), so nothing is polled
+            # until `watch` wakes it: an idle replica's loop is not woken every 5 s for nothing.
+            period = None if not self._watch_from else SAFETY_POLL if self.listening else POLL_WHILE_DOWN
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(SAFETY_POLL if self.listening else POLL_WHILE_DOWN):
+                async with asyncio.timeout(period):
                     await self._wake.wait()
             self._wake.clear()
             try:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
+import yaml
 
+import capabilities
 from bindings.loader import ConfigError, load_config
 from capabilities.knowledge_index import KnowledgeIndexer, chunk_markdown
 from gateway import extensions
@@ -14,6 +18,7 @@ from gateway.store.knowledge import KnowledgeStore
 
 from ..conftest import dump_yaml, wait_for, write_config
 from .knowledge_script import SCRIPT, call, scripted_agent, world_on
+from ..support.loop_timers import timers_set_from, waits_on
 from .support import Account, Place, World
 
 ALICE = Account("slack", "T1", "U1", "alice")
@@ -131,13 +136,13 @@ async def test_bound_to_no_collection_attaches_nothing(tmp_path: Path) -> None:
 
 async def test_a_reload_that_configures_the_first_collection_starts_indexing_it(tmp_path: Path) -> None:
     """A gateway that started with no collection has no indexer running (its module is not imported,
-    tests/test_entry_points.py); the reload that adds one indexes it, and the agent's search finds it."""
+    tests/test_entry_points.py); the reload that adds one indexes it, and the agent's search finds it;
+    the reload that removes it again forgets its documents. Each told by the reload, nothing polled."""
     _documents(tmp_path)
     async with world_on(tmp_path, agents={"assistant": scripted_agent()}) as w:
         assert not any(isinstance(e, KnowledgeIndexer) for e in w.gw.extensions)
-        with (tmp_path / "gateway.yaml").open("a") as f:
-            f.write(dump_yaml(GATEWAY))
-        (tmp_path / "agents" / "assistant.yaml").write_text(dump_yaml(AGENTS["assistant"]))
+        without = (tmp_path / "gateway.yaml").read_text()
+        _reconfigure(tmp_path, without + dump_yaml(GATEWAY), AGENTS["assistant"])
         ok, problems = await w.gw.reload_from_disk()
         assert ok, problems
 
@@ -145,6 +150,66 @@ async def test_a_reload_that_configures_the_first_collection_starts_indexing_it(
         await wait_for(lambda: documents.search(["handbook"], "receipts", 1), what="the new collection indexed")
         await w.run(ALICE, DM_ALICE, call("search_documents", query="receipts reimbursed"))
         assert SCRIPT.results[-1].startswith("[1] cite as [handbook/policies/travel.md#expenses]")
+
+        _reconfigure(tmp_path, without, scripted_agent())
+        ok, problems = await w.gw.reload_from_disk()
+        assert ok, problems
+        await wait_for(lambda: _forgotten(documents, "handbook"), what="the removed collection forgotten")
+        assert await documents.search(["handbook", "secret"], "receipts", 5) == []
+
+
+async def test_a_reload_that_removes_a_collection_forgets_it_and_one_that_adds_it_indexes_it(tmp_path: Path) -> None:
+    """The indexer of a gateway started with collections hears each reload: the collection a reload drops
+    is forgotten (searched, it finds nothing), and the one the next reload names again is indexed again."""
+    _documents(tmp_path)
+    async with world_on(tmp_path, agents=AGENTS, gateway=GATEWAY) as w:
+        documents = _indexer(w).store
+        await wait_for(lambda: documents.hashes("secret"), what="the secret collection indexed at start")
+        gateway_yaml = (tmp_path / "gateway.yaml").read_text()
+        settings = yaml.safe_load(gateway_yaml)
+        del settings["knowledge"]["collections"]["secret"]
+        _reconfigure(tmp_path, dump_yaml(settings), AGENTS["assistant"])
+        ok, problems = await w.gw.reload_from_disk()
+        assert ok, problems
+        await wait_for(lambda: _forgotten(documents, "secret"), what="the removed collection forgotten")
+        assert await documents.search(["secret"], "bonus", 5) == []
+
+        _reconfigure(tmp_path, gateway_yaml, AGENTS["assistant"])
+        ok, problems = await w.gw.reload_from_disk()
+        assert ok, problems
+        found = await wait_for(lambda: documents.search(["secret"], "bonus", 5), what="the collection indexed again")
+        assert found[0].path == "salaries.md"
+
+
+async def _forgotten(documents: KnowledgeStore, collection: str) -> bool:
+    return not await documents.hashes(collection)
+
+
+def _reconfigure(config: Path, gateway_yaml: str, assistant: dict[str, object]) -> None:
+    (config / "gateway.yaml").write_text(gateway_yaml)
+    (config / "agents" / "assistant.yaml").write_text(dump_yaml(assistant))
+
+
+async def test_an_idle_gateway_sets_no_knowledge_timer(tmp_path: Path) -> None:
+    """Idle, knowledge wakes the loop for nothing: with no collection configured nothing of it waits at all
+    (it looked every second for a reload), and a collection indexed at start that refreshes only at a reload
+    (refresh_minutes: 0) leaves its indexer waiting for the reload with no timer (it too looked every second)."""
+    with timers_set_from(os.path.dirname(capabilities.__file__)) as made:
+        async with world_on(tmp_path / "none", agents={"assistant": scripted_agent()}) as w:
+            await wait_for(lambda: made or all(t.done() for t in asyncio.all_tasks()
+                                               if t.get_name().startswith("knowledge:")),
+                           what="knowledge settled at start")
+            assert made == [], "a gateway with no knowledge configured set a timer for it"
+
+        _documents(tmp_path / "some")
+        gateway = {"knowledge": {"collections": {"handbook": {"path": "handbook", "refresh_minutes": 0}}}}
+        async with world_on(tmp_path / "some", agents=AGENTS, gateway=gateway) as w:
+            indexer = _indexer(w)
+            assert indexer._task is not None
+            task = indexer._task
+            await wait_for(lambda: made or (indexer.ready == {"handbook"} and waits_on(task, "KnowledgeIndexer._run", "Event.wait")),
+                           what="the collection indexed and the indexer waiting")
+            assert made == [], "an indexed collection that refreshes only at a reload set a timer"
 
 
 def test_unknown_collections_and_missing_folders_are_refused_at_load(tmp_path: Path) -> None:
