@@ -243,3 +243,52 @@ async def test_a_stop_ends_the_messages_waiting_behind_the_run_too_and_only_for_
         assert notices == ["_⏹ Stopped by Ada; I had not done anything yet._"]
         assert not [e for e in fake_slack.ephemerals if e.user == "U0ADA"]  # a stop that worked needs no answer
         assert asked == ["Ada: write a long essay"]  # the waiting question never reached the model
+
+
+async def test_a_stop_of_a_waiting_run_leaves_the_messages_of_others_who_joined_it(
+        tmp_path: Path, fake_slack: FakeSlack) -> None:
+    """Ada's essay is being written; her next question waits behind it, and Bob's question in the thread joins
+    the same waiting run. Ada's `!stop` may stop what she asked, not Bob's (the rule is the requester or a
+    decider, and Bob is the one who asked his): hers gets the stopped line and never reaches the model, his is
+    still answered."""
+    asked: list[str] = []
+
+    def model() -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            last = messages[-1]
+            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+                         if isinstance(last, ModelRequest) else "")
+            if "essay" not in asked[-1]:
+                yield "a short answer"
+                return
+            for i in range(100):
+                yield f"word{i} "
+                await asyncio.sleep(0.1)
+
+        return FunctionModel(stream_function=stream)
+
+    register_model("slack-e2e-stop-joined", model)
+    async with running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-joined")) as gw:
+        root, reply, running = await _essay(gw, fake_slack)
+        for user, text in (("U0ADA", "and a short one after"), ("U0BOB", "what about mine?")):
+            _, envelopes = await fake_slack.say("C0GEN", user, text, thread_ts=root.ts)
+            await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
+        [waiting] = await gw.store.runs_in([repo.QUEUED])  # Bob's question joined Ada's waiting run
+
+        await fake_slack.say("C0GEN", "U0ADA", "!stop", thread_ts=root.ts)
+
+        async def answered() -> bool:
+            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
+
+        await wait_for(answered, what="Bob's question to be answered")
+        # Ada's stopped question is history now (asked, not answered); Bob's is what the run answers.
+        assert asked == ["Ada: write a long essay",
+                         "Ada: write a long essay Ada: and a short one after Bob: what about mine?"]
+        stopped = [r for r in await gw.store.runs_in([repo.STOPPED]) if r.id != running.id]
+        assert [(r.reason, r.requester_name) for r in stopped] == [("stopped by Ada", "Ada")]
+        [done] = await gw.store.runs_in([repo.FINISHED])
+        assert done.requester_name == "Bob"  # his now: Ada may not stop it, he may
+        notices = await fake_slack.wait_for(lambda: [m.text for m in fake_slack.bot_messages("C0GEN")
+                                                     if m.thread_ts == root.ts and m is not reply])
+        assert notices[0] == "_⏹ Stopped by Ada; I had not done anything yet._"
+        assert waiting.id in (done.id, stopped[0].id)
