@@ -20,7 +20,7 @@ from gateway.messages import Sender
 from gateway.runs.llm import register_model
 from gateway.store import repo
 from gateway.store.models import Run
-from tests.conftest import running_gateway, wait_for, write_config
+from tests.conftest import database_url, running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
 from tests.support.files_model import CSV, Recorder
 from tests.support.gated_git import CAPABILITY, RAN
@@ -30,14 +30,15 @@ from .conftest import eventually
 from .test_e2e_approvals import buttons, card_of, gated  # noqa: F401 - `gated` is a fixture used here
 
 
-def _config(tmp_path: Path, fake: FakeSlack, model: str = SLOW) -> Path:
-    """Slack, and an agent on `model` (`slow_model` unless a test registered its own)."""
+def _config(tmp_path: Path, fake: FakeSlack, model: str = SLOW, database: str | None = None) -> Path:
+    """Slack, and an agent on `model` (`slow_model` unless a test registered its own); `database` a URL."""
     if model == SLOW:
         register_model(SLOW, slow_model)
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
              "api_url": fake.api_url}
     return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
-                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}},
+                        gateway={"database": {"url": database}} if database else None)
 
 
 async def _essay(gw: Gateway, fake: FakeSlack) -> tuple[PostedMessage, PostedMessage, Run]:
@@ -245,8 +246,9 @@ async def test_a_stop_ends_the_messages_waiting_behind_the_run_too_and_only_for_
         assert asked == ["Ada: write a long essay"]  # the waiting question never reached the model
 
 
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 async def test_a_stop_of_a_waiting_run_leaves_the_messages_of_others_who_joined_it(
-        tmp_path: Path, fake_slack: FakeSlack) -> None:
+        tmp_path: Path, fake_slack: FakeSlack, engine: str) -> None:
     """Ada's essay is being written; her next question waits behind it, and Bob's question in the thread joins
     the same waiting run. Ada's `!stop` may stop what she asked, not Bob's (the rule is the requester or a
     decider, and Bob is the one who asked his): hers gets the stopped line and never reaches the model, his is
@@ -268,7 +270,8 @@ async def test_a_stop_of_a_waiting_run_leaves_the_messages_of_others_who_joined_
         return FunctionModel(stream_function=stream)
 
     register_model("slack-e2e-stop-joined", model)
-    async with running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-joined")) as gw:
+    async with (database_url(engine, tmp_path) as url,
+                running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-joined", url)) as gw):
         root, reply, running = await _essay(gw, fake_slack)
         for user, text in (("U0ADA", "and a short one after"), ("U0BOB", "what about mine?")):
             _, envelopes = await fake_slack.say("C0GEN", user, text, thread_ts=root.ts)
