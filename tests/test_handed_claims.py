@@ -21,7 +21,7 @@ from gateway.store import repo
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Claimed, ConversationRef, Store
 
-from .conftest import wait_for
+from .conftest import pg_database, wait_for
 from .test_store_driver import START, _say
 
 
@@ -269,3 +269,55 @@ async def test_a_run_whose_claim_fails_every_time_fails_once_and_its_worker_goes
     finally:
         await scheduler.cancel()
         await store.engine.dispose()
+
+
+async def test_a_claim_that_loses_a_deadlock_on_postgresql_is_tried_again_not_failed() -> None:
+    """A claim on PostgreSQL is the victim of a deadlock (another session holds b's run row and then waits for
+    b's conversation lock, which the claim holds): the server aborts the claim with 40P01, once. That is a busy
+    database, not a claim that fails every time: the run is claimed again and answered, never ended `failed`
+    with its message set aside (unanswered for good)."""
+    import asyncpg
+
+    async with pg_database() as url:
+        engine = create_engine(url)
+        await migrate(engine)
+        store = Store(engine, clock=ManualClock(START))
+        b = await store.create_conversation(ConversationRef("", "web:local:b", "web", "web", "local", "b", None, "dm"))
+        waiting = await _say(store, b, "e1", "second")
+        ran: list[list[str]] = []
+
+        async def execute(claimed: Claimed) -> None:
+            ran.append([line.text for line in claimed.prompt])
+            await store.end_run(claimed.run.id, repo.FINISHED, reply="answer")
+
+        other = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+        scheduler = Scheduler(store, execute, concurrent_runs=1)
+        try:
+            tx = other.transaction()
+            await tx.start()
+            # This session waits longer before it looks for a deadlock: the claim's session finds it, and loses.
+            await other.execute("SET LOCAL deadlock_timeout = '20s'")
+            await other.execute("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE", waiting.run_id)
+            scheduler.wake(b.id)
+
+            async def claim_waits() -> bool:  # the claim holds b's lock and waits for the run's row
+                return bool(await other.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"))
+
+            await wait_for(claim_waits, what="the claim to wait for the run's row")
+            await other.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", b.id)  # the deadlock
+            await tx.rollback()
+
+            async def ended() -> bool:
+                row = await store.run(waiting.run_id)
+                return row is not None and row.status in repo.ENDED
+
+            await wait_for(ended, what="b's run to end")
+            row = await store.run(waiting.run_id)
+            assert row is not None and (row.status, row.reason) == (repo.FINISHED, "")
+            assert ran == [["second"]]
+        finally:
+            await other.close()
+            await scheduler.cancel()
+            await engine.dispose()
