@@ -694,10 +694,10 @@ class Store:
     async def queued_senders(self, run_id: str) -> list[tuple[str | None, str | None]]:
         """(account, person) of each one who asked what a queued run holds: a message joins the run waiting in its
         conversation whoever sent it (`ingest`), so a stop is asked of each (`Stops.stop`)."""
-        async with self.sessions() as s:
-            rows = await s.execute(select(Message.account_id, Message.person_id).distinct().where(
-                Message.run_id == run_id, Message.status == QUEUED))
-            return [(r[0], r[1]) for r in rows]
+        def program(q: driver.Statements) -> driver.Program[list[driver.Row]]:
+            return (yield q.all(_ASKED, r=run_id, old=QUEUED))
+
+        return list(dict.fromkeys((r[1], r[2]) for r in await driver.transaction(self.engine, program, write=False)))
 
     async def stop_queued(self, run_id: str, conversation_id: str, reason: str,
                           senders: Collection[tuple[str | None, str | None]]) -> str | None:
@@ -715,8 +715,7 @@ class Store:
                               id=run_id, old=QUEUED)
             if run is None:
                 return None
-            asked = yield q.all("SELECT id, account_id, person_id, sender_name FROM messages WHERE run_id = :r"
-                                " AND status = :old ORDER BY created_at, id", r=run_id, old=QUEUED)
+            asked = yield q.all(_ASKED, r=run_id, old=QUEUED)
             stopped = [m for m in asked if (m[1], m[2]) in senders]
             kept = [m for m in asked if (m[1], m[2]) not in senders]
             if not stopped:
@@ -1099,6 +1098,14 @@ def _end_sql(counts: bool, fresh: bool) -> str:
 
 
 # The run's messages of people become history once it ended.
+# A queued run's messages with who asked each (id, account, person, name): a message of no one (a scheduled
+# occurrence's, a background run's report) is its run's requester's (`Store.stop_queued`).
+_NO_ONE = "m.account_id IS NULL AND m.person_id IS NULL"
+_ASKED = (f"SELECT m.id, CASE WHEN {_NO_ONE} THEN r.requester_account ELSE m.account_id END,"
+          f" CASE WHEN {_NO_ONE} THEN r.requester_person_id ELSE m.person_id END,"
+          f" CASE WHEN {_NO_ONE} THEN r.requester_name ELSE m.sender_name END"
+          " FROM messages m JOIN runs r ON r.id = m.run_id WHERE m.run_id = :r AND m.status = :old"
+          " ORDER BY m.created_at, m.id")
 _PROCESSED = ("UPDATE messages SET status = 'processed'"
               " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')")
 
