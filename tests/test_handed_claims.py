@@ -223,8 +223,8 @@ async def test_a_claim_that_fails_does_not_fail_the_end_it_rides_on(tmp_path: Pa
 
 async def test_a_run_whose_claim_fails_every_time_fails_once_and_its_worker_goes_on(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """b's message is made unreadable from outside while a runs, and stays so: b's claim raises every time. Its run
-    ends `failed` once, with one error line naming the run and the error's type (never the row's text); b's
+    """b's message is made unreadable from outside while a runs, and stays so: b's claim raises every time. After
+    its first failure it waits for the sweep; at the second its run ends `failed` once, with one error line naming the run and the error's type (never the row's text); b's
     later message runs, a's conversation is not held up, and the sweep's wake finds nothing to fail again."""
     store, a, b, poisoned = await _one_slot_and_a_waiter(tmp_path, "u.db")
     spoil, _mend = FAULTS["unreadable"]
@@ -242,6 +242,12 @@ async def test_a_run_whose_claim_fails_every_time_fails_once_and_its_worker_goes
     caplog.set_level(logging.INFO)
     try:
         scheduler.wake(a.id)
+        await wait_for(lambda: [r for r in caplog.records if r.levelno == logging.WARNING
+                                and "tried again at the next sweep" in r.getMessage()], what="b's first failed claim")
+        await wait_for(lambda: not scheduler.active, what="the workers to settle")
+        assert (await store.run(poisoned)).status == repo.QUEUED  # type: ignore[union-attr]
+        for conversation_id in await store.conversations_with_queued_runs():  # the sweep's wake: it fails again
+            scheduler.wake(conversation_id)
 
         async def failed() -> bool:
             row = await store.run(poisoned)
@@ -321,3 +327,39 @@ async def test_a_claim_that_loses_a_deadlock_on_postgresql_is_tried_again_not_fa
             await other.close()
             await scheduler.cancel()
             await engine.dispose()
+
+
+async def test_a_claim_that_fails_once_leaves_its_run_queued_for_the_next_sweep(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An operator's session breaks b's claim for a moment (a trigger refuses it, then is dropped): one failed
+    claim is told in a warning, and the run waits for the next sweep, which answers it. It used to end `failed`
+    at once, its message set aside, never answered."""
+    store, a, b, waiting_id = await _one_slot_and_a_waiter(tmp_path, "o.db")
+    spoil, mend = FAULTS["refused"]
+    _outside(tmp_path / "o.db", spoil, b.id)
+    ran: list[list[str]] = []
+
+    async def execute(claimed: Claimed) -> None:
+        ran.append([line.text for line in claimed.prompt])
+        await store.end_run(claimed.run.id, repo.FINISHED, reply="answer")
+
+    scheduler = Scheduler(store, execute, concurrent_runs=1)
+    caplog.set_level(logging.INFO)
+    try:
+        scheduler.wake(b.id)
+        await wait_for(lambda: not scheduler.active, what="b's worker to give up for now")
+        row = await store.run(waiting_id)
+        assert row is not None and row.status == repo.QUEUED
+        _outside(tmp_path / "o.db", mend, b.id)
+        for conversation_id in await store.conversations_with_queued_runs():  # the sweep's wake
+            scheduler.wake(conversation_id)
+        await wait_for(lambda: ran, what="b's run to be answered")
+        await wait_for(lambda: not scheduler.active, what="the workers to settle")
+        row = await store.run(waiting_id)
+        assert row is not None and row.status == repo.FINISHED
+        assert ["second"] in ran
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+            f"conversation {b.id}: its next run could not be claimed (IntegrityError); tried again at the next sweep"]
+    finally:
+        await scheduler.cancel()
+        await store.engine.dispose()
