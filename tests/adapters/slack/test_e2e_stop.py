@@ -50,6 +50,29 @@ async def _essay(gw: Gateway, fake: FakeSlack) -> tuple[PostedMessage, PostedMes
     return root, reply, run
 
 
+def _asking_model(name: str, *, essays_only: bool) -> list[str]:
+    """Register model `name`, which writes slowly (a word every 0.1 s) and records the user prompt of each request;
+    `essays_only`: only a prompt asking for an essay, others get a short answer at once. Returns the record."""
+    asked: list[str] = []
+
+    def model() -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            last = messages[-1]
+            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+                         if isinstance(last, ModelRequest) else "")
+            if essays_only and "essay" not in asked[-1]:
+                yield "a short answer"
+                return
+            for i in range(100):
+                yield f"word{i} "
+                await asyncio.sleep(0.1)
+
+        return FunctionModel(stream_function=stream)
+
+    register_model(name, model)
+    return asked
+
+
 async def test_only_the_requester_stops_a_run_in_a_thread(tmp_path: Path, fake_slack: FakeSlack) -> None:
     async with running_gateway(_config(tmp_path, fake_slack)) as gw:
         root, reply, run = await _essay(gw, fake_slack)
@@ -201,20 +224,7 @@ async def test_a_stop_ends_the_messages_waiting_behind_the_run_too_and_only_for_
     """Ada's reply is being written and her next question waits behind it in the thread. Bob's `!stop` changes
     nothing (he alone is told why). Ada's stops both: the reply ends with its stopped line, the waiting question
     gets its own, and the model is never asked it."""
-    asked: list[str] = []
-
-    def model() -> FunctionModel:
-        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-            last = messages[-1]
-            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
-                         if isinstance(last, ModelRequest) else "")
-            for i in range(100):
-                yield f"word{i} "
-                await asyncio.sleep(0.1)
-
-        return FunctionModel(stream_function=stream)
-
-    register_model("slack-e2e-stop-queued", model)
+    asked = _asking_model("slack-e2e-stop-queued", essays_only=False)
     async with running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-queued")) as gw:
         root, reply, running = await _essay(gw, fake_slack)
         _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "and a short one after", thread_ts=root.ts)
@@ -253,23 +263,7 @@ async def test_a_stop_of_a_waiting_run_leaves_the_messages_of_others_who_joined_
     the same waiting run. Ada's `!stop` may stop what she asked, not Bob's (the rule is the requester or a
     decider, and Bob is the one who asked his): hers gets the stopped line and never reaches the model, his is
     still answered."""
-    asked: list[str] = []
-
-    def model() -> FunctionModel:
-        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-            last = messages[-1]
-            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
-                         if isinstance(last, ModelRequest) else "")
-            if "essay" not in asked[-1]:
-                yield "a short answer"
-                return
-            for i in range(100):
-                yield f"word{i} "
-                await asyncio.sleep(0.1)
-
-        return FunctionModel(stream_function=stream)
-
-    register_model("slack-e2e-stop-joined", model)
+    asked = _asking_model("slack-e2e-stop-joined", essays_only=True)
     async with (database_url(engine, tmp_path) as url,
                 running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-joined", url)) as gw):
         root, reply, running = await _essay(gw, fake_slack)
