@@ -21,7 +21,7 @@ from gateway.store import repo
 from gateway.store.engine import create_engine, migrate
 from gateway.store.repo import Claimed, ConversationRef, Store
 
-from .conftest import wait_for
+from .conftest import pg_database, wait_for
 from .test_store_driver import START, _say
 
 
@@ -223,8 +223,8 @@ async def test_a_claim_that_fails_does_not_fail_the_end_it_rides_on(tmp_path: Pa
 
 async def test_a_run_whose_claim_fails_every_time_fails_once_and_its_worker_goes_on(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """b's message is made unreadable from outside while a runs, and stays so: b's claim raises every time. Its run
-    ends `failed` once, with one error line naming the run and the error's type (never the row's text); b's
+    """b's message is made unreadable from outside while a runs, and stays so: b's claim raises every time. After
+    its first failure it waits for the sweep; at the second its run ends `failed` once, with one error line naming the run and the error's type (never the row's text); b's
     later message runs, a's conversation is not held up, and the sweep's wake finds nothing to fail again."""
     store, a, b, poisoned = await _one_slot_and_a_waiter(tmp_path, "u.db")
     spoil, _mend = FAULTS["unreadable"]
@@ -242,6 +242,12 @@ async def test_a_run_whose_claim_fails_every_time_fails_once_and_its_worker_goes
     caplog.set_level(logging.INFO)
     try:
         scheduler.wake(a.id)
+        await wait_for(lambda: [r for r in caplog.records if r.levelno == logging.WARNING
+                                and "tried again at the next sweep" in r.getMessage()], what="b's first failed claim")
+        await wait_for(lambda: not scheduler.active, what="the workers to settle")
+        assert (await store.run(poisoned)).status == repo.QUEUED  # type: ignore[union-attr]
+        for conversation_id in await store.conversations_with_queued_runs():  # the sweep's wake: it fails again
+            scheduler.wake(conversation_id)
 
         async def failed() -> bool:
             row = await store.run(poisoned)
@@ -266,6 +272,94 @@ async def test_a_run_whose_claim_fails_every_time_fails_once_and_its_worker_goes
         assert done is not None and done.status == repo.FINISHED
         assert await store.conversations_with_queued_runs() == []
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == errors  # once
+    finally:
+        await scheduler.cancel()
+        await store.engine.dispose()
+
+
+async def test_a_claim_that_loses_a_deadlock_on_postgresql_is_tried_again_not_failed() -> None:
+    """A claim on PostgreSQL is the victim of a deadlock (another session holds b's run row and then waits for
+    b's conversation lock, which the claim holds): the server aborts the claim with 40P01, once. That is a busy
+    database, not a claim that fails every time: the run is claimed again and answered, never ended `failed`
+    with its message set aside (unanswered for good)."""
+    import asyncpg
+
+    async with pg_database() as url:
+        engine = create_engine(url)
+        await migrate(engine)
+        store = Store(engine, clock=ManualClock(START))
+        b = await store.create_conversation(ConversationRef("", "web:local:b", "web", "web", "local", "b", None, "dm"))
+        waiting = await _say(store, b, "e1", "second")
+        ran: list[list[str]] = []
+
+        async def execute(claimed: Claimed) -> None:
+            ran.append([line.text for line in claimed.prompt])
+            await store.end_run(claimed.run.id, repo.FINISHED, reply="answer")
+
+        other = await asyncpg.connect(url.replace("postgresql+asyncpg", "postgresql"))
+        scheduler = Scheduler(store, execute, concurrent_runs=1)
+        try:
+            tx = other.transaction()
+            await tx.start()
+            # This session waits longer before it looks for a deadlock: the claim's session finds it, and loses.
+            await other.execute("SET LOCAL deadlock_timeout = '20s'")
+            await other.execute("SELECT 1 FROM runs WHERE id = $1 FOR UPDATE", waiting.run_id)
+            scheduler.wake(b.id)
+
+            async def claim_waits() -> bool:  # the claim holds b's lock and waits for the run's row
+                return bool(await other.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"))
+
+            await wait_for(claim_waits, what="the claim to wait for the run's row")
+            await other.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", b.id)  # the deadlock
+            await tx.rollback()
+
+            async def ended() -> bool:
+                row = await store.run(waiting.run_id)
+                return row is not None and row.status in repo.ENDED
+
+            await wait_for(ended, what="b's run to end")
+            row = await store.run(waiting.run_id)
+            assert row is not None and (row.status, row.reason) == (repo.FINISHED, "")
+            assert ran == [["second"]]
+        finally:
+            await other.close()
+            await scheduler.cancel()
+            await engine.dispose()
+
+
+async def test_a_claim_that_fails_once_leaves_its_run_queued_for_the_next_sweep(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An operator's session breaks b's claim for a moment (a trigger refuses it, then is dropped): one failed
+    claim is told in a warning, and the run waits for the next sweep, which answers it. It used to end `failed`
+    at once, its message set aside, never answered."""
+    store, a, b, waiting_id = await _one_slot_and_a_waiter(tmp_path, "o.db")
+    spoil, mend = FAULTS["refused"]
+    _outside(tmp_path / "o.db", spoil, b.id)
+    ran: list[list[str]] = []
+
+    async def execute(claimed: Claimed) -> None:
+        ran.append([line.text for line in claimed.prompt])
+        await store.end_run(claimed.run.id, repo.FINISHED, reply="answer")
+
+    scheduler = Scheduler(store, execute, concurrent_runs=1)
+    caplog.set_level(logging.INFO)
+    try:
+        scheduler.wake(b.id)
+        await wait_for(lambda: not scheduler.active, what="b's worker to give up for now")
+        row = await store.run(waiting_id)
+        assert row is not None and row.status == repo.QUEUED
+        _outside(tmp_path / "o.db", mend, b.id)
+        for conversation_id in await store.conversations_with_queued_runs():  # the sweep's wake
+            scheduler.wake(conversation_id)
+        await wait_for(lambda: ran, what="b's run to be answered")
+        await wait_for(lambda: not scheduler.active, what="the workers to settle")
+        row = await store.run(waiting_id)
+        assert row is not None and row.status == repo.FINISHED
+        assert ["second"] in ran
+        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == [
+            f"conversation {b.id}: its next run could not be claimed (IntegrityError); tried again at the next sweep"]
     finally:
         await scheduler.cancel()
         await store.engine.dispose()

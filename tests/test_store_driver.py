@@ -938,3 +938,26 @@ async def test_capability_state_read_on_the_driver_is_what_was_written_and_only_
     assert await state.delete("planning", "conv-a", "finished:2025") == 1
     assert await state.keys("planning", "conv-a") == ["current", "finished:2026"]
     assert await state.get("planning", "conv-b", "current") == "the other conversation's"
+
+
+async def test_a_waiting_run_of_no_ones_message_is_its_requesters_to_stop(store: Store) -> None:
+    """A scheduled task's occurrence (and a background run's report) queues a message of no one, in a run its
+    creator requested: a stop asks who asked each message, and that one is the creator's (no message joins such a
+    run). So Ann's stop ends the whole run, and nothing is left waiting."""
+    from gateway.store import repo
+    from gateway.store.models import Message, Run
+
+    conv = await _conversation(store)
+    async with store.sessions() as s, s.begin():
+        s.add(Run(id="sched1", conversation_id=conv.id, binding_id="web", agent_id="assistant", status=repo.QUEUED,
+                  kind="scheduled", reason="", requester_person_id=ANN.person_id, requester_account="ann",
+                  requester_name="Ann", requests=0, input_tokens=0, output_tokens=0, created_at=START))
+        await s.flush()
+        s.add(Message(conversation_id=conv.id, run_id="sched1", role="scheduled", text="the weekly report",
+                      status=repo.QUEUED, sender_name="", created_at=START))
+    senders = await store.queued_senders("sched1")
+    assert senders == [("ann", ANN.person_id)]
+    assert await store.stop_queued("sched1", conv.id, "stopped by Ann", senders) == "sched1"
+    run = await store.run("sched1")
+    assert run is not None and (run.status, run.reason) == (repo.STOPPED, "stopped by Ann")
+    assert await store.conversations_with_queued_runs() == []

@@ -351,10 +351,16 @@ class Approvals:
 
     async def may_stop(self, run: Run, conv: repo.ConversationRef, who: Sender) -> bool:
         """Whether `who` may stop `run`: its requester, or whoever may decide its binding's cards."""
-        if await self._may_decide("requester", who, run, conv):
+        return await self.may_stop_for(run.binding_id, conv, who, run.requester_account, run.requester_person_id)
+
+    async def may_stop_for(self, binding_id: str, conv: repo.ConversationRef, who: Sender, account: str | None,
+                           person: str | None) -> bool:
+        """Whether `who` may stop what `account` (`person`) asked under `binding_id`: the asker, or whoever may
+        decide the binding's cards. A waiting run's messages are asked so one by one (`Stops.stop`)."""
+        if await self.may_decide_as("requester", who, account, person, conv):
             return True
-        binding = self._bindings().get(run.binding_id)
-        return binding is not None and await self._may_decide(binding.approvals.deciders, who, run, conv)
+        binding = self._bindings().get(binding_id)
+        return binding is not None and await self.may_decide_as(binding.approvals.deciders, who, account, person, conv)
 
     async def _may_decide(self, deciders: Any, decider: Sender, run: Run, conv: repo.ConversationRef) -> bool:
         return await self.may_decide_as(deciders, decider, run.requester_account, run.requester_person_id, conv)

@@ -4,7 +4,7 @@ The lag histogram (metrics.py) sees a stall only after it ends, and cannot say w
 the loop is stuck, nothing on the loop runs. So the watchdog is a thread. The loop beats every
 BEAT seconds (a timer callback); each beat also tells `on_beat` how late it ran, which is the loop's
 lag (the histogram's observation: one timer serves both, so an idle loop wakes 20 times a second,
-not 40). The thread looks BEAT/2 after the last beat would be a stall, and when the last beat is older
+not 40). The thread looks just after the last beat would be a stall, and when the last beat is older
 than the threshold it reads what the loop's thread is doing right now (`sys._current_frames()`)
 and which task the loop is running (`asyncio.current_task(loop)`). When the beats resume it logs
 one warning with the stall's length, the task's name and coroutine, and where it was stuck; a
@@ -28,6 +28,7 @@ BEAT = 0.05
 STALL_THRESHOLD = 0.25  # seconds: a stall longer than this is logged
 STILL_STALLED = 10.0
 FRAMES = 4  # the innermost frames named in the log line
+LOOK_PAST = 0.002  # seconds past the threshold the thread looks while the loop beats (a thread's wake-up is late, never early)
 
 
 @dataclass
@@ -95,10 +96,11 @@ class LoopWatchdog:
                 stall.told = now
                 log.error("event loop still stalled", extra={"stalled_seconds": round(now - stall.since - BEAT, 3),
                                                               "task": stall.task, "where": stall.where})
-            # While the loop beats, look next when the last beat would be a stall, BEAT/2 past the threshold
-            # (as precise as looking every BEAT/2, ~3 looks a second instead of 40: each took the GIL from
-            # the loop); in a stall, every BEAT/2, to tell its end.
-            wait = BEAT / 2 if stall is not None else max(beat + BEAT + self.threshold - now, 0.0) + BEAT / 2
+            # While the loop beats, look next just past the moment the last beat would be a stall (~3 looks a
+            # second instead of 40: each took the GIL from the loop); in a stall, every BEAT/2, to tell its end.
+            # Just past, not BEAT/2 past: a stall that ends within BEAT/2 of the threshold (a loop blocked
+            # 0.3 s) was over by then, one in two went untold.
+            wait = BEAT / 2 if stall is not None else max(beat + BEAT + self.threshold - now, 0.0) + LOOK_PAST
 
     def _caught(self, beat: float, now: float) -> _Stall:
         """What the loop's thread is doing now, in the middle of the stall."""

@@ -17,7 +17,8 @@ A claim that fails there never fails the end: the end is recorded without it and
 itself. A Stop of a claim waiting so is kept for the run's start (`holds`, `Runner.stop`).
 
 A claim that raises every time (a row sqlite3 cannot read) ends the run it would take `failed` and sets its
-messages aside, once (`_unclaimable`): the worker, the conversation's later runs and the sweep go on.
+messages aside, once (`_unclaimable`): the worker, the conversation's later runs and the sweep go on. Every time
+means twice in a row: after a first failure the run stays queued for the next sweep (`_failed_before`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Scheduler:
         self._running: set[str] = set()
         self._waiting: dict[str, None] = {}
         self._handed: dict[str, asyncio.Future[tuple[bool, Claimed | None]]] = {}
+        self._claim_failed: set[str] = set()  # conversations whose last claim raised (`_failed_before`)
         if not store.shared:
             store.handoff = self
 
@@ -103,10 +105,12 @@ class Scheduler:
                 try:  # the slot is held from here (`first`: since its `reserve`)
                     try:
                         claimed = first or await self._claim(conversation_id)
-                    except Exception as e:  # a busy database is waited out in the claim: this fails every time
+                    except Exception as e:  # a busy database is waited out in the claim: this may fail every time
                         claimed = None
-                        if await self._unclaimable(conversation_id, e):
+                        if self._failed_before(conversation_id, e) and await self._unclaimable(conversation_id, e):
                             self._again.add(conversation_id)  # the conversation's later runs go on
+                    else:
+                        self._claim_failed.discard(conversation_id)
                     first = None
                     if claimed is None:
                         if conversation_id in self._again:
@@ -156,6 +160,18 @@ class Scheduler:
             await self.limit.acquire()
         finally:
             del self._waiting[conversation_id]
+
+    def _failed_before(self, conversation_id: str, error: Exception) -> bool:
+        """Whether the conversation's claim failed at its last try too. A first failure is only told: the run stays
+        queued and the next sweep's wake tries again, so one that passes (a constraint an operator's session
+        broke for a moment) loses nothing; a second in a row is a claim that fails every time."""
+        if conversation_id in self._claim_failed:
+            self._claim_failed.discard(conversation_id)  # a later run's claim starts afresh
+            return True
+        self._claim_failed.add(conversation_id)
+        log.warning("conversation %s: its next run could not be claimed (%s); tried again at the next sweep",
+                    conversation_id, type(error).__name__, extra={"conversation": conversation_id})
+        return False
 
     async def _unclaimable(self, conversation_id: str, error: Exception) -> bool:
         """A claim that raised for anything but a busy database (a row sqlite3 cannot read, a constraint) raises

@@ -65,10 +65,14 @@ class Stops:
         name = who.display_name or who.account_id
         children = await self.background.stop_children(run_id, name) if self.background is not None else 0
         if run.status == repo.QUEUED:  # still waiting in the queue: it ends here, before it starts
-            if await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {name}"):
+            # Others' messages may have joined it: each is stopped by its own asker's rule, the rest still wait.
+            senders = [s for s in await self._store.queued_senders(run.id)
+                       if await self._approvals.may_stop_for(run.binding_id, conv, who, *s)]
+            stopped_id = await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {name}", senders)
+            if stopped_id is not None:
                 await self._approvals.notice(conv, stopped_notice(name, [], False) if run.started_at is None
                                              else f"⏹ Stopped by {name} before it went on.")
-                self._ended(conv.id, run.id, repo.STOPPED)
+                self._ended(conv.id, stopped_id, repo.STOPPED)
                 return StopOutcome(True, "Stopped.")
             run = await self._store.run(run_id) or run  # claimed meanwhile: stopped as it runs now
         if run.status in repo.ENDED:

@@ -36,8 +36,11 @@ from weakref import WeakKeyDictionary
 SQLITE_BUSY, SQLITE_LOCKED = 5, 6
 # PostgreSQL SQLSTATEs that mean "try again later", not "your statement is wrong":
 # lock_not_available (lock_timeout), query_canceled (statement_timeout), cannot_connect_now,
-# too_many_connections, admin/crash shutdown, and class 08 (connection exceptions).
-_PG_RETRYABLE = frozenset({"55P03", "57014", "57P03", "53300", "57P01", "57P02"})
+# too_many_connections, admin/crash shutdown, and class 08 (connection exceptions); and a transaction the
+# server rolled back to break a deadlock or a serialization conflict (deadlock_detected, serialization_failure):
+# it wrote nothing and goes through when tried again. Not retried, a claim that lost a deadlock read as one that
+# fails every time, and its run ended failed, its messages set aside (`Scheduler._unclaimable`).
+_PG_RETRYABLE = frozenset({"55P03", "57014", "57P03", "53300", "57P01", "57P02", "40P01", "40001"})
 DEGRADED_AFTER = 0.25  # seconds a write may wait before /readyz calls the database degraded
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
@@ -691,21 +691,54 @@ class Store:
         more = any(r.status == QUEUED and r.id != run_id for r in runs)
         return Claimed(run, conversation, prompt, history, fresh, more, files)
 
-    async def stop_queued(self, run_id: str, conversation_id: str, reason: str) -> bool:
-        """A person stopped a run still waiting in its queue: it ends `stopped` before it starts, its messages
-        kept as history (asked, not answered). Under the conversation's lock, the one an ingest holds to join a
-        message to a queued run: no message joins it once it is stopped. False when it was no longer queued
-        (claimed meanwhile: it is stopped as a running one)."""
+    async def queued_senders(self, run_id: str) -> list[tuple[str | None, str | None]]:
+        """(account, person) of each one who asked what a queued run holds: a message joins the run waiting in its
+        conversation whoever sent it (`ingest`), so a stop is asked of each (`Stops.stop`)."""
+        def program(q: driver.Statements) -> driver.Program[list[driver.Row]]:
+            return (yield q.all(_ASKED, r=run_id, old=QUEUED))
+
+        return list(dict.fromkeys((r[1], r[2]) for r in await driver.transaction(self.engine, program, write=False)))
+
+    async def stop_queued(self, run_id: str, conversation_id: str, reason: str,
+                          senders: Collection[tuple[str | None, str | None]]) -> str | None:
+        """A person stopped a run still waiting in its queue: what `senders` (account, person) asked in it ends
+        `stopped` before it starts, kept as history (asked, not answered). The messages of anyone else who joined
+        it stay queued, in its place, as theirs (the run's requester is then the first of them): the stopped
+        ones move to a run of their own. Under the conversation's lock, the one an ingest holds to join a message
+        to a queued run: no message joins it once it is stopped. Returns the stopped run's id; None when it was
+        no longer queued (claimed meanwhile: it is stopped as a running one) or held nothing of `senders`."""
         now = self.clock.now()
 
-        def program(q: driver.Statements) -> driver.Program[bool]:
+        def program(q: driver.Statements) -> driver.Program[str | None]:
             yield from self._lock(q, conversation_id)
-            changed = yield q.run("UPDATE runs SET status = :st, reason = :reason, state = NULL, finished_at = :f"
-                                  " WHERE id = :id AND status = :old", st=STOPPED, reason=reason, f=now, id=run_id,
-                                  old=QUEUED)
-            if changed:
-                yield q.run(_PROCESSED, r=run_id)
-            return bool(changed)
+            run = yield q.one("SELECT binding_id, agent_id, created_at FROM runs WHERE id = :id AND status = :old",
+                              id=run_id, old=QUEUED)
+            if run is None:
+                return None
+            asked = yield q.all(_ASKED, r=run_id, old=QUEUED)
+            stopped = [m for m in asked if (m[1], m[2]) in senders]
+            kept = [m for m in asked if (m[1], m[2]) not in senders]
+            if not stopped:
+                return None
+            stopped_id = run_id
+            if kept:  # the stopped messages go to a run of their own; the rest wait, as the first one's
+                stopped_id, first, ids = new_id(), stopped[0], [m[0] for m in stopped]
+                yield q.run(_RUN_INSERT, id=stopped_id, c=conversation_id, b=run[0], a=run[1], rst=QUEUED,
+                            p=first[2], acc=first[1], name=first[3], t=run[2], s=None, o=None, e=None)
+                listed = {f"m{i}": m for i, m in enumerate(ids)}
+                marks = ", ".join(f":{k}" for k in listed)
+                yield q.run(f"UPDATE messages SET run_id = :new WHERE id IN ({marks})", new=stopped_id, **listed)
+                keys = {f"m{i}": f"{m:012d}" for i, m in enumerate(ids)}  # their files (`_FILES_ROW`) go with them
+                yield q.run("UPDATE capability_state SET scope = :new WHERE capability = 'attachments'"
+                            f" AND scope = :old AND key IN ({marks})", new=f"run:{stopped_id}", old=f"run:{run_id}",
+                            **keys)
+                yield q.run("UPDATE runs SET requester_person_id = :p, requester_account = :acc,"
+                            " requester_name = :name WHERE id = :id", p=kept[0][2], acc=kept[0][1], name=kept[0][3],
+                            id=run_id)
+            yield q.run("UPDATE runs SET status = :st, reason = :reason, state = NULL, finished_at = :f"
+                        " WHERE id = :id", st=STOPPED, reason=reason, f=now, id=stopped_id)
+            yield q.run(_PROCESSED, r=stopped_id)
+            return stopped_id
 
         return await self.patiently(lambda: driver.transaction(self.engine, program), f"stopping queued run {run_id}")
 
@@ -1065,6 +1098,14 @@ def _end_sql(counts: bool, fresh: bool) -> str:
 
 
 # The run's messages of people become history once it ended.
+# A queued run's messages with who asked each (id, account, person, name): a message of no one (a scheduled
+# occurrence's, a background run's report) is its run's requester's (`Store.stop_queued`).
+_NO_ONE = "m.account_id IS NULL AND m.person_id IS NULL"
+_ASKED = (f"SELECT m.id, CASE WHEN {_NO_ONE} THEN r.requester_account ELSE m.account_id END,"
+          f" CASE WHEN {_NO_ONE} THEN r.requester_person_id ELSE m.person_id END,"
+          f" CASE WHEN {_NO_ONE} THEN r.requester_name ELSE m.sender_name END"
+          " FROM messages m JOIN runs r ON r.id = m.run_id WHERE m.run_id = :r AND m.status = :old"
+          " ORDER BY m.created_at, m.id")
 _PROCESSED = ("UPDATE messages SET status = 'processed'"
               " WHERE run_id = :r AND role IN ('user', 'report', 'scheduled') AND status IN ('queued', 'processing')")
 

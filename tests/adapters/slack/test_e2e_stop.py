@@ -20,7 +20,7 @@ from gateway.messages import Sender
 from gateway.runs.llm import register_model
 from gateway.store import repo
 from gateway.store.models import Run
-from tests.conftest import running_gateway, wait_for, write_config
+from tests.conftest import database_url, running_gateway, wait_for, write_config
 from tests.fakes.slack import FakeSlack, PostedMessage
 from tests.support.files_model import CSV, Recorder
 from tests.support.gated_git import CAPABILITY, RAN
@@ -30,14 +30,15 @@ from .conftest import eventually
 from .test_e2e_approvals import buttons, card_of, gated  # noqa: F401 - `gated` is a fixture used here
 
 
-def _config(tmp_path: Path, fake: FakeSlack, model: str = SLOW) -> Path:
-    """Slack, and an agent on `model` (`slow_model` unless a test registered its own)."""
+def _config(tmp_path: Path, fake: FakeSlack, model: str = SLOW, database: str | None = None) -> Path:
+    """Slack, and an agent on `model` (`slow_model` unless a test registered its own); `database` a URL."""
     if model == SLOW:
         register_model(SLOW, slow_model)
     slack = {"bot_token": "env:TEST_SLACK_BOT_TOKEN", "app_token": "env:TEST_SLACK_APP_TOKEN", "mode": "socket",
              "api_url": fake.api_url}
     return write_config(tmp_path / "config", agents={"assistant": {"name": "Slow", "model": model}},
-                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}})
+                        bindings={"acme": {"platform": "slack", "agent": "assistant", "slack": slack}},
+                        gateway={"database": {"url": database}} if database else None)
 
 
 async def _essay(gw: Gateway, fake: FakeSlack) -> tuple[PostedMessage, PostedMessage, Run]:
@@ -47,6 +48,29 @@ async def _essay(gw: Gateway, fake: FakeSlack) -> tuple[PostedMessage, PostedMes
     reply = await fake.wait_for(lambda: next((m for m in fake.bot_messages("C0GEN") if m.text.startswith("word0")), None))
     [run] = await gw.store.runs_in([repo.RUNNING])
     return root, reply, run
+
+
+def _asking_model(name: str, *, essays_only: bool) -> list[str]:
+    """Register model `name`, which writes slowly (a word every 0.1 s) and records the user prompt of each request;
+    `essays_only`: only a prompt asking for an essay, others get a short answer at once. Returns the record."""
+    asked: list[str] = []
+
+    def model() -> FunctionModel:
+        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+            last = messages[-1]
+            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
+                         if isinstance(last, ModelRequest) else "")
+            if essays_only and "essay" not in asked[-1]:
+                yield "a short answer"
+                return
+            for i in range(100):
+                yield f"word{i} "
+                await asyncio.sleep(0.1)
+
+        return FunctionModel(stream_function=stream)
+
+    register_model(name, model)
+    return asked
 
 
 async def test_only_the_requester_stops_a_run_in_a_thread(tmp_path: Path, fake_slack: FakeSlack) -> None:
@@ -200,20 +224,7 @@ async def test_a_stop_ends_the_messages_waiting_behind_the_run_too_and_only_for_
     """Ada's reply is being written and her next question waits behind it in the thread. Bob's `!stop` changes
     nothing (he alone is told why). Ada's stops both: the reply ends with its stopped line, the waiting question
     gets its own, and the model is never asked it."""
-    asked: list[str] = []
-
-    def model() -> FunctionModel:
-        async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
-            last = messages[-1]
-            asked.append(" ".join(str(p.content) for p in last.parts if isinstance(p, UserPromptPart))
-                         if isinstance(last, ModelRequest) else "")
-            for i in range(100):
-                yield f"word{i} "
-                await asyncio.sleep(0.1)
-
-        return FunctionModel(stream_function=stream)
-
-    register_model("slack-e2e-stop-queued", model)
+    asked = _asking_model("slack-e2e-stop-queued", essays_only=False)
     async with running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-queued")) as gw:
         root, reply, running = await _essay(gw, fake_slack)
         _, envelopes = await fake_slack.say("C0GEN", "U0ADA", "and a short one after", thread_ts=root.ts)
@@ -243,3 +254,38 @@ async def test_a_stop_ends_the_messages_waiting_behind_the_run_too_and_only_for_
         assert notices == ["_⏹ Stopped by Ada; I had not done anything yet._"]
         assert not [e for e in fake_slack.ephemerals if e.user == "U0ADA"]  # a stop that worked needs no answer
         assert asked == ["Ada: write a long essay"]  # the waiting question never reached the model
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+async def test_a_stop_of_a_waiting_run_leaves_the_messages_of_others_who_joined_it(
+        tmp_path: Path, fake_slack: FakeSlack, engine: str) -> None:
+    """Ada's essay is being written; her next question waits behind it, and Bob's question in the thread joins
+    the same waiting run. Ada's `!stop` may stop what she asked, not Bob's (the rule is the requester or a
+    decider, and Bob is the one who asked his): hers gets the stopped line and never reaches the model, his is
+    still answered."""
+    asked = _asking_model("slack-e2e-stop-joined", essays_only=True)
+    async with (database_url(engine, tmp_path) as url,
+                running_gateway(_config(tmp_path, fake_slack, "slack-e2e-stop-joined", url)) as gw):
+        root, reply, running = await _essay(gw, fake_slack)
+        for user, text in (("U0ADA", "and a short one after"), ("U0BOB", "what about mine?")):
+            _, envelopes = await fake_slack.say("C0GEN", user, text, thread_ts=root.ts)
+            await fake_slack.wait_for(lambda: all(fake_slack.acked(e) for e in envelopes))
+        [waiting] = await gw.store.runs_in([repo.QUEUED])  # Bob's question joined Ada's waiting run
+
+        await fake_slack.say("C0GEN", "U0ADA", "!stop", thread_ts=root.ts)
+
+        async def answered() -> bool:
+            return [r.status for r in await gw.store.runs_in([repo.FINISHED])] == [repo.FINISHED]
+
+        await wait_for(answered, what="Bob's question to be answered")
+        # Ada's stopped question is history now (asked, not answered); Bob's is what the run answers.
+        assert asked == ["Ada: write a long essay",
+                         "Ada: write a long essay Ada: and a short one after Bob: what about mine?"]
+        stopped = [r for r in await gw.store.runs_in([repo.STOPPED]) if r.id != running.id]
+        assert [(r.reason, r.requester_name) for r in stopped] == [("stopped by Ada", "Ada")]
+        [done] = await gw.store.runs_in([repo.FINISHED])
+        assert done.requester_name == "Bob"  # his now: Ada may not stop it, he may
+        notices = await fake_slack.wait_for(lambda: [m.text for m in fake_slack.bot_messages("C0GEN")
+                                                     if m.thread_ts == root.ts and m is not reply])
+        assert notices[0] == "_⏹ Stopped by Ada; I had not done anything yet._"
+        assert waiting.id in (done.id, stopped[0].id)
