@@ -146,6 +146,8 @@ VARIANTS = {
     "gc + heap + loop": "as gc + heap, and as many more tasks and timers waiting on the loop as the daemon's mid-burst",
     "gc again": "as gc, a second process: the A/A of the neighbour's row",
     "gc + neighbour": "as gc, and other work between the run's steps (8 steps a run: JSON, an SQLite commit, a regex, a dataclass)",
+    "gc + wide neighbour": "as gc + neighbour, each step also through SQLAlchemy's compiler, yarl and slack_sdk",
+    "gc + threads": "as gc, and the daemon's threads' part: 3 SQLite commits a run in a thread of their own, a 25 ms beat",
 }
 DEFAULT_VARIANTS = "alone,alone again,gc,gc + heap,gc + heap + loop"
 
@@ -167,6 +169,21 @@ def churn(db: Any, i: int) -> None:
     frame = Frame(event["type"], re.sub(r"<@\w+>\s*", "", event["text"]), event["user"])
     db.execute("INSERT INTO m VALUES (?, ?)", (i, json.dumps(dataclasses.asdict(frame))))
     db.commit()
+
+
+def wide_churn(db: Any, i: int) -> None:
+    """`churn` and code of the daemon's libraries besides: an SQL statement compiled (SQLAlchemy Core), a URL built
+    (yarl, as aiohttp does), a Socket Mode request parsed (slack_sdk): a code footprint far wider than the run's."""
+    import sqlalchemy as sa
+    from slack_sdk.socket_mode.request import SocketModeRequest
+    from yarl import URL
+
+    churn(db, i)
+    t = sa.table("messages", sa.column("id"), sa.column("run_id"), sa.column("text"))
+    str(sa.select(t.c.id, t.c.text).where(t.c.run_id == i).order_by(t.c.id).compile())
+    URL("http://127.0.0.1:1/api/chat.postMessage").with_query({"channel": f"C{i}", "ts": f"{i}.0"})
+    SocketModeRequest.from_dict({"type": "events_api", "envelope_id": f"e{i}",
+                                 "payload": {"event": {"type": "app_mention", "text": "hi"}}})
 
 
 async def census(pid: int, directory: Path, n: int) -> dict[str, Any]:
@@ -259,14 +276,22 @@ async def child(variant: str, modules_file: str | None, idle_tasks: int, context
 
         async def neighbour(i: int) -> None:
             for k in range(8):
-                churn(db, i * 8 + k)
+                (wide_churn if "wide" in variant else churn)(db, i * 8 + k)
                 await asyncio.sleep(0)
+
+        async def in_thread(i: int) -> None:
+            # As the daemon's store does through aiosqlite's thread: three transactions a message, each a
+            # hand-off of the GIL and a wake-up of the loop (its self-pipe) when the thread's call is done.
+            for k in range(3):
+                await loop.run_in_executor(store_thread, churn, thread_db[0], i * 3 + k)
 
         async def worker() -> None:
             while queue:
                 i = queue.pop()
                 if "neighbour" in variant:
                     held.append(asyncio.create_task(neighbour(i)))
+                if "threads" in variant:
+                    held.append(asyncio.create_task(in_thread(i)))
                 await run_to_answer(agent, f"burst {i}")
 
         steps0 = sum(hook["_steps"].get(k, [0, 0])[1] for k in RUN_TASKS)
@@ -280,6 +305,24 @@ async def child(variant: str, modules_file: str | None, idle_tasks: int, context
                 "passes": [(a - b) / messages for a, b in zip(passes, before)]}
 
     loop = asyncio.get_running_loop()
+    import concurrent.futures
+    import threading
+
+    store_thread = concurrent.futures.ThreadPoolExecutor(1)
+    thread_db: list[Any] = []
+
+    def open_db() -> None:
+        thread_db.append(sqlite3.connect(":memory:"))
+        thread_db[0].execute("CREATE TABLE m (id INTEGER, body TEXT)")
+
+    store_thread.submit(open_db).result()
+    if "threads" in variant:
+        def beat() -> None:  # the loop watchdog's thread: Python every 25 ms (gateway/ops/loop_watchdog.py)
+            while not stopped.wait(0.025):
+                pass
+
+        stopped = threading.Event()
+        threading.Thread(target=beat, daemon=True).start()
 
     def read_line() -> str:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH})  # the census's signal is the loop thread's
@@ -302,6 +345,8 @@ async def child(variant: str, modules_file: str | None, idle_tasks: int, context
             gc.collect()
             gc.freeze()  # as gateway.daemon.freeze_startup_objects, once started
             gc.set_threshold(10_000, *gc.get_threshold()[1:])
+        # The census's first signal counts from here on (in a census the hook's handler is this one's: `exec` above).
+        hook["_steps"].clear()
         print("ready", flush=True)
         while line := await next_line():
             print(json.dumps(await bursting(int(line))), flush=True)
