@@ -114,6 +114,9 @@ def _census(*_):
         "tracked": [len(gc.get_objects(g)) for g in range(3)], "counts": gc.get_count(),
         "profile": repr(sys.getprofile()), "trace": repr(sys.gettrace()),
         "threading_profile": repr(getattr(threading, "_profile_hook", None)),
+        "tracemalloc": __import__("tracemalloc").is_tracing(), "flags": repr(sys.flags),
+        "coroutine_origin": sys.get_coroutine_origin_tracking_depth(),
+        "asyncgen_hooks": repr(sys.get_asyncgen_hooks().firstiter),
         "warnings_filters": len(warnings.filters), "switch_interval": sys.getswitchinterval(),
         "asyncio_debug": loop.get_debug() if loop is not None else None,
         "task_factory": repr(loop.get_task_factory()) if loop is not None else None,
@@ -197,7 +200,8 @@ async def census(pid: int, directory: Path, n: int) -> dict[str, Any]:
 
 
 def print_census(rows: dict[str, dict[str, Any]]) -> None:
-    keys = ("threshold", "enabled", "frozen", "tracked", "profile", "trace", "warnings_filters", "switch_interval",
+    keys = ("threshold", "enabled", "frozen", "tracked", "profile", "trace", "tracemalloc", "flags", "coroutine_origin",
+            "asyncgen_hooks", "warnings_filters", "switch_interval",
             "asyncio_debug", "task_factory", "tasks", "ready", "timers", "context_vars", "threads", "maxrss_kib")
     print("| | " + " | ".join(rows) + " |\n|" + " --- |" * (len(rows) + 1))
     for k in keys:
