@@ -16,6 +16,8 @@ one process by `bench/model_run.py`) and the process the run is in. This bench i
    turn, the order reversed every other round (A B B A), each child reporting its process CPU per run
    and its collector's passes (gc.callbacks). A trait that made the same run dearer shows here as a
    variant dearer than alone's, by more than the A/A (two plain alone processes) differ.
+3. The guest (`--guest-rounds`): alone's agent and burst run inside the daemon's loop (the census hook starts it),
+   idle and while the daemon answers a burst of its own, against the alone process: the same code in both.
 
     .venv/bin/python bench/run_env.py                        # census on Slack, then 6 rounds of 300
     .venv/bin/python bench/run_env.py --no-census --rounds 8 --burst 300
@@ -72,12 +74,14 @@ def _kinds(handles):
         out[key] = out.get(key, 0) + 1
     return dict(sorted(out.items(), key=lambda kv: -kv[1])[:15])
 _steps = {}
+_GUEST = __import__("contextvars").ContextVar("run_env_guest", default="")
 class _Timed(__import__("collections.abc").abc.Coroutine):
     """A task's coroutine whose every step's thread CPU is added to its kind's (the coroutine's name)."""
     __slots__ = ("_coro", "_row")
     def __init__(self, coro):
         self._coro = coro
-        self._row = _steps.setdefault(getattr(coro, "__qualname__", type(coro).__name__), [0, 0])
+        # A guest burst's tasks (below) apart from the daemon's own: the creator's context says which.
+        self._row = _steps.setdefault(getattr(coro, "__qualname__", type(coro).__name__) + _GUEST.get(), [0, 0])
     def _step(self, how, *args):
         t0 = time.thread_time_ns()
         try:
@@ -98,9 +102,42 @@ class _Timed(__import__("collections.abc").abc.Coroutine):
 def _factory(loop, coro, **kwargs):
     import asyncio
     return asyncio.Task(_Timed(coro), loop=loop, **kwargs)
+_guest = []
+async def _guest_burst(messages, path):
+    """pydantic-ai alone's burst run inside this process (the daemon's), for the same code in both processes."""
+    import asyncio
+    from bench.platforms import CONCURRENT_RUNS, _bench_agent, run_to_answer
+    _GUEST.set(" (guest)")  # this task's context, copied into every task the burst starts
+    if not _guest:
+        _guest.append(_bench_agent())
+        await _guest[0].__aenter__()
+        for i in range(100):
+            await run_to_answer(_guest[0], f"warm-up {i}")
+    agent, left = _guest[0], list(range(messages))
+    async def worker():
+        while left:
+            await run_to_answer(agent, f"guest {left.pop()}")
+    run0 = sum(v[1] for k, v in _steps.items() if k.removesuffix(" (guest)") in _RUN_TASKS and k.endswith(")"))
+    cpu0 = time.process_time()
+    await asyncio.gather(*(worker() for _ in range(CONCURRENT_RUNS)))
+    out = {"cpu_ms": (time.process_time() - cpu0) * 1000 / messages,
+           "run_ms": (sum(v[1] for k, v in _steps.items() if k.removesuffix(" (guest)") in _RUN_TASKS
+                          and k.endswith(")")) - run0) / 1e6 / messages}
+    with open(path + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(path + ".tmp", path)
+_RUN_TASKS = ("AgentRunEvents._ensure_started.<locals>.run_agent", "ScopedTask.__init__.<locals>.run",
+              "TaskHandle._run_coro", "async_generator_athrow")
 def _census(*_):
     import asyncio, contextvars
     loop = asyncio._get_running_loop()
+    guest = os.path.join(os.environ["RUN_ENV_CENSUS"], f"guest-{os.getpid()}")
+    if loop is not None and os.path.exists(guest):
+        with open(guest) as f:
+            messages = int(f.read())
+        os.remove(guest)
+        loop.create_task(_guest_burst(messages, guest + ".json"))
+        return
     if loop is not None and _n[0] == 0 and os.environ.get("RUN_ENV_STEPS"):
         loop.set_task_factory(_factory)  # the first census starts the steps' count
     tasks = asyncio.all_tasks(loop) if loop is not None else set()
@@ -137,7 +174,8 @@ if os.environ.get("RUN_ENV_CENSUS"):
     signal.signal(signal.SIGWINCH, _census)
 '''
 
-# The tasks pydantic-ai starts for a run (its graph's driver, the model request's stream): the same code in both.
+# The tasks pydantic-ai starts for a run (its graph's driver, the model request's stream): the same code in both
+# (the census hook's own copy is `_RUN_TASKS`).
 RUN_TASKS = ("AgentRunEvents._ensure_started.<locals>.run_agent", "ScopedTask.__init__.<locals>.run",
              "TaskHandle._run_coro", "async_generator_athrow")
 
@@ -150,6 +188,7 @@ VARIANTS = {
     "gc again": "as gc, a second process: the A/A of the neighbour's row",
     "gc + neighbour": "as gc, and other work between the run's steps (8 steps a run: JSON, an SQLite commit, a regex, a dataclass)",
     "gc + wide neighbour": "as gc + neighbour, each step also through SQLAlchemy's compiler, yarl and slack_sdk",
+    "gc + twice the runs": "as gc, 64 runs at once (as many as the busy daemon's guest burst and its own)",
     "gc + threads": "as gc, and the daemon's threads' part: 3 SQLite commits a run in a thread of their own, a 25 ms beat",
 }
 DEFAULT_VARIANTS = "alone,alone again,gc,gc + heap,gc + heap + loop"
@@ -301,7 +340,7 @@ async def child(variant: str, modules_file: str | None, idle_tasks: int, context
         steps0 = sum(hook["_steps"].get(k, [0, 0])[1] for k in RUN_TASKS)
         before, ns0 = list(passes), gc_ns[0]
         cpu0, th0 = time.process_time(), time.thread_time()
-        await asyncio.gather(*(worker() for _ in range(CONCURRENT_RUNS)))
+        await asyncio.gather(*(worker() for _ in range(CONCURRENT_RUNS * (2 if "twice" in variant else 1))))
         return {"cpu_ms": (time.process_time() - cpu0) * 1000 / messages,
                 "run_ms": (sum(hook["_steps"].get(k, [0, 0])[1] for k in RUN_TASKS) - steps0) / 1e6 / messages,
                 "loop_ms": (time.thread_time() - th0) * 1000 / messages,
@@ -439,6 +478,37 @@ async def main(args: argparse.Namespace) -> int:
                             mine[side].append(sum(now.get(k, [0, 0])[1] - seen[side].get(k, [0, 0])[1]
                                                   for k in RUN_TASKS) / 1e6 / messages)
                             seen[side] = now
+                    # pydantic-ai alone's own burst run inside the idle daemon, against the alone process's.
+                    # "busy": the same, while the daemon answers a burst of its platform's at the same time.
+                    sides = ("in the daemon", "alone", "in the busy daemon")
+                    guest: dict[str, list[dict[str, float]]] = {side: [] for side in sides}
+                    for r in range(args.guest_rounds):
+                        for side in (sides if r % 2 == 0 else sides[::-1]):
+                            if side == "alone":
+                                guest[side].append(await alone.burst(args.burst))
+                                continue
+                            busy = (asyncio.create_task(burst(platform, daemon, args.burst, 120.0))
+                                    if side == "in the busy daemon" else None)
+                            flag = directory / f"guest-{daemon.pid}"
+                            flag.write_text(str(args.burst))
+                            os.kill(daemon.pid, signal.SIGWINCH)
+                            done = directory / f"guest-{daemon.pid}.json"
+                            for _ in range(6000):
+                                if done.exists():
+                                    break
+                                await asyncio.sleep(0.05)
+                            guest[side].append(json.loads(done.read_text()))
+                            done.unlink()
+                            if busy is not None:
+                                await busy
+                    if args.guest_rounds:
+                        for key in ("cpu_ms", "run_ms"):
+                            for side in ("in the daemon", "in the busy daemon"):
+                                ratios = [d[key] / a[key] for d, a in zip(guest[side], guest["alone"])]
+                                print(f"  alone's burst {side} / in alone's process, {key}: "
+                                      f"{', '.join(f'{d[key]:.2f}' for d in guest[side])} / "
+                                      f"{', '.join(f'{a[key]:.2f}' for a in guest['alone'])}: median "
+                                      f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})")
                     if args.step_rounds:
                         ratios = [d / a for d, a in zip(mine["daemon"], mine["alone"])]
                         print(f"\n  pydantic-ai's run tasks ({', '.join(RUN_TASKS)}), own CPU ms a message, "
@@ -507,6 +577,8 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--mid", type=float, default=1.0, help="seconds into the burst the mid-burst census is taken")
     parser.add_argument("--step-rounds", type=int, default=4, help="bursts a side after the census, steps timed")
+    parser.add_argument("--guest-rounds", type=int, default=4,
+                        help="bursts a side of alone's agent run inside the idle daemon and in alone's process")
     parser.add_argument("--census-alone", choices=("alone", "gc"), default="alone",
                         help="the census's alone: as bench/platforms.py runs it, or with the daemon's collector")
     parser.add_argument("--no-census", dest="census", action="store_false")
