@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
+import httpx2
 from genai_prices import data_snapshot, types as prices
 from pydantic_ai.messages import (
     ModelMessage,
@@ -23,7 +24,6 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-import httpx2
 from pydantic_ai.models import (
     DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_KEEPALIVE_CONNECTIONS,
@@ -128,8 +128,8 @@ SHARED_CLIENT_PROVIDERS = ("openai", "openai-chat", "openai-responses", "anthrop
 
 
 def model_http_client(concurrent_runs: int) -> httpx2.AsyncClient:
-    """The HTTP client for one provider: pydantic-ai's (timeouts, user agent, pool size), keeping idle as many
-    connections as the gateway runs at once (a burst never closes one to open another) and for longer."""
+    """The HTTP client for one provider: pydantic-ai's factory (its timeouts and user agent), keeping idle as
+    many connections as the gateway runs at once (a burst never closes one to open another), for two minutes."""
     limits = httpx2.Limits(max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrent_runs),
                            max_keepalive_connections=max(DEFAULT_MAX_KEEPALIVE_CONNECTIONS, concurrent_runs),
                            keepalive_expiry=MODEL_KEEPALIVE_SECONDS)

@@ -5,7 +5,9 @@ provider each time, and with it a new HTTP client, a new SSL context and a new c
 model server, left open until garbage collection. The gateway builds each provider once per
 config instead and shares it: its HTTP client keeps a pool of connections alive to the model
 server, and every run of every agent on that provider uses it. Models are shared likewise, one
-per model name and provider.
+per model name and provider. The client is the gateway's (`llm.model_http_client`, passed to the
+provider): as many idle connections as runs at once, kept 120 s rather than httpx's 5 s, so a burst
+or a message after a pause reuses them; the gateway closes it where it retires the provider.
 
 - A provider is kept for as long as its config is unchanged (compared by value, and its api_key
   by the secret it resolves to, so a rotated key file counts as a change). A reload that changes
