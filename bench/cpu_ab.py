@@ -79,13 +79,14 @@ async def main(args: argparse.Namespace) -> int:
         await p.start()
     stop = asyncio.Event()
     poller = asyncio.create_task(poll(everyone, stop))
-    model, model_url, _ = await start_model_server()
+    model, model_url, model_times = await start_model_server()
     procs: list[Proc] = [model]
     cpu: dict[tuple[str, str], list[float]] = {}
     rate: dict[tuple[str, str], list[float]] = {}
     # The model server's CPU per message in each burst: the same work for either daemon, so it moves only
     # with the machine; each burst's CPU divided by it takes the drift between two bursts out.
     control: dict[tuple[str, str], list[float]] = {}
+    opened: dict[tuple[str, str], list[float]] = {}  # connections the model server accepted per message
     try:
         with tempfile.TemporaryDirectory(prefix="gw-cpu-ab-") as tmp:
             daemons: dict[str, Proc] = {}
@@ -101,26 +102,32 @@ async def main(args: argparse.Namespace) -> int:
             for r in range(args.rounds):
                 for i, cls in enumerate(chosen):
                     for side in (order if r % 2 == 0 else order[::-1]):
-                        model0 = sum(thread_cpu(model.pid).values())
+                        model0, opened0 = sum(thread_cpu(model.pid).values()), model_times.opened
                         b = await burst(platforms[side][i], daemons[side], args.burst, args.budget)
+                        opened.setdefault((cls.name, side), []).append(
+                            (model_times.opened - opened0) / max(1, b.messages))
                         model_ms = (sum(thread_cpu(model.pid).values()) - model0) / 1e6 / max(1, b.messages)
                         cpu.setdefault((cls.name, side), []).append(b.cpu_ms)
                         rate.setdefault((cls.name, side), []).append(b.rate)
                         control.setdefault((cls.name, side), []).append(b.cpu_ms / model_ms if model_ms else float("nan"))
                         print(f"  round {r + 1} {cls.name} {side}: {b.cpu_ms:.2f} ms CPU/msg, {b.rate:.0f} msg/s, "
-                              f"model server {model_ms:.2f} ms/msg"
+                              f"model server {model_ms:.2f} ms/msg, "
+                              f"{opened[(cls.name, side)][-1]:.3f} model connections opened/msg"
                               f"{'' if b.messages == args.burst else f' ({b.messages} answered)'}", flush=True)
             print(f"\n| burst of {args.burst}, {args.rounds} rounds interleaved | CPU ms/msg before (median; each) "
                   "| after (median; each) | after / before | msg/s before / after (median) "
-                  "| after / before, each burst's CPU / the model server's in it |")
-            print("| --- | --- | --- | --- | --- | --- |")
+                  "| after / before, each burst's CPU / the model server's in it "
+                  "| model connections opened per message, before / after (median) |")
+            print("| --- | --- | --- | --- | --- | --- | --- |")
             for cls in chosen:
                 b, a = cpu[(cls.name, "before")], cpu[(cls.name, "after")]
                 print(f"| {cls.name} | {statistics.median(b):.2f} ({', '.join(f'{x:.2f}' for x in b)}) "
                       f"| {statistics.median(a):.2f} ({', '.join(f'{x:.2f}' for x in a)}) "
                       f"| {statistics.median(a) / statistics.median(b):.3f} "
                       f"| {statistics.median(rate[(cls.name, 'before')]):.0f} / {statistics.median(rate[(cls.name, 'after')]):.0f} "
-                      f"| {statistics.median(control[(cls.name, 'after')]) / statistics.median(control[(cls.name, 'before')]):.3f} |")
+                      f"| {statistics.median(control[(cls.name, 'after')]) / statistics.median(control[(cls.name, 'before')]):.3f} "
+                      f"| {statistics.median(opened[(cls.name, 'before')]):.3f} / "
+                      f"{statistics.median(opened[(cls.name, 'after')]):.3f} |")
             if args.profile:
                 for i, _ in enumerate(chosen):
                     await profile_burst(platforms["after"][i], daemons["after"], args.burst, args.budget,

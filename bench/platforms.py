@@ -82,7 +82,8 @@ PROFILE_MESSAGES = 150  # messages one at a time per platform under the sampling
 
 async def serve_model() -> None:
     """The instant model server; after its port, one line per completion: when its request arrived
-    and when its answer was written (time.monotonic, the same clock in every process here)."""
+    and when its answer was written (time.monotonic, the same clock in every process here), and 1 if it
+    came on a connection new to the server (else 0): connections opened per message."""
     from aiohttp import web
 
     from tests.fakes.openai import FakeOpenAI
@@ -91,7 +92,7 @@ async def serve_model() -> None:
         async def _completions(self, request: web.Request) -> web.StreamResponse:
             at = time.monotonic()
             response = await super()._completions(request)
-            print(f"{at:.6f} {time.monotonic():.6f}", flush=True)
+            print(f"{at:.6f} {time.monotonic():.6f} {int(self.peers.count(self.peers[-1]) == 1)}", flush=True)
             return response
 
     fake = await Timed().start()
@@ -534,14 +535,16 @@ class ModelTimes:
 
     def __init__(self, popen: subprocess.Popen[bytes]) -> None:
         self.times: list[tuple[float, float]] = []
+        self.opened = 0  # connections the model server accepted so far
         self._popen = popen
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         assert self._popen.stdout is not None
         for line in self._popen.stdout:
-            arrived, answered = line.split()
+            arrived, answered, new = line.split()
             self.times.append((float(arrived), float(answered)))
+            self.opened += int(new)
 
     def attribute(self, records: list[Record]) -> None:
         """Each record's model request: the first arrival between its event and its final answer

@@ -99,7 +99,8 @@ class Gateway:
         self.events = EventBus()
         self.runner = Runner(self)
         # One model client per provider and model, shared by every run (closed in stop).
-        self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds)
+        self.models = ModelCache(lambda: self.runner.running_ids, config.gateway.limits.shutdown_grace_seconds,
+                                 config.gateway.limits.concurrent_runs)
         self.typing_indicator = TypingIndicator(self.clock)  # shown as soon as a message is stored
         # Files uploaded through the API, in memory until their run reads them (one budget for all).
         self.uploads = Uploads(config.gateway.limits.uploads_max_bytes)

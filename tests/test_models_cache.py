@@ -4,6 +4,7 @@ changed, and stop closes it. The model is served over HTTP by an OpenAI-compatib
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from pathlib import Path
 from typing import Any
@@ -194,3 +195,46 @@ async def test_a_model_that_cannot_be_built_does_not_stop_the_start(tmp_path: Pa
         await wait_for(ended, what=f"run {run}")
         stored = await gw.store.run(run)
         assert stored.status == "failed" and "OPENAI_API_KEY" in stored.reason
+
+
+# People write seconds to minutes apart: longer than httpx's 5 s keep-alive expiry, which closed the connection
+# between two messages so each paid a new TCP (and, to a real provider, TLS) handshake.
+PAUSE = 6.5
+
+
+@pytest.mark.parametrize(("between", "connections"), [("a pause", 1), ("the server closed it", 2)])
+async def test_a_message_after_a_pause_reuses_the_connection_and_one_the_server_closed_never_fails(
+        tmp_path: Path, between: str, connections: int) -> None:
+    """After a pause longer than httpx's expiry the connection is reused (it failed on main: two); one the
+    server closed while idle (its idle timeout shorter than ours) is replaced, and the message answered."""
+    fake = await FakeOpenAI().start()
+    try:
+        async with running_gateway(_config(tmp_path / "c", fake.base_url)) as gw, aiohttp.ClientSession(gw.url) as s:
+            conv = await _conversation(s)
+            await _ask(gw, s, conv, "one")
+            if between == "a pause":
+                await asyncio.sleep(PAUSE)
+            else:
+                fake.close_idle_connections()
+            await _ask(gw, s, conv, "two")  # finished, not failed
+            assert len(fake.requests) == 2  # asked once each: none lost on a closed connection and retried
+            assert len(set(fake.peers)) == connections
+            turns = (await (await s.get(f"/api/v1/conversations/{conv}/messages")).json())["messages"]
+            assert [t["text"] for t in turns if t["role"] == "assistant"] == ["Hello from the fake model."] * 2
+    finally:
+        await fake.stop()
+
+
+async def test_a_burst_above_twenty_runs_reuses_its_connections_in_the_next_burst(tmp_path: Path) -> None:
+    fake = await FakeOpenAI(delay=0.05).start()  # slow enough that the runs overlap
+    try:
+        async with running_gateway(_config(tmp_path / "c", fake.base_url)) as gw, aiohttp.ClientSession(gw.url) as s:
+            convs = [await _conversation(s) for _ in range(24)]
+            await asyncio.gather(*(_ask(gw, s, conv, "one") for conv in convs))
+            first = set(fake.peers)
+            await asyncio.sleep(PAUSE)
+            await asyncio.gather(*(_ask(gw, s, conv, "two") for conv in convs))
+            assert len(fake.requests) == 48
+            assert set(fake.peers[24:]) <= first  # no connection opened for the second burst
+    finally:
+        await fake.stop()

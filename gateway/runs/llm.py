@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
+import httpx2
 from genai_prices import data_snapshot, types as prices
 from pydantic_ai.messages import (
     ModelMessage,
@@ -23,7 +24,13 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models import Model, infer_model
+from pydantic_ai.models import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_KEEPALIVE_CONNECTIONS,
+    Model,
+    create_async_httpx2_client,
+    infer_model,
+)
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel, StreamFunctionDef
 from pydantic_ai.providers import Provider
 from pydantic_ai.tools import ToolDefinition
@@ -107,21 +114,49 @@ def resolve_model(
         raise ModelConfigError(f"model {name!r} cannot be used: {e}") from None
 
 
-def provider_from_config(provider_name: str, cfg: ProviderConfig) -> Provider[Any]:
+# How long an idle connection to a model server is kept for the next run. httpx's 5 s default closed it
+# between two messages of one conversation, so most messages paid a new TCP + TLS handshake to the provider.
+# api.openai.com and api.anthropic.com sit behind Cloudflare, which keeps an idle HTTP/1.1 connection 400 s;
+# an AWS NAT gateway forgets an idle flow after 350 s. Two minutes is under both with room, and covers a
+# conversation's pacing. A server that closes first (uvicorn's 5 s, nginx's 75 s) is seen on checkout (the
+# socket reads EOF: httpcore drops it); a close racing the request is a connection error the SDKs retry.
+MODEL_KEEPALIVE_SECONDS = 120.0
+
+# The provider names whose pydantic-ai class takes an `http_client` (an agent's `model: openai:...` with the
+# key in the environment): they get the gateway's client too. Others keep pydantic-ai's own.
+SHARED_CLIENT_PROVIDERS = ("openai", "openai-chat", "openai-responses", "anthropic")
+
+
+def model_http_client(concurrent_runs: int) -> httpx2.AsyncClient:
+    """The HTTP client for one provider: pydantic-ai's factory (its timeouts and user agent), keeping idle as
+    many connections as the gateway runs at once (a burst never closes one to open another), for two minutes."""
+    limits = httpx2.Limits(max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrent_runs),
+                           max_keepalive_connections=max(DEFAULT_MAX_KEEPALIVE_CONNECTIONS, concurrent_runs),
+                           keepalive_expiry=MODEL_KEEPALIVE_SECONDS)
+    return create_async_httpx2_client(limits=limits)
+
+
+def provider_from_config(provider_name: str, cfg: ProviderConfig,
+                         http_client: httpx2.AsyncClient | None = None) -> Provider[Any]:
     """The provider a `gateway.yaml` provider entry describes; raises SecretError for its api_key.
 
-    The provider creates and owns its HTTP client (pydantic-ai's defaults: pooled, kept alive);
-    leaving it as an async context manager closes that client.
+    Without `http_client` the provider creates and owns its own (pydantic-ai's defaults), which leaving it
+    as an async context manager closes; a client passed in stays the caller's to close.
     """
     api_key = cfg.api_key.resolve().reveal() if cfg.api_key else None
     if cfg.kind == "anthropic":
         from pydantic_ai.providers.anthropic import AnthropicProvider
 
-        return AnthropicProvider(api_key=api_key, base_url=cfg.base_url)
+        return AnthropicProvider(api_key=api_key, base_url=cfg.base_url, http_client=http_client)
     from pydantic_ai.providers.openai import OpenAIProvider
 
     # Local servers accept any key but the client insists on one.
-    return OpenAIProvider(base_url=cfg.base_url, api_key=api_key or "not-needed")
+    return OpenAIProvider(base_url=cfg.base_url, api_key=api_key or "not-needed", http_client=http_client)
+
+
+def takes_client(provider_name: str, cfg: ProviderConfig | None) -> bool:
+    """Whether the provider is built on the gateway's client (`model_http_client`)."""
+    return cfg is not None or provider_name in SHARED_CLIENT_PROVIDERS
 
 
 def model_from_config(cfg: ProviderConfig, model_name: str, provider: Provider[Any]) -> Model:

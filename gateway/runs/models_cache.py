@@ -5,7 +5,9 @@ provider each time, and with it a new HTTP client, a new SSL context and a new c
 model server, left open until garbage collection. The gateway builds each provider once per
 config instead and shares it: its HTTP client keeps a pool of connections alive to the model
 server, and every run of every agent on that provider uses it. Models are shared likewise, one
-per model name and provider.
+per model name and provider. The client is the gateway's (`llm.model_http_client`, passed to the
+provider): as many idle connections as runs at once, kept 120 s rather than httpx's 5 s, so a burst
+or a message after a pause reuses them; the gateway closes it where it retires the provider.
 
 - A provider is kept for as long as its config is unchanged (compared by value, and its api_key
   by the secret it resolves to, so a rotated key file counts as a change). A reload that changes
@@ -35,8 +37,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 from pydantic_ai.models import Model
-from pydantic_ai.providers import Provider, infer_provider
+from pydantic_ai.providers import Provider, infer_provider, infer_provider_class
 
 from bindings.loader import LoadedConfig
 from bindings.models import ProviderConfig
@@ -78,17 +81,28 @@ class _Entry:
     provider: Provider[Any]
     cfg: ProviderConfig | None
     digest: str
+    http: httpx2.AsyncClient | None  # the gateway's client the provider talks through; None: the provider's own
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.http is not None:
+                await self.http.aclose()
+            else:  # the provider's own client: closed when it is left with nobody else inside (pydantic-ai's rule)
+                async with self.provider:
+                    pass
 
 
 class ModelCache:
     """Providers and models by config, shared by every run; owned by the gateway."""
 
-    def __init__(self, in_flight: Callable[[], Collection[str]] = tuple, grace: float = 30.0) -> None:
+    def __init__(self, in_flight: Callable[[], Collection[str]] = tuple, grace: float = 30.0,
+                 concurrent_runs: int = 32) -> None:
         self._in_flight = in_flight  # the ids of the runs in flight now (the runner's)
         self.grace = grace
+        self.concurrent_runs = concurrent_runs  # idle connections each provider's pool keeps (`llm.model_http_client`)
         self._providers: dict[tuple[Any, ...], _Entry] = {}
         self._models: dict[tuple[Any, ...], Model] = {}
-        self._retired: list[Provider[Any]] = []  # waiting for the runs that may still use them
+        self._retired: list[_Entry] = []  # waiting for the runs that may still use them
         self._retiring: set[asyncio.Task[None]] = set()
         # Set while the start's warm-up (`gateway.runs.warm_up`) builds and imports in its thread what a
         # first run would: a run waits for it (`Runner`) rather than do the same on the loop meanwhile.
@@ -119,7 +133,7 @@ class ModelCache:
                  and _model_key(name, providers) not in self._models]  # a reload keeps what did not change
         if not names:
             return []
-        scratch = ModelCache()
+        scratch = ModelCache(concurrent_runs=self.concurrent_runs)
         scratch._providers = dict(self._providers)  # a provider built already serves its new models too
         built = await asyncio.to_thread(scratch._build, names, providers)
         await self._adopt(scratch)
@@ -157,15 +171,25 @@ class ModelCache:
         for key, model in scratch._models.items():
             if key not in self._models and not any(model.provider is p for p in duplicates):
                 self._models[key] = model
-        for provider in duplicates:
-            await _close(provider)
+        for entry in scratch._providers.values():
+            if any(entry.provider is p for p in duplicates):
+                await entry.close()
 
     def _provider(self, provider_name: str, cfg: ProviderConfig | None) -> Provider[Any]:
         key = config_key(provider_name, cfg)
         entry = self._providers.get(key)
         if entry is None:
-            provider = llm.provider_from_config(provider_name, cfg) if cfg is not None else infer_provider(provider_name)
-            entry = self._providers[key] = _Entry(provider, cfg, secret_digest(cfg))
+            # One client per provider, built with no connection yet (the warm-up builds it in its thread): its
+            # pool binds to the loop of its first request, the daemon's. A client that never sent one holds
+            # nothing open, so one whose provider failed to build is simply dropped.
+            http = llm.model_http_client(self.concurrent_runs) if llm.takes_client(provider_name, cfg) else None
+            if cfg is not None:
+                provider = llm.provider_from_config(provider_name, cfg, http)
+            elif http is not None:
+                provider = infer_provider_class(provider_name)(http_client=http)  # type: ignore[call-arg]
+            else:  # a provider whose class takes no client: pydantic-ai's own, as it builds it
+                provider = infer_provider(provider_name)
+            entry = self._providers[key] = _Entry(provider, cfg, secret_digest(cfg), http)
             log.debug("model provider %s: a new HTTP client for %s", provider_name, provider.base_url)
         return entry.provider
 
@@ -188,10 +212,10 @@ class ModelCache:
             return []
         log.info("model providers changed: %s; their clients close after the runs in flight",
                  ", ".join(sorted({key[0] for key in stale})))
-        retired = [entry.provider for entry in stale.values()]
+        retired = list(stale.values())
         for key in stale:
             del self._providers[key]
-        self._models = {k: m for k, m in self._models.items() if not any(m.provider is p for p in retired)}
+        self._models = {k: m for k, m in self._models.items() if not any(m.provider is e.provider for e in retired)}
         self._retired.extend(retired)
         waiting = set(self._in_flight())
         task = asyncio.create_task(self._retire(retired, waiting), name="models:retire")
@@ -201,27 +225,20 @@ class ModelCache:
             await task
         return sorted({key[0] for key in stale})
 
-    async def _retire(self, providers: list[Provider[Any]], waiting: set[str]) -> None:
+    async def _retire(self, providers: list[_Entry], waiting: set[str]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.grace
         while waiting & set(self._in_flight()) and loop.time() < deadline:
             await asyncio.sleep(RETIRE_POLL)
-        for provider in providers:
-            await _close(provider)
-            self._retired.remove(provider)
+        for entry in providers:
+            await entry.close()
+            self._retired.remove(entry)
 
     async def close(self) -> None:
         """Close every provider's HTTP client (the gateway's stop, after runs have drained)."""
         await cancel_and_wait(*self._retiring)
-        closing = self._retired + [e.provider for e in self._providers.values()]
+        closing = self._retired + list(self._providers.values())
         self._retired, self._providers, self._models = [], {}, {}
-        for provider in closing:
-            await _close(provider)
+        for entry in closing:
+            await entry.close()
 
-
-async def _close(provider: Provider[Any]) -> None:
-    # A provider that created its own HTTP client closes it when it is left as a context manager
-    # with nobody else inside (pydantic-ai's ownership rule); runs never enter it.
-    with contextlib.suppress(Exception):
-        async with provider:
-            pass

@@ -31,6 +31,7 @@ class FakeOpenAI:
         self.delay = delay
         self.requests: list[dict[str, Any]] = []
         self.peers: list[tuple[str, int]] = []  # per request: the client's end of its connection
+        self._transports: list[asyncio.Transport] = []  # the connections requests came on, to close as a server may
         self.status: int = 200
         # Optional: given a request whose last message is the user's, a tool to call instead of
         # answering, as (name, arguments); None answers with `chunks`. After the tool's result
@@ -68,6 +69,12 @@ class FakeOpenAI:
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         return self
+
+    def close_idle_connections(self) -> None:
+        """Close every connection a request came on, as a server's idle timeout does (call it between runs)."""
+        for transport in self._transports:
+            transport.close()
+        self._transports.clear()
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -153,6 +160,8 @@ class FakeOpenAI:
         self.requests.append(body)
         peer = request.transport.get_extra_info("peername") if request.transport is not None else None
         self.peers.append(tuple(peer[:2]) if peer else ("?", 0))
+        if request.transport is not None:
+            self._transports.append(request.transport)  # type: ignore[arg-type]
         if self.status != 200:
             return web.json_response({"error": {"message": "scripted failure", "type": "server_error"}},
                                      status=self.status)
