@@ -180,11 +180,14 @@ class Approvals:
             answers.append(CommandAnswer("notice", said, kept))
         return modes
 
-    async def notice(self, conv: repo.ConversationRef, text: str) -> int:
-        """A short line in the thread, also kept in the conversation's messages (its id returned)."""
+    async def notice(self, conv: repo.ConversationRef, text: str, *, posted: bool = False) -> int:
+        """A short line in the thread, also kept in the conversation's messages (its id returned). `posted`:
+        returns once the line is posted (or its post given up), for a caller that keeps it until then."""
         kept = await self.store.add_message(conv.id, "notice", text)
-        self._outbound.send(conv.target(), f"_{text}_")
+        sent = self._outbound.send(conv.target(), f"_{text}_")
         self._events.publish(conv.id, {"type": "notice", "text": text})
+        if posted:
+            await asyncio.shield(sent)
         return kept
 
     # --- parking ------------------------------------------------------------------------

@@ -369,6 +369,22 @@ class ReplyStream:
         # finished reply; otherwise it would keep every reply's text for the life of the process.
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
 
+    async def close_with(self, line: str) -> None:
+        """End a reply that will not go on (its run was stopped while back in the queue): what it shows stays, its
+        last message gets `line` below it, final. The model's text is not kept apart from its rendering, so the
+        line is rendered alone and joined to what the platform shows; nothing posted yet: `line` is the reply."""
+        await self._load()
+        if not self._posted:
+            await self.finish(line)
+            return
+        seq, added = len(self._posted) - 1, self.adapter.render(line)
+        shown = f"{self._posted[seq].shown}\n\n{added}"
+        if len(shown) > self.adapter.limits.max_message_chars:
+            seq, shown = seq + 1, added  # no room in the last message: the line is one of its own below it
+        if await self._show(seq, shown, must=True):
+            await self.store.save_delivery(self.run_id, self._base + seq, self._posted[seq].message_id, shown, True)
+        self.adapter.forget([p.message_id for p in self._posted if p.message_id])
+
     @property
     def draft_text(self) -> str:
         """What a draft shows: the text so far, trimmed as the runner trims the final answer. A draft
