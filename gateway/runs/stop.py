@@ -28,8 +28,8 @@ from typing import Protocol
 
 from gateway.approvals.service import Approvals
 from gateway.store import repo
-from gateway.outbound.adapter import (Adapter, FinalEditTakesStop, ReplyTarget, Sender, ShowsStopControl, StopOutcome,
-                                      offered)
+from gateway.outbound.adapter import (Adapter, FinalEditTakesStop, PlatformError, ReplyTarget, Sender,
+                                      ShowsStopControl, StopOutcome, offered)
 from gateway.outbound.delivery import ReplyStream
 
 log = logging.getLogger("gateway.runs.stop")
@@ -52,11 +52,13 @@ class Stops:
         self._sweep_every = sweep_every
         self._ended = ended
         self._adapter_for = adapter_for
+        self._posting: set[str] = set()  # runs whose stopped line is being posted (`post_lines`)
         # Background runs (`gateway.runs.background`), once installed: Stop on a turn stops the ones it started.
         self.background: BackgroundStops | None = None
 
-    async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None) -> StopOutcome:
-        """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding."""
+    async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None, post: bool = True) -> StopOutcome:
+        """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding. `post`: a
+        waiting run's stopped line is posted before this returns; else the caller posts it (`post_lines`)."""
         run = await self._store.run(run_id)
         if run is None and self.background is not None:  # a background run's id: stopped by its turn's rule
             parent_id = await self.background.parent_of(run_id)
@@ -74,6 +76,8 @@ class Stops:
             senders = [s for s in await self._store.queued_senders(run.id)
                        if await self._approvals.may_stop_for(run.binding_id, conv, who, *s)]
             if await self._stop_queued(run, conv, name, senders):
+                if post:
+                    await self.post_lines()
                 return StopOutcome(True, "Stopped.")
             run = await self._store.run(run_id) or run  # claimed meanwhile: stopped as it runs now
         if run.status in repo.ENDED:
@@ -114,8 +118,7 @@ class Stops:
             if run is not None and conv is not None and run.status == repo.QUEUED:
                 # Its stopper was allowed then; what it held then is stopped (messages joined since stay queued
                 # only when the stopper could not stop them: the rule was asked of the run, as it stood).
-                senders = await self._store.queued_senders(run.id)
-                stopped += await self._stop_queued(run, conv, who, senders)
+                stopped += await self._stop_queued(run, conv, who, await self._store.queued_senders(run.id))
             elif run is not None and run.status == repo.RUNNING:
                 continue  # claimed and not started yet, or on another replica: it stops there
             await state.delete(STOP, REQUESTS, run_id)
@@ -125,41 +128,52 @@ class Stops:
                            senders: list[tuple[str | None, str | None]]) -> bool:
         """End a waiting run `stopped` for what `senders` asked in it, its stopped line kept with that end until
         posted. False when it was no longer queued (claimed meanwhile) or held nothing of theirs."""
-        line = stopped_notice(who, [], False) if run.started_at is None else f"⏹ Stopped by {who} before it went on."
+        shown = run.started_at is not None and bool(await self._store.deliveries(run.id))  # a reply partly shown
+        line = f"⏹ Stopped by {who} before it went on." if shown else stopped_notice(who, [], False)
         stopped_id = await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {who}", senders, line)
         if stopped_id is None:
             return False
         self._ended(conv.id, stopped_id, repo.STOPPED)
-        await self._post_line(stopped_id, line, conv, run.started_at is not None and stopped_id == run.id)
         return True
 
     async def post_lines(self) -> int:
-        """The stopped lines of waiting runs that a crash (or a failed post) kept from being posted."""
+        """Post the stopped lines of waiting runs not posted yet: those just stopped, and those a crash (or a post
+        the platform refused) kept from being posted. Returns how many were posted."""
         state, posted = self._store.capability_state, 0
         for run_id, line in (await state.items(STOP, LINES)).items():
+            if run_id in self._posting:
+                continue  # a stop or a sweep is posting it now
             run = await self._store.run(run_id)
             conv = await self._store.conversation(run.conversation_id) if run is not None else None
             if run is None or conv is None:
                 await state.delete(STOP, LINES, run_id)
                 continue
-            posted += await self._post_line(run_id, line, conv, run.started_at is not None)
+            posted += await self._post_line(run_id, line, conv)
         return posted
 
-    async def _post_line(self, run_id: str, line: str, conv: repo.ConversationRef, started: bool) -> bool:
+    async def _post_line(self, run_id: str, line: str, conv: repo.ConversationRef) -> bool:
         """Post a stopped waiting run's line, then forget it. A run that had started before (put back in the queue
         after a failure mid-way, its reply partly shown with a Stop control) closes that reply: the line goes
         there and the control goes away. One that never started gets the line in the thread."""
         adapter = self._adapter_for(conv.binding_id)
         if adapter is None:
             return False  # its binding is not connected now: a later sweep posts it
-        if started and await self._store.deliveries(run_id):
-            target = conv.target()
-            stream = ReplyStream(adapter, target, self._store, run_id, self._store.clock)
-            await stream.close_with(f"_{line}_")
-            await set_stop_control(adapter, target, stream.first_message_id, run_id, False)
-        else:
-            await self._approvals.notice(conv, line, posted=True)
-        await self._store.capability_state.delete(STOP, LINES, run_id)
+        self._posting.add(run_id)
+        try:
+            if await self._store.deliveries(run_id):
+                target = conv.target()
+                stream = ReplyStream(adapter, target, self._store, run_id, self._store.clock)
+                if not await stream.close_with(f"_{line}_"):
+                    return False
+                await set_stop_control(adapter, target, stream.first_message_id, run_id, False)
+            else:
+                await self._approvals.notice(conv, line, posted=True)
+            await self._store.capability_state.delete(STOP, LINES, run_id)
+        except PlatformError as e:  # kept: a later sweep posts it
+            log.warning("the stopped line of run %s was not posted (%s); tried again at the next sweep", run_id, e)
+            return False
+        finally:
+            self._posting.discard(run_id)
         return True
 
     async def stop_current(self, conversation_id: str, who: Sender) -> StopOutcome:
@@ -169,7 +183,9 @@ class Stops:
         live = await self._store.runs_in([repo.QUEUED, repo.RUNNING, repo.PARKED], conversation_id)
         if not live:
             return await self._stop_background(conversation_id, who)
-        outcomes = [await self.stop(r.id, who) for r in sorted(live, key=lambda r: r.status != repo.QUEUED)]
+        # Every run stopped first, then the lines posted: a platform slow to take a line delays no stop.
+        outcomes = [await self.stop(r.id, who, post=False) for r in sorted(live, key=lambda r: r.status != repo.QUEUED)]
+        await self.post_lines()
         return next((o for o in outcomes if o.stopped), outcomes[0])
 
     async def _stop_one_background(self, run_id: str, parent_id: str | None, who: Sender,
