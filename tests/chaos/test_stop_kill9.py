@@ -4,16 +4,20 @@ The real daemon in its own process on a SQLite file, Slack over Socket Mode; the
 the stop and started again on the same file. A stop of a run claimed and not started yet (it fetches its
 message's file) holds across the restart: the run ends stopped, its line posted, the model never asked. A
 waiting run's stopped line the killed process could not post (the platform refused it meanwhile) is posted by
-the next process.
+the next process. A run the restart put back in the queue with its reply partly shown (a Stop button on it) is
+stopped in that reply: the line goes there, the button goes away, nothing new is posted beside it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import sqlite3
 from pathlib import Path
 
-import pytest
+import yaml
 
+from adapters.slack.stop import STOP_BLOCK
 from tests.support.settled import settled
 
 from .harness import ANSWER, CHANNEL, PERSON, World, thread_answers, world
@@ -79,3 +83,39 @@ async def test_a_waiting_runs_stopped_line_the_killed_process_never_posted_is_po
         assert answers.count(waiting) == 1, answers
         assert ANSWER not in answers, answers
         assert len(w.model.requests) == 1, w.model.requests  # the first question's, stopped; never the second's
+
+
+def _waiting_threads(w: World) -> list[str]:
+    """The threads whose run waits in the queue (read from the daemon's SQLite file)."""
+    with sqlite3.connect(w.url.removeprefix("sqlite+aiosqlite:///")) as db:
+        return [key.rsplit(":", 1)[1] for (key,) in db.execute(
+            "SELECT c.key FROM runs r JOIN conversations c ON c.id = r.conversation_id WHERE r.status = 'queued'")]
+
+
+async def test_a_stop_of_a_run_requeued_with_its_reply_half_shown_closes_that_reply(tmp_path: Path) -> None:
+    """Two threads' replies stream, their Stop buttons on; the process dies. The next one runs one run at a time:
+    one thread's run waits for the other's, its half reply still showing its button. Ada's `!stop` there closes
+    that reply (the line below its text, the button gone) and posts nothing beside it."""
+    config = tmp_path / "config"
+    async with world(config, "sqlite", model_delay=1.0) as w:
+        roots = [(await w.slack.say(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> question {i}"))[0] for i in (1, 2)]
+
+        def buttons(thread: str) -> list[str]:
+            return [m.text for m in w.slack.bot_messages(CHANNEL)
+                    if m.thread_ts == thread and m.blocks and STOP_BLOCK in json.dumps(m.blocks)]
+
+        await w.slack.wait_for(lambda: all(buttons(r.ts) for r in roots), timeout=30)
+        await _kill(w)
+        settings = yaml.safe_load((config / "gateway.yaml").read_text())
+        settings.setdefault("limits", {})["concurrent_runs"] = 1
+        (config / "gateway.yaml").write_text(yaml.safe_dump(settings))
+        asked = len(w.model.requests)
+        await _restart(w)
+        [thread] = _waiting_threads(w)
+        [shown] = buttons(thread)
+        _, envelopes = await w.slack.say(CHANNEL, PERSON, "!stop", thread_ts=thread)
+        await w.slack.wait_for(lambda: all(w.slack.acked(e) for e in envelopes), timeout=30)
+        await settled(*w.parts())
+        assert thread_answers(w.slack, thread) == [f"{shown}\n\n_⏹ Stopped by Ada before it went on._"]
+        assert buttons(thread) == []
+        assert len(w.model.requests) == asked + 1  # the other thread's run, run again; never the stopped one's
