@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gateway.outbound.budget import OverBudget, impatient
 from gateway.clock import Clock, Timer, new_id
-from gateway.outbound.orphans import unrecorded_posts
+from gateway.outbound.orphans import shown_now, unrecorded_posts
 from gateway.store.orphans import rows_above_card
 from gateway.store.repo import FinalRow, Store
 from gateway.outbound.adapter import Adapter, PlatformError, RateLimited, ReplyTarget, SpeaksAs, offered
@@ -379,14 +379,18 @@ class ReplyStream:
             await self.finish(line)
             return self.posted
         seq, added = len(self._posted) - 1, self.adapter.render(line)
-        shown = f"{self._posted[seq].shown}\n\n{added}"
+        last = self._posted[seq]
+        if last.message_id is not None and self._private_to is None:  # a row may hold an earlier draft's text
+            last.shown = (await shown_now(self.adapter, self.target, self.store, self.run_id)).get(last.message_id,
+                                                                                                   last.shown)
+        shown = f"{last.shown}\n\n{added}"
         if len(shown) > self.adapter.limits.max_message_chars:
             seq, shown = seq + 1, added  # no room in the last message: the line is one of its own below it
-        shown_now = await self._show(seq, shown, must=True)
-        if shown_now:
+        done = await self._show(seq, shown, must=True)
+        if done:
             await self.store.save_delivery(self.run_id, self._base + seq, self._posted[seq].message_id, shown, True)
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
-        return shown_now
+        return done
 
     @property
     def draft_text(self) -> str:

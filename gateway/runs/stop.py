@@ -28,8 +28,8 @@ from typing import Protocol
 
 from gateway.approvals.service import Approvals
 from gateway.store import repo
-from gateway.outbound.adapter import (Adapter, FinalEditTakesStop, PlatformError, ReplyTarget, Sender,
-                                      ShowsStopControl, StopOutcome, offered)
+from gateway.outbound.adapter import (Adapter, FinalEditTakesStop, ReplyTarget, Sender, ShowsStopControl,
+                                      StopOutcome, offered)
 from gateway.outbound.delivery import ReplyStream
 
 log = logging.getLogger("gateway.runs.stop")
@@ -108,7 +108,8 @@ class Stops:
         forget requests for runs that ended. Returns how many were stopped."""
         state = self._store.capability_state
         stopped = 0
-        for run_id, who in (await state.items(STOP, REQUESTS)).items():
+        kept = await state.by_scope(STOP)  # one read a sweep for both: mostly there is nothing
+        for run_id, who in kept.get(REQUESTS, {}).items():
             if run_id in running_here:
                 stopped += self._cancel(run_id, who)
                 await state.delete(STOP, REQUESTS, run_id)
@@ -122,7 +123,7 @@ class Stops:
             elif run is not None and run.status == repo.RUNNING:
                 continue  # claimed and not started yet, or on another replica: it stops there
             await state.delete(STOP, REQUESTS, run_id)
-        return stopped + await self.post_lines()
+        return stopped + await self.post_lines(kept.get(LINES, {}))
 
     async def _stop_queued(self, run: repo.Run, conv: repo.ConversationRef, who: str,
                            senders: list[tuple[str | None, str | None]]) -> bool:
@@ -136,11 +137,11 @@ class Stops:
         self._ended(conv.id, stopped_id, repo.STOPPED)
         return True
 
-    async def post_lines(self) -> int:
+    async def post_lines(self, lines: dict[str, str] | None = None) -> int:
         """Post the stopped lines of waiting runs not posted yet: those just stopped, and those a crash (or a post
-        the platform refused) kept from being posted. Returns how many were posted."""
+        the platform refused) kept from being posted (`lines`: as the caller read them). Returns how many."""
         state, posted = self._store.capability_state, 0
-        for run_id, line in (await state.items(STOP, LINES)).items():
+        for run_id, line in (await state.items(STOP, LINES) if lines is None else lines).items():
             if run_id in self._posting:
                 continue  # a stop or a sweep is posting it now
             run = await self._store.run(run_id)
@@ -169,8 +170,9 @@ class Stops:
             else:
                 await self._approvals.notice(conv, line, posted=True)
             await self._store.capability_state.delete(STOP, LINES, run_id)
-        except PlatformError as e:  # kept: a later sweep posts it
-            log.warning("the stopped line of run %s was not posted (%s); tried again at the next sweep", run_id, e)
+        except Exception as e:  # kept: a later sweep posts it; the error's type only (a row's text could be quoted)
+            log.warning("the stopped line of run %s was not posted (%s); tried again at the next sweep", run_id,
+                        type(e).__name__)
             return False
         finally:
             self._posting.discard(run_id)
