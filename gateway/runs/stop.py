@@ -12,7 +12,11 @@ has not started yet (its worker waits for a slot the run before it still holds, 
 files) is stopped too: it starts stopped, the model never asked (`Runner.stop`). A run parked on an
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
 replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
-id); the replica holding its lease picks the request up at its next sweep and stops it there.
+id); the replica holding its lease picks the request up at its next sweep and stops it there. Every stop of
+a running run is stored so before the person is told "Stopping.": a run a crash puts back in the queue first
+(claimed and not started, or cut mid-way) is stopped by the next sweep, its model never asked again. A waiting
+run's stopped line is kept with its end (`stop`/`lines`) until it is posted, so a crash loses no line; a run
+that had posted part of a reply before it went back to the queue ends in that reply (`ReplyStream.close_with`).
 Stop on a turn also stops the background runs it started (`gateway.runs.background`), and `/stop` with
 no turn in flight stops the conversation's background runs, for the same people.
 
