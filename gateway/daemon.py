@@ -182,7 +182,7 @@ class Gateway:
         self.runner.park_handler = self.approvals.park
         self.runner.resume_results = self.approvals.results_for
         self.stops = Stops(self.store, self.approvals, self.runner.stop, sweep_every=SWEEP_EVERY,
-                           ended=self.events.run_ended)
+                           ended=self.events.run_ended, adapter_for=adapter_for)
         self.memory_cards = MemoryCards(self.store, self.approvals, lambda: self.config.bindings, adapter_for)
         self.inbound = Inbound(config=lambda: self.config, store=self.store,
                                pairing=pairing.through(self.store, self.outbound),
@@ -335,10 +335,11 @@ class Gateway:
         net for work another replica queued or left behind.
         """
         await self.store.renew_leases(list(self.runner.running_ids))
-        await self.stops.take_requests(self.runner.running_ids)  # Stops pressed on another replica
         interrupted = await self.store.requeue_interrupted(at_start=at_start)
         if interrupted:
             log.info("requeued runs interrupted in %d conversations", len(interrupted))
+        # Stops pressed on another replica, or before a crash requeued their runs (before those are woken)
+        await self.stops.take_requests(self.runner.running_ids)
         for conversation_id in await self.store.conversations_with_queued_runs():
             self.scheduler.wake(conversation_id)
         await self.approvals.show_unshown(at_start=at_start)  # cards a dead process never posted

@@ -35,7 +35,8 @@ from gateway.messages import CommandAnswer
 from gateway.store import repo
 from gateway.store.approvals import ApprovalStore, NewItem, Speaker
 from gateway.store.models import Run
-from gateway.outbound.adapter import Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState, ReplyTarget, Sender
+from gateway.outbound.adapter import (Adapter, ApprovalCard, ApprovalItem, Decision, DecisionOutcome, ItemState,
+                                      PlatformError, ReplyTarget, Sender)
 from gateway.runs.turn import Turn
 from gateway.approvals.principal import Principal
 from gateway.membership import Membership, Place
@@ -180,11 +181,14 @@ class Approvals:
             answers.append(CommandAnswer("notice", said, kept))
         return modes
 
-    async def notice(self, conv: repo.ConversationRef, text: str) -> int:
-        """A short line in the thread, also kept in the conversation's messages (its id returned)."""
+    async def notice(self, conv: repo.ConversationRef, text: str, *, posted: bool = False) -> int:
+        """A short line in the thread, also kept in the conversation's messages (its id returned). `posted`:
+        returns once the line is posted, for a caller that keeps it until then; PlatformError when it was given up."""
         kept = await self.store.add_message(conv.id, "notice", text)
-        self._outbound.send(conv.target(), f"_{text}_")
+        sent = self._outbound.send(conv.target(), f"_{text}_")
         self._events.publish(conv.id, {"type": "notice", "text": text})
+        if posted and not await asyncio.shield(sent):
+            raise PlatformError(f"a line for conversation {conv.id} was not posted")
         return kept
 
     # --- parking ------------------------------------------------------------------------

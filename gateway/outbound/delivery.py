@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from gateway.outbound.budget import OverBudget, impatient
 from gateway.clock import Clock, Timer, new_id
-from gateway.outbound.orphans import unrecorded_posts
+from gateway.outbound.orphans import shown_now, unrecorded_posts
 from gateway.store.orphans import rows_above_card
 from gateway.store.repo import FinalRow, Store
 from gateway.outbound.adapter import Adapter, PlatformError, RateLimited, ReplyTarget, SpeaksAs, offered
@@ -369,6 +369,29 @@ class ReplyStream:
         # finished reply; otherwise it would keep every reply's text for the life of the process.
         self.adapter.forget([p.message_id for p in self._posted if p.message_id])
 
+    async def close_with(self, line: str) -> bool:
+        """End a reply that will not go on (its run was stopped while back in the queue): what it shows stays, its
+        last message gets `line` below it, final. The model's text is not kept apart from its rendering, so the
+        line is rendered alone and joined to what the platform shows; nothing posted yet: `line` is the reply.
+        False when the platform would not take it."""
+        await self._load()
+        if not self._posted:
+            await self.finish(line)
+            return self.posted
+        seq, added = len(self._posted) - 1, self.adapter.render(line)
+        last = self._posted[seq]
+        if last.message_id is not None and self._private_to is None:  # a row may hold an earlier draft's text
+            last.shown = (await shown_now(self.adapter, self.target, self.store, self.run_id)).get(last.message_id,
+                                                                                                   last.shown)
+        shown = f"{last.shown}\n\n{added}"
+        if len(shown) > self.adapter.limits.max_message_chars:
+            seq, shown = seq + 1, added  # no room in the last message: the line is one of its own below it
+        done = await self._show(seq, shown, must=True)
+        if done:
+            await self.store.save_delivery(self.run_id, self._base + seq, self._posted[seq].message_id, shown, True)
+        self.adapter.forget([p.message_id for p in self._posted if p.message_id])
+        return done
+
     @property
     def draft_text(self) -> str:
         """What a draft shows: the text so far, trimmed as the runner trims the final answer. A draft
@@ -483,10 +506,11 @@ class Outbound:
                  on_platform_error: Callable[[str, str], None] = lambda platform, kind: None) -> None:
         self._adapter_for, self._store, self._clock = adapter_for, store, clock
         self._on_platform_error = on_platform_error
-        self._tails: dict[tuple[str, str, str | None], asyncio.Task[None]] = {}
+        self._tails: dict[tuple[str, str, str | None], asyncio.Task[bool]] = {}
 
-    def send(self, target: ReplyTarget, markdown: str, *, private_to: str | None = None) -> asyncio.Task[None]:
-        """Queue `markdown` for `target` (only `private_to` sees it, when given); returns the task."""
+    def send(self, target: ReplyTarget, markdown: str, *, private_to: str | None = None) -> asyncio.Task[bool]:
+        """Queue `markdown` for `target` (only `private_to` sees it, when given); returns the task (True once
+        posted, False when it was given up)."""
         key = (target.binding_id, target.channel, target.thread)
         previous = self._tails.get(key)
         task = asyncio.create_task(self._send(previous, target, markdown, private_to), name=f"outbound:{key}")
@@ -494,8 +518,8 @@ class Outbound:
         task.add_done_callback(lambda t: self._tails.pop(key, None) if self._tails.get(key) is t else None)
         return task
 
-    async def _send(self, previous: asyncio.Task[None] | None, target: ReplyTarget, markdown: str,
-                    private_to: str | None) -> None:
+    async def _send(self, previous: asyncio.Task[bool] | None, target: ReplyTarget, markdown: str,
+                    private_to: str | None) -> bool:
         if previous is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(previous)
@@ -503,7 +527,7 @@ class Outbound:
         if adapter is None:
             log.warning("not sent (binding %s is gone): a %s message", target.binding_id,
                         "private" if private_to else "public")
-            return
+            return False
         stream = ReplyStream(adapter, target, self._store, f"out-{new_id()}", self._clock, fresh=True,
                              private_to=private_to,
                              on_platform_error=lambda kind: self._on_platform_error(target.platform, kind))
@@ -511,6 +535,8 @@ class Outbound:
             await stream.finish(markdown)
         except Exception as e:  # a message the gateway sends on its own never takes anything down with it
             log.warning("could not send a message to %s: %s", target.platform, e)
+            return False
+        return stream.posted
 
     def pending(self) -> int:
         """Messages queued or being sent now."""

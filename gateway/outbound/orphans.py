@@ -31,19 +31,31 @@ async def unrecorded_card(adapter: object, target: ReplyTarget, card: ApprovalCa
         return None
 
 
-async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> list[tuple[str, str]]:
-    """Posts of an interrupted run that no delivery row names: the reply continues in them."""
+async def _own_posts(adapter: object, target: ReplyTarget, store: Store,
+                     run_id: str) -> tuple[list[tuple[str, str]], set[str]]:
+    """The bot's posts after the run's message, as the platform shows them now, and the ids replies recorded."""
     finder = offered(adapter, FindsOwnPosts)
     if finder is None:
-        return []
+        return [], set()
     after, known = await recovery_marks(store, run_id)
     if after is None:
-        return []
+        return [], known
     try:
-        found = await finder.own_posts_after(target, after)
+        return await finder.own_posts_after(target, after), known
     except PlatformError as e:  # not worth failing the answer for: at worst it is posted again
         log.warning("could not look for an interrupted reply's posts: %s", e)
-        return []
+        return [], known
+
+
+async def shown_now(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> dict[str, str]:
+    """What the platform shows now of the bot's posts after the run's message, by id: a draft's edits after
+    its first are not recorded, so a row may hold less than its message shows (empty where it cannot tell)."""
+    return dict((await _own_posts(adapter, target, store, run_id))[0])
+
+
+async def unrecorded_posts(adapter: object, target: ReplyTarget, store: Store, run_id: str) -> list[tuple[str, str]]:
+    """Posts of an interrupted run that no delivery row names: the reply continues in them."""
+    found, known = await _own_posts(adapter, target, store, run_id)
     orphans = [(mid, text) for mid, text in found if mid not in known]
     if orphans:
         log.info("run %s continues in %d post(s) an interrupted process made", run_id, len(orphans))

@@ -12,7 +12,11 @@ has not started yet (its worker waits for a slot the run before it still holds, 
 files) is stopped too: it starts stopped, the model never asked (`Runner.stop`). A run parked on an
 approval card is stopped by closing the card (nothing on it runs). A run streaming on another
 replica is asked to stop through the store (capability state `stop`/`requests`, keyed by run
-id); the replica holding its lease picks the request up at its next sweep and stops it there.
+id); the replica holding its lease picks the request up at its next sweep and stops it there. Every stop of
+a running run is stored so before the person is told "Stopping.": a run a crash puts back in the queue first
+(claimed and not started, or cut mid-way) is stopped by the next sweep, its model never asked again. A waiting
+run's stopped line is kept with its end (`stop`/`lines`) until it is posted, so a crash loses no line; a run
+that had posted part of a reply before it went back to the queue ends in that reply (`ReplyStream.close_with`).
 Stop on a turn also stops the background runs it started (`gateway.runs.background`), and `/stop` with
 no turn in flight stops the conversation's background runs, for the same people.
 
@@ -28,11 +32,15 @@ from typing import Protocol
 
 from gateway.approvals.service import Approvals
 from gateway.store import repo
-from gateway.outbound.adapter import FinalEditTakesStop, ReplyTarget, Sender, ShowsStopControl, StopOutcome, offered
+from gateway.outbound.adapter import (Adapter, FinalEditTakesStop, ReplyTarget, Sender, ShowsStopControl,
+                                      StopOutcome, offered)
+from gateway.outbound.delivery import ReplyStream
 
 log = logging.getLogger("gateway.runs.stop")
 
-STOP, REQUESTS = "stop", "requests"  # where a stop for a run on another replica waits (capability state)
+# Capability state: a stop of a running run that has not ended yet (for a run on another replica, or claimed here
+# and not started: a restart requeues it, and the stop is honoured then), and a queued run's stopped line not posted yet.
+STOP, REQUESTS, LINES = "stop", "requests", "lines"
 
 
 class Stops:
@@ -40,18 +48,21 @@ class Stops:
 
     def __init__(self, store: repo.Store, approvals: Approvals,
                  cancel: Callable[[str, str], bool], *, sweep_every: float,
-                 ended: Callable[[str, str, str], None]) -> None:
+                 ended: Callable[[str, str, str], None], adapter_for: Callable[[str], Adapter | None]) -> None:
         """`cancel(run_id, who)`: cancel a run in flight in this process; False when it is not here.
         `sweep_every`: how often each replica looks for stop requests other replicas stored.
         `ended(conversation_id, run_id, status)`: a run stopped before it started (the event a page hears)."""
         self._store, self._approvals, self._cancel = store, approvals, cancel
         self._sweep_every = sweep_every
         self._ended = ended
+        self._adapter_for = adapter_for
+        self._posting: set[str] = set()  # runs whose stopped line is being posted (`post_lines`)
         # Background runs (`gateway.runs.background`), once installed: Stop on a turn stops the ones it started.
         self.background: BackgroundStops | None = None
 
-    async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None) -> StopOutcome:
-        """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding."""
+    async def stop(self, run_id: str, who: Sender, *, binding_id: str | None = None, post: bool = True) -> StopOutcome:
+        """Stop `run_id` for `who` if they may; `binding_id` (when given) must be the run's own binding. `post`: a
+        waiting run's stopped line is posted before this returns; else the caller posts it (`post_lines`)."""
         run = await self._store.run(run_id)
         if run is None and self.background is not None:  # a background run's id: stopped by its turn's rule
             parent_id = await self.background.parent_of(run_id)
@@ -68,11 +79,9 @@ class Stops:
             # Others' messages may have joined it: each is stopped by its own asker's rule, the rest still wait.
             senders = [s for s in await self._store.queued_senders(run.id)
                        if await self._approvals.may_stop_for(run.binding_id, conv, who, *s)]
-            stopped_id = await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {name}", senders)
-            if stopped_id is not None:
-                await self._approvals.notice(conv, stopped_notice(name, [], False) if run.started_at is None
-                                             else f"⏹ Stopped by {name} before it went on.")
-                self._ended(conv.id, stopped_id, repo.STOPPED)
+            if await self._stop_queued(run, conv, name, senders):
+                if post:
+                    await self.post_lines()
                 return StopOutcome(True, "Stopped.")
             run = await self._store.run(run_id) or run  # claimed meanwhile: stopped as it runs now
         if run.status in repo.ENDED:
@@ -85,28 +94,93 @@ class Stops:
             return StopOutcome(False, "That reply has already moved on; try again.", 409)
         if run.status != repo.RUNNING:
             return StopOutcome(False, "That reply is not running.", 409)
+        # Stored before anyone is told "Stopping.": a run that is claimed here and not started yet, or one a
+        # crash ends before its stop lands, is requeued at the next start, and the sweep stops it then.
+        await self._store.capability_state.put(STOP, REQUESTS, run_id, name)
         if self._cancel(run_id, name):
             return StopOutcome(True, "Stopping.")
         if run.lease_owner == self._store.owner:  # ours by the lease but no longer in flight: it just ended
+            await self._store.capability_state.delete(STOP, REQUESTS, run_id)
             return StopOutcome(False, "That reply has already ended.", 409)
-        await self._store.capability_state.put(STOP, REQUESTS, run_id, name)
         return StopOutcome(True, "Stopping: another gateway process is writing that reply; it stops there within "
                                  f"{self._sweep_every:g} s.")
 
     async def take_requests(self, running_here: list[str]) -> int:
-        """At each sweep: stop the runs in flight here that a person asked another replica to stop,
-        and forget requests for runs that are no longer running anywhere. Returns how many were stopped."""
+        """At each sweep (after requeueing what a dead process left): stop the runs in flight here that a person
+        asked another replica to stop, and those a stop reached before a crash put them back in the queue (they
+        end `stopped`, their model never asked again); post the stopped lines a crash kept from being posted;
+        forget requests for runs that ended. Returns how many were stopped."""
         state = self._store.capability_state
         stopped = 0
-        for run_id, who in (await state.items(STOP, REQUESTS)).items():
+        kept = await state.by_scope(STOP)  # one read a sweep for both: mostly there is nothing
+        for run_id, who in kept.get(REQUESTS, {}).items():
             if run_id in running_here:
                 stopped += self._cancel(run_id, who)
                 await state.delete(STOP, REQUESTS, run_id)
+                continue
+            run = await self._store.run(run_id)
+            conv = await self._store.conversation(run.conversation_id) if run is not None else None
+            if run is not None and conv is not None and run.status == repo.QUEUED:
+                # Its stopper was allowed then; what it held then is stopped (messages joined since stay queued
+                # only when the stopper could not stop them: the rule was asked of the run, as it stood).
+                stopped += await self._stop_queued(run, conv, who, await self._store.queued_senders(run.id))
+            elif run is not None and run.status == repo.RUNNING:
+                continue  # claimed and not started yet, or on another replica: it stops there
+            await state.delete(STOP, REQUESTS, run_id)
+        return stopped + await self.post_lines(kept.get(LINES, {}))
+
+    async def _stop_queued(self, run: repo.Run, conv: repo.ConversationRef, who: str,
+                           senders: list[tuple[str | None, str | None]]) -> bool:
+        """End a waiting run `stopped` for what `senders` asked in it, its stopped line kept with that end until
+        posted. False when it was no longer queued (claimed meanwhile) or held nothing of theirs."""
+        shown = run.started_at is not None and bool(await self._store.deliveries(run.id))  # a reply partly shown
+        line = f"⏹ Stopped by {who} before it went on." if shown else stopped_notice(who, [], False)
+        stopped_id = await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {who}", senders, line)
+        if stopped_id is None:
+            return False
+        self._ended(conv.id, stopped_id, repo.STOPPED)
+        return True
+
+    async def post_lines(self, lines: dict[str, str] | None = None) -> int:
+        """Post the stopped lines of waiting runs not posted yet: those just stopped, and those a crash (or a post
+        the platform refused) kept from being posted (`lines`: as the caller read them). Returns how many."""
+        state, posted = self._store.capability_state, 0
+        for run_id, line in (await state.items(STOP, LINES) if lines is None else lines).items():
+            if run_id in self._posting:
+                continue  # a stop or a sweep is posting it now
+            run = await self._store.run(run_id)
+            conv = await self._store.conversation(run.conversation_id) if run is not None else None
+            if run is None or conv is None:
+                await state.delete(STOP, LINES, run_id)
+                continue
+            posted += await self._post_line(run_id, line, conv)
+        return posted
+
+    async def _post_line(self, run_id: str, line: str, conv: repo.ConversationRef) -> bool:
+        """Post a stopped waiting run's line, then forget it. A run that had started before (put back in the queue
+        after a failure mid-way, its reply partly shown with a Stop control) closes that reply: the line goes
+        there and the control goes away. One that never started gets the line in the thread."""
+        adapter = self._adapter_for(conv.binding_id)
+        if adapter is None:
+            return False  # its binding is not connected now: a later sweep posts it
+        self._posting.add(run_id)
+        try:
+            if await self._store.deliveries(run_id):
+                target = conv.target()
+                stream = ReplyStream(adapter, target, self._store, run_id, self._store.clock)
+                if not await stream.close_with(f"_{line}_"):
+                    return False
+                await set_stop_control(adapter, target, stream.first_message_id, run_id, False)
             else:
-                run = await self._store.run(run_id)
-                if run is None or run.status != repo.RUNNING:
-                    await state.delete(STOP, REQUESTS, run_id)
-        return stopped
+                await self._approvals.notice(conv, line, posted=True)
+            await self._store.capability_state.delete(STOP, LINES, run_id)
+        except Exception as e:  # kept: a later sweep posts it; the error's type only (a row's text could be quoted)
+            log.warning("the stopped line of run %s was not posted (%s); tried again at the next sweep", run_id,
+                        type(e).__name__)
+            return False
+        finally:
+            self._posting.discard(run_id)
+        return True
 
     async def stop_current(self, conversation_id: str, who: Sender) -> StopOutcome:
         """`/stop`: what the gateway does and is about to do in the conversation, each run by the one rule: its
@@ -115,7 +189,9 @@ class Stops:
         live = await self._store.runs_in([repo.QUEUED, repo.RUNNING, repo.PARKED], conversation_id)
         if not live:
             return await self._stop_background(conversation_id, who)
-        outcomes = [await self.stop(r.id, who) for r in sorted(live, key=lambda r: r.status != repo.QUEUED)]
+        # Every run stopped first, then the lines posted: a platform slow to take a line delays no stop.
+        outcomes = [await self.stop(r.id, who, post=False) for r in sorted(live, key=lambda r: r.status != repo.QUEUED)]
+        await self.post_lines()
         return next((o for o in outcomes if o.stopped), outcomes[0])
 
     async def _stop_one_background(self, run_id: str, parent_id: str | None, who: Sender,

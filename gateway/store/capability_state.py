@@ -66,6 +66,19 @@ class CapabilityState:
 
         return await driver.read(self._engine, program)
 
+    async def by_scope(self, capability: str) -> dict[str, dict[str, str]]:
+        """Every scope of the capability with its keys and values: one statement for a capability that keeps
+        several small scopes it reads together (Stop's requests and lines, at every sweep)."""
+        def program(q: driver.Statements) -> driver.Program[dict[str, dict[str, str]]]:
+            rows = yield q.all('SELECT scope, "key", value FROM capability_state WHERE capability = :c'
+                               ' ORDER BY scope, "key"', c=capability)
+            scopes: dict[str, dict[str, str]] = {}
+            for scope, key, value in rows:
+                scopes.setdefault(scope, {})[key] = value
+            return scopes
+
+        return await driver.read(self._engine, program)
+
     async def keys(self, capability: str, scope: str) -> list[str]:
         def program(q: driver.Statements) -> driver.Program[list[str]]:
             rows = yield q.all(f'SELECT "key" {_OF} ORDER BY "key"', c=capability, s=scope)

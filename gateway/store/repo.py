@@ -700,13 +700,15 @@ class Store:
         return list(dict.fromkeys((r[1], r[2]) for r in await driver.transaction(self.engine, program, write=False)))
 
     async def stop_queued(self, run_id: str, conversation_id: str, reason: str,
-                          senders: Collection[tuple[str | None, str | None]]) -> str | None:
+                          senders: Collection[tuple[str | None, str | None]], line: str = "") -> str | None:
         """A person stopped a run still waiting in its queue: what `senders` (account, person) asked in it ends
         `stopped` before it starts, kept as history (asked, not answered). The messages of anyone else who joined
         it stay queued, in its place, as theirs (the run's requester is then the first of them): the stopped
         ones move to a run of their own. Under the conversation's lock, the one an ingest holds to join a message
         to a queued run: no message joins it once it is stopped. Returns the stopped run's id; None when it was
-        no longer queued (claimed meanwhile: it is stopped as a running one) or held nothing of `senders`."""
+        no longer queued (claimed meanwhile: it is stopped as a running one) or held nothing of `senders`.
+        `line`: the stopped line to post, kept in the same transaction (capability state `stop`/`lines`, keyed by
+        the stopped run's id) until it is posted (`Stops.post_lines`): a crash before the post loses no line."""
         now = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[str | None]:
@@ -738,6 +740,8 @@ class Store:
             yield q.run("UPDATE runs SET status = :st, reason = :reason, state = NULL, finished_at = :f"
                         " WHERE id = :id", st=STOPPED, reason=reason, f=now, id=stopped_id)
             yield q.run(_PROCESSED, r=stopped_id)
+            if line:
+                yield q.run(_STATE_INSERT + " VALUES ('stop', 'lines', :k, :v, :t)", k=stopped_id, v=line, t=now)
             return stopped_id
 
         return await self.patiently(lambda: driver.transaction(self.engine, program), f"stopping queued run {run_id}")
@@ -971,8 +975,8 @@ _MESSAGE_INTO = ("INSERT INTO messages (conversation_id, run_id, role, text, sta
                  " sender_name, platform_message_id, created_at)")
 _MESSAGE_VALUES = ":c, :r, 'user', :text, :mst, :p, :acc, :name, :pm, :t"
 _MESSAGE_INSERT = f"{_MESSAGE_INTO} VALUES ({_MESSAGE_VALUES}) RETURNING id"
-_FILES_INSERT = "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
-_FILES_ROW = _FILES_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
+_STATE_INSERT = "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
+_FILES_ROW = _STATE_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
 
 
 @cache
@@ -993,7 +997,7 @@ def _pg_insert_sql(run: bool, files: bool, history: bool = False, conversation: 
         parts = ["r AS (" + _RUN_INSERT + ")"] if run else []
         parts.append("m AS (" + _MESSAGE_INSERT + ")")
     if files:
-        parts.append("f AS (" + _FILES_INSERT + " SELECT 'attachments', :fs,"
+        parts.append("f AS (" + _STATE_INSERT + " SELECT 'attachments', :fs,"
                      " lpad(id::text, 12, '0'), :fv, :t FROM m)")
     if not history:
         return "WITH " + ", ".join(parts) + " SELECT id FROM m"
