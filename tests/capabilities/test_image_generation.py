@@ -195,6 +195,29 @@ class HeldImages(FakeOpenAI):
         return await super()._images(request)
 
 
+# People ask seconds to minutes apart: longer than httpx's 5 s keep-alive expiry, which closed the connection
+# between two drawings so each paid a new TCP (and, to OpenAI, TLS) handshake.
+PAUSE = 6.5
+
+
+async def test_a_drawing_after_a_pause_reuses_the_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image client kept idle connections 5 s (httpx's default): the second drawing opened a second one."""
+    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    try:
+        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="shaping-scripted")}) as w:
+            await _draw(w, "a lighthouse")
+            await asyncio.sleep(PAUSE)
+            assert "drawn but not posted" in await _draw(w, "a harbour")
+            assert len(_open_connections_to(images.port)) == 1
+        assert not _open_connections_to(images.port)  # and closed at stop
+    finally:
+        await images.stop()
+    assert len(images.image_requests) == 2
+    assert len(set(images.media_peers)) == 1, f"two drawings came on {len(set(images.media_peers))} connections"
+
+
 async def test_a_reload_that_replaces_the_image_config_closes_its_connection_once_the_draw_in_flight_ends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An admin changed the image config and reloaded: the old config's client (an open connection to the
