@@ -490,7 +490,8 @@ async def test_voice_notes_after_a_pause_share_one_connection_which_is_closed_wh
                 await telegram.wait_for(lambda: len([m for m in telegram.sent(ADA["id"]) if "Thursday." in m.text])
                                         >= n, what=f"the answer to voice note {n}")
             assert len(voice.transcriptions) == 2
-            assert len(set(voice.media_peers)) == 1, f"two voice notes came on {len(set(voice.media_peers))} connections"
+            peers = set(voice.media_peers)
+            assert len(peers) == 1, f"two voice notes came on {len(peers)} connections"
             assert len(support.open_connections_to(voice.port)) == 1
             if ending == "a reload retires the provider":
                 database = {"url": f"sqlite+aiosqlite:///{config / 'gateway.db'}"}  # kept, not a fresh copy

@@ -153,7 +153,8 @@ async def test_a_rotated_key_closes_the_client_of_the_key_before(tmp_path: Path,
             for n in range(4):
                 monkeypatch.setenv("TEST_IMAGE_KEY", f"sk-rotated-{n}")
                 await _draw(w, f"a kite, take {n}")
-                await wait_for(lambda: len(support.open_connections_to(images.port)) <= 1, what="the key before's client closed")
+                await wait_for(lambda: len(support.open_connections_to(images.port)) <= 1,
+                               what="the key before's client closed")
                 open_after.append(len(support.open_connections_to(images.port)))
     finally:
         await images.stop()
@@ -231,7 +232,8 @@ async def test_a_reload_that_replaces_the_image_config_closes_its_connection_onc
             images.hold.set()
             # Drawn, over the connection it started on (the fake chat takes no files): not cut by the reload.
             assert "drawn but not posted" in await asyncio.wait_for(in_flight, 30)
-            await wait_for(lambda: not support.open_connections_to(images.port), what="the old config's connection closed")
+            await wait_for(lambda: not support.open_connections_to(images.port),
+                           what="the old config's connection closed")
 
             images.hold = None
             await _draw(w, "a lighthouse, in pencil")
@@ -240,7 +242,8 @@ async def test_a_reload_that_replaces_the_image_config_closes_its_connection_onc
 
             agent_file.write_text(dump_yaml(agent(model="shaping-scripted")))
             assert (await w.gw.reload_from_disk())[0]
-            await wait_for(lambda: not support.open_connections_to(images.port), what="the removed config's connection closed")
+            await wait_for(lambda: not support.open_connections_to(images.port),
+                           what="the removed config's connection closed")
     finally:
         await images.stop()
 
