@@ -5,7 +5,8 @@ gateway.yaml already configures, as models do (`gateway/runs/models_cache.py`): 
 capability entry names, or by default the provider of the agent's own model, so `- id: audio` with
 no config works wherever the agent runs on an OpenAI-compatible server. A local server (faster-whisper
 or a TTS server behind an OpenAI-compatible API) is a provider with a `base_url`. The client is the
-openai SDK's `AsyncOpenAI` that pydantic-ai's `OpenAIProvider` builds (pooled, kept alive), built once
+openai SDK's `AsyncOpenAI` that pydantic-ai's `OpenAIProvider` builds on the gateway's HTTP client (pooled,
+idle connections kept two minutes as the models' are: `llm.model_http_client`), built once
 per provider config and secret, shared by every run, closed when the gateway stops or once a reload no
 longer configures that provider so and no request goes through it (`LoopClients`).
 
@@ -91,14 +92,18 @@ class AudioClients:
 
 
 def _build(name: str, cfg: ProviderConfig | None) -> AsyncOpenAI:
-    """The openai SDK client pydantic-ai's provider builds for `name` (pooled, kept alive)."""
+    """The openai SDK client pydantic-ai's provider builds for `name`, on the gateway's HTTP client (its idle
+    connections kept two minutes: `llm.model_http_client`). Its `close()` closes that HTTP client (the SDK's
+    rule for any client it holds), which is how `AudioClients` closes a retired or stopped one."""
+    # No connection yet: a client whose provider fails to build holds nothing open and is simply dropped.
+    http = llm.model_http_client()
     try:
         if cfg is not None:
-            provider = llm.provider_from_config(name, cfg)
+            provider = llm.provider_from_config(name, cfg, http)
         else:
             from pydantic_ai.providers.openai import OpenAIProvider
 
-            provider = OpenAIProvider()  # OPENAI_API_KEY, OPENAI_BASE_URL
+            provider = OpenAIProvider(http_client=http)  # OPENAI_API_KEY, OPENAI_BASE_URL
     except SecretError as e:
         raise AudioUnavailable(f"provider {name!r}: api_key: {e}") from None
     except Exception as e:  # pydantic-ai's UserError: no OPENAI_API_KEY in the environment

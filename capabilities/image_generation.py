@@ -11,7 +11,8 @@ over the provider's reported usage, where genai-prices knows the model) is recor
 (`Turn.record_media`: the run's row, `agent-gateway runs list`, the metrics), and goes in the line the
 model gets back and the log; the bytes never reach the model.
 
-The image model's client (its provider's pooled HTTP client) is the daemon's, one per image config and key
+The image model's client (the gateway's pooled HTTP client, `llm.model_http_client`, its idle connections
+kept two minutes) is the daemon's, one per image config and key
 (`ImageClients`), reused by every run and closed when the gateway stops: built per run, each run made a
 provider with its own HTTP client and SSL context (~26 ms of CPU) and, drawing, opened a connection to the
 image server and left it open. A rotated key is a new client; the config keeps that one and the one before
@@ -29,6 +30,7 @@ import re
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
+import httpx2
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ContentFilterError, ModelAPIError, ModelHTTPError
@@ -40,6 +42,7 @@ from pydantic_ai.toolsets import FunctionToolset
 
 from gateway.outbound.adapter import OutboundFile, PlatformError
 from gateway.outbound.files import FileRefused
+from gateway.runs import llm
 from gateway.runs.turn import Turn
 from gateway.store.run_costs import MediaSpend
 
@@ -65,19 +68,20 @@ class ImageGenerationConfig(BaseModel):
     output_format: Literal["png", "webp", "jpeg"] | None = None
 
 
-def _generator(cfg: ImageGenerationConfig, key: str) -> tuple[OpenAIProvider, ImageGenerator]:
-    provider = OpenAIProvider(base_url=cfg.base_url, api_key=key)
+def _generator(cfg: ImageGenerationConfig, key: str) -> tuple[httpx2.AsyncClient, ImageGenerator]:
+    # The gateway's HTTP client (idle connections kept two minutes, as the models'): a drawing after a pause
+    # reuses its connection. Passed in, it stays ours to close (`_close`), not the provider's.
+    http = llm.model_http_client()
+    provider = OpenAIProvider(base_url=cfg.base_url, api_key=key, http_client=http)
     settings: dict[str, Any] = {f"openai_{name}": value for name, value in
                                 (("quality", cfg.quality), ("size", cfg.size), ("background", cfg.background),
                                  ("output_format", cfg.output_format)) if value is not None}
     model = OpenAIImageGenerationModel(cfg.model, provider=provider)
-    return provider, ImageGenerator(model, settings=settings or None)  # type: ignore[arg-type]
+    return http, ImageGenerator(model, settings=settings or None)  # type: ignore[arg-type]
 
 
-async def _close(made: tuple[OpenAIProvider, ImageGenerator]) -> None:
-    # The provider made its HTTP client, so leaving it with nobody inside closes it (pydantic-ai's rule).
-    async with made[0]:
-        pass
+async def _close(made: tuple[httpx2.AsyncClient, ImageGenerator]) -> None:
+    await made[0].aclose()
 
 
 class ImageClients:
@@ -85,7 +89,7 @@ class ImageClients:
     every run of every agent with that config and key draws through it; `stop()` (the gateway's) closes them."""
 
     def __init__(self) -> None:
-        self._made: LoopClients[tuple[OpenAIProvider, ImageGenerator]] = LoopClients(_close)
+        self._made: LoopClients[tuple[httpx2.AsyncClient, ImageGenerator]] = LoopClients(_close)
 
     @contextlib.asynccontextmanager
     async def generator(self, cfg: ImageGenerationConfig, key: str) -> AsyncIterator[ImageGenerator]:

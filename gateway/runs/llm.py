@@ -127,9 +127,11 @@ MODEL_KEEPALIVE_SECONDS = 120.0
 SHARED_CLIENT_PROVIDERS = ("openai", "openai-chat", "openai-responses", "anthropic")
 
 
-def model_http_client(concurrent_runs: int) -> httpx2.AsyncClient:
+def model_http_client(concurrent_runs: int = 0) -> httpx2.AsyncClient:
     """The HTTP client for one provider: pydantic-ai's factory (its timeouts and user agent), keeping idle as
-    many connections as the gateway runs at once (a burst never closes one to open another), for two minutes."""
+    many connections as the gateway runs at once (a burst never closes one to open another), for two minutes.
+    The audio and image clients use it too (default pool size): a voice note or a drawing after a pause
+    reuses its connection rather than paying a new TCP + TLS handshake."""
     limits = httpx2.Limits(max_connections=max(DEFAULT_MAX_CONNECTIONS, concurrent_runs),
                            max_keepalive_connections=max(DEFAULT_MAX_KEEPALIVE_CONNECTIONS, concurrent_runs),
                            keepalive_expiry=MODEL_KEEPALIVE_SECONDS)

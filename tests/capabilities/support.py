@@ -260,3 +260,15 @@ async def world(directory: Path, *, agents: dict[str, dict[str, Any]] | None = N
                            what="the MCP servers' first connections")
             SEEN.clear()
             yield World(gw)
+
+
+def open_connections_to(port: int) -> set[int]:
+    """This machine's open TCP connections to 127.0.0.1:`port`, by their client port (/proc/net/tcp, state
+    ESTABLISHED): a socket the gateway opened to that (fake) server and has not closed."""
+    target = f"0100007F:{port:04X}"
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if remote == target and state == "01":
+            ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports

@@ -461,3 +461,45 @@ def test_audio_without_an_openai_compatible_provider_is_refused_at_load(tmp_path
     # Named explicitly, a local OpenAI-compatible server does it for an agent on any model.
     load_config(write_config(tmp_path / "named", gateway=gateway,
                              agents={"assistant": _agent(model="claude:claude-sonnet-4-5", provider="local")}))
+
+
+# People send voice notes seconds to minutes apart: longer than httpx's 5 s keep-alive expiry, which closed the
+# connection between two so each paid a new TCP (and, to OpenAI, TLS) handshake.
+PAUSE = 6.5
+
+
+@pytest.mark.parametrize("ending", ["a reload retires the provider", "the gateway stops"])
+async def test_voice_notes_after_a_pause_share_one_connection_which_is_closed_when_retired(
+        tmp_path: Path, telegram: FakeTelegram, model_server: FakeOpenAI, ending: str) -> None:
+    """The audio client kept idle connections 5 s (httpx's default): the second voice note opened a second one.
+    Its connection is closed once a reload no longer configures its provider, or when the gateway stops."""
+    voice = await FakeOpenAI().start()  # the audio server apart from the model's, to count its connections alone
+    voice.transcript = HEARD
+    section = {"token": "env:TEST_TELEGRAM_TOKEN", "api_url": telegram.api_url}
+    bindings = {"tg": {"platform": "telegram", "agent": "assistant", "telegram": section, "admission": {"dm": "open"}}}
+    providers = {**_providers(model_server)["providers"], "voice": {"kind": "openai-chat", "base_url": voice.base_url}}
+    config = write_config(tmp_path / "config", agents={"assistant": _agent(provider="voice")},
+                          gateway={"providers": providers}, bindings=bindings)
+    try:
+        async with running_gateway(config) as gw:
+            await wait_for(lambda: gw.adapters["tg"].health().connected, what="the Telegram binding to connect")
+            for n in (1, 2):
+                if n == 2:
+                    await asyncio.sleep(PAUSE)
+                telegram.push_message(ADA["id"], ADA, "", extra=_voice(telegram, tone(1.0, "ogg"), 1))
+                await telegram.wait_for(lambda: len([m for m in telegram.sent(ADA["id"]) if "Thursday." in m.text])
+                                        >= n, what=f"the answer to voice note {n}")
+            assert len(voice.transcriptions) == 2
+            peers = set(voice.media_peers)
+            assert len(peers) == 1, f"two voice notes came on {len(peers)} connections"
+            assert len(support.open_connections_to(voice.port)) == 1
+            if ending == "a reload retires the provider":
+                database = {"url": f"sqlite+aiosqlite:///{config / 'gateway.db'}"}  # kept, not a fresh copy
+                write_config(config, agents={"assistant": _agent() | {"capabilities": []}},
+                             gateway={**_providers(model_server), "database": database}, bindings=bindings)
+                assert (await gw.reload_from_disk())[0]
+                await wait_for(lambda: not support.open_connections_to(voice.port),
+                               what="the retired provider's connection closed")
+        assert not support.open_connections_to(voice.port), "a connection to the audio server left open at stop"
+    finally:
+        await voice.stop()

@@ -112,18 +112,6 @@ def test_image_generation_without_a_key_is_refused_at_load(tmp_path: Path) -> No
 RUNS = 4
 
 
-def _open_connections_to(port: int) -> set[int]:
-    """This machine's open TCP connections to 127.0.0.1:`port`, by their client port (/proc/net/tcp, state
-    ESTABLISHED): a socket the gateway opened to the image server and has not closed."""
-    target = f"0100007F:{port:04X}"
-    ports = set()
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        local, remote, state = line.split()[1:4]
-        if remote == target and state == "01":
-            ports.add(int(local.rsplit(":", 1)[1], 16))
-    return ports
-
-
 def _drawing(images: FakeOpenAI) -> dict[str, object]:
     return {"id": "image_generation", "config": {"base_url": images.base_url}, "secret_id": "env:TEST_IMAGE_KEY",
             "tool_approval": {"generate_image": "never"}}
@@ -144,9 +132,9 @@ async def test_many_runs_draw_over_one_connection_which_is_closed_when_the_gatew
                 result = await run_agent(w.gw.runner.build_agent(turn), f"draw {n}", deps=turn)
                 await w.gw.store.end_run(turn.run_id, repo.FINISHED, reply=str(result.output))
                 assert "drawn but not posted" in SCRIPT.requests[1].tool_results()[0]  # the fake chat takes no files
-                opened |= _open_connections_to(images.port)
-            still_open = _open_connections_to(images.port)
-        after_stop = _open_connections_to(images.port)
+                opened |= support.open_connections_to(images.port)
+            still_open = support.open_connections_to(images.port)
+        after_stop = support.open_connections_to(images.port)
     finally:
         await images.stop()
     assert len(images.image_requests) == RUNS
@@ -165,8 +153,9 @@ async def test_a_rotated_key_closes_the_client_of_the_key_before(tmp_path: Path,
             for n in range(4):
                 monkeypatch.setenv("TEST_IMAGE_KEY", f"sk-rotated-{n}")
                 await _draw(w, f"a kite, take {n}")
-                await wait_for(lambda: len(_open_connections_to(images.port)) <= 1, what="the key before's client closed")
-                open_after.append(len(_open_connections_to(images.port)))
+                await wait_for(lambda: len(support.open_connections_to(images.port)) <= 1,
+                               what="the key before's client closed")
+                open_after.append(len(support.open_connections_to(images.port)))
     finally:
         await images.stop()
     assert [auth for _, auth in images.image_requests] == [f"Bearer sk-rotated-{n}" for n in range(4)]
@@ -195,6 +184,29 @@ class HeldImages(FakeOpenAI):
         return await super()._images(request)
 
 
+# People ask seconds to minutes apart: longer than httpx's 5 s keep-alive expiry, which closed the connection
+# between two drawings so each paid a new TCP (and, to OpenAI, TLS) handshake.
+PAUSE = 6.5
+
+
+async def test_a_drawing_after_a_pause_reuses_the_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image client kept idle connections 5 s (httpx's default): the second drawing opened a second one."""
+    monkeypatch.setenv("TEST_IMAGE_KEY", "sk-image-key")
+    images = await FakeOpenAI().start()
+    images.image = _png()
+    try:
+        async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="shaping-scripted")}) as w:
+            await _draw(w, "a lighthouse")
+            await asyncio.sleep(PAUSE)
+            assert "drawn but not posted" in await _draw(w, "a harbour")
+            assert len(support.open_connections_to(images.port)) == 1
+        assert not support.open_connections_to(images.port)  # and closed at stop
+    finally:
+        await images.stop()
+    assert len(images.image_requests) == 2
+    assert len(set(images.media_peers)) == 1, f"two drawings came on {len(set(images.media_peers))} connections"
+
+
 async def test_a_reload_that_replaces_the_image_config_closes_its_connection_once_the_draw_in_flight_ends(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An admin changed the image config and reloaded: the old config's client (an open connection to the
@@ -208,7 +220,7 @@ async def test_a_reload_that_replaces_the_image_config_closes_its_connection_onc
     try:
         async with world(tmp_path, agents={"assistant": agent(_drawing(images), model="shaping-scripted")}) as w:
             await _draw(w, "a lighthouse")
-            assert len(_open_connections_to(images.port)) == 1
+            assert len(support.open_connections_to(images.port)) == 1
 
             images.hold = asyncio.Event()
             in_flight = asyncio.create_task(_draw(w, "a harbour"))
@@ -220,16 +232,18 @@ async def test_a_reload_that_replaces_the_image_config_closes_its_connection_onc
             images.hold.set()
             # Drawn, over the connection it started on (the fake chat takes no files): not cut by the reload.
             assert "drawn but not posted" in await asyncio.wait_for(in_flight, 30)
-            await wait_for(lambda: not _open_connections_to(images.port), what="the old config's connection closed")
+            await wait_for(lambda: not support.open_connections_to(images.port),
+                           what="the old config's connection closed")
 
             images.hold = None
             await _draw(w, "a lighthouse, in pencil")
             assert images.image_requests[-1][0].get("quality") == "low"
-            assert len(_open_connections_to(images.port)) == 1
+            assert len(support.open_connections_to(images.port)) == 1
 
             agent_file.write_text(dump_yaml(agent(model="shaping-scripted")))
             assert (await w.gw.reload_from_disk())[0]
-            await wait_for(lambda: not _open_connections_to(images.port), what="the removed config's connection closed")
+            await wait_for(lambda: not support.open_connections_to(images.port),
+                           what="the removed config's connection closed")
     finally:
         await images.stop()
 

@@ -31,6 +31,7 @@ class FakeOpenAI:
         self.delay = delay
         self.requests: list[dict[str, Any]] = []
         self.peers: list[tuple[str, int]] = []  # per request: the client's end of its connection
+        self.media_peers: list[tuple[str, int]] = []  # the same for image and transcription requests
         self._transports: list[asyncio.Transport] = []  # the connections requests came on, to close as a server may
         self.status: int = 200
         # Optional: given a request whose last message is the user's, a tool to call instead of
@@ -80,10 +81,19 @@ class FakeOpenAI:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    def _peer(self, request: web.Request) -> tuple[str, int]:
+        """The client's end of the request's connection (kept, to close as a server may)."""
+        if request.transport is None:
+            return ("?", 0)
+        self._transports.append(request.transport)  # type: ignore[arg-type]
+        peer = request.transport.get_extra_info("peername")
+        return tuple(peer[:2]) if peer else ("?", 0)
+
     async def _images(self, request: web.Request) -> web.Response:
         """OpenAI's images.generate: the image as `b64_json` (GPT Image models answer only so), and usage."""
         body = await request.json()
         self.image_requests.append((body, request.headers.get("Authorization")))
+        self.media_peers.append(self._peer(request))
         if not body.get("prompt"):
             return web.json_response({"error": {"message": "prompt is required", "type": "invalid_request_error"}},
                                      status=400)
@@ -106,6 +116,7 @@ class FakeOpenAI:
             elif part.name:
                 fields[part.name] = await part.text()
         self.transcriptions.append(fields)
+        self.media_peers.append(self._peer(request))
         fmt = fields.get("response_format", "json")
         model = str(fields.get("model", ""))
         if self.transcription_status != 200:
@@ -158,10 +169,7 @@ class FakeOpenAI:
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.requests.append(body)
-        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
-        self.peers.append(tuple(peer[:2]) if peer else ("?", 0))
-        if request.transport is not None:
-            self._transports.append(request.transport)  # type: ignore[arg-type]
+        self.peers.append(self._peer(request))
         if self.status != 200:
             return web.json_response({"error": {"message": "scripted failure", "type": "server_error"}},
                                      status=self.status)
