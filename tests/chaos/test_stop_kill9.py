@@ -4,7 +4,7 @@ The real daemon in its own process on a SQLite file, Slack over Socket Mode; the
 the stop and started again on the same file. A stop of a run claimed and not started yet (it fetches its
 message's file) holds across the restart: the run ends stopped, its line posted, the model never asked. A
 waiting run's stopped line the killed process could not post (the platform refused it meanwhile) is posted by
-the next process. A run the restart put back in the queue with its reply partly shown (a Stop button on it) is
+the next process, and kept in the conversation's history once. A run the restart put back in the queue with its reply partly shown (a Stop button on it) is
 stopped in that reply: the line goes there, the button goes away, nothing new is posted beside it.
 """
 
@@ -83,6 +83,14 @@ async def test_a_waiting_runs_stopped_line_the_killed_process_never_posted_is_po
         assert answers.count(waiting) == 1, answers
         assert ANSWER not in answers, answers
         assert len(w.model.requests) == 1, w.model.requests  # the first question's, stopped; never the second's
+        # Posted by the second process after the first one's refused tries: kept in the history once all the same.
+        assert _notices(w).count(waiting.strip("_")) == 1, _notices(w)
+
+
+def _notices(w: World) -> list[str]:
+    """The lines the conversations' histories keep as notices (read from the daemon's SQLite file)."""
+    with sqlite3.connect(w.url.removeprefix("sqlite+aiosqlite:///")) as db:
+        return [text for (text,) in db.execute("SELECT text FROM messages WHERE role = 'notice' ORDER BY id")]
 
 
 def _waiting_threads(w: World) -> list[str]:
