@@ -26,7 +26,6 @@ the runner shows it when the reply is first posted and takes it away when the re
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -77,7 +76,10 @@ class Stops:
         name = who.display_name or who.account_id
         children = await self.background.stop_children(run_id, name) if self.background is not None else 0
         if run.status == repo.QUEUED:  # still waiting in the queue: it ends here, before it starts
-            if await self._stop_queued(run, conv, name, await self._theirs(run, conv, who)):
+            # Others' messages may have joined it: each is stopped by its own asker's rule, the rest still wait.
+            senders = [s for s in await self._store.queued_senders(run.id)
+                       if await self._approvals.may_stop_for(run.binding_id, conv, who, *s)]
+            if await self._stop_queued(run, conv, name, senders):
                 if post:
                     await self.post_lines()
                 return StopOutcome(True, "Stopped.")
@@ -94,8 +96,7 @@ class Stops:
             return StopOutcome(False, "That reply is not running.", 409)
         # Stored before anyone is told "Stopping.": a run that is claimed here and not started yet, or one a
         # crash ends before its stop lands, is requeued at the next start, and the sweep stops it then.
-        # Who stopped it is kept with the request, so the stop it becomes after a requeue is asked the same rule.
-        await self._store.capability_state.put(STOP, REQUESTS, run_id, _stopper_value(who))
+        await self._store.capability_state.put(STOP, REQUESTS, run_id, name)
         if self._cancel(run_id, name):
             return StopOutcome(True, "Stopping.")
         if run.lease_owner == self._store.owner:  # ours by the lease but no longer in flight: it just ended
@@ -112,29 +113,21 @@ class Stops:
         state = self._store.capability_state
         stopped = 0
         kept = await state.by_scope(STOP)  # one read a sweep for both: mostly there is nothing
-        for run_id, value in kept.get(REQUESTS, {}).items():
-            who = _stopper(value)
-            name = who.display_name or who.account_id
+        for run_id, who in kept.get(REQUESTS, {}).items():
             if run_id in running_here:
-                stopped += self._cancel(run_id, name)
+                stopped += self._cancel(run_id, who)
                 await state.delete(STOP, REQUESTS, run_id)
                 continue
             run = await self._store.run(run_id)
             conv = await self._store.conversation(run.conversation_id) if run is not None else None
             if run is not None and conv is not None and run.status == repo.QUEUED:
-                # The stop's own rule, asked again of what it holds now: messages others joined since the requeue
-                # are stopped only if the stopper may decide for them; the rest wait and run.
-                stopped += await self._stop_queued(run, conv, name, await self._theirs(run, conv, who))
+                # Its stopper was allowed then, and it holds what it held then: a run that was claimed takes no
+                # message after (`ingest` joins only runs never started), so nobody's message joined it since.
+                stopped += await self._stop_queued(run, conv, who, await self._store.queued_senders(run.id))
             elif run is not None and run.status == repo.RUNNING:
                 continue  # claimed and not started yet, or on another replica: it stops there
             await state.delete(STOP, REQUESTS, run_id)
         return stopped + await self.post_lines(kept.get(LINES, {}))
-
-    async def _theirs(self, run: repo.Run, conv: repo.ConversationRef, who: Sender) -> list[tuple[str | None, str | None]]:
-        """The askers (account, person) of what waiting run `run` holds whose messages `who` may stop: others' messages
-        may have joined it, each is stopped by its own asker's rule."""
-        return [s for s in await self._store.queued_senders(run.id)
-                if await self._approvals.may_stop_for(run.binding_id, conv, who, *s)]
 
     async def _stop_queued(self, run: repo.Run, conv: repo.ConversationRef, who: str,
                            senders: list[tuple[str | None, str | None]]) -> bool:
@@ -180,7 +173,7 @@ class Stops:
                     return False
                 await set_stop_control(adapter, target, stream.first_message_id, run_id, False)
             else:
-                await self._approvals.notice(conv, line, posted=True, kept=True)  # recorded with the stop
+                await self._approvals.notice(conv, line, posted=True, kept=True)  # recorded with the stop, once
             await self._store.capability_state.delete(STOP, LINES, run_id)
         except Exception as e:  # kept: a later sweep posts it; the error's type only (a row's text could be quoted)
             log.warning("the stopped line of run %s was not posted (%s); tried again at the next sweep", run_id,
@@ -246,17 +239,6 @@ class BackgroundStops(Protocol):
         ...
 
     async def stop_run(self, run_id: str, who: str) -> bool: ...
-
-
-def _stopper_value(who: Sender) -> str:
-    """A stop request's stored value: the stopper as the rule asks of them (account and name; never a secret)."""
-    return json.dumps({"account": who.account_id, "name": who.display_name})
-
-
-def _stopper(value: str) -> Sender:
-    """The stopper a stored request names (`_stopper_value`)."""
-    stored = json.loads(value)
-    return Sender(stored["account"], stored["name"])
 
 
 def _runs(n: int) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from adapters.slack.stop import STOP_BLOCK
+from gateway.store.engine import open_store
 from tests.support.settled import settled
 
 from .harness import ANSWER, CHANNEL, PERSON, World, thread_answers, world
@@ -127,3 +128,43 @@ async def test_a_stop_of_a_run_requeued_with_its_reply_half_shown_closes_that_re
         assert thread_answers(w.slack, thread) == [f"{shown}\n\n_⏹ Stopped by Ada before it went on._"]
         assert buttons(thread) == []
         assert len(w.model.requests) == asked + 1  # the other thread's run, run again; never the stopped one's
+
+
+BOB = "U0BOB"
+
+
+async def test_a_stop_honoured_after_the_restart_stops_only_what_the_stopper_may_stop(tmp_path: Path) -> None:
+    """Ada's `!stop` reaches her run while it fetches her file; the process dies. Her run goes back to the queue
+    (as the next start's requeue does) and Bob writes in the thread before the stored stop is honoured. His message
+    does not join her run (it had been claimed: `ingest` joins only runs never started), so the stop, honoured
+    whole, ends only what Ada asked: her message ends stopped, Bob's is answered."""
+    async with world(tmp_path / "config", "sqlite") as w:
+        w.slack.add_user(BOB, "bob", real_name="Bob")
+        w.slack.file_hold = asyncio.Event()
+        root, _ = await w.slack.say(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> sum this up",
+                                    files=[w.slack.add_file("q3.csv", "text/csv", CSV)])
+        await w.slack.wait_for(lambda: w.slack.file_fetches, timeout=30)
+        _, envelopes = await w.slack.say(CHANNEL, PERSON, "!stop", thread_ts=root.ts)
+        await w.slack.wait_for(lambda: all(w.slack.acked(e) for e in envelopes), timeout=30)  # told, then killed
+        await _kill(w)
+        w.slack.file_hold.set()
+        async with open_store(w.url) as store:
+            [conversation_id] = await store.requeue_interrupted(at_start=True)
+            conv = await store.conversation(conversation_id)
+            assert conv is not None
+            bob, _ = w.slack.user_posts(CHANNEL, BOB, "and what about q4?", thread_ts=root.ts)
+            await store.ingest(binding_id="slack", event_ids=[f"bob-{bob.ts}"], conversation=conv,
+                               identity=await store.identify("slack", conv.workspace, BOB, "Bob"), account_id=BOB,
+                               text=bob.text, agent_id="assistant", platform_message_id=bob.ts, queue_limit=20)
+        await _restart(w)
+        stopped = "_⏹ Stopped by Ada; I had not done anything yet._"
+        await w.slack.wait_for(lambda: {ANSWER, stopped} <= {t.strip() for t in thread_answers(w.slack, root.ts)},
+                               timeout=30)
+        await settled(*w.parts())
+        answers = [t.strip() for t in thread_answers(w.slack, root.ts)]
+        with sqlite3.connect(w.url.removeprefix("sqlite+aiosqlite:///")) as db:
+            ended = dict(db.execute("SELECT m.account_id, r.status FROM messages m JOIN runs r ON r.id = m.run_id"
+                                    " WHERE m.role = 'user' AND m.text NOT LIKE '!stop%'"))
+        assert ended == {PERSON: "stopped", BOB: "finished"}, ended
+        assert answers.count(stopped) == 1 and answers.count(ANSWER) == 1, answers
+        assert len(w.model.requests) == 1  # Bob's question only
