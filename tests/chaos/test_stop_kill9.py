@@ -19,6 +19,7 @@ import yaml
 
 from adapters.slack.stop import STOP_BLOCK
 from gateway.store.engine import open_store
+from tests.fakes.slack import PostedMessage
 from tests.support.settled import settled
 
 from .harness import ANSWER, CHANNEL, PERSON, World, thread_answers, world
@@ -33,6 +34,20 @@ async def _kill(w: World) -> None:
     await w.daemon.proc.wait()
 
 
+async def _stop_while_fetching(w: World) -> PostedMessage:
+    """Ada's question with a file; her `!stop` while the run fetches it (claimed, not started), then SIGKILL.
+    Returns her question (the thread's root)."""
+    w.slack.file_hold = asyncio.Event()
+    root, _ = await w.slack.say(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> sum this up",
+                                files=[w.slack.add_file("q3.csv", "text/csv", CSV)])
+    await w.slack.wait_for(lambda: w.slack.file_fetches, timeout=30)
+    _, envelopes = await w.slack.say(CHANNEL, PERSON, "!stop", thread_ts=root.ts)
+    await w.slack.wait_for(lambda: all(w.slack.acked(e) for e in envelopes), timeout=30)  # told, then killed
+    await _kill(w)
+    w.slack.file_hold.set()
+    return root
+
+
 async def _restart(w: World) -> None:
     await w.daemon.start()
     await w.daemon.wait_ready(timeout=90)
@@ -42,14 +57,7 @@ async def test_a_stop_of_a_run_fetching_its_files_holds_across_sigkill(tmp_path:
     """Ada's `!stop` reaches the run while it fetches her file (claimed, not started); the process dies before
     the run starts. The next process requeues it and must not answer it: the line says she stopped it."""
     async with world(tmp_path / "config", "sqlite") as w:
-        w.slack.file_hold = asyncio.Event()
-        root, _ = await w.slack.say(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> sum this up",
-                                    files=[w.slack.add_file("q3.csv", "text/csv", CSV)])
-        await w.slack.wait_for(lambda: w.slack.file_fetches, timeout=30)
-        _, envelopes = await w.slack.say(CHANNEL, PERSON, "!stop", thread_ts=root.ts)
-        await w.slack.wait_for(lambda: all(w.slack.acked(e) for e in envelopes), timeout=30)  # told, then killed
-        await _kill(w)
-        w.slack.file_hold.set()
+        root = await _stop_while_fetching(w)
         await _restart(w)
         await w.slack.wait_for(lambda: [t for t in thread_answers(w.slack, root.ts) if "Stopped by Ada" in t],
                                timeout=30)
@@ -140,14 +148,7 @@ async def test_a_stop_honoured_after_the_restart_stops_only_what_the_stopper_may
     whole, ends only what Ada asked: her message ends stopped, Bob's is answered."""
     async with world(tmp_path / "config", "sqlite") as w:
         w.slack.add_user(BOB, "bob", real_name="Bob")
-        w.slack.file_hold = asyncio.Event()
-        root, _ = await w.slack.say(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> sum this up",
-                                    files=[w.slack.add_file("q3.csv", "text/csv", CSV)])
-        await w.slack.wait_for(lambda: w.slack.file_fetches, timeout=30)
-        _, envelopes = await w.slack.say(CHANNEL, PERSON, "!stop", thread_ts=root.ts)
-        await w.slack.wait_for(lambda: all(w.slack.acked(e) for e in envelopes), timeout=30)  # told, then killed
-        await _kill(w)
-        w.slack.file_hold.set()
+        root = await _stop_while_fetching(w)
         async with open_store(w.url) as store:
             [conversation_id] = await store.requeue_interrupted(at_start=True)
             conv = await store.conversation(conversation_id)
