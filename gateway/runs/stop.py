@@ -15,7 +15,8 @@ replica is asked to stop through the store (capability state `stop`/`requests`, 
 id); the replica holding its lease picks the request up at its next sweep and stops it there. Every stop of
 a running run is stored so before the person is told "Stopping.": a run a crash puts back in the queue first
 (claimed and not started, or cut mid-way) is stopped by the next sweep, its model never asked again. A waiting
-run's stopped line is kept with its end (`stop`/`lines`) until it is posted, so a crash loses no line; a run
+run's stopped line is kept with its end (`stop`/`lines`) until it is posted, so a crash loses no line (the history
+keeps it once, from that same end, however many posts the platform refuses); a run
 that had posted part of a reply before it went back to the queue ends in that reply (`ReplyStream.close_with`).
 Stop on a turn also stops the background runs it started (`gateway.runs.background`), and `/stop` with
 no turn in flight stops the conversation's background runs, for the same people.

@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from adapters.slack.stop import STOP_BLOCK
+from gateway.outbound.delivery import FINAL_ATTEMPTS
 from gateway.store.engine import open_store
 from tests.fakes.slack import PostedMessage
 from tests.support.settled import settled
@@ -169,3 +170,22 @@ async def test_a_stop_honoured_after_the_restart_stops_only_what_the_stopper_may
         assert ended == {PERSON: "stopped", BOB: "finished"}, ended
         assert answers.count(stopped) == 1 and answers.count(ANSWER) == 1, answers
         assert len(w.model.requests) == 1  # Bob's question only
+
+
+async def test_a_stopped_line_refused_until_a_sweep_posts_it_is_kept_in_the_history_once(tmp_path: Path) -> None:
+    """Ada's second question waits behind her first; her `!stop` ends both while Slack refuses every try of the
+    waiting run's line (`FINAL_ATTEMPTS`): it is given up, kept, and a later sweep posts it. The history and the
+    thread have it once."""
+    async with world(tmp_path / "config", "sqlite", model_delay=1.0) as w:
+        root, _ = await w.slack.say(CHANNEL, PERSON, f"<@{w.slack.bot_user_id}> first")
+        await w.slack.wait_for(lambda: thread_answers(w.slack, root.ts), timeout=30)  # the first one streams
+        _, envelopes = await w.slack.say(CHANNEL, PERSON, "second", thread_ts=root.ts)
+        await w.slack.wait_for(lambda: all(w.slack.acked(e) for e in envelopes), timeout=30)  # it waits
+        w.slack.fail_next("chat.postMessage", status=500, error="internal_error", retry_after=None,
+                            times=FINAL_ATTEMPTS)
+        _, envelopes = await w.slack.say(CHANNEL, PERSON, "!stop", thread_ts=root.ts)
+        waiting = "_⏹ Stopped by Ada; I had not done anything yet._"
+        await w.slack.wait_for(lambda: waiting in thread_answers(w.slack, root.ts), timeout=90)
+        await settled(*w.parts())
+        assert [t.strip() for t in thread_answers(w.slack, root.ts)].count(waiting) == 1
+        assert _notices(w).count(waiting.strip("_")) == 1, _notices(w)
