@@ -181,15 +181,16 @@ class Approvals:
             answers.append(CommandAnswer("notice", said, kept))
         return modes
 
-    async def notice(self, conv: repo.ConversationRef, text: str, *, posted: bool = False) -> int:
-        """A short line in the thread, also kept in the conversation's messages (its id returned). `posted`:
+    async def notice(self, conv: repo.ConversationRef, text: str, *, posted: bool = False, kept: bool = False) -> int:
+        """A short line in the thread, also kept in the conversation's messages (its id returned; 0 when `kept`: the
+        caller kept it already, as a stop keeps its line with its end, so a retried post records it once). `posted`:
         returns once the line is posted, for a caller that keeps it until then; PlatformError when it was given up."""
-        kept = await self.store.add_message(conv.id, "notice", text)
+        kept_id = 0 if kept else await self.store.add_message(conv.id, "notice", text)
         sent = self._outbound.send(conv.target(), f"_{text}_")
         self._events.publish(conv.id, {"type": "notice", "text": text})
         if posted and not await asyncio.shield(sent):
             raise PlatformError(f"a line for conversation {conv.id} was not posted")
-        return kept
+        return kept_id
 
     # --- parking ------------------------------------------------------------------------
 

@@ -15,7 +15,8 @@ replica is asked to stop through the store (capability state `stop`/`requests`, 
 id); the replica holding its lease picks the request up at its next sweep and stops it there. Every stop of
 a running run is stored so before the person is told "Stopping.": a run a crash puts back in the queue first
 (claimed and not started, or cut mid-way) is stopped by the next sweep, its model never asked again. A waiting
-run's stopped line is kept with its end (`stop`/`lines`) until it is posted, so a crash loses no line; a run
+run's stopped line is kept with its end (`stop`/`lines`) until it is posted, so a crash loses no line (the history
+keeps it once, from that same end, however many posts the platform refuses); a run
 that had posted part of a reply before it went back to the queue ends in that reply (`ReplyStream.close_with`).
 Stop on a turn also stops the background runs it started (`gateway.runs.background`), and `/stop` with
 no turn in flight stops the conversation's background runs, for the same people.
@@ -121,8 +122,8 @@ class Stops:
             run = await self._store.run(run_id)
             conv = await self._store.conversation(run.conversation_id) if run is not None else None
             if run is not None and conv is not None and run.status == repo.QUEUED:
-                # Its stopper was allowed then; what it held then is stopped (messages joined since stay queued
-                # only when the stopper could not stop them: the rule was asked of the run, as it stood).
+                # Its stopper was allowed then, and it holds what it held then: a run that was claimed takes no
+                # message after (`ingest` joins only runs never started), so nobody's message joined it since.
                 stopped += await self._stop_queued(run, conv, who, await self._store.queued_senders(run.id))
             elif run is not None and run.status == repo.RUNNING:
                 continue  # claimed and not started yet, or on another replica: it stops there
@@ -135,7 +136,8 @@ class Stops:
         posted. False when it was no longer queued (claimed meanwhile) or held nothing of theirs."""
         shown = run.started_at is not None and bool(await self._store.deliveries(run.id))  # a reply partly shown
         line = f"⏹ Stopped by {who} before it went on." if shown else stopped_notice(who, [], False)
-        stopped_id = await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {who}", senders, line)
+        stopped_id = await self._store.stop_queued(run.id, run.conversation_id, f"stopped by {who}", senders, line,
+                                                   notice=not shown)
         if stopped_id is None:
             return False
         self._ended(conv.id, stopped_id, repo.STOPPED)
@@ -172,7 +174,7 @@ class Stops:
                     return False
                 await set_stop_control(adapter, target, stream.first_message_id, run_id, False)
             else:
-                await self._approvals.notice(conv, line, posted=True)
+                await self._approvals.notice(conv, line, posted=True, kept=True)  # recorded with the stop, once
             await self._store.capability_state.delete(STOP, LINES, run_id)
         except Exception as e:  # kept: a later sweep posts it; the error's type only (a row's text could be quoted)
             log.warning("the stopped line of run %s was not posted (%s); tried again at the next sweep", run_id,

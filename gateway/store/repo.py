@@ -700,7 +700,8 @@ class Store:
         return list(dict.fromkeys((r[1], r[2]) for r in await driver.transaction(self.engine, program, write=False)))
 
     async def stop_queued(self, run_id: str, conversation_id: str, reason: str,
-                          senders: Collection[tuple[str | None, str | None]], line: str = "") -> str | None:
+                          senders: Collection[tuple[str | None, str | None]], line: str = "",
+                          notice: bool = False) -> str | None:
         """A person stopped a run still waiting in its queue: what `senders` (account, person) asked in it ends
         `stopped` before it starts, kept as history (asked, not answered). The messages of anyone else who joined
         it stay queued, in its place, as theirs (the run's requester is then the first of them): the stopped
@@ -708,7 +709,9 @@ class Store:
         to a queued run: no message joins it once it is stopped. Returns the stopped run's id; None when it was
         no longer queued (claimed meanwhile: it is stopped as a running one) or held nothing of `senders`.
         `line`: the stopped line to post, kept in the same transaction (capability state `stop`/`lines`, keyed by
-        the stopped run's id) until it is posted (`Stops.post_lines`): a crash before the post loses no line."""
+        the stopped run's id) until it is posted (`Stops.post_lines`): a crash before the post loses no line.
+        `notice`: the line goes in the thread, so it is kept in the conversation's messages here, once, however
+        many times its post is tried again."""
         now = self.clock.now()
 
         def program(q: driver.Statements) -> driver.Program[str | None]:
@@ -742,6 +745,9 @@ class Store:
             yield q.run(_PROCESSED, r=stopped_id)
             if line:
                 yield q.run(_STATE_INSERT + " VALUES ('stop', 'lines', :k, :v, :t)", k=stopped_id, v=line, t=now)
+                if notice:  # as `Approvals.notice` keeps a line (`add_message`)
+                    yield q.run("INSERT INTO messages (conversation_id, role, text, status, sender_name, created_at)"
+                                " VALUES (:c, 'notice', :v, 'final', '', :t)", c=conversation_id, v=line, t=now)
             return stopped_id
 
         return await self.patiently(lambda: driver.transaction(self.engine, program), f"stopping queued run {run_id}")
