@@ -746,8 +746,7 @@ class Store:
             if line:
                 yield q.run(_STATE_INSERT + " VALUES ('stop', 'lines', :k, :v, :t)", k=stopped_id, v=line, t=now)
                 if notice:  # as `Approvals.notice` keeps a line (`add_message`)
-                    yield q.run("INSERT INTO messages (conversation_id, role, text, status, sender_name, created_at)"
-                                " VALUES (:c, 'notice', :v, 'final', '', :t)", c=conversation_id, v=line, t=now)
+                    yield q.run(_NOTICE_INSERT, c=conversation_id, v=line, t=now)
             return stopped_id
 
         return await self.patiently(lambda: driver.transaction(self.engine, program), f"stopping queued run {run_id}")
@@ -981,6 +980,8 @@ _MESSAGE_INTO = ("INSERT INTO messages (conversation_id, run_id, role, text, sta
                  " sender_name, platform_message_id, created_at)")
 _MESSAGE_VALUES = ":c, :r, 'user', :text, :mst, :p, :acc, :name, :pm, :t"
 _MESSAGE_INSERT = f"{_MESSAGE_INTO} VALUES ({_MESSAGE_VALUES}) RETURNING id"
+# A line of the gateway's own in the thread, kept as `add_message(..., "notice", text)` keeps one.
+_NOTICE_INSERT = f"{_MESSAGE_INTO} VALUES (:c, NULL, 'notice', :v, 'final', NULL, NULL, '', NULL, :t)"
 _STATE_INSERT = "INSERT INTO capability_state (capability, scope, key, value, updated_at)"
 _FILES_ROW = _STATE_INSERT + " VALUES ('attachments', :fs, :k, :fv, :t)"
 
